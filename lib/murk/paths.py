@@ -1,0 +1,131 @@
+"""The one place that knows murk's layout.
+
+Every stage asks this module for paths instead of building them itself.
+
+Layout
+------
+``data/``                 inputs only: config.yaml, README, checksums
+``outputs/``              everything generated (git-ignored); relocatable with
+                          the environment variable ``MURK_OUTPUT_DIR`` or the
+                          ``output_dir`` parameter of each notebook
+``outputs/items.json``    the selected items (stage *select*)
+``outputs/depth/``        metric depth per image, cached (stage *depth*)
+``outputs/readout/``      one zarr store per model (stage *readout*)
+``outputs/cube.zarr``     the merged result cube (stage *analyse*)
+``outputs/analysis/``     tables of the analysis
+``outputs/figures/``      figures (PNG and PDF)
+``outputs/paper_numbers.json``  the flat numbers file the paper reads
+``outputs/notebooks/``    executed notebooks (the audit trail)
+``outputs/checkpoints/``  tiny offline checkpoints built by murk
+``outputs/paper/``        the converted paper (HTML, PDF)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def project_root() -> Path:
+    """Root of the murk project (the folder holding ``pyproject.toml``)."""
+    return PROJECT_ROOT
+
+
+def data_dir() -> Path:
+    """The read-only input folder ``data/``."""
+    return PROJECT_ROOT / "data"
+
+
+def config_file() -> Path:
+    """The study configuration ``data/config.yaml``."""
+    return data_dir() / "config.yaml"
+
+
+def output_dir(output_dir: str | os.PathLike | None = None) -> Path:
+    """The output root.
+
+    Parameters
+    ----------
+    output_dir : path, optional
+        Explicit root. Default: ``$MURK_OUTPUT_DIR`` if set, else ``outputs/``
+        of the project. Relative paths are taken from the project root.
+    """
+    root = output_dir or os.environ.get("MURK_OUTPUT_DIR") or "outputs"
+    root = Path(root)
+    if not root.is_absolute():
+        root = PROJECT_ROOT / root
+    return root
+
+
+def items_file(root: str | os.PathLike | None = None) -> Path:
+    return output_dir(root) / "items.json"
+
+
+def depth_dir(root: str | os.PathLike | None = None) -> Path:
+    return output_dir(root) / "depth"
+
+
+def readout_store(model: str, root: str | os.PathLike | None = None) -> Path:
+    """Zarr store of one model's read-outs: ``outputs/readout/<slug>.zarr``."""
+    return output_dir(root) / "readout" / f"{model_slug(model)}.zarr"
+
+
+def cube_store(root: str | os.PathLike | None = None) -> Path:
+    return output_dir(root) / "cube.zarr"
+
+
+def analysis_dir(root: str | os.PathLike | None = None) -> Path:
+    return output_dir(root) / "analysis"
+
+
+def figures_dir(root: str | os.PathLike | None = None) -> Path:
+    return output_dir(root) / "figures"
+
+
+def numbers_file(root: str | os.PathLike | None = None) -> Path:
+    return output_dir(root) / "paper_numbers.json"
+
+
+def notebooks_out_dir(root: str | os.PathLike | None = None) -> Path:
+    return output_dir(root) / "notebooks"
+
+
+def checkpoints_dir(root: str | os.PathLike | None = None) -> Path:
+    return output_dir(root) / "checkpoints"
+
+
+def paper_out_dir(root: str | os.PathLike | None = None) -> Path:
+    return output_dir(root) / "paper"
+
+
+def model_slug(model: str) -> str:
+    """File-system-safe name of a model id or folder.
+
+    ``"HuggingFaceTB/SmolVLM-256M-Instruct"`` -> ``"HuggingFaceTB--SmolVLM-256M-Instruct"``;
+    a local folder gives its last path component.
+    """
+    p = Path(model)
+    if p.is_absolute() or model.startswith("."):
+        model = p.name
+    return re.sub(r"[^A-Za-z0-9._-]+", "--", model).strip("-")
+
+
+def offline() -> bool:
+    """True when ``MURK_OFFLINE=1``: no network access at all."""
+    return os.environ.get("MURK_OFFLINE", "0").strip().lower() in {"1", "true", "yes"}
+
+
+def coco_dir(coco_dir: str | os.PathLike | None = None) -> Path:
+    """The COCO folder (COCO's own layout: ``annotations/``, ``val2017/``).
+
+    Parameters
+    ----------
+    coco_dir : path, optional
+        Explicit folder. Default ``$MURK_COCO_DIR``, else ``outputs/coco``
+        (where the fetch step downloads val2017).
+    """
+    d = coco_dir or os.environ.get("MURK_COCO_DIR") or (output_dir() / "coco")
+    return Path(d).expanduser().resolve()
