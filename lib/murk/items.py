@@ -1,0 +1,511 @@
+"""COCO item selection, distractors and the items hash (spec Section III).
+
+Stage *select* of the pipeline: COCO annotation file -> one table of items.
+An *item* is one image with one boxed target instance and the options of the
+two tasks posed on it:
+
+* t2 (identification): the target category and three distractors, shown in a
+  seeded random order (chance 0.25);
+* t3 (verification): "Is the object inside the red box a(n) <category>?",
+  asked once with the true category and once with ``t3_distractor`` (one of
+  the t2 distractors), in the manner of POPE (chance 0.5).
+
+Every random choice that concerns one image is drawn from a generator seeded
+by ``(seed, image_id)``, so that the items of a subset of images reproduce
+whatever else was selected; only the draw of the images themselves uses the
+generator seeded by ``seed`` alone. The frequencies that weight the draws are
+computed over the whole candidate set and do not depend on the draw.
+
+The selection thresholds are read from ``items:`` of the study configuration
+(``data/config.yaml``, spec Table III).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from murk import paths
+from murk.config import canonical_json, load_config
+
+__all__ = [
+    "COLUMNS",
+    "HASH_COLUMNS",
+    "select_items",
+    "items_hash",
+    "save_items",
+    "load_items",
+    "shuffled_partner",
+]
+
+#: Columns of the items table, in order.
+COLUMNS: tuple[str, ...] = (
+    "image_id",
+    "file_name",
+    "width",
+    "height",
+    "annotation_id",
+    "category_id",
+    "category",
+    "supercategory",
+    "bbox",
+    "t2_options",
+    "t2_answer_index",
+    "t3_distractor",
+)
+
+#: The identifying columns hashed by :func:`items_hash`, in this order.
+HASH_COLUMNS: tuple[str, ...] = (
+    "image_id",
+    "annotation_id",
+    "category",
+    "bbox",
+    "t2_options",
+    "t2_answer_index",
+    "t3_distractor",
+)
+
+_INT_COLUMNS = ("image_id", "width", "height", "annotation_id", "category_id", "t2_answer_index")
+_N_DISTRACTORS = 3  # t2 has four options: the target and three distractors (spec Sec. III)
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def _default_annotation_file() -> Path:
+    return paths.coco_dir() / "annotations" / "instances_val2017.json"
+
+
+def _read_coco(annotation_file: Path) -> dict[str, Any]:
+    if not annotation_file.is_file():
+        raise FileNotFoundError(
+            f"COCO annotation file {annotation_file} not found: set MURK_COCO_DIR to a COCO "
+            f"folder holding annotations/instances_val2017.json, or pass the annotation file "
+            f"explicitly (select_items(annotation_file=...))"
+        )
+    with open(annotation_file, encoding="utf-8") as f:
+        coco = json.load(f)
+    if not isinstance(coco, dict):
+        raise ValueError(
+            f"{annotation_file} is not a COCO instances file: expected a JSON object with "
+            f"the keys 'images', 'annotations' and 'categories'"
+        )
+    for key in ("images", "annotations", "categories"):
+        if key not in coco:
+            raise ValueError(
+                f"{annotation_file} is not a COCO instances file: the key {key!r} is missing "
+                f"(expected 'images', 'annotations' and 'categories', as in "
+                f"instances_val2017.json)"
+            )
+    return coco
+
+
+# ----------------------------------------------------------------------------- selection
+
+
+def select_items(
+    annotation_file: str | os.PathLike | None = None,
+    n_items: int = 1000,
+    seed: int = 1,
+    config: dict[str, Any] | None = None,
+) -> pd.DataFrame:
+    """Select the study items from a COCO instances file (spec Section III).
+
+    Candidates
+        Images with at least one annotation (crowd or not) of a category whose
+        supercategory is in ``config['items']['supercategories']``
+        (``vehicle``, ``outdoor``) **and** at least one *boxable* instance of
+        any category. An instance is boxable if ``iscrowd == 0``, its box area
+        ``w * h`` lies in ``[min_box_area_fraction, max_box_area_fraction]``
+        (3 % and 50 %, bounds included) of the image area ``width * height``
+        (from the ``images`` table), and ``min(w, h) >= min_box_side_px``
+        (48 px). The full val2017 split has 1146 candidates.
+    Images
+        The candidates are sorted by image id and ``n_items`` of them are drawn
+        without replacement with ``numpy.random.default_rng(seed).choice``;
+        rows are returned in this draw order (so the first k rows are "the
+        first k images" of the spec). With fewer candidates than ``n_items``
+        all are taken (in the order of the same draw) and a warning is issued.
+    Target
+        One boxable instance of the image. Each boxable instance ``j`` of the
+        image is chosen with probability ``w_j / sum_i w_i``, where
+        ``w_j = 1 / freq(category_j)`` and ``freq(c)`` is the number of
+        candidate images in which category ``c`` has at least one boxable
+        instance. The weight is per *instance*: a category with two boxable
+        instances in the image gets twice the weight of one with a single
+        instance. Instances are ordered by annotation id before the draw.
+    Distractors
+        Drawn without replacement among the categories with no annotation of
+        any kind (crowd included) in the image, with probability proportional
+        to ``p_target(c) / frac_absent(c)``. ``p_target(c)`` is the *expected*
+        frequency of ``c`` among the targets,
+        ``(sum over candidate images of P(target category = c) + 0.5) /
+        n_candidates`` (the 0.5 is a floor so that every category can appear;
+        being an expectation it does not depend on the draw);
+        ``frac_absent(c)`` is the fraction of candidate images with no
+        annotation of ``c``. So a category is about as likely to be shown as a
+        distractor as to be the answer (spec Section III).
+    Options
+        t2: the target and three distractors in the order of a random
+        permutation; t3: the true category and ``t3_distractor``, one of the
+        three t2 distractors chosen uniformly.
+
+    Per-item randomness uses ``numpy.random.default_rng([seed, image_id])``,
+    consumed in the order: target, distractors, t2 permutation, t3 distractor.
+    The result does not depend on the order in which the file lists images,
+    annotations or categories.
+
+    Parameters
+    ----------
+    annotation_file : str or path-like, optional
+        A COCO instances JSON file. Default
+        ``$MURK_COCO_DIR/annotations/instances_val2017.json`` (see
+        :func:`murk.paths.coco_dir`).
+    n_items : int, default 1000
+        Number of images to draw (spec Section III: 1000).
+    seed : int, default 1
+        Seed of the image draw and of the per-item generators (spec: seed 1).
+    config : dict, optional
+        Study configuration (:func:`murk.config.load_config`); only its
+        ``items`` section is used. Default: the project's.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per item, in draw order, with the columns of :data:`COLUMNS`:
+        ``image_id``, ``width``, ``height`` (px), ``annotation_id``,
+        ``category_id``, ``t2_answer_index`` (0..3) as int64; ``file_name``,
+        ``category``, ``supercategory``, ``t3_distractor`` as str; ``bbox``
+        (list of 4 floats ``[x, y, w, h]`` in px, COCO's convention) and
+        ``t2_options`` (list of 4 distinct category names, in shown order) as
+        Python lists.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the annotation file does not exist (the message names the file and
+        the fix).
+    ValueError
+        If the file lacks ``images``, ``annotations`` or ``categories``; if
+        ``n_items < 1``; if an image has fewer than three absent categories.
+
+    Warns
+    -----
+    UserWarning
+        If there are fewer candidates than ``n_items``.
+    """
+    if int(n_items) < 1:
+        raise ValueError(f"n_items must be at least 1, got {n_items}")
+    n_items = int(n_items)
+    seed = int(seed)
+    cfg = (load_config() if config is None else config)["items"]
+    supercats = set(cfg["supercategories"])
+    min_frac = float(cfg["min_box_area_fraction"])
+    max_frac = float(cfg["max_box_area_fraction"])
+    min_side = float(cfg["min_box_side_px"])
+
+    annotation_file = Path(annotation_file) if annotation_file is not None else _default_annotation_file()
+    coco = _read_coco(annotation_file)
+
+    cats = pd.DataFrame(coco["categories"], columns=["id", "name", "supercategory"])
+    cats = cats.sort_values("id", kind="stable").reset_index(drop=True)
+    images = pd.DataFrame(coco["images"], columns=["id", "file_name", "width", "height"])
+    images = images.set_index("id").sort_index(kind="stable")
+    anns = pd.DataFrame(
+        coco["annotations"], columns=["id", "image_id", "category_id", "bbox", "iscrowd"]
+    )
+    anns = anns.sort_values("id", kind="stable").reset_index(drop=True)
+    anns["iscrowd"] = anns["iscrowd"].fillna(0).astype(int)
+
+    cat_name = dict(zip(cats["id"], cats["name"]))
+    cat_super = dict(zip(cats["id"], cats["supercategory"]))
+    cat_ids = cats["id"].to_numpy()
+
+    # boxable instances
+    wh = np.array([[float(b[2]), float(b[3])] for b in anns["bbox"]], dtype=float).reshape(-1, 2)
+    img_w = images["width"].reindex(anns["image_id"]).to_numpy(dtype=float)
+    img_h = images["height"].reindex(anns["image_id"]).to_numpy(dtype=float)
+    area_frac = wh[:, 0] * wh[:, 1] / (img_w * img_h)
+    boxable = (
+        (anns["iscrowd"].to_numpy() == 0)
+        & (area_frac >= min_frac)
+        & (area_frac <= max_frac)
+        & (wh.min(axis=1) >= min_side)
+    )
+    anns["boxable"] = boxable
+
+    # candidates
+    in_super = anns["category_id"].map(cat_super).isin(supercats)
+    has_super = set(anns.loc[in_super, "image_id"])
+    has_boxable = set(anns.loc[anns["boxable"], "image_id"])
+    candidates = np.array(sorted(has_super & has_boxable & set(images.index)), dtype=np.int64)
+    n_cand = len(candidates)
+    if n_cand == 0:
+        raise ValueError(f"{annotation_file}: no image passes the selection filter")
+
+    cand_anns = anns[anns["image_id"].isin(candidates)]
+    box_anns = cand_anns[cand_anns["boxable"]]
+    present = cand_anns.groupby("image_id")["category_id"].agg(lambda s: set(s.tolist()))
+    boxable_by_image = {
+        iid: (g["id"].to_numpy(), g["category_id"].to_numpy(), g["bbox"].tolist())
+        for iid, g in box_anns.groupby("image_id", sort=True)
+    }
+
+    # freq(c): candidate images in which c has >= 1 boxable instance
+    freq = box_anns.groupby("category_id")["image_id"].nunique()
+    # target probabilities per image, and the expected target count per category
+    target_p: dict[int, np.ndarray] = {}
+    expected_targets = pd.Series(0.0, index=cat_ids)
+    for iid in candidates:
+        _, ccat, _ = boxable_by_image[iid]
+        w = 1.0 / freq.reindex(ccat).to_numpy(dtype=float)
+        p = w / w.sum()
+        target_p[iid] = p
+        for c, pc in zip(ccat, p):
+            expected_targets[c] += pc
+    p_target = (expected_targets.to_numpy() + 0.5) / n_cand
+    n_present = np.array([sum(c in present[i] for i in candidates) for c in cat_ids], dtype=float)
+    frac_absent = 1.0 - n_present / n_cand
+    with np.errstate(divide="ignore", invalid="ignore"):
+        distractor_weight = np.where(frac_absent > 0, p_target / frac_absent, 0.0)
+
+    # the draw of images
+    n_take = min(n_items, n_cand)
+    if n_cand < n_items:
+        warnings.warn(
+            f"{annotation_file}: only {n_cand} images pass the selection filter, fewer than "
+            f"n_items={n_items}; taking all {n_cand}",
+            UserWarning,
+            stacklevel=2,
+        )
+    order = np.random.default_rng(seed).choice(n_cand, size=n_take, replace=False)
+
+    rows = []
+    for iid in candidates[order]:
+        iid = int(iid)
+        rng = np.random.default_rng([seed, iid])
+        aid, ccat, bboxes = boxable_by_image[iid]
+        j = int(rng.choice(len(aid), p=target_p[iid]))
+        target_cat = int(ccat[j])
+        absent_mask = np.array([c not in present[iid] for c in cat_ids])
+        if absent_mask.sum() < _N_DISTRACTORS:
+            raise ValueError(
+                f"{annotation_file}: image {iid} has fewer than {_N_DISTRACTORS} absent "
+                f"categories; cannot draw distractors"
+            )
+        absent_ids = cat_ids[absent_mask]
+        w = distractor_weight[absent_mask]
+        distractors = rng.choice(absent_ids, size=_N_DISTRACTORS, replace=False, p=w / w.sum())
+        distractor_names = [str(cat_name[int(c)]) for c in distractors]
+        shown = [str(cat_name[target_cat])] + distractor_names
+        perm = rng.permutation(len(shown))
+        t2_options = [shown[k] for k in perm]
+        t2_answer_index = int(np.flatnonzero(perm == 0)[0])
+        t3_distractor = distractor_names[int(rng.integers(_N_DISTRACTORS))]
+        img = images.loc[iid]
+        rows.append(
+            {
+                "image_id": iid,
+                "file_name": str(img["file_name"]),
+                "width": int(img["width"]),
+                "height": int(img["height"]),
+                "annotation_id": int(aid[j]),
+                "category_id": target_cat,
+                "category": str(cat_name[target_cat]),
+                "supercategory": str(cat_super[target_cat]),
+                "bbox": [float(v) for v in bboxes[j]],
+                "t2_options": t2_options,
+                "t2_answer_index": t2_answer_index,
+                "t3_distractor": t3_distractor,
+            }
+        )
+    return _table(rows)
+
+
+def _table(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """Build the items table with fixed columns and dtypes."""
+    table = pd.DataFrame.from_records(records, columns=list(COLUMNS))
+    for col in _INT_COLUMNS:
+        table[col] = table[col].astype(np.int64)
+    for col in ("bbox", "t2_options"):
+        table[col] = pd.Series([list(v) for v in table[col]], index=table.index, dtype=object)
+    return table
+
+
+# ----------------------------------------------------------------------------- hash, I/O
+
+
+def _py(value: Any) -> Any:
+    """Convert a cell to plain Python (int, float, str, lists thereof)."""
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [_py(v) for v in value]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value)
+    return str(value)
+
+
+def _records(table: pd.DataFrame, columns: tuple[str, ...]) -> list[dict[str, Any]]:
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise ValueError(f"items table lacks the column(s) {missing}; expected {list(columns)}")
+    cols = [table[c].tolist() for c in columns]
+    return [{c: _py(v) for c, v in zip(columns, vals)} for vals in zip(*cols)]
+
+
+def items_hash(table: pd.DataFrame) -> str:
+    """SHA-256 of the identifying columns of an items table.
+
+    The serialisation is :func:`murk.config.canonical_json` (sorted keys, no
+    whitespace, floats by Python's shortest round-trip repr) of
+    ``{"columns": HASH_COLUMNS, "rows": [[...], ...]}``, with each row the
+    values of :data:`HASH_COLUMNS` (``image_id``, ``annotation_id``,
+    ``category``, ``bbox``, ``t2_options``, ``t2_answer_index``,
+    ``t3_distractor``) as Python ints, floats, strs and lists, rows in table
+    order. It is therefore the same across processes, platforms and Python
+    versions, and independent of the order of the annotation file. The spec
+    (Section III) quotes the prefix of this hash for its 1000 items.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        An items table (:func:`select_items`, :func:`load_items`).
+
+    Returns
+    -------
+    str
+        64 hex characters.
+
+    Raises
+    ------
+    ValueError
+        If a hashed column is missing.
+    """
+    recs = _records(table, HASH_COLUMNS)
+    payload = {"columns": list(HASH_COLUMNS), "rows": [[r[c] for c in HASH_COLUMNS] for r in recs]}
+    return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()
+
+
+def save_items(table: pd.DataFrame, path: str | os.PathLike | None = None) -> Path:
+    """Write an items table as JSON records (UTF-8), atomically.
+
+    The text is written to a temporary file in the target folder and moved
+    into place with :func:`os.replace`, so a reader never sees a partial file.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        An items table with the columns of :data:`COLUMNS`.
+    path : str or path-like, optional
+        Target file; default :func:`murk.paths.items_file`. Parent folders are
+        created.
+
+    Returns
+    -------
+    Path
+        The file written.
+
+    Raises
+    ------
+    ValueError
+        If a column of :data:`COLUMNS` is missing.
+    """
+    path = Path(path) if path is not None else paths.items_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(_records(table, COLUMNS), ensure_ascii=False, indent=1)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_items(path: str | os.PathLike | None = None) -> pd.DataFrame:
+    """Read an items table written by :func:`save_items`.
+
+    The round trip is exact: ints stay int64, ``bbox`` and ``t2_options`` stay
+    Python lists, floats are read back bit for bit.
+
+    Parameters
+    ----------
+    path : str or path-like, optional
+        Default :func:`murk.paths.items_file`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The items table (columns of :data:`COLUMNS`).
+
+    Raises
+    ------
+    FileNotFoundError
+        If the file does not exist (run the *select* stage first).
+    ValueError
+        If the file is not a JSON list of item records.
+    """
+    path = Path(path) if path is not None else paths.items_file()
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"items file {path} not found: run the select stage (murk.items.select_items + "
+            f"save_items) first"
+        )
+    with open(path, encoding="utf-8") as f:
+        records = json.load(f)
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise ValueError(f"{path} is not a JSON list of item records")
+    missing = sorted({c for r in records for c in COLUMNS if c not in r})
+    if missing:
+        raise ValueError(f"{path}: item records lack the key(s) {missing}")
+    return _table(records)
+
+
+def shuffled_partner(n_items: int, offset: int = 37) -> np.ndarray:
+    """Partner index of the shuffled-image control (spec Section III).
+
+    The question of item ``i`` is asked on the clean pixels of item
+    ``j = (i + offset) mod N``.
+
+    Parameters
+    ----------
+    n_items : int
+        Number of items N (>= 1).
+    offset : int, default 37
+        Shift (config ``items.shuffle_offset``; spec Section III: 37).
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape (N,), int64: the partner positions ``j`` (row positions in the
+        items table, not image ids).
+
+    Raises
+    ------
+    ValueError
+        If ``n_items < 1``.
+
+    Examples
+    --------
+    >>> shuffled_partner(5, offset=2).tolist()
+    [2, 3, 4, 0, 1]
+    """
+    n_items = int(n_items)
+    if n_items < 1:
+        raise ValueError(f"n_items must be at least 1, got {n_items}")
+    return (np.arange(n_items, dtype=np.int64) + int(offset)) % n_items

@@ -1,0 +1,272 @@
+"""Tests of murk.metrics: reference values, n-dimensional input, NaN handling."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+from sklearn.calibration import calibration_curve
+from sklearn.metrics import roc_auc_score
+
+from murk.config import load_config
+from murk.metrics import (
+    CENSOR_M,
+    accuracy,
+    auroc,
+    blind_spot_width,
+    bootstrap_indices,
+    bootstrap_mean,
+    bootstrap_resample_means,
+    crossing_visibility,
+    crossing_visibility_da,
+    expected_calibration_error,
+)
+
+SWEEP = np.array([250.0, 125.0, 62.5, 31.25, 15.625, 7.8125, 3.90625, 1.953125])
+
+
+# ----------------------------------------------------------------------------- bootstrap
+
+
+def test_bootstrap_indices_shape_and_determinism():
+    idx = bootstrap_indices(7, 5, seed=0)
+    assert idx.shape == (5, 7) and idx.dtype == np.int64
+    assert idx.min() >= 0 and idx.max() < 7
+    np.testing.assert_array_equal(idx, np.random.default_rng(0).integers(0, 7, size=(5, 7)))
+    np.testing.assert_array_equal(idx, bootstrap_indices(7, 5, seed=0))
+    with pytest.raises(ValueError):
+        bootstrap_indices(0, 5, 0)
+
+
+def test_resample_means_equal_fancy_index_nanmean():
+    rng = np.random.default_rng(3)
+    x = rng.random((2, 3, 20))
+    x[0, 1, [2, 5, 7]] = np.nan
+    x[1, 2, :] = np.nan  # an all-missing series
+    da = xr.DataArray(x, dims=("model", "level", "image"), coords={"image": np.arange(100, 120)})
+    idx = bootstrap_indices(20, 50, seed=1)
+    res = bootstrap_resample_means(da, "image", idx)
+    assert res.dims == ("model", "level", "bootstrap") and res.sizes["bootstrap"] == 50
+    with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):
+        ref = np.nanmean(x[..., idx], axis=-1)
+    np.testing.assert_allclose(res.values, ref, rtol=1e-12, equal_nan=True)
+    assert np.isnan(res.values[1, 2]).all()
+
+
+def test_bootstrap_mean_values_and_pairing():
+    rng = np.random.default_rng(0)
+    x = (rng.random((2, 40)) < [[0.8], [0.5]]).astype(float)
+    x[0, 3] = np.nan
+    da = xr.DataArray(x, dims=("task", "image"), coords={"task": ["t2", "t3"]})
+    cfg = load_config()["analysis"]
+    ds = bootstrap_mean(da, "image", n_resamples=cfg["bootstrap_resamples"], seed=cfg["bootstrap_seed"],
+                        ci=cfg["ci_level"])
+    assert set(ds.data_vars) == {"mean", "lo", "hi"}
+    np.testing.assert_allclose(ds["mean"].values, np.nanmean(x, axis=-1))
+    idx = bootstrap_indices(40, 1000, 0)
+    means = np.nanmean(x[..., idx], axis=-1)
+    np.testing.assert_allclose(ds["lo"].values, np.percentile(means, 2.5, axis=-1))
+    np.testing.assert_allclose(ds["hi"].values, np.percentile(means, 97.5, axis=-1))
+    assert (ds["lo"] <= ds["mean"]).all() and (ds["mean"] <= ds["hi"]).all()
+    assert list(ds["task"].values) == ["t2", "t3"]
+    # explicit indices reproduce the seeded draw (paired use)
+    ds2 = bootstrap_mean(da, indices=idx)
+    xr.testing.assert_allclose(ds[["lo", "hi"]], ds2[["lo", "hi"]])
+    with pytest.raises(ValueError):
+        bootstrap_mean(da, ci=1.5)
+    with pytest.raises(ValueError):
+        bootstrap_resample_means(da, "image", bootstrap_indices(39, 10, 0))
+
+
+# ----------------------------------------------------------------------------- crossing
+
+
+def test_crossing_between_two_levels_is_log_interpolated():
+    # a0 = 1, floor = 0.25 -> m = 0.625; crosses between 15.625 m (0.9) and 7.8125 m (0.5)
+    y = np.array([1.0, 1.0, 0.98, 0.95, 0.9, 0.5, 0.3, 0.25])
+    v, c = crossing_visibility(SWEEP, y, 1.0, 0.25)
+    t = (0.625 - 0.9) / (0.5 - 0.9)
+    expected = np.exp(np.log(15.625) + t * (np.log(7.8125) - np.log(15.625)))
+    assert v.shape == () and not c
+    assert float(v) == pytest.approx(expected, rel=1e-12)
+    assert float(v) == pytest.approx(15.625 * 2 ** (-t), rel=1e-12)
+
+
+def test_crossing_exactly_at_a_level():
+    y = np.array([1.0, 0.9, 0.625, 0.3])
+    v, c = crossing_visibility(SWEEP[:4], y, 1.0, 0.25)
+    assert float(v) == pytest.approx(62.5) and not c
+
+
+def test_never_crossing_is_censored():
+    y = np.full(8, 0.95)  # a confidence that stays high
+    v, c = crossing_visibility(SWEEP, y, 0.99, 0.25)
+    assert float(v) == CENSOR_M == 1.953125 and bool(c)
+    v, c = crossing_visibility(SWEEP, y, 0.99, 0.25, censor_m=1.0)
+    assert float(v) == 1.0 and bool(c)
+
+
+def test_already_reached_at_first_level():
+    y = np.array([0.4, 0.3, 0.25, 0.25, 0.25, 0.25, 0.25, 0.25])
+    v, c = crossing_visibility(SWEEP, y, 0.9, 0.25)
+    assert float(v) == 250.0 and not c
+
+
+def test_rising_abstain_signal_with_floor_one():
+    # abstain rate: a0 = 0.1, floor 1 -> m = 0.55; crosses between 31.25 (0.2) and 15.625 (0.8)
+    y = np.array([0.1, 0.1, 0.15, 0.2, 0.8, 0.95, 1.0, 1.0])
+    v, c = crossing_visibility(SWEEP, y, 0.1, 1.0)
+    t = (0.55 - 0.2) / (0.8 - 0.2)
+    assert float(v) == pytest.approx(31.25 * 2 ** (-t), rel=1e-12) and not c
+
+
+def test_no_signal_gives_nan():
+    v, c = crossing_visibility(SWEEP, np.full(8, 0.25), 0.25, 0.25)
+    assert np.isnan(v) and not c
+
+
+def test_crossing_nd_matches_1d_and_broadcasts():
+    rng = np.random.default_rng(5)
+    y = np.sort(rng.random((3, 4, 8)), axis=-1)[..., ::-1]  # falling curves
+    a0 = rng.uniform(0.9, 1.0, size=(3, 4))
+    v, c = crossing_visibility(SWEEP, y, a0, 0.25)
+    assert v.shape == (3, 4) and c.shape == (3, 4) and c.dtype == bool
+    for i in range(3):
+        for j in range(4):
+            vij, cij = crossing_visibility(SWEEP, y[i, j], a0[i, j], 0.25)
+            assert v[i, j] == vij and c[i, j] == cij
+    # per-task floors broadcast along a leading axis
+    floors = np.array([0.25, 0.5, 0.25])[:, None]
+    v2, _ = crossing_visibility(SWEEP, y, a0, floors)
+    assert v2.shape == (3, 4)
+
+
+def test_crossing_nan_handling():
+    y = np.array(
+        [
+            [1.0, 1.0, np.nan, 0.9, 0.5, 0.3, 0.25, 0.25],  # NaN before: ignored
+            [1.0, 1.0, 0.9, np.nan, 0.5, 0.3, 0.25, 0.25],  # NaN just before k: last valid level used
+            [np.nan, np.nan, 0.5, 0.3, 0.25, 0.25, 0.25, 0.25],  # nothing before k: V[k]
+            [1.0, 1.0, 1.0, 1.0, np.nan, np.nan, np.nan, np.nan],  # never reached: censored
+            [1.0, 0.9, 0.5, 0.3, 0.25, 0.25, 0.25, 0.25],  # a0 NaN
+        ]
+    )
+    a0 = np.array([1.0, 1.0, 1.0, 1.0, np.nan])
+    v, c = crossing_visibility(SWEEP, y, a0, 0.25)
+    t = (0.625 - 0.9) / (0.5 - 0.9)
+    assert v[0] == pytest.approx(31.25 * 2 ** (-t))
+    # between 62.5 (0.9) and 15.625 (0.5): two octaves
+    assert v[1] == pytest.approx(62.5 * 4 ** (-t))
+    assert v[2] == 62.5 and not c[2]
+    assert v[3] == CENSOR_M and c[3]
+    assert np.isnan(v[4]) and not c[4]
+
+
+def test_crossing_input_errors():
+    with pytest.raises(ValueError, match="decreasing"):
+        crossing_visibility(SWEEP[::-1], np.ones(8), 1.0, 0.25)
+    with pytest.raises(ValueError, match="last axis"):
+        crossing_visibility(SWEEP, np.ones(7), 1.0, 0.25)
+
+
+def test_crossing_xarray_wrapper():
+    y = np.array([[1.0, 1.0, 0.98, 0.95, 0.9, 0.5, 0.3, 0.25], np.full(8, 0.95)])
+    da = xr.DataArray(y, dims=("signal", "visibility_m"),
+                      coords={"signal": ["acc", "c_int"], "visibility_m": SWEEP})
+    ds = crossing_visibility_da(da[:, ::-1], xr.DataArray([1.0, 0.99], dims="signal"), 0.25)
+    ref_v, ref_c = crossing_visibility(SWEEP, y, np.array([1.0, 0.99]), 0.25)
+    np.testing.assert_allclose(ds["v_cross_m"].values, ref_v)
+    np.testing.assert_array_equal(ds["censored"].values, ref_c)
+    assert ds["v_cross_m"].attrs["units"] == "m"
+
+
+def test_blind_spot_width():
+    assert float(blind_spot_width(12.4, 1.953125)) == pytest.approx(np.log10(12.4 / 1.953125))
+    # spec Sec. IV: W >= 0.80 decades is a factor >= 10**0.8 = 6.3 in visibility
+    w = blind_spot_width(np.array([[10.0, 1.0], [np.nan, 5.0]]), np.array([1.0, 10.0]))
+    np.testing.assert_allclose(w, [[1.0, -1.0], [np.nan, np.log10(0.5)]])
+    assert float(blind_spot_width(7.0, 7.0)) == 0.0
+    with pytest.raises(ValueError):
+        blind_spot_width(0.0, 1.0)
+
+
+# ----------------------------------------------------------------------------- accuracy, ECE, AUROC
+
+
+def test_accuracy():
+    c = np.array([[1, 0, 1, 1], [0, 0, np.nan, 1]], dtype=float)
+    np.testing.assert_allclose(accuracy(c), [0.75, 1 / 3])
+    da = xr.DataArray(c, dims=("task", "image"))
+    np.testing.assert_allclose(accuracy(da, "image").values, [0.75, 1 / 3])
+    assert np.isnan(accuracy(np.array([np.nan, np.nan])))
+    assert float(accuracy(np.array([True, False, True, True]))) == 0.75
+
+
+def test_ece_hand_computation():
+    conf = np.array([0.95, 0.95, 0.85, 0.3, 0.0, 1.0, 0.65])
+    corr = np.array([1, 0, 1, 0, 0, 1, 1])
+    # bins: 9 -> {0.95, 0.95, 1.0} acc 2/3 conf 2.9/3; 8 -> {0.85} acc 1;
+    #       3 -> {0.3} acc 0; 0 -> {0.0} acc 0; 6 -> {0.65} acc 1
+    expected = (abs(2 - 2.9) + abs(1 - 0.85) + abs(0 - 0.3) + 0 + abs(1 - 0.65)) / 7
+    assert float(expected_calibration_error(conf, corr)) == pytest.approx(expected)
+    # perfectly calibrated in every bin -> 0; one bin edge case 0.3 goes up
+    assert float(expected_calibration_error([1.0, 1.0, 0.0], [1, 1, 0])) == 0.0
+
+
+def test_ece_against_sklearn_calibration_curve():
+    rng = np.random.default_rng(11)
+    conf = rng.random(500)
+    conf = conf[np.abs(conf * 10 - np.round(conf * 10)) > 1e-9]  # no inner bin edges
+    corr = (rng.random(conf.size) < conf**2).astype(float)
+    prob_true, prob_pred = calibration_curve(corr, conf, n_bins=10, strategy="uniform")
+    counts = np.histogram(conf, bins=np.linspace(0, 1, 11))[0]
+    counts = counts[counts > 0]
+    ref = np.sum(counts / conf.size * np.abs(prob_true - prob_pred))
+    assert float(expected_calibration_error(conf, corr)) == pytest.approx(ref, rel=1e-12)
+
+
+def test_ece_nd_nan_and_xarray():
+    rng = np.random.default_rng(2)
+    conf = rng.random((3, 50))
+    corr = (rng.random((3, 50)) < 0.6).astype(float)
+    corr[1, :10] = np.nan
+    conf[2, 5] = np.nan
+    out = expected_calibration_error(conf, corr)
+    assert out.shape == (3,)
+    for i in range(3):
+        keep = ~(np.isnan(conf[i]) | np.isnan(corr[i]))
+        assert out[i] == pytest.approx(float(expected_calibration_error(conf[i][keep], corr[i][keep])))
+    da_conf = xr.DataArray(conf.reshape(3, 10, 5), dims=("model", "image", "question"))
+    da_corr = xr.DataArray(corr.reshape(3, 10, 5), dims=("model", "image", "question"))
+    pooled = expected_calibration_error(da_conf, da_corr, dim=["image", "question"])
+    assert pooled.dims == ("model",)
+    np.testing.assert_allclose(pooled.values, out)
+    assert np.isnan(expected_calibration_error([np.nan], [1.0]))
+    with pytest.raises(ValueError):
+        expected_calibration_error([1.2], [1])
+
+
+def test_auroc_against_sklearn_with_ties():
+    rng = np.random.default_rng(4)
+    conf = np.round(rng.random(200), 1)  # many ties
+    corr = (rng.random(200) < conf).astype(int)
+    assert float(auroc(conf, corr)) == pytest.approx(roc_auc_score(corr, conf), rel=1e-12)
+    assert float(auroc([0.2, 0.8, 0.5, 0.5], [0, 1, 1, 0])) == pytest.approx(0.875)
+
+
+def test_auroc_nd_nan_and_single_class():
+    rng = np.random.default_rng(8)
+    conf = rng.random((2, 3, 60))
+    corr = (rng.random((2, 3, 60)) < conf).astype(float)
+    corr[0, 0, :7] = np.nan
+    conf[1, 2, 10:20] = np.nan
+    out = auroc(conf, corr)
+    assert out.shape == (2, 3)
+    for i in range(2):
+        for j in range(3):
+            keep = ~(np.isnan(conf[i, j]) | np.isnan(corr[i, j]))
+            assert out[i, j] == pytest.approx(roc_auc_score(corr[i, j][keep], conf[i, j][keep]))
+    assert np.isnan(auroc([0.1, 0.9, 0.5], [1, 1, 1]))
+    da = xr.DataArray(conf, dims=("model", "level", "image"))
+    dc = xr.DataArray(corr, dims=("model", "level", "image"))
+    np.testing.assert_allclose(auroc(da, dc, dim="image").values, out)
