@@ -1,0 +1,142 @@
+"""Fetching COCO val2017 when no local copy exists (needs network access).
+
+Only what the study uses is downloaded: the official instance annotations
+(``annotations_trainval2017.zip``, checked by its published MD5) and then only
+the *selected* images, one by one, each checked against
+``data/checksums/coco-val2017-sample.sha256`` where listed there and recorded
+in ``<coco_dir>/val2017.sha256`` otherwise. ``MURK_OFFLINE=1`` forbids every
+download: the functions then raise with the fix (set ``MURK_COCO_DIR``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import urllib.request
+import zipfile
+from pathlib import Path
+from typing import Iterable
+
+from tqdm.auto import tqdm
+
+from murk import paths
+
+__all__ = ["ANNOTATIONS_URL", "ANNOTATIONS_MD5", "IMAGES_URL", "fetch_annotations", "ensure_images"]
+
+ANNOTATIONS_URL = "http://images.cocodataset.org/annotations/annotations_trainval2017.zip"
+#: MD5 published with COCO 2017 (annotations_trainval2017.zip, 252,907,541 bytes)
+ANNOTATIONS_MD5 = "f4bbac642086de4f52a3fdda2de5fa2c"
+IMAGES_URL = "http://images.cocodataset.org/{split}/{file_name}"
+
+
+def _no_network(what: str, dest: Path) -> None:
+    if paths.offline():
+        raise FileNotFoundError(
+            f"{what} not found at {dest} and MURK_OFFLINE=1 forbids downloading it: set MURK_COCO_DIR to a "
+            f"folder in COCO's layout (e.g. ../shared/coco-val2017-sample) or unset MURK_OFFLINE")
+
+
+def _download(url: str, dest: Path, desc: str) -> Path:
+    tmp = dest.with_name(dest.name + ".part")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with urllib.request.urlopen(url, timeout=60) as r, open(tmp, "wb") as f:
+            total = int(r.headers.get("Content-Length") or 0) or None
+            with tqdm(total=total, unit="B", unit_scale=True, desc=desc, leave=False) as bar:
+                for chunk in iter(lambda: r.read(1 << 20), b""):
+                    f.write(chunk)
+                    bar.update(len(chunk))
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise OSError(f"download of {url} failed ({e}); check the network, or set MURK_COCO_DIR to a local copy") from e
+    os.replace(tmp, dest)
+    return dest
+
+
+def _digest(path: Path, algo: str) -> str:
+    h = hashlib.new(algo)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fetch_annotations(coco_dir: Path, split: str = "val2017") -> Path:
+    """Download and check the official annotations; extract ``instances_<split>.json``.
+
+    Returns
+    -------
+    Path of the annotation file.
+
+    Raises
+    ------
+    FileNotFoundError
+        Offline (``MURK_OFFLINE=1``) and no local copy.
+    OSError
+        Download failed, or the archive's MD5 differs from :data:`ANNOTATIONS_MD5`.
+    """
+    coco_dir = Path(coco_dir)
+    ann = coco_dir / "annotations" / f"instances_{split}.json"
+    if ann.is_file():
+        return ann
+    _no_network("the COCO annotation file", ann)
+    z = _download(ANNOTATIONS_URL, coco_dir / "annotations_trainval2017.zip", "COCO annotations")
+    if _digest(z, "md5") != ANNOTATIONS_MD5:
+        z.unlink()
+        raise OSError(f"{ANNOTATIONS_URL}: MD5 mismatch (corrupt download); run again")
+    with zipfile.ZipFile(z) as zf, zf.open(f"annotations/instances_{split}.json") as src:
+        tmp = ann.with_name(ann.name + ".part")
+        ann.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        os.replace(tmp, ann)
+    return ann
+
+
+def _known_sha256() -> dict[str, str]:
+    f = paths.data_dir() / "checksums" / "coco-val2017-sample.sha256"
+    out = {}
+    for line in f.read_text().splitlines():
+        digest, name = line.split(maxsplit=1)
+        out[Path(name).name] = digest
+    return out
+
+
+def ensure_images(file_names: Iterable[str], image_dir: Path, split: str = "val2017") -> list[Path]:
+    """Make sure the selected images exist locally, downloading the missing ones.
+
+    Parameters
+    ----------
+    file_names : iterable of str
+        COCO file names of the selected items.
+    image_dir : Path
+        ``<coco_dir>/<split>/``.
+
+    Returns
+    -------
+    list of Path, one per file name.
+
+    Raises
+    ------
+    FileNotFoundError
+        An image is missing and downloading is forbidden (``MURK_OFFLINE=1``).
+    OSError
+        A download failed or its SHA-256 differs from the recorded checksum.
+    """
+    image_dir = Path(image_dir)
+    names = list(file_names)
+    missing = [n for n in names if not (image_dir / n).is_file()]
+    if missing:
+        _no_network(f"{len(missing)} selected images (e.g. {missing[0]})", image_dir)
+        known = _known_sha256()
+        ledger = image_dir.parent / f"{split}.sha256"
+        for name in tqdm(missing, desc="COCO images", unit="img"):
+            p = _download(IMAGES_URL.format(split=split, file_name=name), image_dir / name, name)
+            digest = _digest(p, "sha256")
+            if name in known and known[name] != digest:
+                p.unlink()
+                raise OSError(f"{name}: SHA-256 mismatch with data/checksums; run again")
+            with open(ledger, "a") as f:
+                f.write(f"{digest}  {split}/{name}\n")
+    return [image_dir / n for n in names]

@@ -1,0 +1,360 @@
+"""The schema of murk's result cube: the one place that knows dims, coordinates, units.
+
+The cube is an :class:`xarray.Dataset` stored as zarr (``outputs/cube.zarr``)
+with the variable ``value`` of dims
+
+    model × arm × level × task × image × readout
+
+Conventions
+-----------
+* ``arm``: ``fog``, ``underwater`` (the physical arms, spec Sec. III),
+  ``imagenet_c`` (the nominal control, ImageNet-C fog severities 1-5),
+  ``blank`` and ``shuffled`` (image controls).
+* ``level``: integer 0-8. Level 0 is the undegraded condition of each arm:
+  the clean image for ``fog``, ``underwater`` and ``imagenet_c`` (read out
+  once and written into all three), the control image for ``blank`` and
+  ``shuffled`` (their only level). Levels 1-8 carry the visibilities of
+  :data:`murk.physics.SWEEP_M` for the physical arms; levels 1-5 carry the
+  ImageNet-C severities for ``imagenet_c``. The coordinates ``visibility_m``
+  (level; ``inf`` at level 0, CF ``units = "m"``) and ``severity`` (level)
+  label them. Cells that do not exist (e.g. ``blank`` at level 3) are NaN.
+* ``task``: ``t2`` (4-way identification), ``t3_true`` and ``t3_false``
+  (the two verification questions of t3, true category and distractor).
+  Deviation from a 2-valued task dim: t3 is asked twice per image, so its two
+  questions are separate entries; t3 scores are the image-level mean of both.
+* ``image``: the COCO image id (never a position), with ``category`` (the
+  target's name) as an auxiliary coordinate.
+* ``readout``: :data:`READOUTS`. Missing is NaN; ``verbal_conf`` is NaN when
+  the continuation held no parseable confidence (the raw text is kept in
+  ``verbal_text``).
+* attrs: provenance (config hash, items hash, git commit, depth backend,
+  schema version); per-model provenance (model id, revision, pipeline check)
+  are coordinates along ``model``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import xarray as xr
+
+from murk import physics
+
+__all__ = [
+    "SCHEMA_VERSION", "DIMS", "ARMS", "PHYSICAL_ARMS", "CONTROL_ARMS", "TASKS", "READOUTS",
+    "TEXT_READOUTS", "CONDITIONS", "level_coords", "empty_model_dataset", "open_readout_store",
+    "write_image", "merge_models", "open_cube", "t3_image_scores",
+]
+
+SCHEMA_VERSION = 1
+DIMS = ("model", "arm", "level", "task", "image", "readout")
+ARMS = ("fog", "underwater", "imagenet_c", "blank", "shuffled")
+PHYSICAL_ARMS = ("fog", "underwater")
+CONTROL_ARMS = ("blank", "shuffled")
+TASKS = ("t2", "t3_true", "t3_false")
+#: numeric read-outs, in the order of the ``readout`` coordinate
+READOUTS = ("answer", "correct", "c_int", "verbal_conf", "abstain", "abstain2", "option_mass")
+#: text read-outs, stored as separate string variables
+TEXT_READOUTS = ("verbal_text", "top_token")
+N_LEVELS = 1 + len(physics.SWEEP_M)
+IMAGENET_C_SEVERITIES = (1, 2, 3, 4, 5)
+
+
+def _conditions() -> tuple[tuple[str, int], ...]:
+    conds = [("clean", 0)]
+    conds += [("fog", k) for k in range(1, N_LEVELS)]
+    conds += [("underwater", k) for k in range(1, N_LEVELS)]
+    conds += [("imagenet_c", s) for s in IMAGENET_C_SEVERITIES]
+    conds += [("blank", 0), ("shuffled", 0)]
+    return tuple(conds)
+
+
+#: the 24 conditions read out per image (spec Sec. III: "24 conditions per model");
+#: ``("clean", 0)`` is written into level 0 of every non-control arm.
+CONDITIONS = _conditions()
+
+
+def level_coords() -> dict[str, xr.DataArray]:
+    """Coordinates of the ``level`` dimension.
+
+    Returns
+    -------
+    dict
+        ``level`` (int 0-8), ``visibility_m`` (float64, m; ``inf`` = clean;
+        values from :data:`murk.physics.SWEEP_M`, spec Sec. III "Sweep") and
+        ``severity`` (float64; ImageNet-C severity of the ``imagenet_c`` arm,
+        0 = clean, NaN beyond 5).
+    """
+    level = np.arange(N_LEVELS)
+    vis = np.concatenate([[np.inf], np.asarray(physics.SWEEP_M, dtype=float)])
+    sev = np.full(N_LEVELS, np.nan)
+    sev[: 1 + len(IMAGENET_C_SEVERITIES)] = np.arange(1 + len(IMAGENET_C_SEVERITIES))
+    return {
+        "level": xr.DataArray(level, dims="level", attrs={"long_name": "degradation level (0 = undegraded)"}),
+        "visibility_m": xr.DataArray(vis, dims="level", attrs={
+            "units": "m", "long_name": "meteorological visibility V (fog) or best-channel visibility V_best (underwater)",
+            "standard_name": "visibility_in_air"}),
+        "severity": xr.DataArray(sev, dims="level", attrs={
+            "units": "1", "long_name": "ImageNet-C fog severity (imagenet_c arm only)"}),
+    }
+
+
+def empty_model_dataset(image_ids: Iterable[int], categories: Iterable[str]) -> xr.Dataset:
+    """An all-missing dataset of one model's read-outs (the cube without ``model``).
+
+    Parameters
+    ----------
+    image_ids : iterable of int, length N
+        COCO image ids, in item order.
+    categories : iterable of str, length N
+        Target category name of each item.
+
+    Returns
+    -------
+    xarray.Dataset
+        ``value`` float32 (arm, level, task, image, readout) all NaN;
+        ``verbal_text`` and ``top_token`` str (arm, level, task, image), empty;
+        ``done`` bool (image), False.
+    """
+    image_ids = np.asarray(list(image_ids), dtype=np.int64)
+    categories = np.asarray(list(categories), dtype=object)
+    if image_ids.size != categories.size:
+        raise ValueError("image_ids and categories must have the same length")
+    shape = (len(ARMS), N_LEVELS, len(TASKS), image_ids.size, len(READOUTS))
+    coords: dict[str, Any] = {
+        "arm": ("arm", list(ARMS)),
+        "task": ("task", list(TASKS)),
+        "image": xr.DataArray(image_ids, dims="image", attrs={"long_name": "COCO image id"}),
+        "category": xr.DataArray(categories.astype(str), dims="image", attrs={"long_name": "target category"}),
+        "readout": ("readout", list(READOUTS)),
+        **level_coords(),
+    }
+    data_vars = {
+        "value": xr.DataArray(np.full(shape, np.nan, dtype=np.float32), dims=DIMS[1:], attrs={
+            "long_name": "read-out value (answer: option index; correct, abstain, abstain2: 0/1; "
+                         "c_int, verbal_conf, option_mass: probability)", "units": "1"}),
+        "done": xr.DataArray(np.zeros(image_ids.size, dtype=bool), dims="image",
+                             attrs={"long_name": "all conditions of this image are read out"}),
+    }
+    for name in TEXT_READOUTS:
+        data_vars[name] = xr.DataArray(np.full(shape[:-1], "", dtype=object), dims=DIMS[1:-1])
+    ds = xr.Dataset(data_vars, coords=coords)
+    ds.attrs["schema_version"] = SCHEMA_VERSION
+    return ds
+
+
+def _quiet():
+    ctx = warnings.catch_warnings()
+    ctx.__enter__()
+    warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
+    return ctx
+
+
+def open_readout_store(path: str | os.PathLike, image_ids, categories,
+                       attrs: Mapping[str, Any]) -> xr.Dataset:
+    """Create, or reopen for resuming, one model's read-out store.
+
+    The store is written chunked by image, so :func:`write_image` updates
+    exactly one image's chunks; the ``done`` flag is written after the values,
+    so an image interrupted half-way is read out again on resume.
+
+    Parameters
+    ----------
+    path : path
+        Zarr store (``outputs/readout/<model>.zarr``).
+    image_ids, categories : sequences of length N
+        The items, in order.
+    attrs : mapping
+        Provenance: must contain ``config_hash``, ``items_hash``, ``model_id``
+        and ``depth_backend``; these must equal those of an existing store.
+
+    Returns
+    -------
+    xarray.Dataset
+        The store's current content (lazy).
+
+    Raises
+    ------
+    ValueError
+        If an existing store was written with other items, config, model or
+        depth backend (the message names the store and the fix).
+    """
+    path = Path(path)
+    keys = ("config_hash", "items_hash", "model_id", "depth_backend")
+    missing = [k for k in keys if k not in attrs]
+    if missing:
+        raise ValueError(f"open_readout_store: attrs lack {missing}")
+    ctx = _quiet()
+    try:
+        if (path / ".zgroup").exists():
+            ds = xr.open_zarr(path, consolidated=False)
+            diff = {k: (ds.attrs.get(k), attrs[k]) for k in keys if ds.attrs.get(k) != attrs[k]}
+            if diff or list(ds.image.values) != [int(i) for i in image_ids]:
+                raise ValueError(
+                    f"read-out store {path} was written for other inputs ({diff or 'other images'}); "
+                    f"delete it to start afresh, or give this run another output_dir")
+            return ds
+        tmp = path.with_name(path.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        ds = empty_model_dataset(image_ids, categories)
+        ds.attrs.update({k: _attr(v) for k, v in attrs.items()})
+        enc = {name: {"chunks": tuple(1 if d == "image" else ds[name].sizes[d] for d in ds[name].dims)}
+               for name in ["value", "done", *TEXT_READOUTS]}
+        ds.to_zarr(tmp, mode="w", encoding=enc, consolidated=False, zarr_format=2)
+        os.replace(tmp, path)  # a store exists only once fully initialised
+        return xr.open_zarr(path, consolidated=False)
+    finally:
+        ctx.__exit__(None, None, None)
+
+
+def _attr(v: Any) -> Any:
+    if isinstance(v, (bool, np.bool_)):
+        return int(v)
+    if isinstance(v, (np.integer, np.floating)):
+        return v.item()
+    return v
+
+
+def write_image(path: str | os.PathLike, index: int,
+                results: Mapping[tuple[str, int, str], Mapping[str, Any]]) -> None:
+    """Write all read-outs of one image into a model's store, then mark it done.
+
+    Parameters
+    ----------
+    path : path
+        Store created by :func:`open_readout_store`.
+    index : int
+        Position of the image along ``image``.
+    results : mapping
+        ``(arm, level, task) -> {readout: value}`` with every key of
+        :data:`READOUTS` and :data:`TEXT_READOUTS`; the arm ``"clean"`` is
+        written to level 0 of ``fog``, ``underwater`` and ``imagenet_c``.
+    """
+    value = np.full((len(ARMS), N_LEVELS, len(TASKS), 1, len(READOUTS)), np.nan, dtype=np.float32)
+    texts = {name: np.full(value.shape[:-1], "", dtype=object) for name in TEXT_READOUTS}
+    for (arm, level, task), r in results.items():
+        arms = ["fog", "underwater", "imagenet_c"] if arm == "clean" else [arm]
+        t = TASKS.index(task)
+        for a in arms:
+            ai = ARMS.index(a)
+            value[ai, level, t, 0, :] = [r[k] for k in READOUTS]
+            for name in TEXT_READOUTS:
+                texts[name][ai, level, t, 0] = str(r[name])
+    region = {"image": slice(index, index + 1)}
+    ds = xr.Dataset({"value": (DIMS[1:], value), **{n: (DIMS[1:-1], v) for n, v in texts.items()}})
+    ctx = _quiet()
+    try:
+        ds.to_zarr(path, region=region, consolidated=False)
+        xr.Dataset({"done": ("image", np.ones(1, dtype=bool))}).to_zarr(path, region=region, consolidated=False)
+    finally:
+        ctx.__exit__(None, None, None)
+
+
+def merge_models(stores: Mapping[str, str | os.PathLike], out: str | os.PathLike,
+                 attrs: Mapping[str, Any] | None = None) -> xr.Dataset:
+    """Merge per-model read-out stores into the cube (atomic replace of ``out``).
+
+    Parameters
+    ----------
+    stores : mapping model id -> store path
+    out : path
+        Cube store (``outputs/cube.zarr``); written to a temporary sibling and
+        moved into place, so a reader never sees a half-written cube.
+    attrs : mapping, optional
+        Extra global attributes (e.g. git commit).
+
+    Returns
+    -------
+    xarray.Dataset
+        The merged cube, loaded.
+
+    Raises
+    ------
+    ValueError
+        If the stores disagree on items, config or depth backend, or a store
+        has images not yet read out.
+    """
+    parts, models = [], []
+    common = ("config_hash", "items_hash", "depth_backend")
+    first_attrs = None
+    ctx = _quiet()
+    try:
+        for model, p in stores.items():
+            ds = xr.open_zarr(p, consolidated=False).load()
+            if not bool(ds["done"].all()):
+                n = int((~ds["done"]).sum())
+                raise ValueError(f"{p}: {n} images not read out yet; run the readout stage for {model} again")
+            if first_attrs is None:
+                first_attrs = dict(ds.attrs)
+            elif any(ds.attrs.get(k) != first_attrs.get(k) for k in common):
+                raise ValueError(f"{p} differs from the other stores in {common}; rerun its readout")
+            models.append((model, ds.attrs))
+            parts.append(ds.drop_vars("done"))
+    finally:
+        ctx.__exit__(None, None, None)
+    if not parts:
+        raise ValueError("merge_models: no read-out stores given")
+    cube = xr.concat(parts, dim="model", combine_attrs="drop")
+    cube = cube.assign_coords(
+        model=("model", [m for m, _ in models]),
+        model_revision=("model", [str(a.get("model_revision", "")) for _, a in models]),
+        pipeline_check=("model", [bool(a.get("pipeline_check", 0)) for _, a in models]),
+        n_visual_tokens=("model", [int(a.get("n_visual_tokens", -1)) for _, a in models]),
+    )
+    cube = cube.transpose(*DIMS)
+    cube.attrs = {k: first_attrs[k] for k in first_attrs if k in (*common, "depth_approximate", "depth_model")}
+    cube.attrs["schema_version"] = SCHEMA_VERSION
+    cube.attrs["pipeline_check"] = int(any(bool(a.get("pipeline_check", 0)) for _, a in models))
+    if cube.attrs["pipeline_check"]:
+        cube.attrs["note"] = ("PIPELINE CHECK: at least one model is a tiny randomly initialised checkpoint; "
+                              "its numbers test the pipeline and say nothing about any real VLM")
+    cube.attrs.update({k: _attr(v) for k, v in (attrs or {}).items()})
+    out = Path(out)
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    for name in TEXT_READOUTS:  # variable-length UTF-8 strings in the store
+        cube[name] = cube[name].copy(data=np.asarray(cube[name].values, dtype=object))
+    for v in cube.variables.values():  # encodings of the source stores do not apply
+        v.encoding = {}
+    cube.to_zarr(tmp, mode="w", consolidated=True, zarr_format=2)
+    old = out.with_name(out.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if out.exists():
+        os.replace(out, old)
+    os.replace(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)
+    return cube
+
+
+def open_cube(path: str | os.PathLike) -> xr.Dataset:
+    """Open the cube written by :func:`merge_models` (lazy)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"cube {path} not found: run the analyse stage (snakemake) first")
+    return xr.open_zarr(path)
+
+
+def t3_image_scores(value: xr.DataArray) -> xr.DataArray:
+    """Collapse ``task`` to the two tasks of the spec, ``t2`` and ``t3``.
+
+    t3's image-level score is the mean of its two questions (true category and
+    distractor), so t3 accuracy is the fraction of correct verification
+    answers (spec Sec. III, chance 0.5).
+
+    Parameters
+    ----------
+    value : DataArray with a ``task`` dim holding :data:`TASKS`
+
+    Returns
+    -------
+    DataArray with ``task`` = ``["t2", "t3"]``
+    """
+    t2 = value.sel(task="t2", drop=True)
+    t3 = value.sel(task=["t3_true", "t3_false"]).mean("task")
+    return xr.concat([t2, t3], dim=xr.DataArray(["t2", "t3"], dims="task", name="task"))

@@ -1,0 +1,181 @@
+"""Metric depth z (m) per image, estimated once on the clean image and cached.
+
+Backends
+--------
+``depth-anything-v2``
+    Depth Anything V2, metric outdoor model, small (Yang et al. 2024; spec
+    Sec. III), through transformers' ``DepthAnythingForDepthEstimation``. Its
+    ``predicted_depth`` is in metres (``pipeline(...)["depth"]`` is an 8-bit
+    picture, not metres, and is not used). Default checkpoint
+    ``depth-anything/Depth-Anything-V2-Metric-Outdoor-Small-hf``, or any local
+    folder holding such a checkpoint.
+``constant``
+    An explicitly *approximate* backend for runs without weights: every pixel
+    at 13.8 m, the spec's median over images of the median scene depth
+    (Sec. III). With a constant depth the fog is spatially uniform; crossing
+    visibilities then scale with the assumed depth (W does not). The cube and
+    the paper name the backend.
+
+All depths are clipped to [0.5, 80] m (spec Sec. III).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from murk import paths
+
+__all__ = ["DEPTH_MIN_M", "DEPTH_MAX_M", "CONSTANT_DEPTH_M", "DepthBackend", "get_backend",
+           "depth_cache_dir", "load_depth", "save_depth"]
+
+DEPTH_MIN_M = 0.5     #: spec Sec. III: depth clipped to [0.5, 80] m
+DEPTH_MAX_M = 80.0    #: spec Sec. III
+CONSTANT_DEPTH_M = 13.8  #: spec Sec. III: median over images of the median scene depth
+DEFAULT_MODEL = "depth-anything/Depth-Anything-V2-Metric-Outdoor-Small-hf"
+
+
+@dataclass
+class DepthBackend:
+    """A depth estimator.
+
+    Attributes
+    ----------
+    name : str
+        Backend name recorded in the cube (``depth-anything-v2:<model>`` or
+        ``constant-13.8m``).
+    approximate : bool
+        True for a backend that does not estimate depth from the image.
+    model_id, revision : str
+        Checkpoint and its revision ("" for the constant backend).
+    """
+
+    name: str
+    approximate: bool
+    model_id: str = ""
+    revision: str = ""
+    _model: object = None
+    _processor: object = None
+
+    def __call__(self, image: np.ndarray) -> np.ndarray:
+        """Depth of one clean image.
+
+        Parameters
+        ----------
+        image : uint8 ndarray (H, W, 3), sRGB
+
+        Returns
+        -------
+        float32 ndarray (H, W), metres, clipped to [0.5, 80].
+        """
+        if image.ndim != 3 or image.shape[2] != 3:
+            raise ValueError(f"depth: expected an (H, W, 3) image, got shape {image.shape}")
+        h, w = image.shape[:2]
+        if self.approximate:
+            return np.full((h, w), CONSTANT_DEPTH_M, dtype=np.float32)
+        import torch
+        from PIL import Image
+
+        inputs = self._processor(images=Image.fromarray(image), return_tensors="pt")
+        inputs = {k: v.to(self._model.device) for k, v in inputs.items()}
+        with torch.inference_mode():
+            out = self._model(**inputs)
+        post = self._processor.post_process_depth_estimation(out, target_sizes=[(h, w)])
+        depth = post[0]["predicted_depth"].float().cpu().numpy()
+        return np.clip(depth, DEPTH_MIN_M, DEPTH_MAX_M).astype(np.float32)
+
+    def describe(self) -> dict:
+        """Provenance recorded in the depth cache, the cube and the paper."""
+        return {"depth_backend": self.name, "depth_approximate": int(self.approximate),
+                "depth_model": self.model_id, "depth_revision": self.revision}
+
+
+def get_backend(backend: str = "auto", model: str = DEFAULT_MODEL) -> DepthBackend:
+    """Build a depth backend.
+
+    Parameters
+    ----------
+    backend : {"auto", "depth-anything-v2", "constant"}
+        ``auto`` is ``constant`` when ``MURK_OFFLINE=1`` and
+        ``depth-anything-v2`` otherwise.
+    model : str
+        Hub id or local folder of a Depth Anything V2 metric checkpoint.
+
+    Raises
+    ------
+    ValueError
+        Unknown backend name.
+    OSError
+        The checkpoint cannot be loaded (message names it and the fix).
+    """
+    if backend == "auto":
+        backend = "constant" if paths.offline() else "depth-anything-v2"
+    if backend == "constant":
+        return DepthBackend(name=f"constant-{CONSTANT_DEPTH_M}m", approximate=True)
+    if backend != "depth-anything-v2":
+        raise ValueError(f"unknown depth backend {backend!r}: use 'auto', 'depth-anything-v2' or 'constant'")
+    import torch
+    from transformers import AutoImageProcessor, DepthAnythingForDepthEstimation
+
+    local = Path(model).is_dir()
+    kw = {"local_files_only": True} if (paths.offline() or local) else {}
+    try:
+        processor = AutoImageProcessor.from_pretrained(model, **kw)
+        net = DepthAnythingForDepthEstimation.from_pretrained(model, **kw)
+    except OSError as e:
+        raise OSError(f"depth model {model!r} cannot be loaded ({e}). Give a local folder with a Depth "
+                      f"Anything V2 metric checkpoint, allow network access, or use backend='constant' "
+                      f"(an approximation the paper reports)") from e
+    if getattr(net.config, "depth_estimation_type", None) != "metric":
+        raise ValueError(f"depth model {model!r} is not a metric model (depth_estimation_type="
+                         f"{getattr(net.config, 'depth_estimation_type', None)!r}); use a *-Metric-* checkpoint")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    net = net.to(device).eval()
+    revision = str(getattr(net.config, "_commit_hash", "") or ("local" if local else ""))
+    return DepthBackend(name=f"depth-anything-v2:{model if not local else Path(model).name}",
+                        approximate=False, model_id=str(model), revision=revision,
+                        _model=net, _processor=processor)
+
+
+def depth_cache_dir(backend_name: str, root: str | os.PathLike | None = None) -> Path:
+    """Cache folder of one backend: ``outputs/depth/<backend slug>/``."""
+    return paths.depth_dir(root) / paths.model_slug(backend_name)
+
+
+def save_depth(folder: Path, image_id: int, depth_m: np.ndarray) -> Path:
+    """Write one depth map atomically as ``<image_id>.npy`` (float32, metres)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / f"{int(image_id)}.npy"
+    tmp = folder / f".{int(image_id)}.npy.tmp"
+    with open(tmp, "wb") as f:
+        np.save(f, depth_m.astype(np.float32))
+    os.replace(tmp, out)
+    return out
+
+
+def load_depth(folder: Path, image_id: int) -> np.ndarray:
+    """Read one cached depth map (float32 (H, W), metres).
+
+    Raises
+    ------
+    FileNotFoundError
+        If the depth stage has not produced it (message names the fix).
+    """
+    p = Path(folder) / f"{int(image_id)}.npy"
+    if not p.is_file():
+        raise FileNotFoundError(f"depth map {p} missing: run the depth stage first")
+    return np.load(p)
+
+
+def write_manifest(folder: Path, backend: DepthBackend, image_ids) -> Path:
+    """Record the backend and the images of a depth cache in ``manifest.json``."""
+    m = {**backend.describe(), "image_ids": [int(i) for i in image_ids]}
+    out = Path(folder) / "manifest.json"
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(m, indent=1))
+    os.replace(tmp, out)
+    return out

@@ -1,0 +1,172 @@
+"""One condition of one item: presented size, degradation, controls, box marker.
+
+The order is fixed by the spec (Sec. III): the image is degraded first (Eq. 1 in
+linear RGB, or the ImageNet-C fog), then the 8-px red box is drawn, so the
+target's position stays visible at every level.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+from PIL import Image
+
+from murk import cube, nominal, physics
+
+__all__ = ["load_image", "presented_size", "resize_image", "resize_depth", "scale_bbox",
+           "draw_box", "render_conditions"]
+
+
+def load_image(path: str | os.PathLike) -> np.ndarray:
+    """Read a COCO JPEG as uint8 (H, W, 3) sRGB in its stored pixel frame.
+
+    EXIF orientation is deliberately not applied: COCO's boxes refer to the
+    stored pixels. Grey, CMYK and alpha images are converted to RGB.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the file is missing (message names it and the fix).
+    ValueError
+        If the file cannot be decoded (truncated or not an image).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"image {path} not found: check MURK_COCO_DIR / the image folder, "
+                                f"or rerun the fetch step")
+    try:
+        with Image.open(path) as im:
+            im.load()
+            return np.asarray(im.convert("RGB"), dtype=np.uint8).copy()
+    except (OSError, SyntaxError) as e:
+        raise ValueError(f"image {path} cannot be decoded ({e}); re-download it") from e
+
+
+def presented_size(width: int, height: int, max_side: int = 448) -> tuple[int, int]:
+    """(width, height) in px after scaling so that the longer side is at most ``max_side``.
+
+    ``max_side`` default 448 px: spec Sec. III ("at most 448² pixels, a single tile").
+    Images already small enough are not upscaled.
+    """
+    s = min(1.0, max_side / max(width, height))
+    return max(1, round(width * s)), max(1, round(height * s))
+
+
+def resize_image(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Resize uint8 (H, W, 3) to ``size`` = (width, height) with Lanczos filtering."""
+    if (image.shape[1], image.shape[0]) == tuple(size):
+        return image
+    return np.asarray(Image.fromarray(image).resize(size, Image.Resampling.LANCZOS))
+
+
+def resize_depth(depth_m: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Resize a float depth map (H, W) in metres to ``size`` = (width, height), bilinear."""
+    if (depth_m.shape[1], depth_m.shape[0]) == tuple(size):
+        return depth_m.astype(np.float32, copy=False)
+    im = Image.fromarray(depth_m.astype(np.float32), mode="F")
+    return np.asarray(im.resize(size, Image.Resampling.BILINEAR), dtype=np.float32)
+
+
+def scale_bbox(bbox: Sequence[float], src_size: tuple[int, int], dst_size: tuple[int, int]) -> tuple[float, ...]:
+    """Scale a COCO box (x, y, w, h in px) from ``src_size`` to ``dst_size`` (width, height)."""
+    sx, sy = dst_size[0] / src_size[0], dst_size[1] / src_size[1]
+    x, y, w, h = bbox
+    return (x * sx, y * sy, w * sx, h * sy)
+
+
+def draw_box(image: np.ndarray, bbox: Sequence[float], width_px: int = 8,
+             color: Sequence[int] = (255, 0, 0)) -> np.ndarray:
+    """Draw the target marker: a red rectangle outline around the box.
+
+    Parameters
+    ----------
+    image : uint8 ndarray (H, W, 3)
+    bbox : (x, y, w, h) in px, COCO convention, in ``image``'s pixel frame.
+        Parts outside the image are clipped.
+    width_px : int
+        Line width in px, drawn outwards from the box edge (inside the image);
+        default 8 px (spec Sec. III: "an 8-px red box").
+    color : (r, g, b) uint8, default pure red.
+
+    Returns
+    -------
+    uint8 ndarray (H, W, 3), a new array.
+    """
+    out = image.copy()
+    H, W = out.shape[:2]
+    x, y, w, h = (float(v) for v in bbox)
+    x0, y0 = int(np.floor(x)), int(np.floor(y))
+    x1, y1 = int(np.ceil(x + w)), int(np.ceil(y + h))
+    c = np.asarray(color, dtype=np.uint8)
+
+    def fill(ya, yb, xa, xb):
+        ya, yb = max(0, ya), min(H, yb)
+        xa, xb = max(0, xa), min(W, xb)
+        if ya < yb and xa < xb:
+            out[ya:yb, xa:xb] = c
+
+    fill(y0 - width_px, y0, x0 - width_px, x1 + width_px)     # top
+    fill(y1, y1 + width_px, x0 - width_px, x1 + width_px)     # bottom
+    fill(y0, y1, x0 - width_px, x0)                           # left
+    fill(y0, y1, x1, x1 + width_px)                           # right
+    return out
+
+
+def render_conditions(image: np.ndarray, depth_m: np.ndarray, bbox: Sequence[float],
+                      partner_image: np.ndarray,
+                      *, seed: int = 1, image_id: int = 0, config: dict | None = None,
+                      ) -> Iterator[tuple[str, int, np.ndarray]]:
+    """Yield every condition of one item, as presented to the VLM.
+
+    Parameters
+    ----------
+    image : uint8 (H, W, 3)
+        The item's clean image at the presented size (:func:`presented_size`).
+    depth_m : float32 (H, W)
+        Metric depth z in metres at the same size.
+    bbox : (x, y, w, h) px
+        The target's box in ``image``'s pixel frame.
+    partner_image : uint8 (H', W', 3)
+        Clean image of the shuffled partner item j = (i + 37) mod N at its
+        presented size; the box of item i is scaled to it.
+    seed, image_id : int
+        Seed the ImageNet-C noise per (seed, image id) so subsets reproduce.
+    config : dict, optional
+        Study configuration (``render`` section: box width and colour, grey
+        level of the blank control).
+
+    Yields
+    ------
+    (arm, level, uint8 image) for each of :data:`murk.cube.CONDITIONS`, with
+    ``arm == "clean"`` for the clean image.
+    """
+    r = (config or {}).get("render", {})
+    width = int(r.get("box_width_px", 8))
+    color = tuple(r.get("box_color_rgb", (255, 0, 0)))
+    grey = int(r.get("blank_grey", 128))
+    size = (image.shape[1], image.shape[0])
+    box = lambda im, b=bbox: draw_box(im, b, width, color)  # noqa: E731
+
+    fog = physics.fog_sweep(image, depth_m, physics.SWEEP_M)
+    uw = physics.underwater_sweep(image, depth_m, physics.SWEEP_M)
+    for arm, level in cube.CONDITIONS:
+        if arm == "clean":
+            out = image
+        elif arm == "fog":
+            out = fog[level - 1]
+        elif arm == "underwater":
+            out = uw[level - 1]
+        elif arm == "imagenet_c":
+            out = nominal.imagenet_c_fog(image, level, seed=int(seed) * 1_000_003 + int(image_id))
+        elif arm == "blank":
+            out = np.full_like(image, grey)
+        elif arm == "shuffled":
+            psize = (partner_image.shape[1], partner_image.shape[0])
+            yield arm, level, draw_box(partner_image, scale_bbox(bbox, size, psize), width, color)
+            continue
+        else:  # pragma: no cover - CONDITIONS is fixed
+            raise ValueError(arm)
+        yield arm, level, box(out)

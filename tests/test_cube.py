@@ -1,0 +1,113 @@
+"""The cube schema: dims, coordinates, incremental writes, resume, merge."""
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from murk import cube, physics
+
+
+def _result(value=0.5, text="x"):
+    r = {k: value for k in cube.READOUTS}
+    r.update({k: text for k in cube.TEXT_READOUTS})
+    return r
+
+
+def _all_results(value=0.5):
+    return {(arm, lvl, task): _result(value, f"{arm}{lvl}{task}")
+            for arm, lvl in cube.CONDITIONS for task in cube.TASKS}
+
+
+ATTRS = {"config_hash": "c" * 64, "items_hash": "i" * 64, "model_id": "m", "depth_backend": "constant-13.8m"}
+
+
+def test_conditions_are_the_spec_24():
+    assert len(cube.CONDITIONS) == 24
+    assert len(set(cube.CONDITIONS)) == 24
+
+
+def test_level_coords_units_and_values():
+    c = cube.level_coords()
+    assert c["visibility_m"].attrs["units"] == "m"
+    assert np.isinf(c["visibility_m"][0])
+    np.testing.assert_array_equal(c["visibility_m"][1:], physics.SWEEP_M)
+    np.testing.assert_array_equal(c["severity"][:6], np.arange(6))
+    assert np.isnan(c["severity"][6:]).all()
+
+
+def test_empty_dataset_dims():
+    ds = cube.empty_model_dataset([5, 7, 9], ["car", "bus", "dog"])
+    assert ds["value"].dims == cube.DIMS[1:]
+    assert ds["value"].shape == (5, 9, 3, 3, len(cube.READOUTS))
+    assert list(ds["image"].values) == [5, 7, 9]
+    assert ds["value"].isnull().all()
+    with pytest.raises(ValueError):
+        cube.empty_model_dataset([1, 2], ["car"])
+
+
+def test_write_resume_and_clean_copied(tmp_path):
+    store = tmp_path / "m.zarr"
+    ds = cube.open_readout_store(store, [11, 12], ["car", "bus"], ATTRS)
+    assert not ds["done"].any()
+    cube.write_image(store, 1, _all_results(1.0))
+    ds = xr.open_zarr(store, consolidated=False).load()
+    assert list(ds["done"].values) == [False, True]
+    v = ds["value"].sel(image=12)
+    # clean is written into level 0 of every non-control arm
+    for arm in ("fog", "underwater", "imagenet_c"):
+        assert float(v.sel(arm=arm, level=0, task="t2", readout="c_int")) == 1.0
+        assert str(ds["verbal_text"].sel(image=12, arm=arm, level=0, task="t2").values) == "clean0t2"
+    # cells that do not exist stay missing
+    assert v.sel(arm="blank", level=3).isnull().all()
+    assert v.sel(arm="imagenet_c", level=7).isnull().all()
+    assert ds["value"].sel(image=11).isnull().all()
+    # reopening resumes with the same content
+    ds2 = cube.open_readout_store(store, [11, 12], ["car", "bus"], ATTRS)
+    assert list(ds2["done"].values) == [False, True]
+
+
+def test_store_refuses_other_inputs(tmp_path):
+    store = tmp_path / "m.zarr"
+    cube.open_readout_store(store, [11, 12], ["car", "bus"], ATTRS)
+    with pytest.raises(ValueError, match="delete it"):
+        cube.open_readout_store(store, [11, 12], ["car", "bus"], {**ATTRS, "items_hash": "other"})
+    with pytest.raises(ValueError, match="other images"):
+        cube.open_readout_store(store, [11, 13], ["car", "bus"], ATTRS)
+
+
+def test_merge_models(tmp_path):
+    stores = {}
+    for k, model in enumerate(["org/a", "murk-tiny/b"]):
+        p = tmp_path / f"{k}.zarr"
+        cube.open_readout_store(p, [1, 2], ["car", "bus"], {
+            **ATTRS, "model_id": model, "pipeline_check": int(model.startswith("murk-tiny")),
+            "model_revision": "abc", "n_visual_tokens": 64})
+        for i in range(2):
+            cube.write_image(p, i, _all_results(0.25 * (k + 1)))
+        stores[model] = p
+    out = tmp_path / "cube.zarr"
+    merged = cube.merge_models(stores, out, attrs={"git_commit": "deadbeef"})
+    ds = xr.open_zarr(out)
+    assert ds["value"].dims == cube.DIMS
+    assert list(ds["model"].values) == ["org/a", "murk-tiny/b"]
+    assert ds["visibility_m"].attrs["units"] == "m"
+    assert ds.attrs["pipeline_check"] == 1 and "PIPELINE CHECK" in ds.attrs["note"]
+    assert ds.attrs["git_commit"] == "deadbeef"
+    assert list(ds["pipeline_check"].values) == [False, True]
+    assert float(ds["value"].sel(model="murk-tiny/b", arm="fog", level=4, task="t2", image=2, readout="c_int")) == 0.5
+    assert merged.sizes == ds.sizes
+
+
+def test_merge_refuses_unfinished(tmp_path):
+    p = tmp_path / "a.zarr"
+    cube.open_readout_store(p, [1, 2], ["car", "bus"], ATTRS)
+    cube.write_image(p, 0, _all_results())
+    with pytest.raises(ValueError, match="not read out yet"):
+        cube.merge_models({"m": p}, tmp_path / "cube.zarr")
+
+
+def test_t3_image_scores():
+    da = xr.DataArray(np.array([1.0, 1.0, 0.0]), dims="task", coords={"task": list(cube.TASKS)})
+    s = cube.t3_image_scores(da)
+    assert list(s["task"].values) == ["t2", "t3"]
+    assert float(s.sel(task="t3")) == 0.5
