@@ -1,0 +1,352 @@
+"""Tiny offline checkpoints of the real VLM architectures (pipeline checks).
+
+A tiny checkpoint has the *real* model class, processor class, image processor,
+video processor and a chat template close to the real model's, but random
+weights, a byte-level tokenizer and a few kilobytes of parameters. It is saved
+with ``save_pretrained`` so that ``AutoProcessor.from_pretrained(folder)`` and
+``AutoModelForImageTextToText.from_pretrained(folder)`` load it exactly like a
+hub checkpoint, which lets the whole read-out stage (:mod:`murk.readout`) run
+offline through the same code path as the study models of spec Sec. III.
+
+Its answers carry no information: results built on it are marked
+``pipeline_check`` (file ``murk_tiny.json`` in the folder).
+
+The shrunk sizes follow ``shared/notes/offline-checkpoints.md`` (text hidden 64,
+2 layers, 4 heads, 2 KV heads, head_dim 16; vision hidden 32, 2 layers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from murk import paths
+
+__all__ = [
+    "TINY_MODELS",
+    "MARKER_FILE",
+    "MAX_PIXELS",
+    "build_tiny_checkpoint",
+    "ensure_tiny_checkpoint",
+    "is_tiny_checkpoint",
+]
+
+#: pseudo model id -> architecture key understood by :func:`build_tiny_checkpoint`
+TINY_MODELS: dict[str, str] = {"murk-tiny/smolvlm": "smolvlm", "murk-tiny/qwen3vl": "qwen3vl"}
+
+#: marker file written into every tiny checkpoint folder
+MARKER_FILE = "murk_tiny.json"
+
+#: the largest image the model may see, in pixels (spec Sec. III: "at most 448^2 pixels")
+MAX_PIXELS = 448 * 448
+
+# --- shrunk sizes (offline-checkpoints.md) -------------------------------------
+_TEXT = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+)
+_VISION = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+
+# SmolVLM: one square tile of 384 px (as SmolVLM2), patches of 32 px, pixel shuffle 2
+# -> image_seq_len = (384/32)^2 / 2^2 = 36 visual tokens
+_SMOL_TILE_PX = 384
+_SMOL_PATCH_PX = 32
+_SMOL_SCALE = 2
+
+_SMOLVLM_CHAT_TEMPLATE = (
+    "<|im_start|>{% for message in messages %}{{message['role'] | capitalize}}"
+    "{% if message['content'] is string %}{{': ' + message['content']}}"
+    "{% else %}{% if message['content'][0]['type'] == 'image' %}{{':'}}{% else %}{{': '}}{% endif %}"
+    "{% for line in message['content'] %}{% if line['type'] == 'text' %}{{line['text']}}"
+    "{% elif line['type'] == 'image' %}{{ '<image>' }}{% elif line['type'] == 'video' %}{{ '<video>' }}"
+    "{% endif %}{% endfor %}{% endif %}<end_of_utterance>\n{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}"
+)
+
+_QWEN3VL_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif content['type'] == 'video' %}<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif content['type'] == 'text' %}{{ content['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _byte_level_tokenizer(special: dict[str, str], extra: list[str], named: dict[str, str]):
+    """A byte-level BPE over the 256 byte symbols (no merges) plus special tokens.
+
+    Parameters
+    ----------
+    special : dict
+        Standard named special tokens (``bos_token``, ``eos_token``, ``pad_token``...).
+    extra : list of str
+        Further special tokens without an attribute (e.g. SmolVLM's ``<row_1_col_1>``).
+    named : dict
+        Model-specific named special tokens; in transformers v5 a dict given as
+        ``extra_special_tokens`` creates attributes such as ``tokenizer.image_token``
+        and ``tokenizer.image_token_id``.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()  # the 256 byte symbols
+    vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, **special, extra_special_tokens=dict(named))
+    named_values = set(named.values())
+    fast.add_tokens([t for t in extra if t not in named_values], special_tokens=True)
+    return fast
+
+
+def _seeded(seed: int):
+    import torch
+
+    torch.manual_seed(seed)
+
+
+def _build_smolvlm(seed: int):
+    from transformers import (
+        SmolVLMConfig,
+        SmolVLMForConditionalGeneration,
+        SmolVLMImageProcessor,
+        SmolVLMProcessor,
+        SmolVLMVideoProcessor,
+    )
+
+    rows_cols = [f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)]
+    named = {
+        "image_token": "<image>",
+        "fake_image_token": "<fake_token_around_image>",
+        "global_image_token": "<global-img>",
+        "end_of_utterance_token": "<end_of_utterance>",
+        "video_token": "<video>",
+    }
+    tokenizer = _byte_level_tokenizer(
+        special={"bos_token": "<|im_start|>", "eos_token": "<end_of_utterance>", "pad_token": "<|im_end|>"},
+        extra=rows_cols,
+        named=named,
+    )
+    tokenizer.chat_template = _SMOLVLM_CHAT_TEMPLATE
+    image_seq_len = (_SMOL_TILE_PX // _SMOL_PATCH_PX) ** 2 // _SMOL_SCALE**2
+    image_processor = SmolVLMImageProcessor(
+        do_image_splitting=False,
+        size={"longest_edge": _SMOL_TILE_PX},
+        max_image_size={"longest_edge": _SMOL_TILE_PX},
+    )
+    video_processor = SmolVLMVideoProcessor(
+        size={"longest_edge": _SMOL_TILE_PX}, max_image_size={"longest_edge": _SMOL_TILE_PX}
+    )
+    processor = SmolVLMProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=video_processor,
+        image_seq_len=image_seq_len,
+        chat_template=_SMOLVLM_CHAT_TEMPLATE,
+    )
+    config = SmolVLMConfig(
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        scale_factor=_SMOL_SCALE,
+        vision_config=dict(_VISION, image_size=_SMOL_TILE_PX, patch_size=_SMOL_PATCH_PX),
+        text_config=dict(
+            _TEXT,
+            model_type="llama",
+            vocab_size=len(tokenizer),
+            max_position_embeddings=2048,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        ),
+        tie_word_embeddings=False,
+    )
+    _seeded(seed)
+    model = SmolVLMForConditionalGeneration(config)
+    return model, processor
+
+
+def _build_qwen3vl(seed: int):
+    from transformers import (
+        Qwen2VLImageProcessor,
+        Qwen3VLConfig,
+        Qwen3VLForConditionalGeneration,
+        Qwen3VLProcessor,
+        Qwen3VLVideoProcessor,
+    )
+
+    named = {
+        "image_token": "<|image_pad|>",
+        "video_token": "<|video_pad|>",
+        "vision_start_token": "<|vision_start|>",
+        "vision_end_token": "<|vision_end|>",
+    }
+    tokenizer = _byte_level_tokenizer(
+        special={"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
+        extra=["<|im_start|>"],
+        named=named,
+    )
+    tokenizer.chat_template = _QWEN3VL_CHAT_TEMPLATE
+    patch, merge, temporal = 16, 2, 2
+    # the pixel budget bounds the visual tokens: at most 448^2 px -> <= 196 tokens
+    image_processor = Qwen2VLImageProcessor(
+        patch_size=patch,
+        merge_size=merge,
+        temporal_patch_size=temporal,
+        size={"shortest_edge": (patch * merge) ** 2, "longest_edge": MAX_PIXELS},
+        image_mean=[0.5, 0.5, 0.5],
+        image_std=[0.5, 0.5, 0.5],
+    )
+    video_processor = Qwen3VLVideoProcessor(
+        patch_size=patch,
+        merge_size=merge,
+        temporal_patch_size=temporal,
+        size={"shortest_edge": (patch * merge) ** 2, "longest_edge": 4 * MAX_PIXELS},
+    )
+    processor = Qwen3VLProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=video_processor,
+        chat_template=_QWEN3VL_CHAT_TEMPLATE,
+    )
+    ids = tokenizer.convert_tokens_to_ids
+    head_dim = _TEXT["head_dim"]
+    config = Qwen3VLConfig(
+        vision_config=dict(
+            depth=_VISION["num_hidden_layers"],
+            hidden_size=_VISION["hidden_size"],
+            intermediate_size=_VISION["intermediate_size"],
+            num_heads=_VISION["num_attention_heads"],
+            patch_size=patch,
+            spatial_merge_size=merge,
+            temporal_patch_size=temporal,
+            out_hidden_size=_TEXT["hidden_size"],
+            num_position_embeddings=256,
+            deepstack_visual_indexes=[0],
+        ),
+        text_config=dict(
+            _TEXT,
+            vocab_size=len(tokenizer),
+            max_position_embeddings=4096,
+            rope_parameters={
+                "rope_type": "default",
+                "rope_theta": 5_000_000.0,
+                # (t, h, w) sections, summing to head_dim / 2
+                "mrope_section": [head_dim // 4, head_dim // 8, head_dim // 8],
+                "mrope_interleaved": True,
+            },
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        ),
+        image_token_id=ids("<|image_pad|>"),
+        video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"),
+        vision_end_token_id=ids("<|vision_end|>"),
+        tie_word_embeddings=False,
+    )
+    _seeded(seed)
+    model = Qwen3VLForConditionalGeneration(config)
+    return model, processor
+
+
+_BUILDERS = {"smolvlm": _build_smolvlm, "qwen3vl": _build_qwen3vl}
+
+
+def build_tiny_checkpoint(arch: str, out_dir: str | os.PathLike, seed: int = 0) -> Path:
+    """Build a tiny, randomly initialised checkpoint of a real VLM architecture.
+
+    Parameters
+    ----------
+    arch : {"smolvlm", "qwen3vl"}
+        ``"smolvlm"``: SmolVLM (Idefics3 family; ``SmolVLMForConditionalGeneration``,
+        ``SmolVLMProcessor`` with ``SmolVLMImageProcessor(do_image_splitting=False)``,
+        one 384-px tile, 36 visual tokens). ``"qwen3vl"``: Qwen3-VL
+        (``Qwen3VLForConditionalGeneration``, ``Qwen3VLProcessor`` with
+        ``Qwen2VLImageProcessor``, patch 16, merge 2, at most 448^2 pixels, i.e. at
+        most 196 visual tokens).
+    out_dir : path
+        Destination folder; replaced atomically (built in a temporary folder
+        next to it, then ``os.replace``). An existing folder is overwritten.
+    seed : int
+        Seed of ``torch.manual_seed`` before the weights are initialised: the same
+        seed gives identical weights.
+
+    Returns
+    -------
+    Path
+        ``out_dir``, holding model, processor, tokenizer, chat template and the
+        marker ``murk_tiny.json`` (``{"arch", "seed", "pipeline_check": true}``).
+
+    Raises
+    ------
+    ValueError
+        If ``arch`` is unknown.
+    """
+    if arch not in _BUILDERS:
+        raise ValueError(f"unknown tiny architecture {arch!r}; choose one of {sorted(_BUILDERS)}")
+    import torch
+
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        with torch.random.fork_rng(devices=[]):
+            model, processor = _BUILDERS[arch](seed)
+        model.eval()
+        model.save_pretrained(tmp)
+        processor.save_pretrained(tmp)
+        marker = {"arch": arch, "seed": int(seed), "pipeline_check": True}
+        (tmp / MARKER_FILE).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
+        if out_dir.exists():
+            old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+            os.replace(out_dir, old)
+            os.replace(tmp, out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir
+
+
+def is_tiny_checkpoint(folder: str | os.PathLike) -> bool:
+    """True if ``folder`` holds a murk tiny checkpoint (marker file present)."""
+    return (Path(folder) / MARKER_FILE).is_file()
+
+
+def ensure_tiny_checkpoint(model_id: str, root: str | os.PathLike | None = None) -> Path:
+    """Folder of a tiny checkpoint, built on first use.
+
+    Parameters
+    ----------
+    model_id : str
+        A key of :data:`TINY_MODELS` (``"murk-tiny/smolvlm"``, ``"murk-tiny/qwen3vl"``).
+    root : path, optional
+        Output root (see :func:`murk.paths.output_dir`).
+
+    Returns
+    -------
+    Path
+        ``murk.paths.checkpoints_dir(root) / murk.paths.model_slug(model_id)``.
+
+    Raises
+    ------
+    KeyError
+        If ``model_id`` is not a tiny model id.
+    """
+    if model_id not in TINY_MODELS:
+        raise KeyError(f"{model_id!r} is not a tiny model id; choose one of {sorted(TINY_MODELS)}")
+    folder = paths.checkpoints_dir(root) / paths.model_slug(model_id)
+    if not is_tiny_checkpoint(folder):
+        build_tiny_checkpoint(TINY_MODELS[model_id], folder)
+    return folder

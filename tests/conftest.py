@@ -1,0 +1,37 @@
+
+
+# --- tiny offline checkpoints (murk.checkpoints) and a COCO image: readout tests ---
+import pytest as _pytest_tiny
+
+
+@_pytest_tiny.fixture(scope="session")
+def tiny_checkpoint_dirs(tmp_path_factory):
+    """Folders of the tiny checkpoints, built once per session: {arch: Path}."""
+    from murk.checkpoints import TINY_MODELS, build_tiny_checkpoint
+
+    root = tmp_path_factory.mktemp("tiny_checkpoints")
+    return {arch: build_tiny_checkpoint(arch, root / arch, seed=0) for arch in TINY_MODELS.values()}
+
+
+@_pytest_tiny.fixture(scope="session")
+def tiny_vlms(tiny_checkpoint_dirs):
+    """Tiny VLMs loaded with murk.readout.load_vlm from their local folders: {arch: VLM}."""
+    from murk.readout import load_vlm
+
+    return {arch: load_vlm(str(d), device="cpu") for arch, d in tiny_checkpoint_dirs.items()}
+
+
+@_pytest_tiny.fixture(scope="session")
+def coco_image():
+    """First sorted image of the shared COCO val2017 sample as H x W x 3 uint8 (skip if absent)."""
+    import numpy as np
+    from PIL import Image
+
+    from murk import paths
+
+    folder = paths.project_root().parent / "shared" / "coco-val2017-sample" / "val2017"
+    files = sorted(folder.glob("*.jpg")) if folder.is_dir() else []
+    if not files:
+        _pytest_tiny.skip(f"no COCO sample images in {folder}")
+    with Image.open(files[0]) as im:
+        return np.asarray(im.convert("RGB"), dtype=np.uint8)

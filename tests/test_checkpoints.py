@@ -1,0 +1,121 @@
+"""Tests of murk.checkpoints: tiny offline checkpoints of the real architectures."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from murk import paths
+from murk.checkpoints import (
+    MARKER_FILE,
+    MAX_PIXELS,
+    TINY_MODELS,
+    _BUILDERS,
+    build_tiny_checkpoint,
+    ensure_tiny_checkpoint,
+)
+
+ARCHS = sorted(set(TINY_MODELS.values()))
+CLASSES = {
+    "smolvlm": ("SmolVLMForConditionalGeneration", "SmolVLMProcessor", "SmolVLMImageProcessor"),
+    "qwen3vl": ("Qwen3VLForConditionalGeneration", "Qwen3VLProcessor", "Qwen2VLImageProcessor"),
+}
+
+
+def _inputs(processor, image, **kwargs):
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is it?"}]}]
+    text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return processor(text=[text], images=[[image]], return_tensors="pt", **kwargs)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_folder_loads_like_a_hub_checkpoint(arch, tiny_checkpoint_dirs):
+    from PIL import Image
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    folder = tiny_checkpoint_dirs[arch]
+    assert json.loads((folder / MARKER_FILE).read_text()) == {"arch": arch, "seed": 0, "pipeline_check": True}
+    assert (folder / "chat_template.jinja").is_file()
+    processor = AutoProcessor.from_pretrained(folder, local_files_only=True)
+    model = AutoModelForImageTextToText.from_pretrained(folder, local_files_only=True).eval()
+    assert (type(model).__name__, type(processor).__name__, type(processor.image_processor).__name__) == CLASSES[arch]
+    assert model.config.text_config.vocab_size == len(processor.tokenizer)
+
+    # save_pretrained -> from_pretrained reproduces the logits of the freshly built model exactly
+    with torch.random.fork_rng(devices=[]):
+        fresh, _ = _BUILDERS[arch](0)
+    fresh.eval()
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (200, 300, 3), dtype=np.uint8))
+    inputs = _inputs(processor, image)
+    with torch.inference_mode():
+        a = fresh(**inputs).logits
+        b = model(**inputs).logits
+    assert a.shape[-1] == len(processor.tokenizer)
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_same_seed_same_weights(arch, tmp_path):
+    from safetensors.torch import load_file
+
+    w0 = load_file(build_tiny_checkpoint(arch, tmp_path / "a", seed=3) / "model.safetensors")
+    w1 = load_file(build_tiny_checkpoint(arch, tmp_path / "b", seed=3) / "model.safetensors")
+    w2 = load_file(build_tiny_checkpoint(arch, tmp_path / "c", seed=4) / "model.safetensors")
+    assert w0.keys() == w1.keys() == w2.keys()
+    assert all(torch.equal(w0[k], w1[k]) for k in w0)
+    assert not all(torch.equal(w0[k], w2[k]) for k in w0)
+    # rebuilding over an existing folder replaces it atomically; no temp folders left behind
+    build_tiny_checkpoint(arch, tmp_path / "a", seed=3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "c"]
+
+
+def test_single_tile_and_pixel_budget(tiny_vlms):
+    """One tile, at most 448^2 pixels, also for an image larger than 448 px."""
+    from PIL import Image
+
+    big = Image.fromarray(np.full((900, 1300, 3), 100, dtype=np.uint8))
+    smol = tiny_vlms["smolvlm"]
+    inputs = _inputs(smol.processor, big, **smol.image_kwargs)
+    assert tuple(inputs["pixel_values"].shape) == (1, 1, 3, 384, 384)  # (batch, tiles, C, H, W)
+    qwen = tiny_vlms["qwen3vl"]
+    inputs = _inputs(qwen.processor, big, **qwen.image_kwargs)
+    (t, h, w), = inputs["image_grid_thw"].tolist()
+    patch = qwen.processor.image_processor.patch_size
+    assert t == 1 and h * w * patch * patch <= MAX_PIXELS
+    # the saved processor itself already enforces the budget (no call-time arguments)
+    (t, h, w), = _inputs(qwen.processor, big)["image_grid_thw"].tolist()
+    assert h * w * patch * patch <= MAX_PIXELS
+
+
+def test_call_time_arguments_override_processor_defaults(tiny_checkpoint_dirs):
+    """A hub processor that tiles (SmolVLM) or allows more pixels (Qwen) is held to one tile."""
+    from PIL import Image
+    from transformers import AutoProcessor
+
+    from murk.readout import _single_tile_kwargs
+
+    big = Image.fromarray(np.full((900, 1300, 3), 100, dtype=np.uint8))
+    smol = AutoProcessor.from_pretrained(tiny_checkpoint_dirs["smolvlm"])
+    smol.image_processor.do_image_splitting = True
+    smol.image_processor.size = {"longest_edge": 4 * 384}
+    assert _inputs(smol, big)["pixel_values"].shape[1] > 1  # tiles without the arguments
+    assert _inputs(smol, big, **_single_tile_kwargs(smol, 448))["pixel_values"].shape[1] == 1
+    qwen = AutoProcessor.from_pretrained(tiny_checkpoint_dirs["qwen3vl"])
+    qwen.image_processor.size = {"shortest_edge": 1024, "longest_edge": 4 * MAX_PIXELS}
+    (_, h, w), = _inputs(qwen, big)["image_grid_thw"].tolist()
+    assert h * w * 256 > MAX_PIXELS
+    (_, h, w), = _inputs(qwen, big, **_single_tile_kwargs(qwen, 448))["image_grid_thw"].tolist()
+    assert h * w * 256 <= MAX_PIXELS
+
+
+def test_ensure_tiny_checkpoint(tmp_path):
+    folder = ensure_tiny_checkpoint("murk-tiny/qwen3vl", root=tmp_path)
+    assert folder == paths.checkpoints_dir(tmp_path) / "murk-tiny--qwen3vl"
+    stamp = (folder / "model.safetensors").stat().st_mtime_ns
+    assert ensure_tiny_checkpoint("murk-tiny/qwen3vl", root=tmp_path) == folder
+    assert (folder / "model.safetensors").stat().st_mtime_ns == stamp  # not rebuilt
+    with pytest.raises(KeyError, match="tiny model"):
+        ensure_tiny_checkpoint("murk-tiny/nope", root=tmp_path)
+    with pytest.raises(ValueError, match="architecture"):
+        build_tiny_checkpoint("nope", tmp_path / "x")

@@ -1,0 +1,90 @@
+"""Tests of murk.prompts: questions and prompt templates (spec Sec. III, Table II)."""
+
+import pytest
+
+from murk.config import load_config
+from murk.prompts import (
+    PROMPT_VARIANTS,
+    TASKS,
+    Question,
+    indefinite_article,
+    questions_for_item,
+    render_prompt,
+)
+
+ROW = {
+    "category": "umbrella",
+    "t2_options": ["car", "umbrella", "bench", "kite"],
+    "t2_answer_index": 1,
+    "t3_distractor": "truck",
+}
+
+INSTRUCTION_MAIN = (
+    "Answer with the letter of the correct option first. Then, on a new line, state how confident "
+    'you are that your answer is correct as "Confidence: <a number from 0 to 100>".'
+)
+
+
+def test_questions_for_item():
+    t2, t3t, t3f = questions_for_item(ROW)
+    assert (t2.task, t3t.task, t3f.task) == TASKS
+    assert t2 == Question("t2", "What is the object inside the red box?", ("car", "umbrella", "bench", "kite"), 1)
+    assert t3t == Question("t3_true", "Is the object inside the red box an umbrella?", ("Yes", "No"), 0)
+    assert t3f == Question("t3_false", "Is the object inside the red box a truck?", ("Yes", "No"), 1)
+
+
+@pytest.mark.parametrize(
+    "noun, article",
+    [("umbrella", "an"), ("airplane", "an"), ("elephant", "an"), ("oven", "an"), ("orange", "an"),
+     ("truck", "a"), ("motorcycle", "a"), ("hair drier", "a"), ("Umbrella", "an")],
+)
+def test_indefinite_article(noun, article):
+    assert indefinite_article(noun) == article
+
+
+def test_render_main_exact_text():
+    text, letters = render_prompt(questions_for_item(ROW)[0], "main")
+    assert letters == ("A", "B", "C", "D")
+    assert text == (
+        "What is the object inside the red box?\n"
+        "A. car\nB. umbrella\nC. bench\nD. kite\n" + INSTRUCTION_MAIN
+    )
+
+
+def test_render_abstain_variants():
+    cfg = load_config()
+    t2, t3t, _ = questions_for_item(ROW, cfg)
+    text, letters = render_prompt(t2, "abstain", cfg)
+    assert letters == ("A", "B", "C", "D", "E")
+    assert text.endswith(
+        "D. kite\nE. I cannot tell, the image is too unclear to decide\n"
+        "Answer with the letter of the correct option."
+    )
+    text, letters = render_prompt(t2, "abstain2", cfg)
+    assert "\nE. I don't know\n" in text and letters[-1] == "E"
+    text, letters = render_prompt(t3t, "abstain", cfg)
+    assert letters == ("A", "B", "C")
+    assert text == (
+        "Is the object inside the red box an umbrella?\nA. Yes\nB. No\n"
+        "C. I cannot tell, the image is too unclear to decide\nAnswer with the letter of the correct option."
+    )
+    text, letters = render_prompt(t3t, "main", cfg)
+    assert letters == ("A", "B") and "Confidence:" in text
+
+
+def test_render_uses_config_templates():
+    cfg = load_config()
+    cfg["prompts"]["option_line"] = "({letter}) {text}"
+    text, _ = render_prompt(questions_for_item(ROW, cfg)[0], "main", cfg)
+    assert "(A) car\n(B) umbrella" in text
+
+
+def test_errors():
+    q = questions_for_item(ROW)[0]
+    with pytest.raises(ValueError, match="variant"):
+        render_prompt(q, "nope")
+    with pytest.raises(ValueError, match="t2_answer_index"):
+        questions_for_item({**ROW, "t2_answer_index": 0})
+    with pytest.raises(ValueError):
+        Question("t4", "x", ("a",), 0)
+    assert set(PROMPT_VARIANTS) == {"main", "abstain", "abstain2"}
