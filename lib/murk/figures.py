@@ -4,7 +4,7 @@ Conventions (spec Figs. 3-8): log-V axis in metres running from clear (left)
 to murky (right), the clean value drawn at the left edge, bootstrap bands,
 chance (dashed) and blank-image (dotted) floors, both physical arms side by
 side, one colour per model fixed across all figures (Paul Tol's colour-blind
-safe "bright" scheme).
+safe "muted" scheme).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import xarray as xr  # noqa: E402
 
 __all__ = ["PALETTE", "model_colors", "short_name", "plot_signal_vs_visibility", "save"]
 
-#: Paul Tol, "bright" qualitative scheme (colour-blind safe)
-PALETTE = ("#4477AA", "#EE6677", "#228833", "#CCBB44", "#66CCEE", "#AA3377", "#BBBBBB")
+#: Paul Tol, "muted" qualitative scheme (colour-blind safe, nine colours)
+PALETTE = ("#332288", "#CC6677", "#117733", "#DDCC77", "#88CCEE", "#882255", "#44AA99", "#999933", "#AA4499")
 #: fixed order of known models, so that a model keeps its colour in every figure and run
 KNOWN_MODELS = (
     "Qwen/Qwen3-VL-2B-Instruct", "OpenGVLab/InternVL3_5-2B-HF", "HuggingFaceTB/SmolVLM2-2.2B-Instruct",

@@ -132,12 +132,13 @@ LABEL_RE = re.compile(r"\{#((fig|tbl)-[A-Za-z0-9_-]+)\}")
 XREF_RE = re.compile(r"@((fig|tbl)-[A-Za-z0-9_-]+)")
 
 
-def crossref(md: str) -> str:
+def crossref(md: str, prefix_captions: bool = True) -> str:
     """Number figures and tables the way Quarto does, for the pandoc fallback.
 
     Each ``{#fig-…}`` / ``{#tbl-…}`` label gets its number in order of
-    appearance; captions are prefixed ("Figure 1: …") and ``@fig-…`` references
-    become links ("Figure 1").
+    appearance; captions are prefixed ("Figure 1: …") unless
+    ``prefix_captions`` is False (Typst numbers captions itself), and
+    ``@fig-…`` references become links ("Figure 1").
 
     Raises
     ------
@@ -153,6 +154,8 @@ def crossref(md: str) -> str:
     missing = sorted({lab for lab, _ in XREF_RE.findall(md) if lab not in numbers})
     if missing:
         raise KeyError(f"cross-references to missing labels: {missing}")
+    if not prefix_captions:
+        return XREF_RE.sub(lambda m: f"[{numbers[m.group(1)]}](#{m.group(1)})", md)
     md = re.sub(r"!\[([^\]]*)\]\(([^)]+)\)\{#(fig-[A-Za-z0-9_-]+)\}",
                 lambda m: f"![{numbers[m.group(3)]}: {m.group(1)}]({m.group(2)}){{#{m.group(3)}}}", md)
     md = re.sub(r"^: (.*)\{#(tbl-[A-Za-z0-9_-]+)\}\s*$",
@@ -192,7 +195,8 @@ def render_paper(qmd: str | os.PathLike | None = None, output_dir: str | os.Path
     qmd = Path(qmd) if qmd else paths.project_root() / "paper" / "index.qmd"
     root = paths.output_dir(output_dir)
     numbers = load_numbers(paths.numbers_file(root))
-    md = crossref(resolve_qmd(qmd.read_text(encoding="utf-8"), numbers, qmd.parent, root))
+    resolved = resolve_qmd(qmd.read_text(encoding="utf-8"), numbers, qmd.parent, root)
+    md = crossref(resolved)
     figs = _figure_paths(md)
     missing = [f for f in figs if not Path(f).is_file()]
     if missing:
@@ -216,7 +220,7 @@ def render_paper(qmd: str | os.PathLike | None = None, output_dir: str | os.Path
         # its root: copy the cited figures (PDF versions) next to it.
         fig_dir = out / "figures"
         fig_dir.mkdir(exist_ok=True)
-        md_typ = md
+        md_typ = crossref(resolved, prefix_captions=False)
         for f in figs:
             src = Path(f)
             shutil.copy2(src, fig_dir / src.name)
