@@ -350,3 +350,50 @@ def ensure_tiny_checkpoint(model_id: str, root: str | os.PathLike | None = None)
     if not is_tiny_checkpoint(folder):
         build_tiny_checkpoint(TINY_MODELS[model_id], folder)
     return folder
+
+
+def build_tiny_depth_checkpoint(out_dir: str | os.PathLike, seed: int = 0) -> Path:
+    """A tiny randomly initialised Depth Anything V2 *metric* checkpoint, built offline.
+
+    Same classes as ``depth-anything/Depth-Anything-V2-Metric-Outdoor-Small-hf``
+    (``DepthAnythingForDepthEstimation`` on a DINOv2 backbone with
+    ``depth_estimation_type="metric"``, ``max_depth=80``; ``DPTImageProcessor``),
+    shrunk so that it builds in well under a second. With random weights its
+    head outputs sigmoid(0) · 80 = 40 m everywhere (``shared/notes``): it tests
+    the loading and post-processing path, not depth.
+
+    Parameters
+    ----------
+    out_dir : path
+        Folder to write (replaced atomically).
+    seed : int
+        Torch seed of the random initialisation.
+
+    Returns
+    -------
+    Path of the checkpoint folder (loadable with ``from_pretrained``).
+    """
+    from transformers import (DepthAnythingConfig, DepthAnythingForDepthEstimation, Dinov2Config,
+                              DPTImageProcessor)
+
+    out_dir = Path(out_dir)
+    backbone = Dinov2Config(hidden_size=32, num_hidden_layers=4, num_attention_heads=2, intermediate_size=64,
+                            patch_size=14, image_size=56, out_features=["stage1", "stage2", "stage3", "stage4"],
+                            reshape_hidden_states=False)
+    cfg = DepthAnythingConfig(backbone_config=backbone, depth_estimation_type="metric", max_depth=80,
+                              fusion_hidden_size=16, neck_hidden_sizes=[8, 16, 32, 32], reassemble_hidden_size=32,
+                              head_hidden_size=8)
+    _seeded(seed)
+    model = DepthAnythingForDepthEstimation(cfg).eval()
+    processor = DPTImageProcessor(do_resize=True, size={"height": 56, "width": 56}, keep_aspect_ratio=True,
+                                  ensure_multiple_of=14, image_mean=[0.485, 0.456, 0.406],
+                                  image_std=[0.229, 0.224, 0.225])
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent if out_dir.parent.exists() else None))
+    model.save_pretrained(tmp)
+    processor.save_pretrained(tmp)
+    (tmp / MARKER_FILE).write_text(json.dumps({"arch": "depth-anything-v2-metric", "seed": seed,
+                                               "pipeline_check": True}))
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    os.replace(tmp, out_dir)
+    return out_dir
