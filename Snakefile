@@ -5,11 +5,23 @@
 import os
 import shlex
 
+from snakemake.exceptions import WorkflowError
+
 configfile: "data/workflow.yaml"
 
 OUT = config["output_dir"]
 OFFLINE = os.environ.get("MURK_OFFLINE", "0").lower() in {"1", "true", "yes"}
 MODELS = config["offline_models"] if OFFLINE else config["models"]
+# Mode-dependent settings are resolved here, so that they are params of the rules:
+# switching MURK_OFFLINE or MURK_COCO_DIR re-runs the stages they affect.
+COCO_DIR = config.get("coco_dir") or os.environ.get("MURK_COCO_DIR") or ""
+if COCO_DIR and not os.path.isdir(COCO_DIR):
+    raise WorkflowError(f"COCO folder {COCO_DIR!r} (MURK_COCO_DIR or coco_dir) is not a folder: point it at a "
+                        f"folder in COCO's layout, e.g. ../shared/coco-val2017-sample")
+COCO_DIR = os.path.abspath(COCO_DIR) if COCO_DIR else ""
+DEPTH_BACKEND = config["depth_backend"]
+if DEPTH_BACKEND == "auto":
+    DEPTH_BACKEND = "constant" if OFFLINE else "depth-anything-v2"
 
 
 def slug(model):
@@ -19,7 +31,7 @@ def slug(model):
 
 SLUG2MODEL = {slug(m): m for m in MODELS}
 NB = f"{OUT}/notebooks"
-COCO = f"-p coco_dir {shlex.quote(config['coco_dir'])}" if config.get("coco_dir") else ""
+COCO = f"-p coco_dir {shlex.quote(COCO_DIR)}" if COCO_DIR else ""
 DEVICE = f"-p device {config['device']}" if config.get("device") else ""
 
 
@@ -58,7 +70,7 @@ rule depth:
     log:
         f"{NB}/02_depth.ipynb",
     params:
-        p=f"-p backend {config['depth_backend']} -p model {config['depth_model']}",
+        p=f"-p backend {DEPTH_BACKEND} -p model {config['depth_model']}",
     shell:
         papermill("{input.nb}", "{log}", "{params.p}")
 

@@ -9,6 +9,8 @@ matrix times the data, i.e. without a Python loop over resamples.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import xarray as xr
 
@@ -144,7 +146,13 @@ def crossing_table(scores: xr.DataArray, n_resamples: int = 2000, seed: int = 0,
         return like.copy(data=np.asarray(v, float)), like.copy(data=np.asarray(c, bool))
 
     v, cens = cross(point)
-    vb, _ = cross(boot)
+    with warnings.catch_warnings():  # signals without any crossing give all-NaN slices: NaN is the answer
+        warnings.simplefilter("ignore", RuntimeWarning)
+        vb, _ = cross(boot)
+        return _crossing_dataset(x, v, cens, vb, ci_level)
+
+
+def _crossing_dataset(x, v, cens, vb, ci_level):
     a = (1 - ci_level) / 2
     out = xr.Dataset({"v_cross_m": v, "censored": cens,
                       "v_lo_m": vb.quantile(a, "bootstrap", skipna=True).drop_vars("quantile"),

@@ -430,6 +430,7 @@ def save_items(table: pd.DataFrame, path: str | os.PathLike | None = None) -> Pa
             f.write(text + "\n")
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; outputs are world-readable like the others
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import subprocess
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,8 @@ def coco_files(coco_dir: str | os.PathLike | None = None, split: str = "val2017"
     if not ann.is_file() or not img.is_dir():
         raise FileNotFoundError(
             f"COCO folder {d} lacks {ann.relative_to(d)} or {split}/: set MURK_COCO_DIR to a folder in "
-            f"COCO's layout (e.g. ../shared/coco-val2017-sample) or run the fetch step with network access")
+            f"COCO's layout (e.g. ../shared/coco-val2017-sample), or unset MURK_OFFLINE and leave MURK_COCO_DIR unset: "
+            f"`make demo` then downloads the official annotations and the selected images into outputs/coco/")
     return ann, img
 
 
@@ -184,6 +186,11 @@ def stage_readout(model: str, output_dir=None, max_items: int | None = None, dev
              "depth_model": current.get("depth_model", ""), "schema_version": cube.SCHEMA_VERSION}
     if vlm.is_pipeline_check:
         attrs["note"] = "PIPELINE CHECK: tiny randomly initialised checkpoint; numbers carry no meaning"
+    elif current["depth_approximate"]:
+        warnings.warn(f"{model} is a real model but the depth is the approximate backend "
+                      f"{current['depth_backend']!r}: its crossing visibilities in metres rest on that assumption "
+                      f"(W does not). Rerun the depth stage with backend='depth-anything-v2' for the study.",
+                      stacklevel=2)
     ds = cube.open_readout_store(store, table["image_id"], table["category"], attrs)
     done = ds["done"].values.copy()
     partner = items.shuffled_partner(n, cfg["items"].get("shuffle_offset", 37))

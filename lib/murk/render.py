@@ -36,7 +36,7 @@ def load_image(path: str | os.PathLike) -> np.ndarray:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"image {path} not found: check MURK_COCO_DIR / the image folder, "
-                                f"or rerun the fetch step")
+                                f"or unset MURK_OFFLINE and rerun the select stage, which downloads the selected images")
     try:
         with Image.open(path) as im:
             im.load()
