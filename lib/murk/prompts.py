@@ -39,6 +39,8 @@ TASKS = ("t2", "t3_true", "t3_false")
 
 #: the three prompt variants of each question (spec Sec. III read-outs 1-4)
 PROMPT_VARIANTS = ("main", "abstain", "abstain2")
+#: wordings of the verbalized-confidence request (spec Table VI); v1 is the main run's
+VERBAL_WORDINGS = ("v1", "v2", "v3")
 
 _DEFAULT_LETTERS = ("A", "B", "C", "D", "E")
 
@@ -157,7 +159,7 @@ def option_letters(n: int, config: Mapping[str, Any] | None = None) -> tuple[str
 
 
 def render_prompt(
-    question: Question, variant: str, config: Mapping[str, Any] | None = None
+    question: Question, variant: str, config: Mapping[str, Any] | None = None, verbal: str = "v1"
 ) -> tuple[str, tuple[str, ...]]:
     """The user text of one question in one prompt variant (spec Table II).
 
@@ -165,14 +167,18 @@ def render_prompt(
     ----------
     question : Question
     variant : {"main", "abstain", "abstain2"}
-        ``main``: the options lettered A.. and ``prompts.instruction_main``
-        (the letter first, then ``Confidence: <0-100>``). ``abstain`` /
+        ``main``: the options lettered A.. and the verbalized-confidence
+        request ``prompts.verbal_wordings[verbal]`` (the letter first, then
+        ``Confidence: <0-100>``). ``abstain`` /
         ``abstain2``: one more option with the next letter and the text
         ``prompts.abstain`` / ``prompts.abstain2``, then
         ``prompts.instruction_abstain``.
     config : dict, optional
         Study configuration; uses ``prompts.template``, ``prompts.option_line``
         and the texts named above.
+    verbal : {"v1", "v2", "v3"}
+        Wording of the verbalized-confidence request of the ``main`` variant
+        (spec Table VI; v1 is the main run's). Ignored by the abstain variants.
 
     Returns
     -------
@@ -194,7 +200,9 @@ def render_prompt(
     p = cfg["prompts"]
     texts = list(question.options)
     if variant == "main":
-        instruction = p["instruction_main"]
+        if verbal not in p["verbal_wordings"]:
+            raise ValueError(f"verbal wording must be one of {sorted(p['verbal_wordings'])}, got {verbal!r}")
+        instruction = p["verbal_wordings"][verbal]
     else:
         texts.append(p[variant])
         instruction = p["instruction_abstain"]
