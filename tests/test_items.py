@@ -16,16 +16,22 @@ from murk import paths
 from murk.config import load_config
 from murk.items import (
     COLUMNS,
+    _candidate_pool,
+    candidate_ids,
     items_hash,
     load_items,
     save_items,
     select_items,
+    selection_report,
     shuffled_partner,
 )
 
 SHARED = paths.project_root().parent / "shared"
 VAL_SAMPLE = SHARED / "coco-val2017-sample" / "annotations" / "instances_val2017.json"
 COCO128 = SHARED / "coco128" / "annotations" / "instances_train2017.json"
+
+#: items hash of the 37 items of the shared val2017 sample (n_items=1000, seed 1), quoted in README.md
+SAMPLE_ITEMS_HASH = "cd37ae0db83b54a6984befad9617fccf32b87c461032dda895d068c77c764d71"
 
 needs_val = pytest.mark.skipif(not VAL_SAMPLE.is_file(), reason=f"{VAL_SAMPLE} absent")
 needs_128 = pytest.mark.skipif(not COCO128.is_file(), reason=f"{COCO128} absent")
@@ -143,15 +149,25 @@ def test_hash_stable_under_shuffled_json(items, coco, tmp_path):
 
 
 @needs_val
-def test_hash_is_the_same_in_another_process(items):
+def test_hash_is_the_same_in_other_processes(items):
+    """Two separate processes with different string-hash seeds give the in-process hash (and the README's)."""
     code = (
         "import warnings; warnings.simplefilter('ignore');"
         "from murk.items import select_items, items_hash;"
-        f"print(items_hash(select_items({str(VAL_SAMPLE)!r})))"
+        f"print(items_hash(select_items({str(VAL_SAMPLE)!r}, n_items=1000, seed=1)))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONHASHSEED": "123"})
-    assert out.stdout.strip() == items_hash(items)
+    hashes = [
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                       env={**os.environ, "PYTHONHASHSEED": hs}).stdout.strip()
+        for hs in ("0", "4242")
+    ]
+    assert hashes == [items_hash(items)] * 2
+
+
+@needs_val
+def test_sample_items_hash_is_the_one_quoted_in_the_readme(items):
+    assert items_hash(items) == SAMPLE_ITEMS_HASH
+    assert SAMPLE_ITEMS_HASH in (paths.project_root() / "README.md").read_text(encoding="utf-8")
 
 
 def test_hash_reference_value():
@@ -215,3 +231,156 @@ def test_missing_key_error(tmp_path, key):
 def test_load_items_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="items.json"):
         load_items(tmp_path / "items.json")
+
+
+# ----------------------------------------------------------------------------- every rule, both samples
+
+def _annotation_files():
+    return [pytest.param(f, id=f.parent.parent.name) for f in (VAL_SAMPLE, COCO128)]
+
+
+@pytest.mark.parametrize("path", _annotation_files())
+def test_selection_rules_hold_for_every_item(path):
+    """Distractors never annotated in their image; targets boxable; three options distinct from the target."""
+    if not path.is_file():
+        pytest.skip(f"{path} absent")
+    with pytest.warns(UserWarning):
+        table = select_items(path, n_items=1000, seed=1)
+    coco = json.loads(path.read_text(encoding="utf-8"))
+    cfg = load_config()["items"]
+    imgs = {im["id"]: im for im in coco["images"]}
+    anns = {a["id"]: a for a in coco["annotations"]}
+    name = {c["id"]: c["name"] for c in coco["categories"]}
+    sup = {c["id"]: c["supercategory"] for c in coco["categories"]}
+    annotated = {}
+    for a in coco["annotations"]:  # crowd annotations count as annotated
+        annotated.setdefault(a["image_id"], set()).add(name[a["category_id"]])
+    for row in table.itertuples():
+        a, im = anns[row.annotation_id], imgs[row.image_id]
+        # the target is a boxable instance of this image
+        assert a["image_id"] == row.image_id and name[a["category_id"]] == row.category
+        frac = a["bbox"][2] * a["bbox"][3] / (im["width"] * im["height"])
+        assert a.get("iscrowd", 0) == 0
+        assert cfg["min_box_area_fraction"] <= frac <= cfg["max_box_area_fraction"]
+        assert min(a["bbox"][2], a["bbox"][3]) >= cfg["min_box_side_px"]
+        assert any(sup[c] in cfg["supercategories"] for c in
+                   {x["category_id"] for x in coco["annotations"] if x["image_id"] == row.image_id})
+        # options: the target once, three distinct distractors, none annotated in the image
+        opts = row.t2_options
+        distractors = [o for o in opts if o != row.category]
+        assert opts.count(row.category) == 1 and opts[row.t2_answer_index] == row.category
+        assert len(distractors) == 3 and len(set(distractors)) == 3
+        assert not set(distractors) & annotated[row.image_id]
+        assert row.t3_distractor in distractors and row.t3_distractor not in annotated[row.image_id]
+
+
+# ----------------------------------------------------------------------------- the weights, on a made-up file
+
+def _fake_coco(tmp_path):
+    """Four 100x100 images: cars in all four (boxable in three), a kite boxable in one, a person in one.
+
+    Image 1: car (boxable) + kite (boxable); images 2-3: car (boxable); image 4: car too small (not boxable)
+    + person (boxable). Categories: car (vehicle), kite (sports), person (person), bus (vehicle), dog (animal).
+    """
+    cats = [{"id": 3, "name": "car", "supercategory": "vehicle"}, {"id": 38, "name": "kite", "supercategory": "sports"},
+            {"id": 1, "name": "person", "supercategory": "person"}, {"id": 6, "name": "bus", "supercategory": "vehicle"},
+            {"id": 18, "name": "dog", "supercategory": "animal"}, {"id": 7, "name": "train", "supercategory": "vehicle"}]
+    images = [{"id": i, "file_name": f"{i:012d}.jpg", "width": 100, "height": 100} for i in (1, 2, 3, 4)]
+    big, small = [10.0, 10.0, 50.0, 50.0], [0.0, 0.0, 10.0, 10.0]
+    anns = [
+        {"id": 11, "image_id": 1, "category_id": 3, "bbox": big, "iscrowd": 0},
+        {"id": 12, "image_id": 1, "category_id": 38, "bbox": big, "iscrowd": 0},
+        {"id": 21, "image_id": 2, "category_id": 3, "bbox": big, "iscrowd": 0},
+        {"id": 31, "image_id": 3, "category_id": 3, "bbox": big, "iscrowd": 0},
+        {"id": 41, "image_id": 4, "category_id": 3, "bbox": small, "iscrowd": 0},
+        {"id": 42, "image_id": 4, "category_id": 1, "bbox": big, "iscrowd": 0},
+        {"id": 43, "image_id": 4, "category_id": 6, "bbox": big, "iscrowd": 1},  # crowd: present, not boxable
+    ]
+    f = tmp_path / "fake.json"
+    f.write_text(json.dumps({"images": images, "annotations": anns, "categories": cats}), encoding="utf-8")
+    return f
+
+
+def test_target_probability_is_inverse_to_the_boxable_image_frequency(tmp_path):
+    pool = _candidate_pool(_fake_coco(tmp_path), None)
+    assert pool.candidates.tolist() == [1, 2, 3, 4]
+    # freq(c) = candidate images with >= 1 boxable instance of c: car 3 (image 4's car is too small), kite 1
+    assert pool.target_freq.to_dict() == {1: 1, 3: 3, 38: 1}
+    # image 1: car weight 1/3, kite weight 1/1 -> P(car) = 0.25, P(kite) = 0.75
+    np.testing.assert_allclose(pool.target_p[1], [0.25, 0.75])
+    np.testing.assert_allclose(pool.target_p[4], [1.0])  # only the person is boxable
+
+
+def test_distractor_weight_is_target_prior_over_absent_fraction(tmp_path):
+    pool = _candidate_pool(_fake_coco(tmp_path), None)
+    w = dict(zip(pool.cat_ids.tolist(), pool.distractor_weight))
+    # expected targets: car 0.25 + 1 + 1, kite 0.75, person 1, others 0; +0.5 floor, / 4 candidates
+    # absent fraction: car 0 (never a distractor), kite 3/4, person 3/4, bus 3/4 (crowd counts), dog 1, train 1
+    assert w[3] == 0.0
+    np.testing.assert_allclose([w[38], w[1], w[6], w[18], w[7]],
+                               [1.25 / 4 / 0.75, 1.5 / 4 / 0.75, 0.5 / 4 / 0.75, 0.5 / 4, 0.5 / 4])
+    with pytest.warns(UserWarning):
+        table = select_items(tmp_path / "fake.json", n_items=10, seed=3)
+    for row in table.itertuples():  # crowd-annotated bus never offered on image 4, car never a distractor
+        assert "car" not in [o for o in row.t2_options if o != row.category]
+        if row.image_id == 4:
+            assert "bus" not in row.t2_options
+
+
+# ----------------------------------------------------------------------------- the report
+
+def test_selection_report_on_a_made_up_table(tmp_path):
+    f = _fake_coco(tmp_path)
+    table = pd.DataFrame({
+        "category": ["car", "car", "kite", "person"],
+        "t2_options": [["car", "dog", "bus", "kite"], ["dog", "train", "car", "bus"],
+                       ["kite", "car", "dog", "bus"], ["person", "dog", "kite", "train"]],
+        "t2_answer_index": [0, 2, 0, 0],
+    })
+    r = selection_report(table, f)
+    assert r["n_candidates"] == 4 and r["n_items"] == 4 and r["annotation_file"] == "fake.json"
+    assert r["guesser_category"] == "car"
+    # always "car": right on items 0 and 1, wrong on item 2 (car shown, not the target), 1/4 on item 3
+    assert r["guesser_accuracy_t2"] == pytest.approx((1 + 1 + 0 + 0.25) / 4)
+    assert r["guesser_option_share"] == 0.75
+    # prior guesser: picks the option most frequent as target (car 2, kite 1, person 1)
+    assert r["prior_guesser_accuracy_t2"] == pytest.approx((1 + 1 + 0 + 0.5) / 4)
+    assert r["chance_t2"] == 0.25
+    assert r["target_share"] == {"car": 0.5, "kite": 0.25, "person": 0.25}
+    assert list(r["target_share"]) == ["car", "kite", "person"]
+    assert r["answer_position_share"] == {"0": 0.75, "1": 0.0, "2": 0.25, "3": 0.0}
+    json.dumps(r)  # plain JSON
+    with pytest.raises(ValueError, match="t2_options"):
+        selection_report(table.drop(columns="t2_options"), f)
+
+
+@needs_val
+def test_selection_report_on_the_sample(items):
+    r = selection_report(items, VAL_SAMPLE)
+    assert r["n_candidates"] == 37 == len(candidate_ids(VAL_SAMPLE)) and r["n_items"] == 37
+    assert sum(r["target_share"].values()) == pytest.approx(1.0)
+    assert r["guesser_category"] == "person"
+    assert 0.25 <= r["guesser_accuracy_t2"] <= r["target_share"]["person"] + 0.25
+
+
+def _full_val2017():
+    coco_dir = os.environ.get("MURK_COCO_DIR")
+    f = (paths.coco_dir(coco_dir) / "annotations" / "instances_val2017.json") if coco_dir else None
+    if f is None or not f.is_file():
+        return None, f"no full val2017 annotation file ($MURK_COCO_DIR/annotations/instances_val2017.json, {f})"
+    n_images = len(json.loads(f.read_text(encoding="utf-8"))["images"])
+    if n_images <= 4000:
+        return None, f"{f} holds {n_images} images, not the full val2017 split (5000)"
+    return f, ""
+
+
+def test_full_val2017_has_1146_candidates():
+    """Spec Sec. III: 1146 candidates in val2017. Runs only with the full annotation file."""
+    f, why = _full_val2017()
+    if f is None:
+        pytest.skip(f"candidate count 1146 not checked: {why}")
+    assert len(candidate_ids(f)) == 1146
+    table = select_items(f, n_items=1000, seed=1)
+    assert len(table) == 1000
+    r = selection_report(table, f)
+    assert r["n_candidates"] == 1146

@@ -8,6 +8,7 @@ from murk.prompts import (
     TASKS,
     Question,
     indefinite_article,
+    prompt_table,
     questions_for_item,
     render_prompt,
 )
@@ -88,3 +89,45 @@ def test_errors():
     with pytest.raises(ValueError):
         Question("t4", "x", ("a",), 0)
     assert set(PROMPT_VARIANTS) == {"main", "abstain", "abstain2"}
+
+
+def test_verbal_wordings_follow_the_spec():
+    cfg = load_config()
+    q = questions_for_item(ROW, cfg)[0]
+    texts = {v: render_prompt(q, "main", cfg, verbal=v)[0] for v in ("v1", "v2", "v3")}
+    assert texts["v1"].endswith(INSTRUCTION_MAIN)
+    assert "rate how likely it is that your answer is correct, from 0 to 100" in texts["v2"]
+    assert "If the image is too unclear to be sure, give a low number" in texts["v3"]
+    assert len(set(texts.values())) == 3
+    with pytest.raises(ValueError, match="verbal"):
+        render_prompt(q, "main", cfg, verbal="v9")
+
+
+def test_prompt_table_is_the_config():
+    cfg = load_config()
+    rows = prompt_table(cfg)
+    by_name = {r["name"]: r for r in rows}
+    assert all(set(r) == {"name", "template", "example"} for r in rows)
+    assert len(by_name) == len(rows)
+    assert by_name["abstain option"]["template"] == "I cannot tell, the image is too unclear to decide"
+    assert by_name["abstain2 option"]["template"] == "I don't know"
+    assert by_name["assistant prefill"]["template"] == "Answer:"
+    assert by_name["t3 stem"]["example"] == "Is the object inside the red box an umbrella?"
+    for v in ("v1", "v2", "v3"):
+        assert by_name[f"verbal request {v}"]["template"] == cfg["prompts"]["verbal_wordings"][v]
+    # one row per task and variant; the abstain option is one more lettered option
+    for task, q, last in (("t2", questions_for_item(ROW, cfg)[0], "E"), ("t3", questions_for_item(ROW, cfg)[1], "C")):
+        for label, variant, verbal in (("main (v1)", "main", "v1"), ("main (v2)", "main", "v2"),
+                                       ("main (v3)", "main", "v3"), ("abstain", "abstain", "v1"),
+                                       ("abstain2", "abstain2", "v1")):
+            row = by_name[f"{task} · {label}"]
+            assert row["example"] == render_prompt(q, variant, cfg, verbal=verbal)[0]
+        assert f"\n{last}. I cannot tell, the image is too unclear to decide\n" in by_name[f"{task} · abstain"]["template"]
+        assert f"\n{last}. I don't know\n" in by_name[f"{task} · abstain2"]["template"]
+    assert by_name["t2 · main (v1)"]["template"].startswith(
+        "What is the object inside the red box?\nA. {option 1}\nB. {option 2}\nC. {option 3}\nD. {option 4}\n")
+    assert by_name["t3 · abstain"]["template"].startswith(
+        "Is the object inside the red box {article} {category}?\nA. Yes\nB. No\nC. ")
+    # a changed template shows up in the table
+    cfg["prompts"]["abstain2"] = "No idea"
+    assert "\nE. No idea\n" in {r["name"]: r for r in prompt_table(cfg)}["t2 · abstain2"]["example"]

@@ -25,12 +25,45 @@ def test_draw_box_width_and_colour():
     assert red.sum() == (56 * 66 - 40 * 50)
 
 
-def test_draw_box_clipped_at_border():
+def _red(img):
+    return (img == [255, 0, 0]).all(-1)
+
+
+@pytest.mark.parametrize("bbox", [(0, 0, 20, 20), (30, 30, 20, 20), (40, 40, 30, 30), (-5, 10, 20, 20),
+                                  (0, 0, 50, 50), (-10, -10, 80, 80), (45.5, 0.3, 4.5, 49.7)])
+def test_draw_box_kept_fully_inside_at_the_border(bbox):
+    """Every band keeps all 8 px inside the image, however the box meets the border."""
     img = np.zeros((50, 50, 3), np.uint8)
-    out = render.draw_box(img, (-10, -10, 80, 80))
-    assert out.shape == img.shape and out.sum() == 0  # entirely outside the frame: nothing drawn
-    out = render.draw_box(img, (40, 40, 30, 30))
-    assert (out[32:40, 32:50] == [255, 0, 0]).all()
+    red = _red(render.draw_box(img, bbox, width_px=8))
+    rows, cols = np.flatnonzero(red.any(1)), np.flatnonzero(red.any(0))
+    top, bottom, left, right = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
+    # the outline is a closed frame of 8-px bands around [left, right) x [top, bottom)
+    assert red[top:top + 8, left:right].all() and red[bottom - 8:bottom, left:right].all()
+    assert red[top:bottom, left:left + 8].all() and red[top:bottom, right - 8:right].all()
+    assert red.sum() == (right - left) * (bottom - top) - max(0, right - left - 16) * max(0, bottom - top - 16)
+
+
+def test_draw_box_border_rule_exact():
+    img = np.zeros((50, 50, 3), np.uint8)
+    # box touching the left border: the left band moves onto the box's first 8 columns
+    red = _red(render.draw_box(img, (0, 20, 20, 10)))
+    assert red[12:38, 0:8].all() and not red[20:30, 8:20].any() and red[12:38, 20:28].all()
+    # box crossing the bottom-right corner: bands at the image border, inside the box
+    red = _red(render.draw_box(img, (40, 40, 30, 30)))
+    assert red[32:40, 32:50].all() and red[42:50, 32:50].all() and red[32:50, 42:50].all()
+    assert not red[40:42, 40:42].any() and not red[:32].any() and not red[:, :32].any()
+    # the whole image boxed: an 8-px frame along the border
+    red = _red(render.draw_box(img, (-10, -10, 80, 80)))
+    assert red[:8].all() and red[-8:].all() and red[:, :8].all() and red[:, -8:].all()
+    assert not red[8:42, 8:42].any()
+
+
+def test_draw_box_errors():
+    img = np.zeros((50, 50, 3), np.uint8)
+    with pytest.raises(ValueError, match="does not overlap"):
+        render.draw_box(img, (60, 10, 10, 10))
+    with pytest.raises(ValueError, match="width_px"):
+        render.draw_box(img, (10, 10, 10, 10), width_px=0)
 
 
 def test_load_image_errors(tmp_path):
@@ -65,3 +98,20 @@ def test_render_conditions_all_24():
     # deterministic ImageNet-C noise
     again = dict(((a, lvl), im) for a, lvl, im in render.render_conditions(img, z, (20, 15, 30, 20), partner, image_id=3))
     np.testing.assert_array_equal(again[("imagenet_c", 3)], shown[("imagenet_c", 3)])
+
+
+def test_controls_blank_and_shuffled():
+    """Blank: uniform grey of the same size, box kept; shuffled: partner's clean pixels, box scaled to it."""
+    rng = np.random.default_rng(1)
+    img = rng.integers(0, 256, (60, 80, 3), dtype=np.uint8)
+    partner = rng.integers(0, 256, (40, 50, 3), dtype=np.uint8)
+    z = np.full((60, 80), 10.0, np.float32)
+    bbox = (0, 15, 30, 20)  # touches the left border
+    cfg = {"render": {"box_width_px": 8, "box_color_rgb": [255, 0, 0], "blank_grey": 128}}
+    shown = {(a, lvl): im for a, lvl, im in render.render_conditions(img, z, bbox, partner, image_id=3, config=cfg)}
+    blank = shown[("blank", 0)]
+    np.testing.assert_array_equal(blank, render.draw_box(np.full_like(img, 128), bbox))
+    assert _red(blank)[7:43, :8].all()  # the box is kept on the blank, fully visible at the border
+    np.testing.assert_array_equal(shown[("shuffled", 0)],
+                                  render.draw_box(partner, render.scale_bbox(bbox, (80, 60), (50, 40))))
+    np.testing.assert_array_equal(shown[("clean", 0)], render.draw_box(img, bbox))

@@ -1,10 +1,24 @@
-"""The frozen study configuration (spec Tables II and III) and its hash."""
+"""The frozen study configuration (spec Tables II and III), its hash and the frozen run record.
+
+The spec froze its configuration by hash before any model was run (Sec. III:
+"frozen in a configuration file (SHA-256 prefix 812b518e9400) before any
+stage-1 model was run; the 1000 selected items have hash prefix
+619cbf46561d"). murk does the same: :func:`config_hash` hashes
+``data/config.yaml`` (Table III and the prompt templates of Table II), and
+:func:`freeze_run` records the config hash and the items hash of a named run
+on its first *select* and refuses any later *select* of that run whose hashes
+differ.
+"""
 
 from __future__ import annotations
 
 import copy
+import datetime as _dt
 import hashlib
 import json
+import os
+import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +26,8 @@ import yaml
 
 from murk import paths
 
-__all__ = ["load_config", "config_hash", "canonical_json"]
+__all__ = ["load_config", "config_hash", "canonical_json", "frozen_folder", "freeze_run",
+           "settings_table"]
 
 
 def load_config(path: str | Path | None = None) -> dict[str, Any]:
@@ -74,3 +89,159 @@ def config_hash(cfg: dict[str, Any] | None = None) -> str:
     """
     cfg = load_config() if cfg is None else copy.deepcopy(cfg)
     return hashlib.sha256(canonical_json(cfg).encode("utf-8")).hexdigest()
+
+
+# ----------------------------------------------------------------------------- frozen run record
+
+_RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+#: the keys compared by :func:`freeze_run`; a difference in any is refused
+FROZEN_KEYS = ("config_hash", "items_hash")
+
+
+def frozen_folder(frozen_dir: str | os.PathLike | None = None) -> Path:
+    """Folder of the frozen run records.
+
+    Parameters
+    ----------
+    frozen_dir : path, optional
+        Explicit folder. Default ``$MURK_FROZEN_DIR`` if set, else
+        ``data/frozen/`` of the project (:func:`murk.paths.data_dir`). Tests
+        set ``MURK_FROZEN_DIR`` so that they never write into ``data/``.
+
+    Returns
+    -------
+    Path
+    """
+    d = frozen_dir or os.environ.get("MURK_FROZEN_DIR") or (paths.data_dir() / "frozen")
+    return Path(d).expanduser()
+
+
+def freeze_run(
+    run_name: str,
+    config_hash: str,
+    items_hash: str,
+    frozen_dir: str | os.PathLike | None = None,
+    *,
+    n_items: int | None = None,
+    seed: int | None = None,
+    annotation_file: str | os.PathLike | None = None,
+) -> dict[str, Any]:
+    """Write, or check against, the frozen record of a run (spec Sec. III).
+
+    On the first call for ``run_name`` the record
+    ``<frozen_dir>/<run_name>.json`` is written with the config hash, the
+    items hash, ``n_items``, ``seed``, the annotation file's name (no folder,
+    so the record is machine independent) and a UTC ``created`` timestamp
+    (ISO 8601). On every later call the given config hash and items hash
+    are compared with the record's: equal, the record is returned unchanged;
+    different, the call is refused. So a run whose configuration or items
+    changed cannot write into the outputs of the same run name.
+
+    Parameters
+    ----------
+    run_name : str
+        Name of the run: letters, digits, ``.``, ``_``, ``-`` (1-100
+        characters, starting with a letter or digit).
+    config_hash : str
+        :func:`config_hash` of the configuration used.
+    items_hash : str
+        :func:`murk.items.items_hash` of the selected items.
+    frozen_dir : path, optional
+        Folder of the records; default :func:`frozen_folder` (``$MURK_FROZEN_DIR``
+        or ``data/frozen/``). Created if missing.
+    n_items, seed : int, optional
+        Number of items selected and the selection seed (recorded, not
+        compared: both enter the items hash).
+    annotation_file : path, optional
+        The COCO annotation file; only its name is recorded.
+
+    Returns
+    -------
+    dict
+        The record: ``run_name``, ``config_hash``, ``items_hash``,
+        ``n_items``, ``seed``, ``annotation_file``, ``created``.
+
+    Raises
+    ------
+    ValueError
+        If ``run_name`` is not a valid name; if the existing record's config
+        hash or items hash differs (the message names the record file, the
+        differing hashes and the fix: give a new run name, or delete the
+        record deliberately); if the record file is not a JSON object.
+    """
+    if not isinstance(run_name, str) or not _RUN_NAME.match(run_name):
+        raise ValueError(f"run_name {run_name!r} is not valid: use 1-100 letters, digits, '.', '_' or '-', "
+                         f"starting with a letter or digit (e.g. 'study-2025')")
+    folder = frozen_folder(frozen_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{run_name}.json"
+    given = {"config_hash": str(config_hash), "items_hash": str(items_hash)}
+    if path.is_file():
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"frozen record {path} is not valid JSON ({e}); restore it from git or "
+                             f"delete it deliberately") from e
+        if not isinstance(record, dict):
+            raise ValueError(f"frozen record {path} is not a JSON object; restore it from git or delete it deliberately")
+        diff = [k for k in FROZEN_KEYS if record.get(k) != given[k]]
+        if diff:
+            detail = "; ".join(f"{k} {str(record.get(k))[:12]}… recorded, {given[k][:12]}… now" for k in diff)
+            raise ValueError(
+                f"run {run_name!r} is frozen in {path} with other settings ({detail}): the configuration "
+                f"(data/config.yaml) or the selected items changed since its first run, and its outputs must "
+                f"not be mixed with this one's. Give a new run_name, or delete the record {path} deliberately."
+            )
+        return record
+    record = {
+        "run_name": run_name,
+        **given,
+        "n_items": None if n_items is None else int(n_items),
+        "seed": None if seed is None else int(seed),
+        "annotation_file": None if annotation_file is None else Path(annotation_file).name,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(record, indent=1, sort_keys=True) + "\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return record
+
+
+# ----------------------------------------------------------------------------- Table III
+
+def settings_table(config: dict[str, Any] | None = None, exclude: tuple[str, ...] = ("prompts",)) -> list[dict[str, str]]:
+    """The fixed settings of the configuration as rows (spec Table III).
+
+    Parameters
+    ----------
+    config : dict, optional
+        Default the project's (:func:`load_config`).
+    exclude : tuple of str
+        Top-level sections left out; default ``prompts`` (Table II,
+        :func:`murk.prompts.prompt_table`).
+
+    Returns
+    -------
+    list of dict
+        One row per leaf setting, in file order: ``setting`` (dotted key,
+        e.g. ``items.min_box_side_px``) and ``value`` (lists joined by ", ").
+    """
+    cfg = load_config() if config is None else config
+    rows: list[dict[str, str]] = []
+
+    def walk(prefix: str, node: Any) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        else:
+            value = ", ".join(str(v) for v in node) if isinstance(node, (list, tuple)) else str(node)
+            rows.append({"setting": prefix, "value": value})
+
+    walk("", {k: v for k, v in cfg.items() if k not in exclude})
+    return rows

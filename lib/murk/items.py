@@ -16,8 +16,16 @@ whatever else was selected; only the draw of the images themselves uses the
 generator seeded by ``seed`` alone. The frequencies that weight the draws are
 computed over the whole candidate set and do not depend on the draw.
 
+The target of an image is drawn with probability inversely proportional to
+``freq(c)``, the number of *candidate images in which category c has at least
+one boxable instance* (see :func:`select_items` for the exact rule and the
+distractor weights).
+
 The selection thresholds are read from ``items:`` of the study configuration
-(``data/config.yaml``, spec Table III).
+(``data/config.yaml``, spec Table III). :func:`selection_report` gives the
+checks the outputs report (candidate count, the most-frequent-category
+guesser, target shares); :func:`items_hash` the hash frozen with the run
+(:func:`murk.config.freeze_run`).
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import json
 import os
 import tempfile
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +49,8 @@ __all__ = [
     "COLUMNS",
     "HASH_COLUMNS",
     "select_items",
+    "candidate_ids",
+    "selection_report",
     "items_hash",
     "save_items",
     "load_items",
@@ -109,6 +120,100 @@ def _read_coco(annotation_file: Path) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- selection
+
+
+@dataclass(frozen=True)
+class _Pool:
+    """What :func:`select_items` derives from the whole candidate set."""
+
+    annotation_file: Path
+    candidates: np.ndarray  # (n_cand,) int64, sorted image ids
+    images: pd.DataFrame  # indexed by image id
+    present: pd.Series  # image id -> set of category ids annotated (crowd included)
+    boxable_by_image: dict  # image id -> (annotation ids, category ids, bboxes) of boxable instances
+    target_p: dict  # image id -> (k,) probabilities of its boxable instances
+    target_freq: pd.Series  # category id -> freq(c) (candidate images with >= 1 boxable instance of c)
+    distractor_weight: np.ndarray  # (n_categories,) unnormalised, aligned with cat_ids
+    cat_ids: np.ndarray  # (n_categories,) sorted category ids
+    cat_name: dict
+    cat_super: dict
+
+
+def _candidate_pool(annotation_file: str | os.PathLike | None, config: dict[str, Any] | None) -> _Pool:
+    """Candidates, target probabilities and distractor weights (see :func:`select_items`)."""
+    cfg = (load_config() if config is None else config)["items"]
+    supercats = set(cfg["supercategories"])
+    min_frac = float(cfg["min_box_area_fraction"])
+    max_frac = float(cfg["max_box_area_fraction"])
+    min_side = float(cfg["min_box_side_px"])
+
+    annotation_file = Path(annotation_file) if annotation_file is not None else _default_annotation_file()
+    coco = _read_coco(annotation_file)
+
+    cats = pd.DataFrame(coco["categories"], columns=["id", "name", "supercategory"])
+    cats = cats.sort_values("id", kind="stable").reset_index(drop=True)
+    images = pd.DataFrame(coco["images"], columns=["id", "file_name", "width", "height"])
+    images = images.set_index("id").sort_index(kind="stable")
+    anns = pd.DataFrame(
+        coco["annotations"], columns=["id", "image_id", "category_id", "bbox", "iscrowd"]
+    )
+    anns = anns.sort_values("id", kind="stable").reset_index(drop=True)
+    anns["iscrowd"] = anns["iscrowd"].fillna(0).astype(int)
+
+    cat_name = dict(zip(cats["id"], cats["name"]))
+    cat_super = dict(zip(cats["id"], cats["supercategory"]))
+    cat_ids = cats["id"].to_numpy()
+
+    # boxable instances
+    wh = np.array([[float(b[2]), float(b[3])] for b in anns["bbox"]], dtype=float).reshape(-1, 2)
+    img_w = images["width"].reindex(anns["image_id"]).to_numpy(dtype=float)
+    img_h = images["height"].reindex(anns["image_id"]).to_numpy(dtype=float)
+    area_frac = wh[:, 0] * wh[:, 1] / (img_w * img_h)
+    boxable = (
+        (anns["iscrowd"].to_numpy() == 0)
+        & (area_frac >= min_frac)
+        & (area_frac <= max_frac)
+        & (wh.min(axis=1) >= min_side)
+    )
+    anns["boxable"] = boxable
+
+    # candidates
+    in_super = anns["category_id"].map(cat_super).isin(supercats)
+    has_super = set(anns.loc[in_super, "image_id"])
+    has_boxable = set(anns.loc[anns["boxable"], "image_id"])
+    candidates = np.array(sorted(has_super & has_boxable & set(images.index)), dtype=np.int64)
+    n_cand = len(candidates)
+    if n_cand == 0:
+        raise ValueError(f"{annotation_file}: no image passes the selection filter")
+
+    cand_anns = anns[anns["image_id"].isin(candidates)]
+    box_anns = cand_anns[cand_anns["boxable"]]
+    present = cand_anns.groupby("image_id")["category_id"].agg(lambda s: set(s.tolist()))
+    boxable_by_image = {
+        iid: (g["id"].to_numpy(), g["category_id"].to_numpy(), g["bbox"].tolist())
+        for iid, g in box_anns.groupby("image_id", sort=True)
+    }
+
+    # freq(c): candidate images in which c has >= 1 boxable instance
+    freq = box_anns.groupby("category_id")["image_id"].nunique()
+    # target probabilities per image, and the expected target count per category
+    target_p: dict[int, np.ndarray] = {}
+    expected_targets = pd.Series(0.0, index=cat_ids)
+    for iid in candidates:
+        _, ccat, _ = boxable_by_image[iid]
+        w = 1.0 / freq.reindex(ccat).to_numpy(dtype=float)
+        p = w / w.sum()
+        target_p[iid] = p
+        for c, pc in zip(ccat, p):
+            expected_targets[c] += pc
+    p_target = (expected_targets.to_numpy() + 0.5) / n_cand
+    n_present = np.array([sum(c in present[i] for i in candidates) for c in cat_ids], dtype=float)
+    frac_absent = 1.0 - n_present / n_cand
+    with np.errstate(divide="ignore", invalid="ignore"):
+        distractor_weight = np.where(frac_absent > 0, p_target / frac_absent, 0.0)
+
+    return _Pool(annotation_file, candidates, images, present, boxable_by_image, target_p, freq,
+                 distractor_weight, cat_ids, cat_name, cat_super)
 
 
 def select_items(
@@ -206,76 +311,12 @@ def select_items(
         raise ValueError(f"n_items must be at least 1, got {n_items}")
     n_items = int(n_items)
     seed = int(seed)
-    cfg = (load_config() if config is None else config)["items"]
-    supercats = set(cfg["supercategories"])
-    min_frac = float(cfg["min_box_area_fraction"])
-    max_frac = float(cfg["max_box_area_fraction"])
-    min_side = float(cfg["min_box_side_px"])
-
-    annotation_file = Path(annotation_file) if annotation_file is not None else _default_annotation_file()
-    coco = _read_coco(annotation_file)
-
-    cats = pd.DataFrame(coco["categories"], columns=["id", "name", "supercategory"])
-    cats = cats.sort_values("id", kind="stable").reset_index(drop=True)
-    images = pd.DataFrame(coco["images"], columns=["id", "file_name", "width", "height"])
-    images = images.set_index("id").sort_index(kind="stable")
-    anns = pd.DataFrame(
-        coco["annotations"], columns=["id", "image_id", "category_id", "bbox", "iscrowd"]
-    )
-    anns = anns.sort_values("id", kind="stable").reset_index(drop=True)
-    anns["iscrowd"] = anns["iscrowd"].fillna(0).astype(int)
-
-    cat_name = dict(zip(cats["id"], cats["name"]))
-    cat_super = dict(zip(cats["id"], cats["supercategory"]))
-    cat_ids = cats["id"].to_numpy()
-
-    # boxable instances
-    wh = np.array([[float(b[2]), float(b[3])] for b in anns["bbox"]], dtype=float).reshape(-1, 2)
-    img_w = images["width"].reindex(anns["image_id"]).to_numpy(dtype=float)
-    img_h = images["height"].reindex(anns["image_id"]).to_numpy(dtype=float)
-    area_frac = wh[:, 0] * wh[:, 1] / (img_w * img_h)
-    boxable = (
-        (anns["iscrowd"].to_numpy() == 0)
-        & (area_frac >= min_frac)
-        & (area_frac <= max_frac)
-        & (wh.min(axis=1) >= min_side)
-    )
-    anns["boxable"] = boxable
-
-    # candidates
-    in_super = anns["category_id"].map(cat_super).isin(supercats)
-    has_super = set(anns.loc[in_super, "image_id"])
-    has_boxable = set(anns.loc[anns["boxable"], "image_id"])
-    candidates = np.array(sorted(has_super & has_boxable & set(images.index)), dtype=np.int64)
-    n_cand = len(candidates)
-    if n_cand == 0:
-        raise ValueError(f"{annotation_file}: no image passes the selection filter")
-
-    cand_anns = anns[anns["image_id"].isin(candidates)]
-    box_anns = cand_anns[cand_anns["boxable"]]
-    present = cand_anns.groupby("image_id")["category_id"].agg(lambda s: set(s.tolist()))
-    boxable_by_image = {
-        iid: (g["id"].to_numpy(), g["category_id"].to_numpy(), g["bbox"].tolist())
-        for iid, g in box_anns.groupby("image_id", sort=True)
-    }
-
-    # freq(c): candidate images in which c has >= 1 boxable instance
-    freq = box_anns.groupby("category_id")["image_id"].nunique()
-    # target probabilities per image, and the expected target count per category
-    target_p: dict[int, np.ndarray] = {}
-    expected_targets = pd.Series(0.0, index=cat_ids)
-    for iid in candidates:
-        _, ccat, _ = boxable_by_image[iid]
-        w = 1.0 / freq.reindex(ccat).to_numpy(dtype=float)
-        p = w / w.sum()
-        target_p[iid] = p
-        for c, pc in zip(ccat, p):
-            expected_targets[c] += pc
-    p_target = (expected_targets.to_numpy() + 0.5) / n_cand
-    n_present = np.array([sum(c in present[i] for i in candidates) for c in cat_ids], dtype=float)
-    frac_absent = 1.0 - n_present / n_cand
-    with np.errstate(divide="ignore", invalid="ignore"):
-        distractor_weight = np.where(frac_absent > 0, p_target / frac_absent, 0.0)
+    pool = _candidate_pool(annotation_file, config)
+    annotation_file = pool.annotation_file
+    candidates, n_cand = pool.candidates, len(pool.candidates)
+    images, present, boxable_by_image = pool.images, pool.present, pool.boxable_by_image
+    target_p, distractor_weight = pool.target_p, pool.distractor_weight
+    cat_ids, cat_name, cat_super = pool.cat_ids, pool.cat_name, pool.cat_super
 
     # the draw of images
     n_take = min(n_items, n_cand)
@@ -328,6 +369,134 @@ def select_items(
             }
         )
     return _table(rows)
+
+
+def candidate_ids(
+    annotation_file: str | os.PathLike | None = None, config: dict[str, Any] | None = None
+) -> np.ndarray:
+    """Image ids of the selection candidates (spec Section III).
+
+    The candidate rule is that of :func:`select_items`: at least one
+    annotation of a category in ``items.supercategories`` (``vehicle``,
+    ``outdoor``) and at least one boxable instance of any category. The spec
+    reports 1146 candidates on the full val2017 split; the shared 158-image
+    sample has 37.
+
+    Parameters
+    ----------
+    annotation_file : str or path-like, optional
+        A COCO instances JSON file; default as in :func:`select_items`.
+    config : dict, optional
+        Study configuration; only ``items`` is used. Default: the project's.
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape (n_candidates,), int64, sorted COCO image ids.
+
+    Raises
+    ------
+    FileNotFoundError, ValueError
+        As :func:`select_items` (also if no image passes the filter).
+    """
+    return _candidate_pool(annotation_file, config).candidates.copy()
+
+
+def selection_report(
+    table: pd.DataFrame,
+    annotation_file: str | os.PathLike | None = None,
+    config: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Checks of a selection that the outputs report (spec Section III).
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        An items table (:func:`select_items`, :func:`load_items`) with at
+        least ``category``, ``t2_options`` and ``t2_answer_index``.
+    annotation_file : str or path-like, optional
+        The COCO instances file the table was drawn from (for the candidate
+        count); default as in :func:`select_items`.
+    config : dict, optional
+        Study configuration (``items`` section); default the project's.
+
+    Returns
+    -------
+    dict
+        Plain JSON-serialisable values:
+
+        ``n_candidates`` : int
+            Images passing the filter (:func:`candidate_ids`; spec: 1146 on
+            full val2017).
+        ``n_items`` : int
+            Rows of ``table``.
+        ``annotation_file`` : str
+            File name (no folder) of the annotation file.
+        ``guesser_category`` : str
+            The most frequent target category ``m`` of ``table`` (ties broken
+            by name, alphabetically first).
+        ``guesser_accuracy_t2`` : float
+            Expected t2 accuracy of the guesser that always answers ``m``
+            (spec Section III: 0.29 for its 1000 items; chance 0.25). Per
+            item it scores 1 if ``m`` is among the four options and is the
+            target, 0 if ``m`` is among the options but is not the target,
+            and 1/4 (a uniform guess) if ``m`` is not among the options; the
+            statistic is the mean over items:
+            ``share_m + (1 - P(m shown)) / 4``.
+        ``guesser_option_share`` : float
+            Fraction of items whose t2 options include ``m``.
+        ``prior_guesser_accuracy_t2`` : float
+            A stronger variant: per item, pick among the four options the one
+            most frequent as target in ``table`` (ties shared equally);
+            expected accuracy, mean over items.
+        ``chance_t2`` : float
+            ``1 / len(options)`` (0.25).
+        ``target_share`` : dict
+            Category name -> fraction of items with that target, sorted by
+            decreasing share then name; the values sum to 1.
+        ``answer_position_share`` : dict
+            Option letter index (``"0"``..``"3"``) -> fraction of items whose
+            answer is shown at that position (about 0.25 each).
+
+    Raises
+    ------
+    ValueError
+        If ``table`` is empty or lacks a needed column.
+    """
+    need = ("category", "t2_options", "t2_answer_index")
+    missing = [c for c in need if c not in table.columns]
+    if missing:
+        raise ValueError(f"items table lacks the column(s) {missing}; expected {list(need)}")
+    if len(table) == 0:
+        raise ValueError("items table is empty: nothing to report")
+    pool = _candidate_pool(annotation_file, config)
+    cats = [str(c) for c in table["category"]]
+    options = [[str(o) for o in opts] for opts in table["t2_options"]]
+    n = len(cats)
+    counts = pd.Series(cats).value_counts()
+    share = {name: int(counts[name]) / n for name in sorted(counts.index, key=lambda c: (-counts[c], c))}
+    guess = next(iter(share))  # most frequent, alphabetically first among ties
+    n_opt = len(options[0])
+    per_item = [(1.0 if c == guess else 0.0) if guess in opts else 1.0 / len(opts)
+                for c, opts in zip(cats, options)]
+    prior = []
+    for c, opts in zip(cats, options):
+        f = np.array([counts.get(o, 0) for o in opts], dtype=float)
+        best = f == f.max()
+        prior.append(float(best[opts.index(c)]) / best.sum() if c in opts else 0.0)
+    pos = pd.Series(table["t2_answer_index"].astype(int)).value_counts()
+    return {
+        "n_candidates": int(len(pool.candidates)),
+        "n_items": int(n),
+        "annotation_file": pool.annotation_file.name,
+        "guesser_category": guess,
+        "guesser_accuracy_t2": float(np.mean(per_item)),
+        "guesser_option_share": float(np.mean([guess in opts for opts in options])),
+        "prior_guesser_accuracy_t2": float(np.mean(prior)),
+        "chance_t2": 1.0 / n_opt,
+        "target_share": share,
+        "answer_position_share": {str(k): int(pos.get(k, 0)) / n for k in range(n_opt)},
+    }
 
 
 def _table(records: list[dict[str, Any]]) -> pd.DataFrame:

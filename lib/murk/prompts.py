@@ -32,6 +32,8 @@ __all__ = [
     "questions_for_item",
     "option_letters",
     "render_prompt",
+    "EXAMPLE_ITEM",
+    "prompt_table",
 ]
 
 #: the three questions asked per item, in this order
@@ -210,3 +212,81 @@ def render_prompt(
     lines = "\n".join(p["option_line"].format(letter=L, text=t) for L, t in zip(letters, texts))
     text = p["template"].format(stem=question.stem, options=lines, instruction=instruction)
     return text, letters
+
+
+#: the sample item whose questions illustrate :func:`prompt_table`
+EXAMPLE_ITEM: Mapping[str, Any] = {
+    "category": "umbrella",
+    "t2_options": ["car", "umbrella", "bench", "kite"],
+    "t2_answer_index": 1,
+    "t3_distractor": "truck",
+}
+
+
+def prompt_table(config: Mapping[str, Any] | None = None,
+                 example: Mapping[str, Any] | None = None) -> list[dict[str, str]]:
+    """The prompt templates as rows, for the paper's Table II.
+
+    All texts come from the ``prompts`` section of the frozen configuration
+    (and the prefill from ``readout.assistant_prefill``), so the table is the
+    data file itself, never retyped.
+
+    Parameters
+    ----------
+    config : dict, optional
+        Study configuration; default the project's (:func:`load_config`).
+    example : mapping, optional
+        The item rendered in the ``example`` column (keys as for
+        :func:`questions_for_item`); default :data:`EXAMPLE_ITEM`.
+
+    Returns
+    -------
+    list of dict
+        Rows with the keys ``name``, ``template`` and ``example`` (str):
+
+        * the building blocks: ``t2 stem``, ``t3 stem`` (placeholders
+          ``{article} {category}``), ``t3 options``, ``option line``,
+          ``abstain option``, ``abstain2 option``, ``verbal request v1``–``v3``,
+          ``abstain instruction``, ``assistant prefill``;
+        * one row per question and prompt variant, ``<task> · <variant>``
+          for task ``t2``, ``t3`` and variant ``main (v1)``, ``main (v2)``,
+          ``main (v3)``, ``abstain``, ``abstain2``: ``template`` is the full
+          user text with the option texts as placeholders (``{option 1}``..;
+          the letters and the abstain option as shown), ``example`` the text
+          rendered by :func:`render_prompt` for ``example``'s t2 or t3_true
+          question. Options are lettered A, B, ...; the abstain option is one
+          more lettered option (E for t2, C for t3). The assistant turn then
+          starts with the prefill (``Answer:``).
+    """
+    cfg = load_config() if config is None else config
+    p = cfg["prompts"]
+    item = EXAMPLE_ITEM if example is None else example
+    t2, t3_true, _ = questions_for_item(item, cfg)
+    letters = option_letters(1, cfg)
+    rows = [
+        {"name": "t2 stem", "template": p["t2_stem"], "example": t2.stem},
+        {"name": "t3 stem", "template": p["t3_stem"], "example": t3_true.stem},
+        {"name": "t3 options", "template": " / ".join(p["t3_options"]), "example": " / ".join(t3_true.options)},
+        {"name": "option line", "template": p["option_line"],
+         "example": p["option_line"].format(letter=letters[0], text=t2.options[0])},
+        {"name": "abstain option", "template": p["abstain"], "example": p["abstain"]},
+        {"name": "abstain2 option", "template": p["abstain2"], "example": p["abstain2"]},
+    ]
+    rows += [{"name": f"verbal request {v}", "template": p["verbal_wordings"][v], "example": p["verbal_wordings"][v]}
+             for v in p["verbal_wordings"]]
+    rows.append({"name": "abstain instruction", "template": p["instruction_abstain"],
+                 "example": p["instruction_abstain"]})
+    prefill = str(cfg.get("readout", {}).get("assistant_prefill", ""))
+    rows.append({"name": "assistant prefill", "template": prefill, "example": prefill})
+    for task, q in (("t2", t2), ("t3", t3_true)):
+        if task == "t2":  # the category names are placeholders; t3's Yes/No are fixed texts
+            placeholder = Question(q.task, p["t2_stem"], tuple(f"{{option {k + 1}}}" for k in range(len(q.options))), 0)
+        else:
+            placeholder = Question(q.task, p["t3_stem"], q.options, 0)
+        variants = [("main", v, f"main ({v})") for v in p["verbal_wordings"]]
+        variants += [(v, "v1", v) for v in PROMPT_VARIANTS if v != "main"]
+        for variant, verbal, label in variants:
+            template, _ = render_prompt(placeholder, variant, cfg, verbal=verbal)
+            text, _ = render_prompt(q, variant, cfg, verbal=verbal)
+            rows.append({"name": f"{task} · {label}", "template": template, "example": text})
+    return rows

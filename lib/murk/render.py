@@ -79,39 +79,74 @@ def scale_bbox(bbox: Sequence[float], src_size: tuple[int, int], dst_size: tuple
 
 def draw_box(image: np.ndarray, bbox: Sequence[float], width_px: int = 8,
              color: Sequence[int] = (255, 0, 0)) -> np.ndarray:
-    """Draw the target marker: a red rectangle outline around the box.
+    """Draw the target marker: a red rectangle outline around the box (spec Sec. III).
+
+    The outline is ``width_px`` wide and lies just *outside* the box, so that
+    it does not cover the target: with the box edges rounded outwards to whole
+    pixels, ``x0 = floor(x)``, ``x1 = ceil(x + w)`` (likewise y), the bands are
+    ``[x0 - width_px, x0)`` (left), ``[x1, x1 + width_px)`` (right) and the
+    same in y, spanning the outer rectangle. **Border rule**: where a band
+    would leave the image (the box touches or crosses the border), that band
+    is shifted inwards until its outer edge lies on the image border, i.e. it
+    becomes ``[0, width_px)`` or ``[W - width_px, W)`` and covers the outermost
+    ``width_px`` pixels of the box instead. All ``width_px`` pixels of every
+    band are therefore visible in every case, and the marker is fully inside
+    the image. (The box itself is first clipped to the image.)
+
+    The pipeline draws it after the degradation, on every condition,
+    including the blank control (:func:`render_conditions`).
 
     Parameters
     ----------
     image : uint8 ndarray (H, W, 3)
-    bbox : (x, y, w, h) in px, COCO convention, in ``image``'s pixel frame.
-        Parts outside the image are clipped.
-    width_px : int
-        Line width in px, drawn outwards from the box edge (inside the image);
-        default 8 px (spec Sec. III: "an 8-px red box").
-    color : (r, g, b) uint8, default pure red.
+        The (degraded) image; not modified.
+    bbox : (x, y, w, h)
+        Target box in px, COCO convention, in ``image``'s pixel frame.
+    width_px : int, default 8
+        Line width in px (spec Sec. III: "an 8-px red box"; config
+        ``render.box_width_px``).
+    color : (r, g, b), default (255, 0, 0)
+        uint8 colour, pure red (config ``render.box_color_rgb``).
 
     Returns
     -------
-    uint8 ndarray (H, W, 3), a new array.
+    uint8 ndarray (H, W, 3)
+        A new array with the outline drawn.
+
+    Raises
+    ------
+    ValueError
+        If ``width_px < 1``, or if the box does not overlap the image (a
+        marker outside the frame would be invisible).
+
+    Examples
+    --------
+    >>> img = np.zeros((40, 40, 3), np.uint8)
+    >>> red = (draw_box(img, (0, 10, 20, 20)) == (255, 0, 0)).all(-1)
+    >>> [bool(v) for v in (red[20, :8].all(), red[20, 8:20].any(), red[20, 20:28].all())]
+    [True, False, True]
     """
+    width_px = int(width_px)
+    if width_px < 1:
+        raise ValueError(f"width_px must be at least 1, got {width_px}")
     out = image.copy()
     H, W = out.shape[:2]
     x, y, w, h = (float(v) for v in bbox)
-    x0, y0 = int(np.floor(x)), int(np.floor(y))
-    x1, y1 = int(np.ceil(x + w)), int(np.ceil(y + h))
+    x0, y0 = max(0, int(np.floor(x))), max(0, int(np.floor(y)))
+    x1, y1 = min(W, int(np.ceil(x + w))), min(H, int(np.ceil(y + h)))
+    if x1 <= x0 or y1 <= y0:
+        raise ValueError(f"box {tuple(bbox)} (x, y, w, h px) does not overlap the {W}x{H} px image; "
+                         f"scale it to the presented image first (murk.render.scale_bbox)")
     c = np.asarray(color, dtype=np.uint8)
-
-    def fill(ya, yb, xa, xb):
-        ya, yb = max(0, ya), min(H, yb)
-        xa, xb = max(0, xa), min(W, xb)
-        if ya < yb and xa < xb:
-            out[ya:yb, xa:xb] = c
-
-    fill(y0 - width_px, y0, x0 - width_px, x1 + width_px)     # top
-    fill(y1, y1 + width_px, x0 - width_px, x1 + width_px)     # bottom
-    fill(y0, y1, x0 - width_px, x0)                           # left
-    fill(y0, y1, x1, x1 + width_px)                           # right
+    # outer edges of the outline, moved inwards to the image border where needed
+    left = max(0, x0 - width_px)
+    right = min(W, x1 + width_px)
+    top = max(0, y0 - width_px)
+    bottom = min(H, y1 + width_px)
+    out[top:top + width_px, left:right] = c            # top band
+    out[max(top, bottom - width_px):bottom, left:right] = c  # bottom band
+    out[top:bottom, left:left + width_px] = c          # left band
+    out[top:bottom, max(left, right - width_px):right] = c  # right band
     return out
 
 

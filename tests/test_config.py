@@ -1,0 +1,163 @@
+"""Tests of murk.config: the configuration hash, the frozen run record, Table III."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from murk import config as mc
+from murk import items, paths, pipeline
+
+SAMPLE = paths.project_root().parent / "shared" / "coco-val2017-sample"
+needs_sample = pytest.mark.skipif(not SAMPLE.is_dir(), reason=f"{SAMPLE} absent")
+
+
+@pytest.fixture
+def frozen(tmp_path, monkeypatch):
+    """A fresh MURK_FROZEN_DIR for this test."""
+    d = tmp_path / "frozen"
+    monkeypatch.setenv("MURK_FROZEN_DIR", str(d))
+    return d
+
+
+# ----------------------------------------------------------------------------- config hash
+
+def test_config_hash_is_canonical():
+    cfg = mc.load_config()
+    h = mc.config_hash(cfg)
+    assert len(h) == 64 and h == mc.config_hash() == mc.config_hash(copy.deepcopy(cfg))
+    reordered = {k: cfg[k] for k in reversed(list(cfg))}  # key order does not matter
+    assert mc.config_hash(reordered) == h
+
+
+@pytest.mark.parametrize("section, key, value", [
+    ("items", "min_box_side_px", 32),
+    ("render", "box_width_px", 3),
+    ("prompts", "abstain", "I am not sure"),
+    ("readout", "assistant_prefill", "A:"),
+])
+def test_config_hash_changes_with_any_setting(section, key, value):
+    cfg = mc.load_config()
+    changed = copy.deepcopy(cfg)
+    changed[section][key] = value
+    assert mc.config_hash(changed) != mc.config_hash(cfg)
+
+
+def test_config_hash_is_the_same_in_another_process():
+    code = "from murk.config import config_hash; print(config_hash())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONHASHSEED": "99"})
+    assert out.stdout.strip() == mc.config_hash()
+
+
+def test_config_holds_the_spec_texts():
+    cfg = mc.load_config()
+    p = cfg["prompts"]
+    assert p["abstain"] == "I cannot tell, the image is too unclear to decide"
+    assert p["abstain2"] == "I don't know"
+    assert cfg["readout"]["assistant_prefill"] == "Answer:"
+    assert set(p["verbal_wordings"]) == {"v1", "v2", "v3"}
+    assert (cfg["render"]["box_width_px"], cfg["render"]["box_color_rgb"]) == (8, [255, 0, 0])
+    assert (cfg["items"]["n_items"], cfg["items"]["seed"], cfg["items"]["shuffle_offset"]) == (1000, 1, 37)
+
+
+# ----------------------------------------------------------------------------- frozen record
+
+def test_frozen_folder(monkeypatch, tmp_path):
+    monkeypatch.delenv("MURK_FROZEN_DIR", raising=False)
+    assert mc.frozen_folder() == paths.data_dir() / "frozen"
+    monkeypatch.setenv("MURK_FROZEN_DIR", str(tmp_path))
+    assert mc.frozen_folder() == tmp_path
+    assert mc.frozen_folder(tmp_path / "x") == tmp_path / "x"
+
+
+def test_freeze_run_writes_then_checks(frozen):
+    rec = mc.freeze_run("study", "c" * 64, "i" * 64, n_items=1000, seed=1,
+                        annotation_file="/somewhere/annotations/instances_val2017.json")
+    f = frozen / "study.json"
+    on_disk = json.loads(f.read_text(encoding="utf-8"))
+    assert on_disk == rec
+    assert rec["config_hash"] == "c" * 64 and rec["items_hash"] == "i" * 64
+    assert (rec["n_items"], rec["seed"], rec["annotation_file"]) == (1000, 1, "instances_val2017.json")
+    assert rec["created"].endswith("+00:00")
+    # the same hashes again: accepted, record untouched
+    assert mc.freeze_run("study", "c" * 64, "i" * 64) == rec
+    assert json.loads(f.read_text(encoding="utf-8")) == on_disk
+    # another config hash, or other items: refused, naming the record and the fix
+    for ch, ih, what in (("d" * 64, "i" * 64, "config_hash"), ("c" * 64, "j" * 64, "items_hash")):
+        with pytest.raises(ValueError, match="new run_name") as e:
+            mc.freeze_run("study", ch, ih)
+        assert str(f) in str(e.value) and what in str(e.value) and "delete the record" in str(e.value)
+    assert json.loads(f.read_text(encoding="utf-8")) == on_disk
+    # a new run name is accepted
+    assert mc.freeze_run("study-2", "d" * 64, "i" * 64)["config_hash"] == "d" * 64
+    assert sorted(p.name for p in frozen.iterdir()) == ["study-2.json", "study.json"]
+
+
+def test_freeze_run_explicit_folder_and_errors(tmp_path, frozen):
+    mc.freeze_run("a", "c" * 64, "i" * 64, tmp_path / "elsewhere")
+    assert (tmp_path / "elsewhere" / "a.json").is_file() and not frozen.exists()
+    for bad in ("", "../x", "a/b", ".hidden", "x" * 101):
+        with pytest.raises(ValueError, match="run_name"):
+            mc.freeze_run(bad, "c" * 64, "i" * 64)
+    frozen.mkdir()
+    (frozen / "broken.json").write_text("[1, 2", encoding="utf-8")
+    with pytest.raises(ValueError, match="broken.json"):
+        mc.freeze_run("broken", "c" * 64, "i" * 64)
+
+
+@needs_sample
+def test_select_stage_refuses_a_changed_config_for_an_existing_run(frozen, tmp_path, monkeypatch):
+    """A changed config changes the config hash and is refused for the existing run; a new run name is accepted."""
+    monkeypatch.setenv("MURK_OFFLINE", "1")
+    out = tmp_path / "out"
+    table = pipeline.stage_select(coco_dir=SAMPLE, n_items=3, seed=1, output_dir=out, run_name="r1")
+    meta = json.loads((out / "items_meta.json").read_text())
+    rec = json.loads((frozen / "r1.json").read_text())
+    assert meta["run_name"] == "r1" and meta["items_hash"] == items.items_hash(table) == rec["items_hash"]
+    assert meta["config_hash"] == rec["config_hash"] == mc.config_hash()
+    report = json.loads((out / "items_report.json").read_text())
+    assert report["n_candidates"] == 37 and report["n_items"] == 3
+    # the same run again: fine
+    pipeline.stage_select(coco_dir=SAMPLE, n_items=3, seed=1, output_dir=out, run_name="r1")
+    # a changed configuration
+    changed = mc.load_config()
+    changed["prompts"]["abstain"] = "I am not sure"
+    monkeypatch.setattr(mc, "load_config", lambda path=None: copy.deepcopy(changed))
+    before = (out / "items.json").stat().st_mtime_ns
+    with pytest.raises(ValueError, match="r1.json"):
+        pipeline.stage_select(coco_dir=SAMPLE, n_items=3, seed=1, output_dir=out, run_name="r1")
+    assert (out / "items.json").stat().st_mtime_ns == before  # nothing written
+    pipeline.stage_select(coco_dir=SAMPLE, n_items=3, seed=1, output_dir=tmp_path / "out2", run_name="r2")
+    assert json.loads((frozen / "r2.json").read_text())["config_hash"] == mc.config_hash(changed) != rec["config_hash"]
+    # other items under the first config are refused too
+    monkeypatch.undo()
+    monkeypatch.setenv("MURK_FROZEN_DIR", str(frozen))
+    monkeypatch.setenv("MURK_OFFLINE", "1")
+    with pytest.raises(ValueError, match="items_hash"):
+        pipeline.stage_select(coco_dir=SAMPLE, n_items=4, seed=1, output_dir=out, run_name="r1")
+
+
+def test_default_run_name(frozen, tmp_path, monkeypatch):
+    if not SAMPLE.is_dir():
+        pytest.skip(f"{SAMPLE} absent")
+    monkeypatch.setenv("MURK_OFFLINE", "1")
+    pipeline.stage_select(coco_dir=SAMPLE, n_items=2, seed=1, output_dir=tmp_path / "o")
+    assert (frozen / "offline-demo.json").is_file()
+
+
+# ----------------------------------------------------------------------------- Table III
+
+def test_settings_table():
+    rows = mc.settings_table()
+    table = {r["setting"]: r["value"] for r in rows}
+    assert table["items.min_box_side_px"] == "48"
+    assert table["items.supercategories"] == "vehicle, outdoor"
+    assert table["render.box_width_px"] == "8"
+    assert not any(k.startswith("prompts.") for k in table)
+    assert all(set(r) == {"setting", "value"} for r in rows)
