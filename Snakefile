@@ -32,6 +32,7 @@ def slug(model):
 SLUG2MODEL = {slug(m): m for m in MODELS}
 NB = f"{OUT}/notebooks"
 COCO = f"-p coco_dir {shlex.quote(COCO_DIR)}" if COCO_DIR else ""
+RUN_NAME = f"-p run_name {config['run_name']}" if config.get("run_name") else ""
 DEVICE = f"-p device {config['device']}" if config.get("device") else ""
 
 
@@ -56,7 +57,7 @@ rule select:
     log:
         f"{NB}/01_select.ipynb",
     params:
-        p=f"-p n_items {config['n_items']} -p seed {config['seed']} -p split {config['split']} {COCO}",
+        p=f"-p n_items {config['n_items']} -p seed {config['seed']} -p split {config['split']} {COCO} {RUN_NAME}",
     shell:
         papermill("{input.nb}", "{log}", "{params.p}")
 
