@@ -358,3 +358,63 @@ def test_fog_airlight_error(scene):
     for bad in (1.5, -0.1, np.nan, [0.5, 0.5]):
         with pytest.raises(ValueError, match="airlight"):
             ph.fog(image, depth, 10.0, airlight=bad)
+
+
+# ------------------------------------------------- fast kernel vs float64 reference
+
+
+def test_table_encoder_is_exact_around_every_threshold():
+    thresholds = ph._ENCODE_THRESHOLDS.view(np.uint32).astype(np.int64)
+    offsets = np.arange(-300, 301)
+    bits = (thresholds[:, None] + offsets).ravel()
+    bin_edges = (np.arange(0x3F81, dtype=np.int64) << 16)[:, None] + np.array([-1, 0, 1])
+    bits = np.concatenate([bits, bin_edges.ravel()])
+    bits = bits[(bits >= 0) & (bits <= 0x3F800000)].astype(np.uint32)
+    rng = np.random.default_rng(3)
+    x = np.concatenate([bits.view(np.float32), rng.random(200_000, dtype=np.float32),
+                        np.float32([0.0, 1.0])])
+    np.testing.assert_array_equal(ph._encode_uint8_lut(x), ph._encode_uint8(x.astype(np.float64)))
+    # The code of each threshold is its index + 1, of the float below it the index.
+    k = np.arange(1, 256)
+    np.testing.assert_array_equal(ph._encode_uint8_lut(ph._ENCODE_THRESHOLDS), k)
+    below = np.nextafter(ph._ENCODE_THRESHOLDS, np.float32(0))
+    np.testing.assert_array_equal(ph._encode_uint8_lut(below), k - 1)
+
+
+@pytest.mark.parametrize("arm", ["fog", "underwater"])
+def test_kernel_matches_float64_reference_within_one_level(arm):
+    """float32 blending changes a code only at rounding ties: |delta| <= 1, rarely."""
+    rng = np.random.default_rng(5)
+    image = rng.integers(0, 256, (160, 170, 3), dtype=np.uint8)
+    depth = rng.uniform(0.5, 80.0, image.shape[:2])
+    depth[0, :3] = (0.0, np.inf, np.nan)
+    levels = np.array([np.inf, *ph.SWEEP_M, 4000.0])
+    if arm == "fog":
+        fast = ph.fog_sweep(image, depth, levels)
+        ref = ph._render_reference(image, depth, levels, None, np.full(3, ph.FOG_AIRLIGHT))
+    else:
+        fast = ph.underwater_sweep(image, depth, levels)
+        ref = ph._render_reference(image, depth, levels, ph._UNDERWATER_RELATIVE_BETA,
+                                   ph.underwater_veiling_light())
+    diff = np.abs(fast.astype(np.int16) - ref)
+    assert diff.max() <= 1
+    assert np.count_nonzero(diff) <= 1e-5 * diff.size
+
+
+def test_blocks_do_not_change_the_result(scene, monkeypatch):
+    image, depth = scene
+    whole = ph.underwater_sweep(image, depth)
+    monkeypatch.setattr(ph, "_RENDER_BLOCK_PX", 100)  # 37 x 53 px: 20 blocks, a short last one
+    np.testing.assert_array_equal(ph.underwater_sweep(image, depth), whole)
+    np.testing.assert_array_equal(ph.fog_sweep(image, depth), ph.fog_sweep(image, depth))
+
+
+def test_unrounded_fog_sweep(scene):
+    image, depth = scene
+    levels = [np.inf, 250.0, 15.625]
+    smooth = ph.fog_sweep(image, depth, levels, rounded=False)
+    assert smooth.dtype == np.float32 and smooth.shape == (3,) + image.shape
+    np.testing.assert_allclose(smooth[0], image / 255.0, atol=1e-7)
+    # Rounding the unrounded rendering gives the 8-bit one (up to float32 ties).
+    codes = np.rint(smooth.astype(np.float64) * 255)
+    assert np.abs(codes - ph.fog_sweep(image, depth, levels)).max() <= 1

@@ -9,6 +9,12 @@ Backends
     picture, not metres, and is not used). Default checkpoint
     ``depth-anything/Depth-Anything-V2-Metric-Outdoor-Small-hf``, or any local
     folder holding such a checkpoint.
+``folder``
+    Precomputed depth maps read from a folder given as ``model``: one
+    ``<image_id>.npy`` per image, float (H, W) in metres (e.g. written by another
+    estimator or by an earlier run of the depth stage on another machine); a map
+    of another size is resized (bilinear) to the image. Its name records the
+    folder, its revision the folder's ``manifest.json`` revision if present.
 ``constant``
     An explicitly *approximate* backend for runs without weights: every pixel
     at 13.8 m, the spec's median over images of the median scene depth
@@ -31,7 +37,8 @@ import numpy as np
 from murk import paths
 
 __all__ = ["DEPTH_MIN_M", "DEPTH_MAX_M", "CONSTANT_DEPTH_M", "DepthBackend", "get_backend",
-           "depth_cache_dir", "load_depth", "save_depth"]
+           "depth_cache_dir", "load_depth", "save_depth", "write_manifest", "read_manifest",
+           "median_scene_depth_m", "is_cached"]
 
 DEPTH_MIN_M = 0.5     #: spec Sec. III: depth clipped to [0.5, 80] m
 DEPTH_MAX_M = 80.0    #: spec Sec. III
@@ -46,8 +53,8 @@ class DepthBackend:
     Attributes
     ----------
     name : str
-        Backend name recorded in the cube (``depth-anything-v2:<model>`` or
-        ``constant-13.8m``).
+        Backend name recorded in the cube (``depth-anything-v2:<model>``,
+        ``folder:<folder name>`` or ``constant-13.8m``).
     approximate : bool
         True for a backend that does not estimate depth from the image.
     model_id, revision : str
@@ -60,23 +67,50 @@ class DepthBackend:
     revision: str = ""
     _model: object = None
     _processor: object = None
+    _folder: Path | None = None
 
-    def __call__(self, image: np.ndarray) -> np.ndarray:
+    def __call__(self, image: np.ndarray, image_id: int | None = None) -> np.ndarray:
         """Depth of one clean image.
 
         Parameters
         ----------
         image : uint8 ndarray (H, W, 3), sRGB
+        image_id : int, optional
+            COCO image id; required by the ``folder`` backend (the file name).
 
         Returns
         -------
         float32 ndarray (H, W), metres, clipped to [0.5, 80].
+
+        Raises
+        ------
+        ValueError
+            Not an (H, W, 3) image; ``folder`` backend without ``image_id`` or with a
+            map that is not 2-D.
+        FileNotFoundError
+            ``folder`` backend: no ``<image_id>.npy`` in the folder.
         """
         if image.ndim != 3 or image.shape[2] != 3:
             raise ValueError(f"depth: expected an (H, W, 3) image, got shape {image.shape}")
         h, w = image.shape[:2]
         if self.approximate:
             return np.full((h, w), CONSTANT_DEPTH_M, dtype=np.float32)
+        if self._folder is not None:
+            if image_id is None:
+                raise ValueError(f"depth backend {self.name!r} reads <image_id>.npy: pass image_id")
+            p = self._folder / f"{int(image_id)}.npy"
+            if not p.is_file():
+                raise FileNotFoundError(f"depth map {p} missing in the precomputed depth folder "
+                                        f"{self._folder}: add it, or use another depth backend")
+            z = np.asarray(np.load(p), dtype=np.float32)
+            if z.ndim != 2:
+                raise ValueError(f"depth map {p} must be 2-D (H, W) in metres, got shape {z.shape}")
+            if z.shape != (h, w):
+                from PIL import Image
+
+                z = np.asarray(Image.fromarray(z, mode="F").resize((w, h), Image.Resampling.BILINEAR),
+                               dtype=np.float32)
+            return np.clip(z, DEPTH_MIN_M, DEPTH_MAX_M).astype(np.float32)
         import torch
         from PIL import Image
 
@@ -99,16 +133,19 @@ def get_backend(backend: str = "auto", model: str = DEFAULT_MODEL) -> DepthBacke
 
     Parameters
     ----------
-    backend : {"auto", "depth-anything-v2", "constant"}
+    backend : {"auto", "depth-anything-v2", "folder", "constant"}
         ``auto`` is ``constant`` when ``MURK_OFFLINE=1`` and
         ``depth-anything-v2`` otherwise.
     model : str
-        Hub id or local folder of a Depth Anything V2 metric checkpoint.
+        Hub id or local folder of a Depth Anything V2 metric checkpoint; for
+        ``folder``, the folder of precomputed ``<image_id>.npy`` maps (metres).
 
     Raises
     ------
     ValueError
         Unknown backend name.
+    FileNotFoundError
+        ``folder``: the folder does not exist.
     OSError
         The checkpoint cannot be loaded (message names it and the fix).
     """
@@ -116,8 +153,17 @@ def get_backend(backend: str = "auto", model: str = DEFAULT_MODEL) -> DepthBacke
         backend = "constant" if paths.offline() else "depth-anything-v2"
     if backend == "constant":
         return DepthBackend(name=f"constant-{CONSTANT_DEPTH_M}m", approximate=True)
+    if backend == "folder":
+        folder = Path(model)
+        if not folder.is_dir():
+            raise FileNotFoundError(f"depth folder {folder} not found: give a folder of <image_id>.npy "
+                                    f"maps in metres as model=")
+        revision = str(read_manifest(folder).get("depth_revision", "")) if (folder / "manifest.json").is_file() else ""
+        return DepthBackend(name=f"folder:{folder.resolve().name}", approximate=False,
+                            model_id=str(folder.resolve()), revision=revision, _folder=folder)
     if backend != "depth-anything-v2":
-        raise ValueError(f"unknown depth backend {backend!r}: use 'auto', 'depth-anything-v2' or 'constant'")
+        raise ValueError(f"unknown depth backend {backend!r}: use 'auto', 'depth-anything-v2', 'folder' "
+                         f"or 'constant'")
     import torch
     from transformers import AutoImageProcessor, DepthAnythingForDepthEstimation
 
@@ -171,11 +217,85 @@ def load_depth(folder: Path, image_id: int) -> np.ndarray:
     return np.load(p)
 
 
-def write_manifest(folder: Path, backend: DepthBackend, image_ids) -> Path:
-    """Record the backend and the images of a depth cache in ``manifest.json``."""
-    m = {**backend.describe(), "image_ids": [int(i) for i in image_ids]}
-    out = Path(folder) / "manifest.json"
+def median_scene_depth_m(folder: Path, image_ids) -> float:
+    """Median over images of the median scene depth (m) of a depth cache.
+
+    The spec (Sec. III) reports 13.8 m for Depth Anything V2 on its 1000 items.
+
+    Parameters
+    ----------
+    folder : path
+        Depth cache (``<image_id>.npy``, metres).
+    image_ids : iterable of int
+
+    Returns
+    -------
+    float
+        Metres; NaN for no images.
+
+    Raises
+    ------
+    FileNotFoundError
+        If a map is missing.
+    """
+    medians = [float(np.nanmedian(load_depth(folder, i))) for i in image_ids]
+    return float(np.median(medians)) if medians else float("nan")
+
+
+def write_manifest(folder: Path, backend: DepthBackend, image_ids, written=None) -> Path:
+    """Record the backend, its model id and revision, the images and the median scene
+    depth of a depth cache in ``manifest.json``.
+
+    Keys: the backend's :meth:`DepthBackend.describe` (``depth_backend``,
+    ``depth_approximate``, ``depth_model``, ``depth_revision``), ``image_ids``,
+    ``median_scene_depth_m`` (:func:`median_scene_depth_m`; spec Sec. III) and
+    ``per_image`` (image id -> model id and revision that wrote the map, merged with
+    an existing manifest so that maps kept from earlier runs keep their provenance;
+    the ids in *written*, maps written in this run, get *backend*'s).
+    """
+    folder = Path(folder)
+    ids = [int(i) for i in image_ids]
+    old = read_manifest(folder) if (folder / "manifest.json").is_file() else {}
+    per_image = dict(old.get("per_image", {}))
+    mine = {"depth_model": backend.model_id, "depth_revision": backend.revision}
+    for i in ids:
+        per_image.setdefault(str(i), mine)
+    for i in written or ():
+        per_image[str(int(i))] = mine
+    m = {**backend.describe(), "image_ids": ids, "median_scene_depth_m": median_scene_depth_m(folder, ids),
+         "per_image": per_image}
+    out = folder / "manifest.json"
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(m, indent=1))
     os.replace(tmp, out)
     return out
+
+
+def read_manifest(folder: Path) -> dict:
+    """The ``manifest.json`` of a depth cache (see :func:`write_manifest`).
+
+    Raises
+    ------
+    FileNotFoundError
+        If the depth stage has not written it.
+    """
+    p = Path(folder) / "manifest.json"
+    if not p.is_file():
+        raise FileNotFoundError(f"{p} missing: run the depth stage first")
+    return json.loads(p.read_text())
+
+
+def is_cached(folder: Path, image_id: int, backend: DepthBackend) -> bool:
+    """Whether ``<image_id>.npy`` exists and was written by *backend*'s model id and revision.
+
+    A map without a manifest entry (older caches) counts as cached. Use it to skip
+    work: a map from another revision of the same model is recomputed.
+    """
+    folder = Path(folder)
+    if not (folder / f"{int(image_id)}.npy").is_file():
+        return False
+    if not (folder / "manifest.json").is_file():
+        return True
+    entry = read_manifest(folder).get("per_image", {}).get(str(int(image_id)))
+    return entry is None or (entry.get("depth_model"), entry.get("depth_revision")) == (
+        backend.model_id, backend.revision)

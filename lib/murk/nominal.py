@@ -20,6 +20,8 @@ an 8-bit image "looks like", not linear luminance.
 from __future__ import annotations
 
 import numbers
+import warnings
+from pathlib import Path
 
 import numpy as np
 
@@ -28,12 +30,15 @@ from murk import physics
 __all__ = [
     "IMAGENET_C_SEVERITIES",
     "LUMA_WEIGHTS_REC601",
-    "EQUIVALENCE_GRID_M",
+    "EQUIVALENCE_BRACKET_M",
+    "imagenet_c_seed",
     "imagenet_c_fog",
     "luma",
     "contrast_gain",
     "luma_std_ratio",
     "equivalent_visibility",
+    "nominal_equivalence",
+    "table_vii",
 ]
 
 #: ImageNet-C severities used as the nominal control (spec Sec. III).
@@ -43,10 +48,8 @@ IMAGENET_C_SEVERITIES: tuple[int, ...] = (1, 2, 3, 4, 5)
 LUMA_WEIGHTS_REC601: np.ndarray = np.array([0.299, 0.587, 0.114], dtype=np.float64)
 LUMA_WEIGHTS_REC601.setflags(write=False)
 
-#: Default visibility grid (m) of :func:`equivalent_visibility`: 64 log-spaced values
-#: from 0.5 to 2000 m.
-EQUIVALENCE_GRID_M: np.ndarray = np.geomspace(0.5, 2000.0, 64)
-EQUIVALENCE_GRID_M.setflags(write=False)
+#: Default search interval (lo, hi) of V in metres for :func:`equivalent_visibility`.
+EQUIVALENCE_BRACKET_M: tuple[float, float] = (0.25, 4000.0)
 
 _MIN_SIDE_PX = 32  # imagecorruptions refuses smaller images
 
@@ -76,6 +79,39 @@ def _legacy_seed(seed) -> int:
     return int(sequence.generate_state(1, dtype=np.uint32)[0])
 
 
+def _with_severity(seed, severity: int):
+    """``[*seed, severity]`` for an int or a sequence of ints (validated later)."""
+    if isinstance(seed, (bool, np.bool_)) or isinstance(seed, (str, bytes)):
+        return seed  # rejected by _legacy_seed with the usual message
+    if isinstance(seed, numbers.Integral):
+        return [int(seed), severity]
+    try:
+        return [*seed, severity]
+    except TypeError:
+        return seed
+
+
+def imagenet_c_seed(seed: int, image_id: int) -> int:
+    """Per-image seed of the ImageNet-C arm: ``seed * 1_000_003 + image_id``.
+
+    The same rule as :func:`murk.render.render_conditions` uses for the ``imagenet_c``
+    arm of the cube, so the nominal equivalence is measured on the images the models
+    were shown (before the box is drawn).
+
+    Parameters
+    ----------
+    seed : int
+        Study seed (``items_meta.json``).
+    image_id : int
+        COCO image id.
+
+    Returns
+    -------
+    int
+    """
+    return int(seed) * 1_000_003 + int(image_id)
+
+
 def _pad_to_square(image: np.ndarray) -> np.ndarray:
     side = max(image.shape[:2])
     padded = np.zeros((side, side, 3), dtype=np.uint8)
@@ -89,9 +125,11 @@ def imagenet_c_fog(image, severity, seed):
     Calls ``imagecorruptions.corrupt(image, corruption_name="fog", severity=severity)``
     with NumPy's *global* legacy RNG (which the package draws from) seeded from *seed*;
     the caller's global RNG state is saved and restored, so the call has no side
-    effect on it (not thread safe). The seed does not depend on the severity: with
-    one seed, the five severities share the random draws of the plasma fractal and
-    differ only in its amplitude and roughness constants (common random numbers).
+    effect on it (not thread safe). The generator is seeded per (seed, severity): the
+    legacy seed is drawn from ``numpy.random.SeedSequence([*seed, severity])``, so each
+    (image, severity) gets its own plasma fractal, reproducible on its own and
+    independent of which other images or severities are rendered (pass a per-image
+    seed, e.g. :func:`imagenet_c_seed`).
 
     The package's ``fog`` computes the fractal on a square power-of-two map and crops
     it to the image, so non-square images are supported; should it ever return a
@@ -105,8 +143,9 @@ def imagenet_c_fog(image, severity, seed):
     severity : int
         ImageNet-C severity, 1-5.
     seed : int or sequence of int
-        Non-negative seed, e.g. ``(study_seed, image_id)``; mapped to a 32-bit legacy
-        seed through ``numpy.random.SeedSequence(seed)``.
+        Non-negative per-image seed, e.g. :func:`imagenet_c_seed` or
+        ``(study_seed, image_id)``; together with the severity it is mapped to a 32-bit
+        legacy seed through ``numpy.random.SeedSequence([*seed, severity])``.
 
     Returns
     -------
@@ -132,7 +171,7 @@ def imagenet_c_fog(image, severity, seed):
     ):
         raise ValueError(f"imagenet_c_fog: severity must be an integer in 1-5, got {severity!r}")
     severity = int(severity)
-    legacy_seed = _legacy_seed(seed)
+    legacy_seed = _legacy_seed(_with_severity(seed, severity))
 
     from imagecorruptions import corrupt  # heavy import (cv2, numba, skimage)
 
@@ -270,106 +309,284 @@ def luma_std_ratio(clean, degraded):
 _STATISTICS = {"gain": contrast_gain, "std_ratio": luma_std_ratio}
 
 
-def _first_crossing(grid_m: np.ndarray, grid_stat: np.ndarray, target: np.ndarray) -> np.ndarray:
-    """Scan from clear to murky; interpolate linearly in log V at the first crossing."""
-    order = np.argsort(grid_m)[::-1]  # clear -> murky
-    log_v = np.log(grid_m[order])
-    g = grid_stat[order]
-    flat = target.reshape(-1, 1)
-    lo, hi = g[:-1], g[1:]
-    with np.errstate(invalid="ignore"):
-        crossing = ((lo - flat) * (hi - flat) <= 0) & np.isfinite(lo) & np.isfinite(hi)
-    has = crossing.any(axis=1) & np.isfinite(flat[:, 0])
-    i = np.argmax(crossing, axis=1)
-    g0, g1 = lo[i], hi[i]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        frac = np.where(g1 != g0, (flat[:, 0] - g0) / (g1 - g0), 0.0)
-    out = np.exp(log_v[i] + frac * (log_v[i + 1] - log_v[i]))
-    out = np.where(has, out, np.nan)
-    return out.reshape(target.shape)
+class _FogStatistics:
+    """stat(clean, fog(clean, depth, V)) for the statistics of :data:`_STATISTICS`,
+    memoised per V; the rendering is the unrounded sRGB of Eq. (1), so the statistic
+    is a continuous function of V (8-bit rounding would make it a staircase)."""
+
+    def __init__(self, clean: np.ndarray, depth_m, airlight: float):
+        self.clean = clean
+        self.depth = depth_m
+        self.airlight = airlight
+        self.memo: dict[float, dict[str, float]] = {}
+
+    def __call__(self, v: float) -> dict[str, float]:
+        v = float(v)
+        if v not in self.memo:
+            rendering = physics.fog_sweep(self.clean, self.depth, [v], airlight=self.airlight,
+                                          rounded=False)[0]
+            self.memo[v] = {name: float(f(self.clean, rendering)) for name, f in _STATISTICS.items()}
+        return self.memo[v]
+
+
+def _bracket_grid(bracket_m) -> np.ndarray:
+    b = np.asarray(bracket_m, dtype=np.float64)
+    lo, hi = (float(b[0]), float(b[1])) if b.shape == (2,) else (np.nan, np.nan)
+    if not (np.isfinite(lo) and np.isfinite(hi) and 0 < lo < hi):
+        raise ValueError(
+            "equivalent_visibility: bracket_m must be two positive, finite visibilities "
+            f"(lo, hi) in metres with lo < hi, got {bracket_m!r}"
+        )
+    n = int(np.ceil(np.log2(hi / lo))) + 1  # at most a factor 2 between neighbours
+    return np.geomspace(hi, lo, max(n, 2))  # clear -> murky
+
+
+def _solve(evaluate: _FogStatistics, method: str, target: float, grid: np.ndarray,
+           rtol: float) -> float:
+    """First root of stat(V) = target scanning the bracket from clear to murky."""
+    from scipy.optimize import brentq
+
+    if not np.isfinite(target):
+        return np.nan
+    values = np.array([evaluate(v)[method] for v in grid]) - target
+    for i in range(grid.size - 1):
+        a, b = values[i], values[i + 1]
+        if a == 0.0:
+            return float(grid[i])
+        if np.isfinite(a) and np.isfinite(b) and a * b < 0:
+            log_v = brentq(lambda x: evaluate(np.exp(x))[method] - target,
+                           np.log(grid[i + 1]), np.log(grid[i]), xtol=rtol, rtol=4 * np.finfo(float).eps)
+            return float(np.exp(log_v))
+    if values[-1] == 0.0:
+        return float(grid[-1])
+    return np.nan
 
 
 def equivalent_visibility(
-    image,
-    depth_m,
+    clean,
     degraded,
-    sweep_m=None,
+    depth_m,
     *,
     method: str = "gain",
+    bracket_m=None,
     airlight: float = physics.FOG_AIRLIGHT,
+    rtol: float = 1e-4,
 ):
-    """Fog visibility that retains the same contrast as a degraded image (spec Sec. III).
+    r"""Fog visibility that retains the same contrast as a degraded image (spec Sec. III).
 
-    Renders ``physics.fog(image, depth_m, V)`` for every *V* of a grid, computes the
-    contrast statistic of each rendering against *image*, and returns the *V* where it
-    equals the statistic of *degraded* against *image*: scanning the grid from clear to
-    murky, the first crossing, linearly interpolated in :math:`\\log V` between
-    adjacent grid values.
+    The spec's nominal equivalence: :math:`V_{eq}` solves
+    ``stat(clean, fog(clean, depth_m, V)) = stat(clean, degraded)``, where *stat* is the
+    regression gain of the degraded luma on the clean luma (:func:`contrast_gain`,
+    primary) or the ratio of luma standard deviations (:func:`luma_std_ratio`, the
+    check). The left side is a continuous function of V (the fog rendering of Eq. (1),
+    taken before 8-bit rounding); the root is bracketed by evaluating it at visibilities
+    a factor <= 2 apart across *bracket_m*, scanning from clear to murky, and then found
+    by Brent's method (``scipy.optimize.brentq``) on :math:`\log V` to relative
+    precision *rtol*: the result is not limited to a grid.
+
+    For the gain, which falls monotonically from about 1 (clear) to 0 (murky) as V
+    decreases, the root is unique. The standard-deviation ratio need not be monotone
+    (far, dark regions brighten towards the airlight); the first root from the clear
+    end is returned, and ``NaN`` where there is none.
 
     Parameters
     ----------
-    image : numpy.ndarray of uint8, shape (H, W, 3)
+    clean : numpy.ndarray of uint8, shape (H, W, 3)
         Clean image, 8-bit sRGB.
-    depth_m : array_like of float, shape (H, W)
-        Metric depth in metres (see :func:`murk.physics.fog`).
     degraded : array_like, shape (..., H, W, 3)
-        One or several degraded versions of *image* (e.g. ImageNet-C severities 1-5
+        One or several degraded versions of *clean* (e.g. ImageNet-C severities 1-5
         stacked), uint8 or floats in [0, 1].
-    sweep_m : array_like of float, shape (G,), optional
-        Visibility grid in metres (G >= 2, positive, finite); default
-        ``EQUIVALENCE_GRID_M`` (64 log-spaced values from 0.5 to 2000 m).
+    depth_m : array_like of float, shape (H, W)
+        Metric depth of *clean* in metres (see :func:`murk.physics.fog`).
     method : {"gain", "std_ratio"}, optional
         Contrast statistic: :func:`contrast_gain` (primary, default) or
         :func:`luma_std_ratio` (the spec's check).
+    bracket_m : (float, float), optional
+        Search interval (lo, hi) of V in metres; default ``EQUIVALENCE_BRACKET_M`` =
+        (0.25, 4000) m.
     airlight : float, optional
         Fog airlight *A* of the renderings; default ``physics.FOG_AIRLIGHT``.
+    rtol : float, optional
+        Relative precision of :math:`V_{eq}` (absolute in :math:`\log V`); default 1e-4.
 
     Returns
     -------
     float or numpy.ndarray of float64, shape (...)
-        :math:`V_{eq}` in metres. ``np.nan`` where the statistic of *degraded* is not
-        reached within the grid (out of range) or is NaN (e.g. a constant clean image).
-        Like every fog visibility, it scales with the depth scale.
+        :math:`V_{eq}` in metres; ``np.nan`` where the statistic of *degraded* is not
+        reached within *bracket_m* (e.g. an undegraded image, gain 1) or is NaN (a
+        constant clean image). Like every fog visibility it scales with the depth scale:
+        multiplying *depth_m* by kappa multiplies :math:`V_{eq}` by kappa.
 
     Raises
     ------
     ValueError
         For bad images or depth (as :func:`murk.physics.fog`), an unknown *method*, or a
-        grid that is not 1-D with at least two positive finite values.
+        bad *bracket_m*.
 
     Notes
     -----
-    The gain of the 8-bit fog renderings saturates at exactly 0 once the rendering is
-    uniform (t below about 1e-3 everywhere, e.g. V <= 7.8 m at a constant depth of
-    13.8 m); a degraded image with gain 0 therefore maps to the clearest such grid
-    value, which is only an upper bound. ImageNet-C fog is far from this regime.
-    Cost: one fog rendering per grid value (64 by default, about 1.5 s for a
-    640 x 480 image); pass all severities of one image as one stack.
+    Cost: about ``log2(hi / lo) + 1`` (15) renderings to bracket, shared by all
+    degraded images of the stack, plus about 8 per degraded image for Brent's method.
     """
     if method not in _STATISTICS:
         raise ValueError(
             f"equivalent_visibility: method must be one of {sorted(_STATISTICS)}, got {method!r}"
         )
-    statistic = _STATISTICS[method]
-    image = _check_rgb_uint8(image, "equivalent_visibility")
-    grid = np.asarray(EQUIVALENCE_GRID_M if sweep_m is None else sweep_m, dtype=np.float64)
-    if grid.ndim != 1 or grid.size < 2 or not np.all(np.isfinite(grid)) or np.any(grid <= 0):
-        raise ValueError(
-            "equivalent_visibility: sweep_m must be a 1-D grid of at least two positive, "
-            f"finite visibilities in metres, got {grid!r}"
-        )
+    clean = _check_rgb_uint8(clean, "equivalent_visibility", "clean")
+    grid = _bracket_grid(EQUIVALENCE_BRACKET_M if bracket_m is None else bracket_m)
     degraded = np.asarray(degraded)
-    if degraded.ndim < 3 or degraded.shape[-3:] != image.shape:
+    if degraded.ndim < 3 or degraded.shape[-3:] != clean.shape:
         raise ValueError(
-            f"equivalent_visibility: degraded must have shape (..., {image.shape[0]}, "
-            f"{image.shape[1]}, 3), got {degraded.shape}"
+            f"equivalent_visibility: degraded must have shape (..., {clean.shape[0]}, "
+            f"{clean.shape[1]}, 3), got {degraded.shape}"
         )
-    target = np.asarray(statistic(image, degraded), dtype=np.float64)
-    grid_stat = np.empty(grid.size)
-    chunk = 8  # bound memory: 8 renderings at a time
-    for start in range(0, grid.size, chunk):
-        levels = grid[start : start + chunk]
-        renders = physics.fog_sweep(image, depth_m, levels, airlight=airlight)
-        grid_stat[start : start + levels.size] = statistic(image, renders)
-    out = _first_crossing(grid, grid_stat, target)
+    physics.fog(clean, depth_m, 1.0)  # validates the depth map with fog's messages
+    target = np.asarray(_STATISTICS[method](clean, degraded), dtype=np.float64)
+    evaluate = _FogStatistics(clean, depth_m, airlight)
+    out = np.array([_solve(evaluate, method, t, grid, rtol) for t in target.ravel()])
+    out = out.reshape(target.shape)
     return float(out) if out.ndim == 0 else out
+
+
+# ------------------------------------------------------ nominal equivalence, items
+
+
+def nominal_equivalence(items, image_dir, depth_dir, *, max_side: int = 448, seed: int = 1,
+                        severities=IMAGENET_C_SEVERITIES, bracket_m=None, attrs=None,
+                        progress: bool = False):
+    """Nominal equivalence of the ImageNet-C severities for every item (spec Sec. III).
+
+    For each item the clean image is read and resized to the presented size (longer
+    side at most *max_side*, as shown to the models), its cached depth map is read, the
+    ImageNet-C fog is rendered at each severity with the per-image seed
+    :func:`imagenet_c_seed` (the images of the cube's ``imagenet_c`` arm, before the box
+    is drawn) and :func:`equivalent_visibility` is solved with both statistics.
+
+    Parameters
+    ----------
+    items : pandas.DataFrame
+        The items table (:func:`murk.items.select_items`): columns ``image_id``,
+        ``file_name``, ``width``, ``height`` (px).
+    image_dir : path
+        Folder holding the COCO images (``file_name``).
+    depth_dir : path
+        Depth cache folder holding ``<image_id>.npy`` (metres, at the presented size or
+        resized to it).
+    max_side : int, optional
+        Presented size, px (spec Sec. III: 448).
+    seed : int, optional
+        Study seed (``items_meta.json``).
+    severities : sequence of int, optional
+        ImageNet-C severities; default 1-5.
+    bracket_m : (float, float), optional
+        Search interval of :func:`equivalent_visibility`.
+    attrs : dict, optional
+        Provenance added to the Dataset's attributes (e.g. the depth backend).
+    progress : bool, optional
+        Show a progress bar.
+
+    Returns
+    -------
+    xarray.Dataset
+        Dims ``image`` (COCO id) x ``severity``; float64 variables ``v_eq_gain_m`` and
+        ``v_eq_std_ratio_m`` (m, NaN where no root in the bracket), ``gain`` and
+        ``std_ratio`` (1; the statistics of the ImageNet-C image against the clean one).
+
+    Raises
+    ------
+    FileNotFoundError
+        If an image or a depth map is missing.
+    """
+    import pandas as pd
+    import xarray as xr
+    from tqdm.auto import tqdm
+
+    from murk import depth as _depth
+    from murk import render
+
+    table = pd.DataFrame(items)
+    severities = [int(s) for s in severities]
+    shape = (len(table), len(severities))
+    data = {k: np.full(shape, np.nan) for k in ("v_eq_gain_m", "v_eq_std_ratio_m", "gain", "std_ratio")}
+    rows = tqdm(table.itertuples(index=False), total=len(table), desc="nominal", unit="img",
+                disable=not progress)
+    for i, row in enumerate(rows):
+        image_id = int(row.image_id)
+        img = render.load_image(Path(image_dir) / row.file_name)
+        size = render.presented_size(img.shape[1], img.shape[0], max_side)
+        img = render.resize_image(img, size)
+        z = _depth.load_depth(Path(depth_dir), image_id)
+        if z.shape != img.shape[:2]:
+            z = render.resize_depth(z, size)
+        degraded = np.stack([imagenet_c_fog(img, s, seed=imagenet_c_seed(seed, image_id))
+                             for s in severities])
+        data["gain"][i] = contrast_gain(img, degraded)
+        data["std_ratio"][i] = luma_std_ratio(img, degraded)
+        grid = _bracket_grid(EQUIVALENCE_BRACKET_M if bracket_m is None else bracket_m)
+        evaluate = _FogStatistics(img, z, physics.FOG_AIRLIGHT)  # renderings shared
+        for j in range(len(severities)):
+            data["v_eq_gain_m"][i, j] = _solve(evaluate, "gain", data["gain"][i, j], grid, 1e-4)
+            data["v_eq_std_ratio_m"][i, j] = _solve(evaluate, "std_ratio", data["std_ratio"][i, j],
+                                                    grid, 1e-4)
+    meta = {
+        "v_eq_gain_m": ("m", "fog visibility with the same contrast gain (nominal equivalence)"),
+        "v_eq_std_ratio_m": ("m", "fog visibility with the same luma std ratio (check)"),
+        "gain": ("1", "contrast gain of the ImageNet-C image (slope of degraded on clean luma)"),
+        "std_ratio": ("1", "luma standard deviation ratio, ImageNet-C over clean"),
+    }
+    ds = xr.Dataset(
+        {k: (("image", "severity"), v, {"units": meta[k][0], "long_name": meta[k][1]})
+         for k, v in data.items()},
+        coords={"image": ("image", table["image_id"].to_numpy(dtype=np.int64),
+                          {"long_name": "COCO image id"}),
+                "severity": ("severity", np.array(severities, dtype=np.int64),
+                             {"units": "1", "long_name": "ImageNet-C fog severity"})},
+    )
+    lo, hi = _bracket_grid(EQUIVALENCE_BRACKET_M if bracket_m is None else bracket_m)[[-1, 0]]
+    ds.attrs.update({"max_side_px": int(max_side), "seed": int(seed),
+                     "imagenet_c_seed_rule": "legacy seed from SeedSequence([seed * 1000003 + image_id, severity])",
+                     "bracket_m": [float(lo), float(hi)], "luma": "Rec. 601 of sRGB-encoded values",
+                     **(attrs or {})})
+    return ds
+
+
+def table_vii(ds) -> "pd.DataFrame":
+    """Table VII of the spec: ImageNet-C fog severities on the visibility axis.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        From :func:`nominal_equivalence` (``v_eq_gain_m``, ``v_eq_std_ratio_m`` over
+        image x severity).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per severity (index ``severity``) with ``median_v_eq_gain_m`` (median
+        over images, NaN ignored), ``p10_v_eq_gain_m``, ``p90_v_eq_gain_m``,
+        ``spread_p90_p10`` (their ratio: the spread across images),
+        ``median_v_eq_std_ratio_m`` and ``n_images`` (finite gain-matched V_eq). The
+        share of images whose gain-matched V_eq decreases strictly over all severities
+        (images with a NaN left out) is in ``df.attrs["monotone_share"]`` with its
+        denominator in ``df.attrs["monotone_n"]``, and as the column ``monotone_share``.
+    """
+    import pandas as pd
+
+    gain = ds["v_eq_gain_m"].transpose("image", "severity").values
+    ratio = ds["v_eq_std_ratio_m"].transpose("image", "severity").values
+    rows = []
+    with warnings.catch_warnings():  # all-NaN severities give NaN, quietly
+        warnings.simplefilter("ignore", RuntimeWarning)
+        p10, p50, p90 = np.nanpercentile(gain, [10, 50, 90], axis=0)
+        ratio_median = np.nanmedian(ratio, axis=0)
+    complete = np.all(np.isfinite(gain), axis=1)
+    monotone = np.all(np.diff(gain[complete], axis=1) < 0, axis=1)
+    share = float(monotone.mean()) if complete.any() else np.nan
+    for j, s in enumerate(ds["severity"].values):
+        rows.append({"severity": int(s), "median_v_eq_gain_m": p50[j], "p10_v_eq_gain_m": p10[j],
+                     "p90_v_eq_gain_m": p90[j], "spread_p90_p10": p90[j] / p10[j],
+                     "median_v_eq_std_ratio_m": ratio_median[j],
+                     "n_images": int(np.isfinite(gain[:, j]).sum()), "monotone_share": share})
+    df = pd.DataFrame(rows).set_index("severity")
+    df.attrs.update({"monotone_share": share, "monotone_n": int(complete.sum())})
+    return df

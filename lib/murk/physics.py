@@ -105,6 +105,8 @@ _SRGB_DECODE_LUT = np.where(
     ((_c + _SRGB_OFFSET) / (1.0 + _SRGB_OFFSET)) ** _SRGB_GAMMA,
 )
 _SRGB_DECODE_LUT.setflags(write=False)
+_SRGB_DECODE_LUT32 = _SRGB_DECODE_LUT.astype(np.float32)  # the renderers' working precision
+_SRGB_DECODE_LUT32.setflags(write=False)
 del _c
 
 
@@ -199,8 +201,109 @@ def linear_to_srgb(x):
 
 
 def _encode_uint8(linear: np.ndarray) -> np.ndarray:
-    """Linear light -> 8-bit sRGB, rounded to the nearest code value (half to even)."""
+    """Linear light -> 8-bit sRGB, rounded to the nearest code value (half to even).
+
+    The float64 *reference* encoder (pow per element). The renderers use the exact
+    table encoder :func:`_encode_uint8_lut` instead, which gives the same code for every
+    float32 input.
+    """
     return np.rint(linear_to_srgb(linear) * 255.0).astype(np.uint8)
+
+
+# ------------------------------------------------------- fast exact 8-bit encoder
+#
+# The renderers blend in float32 and encode with one table look-up instead of a pow
+# per element. For a float32 linear value x in [0, 1] the reference code is
+# ``rint(linear_to_srgb(float64(x)) * 255)`` (:func:`_encode_uint8`), a non-decreasing
+# step function of x with 255 steps. ``_ENCODE_THRESHOLDS[k - 1]`` is the smallest
+# float32 whose reference code is >= k (bisection over float32 bit patterns, which are
+# ordered like the values for x >= 0), so the code of x is the number of thresholds
+# <= x. The table is indexed by the upper 16 bits of x's bit pattern (16257 bins for
+# [0, 1]; a bin spans at most 2**-7 of its value, less than the 0.9 % by which
+# neighbouring thresholds differ near 1 and the >= 10 % near 0, so a bin holds at most
+# one threshold, which is asserted). With c the code at the bin's first value and l
+# the lower 16 bits of the threshold inside the bin (0x10000 if none), the entry is
+# ``e = (c << 17) + (2**17 - l)``, and ``(e + (bits & 0xFFFF)) >> 17`` is c + 1 when
+# ``bits & 0xFFFF >= l`` and c otherwise:
+#     code(x) = (table[bits >> 16] + (bits & 0xFFFF)) >> 17.
+# Integer operations only; bit-identical to the reference for every float32 in [0, 1]
+# (tested around every threshold and on random values; checked exhaustively over all
+# 1.07e9 float32 values in [0, 1] by ``benchmarks/physics.py --exhaustive``).
+
+
+def _build_encoder() -> tuple[np.ndarray, np.ndarray]:
+    def reference_code(bits: np.ndarray) -> np.ndarray:
+        x = bits.astype(np.uint32).view(np.float32).astype(np.float64)
+        return np.rint(linear_to_srgb(x) * 255.0)
+
+    one = int(np.float32(1.0).view(np.uint32))
+    k = np.arange(1, 256, dtype=np.float64)
+    lo = np.zeros(255, dtype=np.int64)  # bit patterns with code(lo) < k <= code(hi)
+    hi = np.full(255, one, dtype=np.int64)
+    while np.any(hi - lo > 1):
+        mid = (lo + hi) // 2
+        reached = reference_code(mid) >= k
+        hi = np.where(reached, mid, hi)
+        lo = np.where(reached, lo, mid)
+    thresholds = hi.astype(np.uint32).view(np.float32)
+    n_bins = (one >> 16) + 1
+    bin_start = (np.arange(n_bins, dtype=np.uint32) << 16).view(np.float32)
+    bin_code = np.searchsorted(thresholds, bin_start, side="right").astype(np.uint32)
+    bin_lower = np.full(n_bins, 0x10000, dtype=np.uint32)  # 0x10000: no threshold
+    bits = hi.astype(np.uint32)
+    inside = (bits & 0xFFFF) != 0  # a threshold at a bin start is counted in bin_code
+    index = bits[inside] >> 16
+    if np.unique(index).size != index.size:  # pragma: no cover - excluded by the spacing
+        raise AssertionError("sRGB encoder: two thresholds in one bin")
+    bin_lower[index] = bits[inside] & 0xFFFF
+    table = (bin_code << 17) + (0x20000 - bin_lower)
+    thresholds.setflags(write=False)
+    table.setflags(write=False)
+    return thresholds, table
+
+
+_ENCODE_THRESHOLDS, _ENCODE_TABLE = _build_encoder()
+
+#: Pixels per block of the renderers' kernel (work buffers of 0.2-0.4 MB each).
+_RENDER_BLOCK_PX = 16384
+
+
+def _encode_uint8_lut(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Exact table encoder: float32 linear values in [0, 1] -> uint8 sRGB codes.
+
+    Bit-identical to :func:`_encode_uint8` on the same float32 values. Values above 1
+    by less than 2**-7 give 255; negative values and NaN raise ``IndexError`` (the
+    renderers produce neither).
+
+    Parameters
+    ----------
+    x : numpy.ndarray of float32, any shape
+        Linear-light values.
+    out : numpy.ndarray of uint8, same shape, optional
+        Receives the codes.
+    """
+    return _Encoder(np.shape(x))(np.asarray(x, dtype=np.float32), out)
+
+
+class _Encoder:
+    """Work buffers of the table encoder for one array shape (allocated once per image:
+    fresh multi-megabyte temporaries at every level cost more than the arithmetic)."""
+
+    def __init__(self, shape: tuple[int, ...]):
+        self.index = np.empty(shape, dtype=np.intp)
+        self.entry = np.empty(shape, dtype=np.uint32)
+        self.low = np.empty(shape, dtype=np.uint32)
+
+    def __call__(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+        np.right_shift(bits, 16, out=self.index, casting="unsafe")
+        np.take(_ENCODE_TABLE, self.index, out=self.entry)
+        np.bitwise_and(bits, np.uint32(0xFFFF), out=self.low)
+        self.entry += self.low
+        if out is None:
+            out = np.empty(self.entry.shape, dtype=np.uint8)
+        np.right_shift(self.entry, np.uint32(17), out=out, casting="unsafe")
+        return out
 
 
 # ----------------------------------------------------------------- coefficients
@@ -410,27 +513,105 @@ def _render(
     visibilities: np.ndarray,
     relative_beta: np.ndarray | None,
     veiling_light: np.ndarray,
+    *,
+    rounded: bool = True,
 ) -> np.ndarray:
     """Shared kernel of all renderers: decode once, Eq. (1) per level, encode.
 
     ``relative_beta`` is ``None`` for a grey medium (fog), else the (3,) ratio
     beta_c / (3.912 / V). Single calls are this kernel with one level, so sweeps and
     single calls are bit-identical by construction.
+
+    Arithmetic (see :func:`_render_reference` for the plain float64 formulation):
+    the pixels are processed in blocks of ``_RENDER_BLOCK_PX``; each block is decoded
+    once through the exact 256-entry table (float32) and ``J - B`` and the path length
+    ``z * beta_c / beta_best`` (float64) are formed once; per level the optical depth
+    ``beta_c z`` is formed in float64 and rounded once to float32 (so that
+    ``(kappa z, kappa V)`` and ``(z, V)`` give the same float32 optical depth, hence
+    the same image, unless the two float64 products straddle a float32 rounding
+    boundary, about one value in 1e8), ``t = exp(-beta z)`` and ``I = (J - B) t + B``
+    are evaluated in float32 and encoded with the exact table encoder
+    (:func:`_encode_uint8_lut`). Against the float64 reference the 8-bit result
+    differs by at most one code value, and only where the exact value lies within
+    float32 rounding (~1e-7) of a rounding boundary (about 1 value in 1e6; tested,
+    and printed by ``benchmarks/physics.py``).
+
+    With ``rounded=False`` the unrounded sRGB values (float32 in [0, 1]) are returned
+    instead of uint8 codes (used by :mod:`murk.nominal`, whose root finding needs a
+    continuous statistic).
     """
-    linear = _SRGB_DECODE_LUT[image]  # (H, W, 3) float64
-    # NaN depth (no estimate) is treated as infinitely far: t = 0.
-    far = np.isnan(depth)
-    depth = np.where(far, np.inf, depth)
+    veil = np.asarray(veiling_light, dtype=np.float32)
+    rb = np.ones(3) if relative_beta is None else np.asarray(relative_beta, dtype=np.float64)
+    neg_beta = [None if np.isinf(v) else -(KOSCHMIEDER_CONSTANT / v) for v in visibilities]
+    out = np.empty((visibilities.size,) + image.shape, dtype=np.uint8 if rounded else np.float32)
+    pixels = image.reshape(-1, 3)
+    flat_depth = depth.reshape(-1)
+    flat_out = out.reshape(visibilities.size, -1, 3)
+    # Blocks of pixels: the work buffers stay small and in cache, and are reused for
+    # every block and level (fresh multi-megabyte temporaries cost more than the
+    # arithmetic, mostly in page faults).
+    block = min(_RENDER_BLOCK_PX, pixels.shape[0])
+    z_rb = np.empty((block, 3), dtype=np.float64)
+    linear = np.empty((block, 3), dtype=np.float32)
+    t = np.empty((block, 3), dtype=np.float32)
+    veil_block = np.broadcast_to(veil, (block, 3)).copy()  # same-shape add: no size-3 inner loop
+    rb_block = np.broadcast_to(rb, (block, 3)).copy()
+    encode = _Encoder((block, 3)) if rounded else None
+    for start in range(0, pixels.shape[0], block):
+        stop = min(start + block, pixels.shape[0])
+        n = stop - start
+        zb, lin, tb = z_rb[:n], linear[:n], t[:n]
+        np.take(_SRGB_DECODE_LUT32, pixels[start:stop], out=lin)  # decoded once
+        lin -= veil_block[:n]  # J - B
+        # The per-channel path-length factor (beta_c / beta_best, 1 for fog) is folded
+        # in once; NaN depth (no estimate) is treated as infinitely far: t = 0.
+        zb[...] = flat_depth[start:stop, np.newaxis]
+        if relative_beta is not None:
+            zb *= rb_block[:n]
+        zb[np.isnan(zb)] = np.inf
+        if n < block:
+            encode = _Encoder((n, 3)) if rounded else None
+        for level, nb in enumerate(neg_beta):
+            dest = flat_out[level, start:stop]
+            if nb is None:  # V = inf: no degradation
+                dest[...] = pixels[start:stop] if rounded else pixels[start:stop] / np.float32(255.0)
+                continue
+            # -beta_c z in float64, rounded once to float32, then t = exp(-beta_c z).
+            np.multiply(zb, nb, out=tb, casting="same_kind")
+            np.exp(tb, out=tb)
+            np.multiply(lin, tb, out=tb)
+            tb += veil_block[:n]  # I = (J - B) t + B, linear light
+            if rounded:
+                encode(tb, out=dest)
+            else:
+                dest[...] = linear_to_srgb(tb)
+    return out
+
+
+def _render_reference(
+    image: np.ndarray,
+    depth: np.ndarray,
+    visibilities: np.ndarray,
+    relative_beta: np.ndarray | None,
+    veiling_light: np.ndarray,
+) -> np.ndarray:
+    """Eq. (1) written plainly in float64, one level at a time (tests and benchmark).
+
+    ``I = J t + B (1 - t)`` with ``t`` from :func:`transmission`, encoded with the
+    float64 reference :func:`_encode_uint8`; the image is decoded at every level.
+    """
+    z = np.where(np.isnan(depth), np.inf, depth)
     out = np.empty((visibilities.size,) + image.shape, dtype=np.uint8)
     for level, v in enumerate(visibilities):
         if np.isinf(v):
             out[level] = image
             continue
+        linear = srgb_to_linear(image)
         beta = KOSCHMIEDER_CONSTANT / v
         if relative_beta is None:
-            t = transmission(depth, beta)[..., np.newaxis]  # (H, W, 1)
+            t = transmission(z, beta)[..., np.newaxis]
         else:
-            t = transmission(depth, beta * relative_beta, per_channel=True)  # (H, W, 3)
+            t = transmission(z, beta * relative_beta, per_channel=True)
         out[level] = _encode_uint8(linear * t + veiling_light * (1.0 - t))
     return out
 
@@ -492,7 +673,7 @@ def fog(image, depth_m, visibility_m, airlight=FOG_AIRLIGHT):
     return _render(image, depth, np.array([v]), None, a)[0]
 
 
-def fog_sweep(image, depth_m, visibilities_m=None, airlight=FOG_AIRLIGHT):
+def fog_sweep(image, depth_m, visibilities_m=None, airlight=FOG_AIRLIGHT, *, rounded=True):
     """Render fog at several visibilities of one image (decoding it once).
 
     Parameters
@@ -505,11 +686,16 @@ def fog_sweep(image, depth_m, visibilities_m=None, airlight=FOG_AIRLIGHT):
         Visibilities in metres, positive (``np.inf`` allowed); default ``SWEEP_M``.
     airlight : float or array_like of shape (3,), optional
         Airlight *A* in linear light; default ``FOG_AIRLIGHT``.
+    rounded : bool, optional
+        ``True`` (default): 8-bit codes. ``False``: the same renderings before 8-bit
+        rounding, as float32 sRGB values in [0, 1] (continuous in V; used by the
+        root finding of :func:`murk.nominal.equivalent_visibility`).
 
     Returns
     -------
-    numpy.ndarray of uint8, shape (L, H, W, 3)
-        ``out[i]`` is exactly ``fog(image, depth_m, visibilities_m[i], airlight)``.
+    numpy.ndarray of uint8 (float32 if not *rounded*), shape (L, H, W, 3)
+        ``out[i]`` is exactly ``fog(image, depth_m, visibilities_m[i], airlight)``
+        (if *rounded*).
 
     Raises
     ------
@@ -519,7 +705,7 @@ def fog_sweep(image, depth_m, visibilities_m=None, airlight=FOG_AIRLIGHT):
     image, depth = _check_image_depth(image, depth_m, "fog_sweep")
     v = _check_visibilities(SWEEP_M if visibilities_m is None else visibilities_m, "fog_sweep")
     a = _check_airlight(airlight, "fog_sweep")
-    return _render(image, depth, v, None, a)
+    return _render(image, depth, v, None, a, rounded=bool(rounded))
 
 
 def underwater(image, depth_m, visibility_m):
