@@ -67,7 +67,10 @@ rule depth:
         nb="notebooks/02_depth.py",
         item_table=rules.select.output.item_table,
     output:
-        f"{OUT}/depth/current.json",
+        current=f"{OUT}/depth/current.json",
+        nominal=f"{OUT}/analysis/nominal_equivalence.nc",
+        table_vii=f"{OUT}/analysis/tbl-nominal.md",
+        scene=f"{OUT}/figures/scene_levels.png",
     log:
         f"{NB}/02_depth.ipynb",
     params:
@@ -82,7 +85,7 @@ rule readout:
     input:
         nb="notebooks/03_readout.py",
         item_table=rules.select.output.item_table,
-        depth=rules.depth.output,
+        depth=rules.depth.output.current,
     output:
         touch(f"{OUT}/readout/{{slug}}.done"),
     log:
@@ -103,7 +106,12 @@ rule analyse:
     output:
         numbers=f"{OUT}/paper_numbers.json",
         figures=expand(f"{OUT}/figures/{{name}}_{{task}}.{{ext}}",
-                       name=["accuracy", "confidence", "verbal", "abstain"], task=["t2", "t3"], ext=["png", "pdf"]),
+                       name=["accuracy", "confidence", "verbal", "abstain", "reliability", "abstain2"],
+                       task=["t2", "t3"], ext=["png", "pdf"]),
+        scores=f"{OUT}/analysis/scores.nc",
+        tables=expand(f"{OUT}/analysis/{{t}}.md", t=["tbl-crossings", "tbl-end-of-sweep", "tbl-sweep-t2",
+                                                     "tbl-sweep-t3", "tbl-auroc", "tbl-monotonicity",
+                                                     "tbl-confident", "tbl-models", "tbl-prompts", "tbl-config"]),
         cube=directory(f"{OUT}/cube.zarr"),
     log:
         f"{NB}/04_analyse.ipynb",

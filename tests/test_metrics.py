@@ -20,6 +20,19 @@ from murk.metrics import (
     crossing_visibility,
     crossing_visibility_da,
     expected_calibration_error,
+    abstain_rate,
+    bootstrap_counts,
+    counts_from_indices,
+    mean_confidence,
+    monotonicity,
+    monotonicity_da,
+    percentile_interval,
+    reliability_bins,
+    resampled_auroc,
+    resampled_ece,
+    resampled_means,
+    risk_coverage_curve,
+    selective_risk_coverage,
 )
 
 SWEEP = np.array([250.0, 125.0, 62.5, 31.25, 15.625, 7.8125, 3.90625, 1.953125])
@@ -270,3 +283,223 @@ def test_auroc_nd_nan_and_single_class():
     da = xr.DataArray(conf, dims=("model", "level", "image"))
     dc = xr.DataArray(corr, dims=("model", "level", "image"))
     np.testing.assert_allclose(auroc(da, dc, dim="image").values, out)
+
+
+
+# ----------------------------------------------------------------------------- spec Sec. IV, quoted crossings
+
+
+def _spec_series(clean, v62, v15, v7, v3):
+    """The spec's quoted series on the 8 sweep levels; a level not quoted takes the value of the
+    nearest clearer quoted level (clean for 250 and 125 m, 62.5 m for 31.25 m, 3.9 m for 1.95 m)."""
+    return np.array([clean, clean, v62, v62, v15, v7, v3, v3])
+
+
+def test_spec_qwen2b_fog_crossing_12_4_m():
+    # spec Sec. IV: Qwen-2B 0.99 clean, 0.97 at 62.5 m, 0.74 at 15.6, 0.38 at 7.8, 0.25 at 3.9 m (chance 0.25)
+    v, c = crossing_visibility(SWEEP, _spec_series(0.99, 0.97, 0.74, 0.38, 0.25), 0.99, 0.25)
+    assert not c and float(v) == pytest.approx(12.4, abs=0.05)
+
+
+def test_spec_intern2b_fog_crossing_14_1_m():
+    # spec Sec. IV: Intern-2B 0.98, 0.95, 0.67, 0.31, 0.24 -> V_acc = 14.1 m (the floor is chance, 0.25)
+    v, c = crossing_visibility(SWEEP, _spec_series(0.98, 0.95, 0.67, 0.31, 0.24), 0.98, 0.25)
+    assert not c and float(v) == pytest.approx(14.1, abs=0.1)
+
+
+def test_spec_censored_confidence_gives_lower_bound_w():
+    # a confidence that stays above its midway (spec: c_int 0.81 at 1.95 m, clean ~0.99)
+    acc_v, _ = crossing_visibility(SWEEP, _spec_series(0.99, 0.97, 0.74, 0.38, 0.25), 0.99, 0.25)
+    conf = np.array([0.99, 0.99, 0.98, 0.97, 0.93, 0.88, 0.83, 0.81])
+    v, c = crossing_visibility(SWEEP, conf, 0.99, 0.25)
+    assert bool(c) and float(v) == 1.953125
+    w = blind_spot_width(acc_v, v)
+    # W >= log10(12.4 / 1.953125) = 0.80, the spec's "W >= 0.80 decades in fog" for Qwen-2B
+    assert float(w) == pytest.approx(0.80, abs=0.005)
+
+
+# ----------------------------------------------------------------------------- paired bootstrap
+
+
+def test_bootstrap_counts_match_indices_and_prefix():
+    idx = bootstrap_indices(50, 200, 3)
+    cnt = bootstrap_counts(50, 200, 3)
+    assert cnt.shape == (200, 50) and cnt.dtype == np.float64
+    np.testing.assert_array_equal(cnt.sum(axis=1), 50)
+    np.testing.assert_array_equal(cnt, counts_from_indices(idx, 50))
+    for b in (0, 17, 199):
+        np.testing.assert_array_equal(cnt[b], np.bincount(idx[b], minlength=50))
+    # the 1000 per-condition resamples are the first 1000 of the 2000 crossing resamples
+    np.testing.assert_array_equal(bootstrap_counts(50, 2000, 3)[:1000], bootstrap_counts(50, 1000, 3))
+    with pytest.raises(ValueError):
+        counts_from_indices(np.array([[0, 5]]), 3)
+
+
+def test_two_bootstrap_runs_with_one_seed_agree_exactly():
+    rng = np.random.default_rng(1)
+    x = rng.random((3, 4, 100))
+    x[0, 1, :20] = np.nan
+    a = resampled_means(x, bootstrap_counts(100, 1000, 7))
+    b = resampled_means(x, bootstrap_counts(100, 1000, 7))
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, resampled_means(x, bootstrap_counts(100, 1000, 8)))
+    # and equal the explicit resampling loop
+    idx = bootstrap_indices(100, 1000, 7)
+    np.testing.assert_allclose(a, np.nanmean(x[..., idx], axis=-1), rtol=1e-12)
+
+
+def test_percentile_interval():
+    r = np.arange(101, dtype=float)
+    lo, hi = percentile_interval(r, 0.9)
+    assert lo == pytest.approx(5.0) and hi == pytest.approx(95.0)
+    lo, hi = percentile_interval(np.full((2, 10), np.nan), 0.95)
+    assert np.isnan(lo).all() and np.isnan(hi).all()
+    with pytest.raises(ValueError):
+        percentile_interval(r, 1.0)
+
+
+def test_resampled_ece_equals_ece_of_each_resample():
+    rng = np.random.default_rng(3)
+    conf = np.round(rng.random((4, 80)), 2)
+    conf[0, :4] = [0.0, 1.0, 0.3, 0.7]  # bin edges
+    corr = (rng.random((4, 80)) < conf).astype(float)
+    conf[1, :5] = np.nan
+    corr[2, 7] = np.nan
+    counts = bootstrap_counts(80, 300, 0)
+    idx = bootstrap_indices(80, 300, 0)
+    got = resampled_ece(conf, corr, counts)
+    assert got.shape == (4, 300)
+    np.testing.assert_allclose(got, expected_calibration_error(conf[:, idx], corr[:, idx]), atol=1e-12)
+
+
+def test_resampled_auroc_equals_auroc_of_each_resample():
+    rng = np.random.default_rng(4)
+    conf = np.round(rng.random((5, 60)), 1)  # ties
+    corr = (rng.random((5, 60)) < conf).astype(float)
+    corr[3] = 1.0  # one class only: NaN
+    conf[1, :6] = np.nan
+    counts = bootstrap_counts(60, 400, 2)
+    idx = bootstrap_indices(60, 400, 2)
+    ref = auroc(conf[:, idx], corr[:, idx])
+    for chunk in (2**23, 500):  # chunking does not change the result
+        got = resampled_auroc(conf, corr, counts, max_elements=chunk)
+        np.testing.assert_allclose(got, ref, atol=1e-12)
+    assert np.isnan(got[3]).all()
+    # against scikit-learn on one resample
+    b = 5
+    keep = ~np.isnan(conf[0, idx[b]])
+    assert got[0, b] == pytest.approx(roc_auc_score(corr[0, idx[b]][keep], conf[0, idx[b]][keep]), abs=1e-12)
+
+
+def test_auroc_matches_sklearn_to_1e12():
+    rng = np.random.default_rng(9)
+    for _ in range(5):
+        conf = rng.random(300) ** 3
+        conf[:40] = 1.0  # many ties at exactly 1
+        corr = (rng.random(300) < 0.6).astype(int)
+        assert abs(float(auroc(conf, corr)) - roc_auc_score(corr, conf)) < 1e-12
+
+
+def test_ece_extremes_zero_and_one():
+    # confidence 1.0 goes into the last bin, 0.0 into the first
+    count, mean_c, acc = reliability_bins(np.array([0.0, 0.0, 1.0, 1.0, 0.95]), np.array([0, 1, 1, 1, 0]))
+    np.testing.assert_array_equal(count, [2, 0, 0, 0, 0, 0, 0, 0, 0, 3])
+    assert mean_c[0] == 0.0 and acc[0] == 0.5
+    assert mean_c[9] == pytest.approx(2.95 / 3) and acc[9] == pytest.approx(2 / 3)
+    ece = (2 * 0.5 + 3 * abs(2 / 3 - 2.95 / 3)) / 5
+    assert float(expected_calibration_error([0.0, 0.0, 1.0, 1.0, 0.95], [0, 1, 1, 1, 0])) == pytest.approx(ece)
+    assert float(expected_calibration_error([1.0], [1])) == 0.0
+    assert float(expected_calibration_error([0.0], [1])) == 1.0
+
+
+def test_reliability_bins_xarray():
+    rng = np.random.default_rng(0)
+    conf = xr.DataArray(rng.random((2, 3, 40)), dims=("model", "level", "image"))
+    corr = xr.DataArray((rng.random((2, 3, 40)) < 0.5).astype(float), dims=("model", "level", "image"))
+    ds = reliability_bins(conf, corr, dim=["level", "image"])
+    assert ds["count"].dims == ("model", "bin") and (ds["count"].sum("bin") == 120).all()
+    assert ds["bin_hi"].values[-1] == 1.0
+    ece = (ds["count"] * np.abs(ds["accuracy"] - ds["mean_confidence"])).sum("bin") / ds["count"].sum("bin")
+    np.testing.assert_allclose(ece.values, expected_calibration_error(conf, corr, dim=["level", "image"]).values)
+
+
+def test_mean_confidence_and_abstain_rate():
+    da = xr.DataArray([[0.5, 1.0, np.nan]], dims=("model", "image"))
+    assert float(mean_confidence(da, "image")[0]) == 0.75
+    assert float(abstain_rate(np.array([1.0, 0.0, 0.0, 1.0]))) == 0.5
+
+
+# ----------------------------------------------------------------------------- selective answering
+
+
+def test_risk_coverage_curve_against_brute_force():
+    rng = np.random.default_rng(5)
+    conf = np.round(rng.random(200), 2)
+    corr = (rng.random(200) < conf).astype(float)
+    t, cov, risk = risk_coverage_curve(conf, corr)
+    assert np.all(np.diff(t) < 0) and np.all(np.diff(cov) > 0) and cov[-1] == 1.0
+    for tau, cv, rk in zip(t, cov, risk):
+        ans = conf >= tau
+        assert cv == pytest.approx(ans.mean()) and rk == pytest.approx(1 - corr[ans].mean())
+    assert risk[-1] == pytest.approx(1 - corr.mean())
+    assert risk_coverage_curve([np.nan], [1])[0].size == 0
+    with pytest.raises(ValueError):
+        risk_coverage_curve(np.ones((2, 2)), np.ones((2, 2)))
+
+
+def test_selective_risk_coverage_abstain():
+    a = np.array([0, 0, 1, 0, 1, np.nan])
+    c = np.array([1, 0, 0, 1, 1, 1])
+    cov, risk = selective_risk_coverage(a, c)
+    assert float(cov) == pytest.approx(3 / 5) and float(risk) == pytest.approx(1 / 3)
+    cov, risk = selective_risk_coverage(np.ones(3), np.ones(3))
+    assert float(cov) == 0.0 and np.isnan(risk)
+    da = xr.DataArray(np.stack([a, 1 - np.nan_to_num(a)]), dims=("model", "image"))
+    dc = xr.DataArray(np.stack([c, c]), dims=("model", "image"))
+    cov, risk = selective_risk_coverage(da, dc, dim="image")
+    assert cov.dims == ("model",) and float(cov[0]) == pytest.approx(0.6)
+
+
+# ----------------------------------------------------------------------------- monotonicity
+
+
+def test_monotonicity_raw_and_beyond_noise():
+    n = 400
+    # accuracy-like series on 400 images: 1 -> 0.9 -> 0.92 (a rise within noise: 20 images gain,
+    # 12 lose, 2 SE = 0.028 > 0.02) -> 0.5 -> 0.8 (a rise far beyond noise)
+    l0 = np.ones(n)
+    l1 = l0.copy()
+    l1[:40] = 0
+    l2 = l1.copy()
+    l2[:20] = 1
+    l2[100:112] = 0
+    l3 = l2.copy()
+    l3[np.flatnonzero(l3)[:168]] = 0
+    l4 = l3.copy()
+    l4[np.flatnonzero(l4 == 0)[:120]] = 1
+    x = np.stack([l0, l1, l2, l3, l4])
+    np.testing.assert_allclose(x.mean(axis=1), [1.0, 0.9, 0.92, 0.5, 0.8])
+    raw, sig, k = monotonicity(x, -1)
+    assert int(k) == 4
+    assert float(raw) == pytest.approx(2 / 4)      # both rises are wrong-way moves
+    assert float(sig) == pytest.approx(1 / 4)      # only 0.5 -> 0.8 exceeds 2 SE
+    # abstain-like: falling is wrong
+    raw, sig, _ = monotonicity(1 - x, +1)
+    assert float(raw) == pytest.approx(2 / 4) and float(sig) == pytest.approx(1 / 4)
+    # a perfectly monotone series has no wrong moves; NaN levels reduce the pairs
+    y = np.array([[1.0, 1.0], [0.8, 0.8], [np.nan, np.nan], [0.2, 0.3]])
+    raw, sig, k = monotonicity(y, -1)
+    assert float(raw) == 0.0 and int(k) == 1
+    with pytest.raises(ValueError):
+        monotonicity(y, 0)
+
+
+def test_monotonicity_da_per_readout_direction():
+    x = np.array([[1.0, 1.0], [0.5, 0.5], [0.6, 0.6]])
+    da = xr.DataArray(np.stack([x, x], axis=0), dims=("readout", "level", "image"),
+                      coords={"readout": ["correct", "abstain"]})
+    sign = xr.DataArray([-1, 1], dims="readout", coords={"readout": ["correct", "abstain"]})
+    out = monotonicity_da(da, sign)
+    # correct: 0.5 -> 0.6 is wrong; abstain: 1 -> 0.5 is wrong
+    np.testing.assert_allclose(out["raw"].values, [0.5, 0.5])
+    np.testing.assert_array_equal(out["n_pairs"].values, [2, 2])

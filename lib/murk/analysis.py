@@ -1,10 +1,26 @@
-"""From the cube to the study's summaries: condition means, crossings, W.
+"""From the cube to the study's summaries: every statistic of spec Sec. III/IV.
 
-Every statistic is an image-level mean with a percentile bootstrap interval
-over images (spec Sec. III), paired: the same resampled image indices serve
-every model, arm, level, task and read-out, so differences and crossings are
-consistent. Resampled means are computed as a (resamples × images) count
-matrix times the data, i.e. without a Python loop over resamples.
+Every statistic is an image-level quantity with a percentile bootstrap interval
+over images (spec Sec. III), *paired*: one matrix of draw counts
+(:func:`murk.metrics.bootstrap_counts`, resamples × images) serves every
+model, arm, level, task and read-out, so differences and crossings are
+consistent. Per-condition values use its first 1000 rows, crossing points all
+2000 (NumPy fills the draw row by row, so these are the same resamples).
+Resampled statistics are products of the data with that matrix: there is no
+Python loop over resamples.
+
+Contents
+--------
+image_scores        cube -> image-level scores (t3 = mean of its two questions)
+question_scores     cube -> question-level values for pooled statistics (ECE, AUROC)
+condition_means     mean, interval and n per model × arm × level × task × read-out
+crossing_table      V_acc, V_aware, W (+ blank-floor V_acc) with intervals
+confidence_scores   ECE and AUROC of c_int and verbal confidence per condition
+selective_abstain   coverage and risk of answering through the abstain options
+monotonicity_table  wrong-way moves per signal series, raw and > 2 SE
+confident_errors    accuracy of answers with c_int >= 0.9 in the murky levels
+reliability_table   reliability-diagram data per model, arm and task
+analyse             all of the above from one draw, plus the ``scores`` dataset
 """
 
 from __future__ import annotations
@@ -16,13 +32,32 @@ import xarray as xr
 
 from murk import cube, metrics
 
-__all__ = ["SIGNALS", "AWARENESS_SIGNALS", "image_scores", "resample_counts", "condition_means",
-           "floor_of", "crossing_table"]
+__all__ = ["SIGNALS", "AWARENESS_SIGNALS", "CONFIDENCES", "DIRECTION", "STATS", "image_scores",
+           "question_scores", "resample_counts", "condition_means", "floor_of", "crossing_table",
+           "confidence_scores", "selective_abstain", "monotonicity_table", "confident_errors",
+           "reliability_table", "scores_dataset", "analyse"]
 
 #: read-outs summarised per condition
 SIGNALS = ("correct", "c_int", "verbal_conf", "abstain", "abstain2")
 #: awareness signals whose crossing is compared with accuracy's (spec Sec. III)
 AWARENESS_SIGNALS = ("c_int", "verbal_conf", "abstain", "abstain2")
+#: confidences scored as detectors of correct answers (ECE, AUROC, reliability)
+CONFIDENCES = ("c_int", "verbal_conf")
+#: expected direction of each signal going murkier (spec Sec. III, "Monotonicity")
+DIRECTION = {"correct": -1, "c_int": -1, "verbal_conf": -1, "abstain": 1, "abstain2": 1}
+#: the ``stat`` coordinate of the scores dataset
+STATS = ("point", "lo", "hi")
+
+
+def _values(ds: xr.Dataset) -> xr.DataArray:
+    """The cube's ``value`` as float64, rounded to 6 decimals.
+
+    The store keeps float32 (about 7 significant digits); rounding restores
+    the decimal values the read-out produced (a verbal 0.70 is 0.69999999 in
+    float32 and would fall into the ECE bin [0.6, 0.7); a c_int of 0.9 would
+    miss the threshold c >= 0.9) and changes nothing beyond float32 precision.
+    """
+    return ds["value"].astype(np.float64).round(6)
 
 
 def image_scores(ds: xr.Dataset) -> xr.DataArray:
@@ -30,78 +65,124 @@ def image_scores(ds: xr.Dataset) -> xr.DataArray:
 
     Parameters
     ----------
-    ds : the cube (:mod:`murk.cube`)
+    ds : xarray.Dataset
+        The cube (:mod:`murk.cube`).
 
     Returns
     -------
-    float64 DataArray (model, arm, level, task, image, readout)
+    xarray.DataArray
+        float64 (model, arm, level, task, image, readout), rounded to 6
+        decimals (see :func:`_values`); t3 is the mean of
+        its two questions (:func:`murk.cube.t3_image_scores`).
     """
-    value = ds["value"].sel(readout=list(SIGNALS)).astype(np.float64)
+    value = _values(ds).sel(readout=list(SIGNALS))
     return cube.t3_image_scores(value).transpose("model", "arm", "level", "task", "image", "readout")
+
+
+def question_scores(ds: xr.Dataset, task: str) -> tuple[xr.DataArray, np.ndarray]:
+    """Question-level values of one task, for statistics pooled over questions.
+
+    ECE, AUROC and reliability bins need a 0/1 correctness per question; t3
+    has two questions per image, which are pooled and resampled together with
+    their image.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        The cube.
+    task : {"t2", "t3"}
+
+    Returns
+    -------
+    values : xarray.DataArray
+        float64 (model, arm, level, unit, readout); ``unit`` = the n images
+        (t2) or the n true-category then the n distractor questions (t3).
+    image_of_unit : numpy.ndarray
+        Shape (units,), int64: the image position of each unit, to expand a
+        (B, n) count matrix to ``counts[:, image_of_unit]``.
+
+    Raises
+    ------
+    ValueError
+        If ``task`` is not t2 or t3.
+    """
+    v = _values(ds)
+    n = ds.sizes["image"]
+    if task == "t2":
+        parts = [v.sel(task="t2", drop=True)]
+    elif task == "t3":
+        parts = [v.sel(task="t3_true", drop=True), v.sel(task="t3_false", drop=True)]
+    else:
+        raise ValueError(f"task must be 't2' or 't3', got {task!r}")
+    parts = [p.drop_vars([c for c in p.coords if "image" in p[c].dims]).rename(image="unit") for p in parts]
+    out = xr.concat(parts, dim="unit").transpose("model", "arm", "level", "unit", "readout")
+    return out, np.tile(np.arange(n), len(parts))
 
 
 def resample_counts(n_images: int, n_resamples: int, seed: int) -> np.ndarray:
     """How often each image is drawn in each bootstrap resample.
 
-    Parameters
-    ----------
-    n_images, n_resamples : int
-    seed : int
-        Seed of :func:`murk.metrics.bootstrap_indices` (paired resampling).
+    The one implementation is :func:`murk.metrics.bootstrap_counts`; this
+    name is kept for callers of the analysis module.
 
     Returns
     -------
-    float64 ndarray (n_resamples, n_images); each row sums to ``n_images``.
+    numpy.ndarray
+        float64 (n_resamples, n_images); each row sums to ``n_images``.
     """
-    idx = metrics.bootstrap_indices(n_images, n_resamples, seed)
-    counts = np.zeros((n_resamples, n_images))
-    np.add.at(counts, (np.repeat(np.arange(n_resamples), n_images), idx.ravel()), 1.0)
-    return counts
+    return metrics.bootstrap_counts(n_images, n_resamples, seed)
 
 
-def _resampled_means(scores: xr.DataArray, counts: np.ndarray) -> xr.DataArray:
-    """NaN-aware means over ``image`` for each resample: (bootstrap, ...)."""
-    x = scores.transpose("image", ...)
-    v = x.values.reshape(x.sizes["image"], -1)
-    ok = ~np.isnan(v)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        m = (counts @ np.where(ok, v, 0.0)) / (counts @ ok)
-    dims = ("bootstrap", *x.dims[1:])
-    shape = (counts.shape[0], *x.shape[1:])
-    coords = {k: c for k, c in x.coords.items() if "image" not in c.dims}
-    return xr.DataArray(m.reshape(shape), dims=dims, coords=coords)
+def _boot(scores: xr.DataArray, counts: np.ndarray) -> xr.DataArray:
+    """Resampled means over ``image``, a trailing ``bootstrap`` dim."""
+    return metrics.bootstrap_resample_means(scores, "image", counts=counts)
+
+
+def _interval(boot: xr.DataArray, ci_level: float, dim: str = "bootstrap") -> tuple[xr.DataArray, xr.DataArray]:
+    b = boot.transpose(..., dim)
+    lo, hi = metrics.percentile_interval(b.values, ci_level, axis=-1)
+    like = b.isel({dim: 0}, drop=True)
+    return like.copy(data=lo), like.copy(data=hi)
+
+
+def _counts(counts: np.ndarray | None, n: int, n_resamples: int, seed: int) -> np.ndarray:
+    if counts is None:
+        return metrics.bootstrap_counts(n, n_resamples, seed)
+    if counts.shape[0] < n_resamples:
+        raise ValueError(f"counts has {counts.shape[0]} resamples, {n_resamples} needed")
+    return counts[:n_resamples]
 
 
 def condition_means(scores: xr.DataArray, n_resamples: int = 1000, seed: int = 0,
-                    ci_level: float = 0.95) -> xr.Dataset:
+                    ci_level: float = 0.95, counts: np.ndarray | None = None) -> xr.Dataset:
     """Mean over images per condition with a paired percentile bootstrap interval.
 
     Parameters
     ----------
-    scores : DataArray with an ``image`` dim (e.g. :func:`image_scores`)
-    n_resamples : int
-        1000 for per-condition values (spec Sec. III).
-    seed : int
-    ci_level : float
-        Central interval mass (0.95).
+    scores : xarray.DataArray
+        Values with an ``image`` dim (e.g. :func:`image_scores`); NaN missing.
+    n_resamples : int, default 1000
+        Per-condition values (spec Sec. III).
+    seed : int, default 0
+    ci_level : float, default 0.95
+        Central interval mass.
+    counts : numpy.ndarray, optional
+        (B, n_images) draw counts to reuse (paired with other statistics);
+        its first ``n_resamples`` rows are used.
 
     Returns
     -------
-    Dataset with ``mean``, ``lo``, ``hi`` and ``n`` (images with a value), dims of
-    ``scores`` without ``image``.
+    xarray.Dataset
+        ``mean``, ``lo``, ``hi`` (float64) and ``n`` (images with a value),
+        dims of ``scores`` without ``image``.
     """
-    counts = resample_counts(scores.sizes["image"], n_resamples, seed)
-    boot = _resampled_means(scores, counts)
-    a = (1 - ci_level) / 2
+    counts = _counts(counts, scores.sizes["image"], n_resamples, seed)
+    lo, hi = _interval(_boot(scores, counts), ci_level)
     with warnings.catch_warnings():  # cells that do not exist (e.g. blank at level 3) are all-NaN: NaN is right
         warnings.simplefilter("ignore", RuntimeWarning)
-        q = boot.quantile([a, 1 - a], dim="bootstrap", skipna=True)
-    return xr.Dataset({
-        "mean": scores.mean("image", skipna=True),
-        "lo": q.isel(quantile=0, drop=True),
-        "hi": q.isel(quantile=1, drop=True),
-        "n": scores.notnull().sum("image"),
-    })
+        mean = scores.mean("image", skipna=True)
+    return xr.Dataset({"mean": mean, "lo": lo.transpose(*mean.dims), "hi": hi.transpose(*mean.dims),
+                       "n": scores.notnull().sum("image")})
 
 
 def floor_of(task: str, signal: str, chance: dict | None = None) -> float:
@@ -116,58 +197,437 @@ def floor_of(task: str, signal: str, chance: dict | None = None) -> float:
 
 def crossing_table(scores: xr.DataArray, n_resamples: int = 2000, seed: int = 0,
                    ci_level: float = 0.95, chance: dict | None = None,
-                   arms=cube.PHYSICAL_ARMS) -> xr.Dataset:
+                   arms=cube.PHYSICAL_ARMS, counts: np.ndarray | None = None) -> xr.Dataset:
     """Crossing visibilities and blind-spot widths with bootstrap intervals.
 
     For each model, physical arm, task and signal: the crossing visibility
     (:func:`murk.metrics.crossing_visibility`, levels 1-8 against the clean
-    value at level 0), and for each awareness signal W = log10(V_acc / V_aware)
-    (:func:`murk.metrics.blind_spot_width`). Intervals come from 2000 paired
-    image resamples (spec Sec. III).
+    value at level 0, floors from :func:`floor_of`), and for each awareness
+    signal W = log10(V_acc / V_aware) (:func:`murk.metrics.blind_spot_width`).
+    Intervals come from 2000 paired image resamples (spec Sec. III); in each
+    resample the clean value, the series and (for the blank floor) the
+    blank-image accuracy are resampled together.
+
+    Post-hoc variant (spec Sec. III, "Post-hoc additions"): ``v_acc_blank_m``
+    is V_acc with the model's blank-image accuracy (arm ``blank``) as the
+    floor instead of chance; NaN when the cube has no blank arm.
 
     Returns
     -------
-    Dataset (model, arm, task, readout) with ``v_cross_m``, ``v_lo_m``,
-    ``v_hi_m``, ``censored`` (bool), ``w``, ``w_lo``, ``w_hi`` (decades; NaN for
-    ``correct``) and ``w_lower_bound`` (bool: V_aware censored, so W is "≥").
+    xarray.Dataset
+        (model, arm, task, readout): ``v_cross_m``, ``v_lo_m``, ``v_hi_m`` (m),
+        ``censored`` (bool); ``w``, ``w_lo``, ``w_hi`` (decades; NaN for
+        ``correct``, and where both crossings are censored), ``w_lower_bound``
+        (bool: V_aware censored, V_acc not: W is "≥") and ``w_upper_bound``
+        (bool: V_acc censored, V_aware not: W is "≤"). (model, arm, task):
+        ``v_acc_blank_m``, ``v_acc_blank_lo_m``, ``v_acc_blank_hi_m``,
+        ``censored_blank``.
     """
     x = scores.sel(arm=list(arms))
     vis = x["visibility_m"].values[1:]
-    counts = resample_counts(x.sizes["image"], n_resamples, seed)
-    point = x.mean("image", skipna=True)                           # (model, arm, level, task, readout)
-    boot = _resampled_means(x, counts)                             # (bootstrap, model, arm, level, task, readout)
+    counts = _counts(counts, x.sizes["image"], n_resamples, seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        point = x.mean("image", skipna=True)                       # (model, arm, level, task, readout)
+    boot = _boot(x, counts)                                        # (..., bootstrap)
     floors = xr.DataArray(
         [[floor_of(t, s, chance) for s in x["readout"].values] for t in x["task"].values],
         dims=("task", "readout"), coords={"task": x["task"], "readout": x["readout"]})
 
-    def cross(m: xr.DataArray):
+    def cross(m: xr.DataArray, fl: xr.DataArray):
         m = m.transpose(..., "level")
         like = m.isel(level=0, drop=True)
-        fl = floors.broadcast_like(like).transpose(*like.dims)
+        fl = fl.broadcast_like(like).transpose(*like.dims)
         v, c = metrics.crossing_visibility(vis, m.isel(level=slice(1, None)).values, like.values, fl.values)
         return like.copy(data=np.asarray(v, float)), like.copy(data=np.asarray(c, bool))
 
-    v, cens = cross(point)
-    with warnings.catch_warnings():  # signals without any crossing give all-NaN slices: NaN is the answer
-        warnings.simplefilter("ignore", RuntimeWarning)
-        vb, _ = cross(boot)
-        return _crossing_dataset(x, v, cens, vb, ci_level)
+    v, cens = cross(point, floors)
+    vb, censb = cross(boot, floors)
+    out = _crossing_dataset(x, v, cens, vb, censb, ci_level)
+
+    # post-hoc: V_acc against the model's blank-image accuracy as the floor
+    acc_p, acc_b = point.sel(readout="correct", drop=True), boot.sel(readout="correct", drop=True)
+    if "blank" in scores["arm"].values:
+        blank = scores.sel(arm="blank", level=0, readout="correct", drop=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            fl_p = blank.mean("image", skipna=True)
+        fl_b = _boot(blank, counts)
+    else:
+        fl_p = xr.full_like(acc_p.isel(level=0, drop=True), np.nan)
+        fl_b = xr.full_like(acc_b.isel(level=0, drop=True), np.nan)
+    vbl, cbl = cross(acc_p, fl_p)
+    vblb, _ = cross(acc_b, fl_b)
+    lo, hi = _interval(vblb, ci_level)
+    out["v_acc_blank_m"] = vbl.transpose(*out["w"].dims[:-1])
+    out["v_acc_blank_lo_m"] = lo.transpose(*out["w"].dims[:-1])
+    out["v_acc_blank_hi_m"] = hi.transpose(*out["w"].dims[:-1])
+    out["censored_blank"] = cbl.transpose(*out["w"].dims[:-1])
+    out["v_acc_blank_m"].attrs.update(units="m", long_name="V_acc with the blank-image accuracy as floor (post hoc)")
+    return out
 
 
-def _crossing_dataset(x, v, cens, vb, ci_level):
-    a = (1 - ci_level) / 2
-    out = xr.Dataset({"v_cross_m": v, "censored": cens,
-                      "v_lo_m": vb.quantile(a, "bootstrap", skipna=True).drop_vars("quantile"),
-                      "v_hi_m": vb.quantile(1 - a, "bootstrap", skipna=True).drop_vars("quantile")})
-    w = xr.DataArray(metrics.blind_spot_width(v.sel(readout="correct").values[..., None], v.values),
-                     dims=v.dims, coords=v.coords)
-    wb = xr.DataArray(metrics.blind_spot_width(vb.sel(readout="correct").values[..., None], vb.values),
-                      dims=vb.dims, coords=vb.coords)
+def _crossing_dataset(x, v, cens, vb, censb, ci_level):
+    dims = ("model", "arm", "task", "readout")
+    v, cens = v.transpose(*dims), cens.transpose(*dims)
+    vb, censb = vb.transpose(*dims, "bootstrap"), censb.transpose(*dims, "bootstrap")
+    v_lo, v_hi = _interval(vb, ci_level)
+    out = xr.Dataset({"v_cross_m": v, "censored": cens, "v_lo_m": v_lo, "v_hi_m": v_hi})
+
+    def width(vv, cc):
+        acc_v, acc_c = vv.sel(readout="correct"), cc.sel(readout="correct")
+        w = xr.DataArray(metrics.blind_spot_width(acc_v.values[..., None, :] if "bootstrap" in vv.dims
+                                                  else acc_v.values[..., None], vv.values),
+                         dims=vv.dims, coords=vv.coords)
+        return w.where(~(acc_c & cc)), acc_c
+
+    w, acc_c = width(v, cens)
+    wb, _ = width(vb, censb)
     not_acc = x["readout"] != "correct"
+    w_lo, w_hi = _interval(wb, ci_level)
     out["w"] = w.where(not_acc)
-    out["w_lo"] = wb.quantile(a, "bootstrap", skipna=True).drop_vars("quantile").where(not_acc)
-    out["w_hi"] = wb.quantile(1 - a, "bootstrap", skipna=True).drop_vars("quantile").where(not_acc)
-    out["w_lower_bound"] = cens & not_acc
+    out["w_lo"] = w_lo.where(not_acc)
+    out["w_hi"] = w_hi.where(not_acc)
+    out["w_lower_bound"] = cens & ~acc_c & not_acc
+    out["w_upper_bound"] = acc_c & ~cens & not_acc
     out["v_cross_m"].attrs.update(units="m", long_name="crossing visibility")
     out["w"].attrs.update(units="decades", long_name="blind-spot width W = log10(V_acc / V_aware)")
     return out
+
+
+def confidence_scores(ds: xr.Dataset, counts: np.ndarray | None = None, n_resamples: int = 1000,
+                      seed: int = 0, ci_level: float = 0.95, n_bins: int = 10,
+                      confidences=CONFIDENCES, tasks=("t2", "t3")) -> xr.Dataset:
+    """ECE and AUROC of each confidence per condition, with paired intervals.
+
+    ECE: :func:`murk.metrics.expected_calibration_error` (10 equal-width bins);
+    AUROC: :func:`murk.metrics.auroc` of the confidence as a detector of
+    correct answers (spec Sec. III). t3 pools its two questions per image;
+    the interval resamples images (both questions together).
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        The cube.
+    counts : numpy.ndarray, optional
+        (B, n_images) draw counts; its first ``n_resamples`` rows are used.
+    n_resamples, seed, ci_level, n_bins
+        As :func:`condition_means`; ten bins (spec).
+    confidences : sequence of str, default ("c_int", "verbal_conf")
+    tasks : sequence of str, default ("t2", "t3")
+
+    Returns
+    -------
+    xarray.Dataset
+        (model, arm, level, task, confidence): ``ece``, ``ece_lo``, ``ece_hi``,
+        ``auroc``, ``auroc_lo``, ``auroc_hi`` (float64), ``n_answers``
+        (questions with both a confidence and a correctness).
+    """
+    counts = _counts(counts, ds.sizes["image"], n_resamples, seed)
+    per_task = []
+    for task in tasks:
+        q, unit_image = question_scores(ds, task)
+        cq = counts[:, unit_image]
+        corr = q.sel(readout="correct", drop=True)
+        parts = []
+        for conf_name in confidences:
+            conf = q.sel(readout=conf_name, drop=True)
+            # probabilities may exceed 1 by float32 rounding in the store: clip (NaN kept)
+            c = np.clip(conf.transpose(..., "unit").values, 0.0, 1.0)
+            k = corr.transpose(..., "unit").values
+            like = conf.isel(unit=0, drop=True)
+            ece = metrics.expected_calibration_error(c, k, n_bins)
+            auc = metrics.auroc(c, k)
+            ece_lo, ece_hi = metrics.percentile_interval(metrics.resampled_ece(c, k, cq, n_bins), ci_level)
+            auc_lo, auc_hi = metrics.percentile_interval(metrics.resampled_auroc(c, k, cq), ci_level)
+            n_ans = (~(np.isnan(c) | np.isnan(k))).sum(axis=-1)
+            parts.append(xr.Dataset({name: like.copy(data=val) for name, val in (
+                ("ece", ece), ("ece_lo", ece_lo), ("ece_hi", ece_hi),
+                ("auroc", auc), ("auroc_lo", auc_lo), ("auroc_hi", auc_hi), ("n_answers", n_ans))}))
+        per_task.append(xr.concat(parts, dim=xr.DataArray(list(confidences), dims="confidence", name="confidence")))
+    out = xr.concat(per_task, dim=xr.DataArray(list(tasks), dims="task", name="task"))
+    out = out.transpose("model", "arm", "level", "task", "confidence")
+    out["ece"].attrs.update(units="1", long_name=f"expected calibration error ({n_bins} equal-width bins)")
+    out["auroc"].attrs.update(units="1", long_name="AUROC of the confidence as a detector of correct answers")
+    return out
+
+
+def selective_abstain(ds: xr.Dataset, counts: np.ndarray | None = None, n_resamples: int = 1000,
+                      seed: int = 0, ci_level: float = 0.95) -> xr.Dataset:
+    """Coverage and risk of selective answering through each abstain option.
+
+    :func:`murk.metrics.selective_risk_coverage` per condition: coverage =
+    share of questions not abstained on, risk = error rate (main prompt)
+    among them. The interval is a paired bootstrap of the ratio of
+    resampled sums (``risk_b = sum_i w_i E_i / sum_i w_i A_i`` with ``A`` the
+    image's share of answered questions and ``E`` its share of answered and
+    wrong ones).
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        The cube.
+    counts, n_resamples, seed, ci_level
+        As :func:`condition_means`.
+
+    Returns
+    -------
+    xarray.Dataset
+        (model, arm, level, task, option) with option in (abstain, abstain2):
+        ``coverage``, ``coverage_lo``, ``coverage_hi``, ``risk``, ``risk_lo``,
+        ``risk_hi`` (float64 in [0, 1]).
+    """
+    v = _values(ds)
+    counts = _counts(counts, ds.sizes["image"], n_resamples, seed)
+    corr = v.sel(readout="correct", drop=True)
+    parts = []
+    for option in ("abstain", "abstain2"):
+        a = v.sel(readout=option, drop=True)
+        ok = a.notnull() & corr.notnull()
+        answered = (1.0 - a).where(ok)
+        wrong = ((1.0 - a) * (1.0 - corr)).where(ok)
+        A = cube.t3_image_scores(answered)
+        E = cube.t3_image_scores(wrong)
+        sa, na = metrics.resampled_sums(A.transpose(..., "image").values, counts)
+        se, _ = metrics.resampled_sums(E.transpose(..., "image").values, counts)
+        like = A.isel(image=0, drop=True).transpose(*[d for d in A.dims if d != "image"])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            cov_b = np.where(na > 0, sa / na, np.nan)
+            risk_b = np.where(sa > 0, se / sa, np.nan)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                cov = A.mean("image", skipna=True)
+                risk = E.sum("image", skipna=True) / A.sum("image", skipna=True)
+        cov_lo, cov_hi = metrics.percentile_interval(cov_b, ci_level)
+        r_lo, r_hi = metrics.percentile_interval(risk_b, ci_level)
+        parts.append(xr.Dataset({
+            "coverage": cov.transpose(*like.dims), "coverage_lo": like.copy(data=cov_lo),
+            "coverage_hi": like.copy(data=cov_hi),
+            "risk": risk.transpose(*like.dims), "risk_lo": like.copy(data=r_lo), "risk_hi": like.copy(data=r_hi)}))
+    out = xr.concat(parts, dim=xr.DataArray(["abstain", "abstain2"], dims="option", name="option"))
+    out = out.transpose("model", "arm", "level", "task", "option")
+    out["coverage"].attrs.update(units="1", long_name="share of questions answered (not abstained)")
+    out["risk"].attrs.update(units="1", long_name="error rate among the answered questions")
+    return out
+
+
+def _arm_levels(scores: xr.DataArray, arm: str) -> np.ndarray:
+    """Levels of ``arm`` that hold data (physical: 0-8, imagenet_c: 0-5)."""
+    has = scores.sel(arm=arm).notnull().any([d for d in scores.dims if d not in ("arm", "level")])
+    return scores["level"].values[has.values]
+
+
+def monotonicity_table(scores: xr.DataArray, arms=(*cube.PHYSICAL_ARMS, "imagenet_c"),
+                       n_se: float = 2.0) -> xr.Dataset:
+    """Wrong-way moves of each signal series (spec Sec. III, "Monotonicity").
+
+    Series: the clean image, then the levels of the arm from clear to murky
+    (8 adjacent pairs for fog and underwater, 5 for the ImageNet-C
+    severities). Wrong way: accuracy or confidence rising, abstention falling
+    (:data:`DIRECTION`). Raw fraction and the fraction beyond ``n_se``
+    standard errors of the paired image-level difference (post hoc).
+
+    Returns
+    -------
+    xarray.Dataset
+        (model, arm, task, readout): ``raw``, ``beyond_noise`` (fractions),
+        ``n_pairs`` (int), ``n_wrong``, ``n_wrong_beyond_noise`` (int counts).
+    """
+    sign = xr.DataArray([DIRECTION[str(r)] for r in scores["readout"].values], dims="readout",
+                        coords={"readout": scores["readout"]})
+    parts = []
+    arms = [a for a in arms if a in scores["arm"].values]
+    for arm in arms:
+        levels = _arm_levels(scores, arm)
+        x = scores.sel(arm=arm, drop=True).sel(level=levels)
+        parts.append(metrics.monotonicity_da(x, sign, "level", "image", n_se))
+    out = xr.concat(parts, dim=xr.DataArray(arms, dims="arm", name="arm"))
+    out = out.transpose("model", "arm", "task", "readout")
+    out["n_wrong"] = np.round(out["raw"] * out["n_pairs"]).fillna(0).astype(np.int64)
+    out["n_wrong_beyond_noise"] = np.round(out["beyond_noise"] * out["n_pairs"]).fillna(0).astype(np.int64)
+    return out
+
+
+def confident_errors(ds: xr.Dataset, counts: np.ndarray | None = None, threshold: float = 0.9,
+                     max_visibility_m: float = 15.625, task: str = "t2", arms=cube.PHYSICAL_ARMS,
+                     n_resamples: int = 1000, seed: int = 0, ci_level: float = 0.95) -> xr.Dataset:
+    """Accuracy of confident answers in the murky levels (spec Sec. IV, Fig. 5).
+
+    Pooled over both physical arms and the levels with ``V <= 15.625 m``
+    (15.625, 7.8125, 3.90625 and 1.953125 m), the answers of ``task`` whose
+    internal confidence is at least ``threshold`` (0.9): their accuracy and
+    number n. The interval resamples images (all their answers together).
+
+    Returns
+    -------
+    xarray.Dataset
+        (model,): ``accuracy``, ``accuracy_lo``, ``accuracy_hi`` (float64)
+        and ``n`` (int64, answers with ``c_int >= threshold``).
+    """
+    counts = _counts(counts, ds.sizes["image"], n_resamples, seed)
+    q, unit_image = question_scores(ds, task)
+    vis = q["visibility_m"]
+    q = q.sel(arm=list(arms)).where((vis <= max_visibility_m * (1 + 1e-9)) & (q["level"] > 0), drop=True)
+    conf, corr = q.sel(readout="c_int", drop=True), q.sel(readout="correct", drop=True)
+    mask = ((conf >= threshold) & corr.notnull()).astype(np.float64)
+    hit = mask * corr.fillna(0.0)
+    # per image: sums over arms, levels and (t3) both questions
+    n_img = ds.sizes["image"]
+    def per_image(a: xr.DataArray) -> np.ndarray:
+        s = a.sum(["arm", "level"]).transpose("model", "unit").values
+        return np.stack([np.bincount(unit_image, weights=row, minlength=n_img) for row in s])
+    M, K = per_image(mask), per_image(hit)
+    sm, _ = metrics.resampled_sums(M, counts)
+    sk, _ = metrics.resampled_sums(K, counts)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        acc_b = np.where(sm > 0, sk / sm, np.nan)
+        acc = np.where(M.sum(-1) > 0, K.sum(-1) / M.sum(-1), np.nan)
+    lo, hi = metrics.percentile_interval(acc_b, ci_level)
+    model = ds["model"]
+    out = xr.Dataset({"accuracy": ("model", acc), "accuracy_lo": ("model", lo), "accuracy_hi": ("model", hi),
+                      "n": ("model", M.sum(-1).round().astype(np.int64))}, coords={"model": model.values})
+    out.attrs.update(threshold=threshold, max_visibility_m=max_visibility_m, task=task, arms=",".join(arms))
+    return out
+
+
+def reliability_table(ds: xr.Dataset, confidences=CONFIDENCES, tasks=("t2", "t3"), arms=cube.PHYSICAL_ARMS,
+                      n_bins: int = 10) -> xr.Dataset:
+    """Reliability-diagram data per model, arm and task, pooled over the sweep levels.
+
+    :func:`murk.metrics.reliability_bins` over all answers of the degraded
+    levels 1-8 (250 ... 1.953125 m) of each physical arm (the clean image,
+    shared by the arms, is left out); a post-hoc addition of the spec (Fig. 5).
+
+    Returns
+    -------
+    xarray.Dataset
+        (model, arm, task, confidence, bin): ``count``, ``mean_confidence``,
+        ``accuracy``; ``bin_lo``/``bin_hi`` edges on ``bin``.
+    """
+    per_task = []
+    for task in tasks:
+        q, _ = question_scores(ds, task)
+        q = q.sel(arm=list(arms)).isel(level=np.flatnonzero(q["level"].values > 0))
+        corr = q.sel(readout="correct", drop=True)
+        parts = [metrics.reliability_bins(q.sel(readout=c, drop=True).clip(0.0, 1.0), corr, n_bins,
+                                          dim=["level", "unit"])
+                 for c in confidences]
+        per_task.append(xr.concat(parts, dim=xr.DataArray(list(confidences), dims="confidence", name="confidence")))
+    out = xr.concat(per_task, dim=xr.DataArray(list(tasks), dims="task", name="task"))
+    return out.transpose("model", "arm", "task", "confidence", "bin")
+
+
+def _stat(point: xr.DataArray, lo: xr.DataArray, hi: xr.DataArray) -> xr.DataArray:
+    out = xr.concat([point, lo.transpose(*point.dims), hi.transpose(*point.dims)],
+                    dim=xr.DataArray(list(STATS), dims="stat", name="stat")).transpose(..., "stat")
+    out.attrs = dict(point.attrs)
+    return out
+
+
+def scores_dataset(means: xr.Dataset, crossings: xr.Dataset, confidence: xr.Dataset, selective: xr.Dataset,
+                   monotonic: xr.Dataset, confident: xr.Dataset, reliability: xr.Dataset,
+                   attrs: dict | None = None) -> xr.Dataset:
+    """One dataset of every score, with a ``stat`` coordinate (point, lo, hi).
+
+    Variables (dims before ``stat``):
+
+    * ``mean`` (model, arm, level, task, readout, stat), ``n``;
+    * ``ece``, ``auroc`` (model, arm, level, task, confidence, stat), ``n_answers``;
+    * ``coverage``, ``risk`` (model, arm, level, task, option, stat);
+    * ``v_cross_m``, ``w`` (model, arm, task, readout, stat), ``censored``,
+      ``w_lower_bound``, ``w_upper_bound``; ``v_acc_blank_m`` (model, arm,
+      task, stat), ``censored_blank``;
+    * ``mono_raw``, ``mono_beyond_noise``, ``mono_pairs`` (model, arm, task, readout);
+    * ``confident_accuracy`` (model, stat), ``confident_n``;
+    * ``reliability_count``, ``reliability_confidence``, ``reliability_accuracy``
+      (model, arm, task, confidence, bin).
+
+    Arms missing from a statistic are NaN (False for flags, 0 for counts).
+    """
+    arms = list(means["arm"].values)
+
+    def full(ds: xr.Dataset) -> xr.Dataset:
+        fill = {k: (False if v.dtype == bool else 0 if np.issubdtype(v.dtype, np.integer) else np.nan)
+                for k, v in ds.data_vars.items()}
+        return ds.reindex(arm=arms, fill_value=fill)
+
+    crossings, monotonic, reliability = full(crossings), full(monotonic), full(reliability)
+    out = xr.Dataset({
+        "mean": _stat(means["mean"], means["lo"], means["hi"]),
+        "n": means["n"],
+        "ece": _stat(confidence["ece"], confidence["ece_lo"], confidence["ece_hi"]),
+        "auroc": _stat(confidence["auroc"], confidence["auroc_lo"], confidence["auroc_hi"]),
+        "n_answers": confidence["n_answers"],
+        "coverage": _stat(selective["coverage"], selective["coverage_lo"], selective["coverage_hi"]),
+        "risk": _stat(selective["risk"], selective["risk_lo"], selective["risk_hi"]),
+        "v_cross_m": _stat(crossings["v_cross_m"], crossings["v_lo_m"], crossings["v_hi_m"]),
+        "censored": crossings["censored"],
+        "w": _stat(crossings["w"], crossings["w_lo"], crossings["w_hi"]),
+        "w_lower_bound": crossings["w_lower_bound"],
+        "w_upper_bound": crossings["w_upper_bound"],
+        "v_acc_blank_m": _stat(crossings["v_acc_blank_m"], crossings["v_acc_blank_lo_m"],
+                               crossings["v_acc_blank_hi_m"]),
+        "censored_blank": crossings["censored_blank"],
+        "mono_raw": monotonic["raw"],
+        "mono_beyond_noise": monotonic["beyond_noise"],
+        "mono_pairs": monotonic["n_pairs"],
+        "confident_accuracy": _stat(confident["accuracy"], confident["accuracy_lo"], confident["accuracy_hi"]),
+        "confident_n": confident["n"],
+        "reliability_count": reliability["count"],
+        "reliability_confidence": reliability["mean_confidence"],
+        "reliability_accuracy": reliability["accuracy"],
+    })
+    out["v_cross_m"].attrs.update(units="m", long_name="crossing visibility")
+    out["v_acc_blank_m"].attrs.update(units="m", long_name="V_acc with the blank-image accuracy as floor (post hoc)")
+    out["w"].attrs.update(units="decades", long_name="blind-spot width W = log10(V_acc / V_aware)")
+    out["stat"].attrs.update(long_name="point estimate and percentile bootstrap interval (lo, hi)")
+    out.attrs.update({k: v for k, v in (attrs or {}).items()})
+    out.attrs.update(confident_threshold=float(confident.attrs.get("threshold", 0.9)),
+                     confident_max_visibility_m=float(confident.attrs.get("max_visibility_m", 15.625)),
+                     confident_task=str(confident.attrs.get("task", "t2")))
+    return out
+
+
+def analyse(ds: xr.Dataset, n_resamples: int = 1000, n_resamples_crossing: int = 2000, seed: int = 0,
+            ci_level: float = 0.95, chance: dict | None = None) -> dict[str, xr.Dataset]:
+    """Every statistic of the study from one paired bootstrap draw.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        The cube (loaded).
+    n_resamples : int, default 1000
+        Resamples for per-condition values (means, ECE, AUROC, coverage/risk,
+        confident errors).
+    n_resamples_crossing : int, default 2000
+        Resamples for crossing points and W.
+    seed : int, default 0
+        Seed of the one draw (config ``analysis.bootstrap_seed``).
+    ci_level : float, default 0.95
+    chance : dict, optional
+        ``{"t2": 0.25, "t3": 0.5}`` (config ``analysis.chance``).
+
+    Returns
+    -------
+    dict of xarray.Dataset
+        ``means``, ``crossings``, ``confidence``, ``selective``,
+        ``monotonicity``, ``confident``, ``reliability`` and ``scores``
+        (:func:`scores_dataset`).
+    """
+    counts = metrics.bootstrap_counts(ds.sizes["image"], max(n_resamples, n_resamples_crossing), seed)
+    scores = image_scores(ds)
+    res = {
+        "means": condition_means(scores, n_resamples, seed, ci_level, counts=counts),
+        "crossings": crossing_table(scores, n_resamples_crossing, seed, ci_level, chance, counts=counts),
+        "confidence": confidence_scores(ds, counts, n_resamples, seed, ci_level),
+        "selective": selective_abstain(ds, counts=counts, n_resamples=n_resamples, ci_level=ci_level),
+        "monotonicity": monotonicity_table(scores),
+        "confident": confident_errors(ds, counts, n_resamples=n_resamples, ci_level=ci_level),
+        "reliability": reliability_table(ds),
+    }
+    res["scores"] = scores_dataset(**{k: res[k] for k in ("means", "crossings", "confidence", "selective")},
+                                   monotonic=res["monotonicity"], confident=res["confident"],
+                                   reliability=res["reliability"],
+                                   attrs={"n_resamples": n_resamples, "n_resamples_crossing": n_resamples_crossing,
+                                          "bootstrap_seed": seed, "ci_level": ci_level})
+    return res

@@ -8,13 +8,35 @@ present).
 Contents
 --------
 bootstrap_indices          paired percentile bootstrap: one (B, n) index draw
+bootstrap_counts           the same draw as a (B, n) matrix of draw counts
+resampled_means            kernel: NaN-aware means of every resample, (..., B)
 bootstrap_resample_means   resampled means, a named ``bootstrap`` dimension
 bootstrap_mean             mean with percentile interval (Efron & Tibshirani)
+percentile_interval        (lo, hi) percentiles over a bootstrap axis
 crossing_visibility        V where a signal first reaches its mid-way value
 blind_spot_width           W = log10(V_acc / V_aware), spec Eq. (2)
 accuracy                   fraction of correct answers
+mean_confidence            mean of a confidence in [0, 1]
+abstain_rate               fraction of questions on which the model abstains
 expected_calibration_error ten equal-width confidence bins (Guo et al. 2017)
+reliability_bins           the per-bin data behind ECE and a reliability diagram
 auroc                      confidence as a detector of correct answers
+resampled_ece              ECE of every bootstrap resample, (..., B)
+resampled_auroc            AUROC of every bootstrap resample, (..., B)
+risk_coverage_curve        selective answering by thresholding a confidence
+selective_risk_coverage    selective answering by an abstain option
+monotonicity               wrong-way moves of a signal series, raw and > 2 SE
+
+The paired bootstrap
+--------------------
+All resampling goes through one (B, n) matrix of draw counts
+(:func:`bootstrap_counts`): resampled statistics are matrix products of data
+with that matrix (or weighted sums), so there is no Python loop over
+resamples and the memory is O(data + B n). Reusing one matrix for every
+model, arm, level, task and read-out makes the bootstrap *paired*. Because
+NumPy's generator fills the (B, n) draw row by row, the first 1000 rows of a
+2000-resample draw equal the 1000-resample draw with the same seed: the
+per-condition intervals and the crossing intervals share their resamples.
 
 Constants (spec Section III, Table III; ``analysis:`` of ``data/config.yaml``):
 1000 resamples for per-condition values, 2000 for crossing points, seed 0,
@@ -33,14 +55,28 @@ from scipy.stats import rankdata
 __all__ = [
     "CENSOR_M",
     "bootstrap_indices",
+    "bootstrap_counts",
+    "counts_from_indices",
+    "resampled_means",
+    "resampled_sums",
     "bootstrap_resample_means",
     "bootstrap_mean",
+    "percentile_interval",
     "crossing_visibility",
     "crossing_visibility_da",
     "blind_spot_width",
     "accuracy",
+    "mean_confidence",
+    "abstain_rate",
     "expected_calibration_error",
+    "reliability_bins",
     "auroc",
+    "resampled_ece",
+    "resampled_auroc",
+    "risk_coverage_curve",
+    "selective_risk_coverage",
+    "monotonicity",
+    "monotonicity_da",
 ]
 
 #: Visibility (m) at which a crossing that never happens is censored: the last
@@ -86,26 +122,159 @@ def bootstrap_indices(n: int, n_resamples: int, seed: int | None) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, n, size=(n_resamples, n), dtype=np.int64)
 
 
-def _resample_means(x: np.ndarray, indices: np.ndarray) -> np.ndarray:
-    """NaN-aware means of ``x`` (..., n) over resamples ``indices`` (B, n) -> (..., B).
+def bootstrap_counts(n: int, n_resamples: int, seed: int | None) -> np.ndarray:
+    """How often each image is drawn in each resample of :func:`bootstrap_indices`.
 
-    Equivalent to ``np.nanmean(x[..., indices], axis=-1)`` but computed as a
-    product with the (B, n) matrix of draw counts, so memory stays
-    O(size(x) + B * n) instead of O(size(x) * B).
+    Parameters
+    ----------
+    n : int
+        Number of images (>= 1).
+    n_resamples : int
+        Number of resamples B.
+    seed : int
+        Seed of ``numpy.random.default_rng``.
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape (B, n), float64 (small integers, exact); row b counts the draws
+        of each position in resample b and sums to n. The same draw as
+        ``bootstrap_indices(n, n_resamples, seed)``; the first B' rows equal
+        the B'-resample matrix of the same seed.
+
+    Raises
+    ------
+    ValueError
+        As :func:`bootstrap_indices`.
+
+    Examples
+    --------
+    >>> bootstrap_counts(4, 2, 0).sum(axis=1)
+    array([4., 4.])
     """
+    return counts_from_indices(bootstrap_indices(n, n_resamples, seed), n)
+
+
+def counts_from_indices(indices: np.ndarray, n: int | None = None) -> np.ndarray:
+    """The (B, n) float64 matrix of draw counts of a (B, n) index draw.
+
+    Raises
+    ------
+    ValueError
+        If ``indices`` is not 2-D or holds positions outside ``[0, n)``.
+    """
+    idx = np.asarray(indices)
+    if idx.ndim != 2:
+        raise ValueError(f"indices must be 2-D (B, n), got shape {idx.shape}")
+    B, m = idx.shape
+    n = m if n is None else int(n)
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise ValueError(f"indices must lie in [0, {n})")
+    flat = (np.arange(B, dtype=np.int64)[:, None] * n + idx).ravel()
+    return np.bincount(flat, minlength=B * n).reshape(B, n).astype(np.float64)
+
+
+def _check_counts(counts: np.ndarray, n: int) -> np.ndarray:
+    counts = np.asarray(counts, dtype=np.float64)
+    if counts.ndim != 2 or counts.shape[1] != n:
+        raise ValueError(f"counts must have shape (B, {n}), got {counts.shape}")
+    return counts
+
+
+def resampled_sums(x: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Weighted sums and numbers of valid values of every resample.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        Shape (..., n), float; NaN = missing (weight 0).
+    counts : numpy.ndarray
+        Shape (B, n) from :func:`bootstrap_counts`.
+
+    Returns
+    -------
+    sums, numbers : numpy.ndarray
+        Shape (..., B), float64: ``sum_i counts[b, i] x_i`` and
+        ``sum_i counts[b, i]`` over the valid ``x_i``.
+
+    Raises
+    ------
+    ValueError
+        If ``counts`` is not (B, n).
+    """
+    x = np.asarray(x, dtype=np.float64)
     n = x.shape[-1]
-    B = indices.shape[0]
-    flat = (np.arange(B, dtype=np.int64)[:, None] * n + indices).ravel()
-    counts = np.bincount(flat, minlength=B * n).reshape(B, n).astype(np.float64)
-    valid = ~np.isnan(x)
-    sums = np.where(valid, x, 0.0) @ counts.T
-    numbers = valid.astype(np.float64) @ counts.T
+    counts = _check_counts(counts, n)
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, n)
+    valid = ~np.isnan(x2)
+    wt = counts.T
+    sums = np.where(valid, x2, 0.0) @ wt
+    numbers = valid.astype(np.float64) @ wt
+    B = counts.shape[0]
+    return sums.reshape(*lead, B), numbers.reshape(*lead, B)
+
+
+def resampled_means(x: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """NaN-aware means of ``x`` over the last axis for every bootstrap resample.
+
+    Equals ``np.nanmean(x[..., indices], axis=-1)`` for the draw behind
+    ``counts``, computed as a product with the (B, n) count matrix, so memory
+    stays O(size(x) + B n) instead of O(size(x) B).
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        Shape (..., n); NaN = missing.
+    counts : numpy.ndarray
+        Shape (B, n) from :func:`bootstrap_counts`.
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape (..., B), float64; NaN where a resample holds no valid value.
+    """
+    sums, numbers = resampled_sums(x, counts)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(numbers > 0, sums / numbers, np.nan)
 
 
+def percentile_interval(resamples: np.ndarray, ci: float = 0.95, axis: int = -1) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile bootstrap interval (Efron & Tibshirani 1993; spec ref [61]).
+
+    Parameters
+    ----------
+    resamples : numpy.ndarray
+        Bootstrap replicates of a statistic along ``axis``; NaN replicates
+        (e.g. a resample without any valid value) are skipped.
+    ci : float, default 0.95
+        Interval level in (0, 1).
+    axis : int, default -1
+        The bootstrap axis.
+
+    Returns
+    -------
+    lo, hi : numpy.ndarray
+        float64, the ``(1 - ci)/2`` and ``(1 + ci)/2`` percentiles (NumPy's
+        linear interpolation); NaN where every replicate is NaN (no warning).
+
+    Raises
+    ------
+    ValueError
+        If ``ci`` is not in (0, 1).
+    """
+    if not 0.0 < ci < 1.0:
+        raise ValueError(f"ci must lie in (0, 1), got {ci}")
+    r = np.asarray(resamples, dtype=np.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        q = np.nanpercentile(r, [50 * (1 - ci), 50 * (1 + ci)], axis=axis)
+    return q[0], q[1]
+
+
 def bootstrap_resample_means(
-    da: xr.DataArray, dim: Hashable = "image", indices: np.ndarray | None = None
+    da: xr.DataArray, dim: Hashable = "image", indices: np.ndarray | None = None,
+    counts: np.ndarray | None = None,
 ) -> xr.DataArray:
     """Means over ``dim`` of each bootstrap resample, as a ``bootstrap`` dimension.
 
@@ -119,6 +288,9 @@ def bootstrap_resample_means(
     indices : numpy.ndarray, optional
         Shape (B, n) int from :func:`bootstrap_indices`; reuse the same array
         for paired comparisons. Default: 1000 resamples, seed 0.
+    counts : numpy.ndarray, optional
+        Shape (B, n) float from :func:`bootstrap_counts`; used instead of
+        ``indices`` (the cheaper form when one draw serves many calls).
 
     Returns
     -------
@@ -132,23 +304,24 @@ def bootstrap_resample_means(
         If ``indices`` is not (B, n) or holds positions outside ``[0, n)``.
     """
     n = da.sizes[dim]
-    if indices is None:
-        indices = bootstrap_indices(n, 1000, 0)
-    indices = np.asarray(indices)
-    if indices.ndim != 2 or indices.shape[1] != n:
-        raise ValueError(f"indices must have shape (B, {n}) for {dim!r} of length {n}, got {indices.shape}")
-    if indices.size and (indices.min() < 0 or indices.max() >= n):
-        raise ValueError(f"indices must lie in [0, {n})")
+    if counts is None:
+        if indices is None:
+            indices = bootstrap_indices(n, 1000, 0)
+        indices = np.asarray(indices)
+        if indices.ndim != 2 or indices.shape[1] != n:
+            raise ValueError(f"indices must have shape (B, {n}) for {dim!r} of length {n}, got {indices.shape}")
+        counts = counts_from_indices(indices, n)
+    counts = _check_counts(counts, n)
     out = xr.apply_ufunc(
-        _resample_means,
+        resampled_means,
         da.astype(np.float64),
-        kwargs={"indices": indices},
+        kwargs={"counts": counts},
         input_core_dims=[[dim]],
         output_core_dims=[["bootstrap"]],
         dask="forbidden",
         keep_attrs=True,
     )
-    return out.assign_coords(bootstrap=np.arange(indices.shape[0]))
+    return out.assign_coords(bootstrap=np.arange(counts.shape[0]))
 
 
 def bootstrap_mean(
@@ -199,7 +372,7 @@ def bootstrap_mean(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices give NaN
         mean = da.astype(np.float64).mean(dim, skipna=True)
-        q = np.nanpercentile(res.values, [50 * (1 - ci), 50 * (1 + ci)], axis=-1)
+    q = percentile_interval(res.values, ci, axis=-1)
     dims = res.dims[:-1]
     coords = {k: v for k, v in mean.coords.items()}
     ds = xr.Dataset(
@@ -447,24 +620,34 @@ def _pairs(confidence, correct, unit_interval: bool = True) -> tuple[np.ndarray,
     return conf, corr, valid
 
 
-def _ece_kernel(confidence, correct, n_bins: int = 10) -> np.ndarray:
+def _bin_index(conf: np.ndarray, n_bins: int) -> np.ndarray:
+    """Bin k = min(floor(c n_bins), n_bins - 1): 0.0 in the first bin, 1.0 in the last."""
+    return np.clip(np.floor(np.nan_to_num(conf) * n_bins), 0, n_bins - 1).astype(np.int64)
+
+
+def _bin_stats(confidence, correct, n_bins: int = 10) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-bin count, sum of confidence and sum of correctness, each (..., n_bins)."""
     conf, corr, valid = _pairs(confidence, correct)
     lead = conf.shape[:-1]
     rows = int(np.prod(lead, dtype=np.int64))
     conf2 = conf.reshape(rows, -1)
     corr2 = corr.reshape(rows, -1)
     valid2 = valid.reshape(rows, -1)
-    b = np.clip(np.floor(np.where(valid2, conf2, 0.0) * n_bins), 0, n_bins - 1).astype(np.int64)
+    b = _bin_index(np.where(valid2, conf2, 0.0), n_bins)
     flat = (np.arange(rows)[:, None] * n_bins + b)[valid2]
     size = rows * n_bins
-    count = np.bincount(flat, minlength=size).reshape(rows, n_bins)
-    sum_conf = np.bincount(flat, weights=conf2[valid2], minlength=size).reshape(rows, n_bins)
-    sum_corr = np.bincount(flat, weights=corr2[valid2], minlength=size).reshape(rows, n_bins)
+    count = np.bincount(flat, minlength=size).reshape(*lead, n_bins).astype(np.float64)
+    sum_conf = np.bincount(flat, weights=conf2[valid2], minlength=size).reshape(*lead, n_bins)
+    sum_corr = np.bincount(flat, weights=corr2[valid2], minlength=size).reshape(*lead, n_bins)
+    return count, sum_conf, sum_corr
+
+
+def _ece_kernel(confidence, correct, n_bins: int = 10) -> np.ndarray:
+    count, sum_conf, sum_corr = _bin_stats(confidence, correct, n_bins)
     total = count.sum(axis=-1)
     with np.errstate(invalid="ignore", divide="ignore"):
         ece = np.abs(sum_corr - sum_conf).sum(axis=-1) / total  # sum_b n_b/N |acc_b - conf_b|
-    ece = np.where(total > 0, ece, np.nan)
-    return ece.reshape(lead)
+    return np.where(total > 0, ece, np.nan)
 
 
 def _auroc_kernel(confidence, correct) -> np.ndarray:
@@ -576,3 +759,447 @@ def auroc(
         If ``correct`` is not 0/1.
     """
     return _wrap(_auroc_kernel, confidence, correct, dim)
+
+
+def mean_confidence(confidence: xr.DataArray | np.ndarray, dim: Hashable | None = "image") -> xr.DataArray | np.ndarray:
+    """Mean of a confidence (c_int or the verbalized one, in [0, 1]), NaN skipped.
+
+    Parameters
+    ----------
+    confidence : xarray.DataArray or numpy.ndarray
+        Confidence in [0, 1]; NaN = missing (e.g. an unparsed verbal answer).
+    dim : hashable or sequence, default "image"
+        Dimension(s) reduced for a DataArray; NumPy input: the last axis.
+
+    Returns
+    -------
+    xarray.DataArray or numpy.ndarray
+        float64 in [0, 1]; NaN where nothing is present.
+    """
+    return accuracy(confidence, dim)
+
+
+def abstain_rate(abstain: xr.DataArray | np.ndarray, dim: Hashable | None = "image") -> xr.DataArray | np.ndarray:
+    """Fraction of questions on which the abstain option wins (spec Sec. III, read-out 4).
+
+    Parameters
+    ----------
+    abstain : xarray.DataArray or numpy.ndarray
+        1 where the abstain option has the largest first-token probability,
+        else 0 (for t3 the image-level mean of its two questions); NaN missing.
+    dim : hashable or sequence, default "image"
+        Dimension(s) reduced for a DataArray; NumPy input: the last axis.
+
+    Returns
+    -------
+    xarray.DataArray or numpy.ndarray
+        float64 in [0, 1]; NaN where nothing is present.
+    """
+    return accuracy(abstain, dim)
+
+
+def reliability_bins(
+    confidence: xr.DataArray | np.ndarray,
+    correct: xr.DataArray | np.ndarray,
+    n_bins: int = 10,
+    dim: Hashable | list = "image",
+) -> xr.Dataset | tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Data of a reliability diagram: per confidence bin, count, mean confidence, accuracy.
+
+    The bins are those of :func:`expected_calibration_error` (equal width,
+    ``[k/n_bins, (k+1)/n_bins)``, the last closed), so that
+    ``ECE = sum_b count_b |accuracy_b - confidence_b| / sum_b count_b``
+    (Guo et al. 2017, spec ref [30]; spec Fig. 5, a post-hoc addition).
+
+    Parameters
+    ----------
+    confidence, correct : numpy.ndarray or xarray.DataArray
+        As :func:`expected_calibration_error`.
+    n_bins : int, default 10
+    dim : hashable or list, default "image"
+        For DataArrays, the dimension(s) pooled.
+
+    Returns
+    -------
+    tuple of numpy.ndarray, or xarray.Dataset
+        NumPy input: ``(count, mean_confidence, accuracy)``, each
+        (..., n_bins) float64 (NaN in empty bins). DataArray input: a Dataset
+        with ``count``, ``mean_confidence`` and ``accuracy`` over the remaining dims
+        and a ``bin`` dim carrying ``bin_lo`` / ``bin_hi`` edges.
+
+    Raises
+    ------
+    ValueError
+        If a confidence lies outside [0, 1] or ``correct`` is not 0/1.
+    """
+    n_bins = int(n_bins)
+    if n_bins < 1:
+        raise ValueError(f"n_bins must be >= 1, got {n_bins}")
+
+    def kernel(c, k):
+        count, sc, sk = _bin_stats(c, k, n_bins)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return count, np.where(count > 0, sc / count, np.nan), np.where(count > 0, sk / count, np.nan)
+
+    if not (isinstance(confidence, xr.DataArray) or isinstance(correct, xr.DataArray)):
+        return kernel(confidence, correct)
+    dims = [dim] if isinstance(dim, str) or not isinstance(dim, (list, tuple)) else list(dim)
+    conf = confidence if isinstance(confidence, xr.DataArray) else xr.DataArray(confidence)
+    corr = correct if isinstance(correct, xr.DataArray) else xr.DataArray(correct)
+    conf, corr = xr.broadcast(conf.astype(np.float64), corr.astype(np.float64))
+    if len(dims) > 1:
+        conf, corr = conf.stack(_pooled=dims), corr.stack(_pooled=dims)
+        dims = ["_pooled"]
+    out = xr.apply_ufunc(kernel, conf, corr, input_core_dims=[dims, dims],
+                         output_core_dims=[["bin"], ["bin"], ["bin"]])
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    ds = xr.Dataset({"count": out[0], "mean_confidence": out[1], "accuracy": out[2]})
+    ds = ds.assign_coords(bin=np.arange(n_bins), bin_lo=("bin", edges[:-1]), bin_hi=("bin", edges[1:]))
+    ds["count"].attrs.update(long_name="answers in the bin", units="1")
+    ds["mean_confidence"].attrs.update(long_name="mean confidence in the bin", units="1")
+    ds["accuracy"].attrs.update(long_name="accuracy in the bin", units="1")
+    return ds
+
+
+# ----------------------------------------------------------------------------- resampled ECE, AUROC
+
+
+def _rows(confidence, correct, unit_interval: bool):
+    conf, corr, valid = _pairs(confidence, correct, unit_interval=unit_interval)
+    n = conf.shape[-1]
+    return conf.shape[:-1], conf.reshape(-1, n), corr.reshape(-1, n), valid.reshape(-1, n)
+
+
+def resampled_ece(confidence, correct, counts: np.ndarray, n_bins: int = 10) -> np.ndarray:
+    """ECE (:func:`expected_calibration_error`) of every bootstrap resample.
+
+    With weights ``w_i`` = how often unit i is drawn in resample b,
+    ``ECE_b = sum_k |sum_{i in k} w_i (correct_i - c_i)| / sum_i w_i``, which is
+    the ECE of the resampled data exactly; ten matrix products with the count
+    matrix, no loop over resamples.
+
+    Parameters
+    ----------
+    confidence, correct : numpy.ndarray
+        Shape (..., n) (broadcastable), as :func:`expected_calibration_error`.
+    counts : numpy.ndarray
+        Shape (B, n) float from :func:`bootstrap_counts` (for questions pooled
+        within an image, repeat the image's column for each question).
+    n_bins : int, default 10
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape (..., B), float64; NaN where a resample holds no valid pair.
+
+    Raises
+    ------
+    ValueError
+        If ``counts`` is not (B, n), a confidence lies outside [0, 1] or
+        ``correct`` is not 0/1.
+    """
+    lead, conf, corr, valid = _rows(confidence, correct, True)
+    counts = _check_counts(counts, conf.shape[-1])
+    from scipy import sparse
+
+    n_bins = int(n_bins)
+    R, n = conf.shape
+    wt = np.ascontiguousarray(counts.T)                                    # (n, B)
+    b = _bin_index(np.where(valid, conf, 0.0), n_bins)
+    r_idx, cols = np.nonzero(valid)
+    # one sparse (R * n_bins, n) matrix of (correct - confidence) per bin, times the counts
+    d = sparse.csr_matrix(((corr - conf)[r_idx, cols], (r_idx * n_bins + b[r_idx, cols], cols)),
+                          shape=(R * n_bins, n))
+    gap = np.abs(d @ wt).reshape(R, n_bins, -1).sum(axis=1)
+    total = valid.astype(np.float64) @ wt
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ece = np.where(total > 0, gap / total, np.nan)
+    return ece.reshape(*lead, counts.shape[0])
+
+
+def resampled_auroc(confidence, correct, counts: np.ndarray, max_elements: int = 2**23) -> np.ndarray:
+    """AUROC (:func:`auroc`) of every bootstrap resample, ties counted 1/2.
+
+    For weights ``w_i`` (draw counts) the Mann-Whitney statistic of the
+    resampled data is::
+
+        AUC_b = sum_g P_g (N_<g + N_g / 2) / (sum_g P_g  sum_g N_g)
+
+    over the groups g of equal confidence of a series, with ``P_g`` and
+    ``N_g`` the summed weights of its correct and wrong answers and ``N_<g``
+    those of the wrong answers with a lower confidence. The group sums of all
+    resamples are one sparse-times-dense product with the count matrix; no
+    loop over resamples. Series are processed in chunks of at most
+    ``max_elements`` (groups x B) values.
+
+    Parameters
+    ----------
+    confidence, correct : numpy.ndarray
+        Shape (..., n) (broadcastable); NaN = missing (dropped).
+    counts : numpy.ndarray
+        Shape (B, n) float from :func:`bootstrap_counts`.
+    max_elements : int, default 2**23
+        Chunk size; the peak memory is about 6 x 8 bytes x max_elements.
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape (..., B), float64; NaN where a resample lacks correct or wrong
+        answers.
+
+    Raises
+    ------
+    ValueError
+        If ``counts`` is not (B, n) or ``correct`` is not 0/1.
+    """
+    from scipy import sparse
+
+    lead, conf, corr, valid = _rows(confidence, correct, False)
+    R, n = conf.shape
+    counts = _check_counts(counts, n)
+    B = counts.shape[0]
+    wt = np.ascontiguousarray(counts.T)                                    # (n, B)
+    out = np.full((R, B), np.nan)
+    pos_any = (valid & (corr == 1)).any(axis=-1)
+    neg_any = (valid & (corr == 0)).any(axis=-1)
+    live = np.flatnonzero(pos_any & neg_any)
+    per_row = valid[live].sum(axis=-1)
+    budget = max(int(max_elements) // B, int(per_row.max(initial=1)))
+    chunk_id = np.cumsum(per_row) // budget if live.size else np.empty(0, np.int64)
+    for c in np.unique(chunk_id):  # chunks of series, not resamples
+        rows = live[chunk_id == c]
+        r_idx, cols = np.nonzero(valid[rows])
+        sc = conf[rows][r_idx, cols]
+        order = np.lexsort((sc, r_idx))
+        r_idx, cols, sc = r_idx[order], cols[order], sc[order]
+        is_pos = corr[rows][r_idx, cols] == 1
+        new_row = np.r_[True, r_idx[1:] != r_idx[:-1]]
+        new_group = new_row | np.r_[True, sc[1:] != sc[:-1]]
+        gid = np.cumsum(new_group) - 1
+        G = int(gid[-1]) + 1
+        P = sparse.csr_matrix((is_pos.astype(np.float64), (gid, cols)), shape=(G, n)) @ wt   # (G, B)
+        N = sparse.csr_matrix(((~is_pos).astype(np.float64), (gid, cols)), shape=(G, n)) @ wt
+        starts = np.flatnonzero(new_row[new_group])                         # first group of each series
+        seg = np.repeat(np.arange(starts.size), np.diff(np.r_[starts, G]))  # series of each group
+        below = np.cumsum(N, axis=0) - N                                    # exact: integer weights
+        below -= below[starts][seg]
+        num = np.add.reduceat(P * (below + 0.5 * N), starts, axis=0)
+        den = np.add.reduceat(P, starts, axis=0) * np.add.reduceat(N, starts, axis=0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[rows] = np.where(den > 0, num / den, np.nan)
+    return out.reshape(*lead, B)
+
+
+# ----------------------------------------------------------------------------- selective answering
+
+
+def risk_coverage_curve(confidence, correct) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Risk and coverage of answering only when a confidence reaches a threshold.
+
+    For each distinct confidence tau (from high to low), the model answers
+    the questions with ``c >= tau``: coverage = their share of all valid
+    questions, risk = the error rate among them (selective classification,
+    El-Yaniv & Wiener 2010; Geifman & El-Yaniv 2017; spec refs [20-22]).
+
+    Parameters
+    ----------
+    confidence, correct : array_like
+        Shape (n,); NaN pairs dropped. ``correct`` bool or 0/1.
+
+    Returns
+    -------
+    threshold, coverage, risk : numpy.ndarray
+        Shape (k,), float64, k = number of distinct confidences, threshold
+        decreasing, coverage increasing to 1. Empty if no valid pair.
+
+    Raises
+    ------
+    ValueError
+        If the input is not 1-D or ``correct`` is not 0/1.
+
+    Examples
+    --------
+    >>> t, cov, risk = risk_coverage_curve([0.9, 0.8, 0.8, 0.3], [1, 0, 1, 0])
+    >>> cov.tolist(), risk.tolist()
+    ([0.25, 0.75, 1.0], [0.0, 0.3333333333333333, 0.5])
+    """
+    conf, corr, valid = _pairs(confidence, correct, unit_interval=False)
+    if conf.ndim != 1:
+        raise ValueError(f"risk_coverage_curve takes 1-D input, got shape {conf.shape}")
+    c, k = conf[valid], corr[valid]
+    if c.size == 0:
+        return np.empty(0), np.empty(0), np.empty(0)
+    order = np.argsort(-c, kind="stable")
+    c, k = c[order], k[order]
+    answered = np.arange(1, c.size + 1, dtype=np.float64)
+    errors = np.cumsum(1.0 - k)
+    last = np.r_[c[1:] != c[:-1], True]  # the last position of each distinct confidence
+    return c[last], answered[last] / c.size, errors[last] / answered[last]
+
+
+def selective_risk_coverage(
+    abstain: xr.DataArray | np.ndarray,
+    correct: xr.DataArray | np.ndarray,
+    dim: Hashable | list = "image",
+) -> tuple:
+    """Coverage and risk of selective answering through the abstain option.
+
+    coverage = share of questions on which the model does not abstain;
+    risk = error rate among those answered. In murk's read-out the answer is
+    scored on the main prompt and the abstain decision on the abstain prompt
+    of the same question (spec Sec. III, read-outs 1 and 4), so "risk" is the
+    main-prompt error rate on the questions the model would have answered.
+    Fractional values (t3's image-level mean of two questions) are weights:
+    ``risk = sum (1 - a)(1 - c) / sum (1 - a)``.
+
+    Parameters
+    ----------
+    abstain : numpy.ndarray or xarray.DataArray
+        1 = abstains, 0 = answers (or a mean of such); NaN = missing.
+    correct : numpy.ndarray or xarray.DataArray
+        1 = correct, 0 = wrong; broadcastable; NaN = missing.
+    dim : hashable or list, default "image"
+        For DataArrays, the dimension(s) pooled; NumPy input: last axis.
+
+    Returns
+    -------
+    coverage, risk : numpy.ndarray or xarray.DataArray
+        float64 in [0, 1]; risk NaN where nothing is answered.
+    """
+    def kernel(a, c):
+        a = np.asarray(a, dtype=np.float64)
+        c = np.asarray(c, dtype=np.float64)
+        a, c = np.broadcast_arrays(a, c)
+        ok = ~(np.isnan(a) | np.isnan(c))
+        ans = np.where(ok, 1.0 - a, 0.0)
+        n = ok.sum(axis=-1)
+        answered = ans.sum(axis=-1)
+        err = (ans * np.where(ok, 1.0 - c, 0.0)).sum(axis=-1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (np.where(n > 0, answered / n, np.nan),
+                    np.where(answered > 0, err / answered, np.nan))
+
+    if isinstance(abstain, xr.DataArray) or isinstance(correct, xr.DataArray):
+        dims = [dim] if isinstance(dim, str) or not isinstance(dim, (list, tuple)) else list(dim)
+        a = abstain if isinstance(abstain, xr.DataArray) else xr.DataArray(abstain)
+        c = correct if isinstance(correct, xr.DataArray) else xr.DataArray(correct)
+        a, c = xr.broadcast(a.astype(np.float64), c.astype(np.float64))
+        if len(dims) > 1:
+            a, c = a.stack(_pooled=dims), c.stack(_pooled=dims)
+            dims = ["_pooled"]
+        return xr.apply_ufunc(kernel, a, c, input_core_dims=[dims, dims], output_core_dims=[[], []])
+    return kernel(abstain, correct)
+
+
+# ----------------------------------------------------------------------------- monotonicity
+
+
+def monotonicity(x: np.ndarray, direction: int = -1, n_se: float = 2.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Wrong-way moves of a signal series along the sweep (spec Sec. III, "Monotonicity").
+
+    For each pair of adjacent levels (k, k+1), going murkier, the paired
+    image-level differences ``d_i = x[k+1, i] - x[k, i]`` (images present at
+    both levels) have mean ``dbar`` and standard error
+    ``se = std(d, ddof=1) / sqrt(m)``. The move is *wrong* when it goes
+    against the expected direction (``direction * dbar < 0``: accuracy or
+    confidence rising, abstention falling), and *wrong beyond noise* when in
+    addition ``|dbar| > n_se * se`` (the noise-aware count, a post-hoc
+    addition of the spec). Fractions are over the pairs with a defined mean
+    difference.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        Shape (..., L, n): L levels ordered clear to murky (e.g. clean, then
+        250 ... 1.953125 m), n images; NaN = missing.
+    direction : {-1, +1}, default -1
+        Expected sign of the change going murkier: -1 for accuracy and
+        confidence (falling), +1 for abstain rates (rising).
+    n_se : float, default 2.0
+        Threshold in standard errors of the paired difference.
+
+    Returns
+    -------
+    raw, beyond_noise : numpy.ndarray
+        Shape (...), float64 in [0, 1]: fraction of pairs moving the wrong
+        way, and of pairs moving the wrong way by more than ``n_se`` SE. NaN
+        if no pair is defined.
+    n_pairs : numpy.ndarray
+        Shape (...), int64: pairs with a defined mean difference (L - 1 when
+        nothing is missing).
+
+    Raises
+    ------
+    ValueError
+        If ``direction`` is not -1 or +1, or ``x`` has fewer than 2 axes.
+
+    Examples
+    --------
+    >>> x = np.array([[1.0, 1.0], [0.5, 0.5], [0.6, 0.6]])  # 3 levels, 2 images
+    >>> raw, sig, k = monotonicity(x)
+    >>> float(raw), float(sig), int(k)   # 0.5 -> 0.6 rises; se = 0, so beyond noise
+    (0.5, 0.5, 2)
+    """
+    if direction not in (-1, 1):
+        raise ValueError(f"direction must be -1 or +1, got {direction}")
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim < 2:
+        raise ValueError(f"x must have shape (..., L, n), got {x.shape}")
+    d = x[..., 1:, :] - x[..., :-1, :]                       # (..., L-1, n), NaN where either is missing
+    ok = ~np.isnan(d)
+    m = ok.sum(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        dbar = np.where(m > 0, np.where(ok, d, 0.0).sum(axis=-1) / m, np.nan)
+        var = np.where(ok, (d - dbar[..., None]) ** 2, 0.0).sum(axis=-1) / (m - 1)
+        se = np.where(m > 1, np.sqrt(var / m), np.nan)
+    defined = m > 0
+    wrong = defined & (direction * np.nan_to_num(dbar) < 0)
+    # with one image the SE is undefined: not counted beyond noise
+    beyond = wrong & (m > 1) & (np.abs(np.nan_to_num(dbar)) > n_se * np.nan_to_num(se, nan=np.inf))
+    n_pairs = defined.sum(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        raw = np.where(n_pairs > 0, wrong.sum(axis=-1) / n_pairs, np.nan)
+        sig = np.where(n_pairs > 0, beyond.sum(axis=-1) / n_pairs, np.nan)
+    return raw, sig, n_pairs.astype(np.int64)
+
+
+def monotonicity_da(
+    da: xr.DataArray, direction: int | xr.DataArray = -1, level_dim: Hashable = "level",
+    dim: Hashable = "image", n_se: float = 2.0,
+) -> xr.Dataset:
+    """xarray wrapper of :func:`monotonicity`.
+
+    Parameters
+    ----------
+    da : xarray.DataArray
+        Image-level values with ``level_dim`` (ordered clear to murky) and
+        ``dim``.
+    direction : int or xarray.DataArray
+        -1 (falling expected) or +1 (rising), or a DataArray of them over
+        one of the other dims (e.g. per ``readout``).
+    level_dim, dim : hashable
+    n_se : float, default 2.0
+
+    Returns
+    -------
+    xarray.Dataset
+        ``raw`` and ``beyond_noise`` (float64 fractions) and ``n_pairs``
+        (int64), with the dims of ``da`` without ``level_dim`` and ``dim``.
+    """
+    def kernel(x, sign):
+        sign = np.asarray(sign)
+        out = [np.empty(x.shape[:-2]), np.empty(x.shape[:-2]), np.empty(x.shape[:-2], dtype=np.int64)]
+        for s_ in (-1, 1):
+            sel = np.broadcast_to(sign == s_, x.shape[:-2])
+            if sel.any():
+                r = monotonicity(x[sel], s_, n_se)
+                for o, v in zip(out, r):
+                    o[sel] = v
+        return tuple(out)
+
+    sign = direction if isinstance(direction, xr.DataArray) else xr.DataArray(int(direction))
+    if not np.isin(np.asarray(sign), (-1, 1)).all():
+        raise ValueError("direction must be -1 or +1")
+    raw, sig, k = xr.apply_ufunc(kernel, da.astype(np.float64), sign,
+                                 input_core_dims=[[level_dim, dim], []], output_core_dims=[[], [], []])
+    return xr.Dataset({"raw": raw, "beyond_noise": sig, "n_pairs": k})

@@ -1,8 +1,13 @@
 """Stage *analyse*: cube → condition means, crossings, figures, tables, numbers.
 
 Everything the paper shows is written here, under the output root:
-``analysis/condition_means.nc``, ``analysis/crossings.nc``, ``analysis/*.md``
-(tables), ``figures/*.png|pdf`` and ``paper_numbers.json``.
+
+* ``analysis/scores.nc``: every score with a ``stat`` coordinate (point, lo,
+  hi), see :func:`murk.analysis.scores_dataset`; ``analysis/condition_means.nc``
+  and ``analysis/crossings.nc`` (the same means and crossings, flat);
+* ``analysis/<table>.md``: :data:`TABLES` (spec Tables IV, V, IX, X and more);
+* ``figures/<name>_<task>.png|pdf``: :data:`FIGURES`;
+* ``paper_numbers.json``: :func:`build_numbers`.
 """
 
 from __future__ import annotations
@@ -16,11 +21,48 @@ import xarray as xr
 from murk import analysis, config as _config, cube, figures, paper, paths, physics, pipeline
 from murk.paper import fmt, fmt_crossing, fmt_interval
 
-__all__ = ["stage_analyse", "build_numbers"]
+__all__ = ["stage_analyse", "build_numbers", "TABLES", "FIGURES", "level_label"]
+
+#: Markdown tables written under ``analysis/`` (file name without ``.md`` -> content)
+TABLES = {
+    "tbl-end-of-sweep": "spec Table IV: t2 at V = 1.953125 m, fog and underwater: accuracy, mean c_int, "
+                        "mean verbalized confidence, ECE of c_int, per model",
+    "tbl-crossings": "spec Table V: V_acc (chance and blank floor) and W per awareness signal, "
+                     "per model, arm and task, with intervals; ≥/≤ for bounds",
+    "tbl-sweep-t2": "spec Table IX: every level, t2: accuracy, c_int, verbal, abstain, abstain2 with intervals",
+    "tbl-sweep-t3": "spec Table X: the same for t3",
+    "tbl-sweep": "means of both tasks at every level (compact, no intervals)",
+    "tbl-auroc": "AUROC of c_int per level, t2, with intervals",
+    "tbl-monotonicity": "wrong-way moves per signal series, raw and beyond 2 SE",
+    "tbl-confident": "accuracy of t2 answers with c_int >= 0.9 at V <= 15.625 m (both arms), with n",
+    "tbl-models": "models, revisions, visual tokens",
+    "tbl-prompts": "prompt templates (spec Table II)",
+    "tbl-config": "frozen configuration (spec Table III)",
+}
+#: figure names; each is saved as ``figures/<name>_<task>.png`` and ``.pdf`` for t2 and t3
+FIGURES = ("accuracy", "confidence", "verbal", "abstain", "reliability", "abstain2")
 
 
 def _key(model: str) -> str:
     return paths.model_slug(model)
+
+
+def level_label(visibility_m: float) -> str:
+    """Name of a sweep level in numbers keys: ``clean`` or the visibility in metres
+    written out exactly (``250``, ``62.5``, ``1.953125``)."""
+    v = float(visibility_m)
+    return "clean" if not np.isfinite(v) else np.format_float_positional(v, trim="-")
+
+
+def _ci(da) -> str:
+    return fmt_interval(float(da.sel(stat="lo")), float(da.sel(stat="hi")))
+
+
+def _bound(point: float, lower: bool, upper: bool, digits: int = 2) -> str:
+    s = fmt(point, digits)
+    if s == "n/a":
+        return s
+    return f"≥ {s}" if lower else f"≤ {s}" if upper else s
 
 
 def _range(values) -> str:
@@ -30,13 +72,30 @@ def _range(values) -> str:
     return fmt(v.min()) if np.isclose(v.min(), v.max()) else f"{fmt(v.min())}–{fmt(v.max())}"
 
 
-def build_numbers(ds: xr.Dataset, means: xr.Dataset, cross: xr.Dataset, meta: dict, cfg: dict) -> dict[str, str]:
+def build_numbers(ds: xr.Dataset, means: xr.Dataset, cross: xr.Dataset, meta: dict, cfg: dict,
+                  scores: xr.Dataset | None = None) -> dict[str, str]:
     """All numbers the paper prints, formatted (key -> str).
 
     Keys: provenance (``config_hash``, ``items_hash``, ``git_commit``,
     ``depth_backend``, ...), configuration values (``cfg.*``), and results per
     model (``<quantity>.<arm>.<task>.<model slug>``) and aggregated over models
-    (``range.*``).
+    (``range.*``). ``<level>`` is :func:`level_label` (``clean``, ``250``, ...,
+    ``1.953125``); ``end`` is the last level. A key ending in ``.ci`` is the
+    bootstrap interval ``[lo, hi]`` of the key without it.
+
+    With ``scores`` (:func:`murk.analysis.scores_dataset`) also:
+
+    * ``<readout>.<level>.<arm>.<task>.<model>``: mean at every level;
+    * ``ece.<conf>.<level|end>.<arm>.<task>.<model>``, ``auroc.<conf>.<level|end>.<arm>.<task>.<model>``
+      (conf = ``c_int`` or ``verbal_conf``);
+    * ``coverage.<option>.<level>.<arm>.<task>.<model>``, ``risk.<option>...``
+      (option = ``abstain`` or ``abstain2``);
+    * ``v.correct_blank.<arm>.<task>.<model>``: V_acc with the blank floor (post hoc);
+    * ``mono.<signal>.<arm>.<task>.<model>`` (raw fraction of wrong-way pairs),
+      ``.sig`` (beyond 2 SE), ``.count`` and ``.sig.count`` (``k/m``), and
+      ``mono.pooled.raw`` / ``mono.pooled.sig`` over models, tasks, signals
+      and the physical arms;
+    * ``confident.acc.<model>`` (+ ``.ci``) and ``confident.n.<model>``.
     """
     n: dict[str, str] = {}
     models = [str(m) for m in ds["model"].values]
@@ -97,7 +156,8 @@ def build_numbers(ds: xr.Dataset, means: xr.Dataset, cross: xr.Dataset, meta: di
                     n[f"v.{ro}.{arm}.{task}.{k}"] = fmt_crossing(float(cr["v_cross_m"]), bool(cr["censored"]), 1)
                     n[f"v.{ro}.{arm}.{task}.{k}.ci"] = fmt_interval(float(cr["v_lo_m"]), float(cr["v_hi_m"]), 1)
                     if ro != "correct":
-                        n[f"w.{ro}.{arm}.{task}.{k}"] = fmt_crossing(float(cr["w"]), bool(cr["w_lower_bound"]))
+                        n[f"w.{ro}.{arm}.{task}.{k}"] = _bound(float(cr["w"]), bool(cr["w_lower_bound"]),
+                                                               bool(cr.get("w_upper_bound", False)))
                         n[f"w.{ro}.{arm}.{task}.{k}.ci"] = fmt_interval(float(cr["w_lo"]), float(cr["w_hi"]))
             for ctrl in cube.CONTROL_ARMS:
                 s = means.sel(model=m, arm=ctrl, level=0, task=task, readout="correct")
@@ -111,23 +171,92 @@ def build_numbers(ds: xr.Dataset, means: xr.Dataset, cross: xr.Dataset, meta: di
             n[f"range.c_int.end.{arm}.{task}"] = _range(
                 means["mean"].sel(arm=arm, level=len(physics.SWEEP_M), task=task, readout="c_int").values)
         n[f"range.correct.blank.{task}"] = _range(means["mean"].sel(arm="blank", level=0, task=task, readout="correct").values)
+    if scores is not None:
+        n.update(_score_numbers(scores))
     return n
 
 
-def _tables(ds, means, cross, cfg) -> dict[str, str]:
+def _score_numbers(sc: xr.Dataset) -> dict[str, str]:
+    n: dict[str, str] = {}
+    last = int(sc["level"].values[-1])
+    physical = [a for a in cube.PHYSICAL_ARMS if a in sc["arm"].values]
+    for m in sc["model"].values:
+        k = _key(str(m))
+        for arm in physical:
+            for task in sc["task"].values:
+                for lvl in sc["level"].values:
+                    names = [level_label(sc["visibility_m"].sel(level=lvl))] + (["end"] if lvl == last else [])
+                    cell = dict(model=m, arm=arm, level=lvl, task=task)
+                    for lab in names:
+                        if lab != "end":
+                            for ro in sc["readout"].values:
+                                x = sc["mean"].sel(**cell, readout=ro)
+                                n[f"{ro}.{lab}.{arm}.{task}.{k}"] = fmt(float(x.sel(stat="point")))
+                                n[f"{ro}.{lab}.{arm}.{task}.{k}.ci"] = _ci(x)
+                            for opt in sc["option"].values:
+                                for var in ("coverage", "risk"):
+                                    x = sc[var].sel(**cell, option=opt)
+                                    n[f"{var}.{opt}.{lab}.{arm}.{task}.{k}"] = fmt(float(x.sel(stat="point")))
+                                    n[f"{var}.{opt}.{lab}.{arm}.{task}.{k}.ci"] = _ci(x)
+                        for conf in sc["confidence"].values:
+                            for var in ("ece", "auroc"):
+                                x = sc[var].sel(**cell, confidence=conf)
+                                n[f"{var}.{conf}.{lab}.{arm}.{task}.{k}"] = fmt(float(x.sel(stat="point")))
+                                n[f"{var}.{conf}.{lab}.{arm}.{task}.{k}.ci"] = _ci(x)
+                c = dict(model=m, arm=arm, task=task)
+                x = sc["v_acc_blank_m"].sel(**c)
+                n[f"v.correct_blank.{arm}.{task}.{k}"] = fmt_crossing(
+                    float(x.sel(stat="point")), bool(sc["censored_blank"].sel(**c)), 1)
+                n[f"v.correct_blank.{arm}.{task}.{k}.ci"] = fmt_interval(
+                    float(x.sel(stat="lo")), float(x.sel(stat="hi")), 1)
+                for ro in sc["readout"].values:
+                    pairs = int(sc["mono_pairs"].sel(**c, readout=ro))
+                    raw = float(sc["mono_raw"].sel(**c, readout=ro))
+                    sig = float(sc["mono_beyond_noise"].sel(**c, readout=ro))
+                    n[f"mono.{ro}.{arm}.{task}.{k}"] = fmt(raw)
+                    n[f"mono.{ro}.{arm}.{task}.{k}.sig"] = fmt(sig)
+                    n[f"mono.{ro}.{arm}.{task}.{k}.count"] = f"{round(raw * pairs) if pairs else 0}/{pairs}"
+                    n[f"mono.{ro}.{arm}.{task}.{k}.sig.count"] = f"{round(sig * pairs) if pairs else 0}/{pairs}"
+        x = sc["confident_accuracy"].sel(model=m)
+        n[f"confident.acc.{k}"] = fmt(float(x.sel(stat="point")))
+        n[f"confident.acc.{k}.ci"] = _ci(x)
+        n[f"confident.n.{k}"] = str(int(sc["confident_n"].sel(model=m)))
+    mono = sc[["mono_raw", "mono_beyond_noise", "mono_pairs"]].sel(arm=physical)
+    pairs = float(mono["mono_pairs"].sum())
+    for key, var in (("raw", "mono_raw"), ("sig", "mono_beyond_noise")):
+        wrong = float((mono[var].fillna(0) * mono["mono_pairs"]).sum())
+        n[f"mono.pooled.{key}"] = fmt(wrong / pairs) if pairs else "n/a"
+        n[f"mono.pooled.{key}.count"] = f"{round(wrong)}/{int(pairs)}"
+    return n
+
+
+def _pm(x: xr.DataArray, digits: int = 2) -> str:
+    """A point with its interval, compactly: ``0.97 (0.95–0.98)``."""
+    p, lo, hi = (float(x.sel(stat=k)) for k in ("point", "lo", "hi"))
+    if not np.isfinite(p):
+        return "n/a"
+    return f"{fmt(p, digits)} ({fmt(lo, digits)}–{fmt(hi, digits)})"
+
+
+def _tables(ds, means, cross, cfg, scores: xr.Dataset | None = None) -> dict[str, str]:
     t: dict[str, str] = {}
     rows = []
     for m in ds["model"].values:
         for arm in cube.PHYSICAL_ARMS:
             for task in ("t2", "t3"):
                 c = cross.sel(model=m, arm=arm, task=task)
+                acc = c.sel(readout="correct")
                 row = {"model": figures.short_name(m), "arm": arm, "task": task,
-                       "V_acc (m)": f"{fmt_crossing(float(c['v_cross_m'].sel(readout='correct')), bool(c['censored'].sel(readout='correct')), 1)} "
-                                    f"{fmt_interval(float(c['v_lo_m'].sel(readout='correct')), float(c['v_hi_m'].sel(readout='correct')), 1)}"}
+                       "V_acc (m)": f"{fmt_crossing(float(acc['v_cross_m']), bool(acc['censored']), 1)} "
+                                    f"{fmt_interval(float(acc['v_lo_m']), float(acc['v_hi_m']), 1)}"}
+                if "v_acc_blank_m" in c:
+                    row["V_acc, blank floor (m)†"] = (
+                        f"{fmt_crossing(float(c['v_acc_blank_m']), bool(c['censored_blank']), 1)} "
+                        f"{fmt_interval(float(c['v_acc_blank_lo_m']), float(c['v_acc_blank_hi_m']), 1)}")
                 for ro in analysis.AWARENESS_SIGNALS:
                     cr = c.sel(readout=ro)
-                    row[f"W {figures.READOUT_LABELS[ro]}"] = (f"{fmt_crossing(float(cr['w']), bool(cr['w_lower_bound']))} "
-                                                              f"{fmt_interval(float(cr['w_lo']), float(cr['w_hi']))}")
+                    w = _bound(float(cr["w"]), bool(cr["w_lower_bound"]), bool(cr.get("w_upper_bound", False)))
+                    row[f"W {figures.READOUT_LABELS[ro]}"] = f"{w} {fmt_interval(float(cr['w_lo']), float(cr['w_hi']))}"
                 rows.append(row)
     t["tbl-crossings"] = paper.markdown_table(rows)
     rows = []
@@ -141,6 +270,8 @@ def _tables(ds, means, cross, cfg) -> dict[str, str]:
                         row[f"{task} {ro}"] = fmt(float(means["mean"].sel(model=m, arm=arm, level=lvl, task=task, readout=ro)))
                 rows.append(row)
     t["tbl-sweep"] = paper.markdown_table(rows)
+    if scores is not None:
+        t.update(_score_tables(scores))
     rows = [{"model": f"`{m}`", "revision": f"`{str(rev)[:12] or 'n/a'}`", "visual tokens / image": str(int(nv)),
              "pipeline check": "yes (tiny random weights)" if bool(pc) else "no"}
             for m, rev, nv, pc in zip(ds["model"].values, ds["model_revision"].values,
@@ -157,6 +288,68 @@ def _tables(ds, means, cross, cfg) -> dict[str, str]:
     return t
 
 
+def _score_tables(sc: xr.Dataset) -> dict[str, str]:
+    t: dict[str, str] = {}
+    models = sc["model"].values
+    last = int(sc["level"].values[-1])
+    short = {"correct": "accuracy", "c_int": "c_int", "verbal_conf": "verbal", "abstain": "abstain",
+             "abstain2": "abstain₂"}
+    # Table IV: the end of the sweep, t2
+    rows = []
+    for m in models:
+        for arm in cube.PHYSICAL_ARMS:
+            cell = dict(model=m, arm=arm, level=last, task="t2")
+            rows.append({"model": figures.short_name(m), "arm": arm,
+                         "accuracy": _pm(sc["mean"].sel(**cell, readout="correct")),
+                         "mean c_int": _pm(sc["mean"].sel(**cell, readout="c_int")),
+                         "mean verbal": _pm(sc["mean"].sel(**cell, readout="verbal_conf")),
+                         "ECE c_int": _pm(sc["ece"].sel(**cell, confidence="c_int"))})
+    t["tbl-end-of-sweep"] = paper.markdown_table(rows)
+    # Tables IX and X: the sweep per task
+    for task in ("t2", "t3"):
+        rows = []
+        for m in models:
+            for arm in cube.PHYSICAL_ARMS:
+                for lvl in sc["level"].values:
+                    row = {"model": figures.short_name(m), "arm": arm,
+                           "V (m)": level_label(sc["visibility_m"].sel(level=lvl))}
+                    for ro in analysis.SIGNALS:
+                        row[short[ro]] = _pm(sc["mean"].sel(model=m, arm=arm, level=lvl, task=task, readout=ro))
+                    rows.append(row)
+        t[f"tbl-sweep-{task}"] = paper.markdown_table(rows)
+    # AUROC of c_int per level, t2
+    rows = []
+    for m in models:
+        for arm in cube.PHYSICAL_ARMS:
+            row = {"model": figures.short_name(m), "arm": arm}
+            for lvl in sc["level"].values:
+                row[level_label(sc["visibility_m"].sel(level=lvl))] = _pm(
+                    sc["auroc"].sel(model=m, arm=arm, level=lvl, task="t2", confidence="c_int"))
+            rows.append(row)
+    t["tbl-auroc"] = paper.markdown_table(rows)
+    # monotonicity: wrong-way pairs, raw / beyond 2 SE
+    rows = []
+    arms = [a for a in (*cube.PHYSICAL_ARMS, "imagenet_c") if a in sc["arm"].values]
+    for m in models:
+        for arm in arms:
+            for task in sc["task"].values:
+                row = {"model": figures.short_name(m), "arm": arm, "task": str(task)}
+                for ro in analysis.SIGNALS:
+                    c = dict(model=m, arm=arm, task=task, readout=ro)
+                    k = int(sc["mono_pairs"].sel(**c))
+                    raw = float(sc["mono_raw"].sel(**c))
+                    sig = float(sc["mono_beyond_noise"].sel(**c))
+                    row[short[ro]] = (f"{round(raw * k)}/{k} · {round(sig * k)}/{k}" if k else "n/a")
+                rows.append(row)
+    t["tbl-monotonicity"] = paper.markdown_table(rows)
+    # confident errors
+    rows = [{"model": figures.short_name(m),
+             "accuracy of answers with c_int ≥ 0.9": _pm(sc["confident_accuracy"].sel(model=m)),
+             "n": str(int(sc["confident_n"].sel(model=m)))} for m in models]
+    t["tbl-confident"] = paper.markdown_table(rows)
+    return t
+
+
 def stage_analyse(models: list[str], output_dir=None) -> dict[str, Path | dict]:
     """Stage *analyse*: merge the models' stores into the cube, then summarise.
 
@@ -168,21 +361,32 @@ def stage_analyse(models: list[str], output_dir=None) -> dict[str, Path | dict]:
 
     Returns
     -------
-    dict with the cube, ``means`` and ``crossings`` datasets, the figure paths
-    and the numbers.
+    dict
+        ``cube``; ``means`` and ``crossings`` (flat datasets); ``scores`` (the
+        dataset with a ``stat`` coordinate, :func:`murk.analysis.scores_dataset`);
+        ``analysis`` (every component of :func:`murk.analysis.analyse`);
+        ``figures`` (name -> [png, pdf] paths); ``numbers`` (key -> str).
+
+    Files written under the output root: ``analysis/scores.nc``,
+    ``analysis/condition_means.nc``, ``analysis/crossings.nc``,
+    ``analysis/<t>.md`` for every ``t`` in :data:`TABLES`,
+    ``figures/<f>_<task>.png|pdf`` for ``f`` in :data:`FIGURES` and task in
+    (t2, t3), and ``paper_numbers.json``.
     """
     cfg = _config.load_config()
     a = cfg["analysis"]
     _, meta = pipeline.read_items(output_dir)
     ds = pipeline.stage_cube(models, output_dir).load()
-    scores = analysis.image_scores(ds)
-    means = analysis.condition_means(scores, a["bootstrap_resamples"], a["bootstrap_seed"], a["ci_level"])
-    cross = analysis.crossing_table(scores, a["bootstrap_resamples_crossing"], a["bootstrap_seed"],
-                                    a["ci_level"], a["chance"])
+    res = analysis.analyse(ds, a["bootstrap_resamples"], a["bootstrap_resamples_crossing"], a["bootstrap_seed"],
+                           a["ci_level"], a["chance"])
+    means, cross, scores = res["means"], res["crossings"], res["scores"]
+    scores.attrs.update({k: str(ds.attrs[k]) for k in ("config_hash", "items_hash", "git_commit", "depth_backend")
+                         if k in ds.attrs})
     adir = paths.analysis_dir(output_dir)
     adir.mkdir(parents=True, exist_ok=True)
     means.to_netcdf(adir / "condition_means.nc")
     cross.to_netcdf(adir / "crossings.nc")
+    _write_netcdf(scores, adir / "scores.nc")
     fdir = paths.figures_dir(output_dir)
     figs = {}
     for task in ("t2", "t3"):
@@ -195,8 +399,20 @@ def stage_analyse(models: list[str], output_dir=None) -> dict[str, Path | dict]:
             means, "verbal_conf", task, chance=chance, reference="correct"), fdir, f"verbal_{task}")
         figs[f"abstain_{task}"] = figures.save(figures.plot_signal_vs_visibility(
             means, "abstain", task, reference="correct"), fdir, f"abstain_{task}")
-    for name, text in _tables(ds, means, cross, cfg).items():
+        figs[f"reliability_{task}"] = figures.save(figures.plot_reliability(
+            scores, task), fdir, f"reliability_{task}")
+        figs[f"abstain2_{task}"] = figures.save(figures.plot_abstain_comparison(
+            means, task, chance=chance), fdir, f"abstain2_{task}")
+    for name, text in _tables(ds, means, cross, cfg, scores).items():
         paper.write_text_atomic(adir / f"{name}.md", text)
-    numbers = build_numbers(ds, means, cross, meta, cfg)
+    numbers = build_numbers(ds, means, cross, meta, cfg, scores)
     paper.write_numbers(numbers, paths.numbers_file(output_dir))
-    return {"cube": ds, "means": means, "crossings": cross, "figures": figs, "numbers": numbers}
+    return {"cube": ds, "means": means, "crossings": cross, "scores": scores, "analysis": res,
+            "figures": figs, "numbers": numbers}
+
+
+def _write_netcdf(ds: xr.Dataset, path: Path) -> None:
+    """Write atomically (temporary sibling, then replace)."""
+    tmp = path.with_name(path.name + ".tmp")
+    ds.to_netcdf(tmp)
+    tmp.replace(path)

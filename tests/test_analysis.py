@@ -1,0 +1,188 @@
+"""Tests of murk.analysis on small synthetic cubes: pairing, determinism, hand-checked statistics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from murk import analysis, cube, metrics
+
+N = 40
+
+
+def _cube(n_models: int = 2, n: int = N, seed: int = 0) -> xr.Dataset:
+    """A cube with accuracy falling at ~12 m, varied confidences and a rising abstain rate."""
+    rng = np.random.default_rng(seed)
+    one = cube.empty_model_dataset(np.arange(1000, 1000 + n), ["car"] * n)
+    ds = xr.concat([one] * n_models, dim="model").assign_coords(model=[f"org/m{k}" for k in range(n_models)])
+    shape = ds["value"].shape[:-1]
+    vis = ds["visibility_m"].values
+    p = np.broadcast_to(np.where(np.isinf(vis), 0.95, 0.25 + 0.7 / (1 + (12.0 / vis) ** 3))[None, None, :, None, None],
+                        shape)
+    val = np.full(ds["value"].shape, np.nan, dtype=np.float32)
+    ro = list(ds["readout"].values)
+    val[..., ro.index("correct")] = rng.random(shape) < p
+    val[..., ro.index("c_int")] = np.round(np.clip(rng.normal(0.8, 0.15, shape), 0.25, 1.0), 2)
+    val[..., ro.index("verbal_conf")] = np.round(np.clip(rng.normal(0.9, 0.1, shape), 0, 1), 1)
+    val[..., ro.index("abstain")] = rng.random(shape) < 1 - p
+    val[..., ro.index("abstain2")] = rng.random(shape) < 0.3
+    arms = list(ds["arm"].values)
+    for a in ("blank", "shuffled"):
+        val[:, arms.index(a), 1:] = np.nan
+        val[:, arms.index(a), 0, :, :, ro.index("correct")] = rng.random((n_models, *shape[3:])) < 0.3
+    val[:, arms.index("imagenet_c"), 6:] = np.nan
+    return ds.assign(value=(ds["value"].dims, val))
+
+
+@pytest.fixture(scope="module")
+def ds():
+    return _cube()
+
+
+@pytest.fixture(scope="module")
+def res(ds):
+    return analysis.analyse(ds, 200, 400, seed=3)
+
+
+def test_question_scores_layout(ds):
+    q, img = analysis.question_scores(ds, "t3")
+    assert q.dims == ("model", "arm", "level", "unit", "readout") and q.sizes["unit"] == 2 * N
+    np.testing.assert_array_equal(img, np.r_[np.arange(N), np.arange(N)])
+    np.testing.assert_array_equal(q.isel(unit=N + 3).values,
+                                  ds["value"].sel(task="t3_false").isel(image=3).astype(float).round(6).values)
+    with pytest.raises(ValueError):
+        analysis.question_scores(ds, "t4")
+
+
+def test_float32_values_are_rounded(ds):
+    s = analysis.image_scores(ds)
+    v = s.sel(task="t2", readout="verbal_conf").values
+    v = v[~np.isnan(v)]
+    np.testing.assert_array_equal(v, np.round(v, 6))
+    assert np.any(np.isclose(v, 0.7)) and np.all(v[np.isclose(v, 0.7)] == 0.7)
+
+
+def test_two_runs_with_one_seed_agree_exactly(ds, res):
+    again = analysis.analyse(ds, 200, 400, seed=3)
+    xr.testing.assert_identical(res["scores"], again["scores"])
+    other = analysis.analyse(ds, 200, 400, seed=4)
+    assert not other["scores"]["mean"].sel(stat="lo").equals(res["scores"]["mean"].sel(stat="lo"))
+
+
+def test_condition_means_match_explicit_resampling(ds, res):
+    s = analysis.image_scores(ds)
+    idx = metrics.bootstrap_indices(N, 200, 3)
+    x = s.sel(model="org/m0", arm="fog", level=5, task="t2", readout="correct").values
+    boot = np.nanmean(x[idx], axis=-1)
+    m = res["means"].sel(model="org/m0", arm="fog", level=5, task="t2", readout="correct")
+    assert float(m["mean"]) == pytest.approx(np.nanmean(x))
+    assert float(m["lo"]) == pytest.approx(np.percentile(boot, 2.5))
+    assert float(m["hi"]) == pytest.approx(np.percentile(boot, 97.5))
+    assert int(m["n"]) == N
+
+
+def test_paired_resamples_shared_by_means_and_crossings(ds):
+    # the crossing's 400 resamples start with the means' 200: one draw for everything
+    c = metrics.bootstrap_counts(N, 400, 3)
+    np.testing.assert_array_equal(analysis.resample_counts(N, 200, 3), c[:200])
+
+
+def test_crossings_against_kernel_and_w_bounds(ds, res):
+    s = analysis.image_scores(ds)
+    cr = res["crossings"]
+    point = s.mean("image")
+    for m in ds["model"].values:
+        y = point.sel(model=m, arm="fog", task="t2", readout="correct").values
+        v, c = metrics.crossing_visibility(ds["visibility_m"].values[1:], y[1:], y[0], 0.25)
+        assert float(cr["v_cross_m"].sel(model=m, arm="fog", task="t2", readout="correct")) == pytest.approx(float(v))
+        # blank floor: the model's own blank-image accuracy
+        fl = float(s.sel(model=m, arm="blank", level=0, task="t2", readout="correct").mean())
+        vb, _ = metrics.crossing_visibility(ds["visibility_m"].values[1:], y[1:], y[0], fl)
+        assert float(cr["v_acc_blank_m"].sel(model=m, arm="fog", task="t2")) == pytest.approx(float(vb))
+    # verbal confidence is flat: censored, W a lower bound with an interval
+    w = cr.sel(arm="fog", task="t2", readout="verbal_conf")
+    assert w["censored"].all() and w["w_lower_bound"].all() and not w["w_upper_bound"].any()
+    np.testing.assert_allclose(w["w"], np.log10(cr["v_cross_m"].sel(arm="fog", task="t2", readout="correct")
+                                                / metrics.CENSOR_M))
+    assert (w["w_lo"] <= w["w"] + 1e-12).all() and (w["w"] <= w["w_hi"] + 1e-12).all()
+
+
+def test_w_upper_bound_and_both_censored():
+    s = analysis.image_scores(_cube(1, 20, seed=1))
+    # accuracy that never falls: V_acc censored -> W of a crossing awareness signal is an upper bound
+    s.loc[dict(readout="correct")] = xr.where(s.sel(readout="correct").notnull(), 1.0, np.nan)
+    s.loc[dict(level=0, readout="correct")] = 1.0
+    ab = s.sel(readout="abstain").copy()
+    ab[:] = np.nan
+    ab.loc[dict(arm=["fog", "underwater"])] = (s["level"] >= 4).astype(float)
+    s.loc[dict(readout="abstain")] = ab
+    s.loc[dict(arm=["fog", "underwater"], level=0, readout="correct")] = 1.0
+    s.loc[dict(arm=["fog", "underwater"], readout="correct")] = 0.99
+    s.loc[dict(arm=["fog", "underwater"], level=0, readout="correct")] = 1.0
+    cr = analysis.crossing_table(s, 50, 0)
+    c = cr.sel(model="org/m0", arm="fog", task="t2")
+    assert bool(c["censored"].sel(readout="correct"))
+    assert bool(c["w_upper_bound"].sel(readout="abstain")) and not bool(c["w_lower_bound"].sel(readout="abstain"))
+    # abstain2 random around 0.3, c_int flat: both censored with accuracy -> W undefined
+    assert np.isnan(float(c["w"].sel(readout="c_int")))
+
+
+def test_confidence_scores_match_kernels(ds, res):
+    q, img = analysis.question_scores(ds, "t3")
+    conf = q.sel(model="org/m1", arm="underwater", level=6, readout="c_int").values
+    corr = q.sel(model="org/m1", arm="underwater", level=6, readout="correct").values
+    cs = res["confidence"].sel(model="org/m1", arm="underwater", level=6, task="t3", confidence="c_int")
+    assert float(cs["ece"]) == pytest.approx(float(metrics.expected_calibration_error(conf, corr)))
+    assert float(cs["auroc"]) == pytest.approx(float(metrics.auroc(conf, corr)))
+    assert int(cs["n_answers"]) == 2 * N
+    # the interval resamples images: both questions of an image together
+    counts = metrics.bootstrap_counts(N, 200, 3)[:, img]
+    lo, hi = metrics.percentile_interval(metrics.resampled_auroc(conf, corr, counts), 0.95)
+    assert float(cs["auroc_lo"]) == pytest.approx(float(lo)) and float(cs["auroc_hi"]) == pytest.approx(float(hi))
+
+
+def test_selective_abstain_matches_kernel(ds, res):
+    v = ds["value"].astype(float).round(6).sel(model="org/m0", arm="fog", level=7, task="t2")
+    cov, risk = metrics.selective_risk_coverage(v.sel(readout="abstain").values, v.sel(readout="correct").values)
+    sel = res["selective"].sel(model="org/m0", arm="fog", level=7, task="t2", option="abstain")
+    assert float(sel["coverage"]) == pytest.approx(float(cov)) and float(sel["risk"]) == pytest.approx(float(risk))
+    assert float(sel["risk_lo"]) <= float(sel["risk"]) <= float(sel["risk_hi"])
+
+
+def test_confident_errors_hand_count(ds, res):
+    v = ds["value"].astype(float).round(6).sel(model="org/m0", arm=["fog", "underwater"], level=[5, 6, 7, 8], task="t2")
+    c, k = v.sel(readout="c_int").values, v.sel(readout="correct").values
+    mask = c >= 0.9
+    ce = res["confident"].sel(model="org/m0")
+    assert int(ce["n"]) == mask.sum()
+    assert float(ce["accuracy"]) == pytest.approx(k[mask].mean())
+    assert float(ce["accuracy_lo"]) <= float(ce["accuracy"]) <= float(ce["accuracy_hi"])
+
+
+def test_monotonicity_table(ds, res):
+    mono = res["monotonicity"]
+    assert list(mono["arm"].values) == ["fog", "underwater", "imagenet_c"]
+    assert (mono["n_pairs"].sel(arm="fog") == 8).all() and (mono["n_pairs"].sel(arm="imagenet_c") == 5).all()
+    s = analysis.image_scores(ds).sel(model="org/m1", arm="fog", task="t3", readout="abstain")
+    raw, sig, k = metrics.monotonicity(s.transpose("level", "image").values, +1)
+    m = mono.sel(model="org/m1", arm="fog", task="t3", readout="abstain")
+    assert float(m["raw"]) == float(raw) and float(m["beyond_noise"]) == float(sig)
+    assert int(m["n_wrong"]) == round(float(raw) * 8)
+
+
+def test_reliability_table(ds, res):
+    rel = res["reliability"]
+    assert rel.sizes["bin"] == 10
+    cnt = rel["count"].sel(task="t3", confidence="c_int").sum("bin")
+    assert (cnt == 8 * 2 * N).all()
+
+
+def test_scores_dataset_stat_layout(res):
+    sc = res["scores"]
+    assert list(sc["stat"].values) == list(analysis.STATS)
+    assert sc["mean"].dims == ("model", "arm", "level", "task", "readout", "stat")
+    assert sc["w"].dims == ("model", "arm", "task", "readout", "stat")
+    # arms without crossings are NaN / False
+    assert sc["v_cross_m"].sel(arm="blank").isnull().all() and not sc["censored"].sel(arm="blank").any()
+    xr.testing.assert_equal(sc["ece"].sel(stat="point", drop=True), res["confidence"]["ece"])
