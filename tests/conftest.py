@@ -35,3 +35,13 @@ def coco_image():
         _pytest_tiny.skip(f"no COCO sample images in {folder}")
     with Image.open(files[0]) as im:
         return np.asarray(im.convert("RGB"), dtype=np.uint8)
+
+
+# --- frozen run records (murk.config.freeze_run): never written into the project's data/ ---
+@_pytest_tiny.fixture(scope="session", autouse=True)
+def _frozen_records_in_tmp(tmp_path_factory):
+    """Point MURK_FROZEN_DIR at a session temporary folder (subprocesses inherit it)."""
+    mp = _pytest_tiny.MonkeyPatch()
+    mp.setenv("MURK_FROZEN_DIR", str(tmp_path_factory.mktemp("frozen")))
+    yield
+    mp.undo()

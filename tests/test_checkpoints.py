@@ -20,7 +20,16 @@ ARCHS = sorted(set(TINY_MODELS.values()))
 CLASSES = {
     "smolvlm": ("SmolVLMForConditionalGeneration", "SmolVLMProcessor", "SmolVLMImageProcessor"),
     "qwen3vl": ("Qwen3VLForConditionalGeneration", "Qwen3VLProcessor", "Qwen2VLImageProcessor"),
+    "internvl": ("InternVLForConditionalGeneration", "InternVLProcessor", "GotOcr2ImageProcessor"),
+    "gemma": ("Gemma4ForConditionalGeneration", "Gemma4Processor", "Gemma4ImageProcessor"),
 }
+
+
+def test_all_five_families_have_a_tiny_id():
+    assert set(TINY_MODELS) == {"murk-tiny/smolvlm", "murk-tiny/smolvlm2", "murk-tiny/qwen3vl",
+                                "murk-tiny/internvl", "murk-tiny/gemma"}
+    assert TINY_MODELS["murk-tiny/smolvlm2"] == "smolvlm"  # same classes as SmolVLM (see TINY_MODELS)
+    assert set(ARCHS) == set(CLASSES)
 
 
 def _inputs(processor, image, **kwargs):
@@ -86,6 +95,53 @@ def test_single_tile_and_pixel_budget(tiny_vlms):
     # the saved processor itself already enforces the budget (no call-time arguments)
     (t, h, w), = _inputs(qwen.processor, big)["image_grid_thw"].tolist()
     assert h * w * patch * patch <= MAX_PIXELS
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_coco_sized_image_is_one_tile_of_at_most_448sq(arch, tiny_vlms):
+    """A 640 x 480 image reaches each model as one tile of at most 448^2 pixels."""
+    from murk.readout import present_image
+
+    vlm = tiny_vlms[arch]
+    shown = present_image(np.full((480, 640, 3), 90, dtype=np.uint8))
+    assert shown.size == (448, 336)
+    inputs = _inputs(vlm.processor, shown, **vlm.image_kwargs)
+    pv = inputs["pixel_values"]
+    if arch == "smolvlm":
+        assert tuple(pv.shape) == (1, 1, 3, 384, 384)  # (batch, tiles, C, H, W)
+        pixels = 384 * 384
+    elif arch == "qwen3vl":
+        (t, h, w), = inputs["image_grid_thw"].tolist()
+        assert t == 1
+        pixels = h * w * 16 * 16
+    elif arch == "internvl":
+        assert tuple(pv.shape) == (1, 3, 448, 448)  # (tiles, C, H, W): crop_to_patches=False
+        pixels = 448 * 448
+    else:  # gemma: one padded patch list; real patches are those with a position
+        assert pv.shape[0] == 1
+        pixels = int((inputs["image_position_ids"][0] != -1).all(-1).sum()) * 16 * 16
+    assert 0 < pixels <= MAX_PIXELS
+    n_image_tokens = int((inputs["input_ids"][0] == vlm.model.config.image_token_id).sum())
+    assert 0 < n_image_tokens <= vlm.n_visual_tokens
+
+
+def test_internvl_tiles_without_the_call_time_argument(tiny_checkpoint_dirs):
+    """The pitfall of shared/notes: the InternVL processor's own default tiles."""
+    from PIL import Image
+    from transformers import AutoProcessor
+
+    proc = AutoProcessor.from_pretrained(tiny_checkpoint_dirs["internvl"])
+    big = Image.fromarray(np.full((480, 1300, 3), 100, dtype=np.uint8))
+    assert _inputs(proc, big)["pixel_values"].shape[0] > 1
+    assert _inputs(proc, big, crop_to_patches=False)["pixel_values"].shape[0] == 1
+
+
+def test_gemma4_budget():
+    from murk.checkpoints import gemma4_max_soft_tokens
+
+    assert gemma4_max_soft_tokens() == 70  # 70 * 9 * 256 = 161,280 px <= 448^2 < 140 * 9 * 256
+    with pytest.raises(ValueError):
+        gemma4_max_soft_tokens(1000)
 
 
 def test_call_time_arguments_override_processor_defaults(tiny_checkpoint_dirs):

@@ -34,11 +34,29 @@ LETTERS = ("A", "B", "C", "D", "E")
     "text, value",
     [("Confidence: 85", 0.85), ("confidence:100", 1.0), (" B\nCONFIDENCE : 0", 0.0),
      ("B\nConfidence: 70.5", 0.70), ("Confidence: 250", math.nan), ("garbage", math.nan),
-     ("Confidence: high", math.nan), ("", math.nan)],
+     ("Confidence: high", math.nan), ("", math.nan),
+     # issue 5: the four cases named
+     ("confidence:85%", 0.85), ("I am not sure", math.nan),
+     ("B because the red box holds something that looks like a", math.nan)],
 )
 def test_parse_verbal_confidence(text, value):
     got = parse_verbal_confidence(text)
     assert (math.isnan(got) and math.isnan(value)) or got == pytest.approx(value)
+
+
+def test_twelve_token_ramble_has_no_number(tiny_vlms):
+    """A 12-token continuation without "Confidence: <n>" is missing, not 0."""
+    tok = tiny_vlms["qwen3vl"].tokenizer
+    text = tok.decode(tok("The object might be a bench or a")["input_ids"][:12])
+    assert len(tok(text)["input_ids"]) == 12
+    assert math.isnan(parse_verbal_confidence(text))
+
+
+def test_readouts_agree_with_the_cube():
+    from murk import cube
+
+    assert READOUTS == cube.READOUTS and TEXT_READOUTS == cube.TEXT_READOUTS
+    assert {"verbal_conf_v2", "verbal_conf_v3"} <= set(READOUTS)
 
 
 # ----------------------------------------------------------------- images
@@ -86,7 +104,8 @@ def test_option_token_variants_with_space_tokens():
 
 # ----------------------------------------------------------------- loading
 def test_load_vlm_local_folders(tiny_vlms, tiny_checkpoint_dirs):
-    expected_visual = {"smolvlm": 36, "qwen3vl": 196}  # (384/32)^2/2^2 ; (448/16)^2/2^2
+    # (384/32)^2/2^2 ; (448/16)^2/2^2 ; (448/28)^2*0.5^2 ; Gemma 4 at 70 soft tokens: 384^2 px / 16^2 / 3^2
+    expected_visual = {"smolvlm": 36, "qwen3vl": 196, "internvl": 64, "gemma": 64}
     for arch, vlm in tiny_vlms.items():
         assert vlm.model_id == str(tiny_checkpoint_dirs[arch])
         assert vlm.is_pipeline_check and vlm.revision == "local"

@@ -35,7 +35,16 @@ __all__ = [
 ]
 
 #: pseudo model id -> architecture key understood by :func:`build_tiny_checkpoint`
-TINY_MODELS: dict[str, str] = {"murk-tiny/smolvlm": "smolvlm", "murk-tiny/qwen3vl": "qwen3vl"}
+TINY_MODELS: dict[str, str] = {
+    "murk-tiny/smolvlm": "smolvlm",
+    "murk-tiny/qwen3vl": "qwen3vl",
+    "murk-tiny/internvl": "internvl",
+    "murk-tiny/gemma": "gemma",
+    # SmolVLM2 has the same model, processor and image-processor classes as SmolVLM
+    # (SmolVLMForConditionalGeneration / SmolVLMProcessor; only sizes and the chat
+    # template's video handling differ), so its tiny twin is the SmolVLM build
+    "murk-tiny/smolvlm2": "smolvlm",
+}
 
 #: marker file written into every tiny checkpoint folder
 MARKER_FILE = "murk_tiny.json"
@@ -258,7 +267,198 @@ def _build_qwen3vl(seed: int):
     return model, processor
 
 
-_BUILDERS = {"smolvlm": _build_smolvlm, "qwen3vl": _build_qwen3vl}
+# InternVL (InternVL3.5-HF layout): one 448-px tile of 28-px patches, pixel shuffle 0.5
+# -> (448/28)^2 * 0.5^2 = 64 visual tokens (the real model: patches of 14 px -> 256 tokens)
+_INTERNVL_TILE_PX = 448
+_INTERNVL_PATCH_PX = 28
+
+_INTERNVL_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' %}<IMG_CONTEXT>\n"
+    "{% elif content['type'] == 'video' %}<video>\n"
+    "{% elif content['type'] == 'text' %}{{ content['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+_GEMMA_CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "<start_of_turn>{{ 'model' if message['role'] == 'assistant' else message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' %}<image_soft_token>"
+    "{% elif content['type'] == 'text' %}{{ content['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}<end_of_turn>\n{% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+
+#: Gemma 4 visual-token budgets offered by ``Gemma4ImageProcessor`` (soft tokens per image)
+GEMMA4_SOFT_TOKEN_BUDGETS = (70, 140, 280, 560, 1120)
+
+
+def gemma4_max_soft_tokens(max_pixels: int = MAX_PIXELS, patch: int = 16, pooling: int = 3) -> int:
+    """The largest Gemma 4 soft-token budget whose images have at most ``max_pixels`` pixels.
+
+    ``Gemma4ImageProcessor`` resizes (up or down, aspect kept) to at most
+    ``max_soft_tokens * pooling^2`` patches of ``patch^2`` pixels; with 16-px patches
+    and 3 x 3 pooling, 70 tokens allow 161,280 px (<= 448^2 = 200,704 px) and 140
+    tokens 322,560 px (> 448^2), so the study uses 70 (the model card's default is 280).
+    """
+    ok = [b for b in GEMMA4_SOFT_TOKEN_BUDGETS if b * pooling**2 * patch**2 <= max_pixels]
+    if not ok:
+        raise ValueError(f"no Gemma 4 soft-token budget fits in {max_pixels} pixels")
+    return max(ok)
+
+
+def _build_internvl(seed: int):
+    from transformers import (
+        GotOcr2ImageProcessor,
+        InternVLConfig,
+        InternVLForConditionalGeneration,
+        InternVLProcessor,
+        InternVLVideoProcessor,
+    )
+
+    named = {
+        "start_image_token": "<img>",
+        "end_image_token": "</img>",
+        "context_image_token": "<IMG_CONTEXT>",
+        "video_token": "<video>",
+    }
+    tokenizer = _byte_level_tokenizer(
+        special={"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
+        extra=["<|im_start|>"],
+        named=named,
+    )
+    tokenizer.chat_template = _INTERNVL_CHAT_TEMPLATE
+    downsample = 0.5
+    image_seq_len = int((_INTERNVL_TILE_PX // _INTERNVL_PATCH_PX) ** 2 * downsample**2)
+    image_processor = GotOcr2ImageProcessor(
+        size={"height": _INTERNVL_TILE_PX, "width": _INTERNVL_TILE_PX},
+        crop_to_patches=False,
+        min_patches=1,
+        max_patches=12,
+    )
+    video_processor = InternVLVideoProcessor(size={"height": _INTERNVL_TILE_PX, "width": _INTERNVL_TILE_PX})
+    processor = InternVLProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=video_processor,
+        image_seq_length=image_seq_len,
+        chat_template=_INTERNVL_CHAT_TEMPLATE,
+    )
+    config = InternVLConfig(
+        vision_config=dict(
+            hidden_size=_VISION["hidden_size"],
+            num_hidden_layers=_VISION["num_hidden_layers"],
+            num_attention_heads=_VISION["num_attention_heads"],
+            intermediate_size=_VISION["intermediate_size"],
+            image_size=[_INTERNVL_TILE_PX, _INTERNVL_TILE_PX],
+            patch_size=[_INTERNVL_PATCH_PX, _INTERNVL_PATCH_PX],
+        ),
+        text_config=dict(
+            _TEXT,
+            model_type="qwen3",  # InternVL3.5-2B: a Qwen3-1.7B language model
+            vocab_size=len(tokenizer),
+            max_position_embeddings=4096,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        ),
+        image_token_id=tokenizer.convert_tokens_to_ids("<IMG_CONTEXT>"),
+        image_seq_length=image_seq_len,
+        downsample_ratio=downsample,
+        tie_word_embeddings=False,
+    )
+    _seeded(seed)
+    model = InternVLForConditionalGeneration(config)
+    return model, processor
+
+
+def _build_gemma4(seed: int):
+    from transformers import (
+        Gemma4AudioFeatureExtractor,
+        Gemma4Config,
+        Gemma4ForConditionalGeneration,
+        Gemma4ImageProcessor,
+        Gemma4Processor,
+        Gemma4VideoProcessor,
+    )
+
+    named = {
+        "image_token": "<image_soft_token>",
+        "boi_token": "<start_of_image>",
+        "eoi_token": "<end_of_image>",
+        "audio_token": "<audio_soft_token>",
+        "boa_token": "<start_of_audio>",
+        "eoa_token": "<end_of_audio>",
+    }
+    tokenizer = _byte_level_tokenizer(
+        special={"bos_token": "<bos>", "eos_token": "<end_of_turn>", "pad_token": "<pad>"},
+        extra=["<start_of_turn>", "<|video|>"],
+        named=named,
+    )
+    tokenizer.chat_template = _GEMMA_CHAT_TEMPLATE
+    patch, pooling = 16, 3
+    soft = gemma4_max_soft_tokens(MAX_PIXELS, patch, pooling)
+    image_processor = Gemma4ImageProcessor(patch_size=patch, pooling_kernel_size=pooling, max_soft_tokens=soft)
+    video_processor = Gemma4VideoProcessor(patch_size=patch, pooling_kernel_size=pooling, max_soft_tokens=soft)
+    processor = Gemma4Processor(
+        feature_extractor=Gemma4AudioFeatureExtractor(),
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=video_processor,
+        chat_template=_GEMMA_CHAT_TEMPLATE,
+        image_seq_length=soft,
+    )
+    ids = tokenizer.convert_tokens_to_ids
+    head_dim = _TEXT["head_dim"]
+    n_layers = 4  # 2 own-KV layers + 2 layers reusing them (E2B: num_kv_shared_layers=20 of 35)
+    config = Gemma4Config(
+        vision_config=dict(
+            hidden_size=_VISION["hidden_size"],
+            intermediate_size=_VISION["intermediate_size"],
+            num_hidden_layers=_VISION["num_hidden_layers"],
+            num_attention_heads=_VISION["num_attention_heads"],
+            num_key_value_heads=_VISION["num_attention_heads"],
+            head_dim=_VISION["hidden_size"] // _VISION["num_attention_heads"],
+            patch_size=patch,
+            pooling_kernel_size=pooling,
+            position_embedding_size=1024,
+        ),
+        text_config=dict(
+            _TEXT,
+            num_hidden_layers=n_layers,
+            layer_types=["sliding_attention", "full_attention"] * (n_layers // 2),
+            sliding_window=512,
+            num_kv_shared_layers=2,
+            global_head_dim=head_dim,
+            vocab_size=len(tokenizer),
+            vocab_size_per_layer_input=len(tokenizer),
+            hidden_size_per_layer_input=8,
+            max_position_embeddings=4096,
+            final_logit_softcapping=30.0,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        ),
+        audio_config=None,  # the study is image + text only; E2B's audio tower is not built
+        image_token_id=ids("<image_soft_token>"),
+        boi_token_id=ids("<start_of_image>"),
+        eoi_token_id=ids("<end_of_image>"),
+        audio_token_id=ids("<audio_soft_token>"),
+        boa_token_id=ids("<start_of_audio>"),
+        eoa_token_index=ids("<end_of_audio>"),
+        video_token_id=ids("<|video|>"),
+        tie_word_embeddings=True,
+    )
+    _seeded(seed)
+    model = Gemma4ForConditionalGeneration(config)
+    return model, processor
+
+
+_BUILDERS = {"smolvlm": _build_smolvlm, "qwen3vl": _build_qwen3vl, "internvl": _build_internvl, "gemma": _build_gemma4}
 
 
 def build_tiny_checkpoint(arch: str, out_dir: str | os.PathLike, seed: int = 0) -> Path:

@@ -58,9 +58,10 @@ PHYSICAL_ARMS = ("fog", "underwater")
 CONTROL_ARMS = ("blank", "shuffled")
 TASKS = ("t2", "t3_true", "t3_false")
 #: numeric read-outs, in the order of the ``readout`` coordinate
-READOUTS = ("answer", "correct", "c_int", "verbal_conf", "abstain", "abstain2", "option_mass")
-#: text read-outs, stored as separate string variables
-TEXT_READOUTS = ("verbal_text", "top_token")
+READOUTS = ("answer", "correct", "c_int", "verbal_conf", "abstain", "abstain2", "option_mass",
+            "verbal_conf_v2", "verbal_conf_v3")
+#: text read-outs, stored as separate string variables (``verbal_text_v2/v3``: empty when not asked)
+TEXT_READOUTS = ("verbal_text", "top_token", "verbal_text_v2", "verbal_text_v3")
 N_LEVELS = 1 + len(physics.SWEEP_M)
 IMAGENET_C_SEVERITIES = (1, 2, 3, 4, 5)
 

@@ -48,12 +48,16 @@ __all__ = [
     "parse_verbal_confidence",
     "build_prompt_text",
     "read_question",
+    "PromptScores",
+    "score_prompts",
+    "read_item",
 ]
 
 #: numeric read-outs of one question (float64; NaN = missing)
-READOUTS = ("answer", "correct", "c_int", "verbal_conf", "abstain", "abstain2", "option_mass")
-#: text read-outs of one question (diagnostics)
-TEXT_READOUTS = ("verbal_text", "top_token")
+READOUTS = ("answer", "correct", "c_int", "verbal_conf", "abstain", "abstain2", "option_mass",
+            "verbal_conf_v2", "verbal_conf_v3")
+#: text read-outs of one question (diagnostics); ``verbal_text_v2/v3`` are empty when not asked
+TEXT_READOUTS = ("verbal_text", "top_token", "verbal_text_v2", "verbal_text_v3")
 
 _DEFAULT_MAX_SIDE = 448
 _CONFIDENCE_RE = re.compile(r"confidence\s*:\s*(\d+)", re.IGNORECASE)
@@ -144,13 +148,39 @@ def present_image(image: np.ndarray, max_side_px: int = _DEFAULT_MAX_SIDE):
 
 
 def _single_tile_kwargs(processor: Any, max_side_px: int) -> dict[str, Any]:
-    """Processor call arguments that give one tile of at most ``max_side_px``^2 pixels."""
+    """Processor call arguments that give one tile of at most ``max_side_px``^2 pixels.
+
+    Given at call time, because a hub processor's saved defaults (tiling, larger
+    pixel budgets) override constructor arguments (``shared/notes``):
+
+    ==================  =================================  ===============================================
+    family              image processor                    call-time arguments
+    ==================  =================================  ===============================================
+    SmolVLM / SmolVLM2  ``SmolVLMImageProcessor``          ``do_image_splitting=False`` (one global tile:
+                                                           384 px for SmolVLM2-2.2B, 512 px for
+                                                           SmolVLM-256M, which upsamples the <= 448 px image)
+    Qwen3-VL            ``Qwen2VLImageProcessor``          ``size={"shortest_edge", "longest_edge": 448^2}``
+                                                           (pixel budget; <= 196 tokens at 448^2)
+    InternVL3.5 (HF)    ``GotOcr2ImageProcessor``          ``crop_to_patches=False`` (one 448 x 448 tile,
+                                                           256 tokens; the processor default tiles)
+    Gemma 4             ``Gemma4ImageProcessor``           ``max_soft_tokens=70`` (<= 161,280 px; 280, the
+                                                           default, would upsample to 645,120 px)
+    ==================  =================================  ===============================================
+    """
     ip = getattr(processor, "image_processor", None)
     kwargs: dict[str, Any] = {}
     if ip is None:
         return kwargs
     if hasattr(ip, "do_image_splitting"):  # Idefics3 / SmolVLM
         kwargs["do_image_splitting"] = False
+    if hasattr(ip, "crop_to_patches"):  # InternVL (GotOcr2ImageProcessor)
+        kwargs["crop_to_patches"] = False
+    if hasattr(ip, "max_soft_tokens") and hasattr(ip, "pooling_kernel_size"):  # Gemma 4
+        from murk.checkpoints import gemma4_max_soft_tokens
+
+        kwargs["max_soft_tokens"] = gemma4_max_soft_tokens(
+            max_side_px * max_side_px, int(ip.patch_size), int(ip.pooling_kernel_size)
+        )
     size = getattr(ip, "size", None)
     size = dict(size) if isinstance(size, Mapping) else dict(getattr(size, "__dict__", {}) or {})
     if hasattr(ip, "merge_size") and size.get("longest_edge"):  # Qwen-VL: pixel budget (area)
@@ -512,4 +542,405 @@ def read_question(
     out["option_mass"] = mass
     out["verbal_text"] = verbal_text
     out["top_token"] = vlm.tokenizer.decode([int(torch.argmax(probs))])
+    for v in _VERBAL_EXTRA:  # the wording variants are asked by read_item only
+        out[f"verbal_conf_{v}"] = math.nan
+        out[f"verbal_text_{v}"] = ""
     return out
+
+
+# --------------------------------------------------------------------------- shared-prefix engine
+
+
+@dataclass
+class PromptScores:
+    """First-token distributions and greedy continuations of a set of prompts on one image.
+
+    Attributes
+    ----------
+    probs : numpy.ndarray, shape (n_prompts, vocab), dtype float64
+        Softmax of the first generated token's logits (computed in float32, the
+        model's dtype on CPU), one row per prompt.
+    continuations : list of str or None
+        Greedy continuation (``max_new_tokens`` tokens or up to EOS, special tokens
+        skipped) of each prompt that asked for one, else None.
+    n_prefix_tokens : int
+        Tokens of the shared prefix (chat head and image tokens), prefilled once.
+    n_tail_tokens : list of int
+        Tokens of each prompt after the prefix.
+    lm_tokens : int
+        Token positions run through the language model (prefix + padded tail batch +
+        decode steps).
+    vision_tokens : int
+        Patch tokens run through the vision encoder (one pass per image).
+    vision_passes : int
+        Vision-encoder passes (1 with the shared prefix).
+    shared : bool
+        False when the prefix could not be reused and each prompt was run whole.
+    """
+
+    probs: np.ndarray
+    continuations: list
+    n_prefix_tokens: int
+    n_tail_tokens: list
+    lm_tokens: int
+    vision_tokens: int
+    vision_passes: int
+    shared: bool
+
+
+def _is_mrope(vlm: VLM) -> bool:
+    """Qwen-VL models: multimodal rotary positions (3 x batch x seq), text positions offset by rope_deltas."""
+    return hasattr(getattr(vlm.model, "model", None), "get_rope_index")
+
+
+def _eos_ids(vlm: VLM) -> set[int]:
+    ids: set[int] = set()
+    for obj in (getattr(vlm.model, "generation_config", None), vlm.model.config, vlm.tokenizer):
+        e = getattr(obj, "eos_token_id", None)
+        if e is None:
+            continue
+        ids.update(int(i) for i in (e if isinstance(e, (list, tuple)) else [e]))
+    return ids
+
+
+def _sliding_window(vlm: VLM) -> int | None:
+    tc = vlm.model.config.get_text_config()
+    types = getattr(tc, "layer_types", None) or []
+    if any("sliding" in str(t) for t in types) and getattr(tc, "sliding_window", None):
+        return int(tc.sliding_window)
+    return None
+
+
+_MM_KEYS_PER_ROW = ("pixel_values", "pixel_attention_mask", "image_position_ids", "image_sizes")
+
+
+def _image_inputs(vlm: VLM, texts: list[str], pil) -> tuple[dict[str, Any], list[list[int]]]:
+    """Processor inputs of the first prompt (with its image) and the token ids of every prompt.
+
+    The image is preprocessed once. The other prompts are tokenised without
+    the image expansion; their ids after the (identical) image span are spliced
+    onto the expanded head. Checked on the first prompt: the processor's ids must
+    end with the text-only tokenisation's ids after the common head, else every
+    prompt goes through the processor with its own copy of the image.
+    """
+    enc = _encode(vlm, texts[:1], pil)
+    full0 = enc["input_ids"][0].tolist()
+    tok = vlm.tokenizer
+    plain = [tok(t)["input_ids"] for t in texts]
+    k = _common_prefix_len(plain)
+    k = min(k, min(len(p) for p in plain) - 1)
+    tail0 = plain[0][k:]
+    head = full0[: len(full0) - len(tail0)]
+    if len(tail0) and full0[len(head):] == tail0 and len(head) >= 0:
+        ids = [head + p[k:] for p in plain]
+    else:  # tokenisation across the image span differs: encode every prompt with the image
+        encs = [_encode(vlm, [t], pil) for t in texts]
+        ids = [e["input_ids"][0].tolist() for e in encs]
+    return enc, ids
+
+
+def _common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
+    n = min(len(s) for s in seqs)
+    for i in range(n):
+        v = seqs[0][i]
+        if any(s[i] != v for s in seqs[1:]):
+            return i
+    return n
+
+
+def _prefix_forward(vlm: VLM, enc: Any, prefix_ids: list[int]):
+    """Prefill the shared prefix (image included) once. Returns (cache, next position, vision tokens)."""
+    import torch
+
+    k = len(prefix_ids)
+    ids = torch.tensor([prefix_ids], dtype=torch.long, device=vlm.device)
+    mask = torch.ones_like(ids)
+    kwargs: dict[str, Any] = {k_: v for k_, v in enc.items() if k_ in _MM_KEYS_PER_ROW or k_ == "image_grid_thw"}
+    if "mm_token_type_ids" in enc:
+        kwargs["mm_token_type_ids"] = enc["mm_token_type_ids"][:, :k]
+    if _is_mrope(vlm):
+        pos, _ = vlm.model.model.get_rope_index(
+            ids, image_grid_thw=enc.get("image_grid_thw"), video_grid_thw=None,
+            attention_mask=mask, mm_token_type_ids=kwargs.get("mm_token_type_ids"),
+        )
+        kwargs["position_ids"] = pos
+        next_pos = int(pos.max()) + 1
+    else:
+        next_pos = k
+    with torch.inference_mode():
+        out = vlm.model(input_ids=ids, attention_mask=mask, use_cache=True, logits_to_keep=1, **kwargs)
+    cache = getattr(out, "cache", None)
+    if cache is None:
+        cache = out.past_key_values
+    return cache, next_pos, _vision_tokens(enc)
+
+
+def _vision_tokens(enc: Any) -> int:
+    """Patch tokens the vision encoder sees for the encoded image(s)."""
+    pv = enc.get("pixel_values")
+    if pv is None:
+        return 0
+    if "image_grid_thw" in enc:  # Qwen: flattened patches
+        return int(enc["image_grid_thw"].prod(-1).sum())
+    if "image_position_ids" in enc:  # Gemma 4: padded patch list
+        return int((enc["image_position_ids"] != -1).all(-1).sum())
+    return int(pv.shape[-1] * pv.shape[-2] * np.prod(pv.shape[:-3]))  # pixels (per-patch count unknown)
+
+
+def _positions(vlm: VLM, pos: Any) -> Any:
+    """(batch, seq) positions -> the model's layout (3 x batch x seq for M-RoPE text tokens)."""
+    return pos[None].expand(3, -1, -1) if _is_mrope(vlm) else pos
+
+
+def _run_tails(vlm: VLM, cache: Any, next_pos: int, n_prefix: int, tails: list[list[int]],
+               gen_rows: list[int], max_new: int) -> tuple[Any, dict[int, list[int]], int]:
+    """Score right-padded tails on copies of the prefix cache; greedy-decode the rows in ``gen_rows``.
+
+    Each tail b holds ``len_b`` real tokens at positions ``next_pos + 0 .. len_b - 1``;
+    pads after them are masked out (2-D attention mask over prefix + tails) and
+    never attended to by real tokens (causal). Decoding appends token s of row b
+    at cache slot ``n_prefix + T + s`` with position ``next_pos + len_b + s``; the
+    pad slots in between stay masked.
+    """
+    import copy
+
+    import torch
+
+    B = len(tails)
+    T = max(len(t) for t in tails)
+    pad = vlm.tokenizer.pad_token_id if vlm.tokenizer.pad_token_id is not None else 0
+    ids = torch.full((B, T), int(pad), dtype=torch.long, device=vlm.device)
+    tmask = torch.zeros((B, T), dtype=torch.long, device=vlm.device)
+    lens = torch.tensor([len(t) for t in tails], device=vlm.device)
+    for b, t in enumerate(tails):
+        ids[b, : len(t)] = torch.tensor(t, dtype=torch.long)
+        tmask[b, : len(t)] = 1
+    attn = torch.cat([torch.ones((B, n_prefix), dtype=torch.long, device=vlm.device), tmask], dim=1)
+    pos = next_pos + torch.arange(T, device=vlm.device)[None].expand(B, -1)
+    c = copy.deepcopy(cache)
+    c.batch_repeat_interleave(B)
+    with torch.inference_mode():
+        out = vlm.model(input_ids=ids, attention_mask=attn, position_ids=_positions(vlm, pos), cache=c,
+                        use_cache=True, logits_to_keep=(lens - 1)[:, None])
+    first = out.logits[:, 0].float()
+    lm_tokens = B * T
+    generated: dict[int, list[int]] = {}
+    if gen_rows and max_new > 0:
+        sel = torch.tensor(gen_rows, device=vlm.device)
+        c.batch_select_indices(sel)
+        attn_g = attn[sel]
+        cur = next_pos + lens[sel]
+        tok = torch.argmax(first[sel], dim=-1)
+        eos = _eos_ids(vlm)
+        seqs = [[int(t)] for t in tok]
+        done = [int(t) in eos for t in tok]
+        for _ in range(max_new - 1):
+            if all(done):
+                break
+            attn_g = torch.cat([attn_g, torch.ones((len(gen_rows), 1), dtype=attn_g.dtype, device=vlm.device)], 1)
+            with torch.inference_mode():
+                o = vlm.model(input_ids=tok[:, None], attention_mask=attn_g,
+                              position_ids=_positions(vlm, cur[:, None]), cache=c, use_cache=True)
+            lm_tokens += len(gen_rows)
+            tok = torch.argmax(o.logits[:, -1].float(), dim=-1)
+            cur = cur + 1
+            for j, t in enumerate(tok.tolist()):
+                if not done[j]:
+                    seqs[j].append(int(t))
+                    done[j] = int(t) in eos
+        generated = {r: seqs[j] for j, r in enumerate(gen_rows)}
+    return first, generated, lm_tokens
+
+
+def score_prompts(
+    vlm: VLM,
+    image: np.ndarray,
+    user_texts: Sequence[str],
+    generate: Sequence[bool] | None = None,
+    config: Mapping[str, Any] | None = None,
+    shared_prefix: bool = True,
+) -> PromptScores:
+    """First-token probabilities (and greedy continuations) of several prompts on one image.
+
+    With ``shared_prefix`` the image is encoded once and the shared prefix (chat
+    head, image tokens and any text common to all prompts) is prefilled once; every
+    prompt's tail is then scored in one right-padded batch on copies of the cached
+    prefix (``cache.batch_repeat_interleave``), with explicit position ids
+    (M-RoPE text positions for Qwen-VL: ``max(prefix positions) + 1 + offset``, as
+    ``get_rope_index`` assigns them) and a 2-D attention mask; the rows that ask
+    for a continuation are then greedy-decoded together from the same cache. The
+    result equals scoring each full prompt on its own up to floating-point
+    rounding (tests: ``|dp| <= 1e-4`` in float32) and does not depend on which
+    other prompts share the batch.
+
+    Parameters
+    ----------
+    vlm : VLM
+    image : numpy.ndarray, shape (H, W, 3), dtype uint8
+        Presented at most ``vlm.max_side_px`` per side (:func:`present_image`).
+    user_texts : sequence of str
+        User turns (from :func:`murk.prompts.render_prompt`); each becomes
+        :func:`build_prompt_text` with the assistant prefill ``readout.assistant_prefill``.
+    generate : sequence of bool, optional
+        Which prompts also get a greedy continuation of ``readout.verbal_max_new_tokens``
+        tokens (default none).
+    config : dict, optional
+        Study configuration.
+    shared_prefix : bool
+        False: every prompt runs whole (image encoded per prompt), as evaluation
+        harnesses do; used as the reference and as the fallback.
+
+    Returns
+    -------
+    PromptScores
+
+    Notes
+    -----
+    Fallback to whole prompts (``shared=False``) when the prefix holds no image
+    token span shared by all prompts, or when prefix + tail + continuation would
+    exceed a sliding-attention window (Gemma: 512 tokens), where cache slots and
+    positions diverge after the holes left by padding.
+    """
+    import torch
+
+    cfg = load_config() if config is None else config
+    rcfg = cfg.get("readout", {})
+    prefill = rcfg.get("assistant_prefill", "Answer:")
+    max_new = int(rcfg.get("verbal_max_new_tokens", 12))
+    gen = [bool(g) for g in (generate if generate is not None else [False] * len(user_texts))]
+    if len(gen) != len(user_texts):
+        raise ValueError("generate must have one entry per prompt")
+    pil = present_image(image, vlm.max_side_px)
+    texts = [build_prompt_text(vlm, u, prefill) for u in user_texts]
+    enc, ids = _image_inputs(vlm, texts, pil)
+    k = min(_common_prefix_len(ids), min(len(i) for i in ids) - 1)
+    img_id = _image_token_id(vlm)
+    window = _sliding_window(vlm)
+    too_long = window is not None and max(len(i) for i in ids) + max_new >= window
+    image_in_prefix = img_id in ids[0][:k] and all(img_id not in i[k:] for i in ids)
+    vocab_probs = []
+    continuations: list = [None] * len(texts)
+    if shared_prefix and image_in_prefix and not too_long:
+        cache, next_pos, vis = _prefix_forward(vlm, enc, ids[0][:k])
+        tails = [i[k:] for i in ids]
+        first, generated, lm = _run_tails(vlm, cache, next_pos, k, tails, [j for j, g in enumerate(gen) if g], max_new)
+        probs = torch.softmax(first, dim=-1).double().cpu().numpy()
+        for j, seq in generated.items():
+            continuations[j] = vlm.tokenizer.decode(seq, skip_special_tokens=True)
+        return PromptScores(probs, continuations, k, [len(t) for t in tails], k + lm, vis, 1, True)
+    # whole prompts, one at a time
+    lm = vis = 0
+    for j, seq_ids in enumerate(ids):
+        kk = len(seq_ids) - 1
+        cache, next_pos, v = _prefix_forward(vlm, enc, seq_ids[:kk])
+        first, generated, n = _run_tails(vlm, cache, next_pos, kk, [seq_ids[kk:]], [0] if gen[j] else [], max_new)
+        vocab_probs.append(torch.softmax(first[0], dim=-1).double().cpu().numpy())
+        if gen[j]:
+            continuations[j] = vlm.tokenizer.decode(generated[0], skip_special_tokens=True)
+        lm += kk + n
+        vis += v
+    return PromptScores(np.stack(vocab_probs), continuations, 0, [len(i) for i in ids], lm, vis, len(ids), False)
+
+
+def _readouts_from_probs(vlm: VLM, probs: np.ndarray, letters: Sequence[str]) -> tuple[np.ndarray, str]:
+    p = np.array([float(probs[list(vlm.option_tokens[L])].sum()) for L in letters], dtype=np.float64)
+    return p, vlm.tokenizer.decode([int(np.argmax(probs))])
+
+
+def read_item(
+    vlm: VLM,
+    image: np.ndarray,
+    questions: Sequence[Question],
+    config: Mapping[str, Any] | None = None,
+    verbal_variants: Sequence[str] = ("v1",),
+    shared_prefix: bool = True,
+) -> dict[str, dict[str, Any]]:
+    """The read-outs (spec Sec. III) of every question of one item on one condition's image.
+
+    All prompts of the image (each question in the three variants ``main``,
+    ``abstain``, ``abstain2``, plus the ``main`` prompt in each further verbal
+    wording of spec Table VI) are scored by :func:`score_prompts` from one
+    shared prefix: one vision pass, one prefill of the prefix, one batch of tails
+    and one batch of greedy continuations (12 tokens) for the ``main`` prompts.
+
+    Parameters
+    ----------
+    vlm : VLM
+    image : numpy.ndarray, shape (H, W, 3), dtype uint8
+        The condition's image (degraded and boxed).
+    questions : sequence of Question
+        Usually t2, t3_true and t3_false of the item.
+    config : dict, optional
+    verbal_variants : sequence of {"v1", "v2", "v3"}
+        Verbal wordings to ask; must contain ``"v1"`` (the main run's, which also
+        gives the answer and c_int). Each other wording adds one ``main`` prompt per
+        question and the read-outs ``verbal_conf_<v>`` and ``verbal_text_<v>``.
+    shared_prefix : bool
+        False: each full prompt on its own (reference).
+
+    Returns
+    -------
+    dict of str -> dict
+        ``{question.task: readouts}`` with every key of :data:`READOUTS` and
+        :data:`TEXT_READOUTS` (float64 numbers, NaN when not asked / unparsed):
+        ``answer``, ``correct``, ``c_int`` (max_k p_k / sum_k p_k), ``verbal_conf``,
+        ``abstain``, ``abstain2``, ``option_mass`` (sum_k p_k),
+        ``verbal_conf_v2``, ``verbal_conf_v3``, ``verbal_text``, ``top_token``,
+        ``verbal_text_v2``, ``verbal_text_v3``.
+
+    Raises
+    ------
+    ValueError
+        If ``verbal_variants`` lacks ``"v1"`` or names an unknown wording.
+    """
+    cfg = load_config() if config is None else config
+    variants = list(dict.fromkeys(verbal_variants))
+    if "v1" not in variants:
+        raise ValueError("verbal_variants must contain 'v1' (the main prompt)")
+    unknown = [v for v in variants if v not in _VERBAL_EXTRA and v != "v1"]
+    if unknown:
+        raise ValueError(f"unknown verbal wordings {unknown}; choose from v1, {', '.join(_VERBAL_EXTRA)}")
+    slots: list[tuple[int, str, str]] = []  # (question index, prompt variant, verbal wording)
+    users: list[str] = []
+    letters: list[tuple[str, ...]] = []
+    for qi, q in enumerate(questions):
+        for variant in ("main", "abstain", "abstain2"):
+            text, lt = render_prompt(q, variant, cfg)
+            slots.append((qi, variant, "v1"))
+            users.append(text)
+            letters.append(lt)
+        for v in variants:
+            if v != "v1":
+                text, lt = render_prompt(q, "main", cfg, verbal=v)
+                slots.append((qi, "main", v))
+                users.append(text)
+                letters.append(lt)
+    scores = score_prompts(vlm, image, users, [s[1] == "main" for s in slots], cfg, shared_prefix)
+    out: dict[str, dict[str, Any]] = {}
+    for qi, q in enumerate(questions):
+        r: dict[str, Any] = {k: math.nan for k in READOUTS}
+        r.update({k: "" for k in TEXT_READOUTS})
+        for j, (qj, variant, v) in enumerate(slots):
+            if qj != qi:
+                continue
+            p, top = _readouts_from_probs(vlm, scores.probs[j], letters[j])
+            if variant == "main" and v == "v1":
+                mass = float(p.sum())
+                k = int(np.argmax(p))
+                r["answer"] = float(k)
+                r["correct"] = float(k == q.correct_index)
+                r["c_int"] = float(p[k] / mass) if mass > 0 else math.nan
+                r["option_mass"] = mass
+                r["top_token"] = top
+                r["verbal_text"] = scores.continuations[j] or ""
+                r["verbal_conf"] = parse_verbal_confidence(r["verbal_text"])
+            elif variant == "main":
+                r[f"verbal_text_{v}"] = scores.continuations[j] or ""
+                r[f"verbal_conf_{v}"] = parse_verbal_confidence(r[f"verbal_text_{v}"])
+            else:
+                r[variant] = float(int(np.argmax(p)) == len(letters[j]) - 1)
+        out[q.task] = r
+    return out
+
+
+_VERBAL_EXTRA = ("v2", "v3")
