@@ -93,10 +93,11 @@ rule readout:
     params:
         model=lambda wc: SLUG2MODEL[wc.slug],
         device=DEVICE,
+        n_verbal=config.get("n_verbal_items", 0),
     resources:
         gpu=1,
     shell:
-        papermill("{input.nb}", "{log}", "-p model {params.model} {params.device}")
+        papermill("{input.nb}", "{log}", "-p model {params.model} {params.device} -p n_verbal_items {params.n_verbal}")
 
 
 rule analyse:
@@ -106,12 +107,14 @@ rule analyse:
     output:
         numbers=f"{OUT}/paper_numbers.json",
         figures=expand(f"{OUT}/figures/{{name}}_{{task}}.{{ext}}",
-                       name=["accuracy", "confidence", "verbal", "abstain", "reliability", "abstain2"],
-                       task=["t2", "t3"], ext=["png", "pdf"]),
+                       name=["accuracy", "confidence", "verbal", "abstain", "reliability", "abstain2",
+                             "blind_spot"], task=["t2", "t3"], ext=["png", "pdf"])
+        + expand(f"{OUT}/figures/{{name}}.{{ext}}", name=["nominal_t2", "examples_t2"], ext=["png", "pdf"]),
         scores=f"{OUT}/analysis/scores.nc",
         tables=expand(f"{OUT}/analysis/{{t}}.md", t=["tbl-crossings", "tbl-end-of-sweep", "tbl-sweep-t2",
                                                      "tbl-sweep-t3", "tbl-auroc", "tbl-monotonicity",
-                                                     "tbl-confident", "tbl-models", "tbl-prompts", "tbl-config"]),
+                                                     "tbl-confident", "tbl-models", "tbl-prompts", "tbl-config",
+                                                     "tbl-verbal-wordings"]),
         cube=directory(f"{OUT}/cube.zarr"),
     log:
         f"{NB}/04_analyse.ipynb",

@@ -25,6 +25,7 @@
 model = "murk-tiny/smolvlm"   # hub id, local folder, or murk-tiny/smolvlm | murk-tiny/qwen3vl
 max_items = None              # None: all selected items
 device = None                 # None: cuda if available, else cpu
+n_verbal_items = 0            # the first n items are also asked verbal wordings v2, v3 (spec Table VI: 300)
 output_dir = None
 
 # %%
@@ -33,7 +34,8 @@ import xarray as xr
 
 from murk import cube, pipeline
 
-store = pipeline.stage_readout(model, output_dir=output_dir, max_items=max_items, device=device)
+store = pipeline.stage_readout(model, output_dir=output_dir, max_items=max_items, device=device,
+                               n_verbal_items=n_verbal_items)
 ds = xr.open_zarr(store, consolidated=False)
 print(f"{int(ds['done'].sum())} of {ds.sizes['image']} images read out; attrs:")
 {k: ds.attrs[k] for k in ("model_id", "model_revision", "pipeline_check", "n_visual_tokens", "depth_backend")}

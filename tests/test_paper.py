@@ -69,3 +69,21 @@ def test_formatting():
     assert paper.fmt_interval(0.1, 0.25) == "[0.10, 0.25]"
     with pytest.raises(TypeError):
         paper.write_numbers({"a": 1.0})
+
+
+def test_every_cited_number_reaches_the_html(tmp_path):
+    """Each inline N["key"] of the paper resolves and its value appears in the converted HTML."""
+    import pypandoc
+
+    text = QMD.read_text(encoding="utf-8")
+    keys = sorted(set(paper.INLINE_RE.findall(text)))
+    assert keys, "the paper cites no numbers"
+    numbers = {k: f"VAL{i:03d}X" for i, k in enumerate(keys)}
+    for inc in paper.INCLUDE_RE.findall(text):  # included tables are written by the analyse stage
+        f = tmp_path / inc.replace("../outputs/", "")
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("| a |\n|---|\n| 1 |\n")
+    md = paper.crossref(paper.resolve_qmd(text, numbers, QMD.parent, tmp_path))
+    html = pypandoc.convert_text(md, "html5", format="markdown")
+    missing = [k for k, v in numbers.items() if v not in html]
+    assert missing == [], f"cited numbers lost on the way to HTML: {missing}"

@@ -329,9 +329,13 @@ def plot_blind_spot_widths(crossings: xr.Dataset, task: str = "t2", arms=("fog",
                 bound = bool(c["w_lower_bound"])
                 if np.isfinite(lo) and np.isfinite(hi):
                     ax.plot([lo, hi], [y, y], color=colors[model], lw=1.5)
+                upper = bool(c["w_upper_bound"]) if "w_upper_bound" in c else False
                 if np.isfinite(w):
-                    ax.plot([w], [y], ">" if bound else "o", color=colors[model], ms=5,
+                    ax.plot([w], [y], ">" if bound else "<" if upper else "o", color=colors[model], ms=5,
                             label=short_name(model) if (i == 0 and arm == arms[0]) else None)
+                else:
+                    ax.text(0.02, y, f"{short_name(model)}: no crossing (n/a)", transform=ax.get_yaxis_transform(),
+                            fontsize=6, va="center", color=colors[model])
                 ticks.append(y)
                 labels.append(READOUT_LABELS.get(sig, sig) if j == 0 else "")
         ax.axvline(0, color="0.3", ls="--", lw=1)
@@ -344,7 +348,7 @@ def plot_blind_spot_widths(crossings: xr.Dataset, task: str = "t2", arms=("fog",
     if handles:
         fig.legend(handles, names, fontsize=7, frameon=False, loc="lower center", ncol=min(len(models), 5),
                    bbox_to_anchor=(0.5, -0.02))
-    fig.suptitle(f"blind-spot width ({task}); ▶ = lower bound", fontsize=9)
+    fig.suptitle(f"blind-spot width ({task}); ▶ lower bound, ◀ upper bound", fontsize=9)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     return fig
 

@@ -71,23 +71,69 @@ def coco_files(coco_dir: str | os.PathLike | None = None, split: str = "val2017"
 
 
 def stage_select(coco_dir=None, n_items: int = 1000, seed: int = 1, output_dir=None,
-                 split: str = "val2017") -> "items.pd.DataFrame":
-    """Stage *select*: COCO annotations → ``outputs/items.json`` (+ ``items_meta.json``).
+                 split: str = "val2017", run_name: str | None = None) -> "items.pd.DataFrame":
+    """Stage *select*: COCO annotations → ``items.json``, ``items_meta.json``, ``items_report.json``.
 
-    Returns the items table (see :func:`murk.items.select_items`). The meta file
-    holds the config hash, the items hash and the COCO folder.
+    The items are drawn by :func:`murk.items.select_items`; then the run is
+    frozen (:func:`murk.config.freeze_run`): the first select of ``run_name``
+    records the config hash and the items hash, and a later select of the
+    same run name with a different configuration or other items is refused
+    *before anything is written* under ``output_dir``.
+
+    Parameters
+    ----------
+    coco_dir : path, optional
+        Folder in COCO's layout; default ``$MURK_COCO_DIR`` (:func:`coco_files`).
+    n_items : int, default 1000
+        Items to draw (spec: 1000).
+    seed : int, default 1
+        Selection seed (spec: 1).
+    output_dir : path, optional
+        Output root (:func:`murk.paths.output_dir`).
+    split : str, default "val2017"
+        COCO split.
+    run_name : str, optional
+        Name of the frozen record (``$MURK_FROZEN_DIR`` or ``data/frozen/``,
+        ``<run_name>.json``). Default ``"offline-demo"`` when ``MURK_OFFLINE``
+        is set, else ``"demo"``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The items table (see :func:`murk.items.select_items`).
+
+    Notes
+    -----
+    Writes ``items.json`` (the table), ``items_meta.json`` (config hash, items hash,
+    run name, n_items, seed, annotation file, image folder) and
+    ``items_report.json`` (:func:`murk.items.selection_report`: candidate
+    count, guesser statistic, target category shares) under the output root.
+
+    Raises
+    ------
+    ValueError
+        If the run is frozen with another config hash or items hash (the
+        message names the record and the fix).
+    FileNotFoundError
+        If the COCO files are missing (:func:`coco_files`).
     """
     ann, img_dir = coco_files(coco_dir, split)
     cfg = _config.load_config()
     table = items.select_items(ann, n_items=n_items, seed=seed, config=cfg)
+    if run_name is None:
+        run_name = "offline-demo" if paths.offline() else "demo"
+    chash, ihash = _config.config_hash(cfg), items.items_hash(table)
+    _config.freeze_run(run_name, chash, ihash, n_items=len(table), seed=seed, annotation_file=ann)
+    report = items.selection_report(table, ann, cfg)
     coco.ensure_images(table["file_name"], img_dir, split)  # downloads only the selected images, if online
     out = paths.items_file(output_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     items.save_items(table, out)
-    meta = {"config_hash": _config.config_hash(cfg), "items_hash": items.items_hash(table),
+    meta = {"config_hash": chash, "items_hash": ihash, "run_name": run_name,
             "n_items": int(len(table)), "n_items_requested": int(n_items), "seed": int(seed),
             "annotation_file": str(ann), "image_dir": str(img_dir)}
     _write_json(out.with_name("items_meta.json"), meta)
+    _write_json(out.with_name("items_report.json"), report)
     return table
 
 
@@ -134,24 +180,52 @@ def stage_depth(backend: str = "auto", model: str = depth.DEFAULT_MODEL, output_
     est = depth.get_backend(backend, model)
     folder = depth.depth_cache_dir(est.name, output_dir)
     folder.mkdir(parents=True, exist_ok=True)
+    written: list[int] = []
     for _, row in tqdm(table.iterrows(), total=len(table), desc="depth", unit="img"):
-        if (folder / f"{int(row['image_id'])}.npy").is_file():
+        if depth.is_cached(folder, int(row["image_id"]), est):
             continue
         img, size = _presented(row, meta["image_dir"], cfg["render"]["max_side_px"])
-        z = render.resize_depth(est(img), size)
+        z = render.resize_depth(est(img, image_id=int(row["image_id"])), size)
         depth.save_depth(folder, int(row["image_id"]), z)
-    depth.write_manifest(folder, est, table["image_id"])
+        written.append(int(row["image_id"]))
+    depth.write_manifest(folder, est, table["image_id"], written=written)
     # one pointer for the next stage: which backend's cache is current
     _write_json(paths.depth_dir(output_dir) / "current.json", {**est.describe(), "folder": folder.name})
     return folder
 
 
-def stage_readout(model: str, output_dir=None, max_items: int | None = None, device: str | None = None) -> Path:
+def current_depth(output_dir=None) -> dict:
+    """The depth cache written by the last depth stage of this output root.
+
+    Returns
+    -------
+    dict
+        The backend's provenance (``depth_backend``, ``depth_approximate``,
+        ``depth_model``, ``depth_revision``), ``folder`` (its name) and ``path``
+        (the cache folder).
+
+    Raises
+    ------
+    FileNotFoundError
+        If the depth stage has not run for this output root.
+    """
+    pointer = paths.depth_dir(output_dir) / "current.json"
+    if not pointer.is_file():
+        raise FileNotFoundError(f"{pointer} missing: run the depth stage first (notebooks/02_depth.py)")
+    current = json.loads(pointer.read_text())
+    current["path"] = paths.depth_dir(output_dir) / current["folder"]
+    return current
+
+
+def stage_readout(model: str, output_dir=None, max_items: int | None = None, device: str | None = None,
+                  n_verbal_items: int = 0) -> Path:
     """Stage *readout* for one model: every item × condition × question.
 
     For each item (in order) the 24 conditions are rendered
     (:func:`murk.render.render_conditions`) and each of t2, t3_true and
-    t3_false is asked with the three prompt variants; the read-outs are written
+    t3_false is asked with the three prompt variants, all nine prompts of a
+    condition from one shared prefix (:func:`murk.readout.read_item`: one vision
+    pass and one prefill per condition); the read-outs are written
     into ``outputs/readout/<model>.zarr`` one image at a time, so an
     interrupted run resumes where it stopped and finished images are never
     read out again.
@@ -164,6 +238,10 @@ def stage_readout(model: str, output_dir=None, max_items: int | None = None, dev
         Read out only the first ``max_items`` items (the store still spans all).
     device : str, optional
         ``cuda`` / ``cpu``; default CUDA when available.
+    n_verbal_items : int
+        The first ``n_verbal_items`` items are also asked the verbal wordings v2 and
+        v3 of spec Table VI (all their conditions): read-outs ``verbal_conf_v2``,
+        ``verbal_conf_v3`` (NaN for the other items). Default 0: only v1.
 
     Returns
     -------
@@ -173,8 +251,8 @@ def stage_readout(model: str, output_dir=None, max_items: int | None = None, dev
 
     table, meta = read_items(output_dir)
     cfg = _config.load_config()
-    current = json.loads((paths.depth_dir(output_dir) / "current.json").read_text())
-    dfolder = paths.depth_dir(output_dir) / current["folder"]
+    current = current_depth(output_dir)
+    dfolder = current["path"]
     store = paths.readout_store(model, output_dir)
     n = len(table)
     todo_n = n if max_items is None else min(n, int(max_items))
@@ -207,11 +285,12 @@ def stage_readout(model: str, output_dir=None, max_items: int | None = None, dev
         pimg, psize = _presented(prow, meta["image_dir"], max_side)
         pimg = render.resize_image(pimg, psize)
         questions = prompts.questions_for_item(row, cfg)
+        verbal = prompts.VERBAL_WORDINGS if i < int(n_verbal_items) else ("v1",)
         results = {}
         for arm, level, shown in render.render_conditions(
                 img, z, bbox, pimg, seed=meta["seed"], image_id=int(row["image_id"]), config=cfg):
-            for q in questions:
-                results[(arm, level, q.task)] = readout.read_question(vlm, shown, q, cfg)
+            for task, r in readout.read_item(vlm, shown, questions, cfg, verbal_variants=verbal).items():
+                results[(arm, level, task)] = r
         cube.write_image(store, i, results)
     return store
 
@@ -223,3 +302,61 @@ def stage_cube(models: list[str], output_dir=None) -> "cube.xr.Dataset":
     if missing:
         raise FileNotFoundError(f"read-out stores missing: {missing}; run the readout stage for these models")
     return cube.merge_models(stores, paths.cube_store(output_dir), attrs={"git_commit": git_commit()})
+
+
+def stage_nominal(output_dir=None) -> "xr.Dataset":
+    """Stage *nominal*: ImageNet-C fog severities translated into visibility (spec Table VII).
+
+    For every item, at the presented size and with the current depth cache
+    (``outputs/depth/current.json``), :func:`murk.nominal.nominal_equivalence`
+    solves the gain-matched and std-ratio-matched fog visibility of each ImageNet-C
+    severity (the cube's ``imagenet_c`` images, same seeds). Writes
+    ``<output>/analysis/nominal_equivalence.nc`` (image x severity) and
+    ``<output>/analysis/tbl-nominal.md`` (Table VII as a pipe table, with the monotone
+    share and the depth backend below it).
+
+    Returns
+    -------
+    xarray.Dataset
+        ``v_eq_gain_m``, ``v_eq_std_ratio_m``, ``gain``, ``std_ratio`` over image x severity.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the select or depth stage has not run for this output root.
+    """
+    from murk import nominal, paper
+
+    table, meta = read_items(output_dir)
+    cfg = _config.load_config()
+    current = current_depth(output_dir)
+    attrs = {"config_hash": meta["config_hash"], "items_hash": meta["items_hash"],
+             "depth_backend": current["depth_backend"], "depth_approximate": int(current["depth_approximate"]),
+             "depth_model": current.get("depth_model", ""), "depth_revision": current.get("depth_revision", ""),
+             "git_commit": git_commit()}
+    ds = nominal.nominal_equivalence(
+        table, meta["image_dir"], current["path"],
+        max_side=cfg["render"]["max_side_px"], seed=meta["seed"],
+        severities=cfg["physics"].get("imagenet_c_fog_severities", nominal.IMAGENET_C_SEVERITIES),
+        attrs=attrs, progress=True)
+    out = paths.analysis_dir(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    nc = out / "nominal_equivalence.nc"
+    tmp = out / ".nominal_equivalence.nc.tmp"
+    ds.to_netcdf(tmp)
+    os.replace(tmp, nc)
+
+    df = nominal.table_vii(ds)
+    fmt = lambda x, d=0: "–" if not np.isfinite(x) else f"{x:.{d}f}"  # noqa: E731
+    rows = [{"ImageNet-C severity": str(s), "median V_eq (gain), m": fmt(r.median_v_eq_gain_m),
+             "P90/P10 across images": fmt(r.spread_p90_p10, 1) + "×",
+             "median V_eq (std ratio), m": fmt(r.median_v_eq_std_ratio_m), "images": str(int(r.n_images))}
+            for s, r in df.iterrows()]
+    note = (f"\nShare of images whose gain-matched V_eq decreases monotonically over severities "
+            f"{df.index.min()}–{df.index.max()}: {fmt(100 * df.attrs['monotone_share'])} % "
+            f"(of {df.attrs['monotone_n']} images with a V_eq at every severity). "
+            f"Depth: {current['depth_backend']}"
+            + (" (approximate: metres rest on the assumed depth scale)." if current["depth_approximate"] else ".")
+            + "\n")
+    paper.write_text_atomic(out / "tbl-nominal.md", paper.markdown_table(rows) + note)
+    return ds

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from murk import analysis, config as _config, cube, figures, paper, paths, physics, pipeline
+from murk import analysis, config as _config, cube, figures, paper, paths, physics, pipeline, prompts
 from murk.paper import fmt, fmt_crossing, fmt_interval
 
 __all__ = ["stage_analyse", "build_numbers", "TABLES", "FIGURES", "level_label"]
@@ -140,6 +140,11 @@ def build_numbers(ds: xr.Dataset, means: xr.Dataset, cross: xr.Dataset, meta: di
     n["cfg.verbal_tokens"] = str(cfg["readout"]["verbal_max_new_tokens"])
     n["cfg.chance_t2"] = f"{a['chance']['t2']:g}"
     n["cfg.chance_t3"] = f"{a['chance']['t3']:g}"
+    import inspect
+
+    ce = inspect.signature(analysis.confident_errors).parameters
+    n["cfg.confident_threshold"] = f"{ce['threshold'].default:g}"
+    n["cfg.confident_max_v_m"] = f"{ce['max_visibility_m'].default:g}"
 
     for m in models:
         k = _key(m)
@@ -171,6 +176,22 @@ def build_numbers(ds: xr.Dataset, means: xr.Dataset, cross: xr.Dataset, meta: di
             n[f"range.c_int.end.{arm}.{task}"] = _range(
                 means["mean"].sel(arm=arm, level=len(physics.SWEEP_M), task=task, readout="c_int").values)
         n[f"range.correct.blank.{task}"] = _range(means["mean"].sel(arm="blank", level=0, task=task, readout="correct").values)
+        n[f"range.correct.shuffled.{task}"] = _range(
+            means["mean"].sel(arm="shuffled", level=0, task=task, readout="correct").values)
+        for arm in cube.PHYSICAL_ARMS:
+            end = means["mean"].sel(arm=arm, level=len(physics.SWEEP_M), task=task)
+            n[f"range.verbal_conf.end.{arm}.{task}"] = _range(end.sel(readout="verbal_conf").values)
+            for ro in ("abstain", "abstain2"):  # at the level where the spec reads abstention (7.8125 m)
+                lvl = int(np.argmin(np.abs(means["visibility_m"].values - 7.8125)))
+                n[f"range.{ro}.7.8125.{arm}.{task}"] = _range(
+                    means["mean"].sel(arm=arm, level=lvl, task=task, readout=ro).values)
+            for ro in analysis.AWARENESS_SIGNALS:
+                c = cross.sel(arm=arm, task=task, readout=ro)
+                w = c["w"].values
+                lower = bool(np.any(c["w_lower_bound"].values & np.isfinite(w)))
+                r = _range(w)
+                n[f"range.w.{ro}.{arm}.{task}"] = f"≥ {r}" if lower and r != "n/a" and bool(
+                    np.all(c["w_lower_bound"].values[np.isfinite(w)])) else r
     if scores is not None:
         n.update(_score_numbers(scores))
     return n
@@ -277,13 +298,11 @@ def _tables(ds, means, cross, cfg, scores: xr.Dataset | None = None) -> dict[str
             for m, rev, nv, pc in zip(ds["model"].values, ds["model_revision"].values,
                                       ds["n_visual_tokens"].values, ds["pipeline_check"].values)]
     t["tbl-models"] = paper.markdown_table(rows)
-    p = cfg["prompts"]
-    rows = [{"prompt": k, "template": str(v).replace("\n", " ⏎ ")} for k, v in p.items()]
+    one_line = lambda v: str(v).replace("\n", " ⏎ ")  # noqa: E731
+    rows = [{"prompt": r["name"], "template": one_line(r["template"]), "example": one_line(r["example"])}
+            for r in prompts.prompt_table(cfg)]
     t["tbl-prompts"] = paper.markdown_table(rows)
-    rows = []
-    for sect in ("items", "physics", "depth", "render", "readout", "analysis"):
-        for k, v in cfg[sect].items():
-            rows.append({"section": sect, "setting": k, "value": f"`{json.dumps(v, ensure_ascii=False)}`"})
+    rows = [{"setting": f"`{r['setting']}`", "value": one_line(r["value"])} for r in _config.settings_table(cfg)]
     t["tbl-config"] = paper.markdown_table(rows)
     return t
 
@@ -403,12 +422,142 @@ def stage_analyse(models: list[str], output_dir=None) -> dict[str, Path | dict]:
             scores, task), fdir, f"reliability_{task}")
         figs[f"abstain2_{task}"] = figures.save(figures.plot_abstain_comparison(
             means, task, chance=chance), fdir, f"abstain2_{task}")
-    for name, text in _tables(ds, means, cross, cfg, scores).items():
+    for task in ("t2", "t3"):
+        figs[f"blind_spot_{task}"] = figures.save(figures.plot_blind_spot_widths(cross, task), fdir,
+                                                  f"blind_spot_{task}")
+    tables = _tables(ds, means, cross, cfg, scores)
+    tables["tbl-verbal-wordings"] = _table_vi(ds)
+    for name, text in tables.items():
         paper.write_text_atomic(adir / f"{name}.md", text)
     numbers = build_numbers(ds, means, cross, meta, cfg, scores)
+    numbers.update(_nominal_products(means, output_dir, cfg, figs))
+    numbers.update(_example_products(ds, output_dir, cfg, figs))
+    numbers.update(_environment_numbers())
     paper.write_numbers(numbers, paths.numbers_file(output_dir))
     return {"cube": ds, "means": means, "crossings": cross, "scores": scores, "analysis": res,
             "figures": figs, "numbers": numbers}
+
+
+def _table_vi(ds: xr.Dataset, levels_m=(np.inf, 62.5, 15.625, 7.8125, 3.90625, 1.953125)) -> str:
+    """Spec Table VI: the verbalized confidence under wordings v1-v3 (t2, fog).
+
+    Only the items asked all three wordings (``n_verbal_items`` of the readout
+    stage: those with a non-empty ``verbal_text_v2``) enter, for every wording,
+    so the three columns compare the same questions.
+    """
+    if "verbal_conf_v2" not in ds["readout"].values:
+        return "*(this cube has no verbal wording variants)*\n"
+    rows = []
+    vis = ds["visibility_m"].values
+    for m in ds["model"].values:
+        asked = (ds["verbal_text_v2"].sel(model=m, arm="fog", level=0, task="t2") != "").values
+        if not asked.any():
+            rows.append({"model": figures.short_name(m), "V (m)": "–", "items": "0", "t2 accuracy": "–",
+                         "v1": "–", "v2": "–", "v3": "–"})
+            continue
+        for v in levels_m:
+            lvl = int(np.argmin(np.abs(np.where(np.isfinite(vis), vis, 1e9) - (1e9 if not np.isfinite(v) else v))))
+            cell = ds["value"].sel(model=m, arm="fog", level=lvl, task="t2").isel(image=np.flatnonzero(asked))
+            mean = lambda ro: fmt(float(cell.sel(readout=ro).mean(skipna=True)))  # noqa: E731
+            rows.append({"model": figures.short_name(m), "V (m)": level_label(vis[lvl]), "items": str(int(asked.sum())),
+                         "t2 accuracy": mean("correct"), "v1": mean("verbal_conf"), "v2": mean("verbal_conf_v2"),
+                         "v3": mean("verbal_conf_v3")})
+    return paper.markdown_table(rows)
+
+
+def _nominal_products(means: xr.Dataset, output_dir, cfg: dict, figs: dict) -> dict[str, str]:
+    """Fig. 7 and the Table VII numbers from the depth stage's nominal equivalence (spec Sec. IV).
+
+    The nominal equivalence is computed by the depth stage
+    (:func:`murk.pipeline.stage_nominal`); without it, nothing is added.
+    """
+    from murk import nominal
+
+    f = paths.analysis_dir(output_dir) / "nominal_equivalence.nc"
+    if not f.is_file():
+        return {}
+    with xr.open_dataset(f) as nds:
+        tab = nominal.table_vii(nds.load())
+    n: dict[str, str] = {}
+    for sev, row in tab.iterrows():
+        n[f"nominal.veq.{sev}"] = fmt(row["median_v_eq_gain_m"], 0)
+        n[f"nominal.veq_std.{sev}"] = fmt(row["median_v_eq_std_ratio_m"], 0)
+        n[f"nominal.spread.{sev}"] = fmt(row["spread_p90_p10"], 1)
+    v = tab["median_v_eq_gain_m"].to_numpy(float)
+    n["nominal.veq_range"] = f"{fmt(np.nanmin(v), 0)}–{fmt(np.nanmax(v), 0)}" if np.isfinite(v).any() else "n/a"
+    sp = tab["spread_p90_p10"].to_numpy(float)
+    n["nominal.spread_range"] = f"{fmt(np.nanmin(sp), 1)}–{fmt(np.nanmax(sp), 1)}" if np.isfinite(sp).any() else "n/a"
+    n["nominal.monotone_share"] = fmt(100 * tab.attrs["monotone_share"], 0)
+    n["nominal.n_images"] = str(int(nds.sizes["image"]))
+    # dynamic range of accuracy (percentage points, pooled over models and tasks): nominal vs physical fog
+    acc = means["mean"].sel(readout="correct")
+    nom = acc.sel(arm="imagenet_c", level=slice(1, 5)).mean(["model", "task"])
+    fog = acc.sel(arm="fog").isel(level=slice(1, None)).mean(["model", "task"])
+    n["nominal.dyn_range_pp"] = fmt(100 * float(nom.max() - nom.min()), 1)
+    n["physical.dyn_range_pp"] = fmt(100 * float(fog.max() - fog.min()), 1)
+    fdir = paths.figures_dir(output_dir)
+    figs["nominal_t2"] = figures.save(figures.plot_nominal_vs_physical(
+        means, v, "t2", chance=cfg["analysis"]["chance"]["t2"]), fdir, "nominal_t2")
+    return n
+
+
+def _example_products(ds: xr.Dataset, output_dir, cfg: dict, figs: dict, n_items: int = 3,
+                      levels=(0, 3, 5, 6, 7, 8)) -> dict[str, str]:
+    """Fig. 9: the first items across fog and underwater levels with the first model's read-outs."""
+    from murk import depth, render
+
+    table, meta = pipeline.read_items(output_dir)
+    current = pipeline.current_depth(output_dir)
+    model = str(ds["model"].values[0])
+    max_side = cfg["render"]["max_side_px"]
+    tiles, captions, rows = [], [], []
+    vis = ds["visibility_m"].values
+    for i in range(min(n_items, len(table))):
+        row = table.iloc[i]
+        img = render.load_image(Path(meta["image_dir"]) / row["file_name"])
+        size = render.presented_size(img.shape[1], img.shape[0], max_side)
+        img = render.resize_image(img, size)
+        z = depth.load_depth(current["path"], int(row["image_id"]))
+        bbox = render.scale_bbox(row["bbox"], (int(row["width"]), int(row["height"])), size)
+        for arm, sweep in (("fog", physics.fog_sweep), ("underwater", physics.underwater_sweep)):
+            vs = [vis[k] for k in levels if k > 0]
+            stack = sweep(img, z, np.asarray(vs))
+            shown = [img] + [stack[j] for j in range(len(vs))]
+            tiles.append([render.draw_box(x, bbox, cfg["render"]["box_width_px"]) for x in shown])
+            v = ds["value"].sel(model=model, arm=arm, task="t2", image=int(row["image_id"]))
+            opts = row["t2_options"]
+            cap = []
+            for k in levels:
+                c = v.sel(level=k)
+                ans = c.sel(readout="answer").item()
+                name = opts[int(ans)] if np.isfinite(ans) else "n/a"
+                cap.append(f"{name} {'✓' if c.sel(readout='correct').item() == 1 else '✗'}\n"
+                           f"c={fmt(c.sel(readout='c_int').item())} v={fmt(c.sel(readout='verbal_conf').item())}"
+                           f"{' abst.' if c.sel(readout='abstain').item() == 1 else ''}")
+            captions.append(cap)
+            rows.append(f"{row['category']} · {arm}")
+    if not tiles:
+        return {}
+    cols = ["clean" if k == 0 else f"V = {vis[k]:.3g} m" for k in levels]
+    fig = figures.plot_item_grid(tiles, rows, cols, captions)
+    figs["examples_t2"] = figures.save(fig, paths.figures_dir(output_dir), "examples_t2")
+    return {"examples.model": f"`{model}`", "examples.n_items": str(min(n_items, len(table)))}
+
+
+def _environment_numbers() -> dict[str, str]:
+    """Package versions for the colophon."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in ("torch", "transformers", "numpy", "xarray", "zarr", "snakemake"):
+        try:
+            out[f"version.{pkg}"] = version(pkg)
+        except PackageNotFoundError:
+            out[f"version.{pkg}"] = "n/a"
+    import platform
+
+    out["version.python"] = platform.python_version()
+    return out
 
 
 def _write_netcdf(ds: xr.Dataset, path: Path) -> None:

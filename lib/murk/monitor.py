@@ -1,0 +1,1009 @@
+"""A visibility monitor: estimate V from one degraded image and its depth (beyond the spec).
+
+The spec (Sec. V, last paragraph) suggests that "a separate image-quality or
+visibility estimate that triggers abstention before the VLM is asked" might be a
+cheaper and more robust monitor than a VLM's own confidence, and leaves it
+untested. This module builds that monitor from the physics of Sec. III and the
+dark channel prior (He, Sun & Tang 2009), and the gate policy that uses it.
+
+Estimator
+---------
+Eq. (1) of the spec, ``I_c = J_c t_c + B_c (1 - t_c)`` with ``t_c = exp(-beta_c z)``,
+gives for every pixel and channel, since the clean radiance ``J_c >= 0``::
+
+    1 - I_c / B_c = t_c (1 - J_c / B_c) <= t_c
+
+so each channel bounds the transmission from below, and the bound is tight where
+the clean scene is dark in that channel. The dark channel prior (He et al. 2009)
+states that in most local patches of a haze-free outdoor image some pixel is dark
+in some channel. With the spectral shape ``r_c = beta_c / beta_best`` of the arm
+(fog: ``r = (1, 1, 1)``; underwater: the Pope & Fry ratios ``(28.1, 4.84, 1)``)
+each channel's bound converts to one on the best-channel transmission
+``t = exp(-beta_best z)``, and the estimate is the tightest bound in a window Omega::
+
+    t_hat(x) = max_{y in Omega(x)} max_c (1 - omega * I_c(y) / B_c) ** (1 / r_c)
+
+For fog this is exactly He et al.'s ``t = 1 - omega * min_Omega min_c (I_c / A)``
+(the classic dark channel). Then, per pixel, ``beta_i = -ln t_hat_i / z_i``; the
+robust estimate of ``beta`` is the median over pixels with a usable depth
+(``z < far_m``: sky and the far clip of the depth map are excluded), in which
+pixels with ``t_hat`` outside ``[t_min, t_max]`` enter *censored* at their bound
+(an unreliable pixel still says on which side it lies), and finally
+``V_hat = 3.912 / beta`` (Koschmieder 1924; spec Sec. III). ``method="lsq"`` is a
+least-squares fit of ``-ln t_hat`` against ``z`` through the origin over the
+uncensored pixels instead.
+
+The veiling light ``B_c`` (the airlight *A* in fog) is estimated as in He et al.:
+the mean colour, in linear light, of the 0.1 % of pixels with the brightest dark
+channel, where the dark channel for this selection is the window minimum of
+``min_c I_c / s_c`` with ``s_c`` the arm's known veiling-light *shape* (grey for
+fog; blue-dominated ``murk.physics.underwater_veiling_light`` under water), the
+candidates being restricted to the farthest 10 % of the pixels by the known depth
+(a deviation from He et al., see :func:`estimate_veiling_light`). It can also be
+given (``veiling_light=``), e.g. the spec's 0.8.
+
+Quantisation: a channel's bound counts only where it exceeds two 8-bit code steps
+(relative to ``B_c``); otherwise the power ``1 / r_c`` (28 for red under water)
+would turn rounding noise into a confident transmission.
+
+``omega``: He et al. use 0.95 for *dehazing*, to keep some haze for depth
+perception. For a *measurement* ``omega = 1`` is the unbiased choice under the
+prior: ``omega = 0.95`` gives ``t_hat = t + 0.05 (1 - t)``, which under-estimates
+``beta z`` by ``ln(1 + 0.05 (1 - t) / t)``, most in dense fog (0.67 of
+``beta z = 3``), so it over-estimates V. Measured on the COCO sample (158 images,
+ground-plane depth, fog): share within a factor 2 at 3.9-62.5 m 0.99 with
+``omega = 1`` against 0.92 with 0.95 (median ratio V_hat / V at 3.9 m: 1.02
+against 1.98). The default is 1.0.
+
+Assumptions
+-----------
+* A homogeneous medium (one ``beta`` per channel over the whole scene), as in the
+  renderings of the spec; the veiling light is uniform.
+* The metric depth of every pixel is known (the depth used to render; in a
+  deployment, an estimate, whose global scale error ``kappa`` rescales ``V_hat``
+  by ``kappa`` exactly as it rescales the spec's crossing visibilities).
+* The dark channel of the clean scene is ~0 in most windows (He et al. 2009).
+
+Failure modes
+-------------
+* White or bright objects filling a window (and the sky) violate the prior: their
+  ``t_hat`` is too low, so ``beta`` is over-estimated and ``V_hat`` too small. The
+  median and the ``far_m`` exclusion of sky/far pixels limit this; a scene that is
+  bright everywhere (snow, a white wall) will be judged foggy.
+* Clean or nearly clean images: ``-ln t_hat`` is then dominated by the prior's
+  residual ``-ln(1 - J_dark / B)``, so ``V_hat`` is large but finite and biased low
+  (hundreds of metres to kilometres, not infinity); values above ``cap_m``
+  (10 km) are capped and flagged.
+* Dense media: when more than half of the usable pixels are below ``t_min``
+  (farther than about V), the median is taken over the uncensored (near) pixels
+  only (``method="median_uncensored"``) if there are at least 100; otherwise
+  V_hat is an *upper* bound (flagged ``censored="opaque"``): with
+  ``t_min = 0.02`` it is the median depth of the usable pixels, because
+  ``-ln 0.02 = 3.912``. V cannot be measured much below the nearest depth in
+  the image (the ground-plane test depth starts at 3.1 m, so 1.95 m is a bound).
+* No pixel with a usable depth (all sky/far/NaN): ``V_hat`` is NaN.
+* Under water, the red channel is a strong but usable constraint only near the
+  camera; the blue channel carries most pixels and its single-channel prior is
+  weaker (blue objects, sky), so accuracy is lower than in fog; see the measured
+  shares in ``benchmarks/monitor.py`` and ``tests/test_monitor.py``.
+
+References
+----------
+He, K., Sun, J. & Tang, X. (2009). Single image haze removal using dark channel
+    prior. CVPR 2009, 1956-1963. (spec ref. [5])
+Koschmieder, H. (1924). Theorie der horizontalen Sichtweite. Beitr. Phys. freien
+    Atmos. 12, 33-53 and 171-181. (spec ref. [1])
+Hautiere, N., Tarel, J.-P., Lavenant, J. & Aubert, D. (2006). Automatic fog
+    detection and estimation of visibility distance through use of an onboard
+    camera. Machine Vision and Applications 17, 8-20. (spec ref. [6])
+Geifman, Y. & El-Yaniv, R. (2017). Selective classification for deep neural
+    networks. NeurIPS 2017. (coverage and risk; spec refs. [20, 21])
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+from scipy.ndimage import maximum_filter, minimum_filter
+
+from murk import physics
+
+__all__ = [
+    "CAP_M",
+    "FAR_M",
+    "T_RELIABLE",
+    "CONFIDENCE_RANGE_M",
+    "DEFAULT_THRESHOLD_M",
+    "CONDITION_ARM",
+    "spectral_shape",
+    "veiling_light_shape",
+    "default_window_px",
+    "transmission_estimate",
+    "estimate_veiling_light",
+    "estimate_visibility",
+    "estimate_visibility_details",
+    "estimate_sweep",
+    "ground_plane_depth",
+    "billboard_depth",
+    "visibility_confidence",
+    "gate_decisions",
+    "coverage_risk",
+    "split_images",
+    "pick_threshold",
+    "threshold_at_coverage",
+    "compare_at_equal_coverage",
+    "monitor_readouts",
+]
+
+#: Largest visibility the monitor reports, metres: beyond it the prior's residual
+#: dominates and V_hat carries no information (flagged ``censored="clear"``).
+CAP_M: float = 10_000.0
+
+#: Pixels at or beyond this depth (m) are not used: sky and the far clip of the
+#: depth map (spec Sec. III clips depth to [0.5, 80] m).
+FAR_M: float = 79.0
+
+#: Reliable range of the transmission estimate; outside it a pixel is censored.
+T_RELIABLE: tuple[float, float] = (0.02, 0.98)
+
+#: Visibilities (m) mapped to confidence 0 and 1 by :func:`visibility_confidence`:
+#: the last sweep level (1.95 m) and the first (250 m) of spec Sec. III.
+CONFIDENCE_RANGE_M: tuple[float, float] = (float(physics.SWEEP_M[-1]), float(physics.SWEEP_M[0]))
+
+_ARMS = ("fog", "underwater")
+_MIN_PIXELS = 100
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _check_arm(arm: str, name: str) -> str:
+    if arm not in _ARMS:
+        raise ValueError(f"{name}: arm must be one of {_ARMS}, got {arm!r}")
+    return arm
+
+
+def spectral_shape(arm: str = "fog") -> np.ndarray:
+    """Ratio ``r_c = beta_c / min_k beta_k`` of an arm (spec Sec. III).
+
+    Parameters
+    ----------
+    arm : {"fog", "underwater"}
+
+    Returns
+    -------
+    numpy.ndarray of float64, shape (3,)
+        (R, G, B): ``(1, 1, 1)`` for fog; the Pope & Fry (1997) ratios, about
+        ``(28.14, 4.84, 1.0)``, under water.
+
+    Raises
+    ------
+    ValueError
+        For an unknown arm.
+    """
+    _check_arm(arm, "spectral_shape")
+    if arm == "fog":
+        return np.ones(3)
+    return physics.POPE_FRY_ABSORPTION_PER_M / physics.POPE_FRY_ABSORPTION_PER_M.min()
+
+
+def veiling_light_shape(arm: str = "fog") -> np.ndarray:
+    """Known colour of the veiling light of an arm, up to a scale (max = 1).
+
+    Parameters
+    ----------
+    arm : {"fog", "underwater"}
+
+    Returns
+    -------
+    numpy.ndarray of float64, shape (3,)
+        ``(1, 1, 1)`` for fog (grey airlight); about ``(0.036, 0.207, 1)`` under
+        water (``physics.underwater_veiling_light() / 0.8``).
+    """
+    _check_arm(arm, "veiling_light_shape")
+    if arm == "fog":
+        return np.ones(3)
+    b = physics.underwater_veiling_light()
+    return b / b.max()
+
+
+def default_window_px(height: int, width: int) -> int:
+    """Side of the dark-channel window for an image size, in pixels (odd).
+
+    He et al. (2009) use 15 px for images of about 600 px; the window is scaled to
+    the longer side, ``15 * max(H, W) / 600``, rounded to an odd integer >= 3 (11 px
+    at the study's 448 px).
+    """
+    k = int(round(15 * max(height, width) / 600))
+    k = max(3, k)
+    return k if k % 2 == 1 else k + 1
+
+
+def _check_inputs(image, depth_m, name: str) -> tuple[np.ndarray, np.ndarray]:
+    if not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
+        raise ValueError(
+            f"{name}: image must be a uint8 (H, W, 3) sRGB array, got "
+            f"{getattr(image, 'dtype', type(image).__name__)} {getattr(image, 'shape', '')}")
+    depth = np.asarray(depth_m)
+    if not (np.issubdtype(depth.dtype, np.floating) or np.issubdtype(depth.dtype, np.integer)):
+        raise ValueError(f"{name}: depth_m must be a real array in metres, got dtype {depth.dtype}")
+    depth = depth.astype(np.float64, copy=False)
+    if depth.shape != image.shape[:2]:
+        raise ValueError(
+            f"{name}: depth_m must have the image's shape (H, W) = {image.shape[:2]}, got {depth.shape}; "
+            "resize it with murk.render.resize_depth")
+    if np.any(depth < 0):
+        raise ValueError(f"{name}: depth_m must be non-negative metres, got min {np.nanmin(depth)}")
+    return image, depth
+
+
+def estimate_veiling_light(image, arm: str = "fog", window_px: int | None = None,
+                           top_fraction: float = 0.001, depth_m=None, far_quantile: float = 0.9) -> np.ndarray:
+    """Veiling light (airlight) from the brightest dark-channel pixels (He et al. 2009).
+
+    The dark channel for the selection is ``min_Omega min_c I_c / s_c`` in linear
+    light, with ``s_c`` = :func:`veiling_light_shape` of the arm; the estimate is
+    the mean linear colour of the ``top_fraction`` of all pixels (at least one)
+    where it is largest. With *depth_m* the candidates are restricted to the
+    farthest pixels (depth at or above its ``far_quantile``; NaN/inf count as
+    far), which are the most veiled: a deviation from He et al., who have no
+    depth, that keeps near white objects from being taken for the veiling light
+    (measured on the COCO sample with a ground-plane depth, underwater arm,
+    3.9-62.5 m: share of V_hat within a factor 2 of V from 0.90 to 0.98; fog
+    unchanged at 0.99; ``benchmarks/monitor.py``).
+
+    Parameters
+    ----------
+    image : numpy.ndarray of uint8, shape (H, W, 3)
+        Degraded image, 8-bit sRGB.
+    arm : {"fog", "underwater"}
+    window_px : int, optional
+        Window side in px; default :func:`default_window_px`.
+    top_fraction : float, default 0.001
+        Share of pixels used (He et al.: the brightest 0.1 %).
+    depth_m : array_like of float, shape (H, W), optional
+        Depth in metres; restricts the candidates to the farthest pixels.
+    far_quantile : float, default 0.9
+        Depth quantile above which pixels are candidates (with *depth_m*).
+
+    Returns
+    -------
+    numpy.ndarray of float64, shape (3,)
+        ``B_c`` in linear light (R, G, B).
+    """
+    _check_arm(arm, "estimate_veiling_light")
+    linear = physics.srgb_to_linear(image)
+    k = window_px or default_window_px(*image.shape[:2])
+    dark = minimum_filter((linear / veiling_light_shape(arm)).min(axis=2), size=k, mode="nearest")
+    if depth_m is not None:
+        z = np.asarray(depth_m, dtype=np.float64)
+        z = np.where(np.isnan(z), np.inf, z)
+        dark = np.where(z >= np.quantile(z, far_quantile), dark, -np.inf)
+    dark = dark.ravel()
+    n = max(1, int(round(top_fraction * dark.size)))
+    idx = np.argpartition(dark, dark.size - n)[dark.size - n:]
+    return linear.reshape(-1, 3)[idx].mean(axis=0)
+
+
+def _quantization_step(linear_value: np.ndarray) -> np.ndarray:
+    """Linear-light size of one 8-bit sRGB code step at a linear value (per channel)."""
+    c = physics.linear_to_srgb(np.asarray(linear_value, dtype=np.float64))
+    hi = physics.srgb_to_linear(np.minimum(c + 1 / 255, 1.0))
+    lo = physics.srgb_to_linear(np.maximum(c - 1 / 255, 0.0))
+    return (hi - lo) / 2.0
+
+
+def transmission_estimate(image, arm: str = "fog", veiling_light=None, window_px: int | None = None,
+                          omega: float = 1.0, t_floor: float = T_RELIABLE[0],
+                          depth_m=None, window_space: str = "beta",
+                          far_m: float = FAR_M) -> tuple[np.ndarray, np.ndarray]:
+    """Dark-channel estimate of the best-channel transmission map.
+
+    ``t_hat(x) = max_{y in Omega(x)} max_c (1 - omega I_c(y) / B_c) ** (1 / r_c)``
+    (see the module docstring; for fog this is He et al.'s
+    ``1 - omega * dark(I / A)``).
+
+    Parameters
+    ----------
+    image : numpy.ndarray of uint8, shape (H, W, 3)
+        Degraded image, 8-bit sRGB.
+    arm : {"fog", "underwater"}
+        Selects the spectral shape ``r_c`` (:func:`spectral_shape`).
+    veiling_light : float or array_like of shape (3,), optional
+        ``B_c`` in linear light; default :func:`estimate_veiling_light`.
+    window_px : int, optional
+        Window side in px; default :func:`default_window_px`.
+    omega : float, default 1.0
+        He et al.'s haze-keeping factor (0.95 for dehazing; 1 for a measurement).
+    t_floor : float, default 0.02
+        A channel's bound ``1 - omega I_c / B_c`` counts only where it is at least
+        ``max(t_floor, 2 q_c / B_c)``, with ``q_c`` one 8-bit sRGB code step in
+        linear light at ``B_c``: below that it is quantisation noise, which the
+        power ``1 / r_c`` would blow up (the red channel under water, ``r = 28``:
+        without the floor a bound of 0.02 would certify ``t >= 0.87``). Such
+        pixels give ``t_hat = 0`` from that channel (no information).
+    depth_m : array_like of float, shape (H, W), optional
+        Depth in metres, used only to estimate the veiling light (see
+        :func:`estimate_veiling_light`).
+
+    Returns
+    -------
+    t_hat : numpy.ndarray of float64, shape (H, W)
+        Estimated transmission of the best (least attenuated) channel, in [0, 1].
+    veiling_light : numpy.ndarray of float64, shape (3,)
+        The ``B_c`` used.
+    """
+    _check_arm(arm, "transmission_estimate")
+    linear = physics.srgb_to_linear(image)
+    b = (estimate_veiling_light(image, arm, window_px, depth_m=depth_m) if veiling_light is None
+         else np.broadcast_to(np.asarray(veiling_light, dtype=np.float64), (3,)))
+    b = np.maximum(b, 1e-6)
+    r = spectral_shape(arm)
+    floor = np.maximum(float(t_floor), 2.0 * _quantization_step(b) / b)
+    bound = 1.0 - omega * linear / b  # lower bound on t_c, per channel
+    per_channel = np.where(bound >= floor, np.clip(bound, 0.0, 1.0), 0.0) ** (1.0 / r)
+    k = window_px or default_window_px(*image.shape[:2])
+    t_pix = per_channel.max(axis=2)
+    if window_space == "transmission" or depth_m is None:
+        t_hat = maximum_filter(t_pix, size=k, mode="nearest")
+    elif window_space == "beta":
+        z = np.asarray(depth_m, dtype=np.float64)
+        usable = np.isfinite(z) & (z > 0) & (z < far_m)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            beta_pix = np.where(usable & (t_pix > 0), -np.log(t_pix) / np.where(usable, z, 1.0), np.inf)
+        beta_hat = minimum_filter(beta_pix, size=k, mode="nearest")
+        with np.errstate(invalid="ignore", over="ignore"):
+            t_hat = np.where(usable, np.exp(-beta_hat * np.where(usable, z, 0.0)), np.nan)
+    else:
+        raise ValueError(f"transmission_estimate: window_space must be 'beta' or 'transmission', got {window_space!r}")
+    return t_hat, np.asarray(b, dtype=np.float64)
+
+
+# ----------------------------------------------------------------------------- estimator
+
+
+def estimate_visibility_details(image, depth_m, arm: str = "fog", *, veiling_light=None,
+                                window_px: int | None = None, omega: float = 1.0,
+                                method: str = "median", t_reliable: tuple[float, float] = T_RELIABLE,
+                                far_m: float = FAR_M, cap_m: float = CAP_M, mask=None,
+                                window_space: str = "beta") -> dict:
+    """Estimate the visibility of one degraded image, with diagnostics.
+
+    See the module docstring for the estimator, its assumptions and failure modes.
+
+    Parameters
+    ----------
+    image : numpy.ndarray of uint8, shape (H, W, 3)
+        Degraded image, 8-bit sRGB, *without* the red box marker (the box is not
+        part of the scene and violates the prior; pass ``mask`` otherwise).
+    depth_m : array_like of float, shape (H, W)
+        Metric depth *z* in metres, non-negative; NaN/inf and ``z >= far_m`` are
+        not used.
+    arm : {"fog", "underwater"}, default "fog"
+        Fog: meteorological visibility *V*; underwater: best-channel visibility
+        ``V_best = 3.912 / min_c beta_c`` (spec Sec. III).
+    veiling_light : float or array_like of shape (3,), optional
+        Known veiling light in linear light (fog: the airlight *A*, 0.8 in the
+        spec); default: estimated from the image, among its farthest pixels
+        (:func:`estimate_veiling_light` with *depth_m*).
+    window_px : int, optional
+        Dark-channel window side in px; default :func:`default_window_px`.
+    omega : float, default 1.0
+        He et al.'s factor (1 for a measurement; see the module docstring).
+    method : {"median", "lsq"}, default "median"
+        ``median``: median of the per-pixel ``-ln t_hat / z`` with censored pixels
+        at their bound; ``lsq``: least squares of ``-ln t_hat`` on ``z`` through
+        the origin over the uncensored pixels.
+    t_reliable : (float, float), default (0.02, 0.98)
+        Range of ``t_hat`` in which a pixel is uncensored.
+    far_m : float, default 79.0
+        Pixels with ``z >= far_m`` (sky, far clip) are not used.
+    cap_m : float, default 10000.0
+        Largest reported visibility, metres.
+    mask : array_like of bool, shape (H, W), optional
+        Pixels that may be used (e.g. False on a drawn marker).
+
+    Returns
+    -------
+    dict
+        ``visibility_m`` (float, m; NaN when no pixel is usable), ``beta_per_m``
+        (float, m^-1, best channel), ``veiling_light`` (tuple of 3 floats, linear),
+        ``n_pixels`` (int, uncensored pixels used), ``n_usable`` (int, pixels with
+        a usable depth), ``share_opaque`` / ``share_clear`` (float, shares of the
+        usable pixels below ``t_min`` / above ``t_max``), ``censored`` (str:
+        ``""``, ``"opaque"`` -- V_hat is an upper bound --, ``"clear"`` -- a lower
+        bound or the cap --, ``"cap"`` or ``"no_pixels"``), ``method`` (the
+        method used: ``"median"``, ``"median_uncensored"`` or ``"lsq"``), ``arm``,
+        ``window_px``, ``omega``.
+
+    Raises
+    ------
+    ValueError
+        For a non-uint8 or non-(H, W, 3) image, a depth of another shape or with
+        negative values, an unknown arm or method, or an invalid ``t_reliable``.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> clean = (rng.random((64, 64, 3)) * 255).astype(np.uint8)
+    >>> depth = np.tile(np.linspace(2, 40, 64)[:, None], (1, 64))
+    >>> foggy = physics.fog(clean, depth, 20.0)
+    >>> d = estimate_visibility_details(foggy, depth, veiling_light=0.8, window_px=5)
+    >>> 10 < d["visibility_m"] < 40
+    True
+    """
+    image, depth = _check_inputs(image, depth_m, "estimate_visibility")
+    _check_arm(arm, "estimate_visibility")
+    if method not in ("median", "lsq"):
+        raise ValueError(f"estimate_visibility: method must be 'median' or 'lsq', got {method!r}")
+    t_min, t_max = (float(x) for x in t_reliable)
+    if not 0 < t_min < t_max < 1:
+        raise ValueError(f"estimate_visibility: need 0 < t_min < t_max < 1, got {t_reliable}")
+    k = window_px or default_window_px(*image.shape[:2])
+    t_hat, b = transmission_estimate(image, arm, veiling_light, k, omega, t_min, depth, window_space, far_m)
+    usable = np.isfinite(depth) & (depth > 0) & (depth < far_m)
+    if mask is not None:
+        usable &= np.asarray(mask, dtype=bool)
+    out = {"veiling_light": tuple(float(x) for x in b), "method": method, "arm": arm,
+           "window_px": int(k), "omega": float(omega), "n_usable": int(usable.sum())}
+    if not usable.any():
+        return {**out, "visibility_m": float("nan"), "beta_per_m": float("nan"), "n_pixels": 0,
+                "share_opaque": float("nan"), "share_clear": float("nan"), "censored": "no_pixels"}
+    z = depth[usable]
+    t = t_hat[usable]
+    opaque = t < t_min
+    clear = t > t_max
+    ok = ~opaque & ~clear
+    # per-pixel beta, censored pixels at their bound
+    y = -np.log(np.clip(t, t_min, t_max))
+    beta_i = y / z
+    censored = ""
+    if method == "median":
+        beta = float(np.median(beta_i))
+        # with half or more of the pixels censored on one side the median is a bound
+        if opaque.mean() >= 0.5:
+            if ok.sum() >= _MIN_PIXELS:
+                # dense medium: the near, uncensored pixels carry the estimate
+                beta = float(np.median(beta_i[ok]))
+                method = "median_uncensored"
+            else:
+                censored = "opaque"
+        elif clear.mean() >= 0.5:
+            censored = "clear"
+    else:
+        if ok.sum() == 0:
+            beta = float(np.median(beta_i))
+            censored = "opaque" if opaque.mean() >= clear.mean() else "clear"
+        else:
+            beta = float(np.sum(z[ok] * y[ok]) / np.sum(z[ok] ** 2))
+    v = physics.KOSCHMIEDER_CONSTANT / beta if beta > 0 else np.inf
+    if v > cap_m:
+        v, censored = float(cap_m), (censored or "cap")
+    out["method"] = method
+    return {**out, "visibility_m": float(v), "beta_per_m": beta, "n_pixels": int(ok.sum()),
+            "share_opaque": float(opaque.mean()), "share_clear": float(clear.mean()),
+            "censored": censored}
+
+
+def estimate_visibility(image, depth_m, arm: str = "fog", **kwargs) -> float:
+    """Estimated visibility V_hat in metres of one degraded image (dark channel + Koschmieder).
+
+    ``V_hat = 3.912 / beta_hat`` with ``beta_hat`` the robust per-pixel estimate of
+    ``-ln t / z`` from the dark-channel transmission (He et al. 2009; Koschmieder
+    1924; spec Sec. III). Keyword arguments and errors as
+    :func:`estimate_visibility_details`, which also returns the diagnostics.
+
+    Parameters
+    ----------
+    image : numpy.ndarray of uint8, shape (H, W, 3)
+        Degraded image, 8-bit sRGB (without the box marker).
+    depth_m : array_like of float, shape (H, W)
+        Metric depth in metres.
+    arm : {"fog", "underwater"}, default "fog"
+
+    Returns
+    -------
+    float
+        V_hat in metres (fog: *V*; underwater: ``V_best``), at most ``CAP_M``;
+        NaN when no pixel has a usable depth.
+    """
+    return estimate_visibility_details(image, depth_m, arm, **kwargs)["visibility_m"]
+
+
+# ----------------------------------------------------------------------------- validation depth
+
+
+def ground_plane_depth(height: int, width: int, *, horizon: float = 0.4, camera_height_m: float = 1.6,
+                       hfov_deg: float = 60.0, depth_range_m: tuple[float, float] = (0.5, 80.0)) -> np.ndarray:
+    """Depth of a flat ground seen by a level pinhole camera: a plausible test depth.
+
+    ``z(row) = h f / (row + 0.5 - horizon * H)`` below the horizon, with the focal
+    length ``f = W / (2 tan(hfov / 2))`` in px, and the far end of
+    ``depth_range_m`` at and above the horizon (sky); clipped to ``depth_range_m``
+    like the spec's depth maps (Sec. III: [0.5, 80] m). Used to validate the
+    monitor on real images where no measured depth exists: the renderings and the
+    estimate use the same depth, as the issue asks.
+
+    Parameters
+    ----------
+    height, width : int
+        Image size in px.
+    horizon : float, default 0.4
+        Row of the horizon as a fraction of the height from the top.
+    camera_height_m : float, default 1.6
+        Camera height *h* above the ground, metres.
+    hfov_deg : float, default 60
+        Horizontal field of view, degrees.
+    depth_range_m : (float, float), default (0.5, 80)
+        Clip range, metres.
+
+    Returns
+    -------
+    numpy.ndarray of float32, shape (H, W)
+        Depth in metres, constant along rows (about 3.1 m at the bottom row of a
+        448 x 336 image with the defaults, 80 m above the horizon).
+    """
+    f = width / (2.0 * np.tan(np.radians(hfov_deg) / 2.0))
+    rows = np.arange(height) + 0.5 - horizon * height
+    with np.errstate(divide="ignore"):
+        z = np.where(rows > 0, camera_height_m * f / np.maximum(rows, 1e-9), np.inf)
+    z = np.clip(z, *depth_range_m)
+    return np.ascontiguousarray(np.broadcast_to(z[:, None], (height, width))).astype(np.float32)
+
+
+def billboard_depth(ground_m: np.ndarray, boxes_px, far_m: float = 80.0) -> np.ndarray:
+    """Stand objects on the ground: each box becomes a fronto-parallel plane.
+
+    Every box (COCO ``x, y, w, h`` in px of the image the depth belongs to) gets
+    the ground depth of the row of its bottom edge (where it touches the ground);
+    boxes are painted far to near so nearer objects occlude farther ones. Gives a
+    depth with discontinuities at object edges, aligned with the image content.
+
+    Parameters
+    ----------
+    ground_m : numpy.ndarray of float, shape (H, W)
+        Ground depth in metres, e.g. :func:`ground_plane_depth`.
+    boxes_px : iterable of (x, y, w, h)
+        Object boxes in px.
+    far_m : float, default 80
+        Depth given to boxes whose bottom edge is at or above the horizon.
+
+    Returns
+    -------
+    numpy.ndarray of float32, shape (H, W)
+    """
+    depth = np.array(ground_m, dtype=np.float32, copy=True)
+    h, w = depth.shape
+    planes = []
+    for x, y, bw, bh in boxes_px:
+        x0, y0 = max(0, int(np.floor(x))), max(0, int(np.floor(y)))
+        x1, y1 = min(w, int(np.ceil(x + bw))), min(h, int(np.ceil(y + bh)))
+        if x1 <= x0 or y1 <= y0:
+            continue
+        planes.append((float(min(ground_m[y1 - 1, min(max(x0, 0), w - 1)], far_m)), x0, y0, x1, y1))
+    for z, x0, y0, x1, y1 in sorted(planes, reverse=True):
+        depth[y0:y1, x0:x1] = z
+    return depth
+
+
+# ----------------------------------------------------------------------------- confidence, gate
+
+
+def visibility_confidence(v_hat_m, v_range_m: tuple[float, float] = CONFIDENCE_RANGE_M) -> np.ndarray:
+    """Monotone confidence in [0, 1] from an estimated visibility.
+
+    ``c = clip(log10(V_hat / V0) / log10(V1 / V0), 0, 1)`` with ``(V0, V1)`` the
+    ends of the sweep, 1.95 m and 250 m (spec Sec. III): 0 at the murkiest level,
+    1 at the clearest and above, 0.5 at their geometric mean, 22.1 m. This is the
+    monitor's ``c_int`` read-out in the cube.
+
+    Parameters
+    ----------
+    v_hat_m : array_like of float, any shape
+        Estimated visibility in metres; NaN (no usable pixel) gives 0.
+    v_range_m : (float, float)
+        ``(V0, V1)`` in metres, ``0 < V0 < V1``.
+
+    Returns
+    -------
+    numpy.ndarray of float64, same shape
+
+    Examples
+    --------
+    >>> visibility_confidence([1.0, 22.097, 250.0, 1e4]).round(3)
+    array([0. , 0.5, 1. , 1. ])
+    """
+    v0, v1 = (float(x) for x in v_range_m)
+    if not 0 < v0 < v1:
+        raise ValueError(f"visibility_confidence: need 0 < V0 < V1, got {v_range_m}")
+    v = np.asarray(v_hat_m, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        c = np.log10(v / v0) / np.log10(v1 / v0)
+    return np.where(np.isnan(c), 0.0, np.clip(c, 0.0, 1.0))
+
+
+#: The monitor's a-priori abstain threshold in metres: the geometric mean of the sweep
+#: ends, where :func:`visibility_confidence` is 0.5 (fixed without looking at any VLM).
+DEFAULT_THRESHOLD_M: float = float(np.sqrt(CONFIDENCE_RANGE_M[0] * CONFIDENCE_RANGE_M[1]))
+
+
+def gate_decisions(v_hat_m, threshold_m: float) -> np.ndarray:
+    """Abstain mask of the visibility gate: abstain when ``V_hat < threshold``.
+
+    Parameters
+    ----------
+    v_hat_m : array_like of float, any shape
+        Estimated visibility in metres. NaN (no usable pixel) abstains: the
+        monitor cannot vouch for the image.
+    threshold_m : float
+        Threshold in metres.
+
+    Returns
+    -------
+    numpy.ndarray of bool, same shape
+        True = abstain (do not ask the VLM).
+
+    Examples
+    --------
+    >>> gate_decisions([3.0, 30.0, np.nan], 10.0)
+    array([ True, False,  True])
+    """
+    v = np.asarray(v_hat_m, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return ~(v >= float(threshold_m))
+
+
+def coverage_risk(abstain, correct) -> tuple[float, float]:
+    """Coverage and risk of a selective answerer (Geifman & El-Yaniv 2017).
+
+    Parameters
+    ----------
+    abstain : array_like of bool, any shape
+        True where the question is not answered.
+    correct : array_like of float, same shape
+        1 = correct, 0 = wrong; NaN (missing read-out) rows are dropped.
+
+    Returns
+    -------
+    coverage : float
+        Share of the questions answered.
+    risk : float
+        Error rate on the answered questions; NaN when nothing is answered.
+
+    Raises
+    ------
+    ValueError
+        If the shapes differ.
+
+    Examples
+    --------
+    >>> coverage_risk([False, False, True, True], [1, 0, 0, 0])
+    (0.5, 0.5)
+    """
+    a = np.asarray(abstain, dtype=bool)
+    c = np.asarray(correct, dtype=np.float64)
+    if a.shape != c.shape:
+        raise ValueError(f"coverage_risk: abstain {a.shape} and correct {c.shape} differ in shape")
+    keep = ~np.isnan(c)
+    a, c = a[keep], c[keep]
+    if a.size == 0:
+        return float("nan"), float("nan")
+    answered = ~a
+    cov = float(answered.mean())
+    risk = float(1.0 - c[answered].mean()) if answered.any() else float("nan")
+    return cov, risk
+
+
+def split_images(image_ids, seed: int = 0) -> np.ndarray:
+    """Selection half of a set of images, reproducible per image.
+
+    Each image goes to the selection half with probability 1/2 from a generator
+    seeded by ``(seed, image id)`` (STYLE: per-item randomness, so subsets
+    reproduce). Rows of the same image always fall in the same half.
+
+    Parameters
+    ----------
+    image_ids : array_like of int, any shape
+        COCO image ids (repeated ids allowed).
+    seed : int, default 0
+
+    Returns
+    -------
+    numpy.ndarray of bool, same shape
+        True = selection half (thresholds are picked here), False = report half.
+    """
+    ids = np.asarray(image_ids, dtype=np.int64)
+    uniq, inv = np.unique(ids, return_inverse=True)
+    half = np.array([np.random.default_rng([int(seed), int(i)]).random() < 0.5 for i in uniq], dtype=bool)
+    return half[inv].reshape(ids.shape)
+
+
+def threshold_at_coverage(score, target_coverage: float) -> float:
+    """Threshold reaching a target coverage: answer iff ``score >= thr``.
+
+    Parameters
+    ----------
+    score : array_like of float, shape (n,)
+        Higher = more willing to answer (V_hat in m, or c_int). NaN never answers.
+    target_coverage : float in [0, 1]
+
+    Returns
+    -------
+    float
+        The ``ceil(target * n)``-th largest score (``inf`` for coverage 0), so that
+        the coverage is at least the target (more with ties).
+    """
+    s = np.asarray(score, dtype=np.float64).ravel()
+    if not 0 <= target_coverage <= 1:
+        raise ValueError(f"threshold_at_coverage: target_coverage must be in [0, 1], got {target_coverage}")
+    k = int(np.ceil(target_coverage * s.size - 1e-9))
+    if k == 0:
+        return float("inf")
+    ordered = np.sort(np.where(np.isnan(s), -np.inf, s))[::-1]
+    return float(ordered[k - 1])
+
+
+def pick_threshold(score, correct, target_coverage: float | None = None, select=None) -> float:
+    """Pick a gate threshold (answer iff ``score >= thr``) on the selection rows.
+
+    Parameters
+    ----------
+    score : array_like of float, shape (n,)
+        V_hat in metres for the monitor (or c_int for the VLM baseline). NaN
+        never answers.
+    correct : array_like of float, shape (n,)
+        1/0 correctness of the VLM's answer; NaN rows are dropped.
+    target_coverage : float, optional
+        If given, the threshold of :func:`threshold_at_coverage`. If None, the
+        threshold that maximises ``#correct - #wrong`` over the answered rows
+        (answer where the VLM is right more often than wrong; +1 for a correct
+        answer, -1 for a wrong one, 0 for abstaining), ties to the lower threshold.
+    select : array_like of bool, shape (n,), optional
+        Rows to pick on (e.g. :func:`split_images` of the image ids); default all.
+
+    Returns
+    -------
+    float
+        Threshold in the unit of *score*.
+    """
+    s = np.asarray(score, dtype=np.float64).ravel()
+    c = np.asarray(correct, dtype=np.float64).ravel()
+    if s.shape != c.shape:
+        raise ValueError(f"pick_threshold: score {s.shape} and correct {c.shape} differ in shape")
+    keep = ~np.isnan(c)
+    if select is not None:
+        keep &= np.asarray(select, dtype=bool).ravel()
+    s, c = s[keep], c[keep]
+    if s.size == 0:
+        raise ValueError("pick_threshold: no rows to pick on (all correct NaN or select empty)")
+    if target_coverage is not None:
+        return threshold_at_coverage(s, target_coverage)
+    s = np.where(np.isnan(s), -np.inf, s)
+    order = np.argsort(-s, kind="stable")
+    gain = np.cumsum(2.0 * c[order] - 1.0)  # answering the top-k rows
+    ss = s[order]
+    # only cut between distinct scores: candidate k are the last index of each tie run
+    last = np.r_[ss[1:] != ss[:-1], True]
+    gains = np.where(last, gain, -np.inf)
+    k = int(np.argmax(gains))
+    if gains[k] <= 0:
+        return float("inf")
+    return float(ss[k])
+
+
+def _bootstrap_rows(rows: dict, image_ids, n_resamples: int, seed: int, ci: float) -> dict:
+    """Percentile intervals of coverage and risk, resampling report-half images."""
+    from murk.metrics import bootstrap_indices
+
+    uniq, inv = np.unique(np.asarray(image_ids), return_inverse=True)
+    idx = bootstrap_indices(uniq.size, n_resamples, seed)
+    counts = np.zeros((n_resamples, uniq.size))
+    np.add.at(counts, (np.repeat(np.arange(n_resamples), uniq.size), idx.ravel()), 1.0)
+    out = {}
+    q = [50 * (1 - ci), 50 * (1 + ci)]
+    for name, (answered, correct) in rows.items():
+        n_i = np.bincount(inv, minlength=uniq.size).astype(float)
+        a_i = np.bincount(inv, weights=answered.astype(float), minlength=uniq.size)
+        e_i = np.bincount(inv, weights=(answered & (correct == 0)).astype(float), minlength=uniq.size)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            cov = counts @ a_i / (counts @ n_i)
+            risk = counts @ e_i / (counts @ a_i)
+        out[name] = {"coverage_ci": tuple(np.nanpercentile(cov, q)), "risk_ci": tuple(np.nanpercentile(risk, q))}
+    return out
+
+
+def compare_at_equal_coverage(score_monitor, score_cint, abstain_vlm, correct, split, *, image_ids=None,
+                              n_resamples: int = 0, seed: int = 0, ci: float = 0.95) -> dict:
+    """Coverage-risk table of three gates, thresholds picked on one half, reported on the other.
+
+    All inputs are flat over question-conditions (e.g. one VLM, one task, every
+    level of one arm, every image); ``split`` marks the selection half by image.
+
+    Rows (keys of the result), each evaluated on the report half (``~split``):
+
+    ``answer_all``
+        No gate (coverage 1).
+    ``vlm_abstain``
+        The VLM's own abstain option (``abstain_vlm`` True = abstained).
+    ``monitor@vlm_abstain``, ``c_int@vlm_abstain``
+        Monitor (answer iff ``V_hat >= thr``) and c_int thresholds chosen on the
+        selection half to match the VLM abstain option's coverage there.
+    ``monitor``
+        Monitor at the threshold of :func:`pick_threshold` (max #correct - #wrong)
+        on the selection half.
+    ``c_int@monitor``
+        c_int thresholded to the monitor's selection-half coverage.
+
+    Parameters
+    ----------
+    score_monitor : array_like of float, shape (n,)
+        V_hat in metres per row (NaN abstains).
+    score_cint : array_like of float, shape (n,)
+        The VLM's internal confidence per row.
+    abstain_vlm : array_like of float or bool, shape (n,)
+        1/True where the VLM chose its abstain option (NaN rows dropped).
+    correct : array_like of float, shape (n,)
+        1/0 correctness of the VLM's answer on the main prompt (NaN dropped). The
+        risk of ``vlm_abstain`` uses these answers on the rows it did not abstain
+        on -- an approximation, as the abstain prompt is a separate prompt.
+    split : array_like of bool, shape (n,)
+        True = selection half (:func:`split_images`).
+    image_ids : array_like of int, shape (n,), optional
+        Needed for bootstrap intervals (resampling report-half images, paired
+        across rows).
+    n_resamples : int, default 0
+        Bootstrap resamples; 0 = no intervals.
+    seed : int, default 0
+    ci : float, default 0.95
+
+    Returns
+    -------
+    dict
+        ``{row: {"coverage": float, "risk": float, "threshold": float,
+        "threshold_unit": str, "n": int, ["coverage_ci", "risk_ci"]: (lo, hi)}}``.
+
+    Raises
+    ------
+    ValueError
+        If shapes differ or a half is empty.
+    """
+    arrays = [np.asarray(x, dtype=np.float64).ravel() for x in (score_monitor, score_cint, abstain_vlm, correct)]
+    sm, sc, av, cor = arrays
+    sp = np.asarray(split, dtype=bool).ravel()
+    if len({a.size for a in arrays} | {sp.size}) != 1:
+        raise ValueError("compare_at_equal_coverage: all inputs must have the same length")
+    keep = ~np.isnan(cor) & ~np.isnan(av)
+    if image_ids is not None:
+        ids = np.asarray(image_ids).ravel()
+    sel, rep = keep & sp, keep & ~sp
+    if not sel.any() or not rep.any():
+        raise ValueError("compare_at_equal_coverage: the selection or the report half is empty")
+    vlm_cov_sel = float(1.0 - av[sel].mean())
+    thr = {
+        "monitor@vlm_abstain": ("m", threshold_at_coverage(sm[sel], vlm_cov_sel)),
+        "c_int@vlm_abstain": ("1", threshold_at_coverage(sc[sel], vlm_cov_sel)),
+        "monitor": ("m", pick_threshold(sm[sel], cor[sel])),
+    }
+    mon_cov_sel = float((~gate_decisions(sm[sel], thr["monitor"][1])).mean())
+    thr["c_int@monitor"] = ("1", threshold_at_coverage(sc[sel], mon_cov_sel))
+    answered = {
+        "answer_all": np.ones(rep.sum(), dtype=bool),
+        "vlm_abstain": av[rep] == 0,
+        "monitor@vlm_abstain": sm[rep] >= thr["monitor@vlm_abstain"][1],
+        "c_int@vlm_abstain": sc[rep] >= thr["c_int@vlm_abstain"][1],
+        "monitor": sm[rep] >= thr["monitor"][1],
+        "c_int@monitor": sc[rep] >= thr["c_int@monitor"][1],
+    }
+    table = {}
+    for name, ans in answered.items():
+        cov, risk = coverage_risk(~ans, cor[rep])
+        unit, t = thr.get(name, ("", float("nan")))
+        table[name] = {"coverage": cov, "risk": risk, "threshold": float(t), "threshold_unit": unit,
+                       "n": int(rep.sum())}
+    if n_resamples:
+        if image_ids is None:
+            raise ValueError("compare_at_equal_coverage: bootstrap intervals need image_ids")
+        cis = _bootstrap_rows({k: (v, cor[rep]) for k, v in answered.items()}, ids[rep], n_resamples, seed, ci)
+        for k in table:
+            table[k].update(cis[k])
+    return table
+
+
+# ----------------------------------------------------------------------------- cube read-outs
+
+
+#: Which estimator arm reads each condition of ``murk.cube.CONDITIONS``.
+CONDITION_ARM: dict[str, str] = {"clean": "fog", "fog": "fog", "underwater": "underwater",
+                                 "imagenet_c": "fog", "blank": "fog", "shuffled": "fog"}
+
+
+def monitor_readouts(images_by_condition: Mapping, depth_m, *, threshold_m: float = DEFAULT_THRESHOLD_M,
+                     readouts: tuple[str, ...] | None = None, **kwargs) -> dict:
+    """The monitor as an awareness "model": cube-like read-outs per condition of one image.
+
+    For each condition the monitor estimates ``V_hat`` (:func:`estimate_visibility`,
+    with the estimator arm of :data:`CONDITION_ARM`: fog for the clean image, the
+    ImageNet-C control and the image controls; underwater for the underwater arm)
+    and maps it to the read-outs of the cube:
+
+    * ``c_int`` := :func:`visibility_confidence` (V_hat): 0 at 1.95 m, 1 at >= 250 m;
+    * ``abstain`` := ``V_hat < threshold_m`` (:func:`gate_decisions`; NaN abstains);
+    * ``answer``, ``correct``, ``verbal_conf``, ``abstain2``, ``option_mass``: NaN
+      (the monitor does not answer);
+    * ``visibility_hat_m``: V_hat itself (an extra key, not a cube read-out).
+
+    The values do not depend on the task: write them into every task.
+
+    Parameters
+    ----------
+    images_by_condition : mapping
+        ``{(arm, level): uint8 (H, W, 3)}`` with the keys of
+        ``murk.cube.CONDITIONS`` (``("clean", 0)``, ``("fog", 1..8)``, ...): the
+        degraded images *without* the box marker.
+    depth_m : array_like of float, shape (H, W), or mapping
+        Depth in metres of the image; a mapping ``{(arm, level): depth}`` for
+        conditions whose scene differs (``("shuffled", 0)``: the partner's depth).
+        Conditions missing from a mapping use its ``("clean", 0)`` entry.
+    threshold_m : float, default DEFAULT_THRESHOLD_M (22.1 m)
+        Abstain threshold of the ``abstain`` read-out.
+    readouts : tuple of str, optional
+        Names to return; default ``murk.cube.READOUTS`` plus ``visibility_hat_m``.
+    **kwargs
+        Passed to :func:`estimate_visibility_details`.
+
+    Returns
+    -------
+    dict
+        ``{(arm, level): {readout: float}}``.
+    """
+    from murk import cube
+
+    names = tuple(readouts) if readouts is not None else tuple(cube.READOUTS) + ("visibility_hat_m",)
+    out = {}
+    for key, image in images_by_condition.items():
+        arm, _level = key
+        if arm not in CONDITION_ARM:
+            raise ValueError(f"monitor_readouts: unknown condition {key!r}; expected murk.cube.CONDITIONS keys")
+        if isinstance(depth_m, Mapping):
+            d = depth_m.get(key, depth_m.get(("clean", 0)))
+            if d is None:
+                raise ValueError(f"monitor_readouts: no depth for condition {key!r} and no ('clean', 0) entry")
+        else:
+            d = depth_m
+        v = estimate_visibility(image, d, CONDITION_ARM[arm], **kwargs)
+        values = dict.fromkeys(names, float("nan"))
+        values.update({"c_int": float(visibility_confidence(v)),
+                       "abstain": float(gate_decisions(v, threshold_m)),
+                       "visibility_hat_m": float(v)})
+        out[key] = {k: values[k] for k in names}
+    return out
+
+
+def estimate_sweep(image, depth_m, arm: str = "fog", visibilities_m=None, **kwargs) -> np.ndarray:
+    """Render an arm's sweep of a clean image and estimate V_hat at every level.
+
+    The validation of the issue: ``physics.fog_sweep`` (or ``underwater_sweep``)
+    with *depth_m*, then :func:`estimate_visibility` with the same depth.
+
+    Parameters
+    ----------
+    image : numpy.ndarray of uint8, shape (H, W, 3)
+        Clean image, 8-bit sRGB.
+    depth_m : array_like of float, shape (H, W)
+        Depth in metres used both to render and to estimate.
+    arm : {"fog", "underwater"}, default "fog"
+    visibilities_m : array_like of float, shape (L,), optional
+        Default ``physics.SWEEP_M``.
+    **kwargs
+        Passed to :func:`estimate_visibility_details`.
+
+    Returns
+    -------
+    numpy.ndarray of float64, shape (L,)
+        V_hat in metres per level (fog: V; underwater: V_best).
+    """
+    _check_arm(arm, "estimate_sweep")
+    v = physics.SWEEP_M if visibilities_m is None else visibilities_m
+    render = physics.fog_sweep if arm == "fog" else physics.underwater_sweep
+    return np.array([estimate_visibility(im, depth_m, arm, **kwargs) for im in render(image, depth_m, v)])
