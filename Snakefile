@@ -81,6 +81,26 @@ rule depth:
 
 # The store itself is not a declared output: Snakemake deletes the outputs of a
 # failed job, and the store must survive a killed job so the next run resumes.
+READOUT_PARAMS = dict(model=lambda wc: SLUG2MODEL[wc.slug], device=DEVICE, n_verbal=config.get("n_verbal_items", 0))
+READOUT_ARGS = "-p model {params.model} {params.device} -p n_verbal_items {params.n_verbal}"
+
+# shard_size: null -> one read-out job per model; an integer -> one job per (model, shard),
+# each writing its own store, merged by the analyse stage. Finished shards are never redone.
+SHARD_SIZE = config.get("shard_size")
+N_SHARDS = -(-int(config["n_items"]) // int(SHARD_SIZE)) if SHARD_SIZE else 1
+
+
+def readout_done(slug):
+    if not SHARD_SIZE:
+        return [f"{OUT}/readout/{slug}.done"]
+    return [f"{OUT}/readout/{slug}/s{SHARD_SIZE}-{k:04d}.done" for k in range(N_SHARDS)]
+
+
+wildcard_constraints:
+    slug="[^/]+",
+    shard="[0-9]+",
+
+
 rule readout:
     input:
         nb="notebooks/03_readout.py",
@@ -91,19 +111,35 @@ rule readout:
     log:
         f"{NB}/03_readout-{{slug}}.ipynb",
     params:
-        model=lambda wc: SLUG2MODEL[wc.slug],
-        device=DEVICE,
-        n_verbal=config.get("n_verbal_items", 0),
+        **READOUT_PARAMS,
     resources:
         gpu=1,
     shell:
-        papermill("{input.nb}", "{log}", "-p model {params.model} {params.device} -p n_verbal_items {params.n_verbal}")
+        papermill("{input.nb}", "{log}", READOUT_ARGS)
+
+
+rule readout_shard:
+    input:
+        nb="notebooks/03_readout.py",
+        item_table=rules.select.output.item_table,
+        depth=rules.depth.output.current,
+    output:
+        touch(f"{OUT}/readout/{{slug}}/s{{size}}-{{shard}}.done"),
+    log:
+        f"{NB}/03_readout-{{slug}}-s{{size}}-{{shard}}.ipynb",
+    params:
+        **READOUT_PARAMS,
+        shard=lambda wc: int(wc.shard),
+    resources:
+        gpu=1,
+    shell:
+        papermill("{input.nb}", "{log}", READOUT_ARGS + " -p shard {params.shard} -p shard_size {wildcards.size}")
 
 
 rule analyse:
     input:
         nb="notebooks/04_analyse.py",
-        done=expand(f"{OUT}/readout/{{slug}}.done", slug=SLUG2MODEL),
+        done=[f for slug in SLUG2MODEL for f in readout_done(slug)],
     output:
         numbers=f"{OUT}/paper_numbers.json",
         figures=expand(f"{OUT}/figures/{{name}}_{{task}}.{{ext}}",
@@ -120,8 +156,9 @@ rule analyse:
         f"{NB}/04_analyse.ipynb",
     params:
         models="[" + ", ".join(f'"{m}"' for m in MODELS) + "]",
+        shard=f"-p shard_size {SHARD_SIZE}" if SHARD_SIZE else "",
     shell:
-        papermill("{input.nb}", "{log}", "-y 'models: {params.models}'")
+        papermill("{input.nb}", "{log}", "-y 'models: {params.models}' {params.shard}")
 
 
 rule paper:

@@ -25,6 +25,8 @@
 model = "murk-tiny/smolvlm"   # hub id, local folder, or murk-tiny/smolvlm | murk-tiny/qwen3vl
 max_items = None              # None: all selected items
 device = None                 # None: cuda if available, else cpu
+shard = None                  # with shard_size: read out only items shard*shard_size ... (own store)
+shard_size = None
 n_verbal_items = 0            # the first n items are also asked verbal wordings v2, v3 (spec Table VI: 300)
 output_dir = None
 
@@ -32,25 +34,30 @@ output_dir = None
 import matplotlib.pyplot as plt
 import xarray as xr
 
-from murk import cube, pipeline
+from murk import pipeline
 
 store = pipeline.stage_readout(model, output_dir=output_dir, max_items=max_items, device=device,
-                               n_verbal_items=n_verbal_items)
-ds = xr.open_zarr(store, consolidated=False)
-print(f"{int(ds['done'].sum())} of {ds.sizes['image']} images read out; attrs:")
-{k: ds.attrs[k] for k in ("model_id", "model_revision", "pipeline_check", "n_visual_tokens", "depth_backend")}
+                               n_verbal_items=n_verbal_items, shard=shard, shard_size=shard_size)
+if store is None:
+    print("this shard lies beyond the last item: nothing to read out")
+    ds = None
+else:
+    ds = xr.open_zarr(store, consolidated=False)
+    print(f"{int(ds['done'].sum())} of {ds.sizes['image']} images read out; attrs:")
+    print({k: ds.attrs[k] for k in ("model_id", "model_revision", "pipeline_check", "n_visual_tokens", "depth_backend")})
 
 # %% [markdown]
-# Quick look: t2 accuracy and mean internal confidence against visibility, fog arm.
+# Quick look: t2 accuracy, mean internal confidence and abstain rate against visibility, fog arm.
 
 # %%
-sel = ds["value"].sel(arm="fog", task="t2")
-fig, ax = plt.subplots(figsize=(5, 3.2))
-for name in ("correct", "c_int", "abstain"):
-    ax.plot(ds["visibility_m"][1:], sel.sel(readout=name).mean("image")[1:], marker="o", label=name)
-ax.set_xscale("log")
-ax.invert_xaxis()
-ax.set_xlabel("visibility V (m)")
-ax.set_title(f"{model} (fog, t2)")
-ax.legend()
-fig.tight_layout()
+if ds is not None:
+    sel = ds["value"].sel(arm="fog", task="t2")
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    for name in ("correct", "c_int", "abstain"):
+        ax.plot(ds["visibility_m"][1:], sel.sel(readout=name).mean("image")[1:], marker="o", label=name)
+    ax.set_xscale("log")
+    ax.invert_xaxis()
+    ax.set_xlabel("visibility V (m)")
+    ax.set_title(f"{model} (fog, t2)")
+    ax.legend()
+    fig.tight_layout()

@@ -25,6 +25,7 @@
 
 # %% tags=["parameters"]
 models = ["murk-tiny/smolvlm", "murk-tiny/qwen3vl"]   # models whose read-out stores form the cube
+shard_size = None     # the read-outs' shard size (None: one store per model)
 output_dir = None
 
 # %%
@@ -32,7 +33,7 @@ from IPython.display import Image, Markdown, display
 
 from murk import paths, report
 
-res = report.stage_analyse(models, output_dir=output_dir)
+res = report.stage_analyse(models, output_dir=output_dir, shard_size=shard_size)
 cube = res["cube"]
 print(cube)
 if cube.attrs.get("pipeline_check"):

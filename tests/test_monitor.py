@@ -3,8 +3,8 @@
 The acceptance test renders the spec's fog sweep (Sec. III) of real COCO images
 with a known, non-constant depth and asks that the estimated visibility be
 within a factor of 2 of the true V for at least 80 % of the (image, level) pairs
-with V between 3.9 and 62.5 m. It uses ``N_IMAGES`` = 24 of the 158 images of
-``../shared/coco-val2017-sample`` (every sixth in file-name order) at the
+with V between 3.9 and 62.5 m. It uses ``N_IMAGES`` = 16 of the 158 images of
+``../shared/coco-val2017-sample`` (every ninth in file-name order) at the
 study's presented size (longer side 448 px), with two depth models:
 
 ground
@@ -30,7 +30,7 @@ import pytest
 from murk import monitor as mon
 from murk import paths, physics, render
 
-N_IMAGES = 24
+N_IMAGES = 16
 CORE = (physics.SWEEP_M >= 3.9) & (physics.SWEEP_M <= 62.5)  # levels 3-7: 62.5 ... 3.9 m
 SAMPLE = paths.project_root().parent / "shared" / "coco-val2017-sample"
 
@@ -196,10 +196,11 @@ def test_depth_models():
     g = mon.ground_plane_depth(336, 448)
     assert g.shape == (336, 448) and g.dtype == np.float32
     assert g[-1, 0] == pytest.approx(3.09, abs=0.01)
-    assert np.all(g[:134] == 80.0) and np.all(np.diff(g[135:, 0]) < 0)
+    assert np.all(g[:134] == 80.0) and np.all(np.diff(g[134:, 0]) <= 0) and np.all(np.diff(g[142:, 0]) < 0)
     b = mon.billboard_depth(g, [(10, 200, 50, 100), (20, 150, 100, 200)])
-    assert np.all(b[200:300, 10:60] == g[299, 0])  # the nearer box stands in front
-    assert b[150, 100] == g[335, 0] and b[0, 300] == 80.0
+    assert np.all(b[200:300, 10:20] == g[299, 0])  # box 1 stands where it touches the ground
+    assert np.all(b[150:336, 20:120] == g[335, 0])  # box 2 is nearer: it occludes box 1
+    assert b[0, 300] == 80.0
 
 
 def test_spectral_and_veiling_shapes():

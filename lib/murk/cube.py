@@ -257,13 +257,31 @@ def write_image(path: str | os.PathLike, index: int,
         ctx.__exit__(None, None, None)
 
 
+def _open_shards(p) -> xr.Dataset:
+    """One model's read-outs from one store or a list of shard stores (concatenated along image)."""
+    shards = [p] if isinstance(p, (str, os.PathLike)) else list(p)
+    parts = [xr.open_zarr(q, consolidated=False).load() for q in shards]
+    if len(parts) == 1:
+        return parts[0]
+    keys = ("config_hash", "items_hash", "model_id", "depth_backend")
+    for q, d in zip(shards[1:], parts[1:]):
+        if any(d.attrs.get(k) != parts[0].attrs.get(k) for k in keys):
+            raise ValueError(f"shard {q} was written for other inputs than {shards[0]}; rerun its readout")
+    ds = xr.concat(parts, dim="image", data_vars="minimal", coords="minimal", compat="override",
+                   combine_attrs="override")
+    if not ds.indexes["image"].is_unique:
+        raise ValueError(f"shards {shards} overlap in images; remove the stores of other shard sizes")
+    return ds
+
+
 def merge_models(stores: Mapping[str, str | os.PathLike], out: str | os.PathLike,
                  attrs: Mapping[str, Any] | None = None) -> xr.Dataset:
     """Merge per-model read-out stores into the cube (atomic replace of ``out``).
 
     Parameters
     ----------
-    stores : mapping model id -> store path
+    stores : mapping model id -> store path, or list of shard store paths
+        Shards (disjoint, in item order) are concatenated along ``image``.
     out : path
         Cube store (``outputs/cube.zarr``); written to a temporary sibling and
         moved into place, so a reader never sees a half-written cube.
@@ -287,7 +305,7 @@ def merge_models(stores: Mapping[str, str | os.PathLike], out: str | os.PathLike
     ctx = _quiet()
     try:
         for model, p in stores.items():
-            ds = xr.open_zarr(p, consolidated=False).load()
+            ds = _open_shards(p)
             if not bool(ds["done"].all()):
                 n = int((~ds["done"]).sum())
                 raise ValueError(f"{p}: {n} images not read out yet; run the readout stage for {model} again")

@@ -68,9 +68,27 @@ def depth_dir(root: str | os.PathLike | None = None) -> Path:
     return output_dir(root) / "depth"
 
 
-def readout_store(model: str, root: str | os.PathLike | None = None) -> Path:
-    """Zarr store of one model's read-outs: ``outputs/readout/<slug>.zarr``."""
-    return output_dir(root) / "readout" / f"{model_slug(model)}.zarr"
+def readout_store(model: str, root: str | os.PathLike | None = None, shard: int | None = None,
+                  shard_size: int | None = None) -> Path:
+    """Zarr store of one model's read-outs.
+
+    ``outputs/readout/<slug>.zarr`` for an unsharded run; for shard ``k`` of
+    ``shard_size`` items, ``outputs/readout/<slug>/s<shard_size>-<k:04d>.zarr``
+    (the shard size is in the name, so a run with another shard size never
+    mixes with finished shards of this one).
+    """
+    if shard is None:
+        return output_dir(root) / "readout" / f"{model_slug(model)}.zarr"
+    if shard_size is None or int(shard_size) < 1:
+        raise ValueError("readout_store: a shard needs shard_size >= 1")
+    return output_dir(root) / "readout" / model_slug(model) / f"s{int(shard_size)}-{int(shard):04d}.zarr"
+
+
+def n_shards(n_items: int, shard_size: int | None) -> int:
+    """Number of shards of ``shard_size`` items covering ``n_items`` (1 when unsharded)."""
+    if shard_size is None:
+        return 1
+    return max(1, -(-int(n_items) // int(shard_size)))
 
 
 def cube_store(root: str | os.PathLike | None = None) -> Path:

@@ -218,7 +218,7 @@ def current_depth(output_dir=None) -> dict:
 
 
 def stage_readout(model: str, output_dir=None, max_items: int | None = None, device: str | None = None,
-                  n_verbal_items: int = 0) -> Path:
+                  n_verbal_items: int = 0, shard: int | None = None, shard_size: int | None = None) -> Path | None:
     """Stage *readout* for one model: every item × condition × question.
 
     For each item (in order) the 24 conditions are rendered
@@ -242,10 +242,17 @@ def stage_readout(model: str, output_dir=None, max_items: int | None = None, dev
         The first ``n_verbal_items`` items are also asked the verbal wordings v2 and
         v3 of spec Table VI (all their conditions): read-outs ``verbal_conf_v2``,
         ``verbal_conf_v3`` (NaN for the other items). Default 0: only v1.
+    shard, shard_size : int, optional
+        Read out only items ``shard * shard_size`` to ``(shard + 1) * shard_size - 1``
+        into their own store (:func:`murk.paths.readout_store`), so that shards run
+        as independent jobs (one per GPU or cluster job) and are merged by
+        :func:`stage_cube`. The read-outs of an image do not depend on the shard
+        (prompts are batched within one image and condition only), so any shard
+        size gives the same cube.
 
     Returns
     -------
-    Path of the model's store.
+    Path of the store, or None for a shard beyond the last item (nothing to do).
     """
     from murk import prompts, readout  # heavy imports (torch) only here
 
@@ -253,9 +260,16 @@ def stage_readout(model: str, output_dir=None, max_items: int | None = None, dev
     cfg = _config.load_config()
     current = current_depth(output_dir)
     dfolder = current["path"]
-    store = paths.readout_store(model, output_dir)
+    store = paths.readout_store(model, output_dir, shard, shard_size)
     n = len(table)
     todo_n = n if max_items is None else min(n, int(max_items))
+    if shard is None:
+        first, last = 0, todo_n
+    else:
+        first, last = int(shard) * int(shard_size), min(todo_n, (int(shard) + 1) * int(shard_size))
+        if first >= last:
+            log.info("%s: shard %s of size %s is beyond the %d items: nothing to do", model, shard, shard_size, n)
+            return None
     vlm = readout.load_vlm(model, device=device, root=output_dir)
     attrs = {"config_hash": meta["config_hash"], "items_hash": meta["items_hash"], "model_id": model,
              "model_revision": vlm.revision, "pipeline_check": int(vlm.is_pipeline_check),
@@ -269,12 +283,13 @@ def stage_readout(model: str, output_dir=None, max_items: int | None = None, dev
                       f"{current['depth_backend']!r}: its crossing visibilities in metres rest on that assumption "
                       f"(W does not). Rerun the depth stage with backend='depth-anything-v2' for the study.",
                       stacklevel=2)
-    ds = cube.open_readout_store(store, table["image_id"], table["category"], attrs)
+    span = slice(first, last) if shard is not None else slice(0, n)
+    ds = cube.open_readout_store(store, table["image_id"].iloc[span], table["category"].iloc[span], attrs)
     done = ds["done"].values.copy()
     partner = items.shuffled_partner(n, cfg["items"].get("shuffle_offset", 37))
     max_side = cfg["render"]["max_side_px"]
-    todo = [i for i in range(todo_n) if not done[i]]
-    log.info("%s: %d of %d images to read out", model, len(todo), todo_n)
+    todo = [i for i in range(first, last) if not done[i - span.start]]
+    log.info("%s: %d of %d images to read out", model, len(todo), last - first)
     for i in tqdm(todo, desc=f"readout {paths.model_slug(model)}", unit="img"):
         row = table.iloc[i]
         img, size = _presented(row, meta["image_dir"], max_side)
@@ -291,14 +306,25 @@ def stage_readout(model: str, output_dir=None, max_items: int | None = None, dev
                 img, z, bbox, pimg, seed=meta["seed"], image_id=int(row["image_id"]), config=cfg):
             for task, r in readout.read_item(vlm, shown, questions, cfg, verbal_variants=verbal).items():
                 results[(arm, level, task)] = r
-        cube.write_image(store, i, results)
+        cube.write_image(store, i - span.start, results)
     return store
 
 
-def stage_cube(models: list[str], output_dir=None) -> "cube.xr.Dataset":
-    """Merge the models' read-out stores into ``outputs/cube.zarr``."""
-    stores = {m: paths.readout_store(m, output_dir) for m in models}
-    missing = [str(p) for p in stores.values() if not Path(p).exists()]
+def stage_cube(models: list[str], output_dir=None, shard_size: int | None = None) -> "cube.xr.Dataset":
+    """Merge the models' read-out stores (or shard stores) into ``outputs/cube.zarr``.
+
+    Parameters
+    ----------
+    models : list of str
+    shard_size : int, optional
+        The shard size the read-outs were run with (None: unsharded).
+    """
+    table, _ = read_items(output_dir)
+    k = paths.n_shards(len(table), shard_size)
+    stores = {m: (paths.readout_store(m, output_dir) if shard_size is None else
+                  [paths.readout_store(m, output_dir, s, shard_size) for s in range(k)]) for m in models}
+    flat = [p for v in stores.values() for p in ([v] if isinstance(v, Path) else v)]
+    missing = [str(p) for p in flat if not Path(p).exists()]
     if missing:
         raise FileNotFoundError(f"read-out stores missing: {missing}; run the readout stage for these models")
     return cube.merge_models(stores, paths.cube_store(output_dir), attrs={"git_commit": git_commit()})

@@ -369,7 +369,7 @@ def _score_tables(sc: xr.Dataset) -> dict[str, str]:
     return t
 
 
-def stage_analyse(models: list[str], output_dir=None) -> dict[str, Path | dict]:
+def stage_analyse(models: list[str], output_dir=None, shard_size: int | None = None) -> dict[str, Path | dict]:
     """Stage *analyse*: merge the models' stores into the cube, then summarise.
 
     Parameters
@@ -377,6 +377,8 @@ def stage_analyse(models: list[str], output_dir=None) -> dict[str, Path | dict]:
     models : list of str
         Model ids whose read-out stores form the cube.
     output_dir : path, optional
+    shard_size : int, optional
+        Shard size of the read-outs (None: unsharded), see :func:`murk.pipeline.stage_cube`.
 
     Returns
     -------
@@ -395,7 +397,7 @@ def stage_analyse(models: list[str], output_dir=None) -> dict[str, Path | dict]:
     cfg = _config.load_config()
     a = cfg["analysis"]
     _, meta = pipeline.read_items(output_dir)
-    ds = pipeline.stage_cube(models, output_dir).load()
+    ds = pipeline.stage_cube(models, output_dir, shard_size).load()
     res = analysis.analyse(ds, a["bootstrap_resamples"], a["bootstrap_resamples_crossing"], a["bootstrap_seed"],
                            a["ci_level"], a["chance"])
     means, cross, scores = res["means"], res["crossings"], res["scores"]
