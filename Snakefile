@@ -136,21 +136,37 @@ rule readout_shard:
         papermill("{input.nb}", "{log}", READOUT_ARGS + " -p shard {params.shard} -p shard_size {wildcards.size}")
 
 
+rule monitor:
+    input:
+        nb="notebooks/03b_monitor.py",
+        item_table=rules.select.output.item_table,
+        depth=rules.depth.output.current,
+    output:
+        touch(f"{OUT}/readout/murk--visibility-monitor.done"),
+    log:
+        f"{NB}/03b_monitor.ipynb",
+    shell:
+        papermill("{input.nb}", "{log}", "")
+
+
 rule analyse:
     input:
         nb="notebooks/04_analyse.py",
         done=[f for slug in SLUG2MODEL for f in readout_done(slug)],
+        monitor=rules.monitor.output,
     output:
         numbers=f"{OUT}/paper_numbers.json",
         figures=expand(f"{OUT}/figures/{{name}}_{{task}}.{{ext}}",
                        name=["accuracy", "confidence", "verbal", "abstain", "reliability", "abstain2",
                              "blind_spot"], task=["t2", "t3"], ext=["png", "pdf"])
-        + expand(f"{OUT}/figures/{{name}}.{{ext}}", name=["nominal_t2", "examples_t2"], ext=["png", "pdf"]),
+        + expand(f"{OUT}/figures/{{name}}.{{ext}}", name=["nominal_t2", "examples_t2", "monitor_vhat"],
+                 ext=["png", "pdf"]),
         scores=f"{OUT}/analysis/scores.nc",
         tables=expand(f"{OUT}/analysis/{{t}}.md", t=["tbl-crossings", "tbl-end-of-sweep", "tbl-sweep-t2",
                                                      "tbl-sweep-t3", "tbl-auroc", "tbl-monotonicity",
                                                      "tbl-confident", "tbl-models", "tbl-prompts", "tbl-config",
-                                                     "tbl-verbal-wordings"]),
+                                                     "tbl-verbal-wordings", "tbl-monitor-accuracy",
+                                                     "tbl-monitor-w", "tbl-monitor-gate"]),
         cube=directory(f"{OUT}/cube.zarr"),
     log:
         f"{NB}/04_analyse.ipynb",

@@ -296,7 +296,7 @@ def test_monitor_readouts(synthetic):
     out = mon.monitor_readouts(conds, depth, window_px=5)
     assert set(out) == set(conds)
     for values in out.values():
-        assert tuple(values) == tuple(cube.READOUTS) + ("visibility_hat_m",)
+        assert tuple(values) == tuple(dict.fromkeys((*cube.READOUTS, "visibility_hat_m")))
         assert np.isnan(values["answer"]) and np.isnan(values["correct"])
     assert out[("clean", 0)]["c_int"] == 1.0 and out[("clean", 0)]["abstain"] == 0.0
     assert out[("fog", 7)]["visibility_hat_m"] == pytest.approx(3.90625, rel=0.15)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from murk import cube, paths
+from murk import cube, paper, paths
 
 ROOT = paths.project_root()
 SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"
@@ -42,22 +42,32 @@ def test_products(demo):
     ds = xr.open_zarr(demo / "cube.zarr")
     assert ds["value"].dims == cube.DIMS
     assert ds["visibility_m"].attrs["units"] == "m"
-    assert ds.sizes["image"] == 3 and ds.sizes["model"] == 2
+    assert ds.sizes["image"] == 3 and ds.sizes["model"] == 3  # two tiny VLMs and the visibility monitor
+    assert list(ds["kind"].values) == ["vlm", "vlm", "monitor"]
+    vhat = ds["value"].sel(model="murk/visibility-monitor", arm="fog", task="t2", readout="visibility_hat_m")
+    assert bool((vhat.isel(level=slice(1, None)) > 0).all())
     assert ds.attrs["pipeline_check"] == 1
     assert ds.attrs["depth_backend"].startswith("constant")
     v = ds["value"].load()
     # every condition that exists was read out; probabilities are probabilities
     for arm, lvl in cube.CONDITIONS:
         arm = "fog" if arm == "clean" else arm
-        cell = v.sel(arm=arm, level=lvl, readout=["answer", "correct", "c_int", "abstain", "abstain2", "option_mass"])
+        cell = v.sel(model=["murk-tiny/smolvlm", "murk-tiny/qwen3vl"], arm=arm, level=lvl,
+                     readout=["answer", "correct", "c_int", "abstain", "abstain2", "option_mass"])
         assert cell.notnull().all(), (arm, lvl)
-    c = v.sel(readout="c_int")
+    c = v.sel(model=["murk-tiny/smolvlm", "murk-tiny/qwen3vl"], readout="c_int")
     assert float(c.min()) >= 0.25 - 1e-6 and float(c.max()) <= 1 + 1e-6
     numbers = json.loads((demo / "paper_numbers.json").read_text())
     assert numbers["n_items"] == "3" and "Pipeline check" in numbers["pipeline_check_note"]
     assert len(list((demo / "figures").glob("*.png"))) >= 2
     html = (demo / "paper" / "index.html").read_text(encoding="utf-8")
     assert "Pipeline check" in html and "`{python}" not in html
+    cited = set(paper.INLINE_RE.findall((ROOT / "paper" / "index.qmd").read_text(encoding="utf-8")))
+    import html as html_lib
+
+    text = html_lib.unescape(html)
+    lost = [k for k in cited if numbers[k].strip("`") not in text]
+    assert lost == [], f"cited numbers missing from the HTML: {lost}"
     for nb in ("01_select", "02_depth", "03_readout-murk-tiny--smolvlm", "03_readout-murk-tiny--qwen3vl", "04_analyse"):
         assert (demo / "notebooks" / f"{nb}.ipynb").is_file(), nb
 

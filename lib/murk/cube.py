@@ -24,7 +24,8 @@ Conventions
   questions are separate entries; t3 scores are the image-level mean of both.
 * ``image``: the COCO image id (never a position), with ``category`` (the
   target's name) as an auxiliary coordinate.
-* ``readout``: :data:`READOUTS`. Missing is NaN; ``verbal_conf`` is NaN when
+* ``readout``: :data:`READOUTS` (``visibility_hat_m``: the visibility monitor's
+  estimate V̂ in metres, :mod:`murk.monitor`; NaN for VLMs). Missing is NaN; ``verbal_conf`` is NaN when
   the continuation held no parseable confidence (the raw text is kept in
   ``verbal_text``).
 * attrs: provenance (config hash, items hash, git commit, depth backend,
@@ -59,7 +60,7 @@ CONTROL_ARMS = ("blank", "shuffled")
 TASKS = ("t2", "t3_true", "t3_false")
 #: numeric read-outs, in the order of the ``readout`` coordinate
 READOUTS = ("answer", "correct", "c_int", "verbal_conf", "abstain", "abstain2", "option_mass",
-            "verbal_conf_v2", "verbal_conf_v3")
+            "verbal_conf_v2", "verbal_conf_v3", "visibility_hat_m")
 #: text read-outs, stored as separate string variables (``verbal_text_v2/v3``: empty when not asked)
 TEXT_READOUTS = ("verbal_text", "top_token", "verbal_text_v2", "verbal_text_v3")
 N_LEVELS = 1 + len(physics.SWEEP_M)
@@ -319,12 +320,13 @@ def merge_models(stores: Mapping[str, str | os.PathLike], out: str | os.PathLike
         ctx.__exit__(None, None, None)
     if not parts:
         raise ValueError("merge_models: no read-out stores given")
-    cube = xr.concat(parts, dim="model", combine_attrs="drop")
+    cube = xr.concat(parts, dim="model", combine_attrs="drop", join="outer")
     cube = cube.assign_coords(
         model=("model", [m for m, _ in models]),
         model_revision=("model", [str(a.get("model_revision", "")) for _, a in models]),
         pipeline_check=("model", [bool(a.get("pipeline_check", 0)) for _, a in models]),
         n_visual_tokens=("model", [int(a.get("n_visual_tokens", -1)) for _, a in models]),
+        kind=("model", [str(a.get("kind", "vlm")) for _, a in models]),
     )
     cube = cube.transpose(*DIMS)
     cube.attrs = {k: first_attrs[k] for k in first_attrs if k in (*common, "depth_approximate", "depth_model")}

@@ -20,7 +20,7 @@ import xarray as xr  # noqa: E402
 
 __all__ = ["PALETTE", "model_colors", "short_name", "plot_signal_vs_visibility", "save", "SCENE_LEVELS_M",
            "plot_scene_levels", "plot_reliability", "plot_abstain_comparison", "plot_blind_spot_widths",
-           "plot_nominal_vs_physical", "plot_item_grid"]
+           "plot_nominal_vs_physical", "plot_item_grid", "plot_monitor_accuracy"]
 
 #: Paul Tol, "muted" qualitative scheme (colour-blind safe, nine colours)
 PALETTE = ("#332288", "#CC6677", "#117733", "#DDCC77", "#88CCEE", "#882255", "#44AA99", "#999933", "#AA4499")
@@ -433,4 +433,42 @@ def plot_item_grid(tiles, row_labels, col_labels, captions=None, tile_px: float 
             if captions:
                 ax.set_xlabel(captions[r][c], fontsize=5.5)
     fig.tight_layout(pad=0.3)
+    return fig
+
+
+def plot_monitor_accuracy(visibility_m, quantiles_by_arm: dict, arms=("fog", "underwater")):
+    """The visibility monitor's estimate V̂ against the true visibility V.
+
+    Parameters
+    ----------
+    visibility_m : (L,) float
+        True visibilities of the sweep (m).
+    quantiles_by_arm : dict arm -> (3, L) float
+        10th, 50th and 90th percentile of V̂ over images at each level (m).
+
+    Returns
+    -------
+    matplotlib Figure: median V̂ with its P10-P90 band, the identity (V̂ = V)
+    and the factor-2 band, log-log axes in metres.
+    """
+    v = np.asarray(visibility_m, float)
+    fig, axes = plt.subplots(1, len(arms), figsize=(3.4 * len(arms), 3.0), sharey=True, squeeze=False)
+    for ax, arm in zip(axes[0], arms):
+        q = np.asarray(quantiles_by_arm[arm], float)
+        ax.fill_between(v, v / 2, v * 2, color="0.85", lw=0, label="within ×2")
+        ax.plot(v, v, color="0.3", ls="--", lw=1, label="V̂ = V")
+        ax.fill_between(v, q[0], q[2], color=PALETTE[0], alpha=0.25, lw=0, label="P10–P90 over images")
+        ax.plot(v, q[1], "-o", color=PALETTE[0], ms=3, label="median V̂")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xticks(v)
+        ax.set_xticklabels([f"{x:.3g}" for x in v], rotation=45, fontsize=7)
+        ax.minorticks_off()
+        ax.set_xlim(v.max() * 1.4, v.min() / 1.4)
+        ax.set_xlabel("true visibility V (m)")
+        ax.set_title(ARM_TITLES.get(arm, arm), fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0, 0].set_ylabel("estimated visibility V̂ (m)")
+    axes[0, 0].legend(fontsize=7, frameon=False, loc="upper right")
+    fig.tight_layout()
     return fig

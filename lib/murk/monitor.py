@@ -979,7 +979,7 @@ def monitor_readouts(images_by_condition: Mapping, depth_m, *, threshold_m: floa
     """
     from murk import cube
 
-    names = tuple(readouts) if readouts is not None else tuple(cube.READOUTS) + ("visibility_hat_m",)
+    names = tuple(readouts) if readouts is not None else tuple(dict.fromkeys((*cube.READOUTS, "visibility_hat_m")))
     out = {}
     for key, image in images_by_condition.items():
         arm, _level = key

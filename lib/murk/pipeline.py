@@ -313,6 +313,9 @@ def stage_readout(model: str, output_dir=None, max_items: int | None = None, dev
 def stage_cube(models: list[str], output_dir=None, shard_size: int | None = None) -> "cube.xr.Dataset":
     """Merge the models' read-out stores (or shard stores) into ``outputs/cube.zarr``.
 
+    The visibility monitor's store (:func:`stage_monitor`), when present, joins
+    as the model :data:`MONITOR_ID` (coordinate ``kind`` = "monitor").
+
     Parameters
     ----------
     models : list of str
@@ -323,6 +326,8 @@ def stage_cube(models: list[str], output_dir=None, shard_size: int | None = None
     k = paths.n_shards(len(table), shard_size)
     stores = {m: (paths.readout_store(m, output_dir) if shard_size is None else
                   [paths.readout_store(m, output_dir, s, shard_size) for s in range(k)]) for m in models}
+    if MONITOR_ID not in stores and paths.readout_store(MONITOR_ID, output_dir).exists():
+        stores[MONITOR_ID] = paths.readout_store(MONITOR_ID, output_dir)  # the monitor is never sharded
     flat = [p for v in stores.values() for p in ([v] if isinstance(v, Path) else v)]
     missing = [str(p) for p in flat if not Path(p).exists()]
     if missing:
@@ -386,3 +391,66 @@ def stage_nominal(output_dir=None) -> "xr.Dataset":
             + "\n")
     paper.write_text_atomic(out / "tbl-nominal.md", paper.markdown_table(rows) + note)
     return ds
+
+
+MONITOR_ID = "murk/visibility-monitor"
+
+
+def stage_monitor(output_dir=None, threshold_m: float | None = None) -> Path:
+    """Stage *monitor*: the visibility monitor as an awareness "model" of the cube.
+
+    For every item and condition, :func:`murk.monitor.monitor_readouts` estimates
+    the visibility V̂ (m) from the degraded image without the box and the item's
+    depth, and maps it to read-outs: ``c_int`` = a confidence from V̂,
+    ``abstain`` = V̂ below ``threshold_m``, ``visibility_hat_m`` = V̂; the other
+    read-outs are NaN (the monitor does not answer). Written like a model's
+    read-outs, one image at a time and resumable, into
+    ``outputs/readout/murk--visibility-monitor.zarr``.
+
+    Parameters
+    ----------
+    threshold_m : float, optional
+        Abstain threshold in metres; default :data:`murk.monitor.DEFAULT_THRESHOLD_M`.
+
+    Returns
+    -------
+    Path of the store.
+    """
+    from murk import monitor
+
+    threshold_m = monitor.DEFAULT_THRESHOLD_M if threshold_m is None else float(threshold_m)
+    table, meta = read_items(output_dir)
+    cfg = _config.load_config()
+    current = current_depth(output_dir)
+    store = paths.readout_store(MONITOR_ID, output_dir)
+    attrs = {"config_hash": meta["config_hash"], "items_hash": meta["items_hash"], "model_id": MONITOR_ID,
+             "model_revision": f"murk {__import__('murk').__version__}", "pipeline_check": 0, "n_visual_tokens": -1,
+             "kind": "monitor", "monitor_threshold_m": threshold_m,
+             "depth_backend": current["depth_backend"], "depth_approximate": current["depth_approximate"],
+             "depth_model": current.get("depth_model", ""), "schema_version": cube.SCHEMA_VERSION}
+    ds = cube.open_readout_store(store, table["image_id"], table["category"], attrs)
+    done = ds["done"].values.copy()
+    n = len(table)
+    partner = items.shuffled_partner(n, cfg["items"].get("shuffle_offset", 37))
+    max_side = cfg["render"]["max_side_px"]
+    for i in tqdm([i for i in range(n) if not done[i]], desc="monitor", unit="img"):
+        row = table.iloc[i]
+        img, size = _presented(row, meta["image_dir"], max_side)
+        img = render.resize_image(img, size)
+        z = depth.load_depth(current["path"], int(row["image_id"]))
+        prow = table.iloc[int(partner[i])]
+        pimg, psize = _presented(prow, meta["image_dir"], max_side)
+        pimg = render.resize_image(pimg, psize)
+        pz = depth.load_depth(current["path"], int(prow["image_id"]))
+        bbox = render.scale_bbox(row["bbox"], (int(row["width"]), int(row["height"])), size)
+        conds = {(arm, level): shown for arm, level, shown in render.render_conditions(
+            img, z, bbox, pimg, seed=meta["seed"], image_id=int(row["image_id"]), config=cfg, marker=False)}
+        out = monitor.monitor_readouts(conds, {("clean", 0): z, ("shuffled", 0): pz}, threshold_m=threshold_m)
+        results = {}
+        for (arm, level), r in out.items():
+            r = {k: r.get(k, np.nan) for k in cube.READOUTS}
+            r.update({k: "" for k in cube.TEXT_READOUTS})
+            for task in cube.TASKS:
+                results[(arm, level, task)] = r
+        cube.write_image(store, i, results)
+    return store

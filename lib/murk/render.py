@@ -153,7 +153,7 @@ def draw_box(image: np.ndarray, bbox: Sequence[float], width_px: int = 8,
 def render_conditions(image: np.ndarray, depth_m: np.ndarray, bbox: Sequence[float],
                       partner_image: np.ndarray,
                       *, seed: int = 1, image_id: int = 0, config: dict | None = None,
-                      ) -> Iterator[tuple[str, int, np.ndarray]]:
+                      marker: bool = True) -> Iterator[tuple[str, int, np.ndarray]]:
     """Yield every condition of one item, as presented to the VLM.
 
     Parameters
@@ -172,6 +172,9 @@ def render_conditions(image: np.ndarray, depth_m: np.ndarray, bbox: Sequence[flo
     config : dict, optional
         Study configuration (``render`` section: box width and colour, grey
         level of the blank control).
+    marker : bool
+        Draw the red box (default). ``False`` yields the degraded images without
+        it, for image statistics such as the visibility monitor.
 
     Yields
     ------
@@ -200,8 +203,9 @@ def render_conditions(image: np.ndarray, depth_m: np.ndarray, bbox: Sequence[flo
             out = np.full_like(image, grey)
         elif arm == "shuffled":
             psize = (partner_image.shape[1], partner_image.shape[0])
-            yield arm, level, draw_box(partner_image, scale_bbox(bbox, size, psize), width, color)
+            yield arm, level, (draw_box(partner_image, scale_bbox(bbox, size, psize), width, color)
+                               if marker else partner_image)
             continue
         else:  # pragma: no cover - CONDITIONS is fixed
             raise ValueError(arm)
-        yield arm, level, box(out)
+        yield arm, level, box(out) if marker else out

@@ -13,6 +13,7 @@ Everything the paper shows is written here, under the output root:
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -397,7 +398,8 @@ def stage_analyse(models: list[str], output_dir=None, shard_size: int | None = N
     cfg = _config.load_config()
     a = cfg["analysis"]
     _, meta = pipeline.read_items(output_dir)
-    ds = pipeline.stage_cube(models, output_dir, shard_size).load()
+    full = pipeline.stage_cube(models, output_dir, shard_size).load()
+    ds = full.sel(model=[m for m in full["model"].values if m != pipeline.MONITOR_ID])
     res = analysis.analyse(ds, a["bootstrap_resamples"], a["bootstrap_resamples_crossing"], a["bootstrap_seed"],
                            a["ci_level"], a["chance"])
     means, cross, scores = res["means"], res["crossings"], res["scores"]
@@ -435,9 +437,116 @@ def stage_analyse(models: list[str], output_dir=None, shard_size: int | None = N
     numbers.update(_nominal_products(means, output_dir, cfg, figs))
     numbers.update(_example_products(ds, output_dir, cfg, figs))
     numbers.update(_environment_numbers())
+    if pipeline.MONITOR_ID in full["model"].values:
+        counts = analysis.resample_counts(full.sizes["image"], a["bootstrap_resamples_crossing"], a["bootstrap_seed"])
+        numbers.update(_monitor_products(full, [str(m) for m in ds["model"].values], output_dir, cfg, figs, counts))
     paper.write_numbers(numbers, paths.numbers_file(output_dir))
-    return {"cube": ds, "means": means, "crossings": cross, "scores": scores, "analysis": res,
+    return {"cube": full, "means": means, "crossings": cross, "scores": scores, "analysis": res,
             "figures": figs, "numbers": numbers}
+
+
+def _monitor_products(ds: xr.Dataset, vlms: list[str], output_dir, cfg: dict, figs: dict,
+                      counts: np.ndarray) -> dict[str, str]:
+    """Section "A visibility monitor" (beyond the spec): V̂ accuracy, W against each VLM, the gate.
+
+    ``ds`` is the full cube holding :data:`murk.pipeline.MONITOR_ID`; ``vlms``
+    the VLMs. Files: ``analysis/tbl-monitor-accuracy.md``,
+    ``analysis/tbl-monitor-w.md``, ``analysis/tbl-monitor-gate.md``,
+    ``figures/monitor_vhat.png|pdf``.
+    """
+    from murk import metrics, monitor
+
+    mid = pipeline.MONITOR_ID
+    n: dict[str, str] = {}
+    adir = paths.analysis_dir(output_dir)
+    vis = ds["visibility_m"].values
+    vhat = ds["value"].sel(model=mid, task="t2", readout="visibility_hat_m")      # (arm, level, image)
+    # 1. accuracy of V̂ against the true V
+    rows, band = [], {}
+    for arm in cube.PHYSICAL_ARMS:
+        ratio = (vhat.sel(arm=arm).isel(level=slice(1, None)) / xr.DataArray(vis[1:], dims="level")).values
+        within = np.abs(np.log2(ratio)) <= 1
+        mid_band = (vis[1:] >= 3.9) & (vis[1:] <= 62.5)
+        n[f"monitor.share_x2.{arm}"] = fmt(100 * float(np.nanmean(within[mid_band])), 0)
+        q = np.nanpercentile(vhat.sel(arm=arm).isel(level=slice(1, None)).values, [10, 50, 90], axis=-1)
+        band[arm] = q
+        for k, v in enumerate(vis[1:]):
+            rows.append({"arm": arm, "V (m)": level_label(v), "median V̂ (m)": fmt(q[1, k], 1),
+                         "P10–P90 (m)": f"{fmt(q[0, k], 1)}–{fmt(q[2, k], 1)}",
+                         "within ×2 (%)": fmt(100 * float(np.nanmean(within[k])), 0)})
+    paper.write_text_atomic(adir / "tbl-monitor-accuracy.md", paper.markdown_table(rows))
+    sev = ds["value"].sel(model=mid, arm="imagenet_c", task="t2", readout="visibility_hat_m")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        med = np.array([np.nanmedian(sev.sel(level=s).values) for s in range(1, 6)])
+    n["monitor.imagenet_c_range"] = (f"{np.nanmin(med):.0f}–{np.nanmax(med):.0f}" if np.isfinite(med).any() else "n/a")
+    figs["monitor_vhat"] = figures.save(figures.plot_monitor_accuracy(vis[1:], band), paths.figures_dir(output_dir),
+                                        "monitor_vhat")
+    # 2. crossing of the monitor's awareness and W against each VLM's V_acc (paired bootstrap)
+    scores = analysis.image_scores(ds.sel(model=[mid, *vlms]))
+    a = cfg["analysis"]
+    means = scores.mean("image", skipna=True)
+    boot = metrics.bootstrap_resample_means(scores, "image", counts=counts)
+    floors = {"c_int": 0.0, "abstain": 1.0}  # the monitor's confidence spans [0, 1]; abstain rises to 1
+
+    def cross(m, signal, floor):
+        m = m.sel(readout=signal).transpose(..., "level")
+        v, c = metrics.crossing_visibility(vis[1:], m.isel(level=slice(1, None)).values, m.isel(level=0).values, floor)
+        return np.asarray(v, float), np.asarray(c, bool)
+
+    rows = []
+    lo_q, hi_q = (1 - a["ci_level"]) / 2, 1 - (1 - a["ci_level"]) / 2
+    for arm in cube.PHYSICAL_ARMS:
+        for signal, floor in floors.items():
+            vm, cm = cross(means.sel(model=mid, arm=arm, task="t2"), signal, floor)
+            vmb, _ = cross(boot.sel(model=mid, arm=arm, task="t2"), signal, floor)
+            n[f"monitor.v.{signal}.{arm}"] = fmt_crossing(float(vm), bool(cm), 1)
+            for task in ("t2", "t3"):
+                chance = a["chance"][task]
+                for m in vlms:
+                    va, ca = cross(means.sel(model=m, arm=arm, task=task), "correct", chance)
+                    vab, _ = cross(boot.sel(model=m, arm=arm, task=task), "correct", chance)
+                    w = float(metrics.blind_spot_width(va, vm)) if np.isfinite(va) and np.isfinite(vm) else np.nan
+                    with np.errstate(invalid="ignore", divide="ignore"):
+                        wb = np.log10(vab / vmb)
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", RuntimeWarning)
+                        lo, hi = (np.nanquantile(wb, [lo_q, hi_q]) if np.isfinite(wb).any() else (np.nan, np.nan))
+                    s = _bound(w, bool(cm) and not bool(ca), bool(ca) and not bool(cm))
+                    n[f"monitor.w.{signal}.{arm}.{task}.{_key(m)}"] = s
+                    rows.append({"VLM": figures.short_name(m), "arm": arm, "task": task, "monitor signal": signal,
+                                 "V_acc (m)": fmt_crossing(float(va), bool(ca), 1),
+                                 "V_aware monitor (m)": fmt_crossing(float(vm), bool(cm), 1),
+                                 "W": f"{s} {fmt_interval(lo, hi)}"})
+    paper.write_text_atomic(adir / "tbl-monitor-w.md", paper.markdown_table(rows))
+    # 3. the gate: coverage and risk at equal coverage, threshold picked on one half of the images
+    rows = []
+    ids = ds["image"].values
+    for m in vlms:
+        for arm in cube.PHYSICAL_ARMS:
+            v = ds["value"].sel(model=m, arm=arm, task="t2")                  # (level, image, readout)
+            flat = lambda da: da.transpose("level", "image").values.ravel()  # noqa: E731
+            img = np.broadcast_to(ids, (v.sizes["level"], ids.size)).ravel()
+            split = monitor.split_images(img, seed=a["bootstrap_seed"])
+            try:
+                res = monitor.compare_at_equal_coverage(
+                    flat(vhat.sel(arm=arm)), flat(v.sel(readout="c_int")), flat(v.sel(readout="abstain")),
+                    flat(v.sel(readout="correct")), split, image_ids=img, n_resamples=a["bootstrap_resamples"],
+                    seed=a["bootstrap_seed"])
+            except ValueError as e:  # e.g. too few images for two halves
+                rows.append({"VLM": figures.short_name(m), "arm": arm, "gate": f"n/a ({e})"})
+                continue
+            for gate, r in res.items():
+                cov_ci = r.get("coverage_ci", (np.nan, np.nan))
+                risk_ci = r.get("risk_ci", (np.nan, np.nan))
+                rows.append({"VLM": figures.short_name(m), "arm": arm, "gate": gate,
+                             "coverage": f"{fmt(r['coverage'])} {fmt_interval(*cov_ci)}",
+                             "risk": f"{fmt(r['risk'])} {fmt_interval(*risk_ci)}", "n": str(r["n"])})
+                n[f"monitor.gate.{gate}.coverage.{arm}.{_key(m)}"] = fmt(r["coverage"])
+                n[f"monitor.gate.{gate}.risk.{arm}.{_key(m)}"] = fmt(r["risk"])
+    paper.write_text_atomic(adir / "tbl-monitor-gate.md", paper.markdown_table(rows))
+    n["monitor.threshold_m"] = fmt(monitor.DEFAULT_THRESHOLD_M, 1)
+    return n
 
 
 def _table_vi(ds: xr.Dataset, levels_m=(np.inf, 62.5, 15.625, 7.8125, 3.90625, 1.953125)) -> str:
