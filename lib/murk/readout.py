@@ -545,6 +545,8 @@ def read_question(
     for v in _VERBAL_EXTRA:  # the wording variants are asked by read_item only
         out[f"verbal_conf_{v}"] = math.nan
         out[f"verbal_text_{v}"] = ""
+    for key in READOUTS:  # read-outs of other sources (e.g. the visibility monitor's V_hat) are missing
+        out.setdefault(key, math.nan)
     return out
 
 

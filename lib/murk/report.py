@@ -440,6 +440,7 @@ def stage_analyse(models: list[str], output_dir=None, shard_size: int | None = N
     if pipeline.MONITOR_ID in full["model"].values:
         counts = analysis.resample_counts(full.sizes["image"], a["bootstrap_resamples_crossing"], a["bootstrap_seed"])
         numbers.update(_monitor_products(full, [str(m) for m in ds["model"].values], output_dir, cfg, figs, counts))
+    _fill_missing_paper_inputs(numbers, output_dir)
     paper.write_numbers(numbers, paths.numbers_file(output_dir))
     return {"cube": full, "means": means, "crossings": cross, "scores": scores, "analysis": res,
             "figures": figs, "numbers": numbers}
@@ -618,7 +619,12 @@ def _example_products(ds: xr.Dataset, output_dir, cfg: dict, figs: dict, n_items
     from murk import depth, render
 
     table, meta = pipeline.read_items(output_dir)
-    current = pipeline.current_depth(output_dir)
+    try:
+        current = pipeline.current_depth(output_dir)
+    except FileNotFoundError:  # a cube analysed without its depth stage (e.g. merged elsewhere): no examples
+        return {}
+    if len(table) == 0 or "file_name" not in table:
+        return {}
     model = str(ds["model"].values[0])
     max_side = cfg["render"]["max_side_px"]
     tiles, captions, rows = [], [], []
@@ -669,6 +675,46 @@ def _environment_numbers() -> dict[str, str]:
 
     out["version.python"] = platform.python_version()
     return out
+
+
+NOT_COMPUTED = "not computed in this run"
+
+
+def _fill_missing_paper_inputs(numbers: dict[str, str], output_dir) -> list[str]:
+    """Say so, in the paper, for what this run did not compute.
+
+    A cube analysed without an earlier product (e.g. the depth stage's nominal
+    equivalence, or the visibility monitor) still yields a complete paper:
+    each number, table or figure that ``paper/index.qmd`` cites and that is
+    missing becomes an explicit "not computed in this run" (a placeholder
+    figure states it in its image). Returns the names filled in.
+    """
+    import re
+
+    qmd = (paths.project_root() / "paper" / "index.qmd").read_text(encoding="utf-8")
+    root = paths.output_dir(output_dir)
+    filled = []
+    for key in sorted(set(paper.INLINE_RE.findall(qmd))):
+        if key not in numbers:
+            numbers[key] = f"n/a ({NOT_COMPUTED})"
+            filled.append(key)
+    for inc in paper.INCLUDE_RE.findall(qmd):
+        f = root / inc.replace("../outputs/", "")
+        if inc.startswith("../outputs/") and not f.is_file():
+            paper.write_text_atomic(f, paper.markdown_table(  # a table, so that its caption and label hold
+                [{"note": f"{NOT_COMPUTED}: the stage that writes `{f.name}` did not run"}]))
+            filled.append(f.name)
+    for fig in re.findall(r"\]\((\.\./outputs/figures/[^)]+\.png)\)", qmd):
+        f = root / fig.replace("../outputs/", "")
+        if not f.is_file():
+            import matplotlib.pyplot as plt
+
+            fg, ax = plt.subplots(figsize=(4, 1.2))
+            ax.axis("off")
+            ax.text(0.5, 0.5, f"{f.stem}: {NOT_COMPUTED}", ha="center", va="center", fontsize=9)
+            figures.save(fg, f.parent, f.stem)
+            filled.append(f.name)
+    return filled
 
 
 def _write_netcdf(ds: xr.Dataset, path: Path) -> None:
