@@ -166,7 +166,7 @@ rule analyse:
                                                      "tbl-sweep-t3", "tbl-auroc", "tbl-monotonicity",
                                                      "tbl-confident", "tbl-models", "tbl-prompts", "tbl-config",
                                                      "tbl-verbal-wordings", "tbl-monitor-accuracy",
-                                                     "tbl-monitor-w", "tbl-monitor-gate"]),
+                                                     "tbl-monitor-w", "tbl-monitor-gate", "tbl-missing"]),
         cube=directory(f"{OUT}/cube.zarr"),
     log:
         f"{NB}/04_analyse.ipynb",

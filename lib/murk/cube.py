@@ -140,6 +140,8 @@ def empty_model_dataset(image_ids: Iterable[int], categories: Iterable[str]) -> 
         "value": xr.DataArray(np.full(shape, np.nan, dtype=np.float32), dims=DIMS[1:], attrs={
             "long_name": "read-out value (answer: option index; correct, abstain, abstain2: 0/1; "
                          "c_int, verbal_conf, option_mass: probability)", "units": "1"}),
+        "missing_reason": xr.DataArray(np.full(image_ids.size, "", dtype=object), dims="image",
+                                       attrs={"long_name": "why this image has no read-outs ('' = it has)"}),
         "done": xr.DataArray(np.zeros(image_ids.size, dtype=bool), dims="image",
                              attrs={"long_name": "all conditions of this image are read out"}),
     }
@@ -207,7 +209,7 @@ def open_readout_store(path: str | os.PathLike, image_ids, categories,
         ds = empty_model_dataset(image_ids, categories)
         ds.attrs.update({k: _attr(v) for k, v in attrs.items()})
         enc = {name: {"chunks": tuple(1 if d == "image" else ds[name].sizes[d] for d in ds[name].dims)}
-               for name in ["value", "done", *TEXT_READOUTS]}
+               for name in ["value", "done", "missing_reason", *TEXT_READOUTS]}
         ds.to_zarr(tmp, mode="w", encoding=enc, consolidated=False, zarr_format=2)
         os.replace(tmp, path)  # a store exists only once fully initialised
         return xr.open_zarr(path, consolidated=False)
@@ -275,6 +277,23 @@ def _open_shards(p) -> xr.Dataset:
     return ds
 
 
+def write_missing(path: str | os.PathLike, index: int, reason: str) -> None:
+    """Record that one image cannot be read out (its values stay NaN) and mark it done.
+
+    Used for bad input (a missing or truncated image, a missing depth map): the
+    run goes on, nothing already computed is lost, and the reason is kept in
+    ``missing_reason`` of the store, the cube and the paper's colophon.
+    """
+    region = {"image": slice(index, index + 1)}
+    ctx = _quiet()
+    try:
+        xr.Dataset({"missing_reason": ("image", np.array([str(reason)], dtype=object))}).to_zarr(
+            path, region=region, consolidated=False)
+        xr.Dataset({"done": ("image", np.ones(1, dtype=bool))}).to_zarr(path, region=region, consolidated=False)
+    finally:
+        ctx.__exit__(None, None, None)
+
+
 def merge_models(stores: Mapping[str, str | os.PathLike], out: str | os.PathLike,
                  attrs: Mapping[str, Any] | None = None) -> xr.Dataset:
     """Merge per-model read-out stores into the cube (atomic replace of ``out``).
@@ -339,7 +358,7 @@ def merge_models(stores: Mapping[str, str | os.PathLike], out: str | os.PathLike
     out = Path(out)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    for name in TEXT_READOUTS:  # variable-length UTF-8 strings in the store
+    for name in (*TEXT_READOUTS, "missing_reason"):  # variable-length UTF-8 strings in the store
         cube[name] = cube[name].copy(data=np.asarray(cube[name].values, dtype=object))
     for v in cube.variables.values():  # encodings of the source stores do not apply
         v.encoding = {}

@@ -238,7 +238,8 @@ def median_scene_depth_m(folder: Path, image_ids) -> float:
     FileNotFoundError
         If a map is missing.
     """
-    medians = [float(np.nanmedian(load_depth(folder, i))) for i in image_ids]
+    medians = [float(np.nanmedian(load_depth(folder, i))) for i in image_ids
+               if (Path(folder) / f"{int(i)}.npy").is_file()]  # images skipped as bad input have no map
     return float(np.median(medians)) if medians else float("nan")
 
 

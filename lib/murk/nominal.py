@@ -512,10 +512,13 @@ def nominal_equivalence(items, image_dir, depth_dir, *, max_side: int = 448, see
                 disable=not progress)
     for i, row in enumerate(rows):
         image_id = int(row.image_id)
-        img = render.load_image(Path(image_dir) / row.file_name)
+        try:
+            img = render.load_image(Path(image_dir) / row.file_name)
+            z = _depth.load_depth(Path(depth_dir), image_id)
+        except (FileNotFoundError, ValueError):  # bad input: this image stays NaN (recorded by the readout)
+            continue
         size = render.presented_size(img.shape[1], img.shape[0], max_side)
         img = render.resize_image(img, size)
-        z = _depth.load_depth(Path(depth_dir), image_id)
         if z.shape != img.shape[:2]:
             z = render.resize_depth(z, size)
         degraded = np.stack([imagenet_c_fog(img, s, seed=imagenet_c_seed(seed, image_id))

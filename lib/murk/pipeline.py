@@ -181,14 +181,20 @@ def stage_depth(backend: str = "auto", model: str = depth.DEFAULT_MODEL, output_
     folder = depth.depth_cache_dir(est.name, output_dir)
     folder.mkdir(parents=True, exist_ok=True)
     written: list[int] = []
+    skipped: dict[int, str] = {}
     for _, row in tqdm(table.iterrows(), total=len(table), desc="depth", unit="img"):
         if depth.is_cached(folder, int(row["image_id"]), est):
             continue
-        img, size = _presented(row, meta["image_dir"], cfg["render"]["max_side_px"])
+        try:
+            img, size = _presented(row, meta["image_dir"], cfg["render"]["max_side_px"])
+        except (FileNotFoundError, ValueError) as e:  # recorded; the readout stage records it as missing
+            skipped[int(row["image_id"])] = str(e)
+            continue
         z = render.resize_depth(est(img, image_id=int(row["image_id"])), size)
         depth.save_depth(folder, int(row["image_id"]), z)
         written.append(int(row["image_id"]))
     depth.write_manifest(folder, est, table["image_id"], written=written)
+    _summarise_skipped("depth", skipped)
     # one pointer for the next stage: which backend's cache is current
     _write_json(paths.depth_dir(output_dir) / "current.json", {**est.describe(), "folder": folder.name})
     return folder
@@ -290,15 +296,24 @@ def stage_readout(model: str, output_dir=None, max_items: int | None = None, dev
     max_side = cfg["render"]["max_side_px"]
     todo = [i for i in range(first, last) if not done[i - span.start]]
     log.info("%s: %d of %d images to read out", model, len(todo), last - first)
+    skipped: dict[int, str] = {}
     for i in tqdm(todo, desc=f"readout {paths.model_slug(model)}", unit="img"):
         row = table.iloc[i]
-        img, size = _presented(row, meta["image_dir"], max_side)
+        try:
+            img, size = _presented(row, meta["image_dir"], max_side)
+            z = depth.load_depth(dfolder, int(row["image_id"]))
+        except (FileNotFoundError, ValueError) as e:  # bad input: record it, keep going, lose nothing
+            skipped[int(row["image_id"])] = str(e)
+            cube.write_missing(store, i - span.start, str(e))
+            continue
         img = render.resize_image(img, size)
-        z = depth.load_depth(dfolder, int(row["image_id"]))
         bbox = render.scale_bbox(row["bbox"], (int(row["width"]), int(row["height"])), size)
         prow = table.iloc[int(partner[i])]
-        pimg, psize = _presented(prow, meta["image_dir"], max_side)
-        pimg = render.resize_image(pimg, psize)
+        try:
+            pimg, psize = _presented(prow, meta["image_dir"], max_side)
+            pimg = render.resize_image(pimg, psize)
+        except (FileNotFoundError, ValueError):  # the shuffled control falls back to a grey image
+            pimg = np.full_like(img, int(cfg["render"].get("blank_grey", 128)))
         questions = prompts.questions_for_item(row, cfg)
         verbal = prompts.VERBAL_WORDINGS if i < int(n_verbal_items) else ("v1",)
         results = {}
@@ -307,7 +322,19 @@ def stage_readout(model: str, output_dir=None, max_items: int | None = None, dev
             for task, r in readout.read_item(vlm, shown, questions, cfg, verbal_variants=verbal).items():
                 results[(arm, level, task)] = r
         cube.write_image(store, i - span.start, results)
+    _summarise_skipped(f"readout {model}", skipped)
     return store
+
+
+def _summarise_skipped(stage: str, skipped: dict[int, str]) -> None:
+    """Print (and log) which items a stage could not process, with the reasons."""
+    if not skipped:
+        print(f"{stage}: every item processed")
+        return
+    msg = f"{stage}: {len(skipped)} item(s) skipped, recorded as missing:\n" + "\n".join(
+        f"  image {k}: {v}" for k, v in skipped.items())
+    log.warning(msg)
+    print(msg)
 
 
 def stage_cube(models: list[str], output_dir=None, shard_size: int | None = None) -> "cube.xr.Dataset":
@@ -433,15 +460,24 @@ def stage_monitor(output_dir=None, threshold_m: float | None = None) -> Path:
     n = len(table)
     partner = items.shuffled_partner(n, cfg["items"].get("shuffle_offset", 37))
     max_side = cfg["render"]["max_side_px"]
+    skipped: dict[int, str] = {}
     for i in tqdm([i for i in range(n) if not done[i]], desc="monitor", unit="img"):
         row = table.iloc[i]
-        img, size = _presented(row, meta["image_dir"], max_side)
+        try:
+            img, size = _presented(row, meta["image_dir"], max_side)
+            z = depth.load_depth(current["path"], int(row["image_id"]))
+        except (FileNotFoundError, ValueError) as e:
+            skipped[int(row["image_id"])] = str(e)
+            cube.write_missing(store, i, str(e))
+            continue
         img = render.resize_image(img, size)
-        z = depth.load_depth(current["path"], int(row["image_id"]))
         prow = table.iloc[int(partner[i])]
-        pimg, psize = _presented(prow, meta["image_dir"], max_side)
-        pimg = render.resize_image(pimg, psize)
-        pz = depth.load_depth(current["path"], int(prow["image_id"]))
+        try:
+            pimg, psize = _presented(prow, meta["image_dir"], max_side)
+            pimg = render.resize_image(pimg, psize)
+            pz = depth.load_depth(current["path"], int(prow["image_id"]))
+        except (FileNotFoundError, ValueError):
+            pimg, pz = np.full_like(img, int(cfg["render"].get("blank_grey", 128))), z
         bbox = render.scale_bbox(row["bbox"], (int(row["width"]), int(row["height"])), size)
         conds = {(arm, level): shown for arm, level, shown in render.render_conditions(
             img, z, bbox, pimg, seed=meta["seed"], image_id=int(row["image_id"]), config=cfg, marker=False)}
@@ -453,4 +489,5 @@ def stage_monitor(output_dir=None, threshold_m: float | None = None) -> Path:
             for task in cube.TASKS:
                 results[(arm, level, task)] = r
         cube.write_image(store, i, results)
+    _summarise_skipped("monitor", skipped)
     return store

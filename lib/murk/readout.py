@@ -23,6 +23,7 @@ budget of at most 448^2 pixels.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -754,6 +755,34 @@ def _run_tails(vlm: VLM, cache: Any, next_pos: int, n_prefix: int, tails: list[l
     return first, generated, lm_tokens
 
 
+def _run_tails_halving(vlm: VLM, cache: Any, next_pos: int, n_prefix: int, tails: list[list[int]],
+                       gen_rows: list[int], max_new: int) -> tuple[Any, dict[int, list[int]], int]:
+    """:func:`_run_tails`, halving the batch on an out-of-memory error and going on.
+
+    Each tail is scored independently of its batch mates (up to float rounding,
+    tested to 1e-4), so the halves give the same read-outs. The halving is
+    logged; a single tail that does not fit re-raises the error.
+    """
+    import torch
+
+    oom = (torch.OutOfMemoryError,) if hasattr(torch, "OutOfMemoryError") else (torch.cuda.OutOfMemoryError,)
+    try:
+        return _run_tails(vlm, cache, next_pos, n_prefix, tails, gen_rows, max_new)
+    except oom:
+        if len(tails) == 1:
+            raise
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        h = len(tails) // 2
+        logging.getLogger("murk").warning("out of memory with a batch of %d prompt tails: halving it to %d + %d",
+                                          len(tails), h, len(tails) - h)
+        f1, g1, n1 = _run_tails_halving(vlm, cache, next_pos, n_prefix, tails[:h], [r for r in gen_rows if r < h],
+                                        max_new)
+        f2, g2, n2 = _run_tails_halving(vlm, cache, next_pos, n_prefix, tails[h:],
+                                        [r - h for r in gen_rows if r >= h], max_new)
+        return torch.cat([f1, f2], 0), {**g1, **{r + h: v for r, v in g2.items()}}, n1 + n2
+
+
 def score_prompts(
     vlm: VLM,
     image: np.ndarray,
@@ -825,7 +854,8 @@ def score_prompts(
     if shared_prefix and image_in_prefix and not too_long:
         cache, next_pos, vis = _prefix_forward(vlm, enc, ids[0][:k])
         tails = [i[k:] for i in ids]
-        first, generated, lm = _run_tails(vlm, cache, next_pos, k, tails, [j for j, g in enumerate(gen) if g], max_new)
+        first, generated, lm = _run_tails_halving(vlm, cache, next_pos, k, tails, [j for j, g in enumerate(gen) if g],
+                                                  max_new)
         probs = torch.softmax(first, dim=-1).double().cpu().numpy()
         for j, seq in generated.items():
             continuations[j] = vlm.tokenizer.decode(seq, skip_special_tokens=True)

@@ -437,6 +437,7 @@ def stage_analyse(models: list[str], output_dir=None, shard_size: int | None = N
     numbers.update(_nominal_products(means, output_dir, cfg, figs))
     numbers.update(_example_products(ds, output_dir, cfg, figs))
     numbers.update(_environment_numbers())
+    numbers.update(_missing_products(full, output_dir))
     if pipeline.MONITOR_ID in full["model"].values:
         counts = analysis.resample_counts(full.sizes["image"], a["bootstrap_resamples_crossing"], a["bootstrap_seed"])
         numbers.update(_monitor_products(full, [str(m) for m in ds["model"].values], output_dir, cfg, figs, counts))
@@ -631,7 +632,10 @@ def _example_products(ds: xr.Dataset, output_dir, cfg: dict, figs: dict, n_items
     vis = ds["visibility_m"].values
     for i in range(min(n_items, len(table))):
         row = table.iloc[i]
-        img = render.load_image(Path(meta["image_dir"]) / row["file_name"])
+        try:
+            img = render.load_image(Path(meta["image_dir"]) / row["file_name"])
+        except (FileNotFoundError, ValueError):  # bad input, recorded as missing in the cube
+            continue
         size = render.presented_size(img.shape[1], img.shape[0], max_side)
         img = render.resize_image(img, size)
         z = depth.load_depth(current["path"], int(row["image_id"]))
@@ -659,6 +663,22 @@ def _example_products(ds: xr.Dataset, output_dir, cfg: dict, figs: dict, n_items
     fig = figures.plot_item_grid(tiles, rows, cols, captions)
     figs["examples_t2"] = figures.save(fig, paths.figures_dir(output_dir), "examples_t2")
     return {"examples.model": f"`{model}`", "examples.n_items": str(min(n_items, len(table)))}
+
+
+def _missing_products(ds: xr.Dataset, output_dir) -> dict[str, str]:
+    """The items a stage could not process (bad input), for the colophon: ``analysis/tbl-missing.md``."""
+    rows = []
+    if "missing_reason" in ds:
+        r = ds["missing_reason"].transpose("model", "image").values
+        for mi, m in enumerate(ds["model"].values):
+            for ii, img in enumerate(ds["image"].values):
+                if str(r[mi, ii]):
+                    rows.append({"model": f"`{m}`", "image": str(int(img)), "reason": str(r[mi, ii])})
+    images = {row["image"] for row in rows}
+    table = paper.markdown_table(rows) if rows else paper.markdown_table(
+        [{"model": "all", "image": "–", "reason": "none: every item was read out"}])
+    paper.write_text_atomic(paths.analysis_dir(output_dir) / "tbl-missing.md", table)
+    return {"n_missing_items": str(len(images))}
 
 
 def _environment_numbers() -> dict[str, str]:

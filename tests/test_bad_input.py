@@ -1,0 +1,123 @@
+"""Bad input gets a clear error or a recorded missing value, and loses nothing computed (issue 8)."""
+
+import errno
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import xarray as xr
+from PIL import Image
+
+from murk import cube, paths, pipeline, render
+
+SAMPLE = paths.project_root().parent / "shared" / "coco-val2017-sample"
+needs_sample = pytest.mark.skipif(not SAMPLE.is_dir(), reason="../shared/coco-val2017-sample not present")
+
+
+@needs_sample
+@pytest.mark.slow
+def test_truncated_and_missing_images_are_recorded_not_fatal(tmp_path, monkeypatch):
+    monkeypatch.setenv("MURK_OFFLINE", "1")
+    monkeypatch.setenv("MURK_COCO_DIR", str(SAMPLE))
+    out = tmp_path / "out"
+    table = pipeline.stage_select(n_items=3, seed=1, output_dir=out, run_name="bad-input")
+    # a private copy of the three images: one truncated, one deleted
+    img_dir = tmp_path / "val2017"
+    img_dir.mkdir()
+    for f in table["file_name"]:
+        shutil.copy(SAMPLE / "val2017" / f, img_dir / f)
+    truncated, deleted = table["file_name"].iloc[0], table["file_name"].iloc[2]
+    data = (img_dir / truncated).read_bytes()
+    (img_dir / truncated).write_bytes(data[: len(data) // 3])
+    (img_dir / deleted).unlink()
+    meta = json.loads((out / "items_meta.json").read_text())
+    meta["image_dir"] = str(img_dir)
+    (out / "items_meta.json").write_text(json.dumps(meta))
+
+    pipeline.stage_depth(backend="constant", output_dir=out)
+    store = pipeline.stage_readout("murk-tiny/smolvlm", output_dir=out)
+    ds = xr.open_zarr(store, consolidated=False).load()
+    assert bool(ds["done"].all())
+    reasons = [str(r) for r in ds["missing_reason"].values]
+    assert "cannot be decoded" in reasons[0] or "truncated" in reasons[0].lower() or "not found" in reasons[0]
+    assert "not found" in reasons[2] and str(img_dir / deleted) in reasons[2]  # names the file
+    assert reasons[1] == ""
+    v = ds["value"].sel(readout="c_int", arm="fog")
+    assert v.isel(image=0).isnull().all() and v.isel(image=2).isnull().all()
+    assert v.isel(image=1).notnull().all()  # the good image was read out
+
+
+def test_grey_cmyk_alpha_images_become_rgb(tmp_path):
+    for mode, fill in (("L", 90), ("CMYK", (10, 20, 30, 40)), ("RGBA", (10, 20, 30, 128)), ("P", 3)):
+        p = tmp_path / f"x-{mode}.{'jpg' if mode in ('L', 'CMYK') else 'png'}"
+        Image.new(mode, (21, 13), fill).save(p)
+        im = render.load_image(p)
+        assert im.shape == (13, 21, 3) and im.dtype == np.uint8, mode
+
+
+def test_exif_rotation_is_not_applied(tmp_path):
+    """COCO's boxes refer to the stored pixels, so an EXIF orientation tag is ignored."""
+    p = tmp_path / "rot.jpg"
+    exif = Image.Exif()
+    exif[0x0112] = 6  # "rotate 90 CW" on display
+    Image.new("RGB", (40, 10), (200, 0, 0)).save(p, exif=exif)
+    assert render.load_image(p).shape == (10, 40, 3)
+
+
+def test_image_smaller_than_the_box_marker():
+    img = np.zeros((5, 6, 3), np.uint8)
+    out = render.draw_box(img, (1, 1, 3, 2), width_px=8)
+    assert out.shape == img.shape and (out == [255, 0, 0]).all(-1).any()
+
+
+def test_disk_full_while_writing_the_cube_keeps_the_previous_cube(tmp_path, monkeypatch):
+    store = tmp_path / "m.zarr"
+    attrs = {"config_hash": "c", "items_hash": "i", "model_id": "m", "depth_backend": "constant-13.8m"}
+    cube.open_readout_store(store, [1], ["car"], attrs)
+    r = {k: 0.5 for k in cube.READOUTS}
+    r.update({k: "" for k in cube.TEXT_READOUTS})
+    cube.write_image(store, 0, {(a, lvl, t): r for a, lvl in cube.CONDITIONS for t in cube.TASKS})
+    out = tmp_path / "cube.zarr"
+    cube.merge_models({"m": store}, out)
+    before = xr.open_zarr(out).load()
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(xr.Dataset, "to_zarr", full)
+    with pytest.raises(OSError, match="No space left"):
+        cube.merge_models({"m": store}, out)
+    monkeypatch.undo()
+    xr.testing.assert_identical(xr.open_zarr(out).load(), before)
+
+
+def test_out_of_memory_halves_the_batch_and_goes_on(tiny_vlms, coco_image, monkeypatch, caplog):
+    """A (simulated) CUDA out-of-memory error on a batch of prompt tails: halve it, same read-outs."""
+    import torch
+
+    from murk import prompts, readout
+
+    vlm = tiny_vlms["qwen3vl"]
+    row = {"category": "car", "t2_options": ["dog", "car", "bus", "cat"], "t2_answer_index": 1,
+           "t3_distractor": "bus"}
+    questions = prompts.questions_for_item(row)
+    ref = readout.read_item(vlm, coco_image, questions)
+    real = readout._run_tails
+    calls = []
+
+    def small_gpu(vlm_, cache, next_pos, n_prefix, tails, gen_rows, max_new):
+        calls.append(len(tails))
+        if len(tails) > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(vlm_, cache, next_pos, n_prefix, tails, gen_rows, max_new)
+
+    monkeypatch.setattr(readout, "_run_tails", small_gpu)
+    with caplog.at_level("WARNING", logger="murk"):
+        got = readout.read_item(vlm, coco_image, questions)
+    assert max(calls) > 2 and "halving" in caplog.text
+    for task in ref:
+        for k in ("c_int", "answer", "abstain", "abstain2", "option_mass"):
+            assert abs(got[task][k] - ref[task][k]) <= 1e-4 or (np.isnan(got[task][k]) and np.isnan(ref[task][k]))
+        assert got[task]["verbal_text"] == ref[task]["verbal_text"]
