@@ -87,6 +87,9 @@ def main() -> int:
             with torch.device("cuda"):
                 folder = checkpoints.build_tiny_checkpoint(spec["builder"], Path(tmp) / "m")
             vlm = load_vlm(str(folder), device="cuda", dtype=torch.bfloat16, config=cfg)
+        # the real vocabulary size (the byte-level test tokenizer uses only the first rows): the
+        # embedding and LM head then cost what they cost in the real model
+        vlm.model.resize_token_embeddings(vocab, mean_resizing=False)
         n_params = sum(p.numel() for p in vlm.model.parameters())
         imgs = [rng.integers(0, 256, (448, 448, 3), dtype=np.uint8) for _ in range(args.conditions)]
         score_prompts(vlm, imgs[0], users, gen, cfg)  # warm-up

@@ -414,7 +414,13 @@ def _build_gemma4(seed: int):
     )
     ids = tokenizer.convert_tokens_to_ids
     head_dim = _TEXT["head_dim"]
-    n_layers = 4  # 2 own-KV layers + 2 layers reusing them (E2B: num_kv_shared_layers=20 of 35)
+    # tiny: 2 own-KV layers + 2 layers reusing them; with real sizes patched into _TEXT (benchmarks),
+    # E2B's pattern: four sliding layers then one full, the last 20 of 35 layers reusing KV
+    tiny = _TEXT["num_hidden_layers"] <= 2
+    n_layers = 4 if tiny else int(_TEXT["num_hidden_layers"])
+    layer_types = (["sliding_attention", "full_attention"] * (n_layers // 2) if tiny else
+                   [("full_attention" if (i + 1) % 5 == 0 else "sliding_attention") for i in range(n_layers)])
+    kv_shared = 2 if tiny else round(n_layers * 20 / 35)
     config = Gemma4Config(
         vision_config=dict(
             hidden_size=_VISION["hidden_size"],
@@ -430,9 +436,9 @@ def _build_gemma4(seed: int):
         text_config=dict(
             _TEXT,
             num_hidden_layers=n_layers,
-            layer_types=["sliding_attention", "full_attention"] * (n_layers // 2),
+            layer_types=layer_types,
             sliding_window=512,
-            num_kv_shared_layers=2,
+            num_kv_shared_layers=kv_shared,
             global_head_dim=head_dim,
             vocab_size=len(tokenizer),
             vocab_size_per_layer_input=len(tokenizer),
