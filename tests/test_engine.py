@@ -96,7 +96,7 @@ def test_all_tiny_architectures_through_the_readout_stage(tmp_path, monkeypatch)
     monkeypatch.setenv("MURK_COCO_DIR", str(sample))
     for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.delenv(var, raising=False)
-    pipeline.stage_select(n_items=1, output_dir=tmp_path)
+    pipeline.stage_select(n_items=1, output_dir=tmp_path, run_name="engine-test")
     pipeline.stage_depth(backend="constant", output_dir=tmp_path)
     for model in sorted(TINY_MODELS):
         store = pipeline.stage_readout(model, output_dir=tmp_path, device="cpu",

@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.slow,
 def snakemake(out: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "MURK_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "MURK_COCO_DIR": str(SAMPLE),
            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "MPLBACKEND": "Agg"}
-    cmd = [sys.executable, "-m", "snakemake", "--cores", "1", "--config", f"output_dir={out}", "n_items=3", *args]
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "1", "--config", f"output_dir={out}", "n_items=3", "run_name=e2e-test", *args]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
 
 
