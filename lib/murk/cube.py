@@ -334,6 +334,8 @@ def merge_models(stores: Mapping[str, str | os.PathLike], out: str | os.PathLike
             elif any(ds.attrs.get(k) != first_attrs.get(k) for k in common):
                 raise ValueError(f"{p} differs from the other stores in {common}; rerun its readout")
             models.append((model, ds.attrs))
+            if "missing_reason" not in ds:  # stores written before bad-input records existed
+                ds["missing_reason"] = ("image", np.full(ds.sizes["image"], "", dtype=object))
             parts.append(ds.drop_vars("done"))
     finally:
         ctx.__exit__(None, None, None)

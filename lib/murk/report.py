@@ -476,8 +476,27 @@ def _monitor_products(ds: xr.Dataset, vlms: list[str], output_dir, cfg: dict, fi
             rows.append({"arm": arm, "V (m)": level_label(v), "median V̂ (m)": fmt(q[1, k], 1),
                          "P10–P90 (m)": f"{fmt(q[0, k], 1)}–{fmt(q[2, k], 1)}",
                          "within ×2 (%)": fmt(100 * float(np.nanmean(within[k])), 0)})
-    paper.write_text_atomic(adir / "tbl-monitor-accuracy.md", paper.markdown_table(rows))
     sev = ds["value"].sel(model=mid, arm="imagenet_c", task="t2", readout="visibility_hat_m")
+    # the nominal control: the monitor's V̂ per ImageNet-C severity beside the gain-matched V_eq (Table VII)
+    veq = {}
+    nf = adir / "nominal_equivalence.nc"
+    if nf.is_file():
+        with xr.open_dataset(nf) as nds:
+            g = nds["v_eq_gain_m"].load()
+        veq = {int(s): g.sel(severity=s) for s in g["severity"].values}
+    for s in range(1, 6):
+        v_s = sev.sel(level=s).values
+        row = {"arm": "imagenet_c", "V (m)": f"severity {s}", "median V̂ (m)": fmt(float(np.nanmedian(v_s)), 1)
+               if np.isfinite(v_s).any() else "n/a",
+               "P10–P90 (m)": (f"{fmt(float(np.nanpercentile(v_s, 10)), 1)}–{fmt(float(np.nanpercentile(v_s, 90)), 1)}"
+                               if np.isfinite(v_s).any() else "n/a"), "within ×2 (%)": "–"}
+        if s in veq:  # agreement with the image's own gain-matched equivalent visibility
+            ratio = v_s / veq[s].sel(image=ds["image"].values).values
+            ok = np.isfinite(ratio)
+            row["within ×2 (%)"] = (f"{fmt(100 * float(np.mean(np.abs(np.log2(ratio[ok])) <= 1)), 0)} of V_eq"
+                                    if ok.any() else "n/a")
+        rows.append(row)
+    paper.write_text_atomic(adir / "tbl-monitor-accuracy.md", paper.markdown_table(rows))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         med = np.array([np.nanmedian(sev.sel(level=s).values) for s in range(1, 6)])
