@@ -47,7 +47,7 @@ from murk import paths
 from murk.checkpoints import MAX_PIXELS, _QWEN3VL_CHAT_TEMPLATE
 from murk.config import load_config
 from murk.prompts import questions_for_item, render_prompt
-from murk.readout import READOUTS, load_vlm, read_item, read_question, score_prompts
+from murk.readout import load_vlm, read_item, read_question, score_prompts
 
 ROWS = [
     {"category": "umbrella", "t2_options": ["car", "umbrella", "bench", "kite"], "t2_answer_index": 1,

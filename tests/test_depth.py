@@ -130,14 +130,14 @@ def test_kappa_scales_crossings_and_leaves_w_unchanged(kappa):
     sweep = physics.SWEEP_M
     ramps = [np.broadcast_to(np.linspace(60.0, 2.0, img.shape[0])[:, None], img.shape[:2]) for img in images]
     crossings = {}
+    fog_1 = [physics.fog_sweep(img, z, sweep) for img, z in zip(images, ramps)]
     for k in (1.0, kappa):
-        fog = [physics.fog_sweep(img, k * z, k * sweep) for img, z in zip(images, ramps)]
+        fog = fog_1 if k == 1.0 else [physics.fog_sweep(img, k * z, k * sweep) for img, z in zip(images, ramps)]
         if k != 1.0:  # the renderings themselves are unchanged, in both arms
             for img, z, r, r1 in zip(images, ramps, fog, fog_1):
                 np.testing.assert_array_equal(r, r1)
                 np.testing.assert_array_equal(physics.underwater_sweep(img, k * z, k * sweep),
                                               physics.underwater_sweep(img, z, sweep))
-        fog_1 = fog if k == 1.0 else fog_1
         curves = np.stack([
             np.mean([nominal.contrast_gain(img, r) for img, r in zip(images, fog)], axis=0),
             np.mean([nominal.luma_std_ratio(img, r) for img, r in zip(images, fog)], axis=0),

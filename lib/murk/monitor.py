@@ -229,24 +229,6 @@ def default_window_px(height: int, width: int) -> int:
     return k if k % 2 == 1 else k + 1
 
 
-def _check_inputs(image, depth_m, name: str) -> tuple[np.ndarray, np.ndarray]:
-    if not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
-        raise ValueError(
-            f"{name}: image must be a uint8 (H, W, 3) sRGB array, got "
-            f"{getattr(image, 'dtype', type(image).__name__)} {getattr(image, 'shape', '')}")
-    depth = np.asarray(depth_m)
-    if not (np.issubdtype(depth.dtype, np.floating) or np.issubdtype(depth.dtype, np.integer)):
-        raise ValueError(f"{name}: depth_m must be a real array in metres, got dtype {depth.dtype}")
-    depth = depth.astype(np.float64, copy=False)
-    if depth.shape != image.shape[:2]:
-        raise ValueError(
-            f"{name}: depth_m must have the image's shape (H, W) = {image.shape[:2]}, got {depth.shape}; "
-            "resize it with murk.render.resize_depth")
-    if np.any(depth < 0):
-        raise ValueError(f"{name}: depth_m must be non-negative metres, got min {np.nanmin(depth)}")
-    return image, depth
-
-
 def estimate_veiling_light(image, arm: str = "fog", window_px: int | None = None,
                            top_fraction: float = 0.001, depth_m=None, far_quantile: float = 0.9) -> np.ndarray:
     """Veiling light (airlight) from the brightest dark-channel pixels (He et al. 2009).
@@ -453,7 +435,7 @@ def estimate_visibility_details(image, depth_m, arm: str = "fog", *, veiling_lig
     >>> 10 < d["visibility_m"] < 40
     True
     """
-    image, depth = _check_inputs(image, depth_m, "estimate_visibility")
+    image, depth = physics._check_image_depth(image, depth_m, "estimate_visibility")
     _check_arm(arm, "estimate_visibility")
     if method not in ("median", "lsq"):
         raise ValueError(f"estimate_visibility: method must be 'median' or 'lsq', got {method!r}")

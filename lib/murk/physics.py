@@ -456,7 +456,7 @@ def _check_image_depth(image, depth_m, name: str) -> tuple[np.ndarray, np.ndarra
         )
     if image.ndim != 3 or image.shape[2] != 3:
         raise ValueError(
-            f"{name}: image must have shape (H, W, 3), got {image.shape}; convert grey or "
+            f"{name}: image must be a uint8 (H, W, 3) array, got shape {image.shape}; convert grey or "
             "RGBA images to RGB first"
         )
     depth = np.asarray(depth_m)

@@ -164,6 +164,38 @@ def _presented(row, image_dir: Path, max_side: int):
     return img, size
 
 
+def _item_inputs(table, i: int, partner: int, image_dir, depth_folder: Path, cfg: dict) -> dict:
+    """What the readout and monitor stages need of item ``i``, at the presented size.
+
+    Returns
+    -------
+    dict with ``image`` (uint8 (H, W, 3)), ``depth_m`` (float32 (H, W)), ``bbox``
+    (x, y, w, h in the image's pixels), ``partner_image`` and ``partner_depth_m``
+    (the shuffled control's item; a grey image with the item's depth when the
+    partner's own image or depth is bad).
+
+    Raises
+    ------
+    FileNotFoundError, ValueError
+        The item's own image or depth map is missing or cannot be decoded (the
+        caller records it as missing and goes on).
+    """
+    max_side = cfg["render"]["max_side_px"]
+    row = table.iloc[i]
+    img, size = _presented(row, image_dir, max_side)
+    z = depth.load_depth(depth_folder, int(row["image_id"]))
+    img = render.resize_image(img, size)
+    prow = table.iloc[int(partner)]
+    try:
+        pimg, psize = _presented(prow, image_dir, max_side)
+        pimg = render.resize_image(pimg, psize)
+        pz = depth.load_depth(depth_folder, int(prow["image_id"]))
+    except (FileNotFoundError, ValueError):  # the shuffled control falls back to a grey image
+        pimg, pz = np.full_like(img, int(cfg["render"].get("blank_grey", 128))), z
+    return {"image": img, "depth_m": z, "partner_image": pimg, "partner_depth_m": pz,
+            "bbox": render.scale_bbox(row["bbox"], (int(row["width"]), int(row["height"])), size)}
+
+
 def stage_depth(backend: str = "auto", model: str = depth.DEFAULT_MODEL, output_dir=None) -> Path:
     """Stage *depth*: metric depth of each item's clean image, cached on disk.
 
@@ -293,32 +325,23 @@ def stage_readout(model: str, output_dir=None, max_items: int | None = None, dev
     ds = cube.open_readout_store(store, table["image_id"].iloc[span], table["category"].iloc[span], attrs)
     done = ds["done"].values.copy()
     partner = items.shuffled_partner(n, cfg["items"].get("shuffle_offset", 37))
-    max_side = cfg["render"]["max_side_px"]
     todo = [i for i in range(first, last) if not done[i - span.start]]
     log.info("%s: %d of %d images to read out", model, len(todo), last - first)
     skipped: dict[int, str] = {}
     for i in tqdm(todo, desc=f"readout {paths.model_slug(model)}", unit="img"):
         row = table.iloc[i]
         try:
-            img, size = _presented(row, meta["image_dir"], max_side)
-            z = depth.load_depth(dfolder, int(row["image_id"]))
+            x = _item_inputs(table, i, partner[i], meta["image_dir"], dfolder, cfg)
         except (FileNotFoundError, ValueError) as e:  # bad input: record it, keep going, lose nothing
             skipped[int(row["image_id"])] = str(e)
             cube.write_missing(store, i - span.start, str(e))
             continue
-        img = render.resize_image(img, size)
-        bbox = render.scale_bbox(row["bbox"], (int(row["width"]), int(row["height"])), size)
-        prow = table.iloc[int(partner[i])]
-        try:
-            pimg, psize = _presented(prow, meta["image_dir"], max_side)
-            pimg = render.resize_image(pimg, psize)
-        except (FileNotFoundError, ValueError):  # the shuffled control falls back to a grey image
-            pimg = np.full_like(img, int(cfg["render"].get("blank_grey", 128)))
         questions = prompts.questions_for_item(row, cfg)
         verbal = prompts.VERBAL_WORDINGS if i < int(n_verbal_items) else ("v1",)
         results = {}
         for arm, level, shown in render.render_conditions(
-                img, z, bbox, pimg, seed=meta["seed"], image_id=int(row["image_id"]), config=cfg):
+                x["image"], x["depth_m"], x["bbox"], x["partner_image"], seed=meta["seed"],
+                image_id=int(row["image_id"]), config=cfg):
             for task, r in readout.read_item(vlm, shown, questions, cfg, verbal_variants=verbal).items():
                 results[(arm, level, task)] = r
         cube.write_image(store, i - span.start, results)
@@ -459,29 +482,20 @@ def stage_monitor(output_dir=None, threshold_m: float | None = None) -> Path:
     done = ds["done"].values.copy()
     n = len(table)
     partner = items.shuffled_partner(n, cfg["items"].get("shuffle_offset", 37))
-    max_side = cfg["render"]["max_side_px"]
     skipped: dict[int, str] = {}
     for i in tqdm([i for i in range(n) if not done[i]], desc="monitor", unit="img"):
         row = table.iloc[i]
         try:
-            img, size = _presented(row, meta["image_dir"], max_side)
-            z = depth.load_depth(current["path"], int(row["image_id"]))
-        except (FileNotFoundError, ValueError) as e:
+            x = _item_inputs(table, i, partner[i], meta["image_dir"], current["path"], cfg)
+        except (FileNotFoundError, ValueError) as e:  # bad input: record it, keep going, lose nothing
             skipped[int(row["image_id"])] = str(e)
             cube.write_missing(store, i, str(e))
             continue
-        img = render.resize_image(img, size)
-        prow = table.iloc[int(partner[i])]
-        try:
-            pimg, psize = _presented(prow, meta["image_dir"], max_side)
-            pimg = render.resize_image(pimg, psize)
-            pz = depth.load_depth(current["path"], int(prow["image_id"]))
-        except (FileNotFoundError, ValueError):
-            pimg, pz = np.full_like(img, int(cfg["render"].get("blank_grey", 128))), z
-        bbox = render.scale_bbox(row["bbox"], (int(row["width"]), int(row["height"])), size)
         conds = {(arm, level): shown for arm, level, shown in render.render_conditions(
-            img, z, bbox, pimg, seed=meta["seed"], image_id=int(row["image_id"]), config=cfg, marker=False)}
-        out = monitor.monitor_readouts(conds, {("clean", 0): z, ("shuffled", 0): pz}, threshold_m=threshold_m)
+            x["image"], x["depth_m"], x["bbox"], x["partner_image"], seed=meta["seed"],
+            image_id=int(row["image_id"]), config=cfg, marker=False)}
+        out = monitor.monitor_readouts(conds, {("clean", 0): x["depth_m"], ("shuffled", 0): x["partner_depth_m"]},
+                                       threshold_m=threshold_m)
         results = {}
         for (arm, level), r in out.items():
             r = {k: r.get(k, np.nan) for k in cube.READOUTS}

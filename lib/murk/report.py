@@ -12,7 +12,6 @@ Everything the paper shows is written here, under the output root:
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 
