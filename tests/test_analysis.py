@@ -192,3 +192,76 @@ def test_scores_dataset_stat_layout(res):
     # arms without crossings are NaN / False
     assert sc["v_cross_m"].sel(arm="blank").isnull().all() and not sc["censored"].sel(arm="blank").any()
     xr.testing.assert_equal(sc["ece"].sel(stat="point", drop=True), res["confidence"]["ece"])
+
+
+# ----------------------------------------------------------------------------- issue 13: precision, bounds
+
+
+def _cube_through_the_store(tmp_path, c_int, correct):
+    """A one-model cube written image by image with murk.cube and merged: c_int/correct at fog level 1, t2."""
+    n = len(c_int)
+    store = tmp_path / "m.zarr"
+    attrs = {"config_hash": "c", "items_hash": "i", "model_id": "m", "depth_backend": "constant-13.8m"}
+    cube.open_readout_store(store, list(range(1, n + 1)), ["car"] * n, attrs)
+    for i in range(n):
+        r = {k: np.nan for k in cube.READOUTS} | {k: "" for k in cube.TEXT_READOUTS}
+        results = {("clean", 0, t): dict(r) for t in cube.TASKS}
+        results[("fog", 1, "t2")] = r | {"c_int": float(c_int[i]), "correct": float(correct[i])}
+        cube.write_image(store, i, results)
+    return cube.merge_models({"m": store}, tmp_path / "cube.zarr")
+
+
+def test_the_cube_keeps_float64_and_the_analysis_does_not_round(tmp_path):
+    """Issue 13: float32 plus rounding to 6 decimals moved 0.9000004 onto the ECE edge 0.9 (ECE 0.475 -> 0.375) and
+    tied 0.9999999 with 0.9999996 (AUROC 1.0 -> 0.5). Written through the store, both survive exactly."""
+    c = np.array([0.9000004, 0.85, 0.9999999, 0.9999996])
+    k = np.array([1.0, 0.0, 1.0, 0.0])
+    ds = _cube_through_the_store(tmp_path, c, k)
+    assert ds["value"].dtype == np.float64
+    stored = cube.open_cube(tmp_path / "cube.zarr")["value"].sel(model="m", arm="fog", level=1, task="t2",
+                                                                readout="c_int").values
+    np.testing.assert_array_equal(stored, c)  # bit-exact
+    q, _ = analysis.question_scores(ds, "t2")
+    np.testing.assert_array_equal(q.sel(arm="fog", level=1, readout="c_int").values[0], c)
+    cs = analysis.confidence_scores(ds, n_resamples=20).sel(model="m", arm="fog", level=1, task="t2",
+                                                            confidence="c_int")
+    exact = float(metrics.expected_calibration_error(c, k))
+    assert float(cs["ece"]) == exact
+    # the ECE case: bins (0.8, 0.9] {0.85: wrong} and (0.9, 1.0] {0.9000004, 0.9999999 right; 0.9999996 wrong}
+    assert exact == pytest.approx((0.85 + abs(2 - (0.9000004 + 0.9999999 + 0.9999996))) / 4)
+    two = analysis.confidence_scores(_cube_through_the_store(tmp_path / "b", c[:2], k[:2]), n_resamples=20)
+    assert float(two["ece"].sel(model="m", arm="fog", level=1, task="t2", confidence="c_int")) == pytest.approx(
+        (0.0999996 + 0.85) / 2)  # 0.475
+    assert float(metrics.expected_calibration_error(np.round(c[:2].astype(np.float32), 6), k[:2])) == 0.375
+    sat = analysis.confidence_scores(_cube_through_the_store(tmp_path / "c", c[2:], k[2:]), n_resamples=20)
+    assert float(sat["auroc"].sel(model="m", arm="fog", level=1, task="t2", confidence="c_int")) == 1.0  # was 0.5
+
+
+def test_crossing_at_the_first_level_is_a_bound_from_below():
+    s = analysis.image_scores(_cube(1, 20, seed=2))
+    # accuracy already at chance at 250 m: V_acc >= 250 m; abstain crosses in the sweep -> W >= log10(250 / V)
+    s.loc[dict(arm=["fog", "underwater"], readout="correct")] = 0.25
+    s.loc[dict(arm=["fog", "underwater"], level=0, readout="correct")] = 1.0
+    ab = s.sel(readout="abstain").copy()
+    ab.loc[dict(arm=["fog", "underwater"])] = (s["level"] >= 5).astype(float)
+    s.loc[dict(readout="abstain")] = ab
+    cr = analysis.crossing_table(s, 50, 0).sel(model="org/m0", arm="fog", task="t2")
+    assert str(cr["censored_side"].sel(readout="correct").values) == "above"
+    assert float(cr["v_cross_m"].sel(readout="correct")) == 250.0 and not bool(cr["censored"].sel(readout="correct"))
+    assert str(cr["w_censored_side"].sel(readout="abstain").values) == "above"
+    assert bool(cr["w_lower_bound"].sel(readout="abstain")) and not bool(cr["w_upper_bound"].sel(readout="abstain"))
+    from murk import paper
+    assert paper.fmt_crossing(float(cr["v_cross_m"].sel(readout="correct")),
+                              str(cr["censored_side"].sel(readout="correct").values), 1) == "≥ 250"
+
+
+def test_both_censored_w_prints_no_interval():
+    s = analysis.image_scores(_cube(1, 20, seed=1))
+    s.loc[dict(arm=["fog", "underwater"], readout="correct")] = 0.99
+    s.loc[dict(arm=["fog", "underwater"], level=0, readout="correct")] = 1.0
+    cr = analysis.crossing_table(s, 50, 0).sel(model="org/m0", arm="fog", task="t2", readout="c_int")
+    assert str(cr["w_censored_side"].values) == "undefined"
+    assert np.isnan(float(cr["w"])) and np.isnan(float(cr["w_lo"])) and np.isnan(float(cr["w_hi"]))
+    from murk import paper
+    assert paper.fmt_estimate(float(cr["w"]), float(cr["w_lo"]), float(cr["w_hi"]),
+                              str(cr["w_censored_side"].values)) == "n/a"
