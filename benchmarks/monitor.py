@@ -100,7 +100,7 @@ def run_case(scenes, arm: str, dm: str, name: str, kw: dict, estimate_depth=None
             "clean_gate_abstain": float(np.mean(monitor.gate_decisions(clean, thr, clean_code))),
             "n_clean_below_gate": int(np.sum(clean < thr)),
             "blank_median_m": float(np.nanmedian(blank)), "cpu_s": round(secs, 1),
-            "_v_hat": v_hat}
+            "_v_hat": v_hat, "_code": code}
 
 
 def show(row: dict) -> None:
@@ -149,10 +149,19 @@ def main() -> None:
                 rel = row["_v_hat"] / oracle
                 row["median_ratio_to_oracle_per_level"] = np.nanmedian(rel, axis=0).round(4).tolist()
                 row["max_abs_log2_ratio_to_oracle"] = float(np.nanmax(np.abs(np.log2(rel))))
+                # the gate at 22.1 m: how often the wrong depth changes its decision against the oracle depth
+                thr = monitor.DEFAULT_THRESHOLD_M
+                o = results[f"{arm}/ground/default"]
+                changed = (monitor.gate_decisions(row["_v_hat"], thr, row["_code"])
+                           != monitor.gate_decisions(oracle, thr, o["_code"]))
+                row["gate_changed_per_level"] = changed.mean(axis=0).round(3).tolist()
+                row["gate_changed_share"] = round(float(changed.mean()), 4)
                 results[f"{arm}/ground/{name}"] = row
                 show(row)
                 print(f"{'':41s} ratio-to-oracle={row['median_ratio_to_oracle_per_level']} "
-                      f"max|log2 ratio|={row['max_abs_log2_ratio_to_oracle']:.4f}", flush=True)
+                      f"max|log2 ratio|={row['max_abs_log2_ratio_to_oracle']:.4f} "
+                      f"gate-changed={row['gate_changed_per_level']} gate_changed_share={row['gate_changed_share']:.3f}",
+                      flush=True)
     print("levels (m):", physics.SWEEP_M.tolist())
     for arm in ("fog", "underwater"):
         o = results[f"{arm}/ground/default"]
@@ -163,14 +172,15 @@ def main() -> None:
         if args.sensitivity:
             for name in ("kappa=0.5", "kappa=2", f"constant={murk_depth.CONSTANT_DEPTH_M}m"):
                 r = results[f"{arm}/ground/{name}"]
-                line += (f"; {name}: core={r['share_within_2_core']:.3f} median-ratio-to-oracle="
-                         f"{np.nanmedian(r['median_ratio_to_oracle_per_level']):.3f} "
+                line += (f"; {name}: median-ratio-to-oracle={np.nanmedian(r['median_ratio_to_oracle_per_level']):.3f} "
+                         f"max|log2|={r['max_abs_log2_ratio_to_oracle']:.3f} "
+                         f"gate_changed={r['gate_changed_share']:.3f} "
                          f"clean_below_gate={r['n_clean_below_gate']}/{r['n_images']}")
         print(line, flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({k: {kk: vv for kk, vv in v.items() if not kk.startswith("_")} for k, v in results.items()},
-                      f, indent=1)
+            json.dump({k: {kk: (vv.tolist() if isinstance(vv, np.ndarray) else vv) for kk, vv in v.items()}
+                       for k, v in results.items()}, f, indent=1)
 
 
 if __name__ == "__main__":
