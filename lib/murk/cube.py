@@ -55,7 +55,7 @@ __all__ = [
     "write_image", "merge_models", "open_cube", "t3_image_scores",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: value float64, read-out visibility_hat_censored (issue 13)
 DIMS = ("model", "arm", "level", "task", "image", "readout")
 ARMS = ("fog", "underwater", "imagenet_c", "blank", "shuffled")
 PHYSICAL_ARMS = ("fog", "underwater")
