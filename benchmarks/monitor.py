@@ -23,8 +23,9 @@ V_hat below the gate's 22.1 m (``clean_below_gate=``), or not vouched for
 summary the paper quotes (``summary ...``).
 
 Run ``python benchmarks/monitor.py [--n-images 158] [--variants] [--quantiles]
-[--sensitivity] [--json out.json]`` (all 158 images, default estimator: about a
-minute per arm and depth model on one core; ``--variants`` adds omega = 0.95,
+[--sensitivity] [--arms fog underwater] [--depths ground billboard] [--json out.json]``
+(all 158 images, default estimator: about a minute per arm and depth model on one
+unloaded core; ``--variants`` adds omega = 0.95,
 ``method="median"`` and ``"lsq"``, He et al.'s transmission window and the spec's
 known veiling light; ``--quantiles`` the quantiles 0.5, 0.4, 0.3 and 0.25).
 """
@@ -119,6 +120,8 @@ def main() -> None:
     ap.add_argument("--variants", action="store_true")
     ap.add_argument("--quantiles", action="store_true")
     ap.add_argument("--sensitivity", action="store_true", help="kappa = 0.5, 2 and a constant 13.8 m depth")
+    ap.add_argument("--arms", nargs="+", default=["fog", "underwater"], choices=["fog", "underwater"])
+    ap.add_argument("--depths", nargs="+", default=["ground", "billboard"], choices=["ground", "billboard"])
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     variants = {"default": {}}
@@ -129,8 +132,8 @@ def main() -> None:
         variants |= {f"quantile={q}": {"quantile": q} for q in (0.5, 0.4, 0.3, 0.25)}
     scenes = list(load_scenes(args.n_images))
     results = {}
-    for arm in ("fog", "underwater"):
-        for dm in ("ground", "billboard"):
+    for arm in args.arms:
+        for dm in args.depths:
             for name, kw in variants.items():
                 if kw is None:
                     kw = {"veiling_light": physics.FOG_AIRLIGHT if arm == "fog" else physics.underwater_veiling_light()}
@@ -141,7 +144,9 @@ def main() -> None:
         wrong = {"kappa=0.5": lambda z: 0.5 * z, "kappa=2": lambda z: 2.0 * z,
                  f"constant={murk_depth.CONSTANT_DEPTH_M}m":
                      lambda z: np.full(z.shape, murk_depth.CONSTANT_DEPTH_M, dtype=np.float32)}
-        for arm in ("fog", "underwater"):
+        for arm in args.arms:
+            if f"{arm}/ground/default" not in results:
+                results[f"{arm}/ground/default"] = run_case(scenes, arm, "ground", "default", {})
             oracle = results[f"{arm}/ground/default"]["_v_hat"]
             for name, f in wrong.items():
                 row = run_case(scenes, arm, "ground", name, {}, estimate_depth=f)
@@ -163,14 +168,14 @@ def main() -> None:
                       f"gate-changed={row['gate_changed_per_level']} gate_changed_share={row['gate_changed_share']:.3f}",
                       flush=True)
     print("levels (m):", physics.SWEEP_M.tolist())
-    for arm in ("fog", "underwater"):
-        o = results[f"{arm}/ground/default"]
-        line = (f"summary {arm}: oracle depth (ground) core={o['share_within_2_core']:.3f}, "
-                f"clean_below_gate={o['n_clean_below_gate']}/{o['n_images']}, "
-                f"billboard core={results[f'{arm}/billboard/default']['share_within_2_core']:.3f}, "
-                f"clean_below_gate={results[f'{arm}/billboard/default']['n_clean_below_gate']}/{o['n_images']}")
+    for arm in args.arms:
+        line = f"summary {arm}: oracle depth"
+        for dm in args.depths:
+            o = results[f"{arm}/{dm}/default"]
+            line += (f" ({dm}) core={o['share_within_2_core']:.3f} "
+                     f"clean_below_gate={o['n_clean_below_gate']}/{o['n_images']}")
         if args.sensitivity:
-            for name in ("kappa=0.5", "kappa=2", f"constant={murk_depth.CONSTANT_DEPTH_M}m"):
+            for name in ("kappa=0.5", "kappa=2", f"constant={murk_depth.CONSTANT_DEPTH_M}m"):  # noqa: B007
                 r = results[f"{arm}/ground/{name}"]
                 line += (f"; {name}: median-ratio-to-oracle={np.nanmedian(r['median_ratio_to_oracle_per_level']):.3f} "
                          f"max|log2|={r['max_abs_log2_ratio_to_oracle']:.3f} "
