@@ -62,10 +62,11 @@ for _, row in tqdm(table.iterrows(), total=len(table), desc="depth", unit="img")
         continue
     try:
         img = render.load_image(Path(meta["image_dir"]) / row["file_name"])
-    except (FileNotFoundError, ValueError, OSError) as e:  # bad input: skip, list, go on
+        size = render.presented_size(img.shape[1], img.shape[0], max_side,
+                                     name=f"image {image_id} ({row['file_name']})")
+    except (FileNotFoundError, ValueError, OSError) as e:  # bad input (incl. too small): skip, list, go on
         skipped[image_id] = str(e)
         continue
-    size = render.presented_size(img.shape[1], img.shape[0], max_side)
     depth.save_depth(folder, image_id, render.resize_depth(est(img, image_id=image_id), size))
     written.append(image_id)
 depth.write_manifest(folder, est, table["image_id"], written=written)

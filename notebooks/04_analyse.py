@@ -92,13 +92,15 @@ name = figures.short_name      # display name of a model
 key = paths.model_slug         # a model in numbers keys
 
 
-def crossing_text(v: float, lo: float, hi: float, censored: bool) -> str:
-    """A crossing visibility (m) with its interval; a censored crossing is a bound (at the last level), without
-    interval."""
-    if censored:
-        return fmt_crossing(v, True, 2)   # the bound sits at the last level: 1.95
+def crossing_text(v: float, lo: float, hi: float, side) -> str:
+    """A crossing visibility (m) with its interval. ``side`` is the crossing's ``censored_side`` ("" exact,
+    "below": never reached, ``≤ 1.95``; "above": reached at the first level, ``≥ 250``; a bool: True = "below");
+    a bound is printed without interval."""
+    s = fmt_crossing(v, side, 1)
+    if s == "n/a" or s[0] in "≤≥":
+        return s
     s = fmt_visibility(v)
-    return s if s == "n/a" else f"{s} {fmt_visibility_interval(lo, hi)}".strip()
+    return f"{s} {fmt_visibility_interval(lo, hi)}".strip()
 
 
 def w_text(w: float, lo: float, hi: float, lower: bool, upper: bool) -> str:
@@ -302,9 +304,9 @@ for m in VLMS:
             c = dict(model=m, arm=arm, task=task)
             for ro in sc["readout"].values:
                 cr = cross.sel(**c, readout=ro)
-                record(f"v.{ro}.{arm}.{task}.{k}", crossing_text(float(cr["v_cross_m"]), np.nan, np.nan,
-                                                                   bool(cr["censored"])))
-                record(f"v.{ro}.{arm}.{task}.{k}.ci", "" if bool(cr["censored"]) or not np.isfinite(float(cr["v_cross_m"]))
+                side = str(cr["censored_side"].values)
+                record(f"v.{ro}.{arm}.{task}.{k}", crossing_text(float(cr["v_cross_m"]), np.nan, np.nan, side))
+                record(f"v.{ro}.{arm}.{task}.{k}.ci", "" if side or not np.isfinite(float(cr["v_cross_m"]))
                        else fmt_visibility_interval(float(cr["v_lo_m"]), float(cr["v_hi_m"])))
                 if ro != "correct":
                     record(f"w.{ro}.{arm}.{task}.{k}", float(cr["w"]), ci=(float(cr["w_lo"]), float(cr["w_hi"])),
@@ -316,7 +318,7 @@ for m in VLMS:
                 record(f"mono.{ro}.{arm}.{task}.{k}.count", f"{round(raw * pairs) if pairs else 0}/{pairs}")
                 record(f"mono.{ro}.{arm}.{task}.{k}.sig.count", f"{round(sig * pairs) if pairs else 0}/{pairs}")
             pt, lo, hi = est("v_acc_blank_m", **c)
-            cb = bool(sc["censored_blank"].sel(**c))
+            cb = str(sc["censored_blank_side"].sel(**c).values)
             record(f"v.correct_blank.{arm}.{task}.{k}", crossing_text(pt, np.nan, np.nan, cb))
             record(f"v.correct_blank.{arm}.{task}.{k}.ci", fmt_visibility_interval(lo, hi) if np.isfinite(pt) and not cb
                    else "")
@@ -356,7 +358,7 @@ def accuracy_finding(arm: str, task: str) -> str:
         cr = cross.sel(model=m, arm=arm, task=task, readout="correct")
         verdict = claims.accuracy_fall(clean, end, bool(cr["censored"]), floor)
         record(f"verdict.rq1.{arm}.{task}.{key(m)}", verdict)
-        v_acc = crossing_text(float(cr["v_cross_m"]), float(cr["v_lo_m"]), float(cr["v_hi_m"]), bool(cr["censored"]))
+        v_acc = crossing_text(float(cr["v_cross_m"]), float(cr["v_lo_m"]), float(cr["v_hi_m"]), str(cr["censored_side"].values))
         if verdict in (claims.COLLAPSE, claims.PARTIAL):
             series = means["mean"].sel(model=m, arm=arm, task=task, readout="correct").values
             hi_v, lo_v = claims.fall_band(VIS[1:], series[1:], series[0], floor)
@@ -399,7 +401,8 @@ def accuracy_finding(arm: str, task: str) -> str:
 for task in ("t2", "t3"):
     for arm in physical:
         record(f"finding.rq1.{arm}.{task}", accuracy_finding(arm, task))
-    record(f"range.v.correct.fog.{task}", fmt_range(cross["v_cross_m"].sel(arm="fog", task=task, readout="correct").values, 1))
+    c_ = cross.sel(arm="fog", task=task, readout="correct")
+    record(f"range.v.correct.fog.{task}", fmt_range(c_["v_cross_m"].values, c_["censored_side"].values, digits=1))
     for where, (arm, lvl) in {"clean": ("fog", 0), "end.fog": ("fog", END), "end.underwater": ("underwater", END),
                               "blank": ("blank", 0), "shuffled": ("shuffled", 0)}.items():
         record(f"range.correct.{where}.{task}",
@@ -422,9 +425,9 @@ for m in VLMS:
             acc = c.sel(readout="correct")
             row = {"model": name(m), "arm": arm, "task": task,
                    "V_acc (m)": crossing_text(float(acc["v_cross_m"]), float(acc["v_lo_m"]), float(acc["v_hi_m"]),
-                                              bool(acc["censored"])),
+                                              str(acc["censored_side"].values)),
                    "V_acc, blank floor (m)": crossing_text(float(c["v_acc_blank_m"]), float(c["v_acc_blank_lo_m"]),
-                                                            float(c["v_acc_blank_hi_m"]), bool(c["censored_blank"]))}
+                                                            float(c["v_acc_blank_hi_m"]), str(c["censored_blank_side"].values))}
             for ro in analysis.AWARENESS_SIGNALS:
                 cr = c.sel(readout=ro)
                 row[f"W {figures.READOUT_LABELS[ro]}"] = fmt_estimate(
@@ -497,7 +500,7 @@ def lag_finding(signal: str, rq: str, task: str = "t2") -> str:
 
 def span_phrase(what: str, values, digits: int = 2) -> str:
     """``<what> spans a–b`` / ``<what> is a`` / ``<what> is undefined``, over the models."""
-    r = fmt_range(values, digits)
+    r = fmt_range(values, digits=digits)
     return f"{what} is undefined" if r == "n/a" else f"{what} is {r}" if "–" not in r else f"{what} spans {r}"
 
 
@@ -711,8 +714,8 @@ if nominal_file.is_file():
         record(f"nominal.veq.{sev}", r["median_v_eq_gain_m"], 0)
         record(f"nominal.veq_std.{sev}", r["median_v_eq_std_ratio_m"], 0)
         record(f"nominal.spread.{sev}", r["spread_p90_p10"], 1)
-    record("nominal.veq_range", fmt_range(veq_median, 0))
-    record("nominal.spread_range", fmt_range(tab["spread_p90_p10"], 1))
+    record("nominal.veq_range", fmt_range(veq_median, digits=0))
+    record("nominal.spread_range", fmt_range(tab["spread_p90_p10"], digits=1))
     record("nominal.monotone_share", 100 * tab.attrs["monotone_share"], 0)
     record("nominal.n_images", int(nds.sizes["image"]))
     md = paper.markdown_table([
@@ -724,7 +727,14 @@ if nominal_file.is_file():
            f"{tab.index.min()}–{tab.index.max()}: {fmt(100 * tab.attrs['monotone_share'], 0)} % (of "
            f"{tab.attrs['monotone_n']} images with a V_eq at every severity). Depth: {nds.attrs.get('depth_backend')}"
            + (" (approximate: metres rest on the assumed depth scale)." if int(nds.attrs.get("depth_approximate", 0))
-              else ".") + "\n")
+              else "."))
+    removed = {k: int(v) for k, v in tab.attrs.get("removed", {}).items() if int(v)}
+    record("nominal.removed", (fmt_list(f"{v} for {k.replace('_', ' ')}" for k, v in removed.items())
+                               if removed else "none"))
+    if "n_pairs" in tab.attrs:
+        md += (f" Of the {tab.attrs['n_pairs']} image–severity pairs, the equivalent visibility is undefined for "
+               f"{numbers['nominal.removed']}.")
+    md += "\n"
 else:
     md = not_computed("the depth stage wrote no nominal equivalence (analysis/nominal_equivalence.nc)")
 show_table(md, "nominal")
@@ -761,7 +771,7 @@ for m in VLMS:
     if fall in (claims.COLLAPSE, claims.PARTIAL):
         detail = f"its fog accuracy starts to fall at V = {fmt_visibility(edge)} m; " + detail
     groups.setdefault(verdict, []).append(f"{name(m)} ({detail})")
-veq_words = f"median V_eq {fmt_range(veq_median, 0)} m"
+veq_words = f"median V_eq {fmt_range(veq_median, digits=0)} m"
 out = []
 if "plateau" in groups:
     out.append(f"The ImageNet-C fog severities ({veq_words}) lie above the failure band, on the plateau of accuracy, "
@@ -1042,7 +1052,7 @@ if HAS_MONITOR:
                 row["within ×2 (%)"] = (f"{fmt(100 * float(np.mean(np.abs(np.log2(ratio[ok])) <= 1)), 0)} of V_eq"
                                         if ok.any() else "n/a")
             rows.append(row)
-    record("monitor.imagenet_c_range", fmt_range(medians, 0))
+    record("monitor.imagenet_c_range", fmt_range(medians, digits=0))
     md = paper.markdown_table(rows)
 else:
     md = not_computed("the monitor stage did not run")
@@ -1058,41 +1068,49 @@ show_table(md, "monitor-accuracy")
 #| tbl-cap: "The monitor as an awareness signal: its crossing visibility and W = log10(V_acc / V_aware) against each VLM, with paired bootstrap intervals."
 if HAS_MONITOR:
     mscores = analysis.image_scores(full.sel(model=[monitor.MONITOR_ID, *VLMS]))
-    mmeans = mscores.mean("image", skipna=True)
-    boot = metrics.bootstrap_resample_means(mscores, "image", counts=counts)
+    boot = metrics.bootstrap_resample_means(mscores, "image", counts=counts)   # paired with every score
     lo_q, hi_q = (1 - A["ci_level"]) / 2, 1 - (1 - A["ci_level"]) / 2
-
-    def crossing(x, signal, floor):
-        x = x.sel(readout=signal).transpose(..., "level")
-        v, c = metrics.crossing_visibility(VIS[1:], x.isel(level=slice(1, None)).values, x.isel(level=0).values, floor)
-        return np.asarray(v, float), np.asarray(c, bool)
-
+    mon = full["value"].sel(model=monitor.MONITOR_ID, task="t2")               # (arm, level, image, readout)
     rows, verdicts = [], {}
     for arm in cube.PHYSICAL_ARMS:
-        for signal, floor in {"c_int": 0.0, "abstain": 1.0}.items():
-            vm, cm = crossing(mmeans.sel(model=monitor.MONITOR_ID, arm=arm, task="t2"), signal, floor)
-            vmb, _ = crossing(boot.sel(model=monitor.MONITOR_ID, arm=arm, task="t2"), signal, floor)
-            record(f"monitor.v.{signal}.{arm}", crossing_text(float(vm), np.nan, np.nan, bool(cm)))
+        for signal in ("c_int", "abstain"):
+            # V_aware of the monitor: its censored estimates are bounds, so its crossing may be one too
+            # (murk.monitor.awareness_crossing: the cube's read-outs are the conservative curve)
+            ac = monitor.awareness_crossing(
+                VIS[1:], mon.sel(arm=arm, readout="visibility_hat_m").transpose("level", "image").values,
+                mon.sel(arm=arm, readout="visibility_hat_censored").transpose("level", "image").values, signal,
+                threshold_m=float(full.attrs.get("monitor_threshold_m", monitor.DEFAULT_THRESHOLD_M)),
+                present=mon.sel(arm=arm, readout="c_int").transpose("level", "image").notnull().values,
+                counts=counts, ci=A["ci_level"])
+            vm, side_m = ac["v_cross_m"], ac["censored_side"]
+            record(f"monitor.v.{signal}.{arm}", crossing_text(vm, ac["v_lo_m"], ac["v_hi_m"], side_m))
+            b_m = boot.sel(model=monitor.MONITOR_ID, arm=arm, task="t2", readout=signal).transpose(..., "level")
+            vmb, _ = metrics.crossing_visibility(VIS[1:], b_m.isel(level=slice(1, None)).values, b_m.isel(level=0).values,
+                                                 monitor.SIGNAL_FLOOR[signal])
             for task in ("t2", "t3"):
                 for m in VLMS:
-                    va, ca = crossing(mmeans.sel(model=m, arm=arm, task=task), "correct", CHANCE[task])
-                    vab, _ = crossing(boot.sel(model=m, arm=arm, task=task), "correct", CHANCE[task])
-                    w = float(metrics.blind_spot_width(va, vm)) if np.isfinite(va) and np.isfinite(vm) else np.nan
+                    cr = cross.sel(model=m, arm=arm, task=task, readout="correct")
+                    va, side_a = float(cr["v_cross_m"]), str(cr["censored_side"].values)
+                    b_a = boot.sel(model=m, arm=arm, task=task, readout="correct").transpose(..., "level")
+                    vab, _ = metrics.crossing_visibility(VIS[1:], b_a.isel(level=slice(1, None)).values,
+                                                         b_a.isel(level=0).values, CHANCE[task])
+                    wside = str(metrics.blind_spot_width_side(side_a, side_m))
+                    w = (float(metrics.blind_spot_width(va, vm)) if np.isfinite(va) and np.isfinite(vm)
+                         and wside != "undefined" else np.nan)
                     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
                         warnings.simplefilter("ignore", RuntimeWarning)
-                        wb = np.log10(vab / vmb)
-                        lo, hi = np.nanquantile(wb, [lo_q, hi_q]) if np.isfinite(wb).any() else (np.nan, np.nan)
-                    lower, upper = bool(cm) and not bool(ca), bool(ca) and not bool(cm)
-                    if bool(ca) and bool(cm):
-                        w = np.nan
-                    s = record(f"monitor.w.{signal}.{arm}.{task}.{key(m)}", w, ci=(lo, hi), lower=lower, upper=upper)
+                        wb = np.log10(np.asarray(vab, float) / np.asarray(vmb, float))
+                        lo, hi = (np.nanquantile(wb, [lo_q, hi_q]) if np.isfinite(w) and np.isfinite(wb).any()
+                                  else (np.nan, np.nan))
+                    lower, upper = wside == "above", wside == "below"
+                    record(f"monitor.w.{signal}.{arm}.{task}.{key(m)}", w, ci=(lo, hi), lower=lower, upper=upper)
                     if signal == "abstain" and task == "t2":
                         v_ = (claims.awareness_lag(w, lo, hi, lower, upper) if collapses(m, arm, task)
                               else claims.UNDEFINED)
                         verdicts.setdefault(arm, {}).setdefault(v_, []).append((name(m), w_text(w, lo, hi, lower, upper)))
                     rows.append({"VLM": name(m), "arm": arm, "task": task, "monitor signal": signal,
-                                 "V_acc (m)": crossing_text(float(va), np.nan, np.nan, bool(ca)),
-                                 "V_aware monitor (m)": crossing_text(float(vm), np.nan, np.nan, bool(cm)),
+                                 "V_acc (m)": crossing_text(va, np.nan, np.nan, side_a),
+                                 "V_aware monitor (m)": crossing_text(vm, np.nan, np.nan, side_m),
                                  "W": w_text(w, lo, hi, lower, upper).removeprefix("W ").removeprefix("= ")})
     for arm, by_verdict in verdicts.items():
         where = {"fog": "in fog", "underwater": "under water"}[arm]
@@ -1129,7 +1147,9 @@ if HAS_MONITOR:
                 gate = monitor.compare_at_equal_coverage(
                     flat(full["value"].sel(model=monitor.MONITOR_ID, task="t2", readout="visibility_hat_m", arm=arm)),
                     flat(v.sel(readout="c_int")), flat(v.sel(readout="abstain")), flat(v.sel(readout="correct")),
-                    split, image_ids=img, n_resamples=A["bootstrap_resamples"], seed=A["bootstrap_seed"])
+                    split, image_ids=img, n_resamples=A["bootstrap_resamples"], seed=A["bootstrap_seed"],
+                    censored_monitor=flat(full["value"].sel(model=monitor.MONITOR_ID, task="t2", arm=arm,
+                                                            readout="visibility_hat_censored")))
             except ValueError as e:  # e.g. too few images for two halves
                 rows.append({"VLM": name(m), "arm": arm, "gate": f"n/a ({e})"})
                 continue

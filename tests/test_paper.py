@@ -2,6 +2,7 @@
 
 import re
 
+import numpy as np
 import pytest
 
 from murk import paper, paths
@@ -66,21 +67,22 @@ def test_formatting():
     nan = float("nan")
     assert paper.fmt(0.8049) == "0.80"
     assert paper.fmt(nan) == "n/a" and paper.fmt(None) == "n/a"
-    assert paper.fmt_crossing(0.8, True) == "≥ 0.80"
+    assert paper.fmt_crossing(0.8, True, lower_bound_sign="≥") == "≥ 0.80"  # legacy bool with an explicit sign
     assert paper.fmt_crossing(12.44, False, 1) == "12.4"
     assert paper.fmt_interval(0.1, 0.25) == "[0.10, 0.25]"
     assert paper.fmt_interval(nan, 0.25) == ""                       # no interval where it is undefined
     assert paper.fmt_estimate(0.97, 0.95, 0.98) == "0.97 [0.95, 0.98]"
     assert paper.fmt_estimate(nan, 0.1, 0.9) == "n/a"                # no interval for an undefined point
-    assert paper.fmt_estimate(0.8, 0.7, 0.9, lower=True) == "≥ 0.80"  # a bound, as the spec writes it
+    assert paper.fmt_estimate(0.8, 0.7, 0.9, lower=True) == "≥ 0.80 [0.70, 0.90]"  # = censored="above"
     assert paper.fmt_bound(-0.2, upper=True) == "≤ -0.20"
     assert paper.fmt_range([0.3, nan, 0.1]) == "0.10–0.30" and paper.fmt_range([nan]) == "n/a"
+    assert paper.fmt_range([60.4, 147.2], digits=0) == "60–147"
     assert paper.fmt_range([0.25, 0.25]) == "0.25"
     assert paper.fmt_list([]) == "none" and paper.fmt_list(["a"]) == "a" and paper.fmt_list("abc") == "a, b and c"
     # one way to write a level: as the spec (half up, 31.25 -> 31.3), the exact value in keys
     assert [paper.fmt_level(250 / 2 ** k) for k in range(8)] == ["250", "125", "62.5", "31.3", "15.6", "7.8", "3.9",
                                                                  "1.95"]
-    assert paper.fmt_level(float("inf")) == "clean"
+    assert paper.fmt_level(float("inf")) == "clean" and paper.fmt_level(float("nan")) == "n/a"
     assert paper.level_label(15.625) == "15.625" and paper.level_label(float("inf")) == "clean"
     with pytest.raises(TypeError):
         paper.write_numbers({"a": 1.0})
@@ -93,7 +95,7 @@ def test_numbers_record_and_save(tmp_path):
     assert n.record("a", 0.123, ci=(0.1, 0.2)) == "0.12" and n["a.ci"] == "[0.10, 0.20]"
     assert n.record("b", float("nan"), ci=(0.1, 0.2)) == "n/a" and n["b.ci"] == ""
     assert n.record("c", np.int64(7)) == "7" and n.record("d", 3.0, 0) == "3"
-    assert n.record("e", 1.05, ci=(0.9, 1.2), lower=True) == "≥ 1.05" and n["e.ci"] == ""
+    assert n.record("e", 1.05, ci=(0.9, 1.2), lower=True) == "≥ 1.05" and n["e.ci"] == "[0.90, 1.20]"
     assert n.record("s", "A sentence, as is.") == "A sentence, as is."
     assert n.fill_missing({"a", "z"}) == ["z"] and n["z"] == f"n/a ({paper.NOT_COMPUTED})"
     assert paper.load_numbers(n.save())["e"] == "≥ 1.05"
@@ -155,6 +157,28 @@ def test_embeds_resolve_from_the_notebook_outputs(tmp_path):
     assert missing == ["../outputs/notebooks/02_depth.ipynb#fig-x", "../outputs/notebooks/02_depth.ipynb#tbl-y"]
     assert md.count(paper.NOT_COMPUTED) >= 2 and "{#fig-x}" in md and "{#tbl-y}" in md
     paper.crossref(md)  # the labels still resolve
+
+
+def test_bounds_print_on_their_side():
+    """Issue 13: a crossing censored at the end of the sweep is a bound from above, one at the first level from below."""
+    assert paper.fmt_crossing(1.953125, "below") == "≤ 1.95"
+    assert paper.fmt_crossing(1.953125, "below", 1) == "≤ 1.95"  # the level's name, not "≤ 2.0"
+    assert paper.fmt_crossing(250.0, "above", 1) == "≥ 250"
+    assert paper.fmt_crossing(1.953125, True, 1) == "≤ 1.95"  # legacy bool: "not reached within the sweep"
+    assert paper.fmt_crossing(0.8, "above") == "≥ 0.80" and paper.fmt_crossing(0.39, "below") == "≤ 0.39"
+    assert paper.fmt_crossing(0.8, "undefined") == "n/a" and paper.fmt_crossing(float("nan"), "above") == "n/a"
+    # an undefined point prints no interval (the issue's "n/a [2.0, 250.0]")
+    assert paper.fmt_estimate(float("nan"), 1.953125, 250.0, digits=1) == "n/a"
+    assert paper.fmt_estimate(0.5, 0.1, 0.9, "undefined") == "n/a"
+    assert paper.fmt_estimate(0.75, 0.38, 1.05) == "0.75 [0.38, 1.05]"
+    assert paper.fmt_estimate(0.8, 0.7, 0.9, "above") == "≥ 0.80 [0.70, 0.90]"
+    # a range over models keeps each end's bound (the issue's bare "0.05–0.39")
+    assert paper.fmt_range([0.05, 0.39, 0.2], ["", "above", ""]) == "0.05 – ≥ 0.39"
+    assert paper.fmt_range([0.05, 0.39]) == "0.05–0.39"
+    assert paper.fmt_range([0.8, 0.86], ["above", "above"]) == "≥ 0.80 – ≥ 0.86"
+    assert paper.fmt_range([0.3, np.nan, 0.3], ["", "", "above"]) == "≥ 0.30"
+    assert paper.fmt_range([0.1, 0.2], ["", "undefined"]) == "0.10"
+    assert paper.fmt_range([np.nan]) == "n/a"
 
 
 def test_every_cited_number_reaches_the_html(tmp_path):

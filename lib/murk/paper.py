@@ -39,7 +39,7 @@ from typing import Any, Iterable, Mapping
 from murk import paths
 
 __all__ = ["fmt", "fmt_interval", "fmt_estimate", "fmt_bound", "fmt_crossing", "fmt_range", "fmt_level",
-           "fmt_visibility", "fmt_visibility_interval",
+           "fmt_visibility", "fmt_visibility_interval", "BOUND_SIGNS",
            "fmt_list", "level_label", "NOT_COMPUTED", "Numbers", "write_numbers", "load_numbers", "cited_keys",
            "INLINE_RE", "INCLUDE_RE", "EMBED_RE", "cell_options", "notebook_cells", "resolve_embeds",
            "resolve_qmd", "crossref", "render_paper", "markdown_table", "write_text_atomic"]
@@ -85,30 +85,149 @@ def fmt_bound(x: float, lower: bool = False, upper: bool = False, digits: int = 
     return f"≥ {s}" if lower else f"≤ {s}" if upper else s
 
 
-def fmt_estimate(point: float, lo: float = float("nan"), hi: float = float("nan"), digits: int = 2,
-                 lower: bool = False, upper: bool = False) -> str:
-    """A point with its interval, ``0.97 [0.95, 0.98]``; an undefined point is "n/a", with no
-    interval; a bound (``lower``/``upper``) is written ``≥ 0.80`` / ``≤ 0.80``, without interval (as the spec)."""
-    s = fmt_bound(point, lower, upper, digits)
-    if s == "n/a" or lower or upper:
-        return s
-    ci = fmt_interval(lo, hi, digits)
-    return f"{s} {ci}" if ci else s
+#: Sign printed before a value censored on each side: "below" = the true value is
+#: at most the printed one (a crossing below the last sweep level; W bounded from
+#: above), "above" = at least (a crossing at or before the first level; W
+#: bounded from below).
+BOUND_SIGNS: dict[str, str] = {"below": "≤", "above": "≥"}
 
 
-def fmt_crossing(v: float, censored: bool, digits: int = 2, lower_bound_sign: str = "≥") -> str:
-    """A crossing visibility or W; censored values print as bounds (``≥ 0.80``)."""
-    s = fmt(v, digits)
-    return f"{lower_bound_sign} {s}" if censored and s != "n/a" else s
+def _side(censored, lower_bound_sign: str | None = None) -> str:
+    """Normalise a ``censored`` argument to "", "below", "above" or "undefined".
+
+    ``True`` (the legacy boolean) means "not reached within the sweep", i.e.
+    ``"below"``, unless ``lower_bound_sign`` asks for the old "≥" explicitly.
+    """
+    if censored is None or censored is False or (isinstance(censored, float) and math.isnan(censored)):
+        return ""
+    if isinstance(censored, (bool, int)) and not isinstance(censored, str):
+        if not censored:
+            return ""
+        return "above" if lower_bound_sign == "≥" else "below" if lower_bound_sign in (None, "≤") else "sign"
+    side = str(censored)
+    if side not in ("", "below", "above", "undefined"):
+        raise ValueError(f"censored must be '', 'below', 'above', 'undefined' or a bool, got {censored!r}")
+    return side
 
 
-def fmt_range(values: Iterable[float], digits: int = 2) -> str:
-    """The range of finite values, ``lo–hi`` (one value if they agree); "n/a" if none is finite."""
-    v = sorted(float(x) for x in values if _finite(x))
-    if not v:
+def _is_sweep_level(v: float) -> bool:
+    from murk import physics
+
+    return any(math.isclose(v, float(x), rel_tol=1e-9) for x in physics.SWEEP_M)
+
+
+def fmt_crossing(value: float, censored=None, digits: int = 2, lower_bound_sign: str | None = None) -> str:
+    """A crossing visibility or a W, printed as a bound on the side it is censored.
+
+    Parameters
+    ----------
+    value : float
+        Crossing visibility in metres, or W in decades; NaN prints "n/a".
+    censored : {"", "below", "above", "undefined"} or bool, optional
+        Side of the bound (``censored_side`` / ``w_censored_side`` of
+        :func:`murk.analysis.crossing_table`): ``"below"`` = the true value is
+        at most *value* (a crossing below the last level, ``≤ 1.95``; a W
+        bounded from above), ``"above"`` = at least (a crossing at or before
+        the first level, ``≥ 250``; a W bounded from below), ``"undefined"``
+        prints "n/a". A boolean is the legacy form, "not reached within the
+        sweep": True is ``"below"`` (``≤``); with ``lower_bound_sign="≥"`` it is
+        ``"above"``, the old default for a W.
+    digits : int, default 2
+        Decimals of an unbounded value and of a bounded W. A bound that is a
+        sweep level (1.953125 m, 250 m) prints as the level's name
+        (:func:`fmt_level`: ``1.95``, ``250``), not as ``2.0``.
+    lower_bound_sign : str, optional
+        Legacy: the sign printed for ``censored=True``.
+
+    Returns
+    -------
+    str
+        ``"12.4"``, ``"≤ 1.95"``, ``"≥ 250"``, ``"≥ 0.80"`` or ``"n/a"``.
+
+    Examples
+    --------
+    >>> fmt_crossing(1.953125, "below", 1), fmt_crossing(250.0, "above", 1), fmt_crossing(0.8, "above")
+    ('≤ 1.95', '≥ 250', '≥ 0.80')
+    """
+    side = _side(censored, lower_bound_sign)
+    if side == "undefined" or value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
-    lo, hi = fmt(v[0], digits), fmt(v[-1], digits)
-    return lo if lo == hi else f"{lo}–{hi}"
+    if not side:
+        return fmt(value, digits)
+    s = fmt_level(value) if _is_sweep_level(float(value)) else fmt(value, digits)
+    sign = lower_bound_sign if side == "sign" else BOUND_SIGNS[side]
+    return f"{sign} {s}"
+
+
+def fmt_estimate(point: float, lo: float = float("nan"), hi: float = float("nan"), censored=None,
+                 digits: int = 2, *, lower: bool = False, upper: bool = False) -> str:
+    """A point with its bootstrap interval, ``"0.75 [0.38, 1.05]"``; bounds as :func:`fmt_crossing`.
+
+    An undefined point (NaN, or ``censored="undefined"``) prints ``"n/a"`` alone,
+    never an interval of something that is not defined; an undefined interval is
+    left out. ``lower`` / ``upper`` are the keyword forms of ``censored="above"``
+    (``≥``) / ``"below"`` (``≤``).
+
+    >>> fmt_estimate(0.8, 0.7, 0.9, "above"), fmt_estimate(float("nan"), 0.1, 0.9), fmt_estimate(0.2, 0.1, 0.3)
+    ('≥ 0.80 [0.70, 0.90]', 'n/a', '0.20 [0.10, 0.30]')
+    """
+    if censored is None and (lower or upper):
+        censored = "above" if lower else "below"
+    p = fmt_crossing(point, censored, digits)
+    if p == "n/a":
+        return p
+    ci = fmt_interval(lo, hi, digits)
+    return f"{p} {ci}" if ci else p
+
+
+def fmt_range(values, censored=None, digits: int = 2) -> str:
+    """The range of a quantity over models, each end keeping its own bound.
+
+    Parameters
+    ----------
+    values : array_like of float
+        One value per model (NaN left out).
+    censored : array_like of str or bool, optional
+        The side of each value (as :func:`fmt_crossing`); default none.
+    digits : int, default 2
+
+    Returns
+    -------
+    str
+        ``"0.05–0.39"`` without bounds; ``"0.05 – ≥ 0.39"`` when an end is a
+        bound (the end's sign is kept); one value (all equal) prints once;
+        ``"n/a"`` when nothing is defined. Values whose W is undefined are left
+        out.
+
+    Examples
+    --------
+    >>> fmt_range([0.05, 0.39, 0.2], ["", "above", ""])
+    '0.05 – ≥ 0.39'
+    """
+    import numpy as np
+
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if censored is None:
+        sides = [""] * v.size
+    else:
+        c = np.broadcast_to(np.asarray(censored, dtype=object), v.shape)
+        sides = [_side(x if not isinstance(x, np.bool_) else bool(x)) for x in c]
+    keep = [i for i in range(v.size) if np.isfinite(v[i]) and sides[i] != "undefined"]
+    if not keep:
+        return "n/a"
+
+    def end(pick):
+        vals = np.array([v[i] for i in keep])
+        target = pick(vals)
+        at = [i for i in keep if math.isclose(v[i], target, rel_tol=1e-12, abs_tol=1e-12)]
+        bounded = [i for i in at if sides[i]]  # a tie keeps the bound (the weaker statement)
+        i = (bounded or at)[0]
+        return fmt_crossing(float(v[i]), sides[i], digits)
+
+    lo, hi = end(np.min), end(np.max)
+    if lo == hi:
+        return lo
+    return f"{lo} – {hi}" if (lo[0] in "≤≥" or hi[0] in "≤≥") else f"{lo}–{hi}"
 
 
 def fmt_level(visibility_m: float) -> str:
@@ -119,6 +238,8 @@ def fmt_level(visibility_m: float) -> str:
     >>> [fmt_level(250 / 2 ** k) for k in range(8)]
     ['250', '125', '62.5', '31.3', '15.6', '7.8', '3.9', '1.95']
     """
+    if not _finite(visibility_m) and not (visibility_m is not None and float(visibility_m) == math.inf):
+        return "n/a"
     v = float(visibility_m)
     if not math.isfinite(v):
         return "clean"
@@ -171,7 +292,7 @@ class Numbers(dict):
     >>> n["w.c_int.fog.t2.m.ci"]
     '[0.03, 0.10]'
     >>> n.record("w.c_int.underwater.t2.m", 1.05, ci=(0.9, 1.2), lower=True), n["w.c_int.underwater.t2.m.ci"]
-    ('≥ 1.05', '')
+    ('≥ 1.05', '[0.90, 1.20]')
     """
 
     def __init__(self, path: str | os.PathLike | None = None):
@@ -191,7 +312,7 @@ class Numbers(dict):
             without decimals; a float with ``digits`` decimals (NaN: "n/a").
         ci : (lo, hi), optional
             Also record ``<key>.ci`` (:func:`fmt_interval`; ``""`` when the point or
-            the interval is undefined, or the value is a bound).
+            the interval is undefined).
         lower, upper : bool
             The value is a lower (``≥``) or upper (``≤``) bound.
 
@@ -209,8 +330,8 @@ class Numbers(dict):
         else:
             s = fmt_bound(value, lower, upper, digits)
         self[key] = s
-        if ci is not None:  # no interval for an undefined point or a bound
-            self[key + ".ci"] = fmt_interval(*ci, digits) if s != "n/a" and not (lower or upper) else ""
+        if ci is not None:  # no interval for an undefined point
+            self[key + ".ci"] = fmt_interval(*ci, digits) if s != "n/a" else ""
         return s
 
     def fill_missing(self, keys: Iterable[str]) -> list[str]:
