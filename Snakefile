@@ -69,7 +69,6 @@ rule depth:
     output:
         current=f"{OUT}/depth/current.json",
         nominal=f"{OUT}/analysis/nominal_equivalence.nc",
-        table_vii=f"{OUT}/analysis/tbl-nominal.md",
         scene=f"{OUT}/figures/scene_levels.png",
     log:
         f"{NB}/02_depth.ipynb",
@@ -166,7 +165,8 @@ rule analyse:
                                                      "tbl-sweep-t3", "tbl-auroc", "tbl-monotonicity",
                                                      "tbl-confident", "tbl-models", "tbl-prompts", "tbl-config",
                                                      "tbl-verbal-wordings", "tbl-monitor-accuracy",
-                                                     "tbl-monitor-w", "tbl-monitor-gate", "tbl-missing"]),
+                                                     "tbl-monitor-w", "tbl-monitor-gate", "tbl-missing",
+                                                     "tbl-nominal"]),
         cube=directory(f"{OUT}/cube.zarr"),
     log:
         f"{NB}/04_analyse.ipynb",
@@ -177,12 +177,16 @@ rule analyse:
         papermill("{input.nb}", "{log}", "-y 'models: {params.models}' {params.shard}")
 
 
+# The paper embeds its figures and tables from the executed notebooks (the logs of
+# the depth and analyse rules, under {OUT}/notebooks/); the numbers file, the last
+# thing the analyse notebook writes, stands for them.
 rule paper:
     input:
         qmd="paper/index.qmd",
         bib="paper/references.bib",
+        css="paper/paper.css",
         numbers=rules.analyse.output.numbers,
-        figures=rules.analyse.output.figures,
+        depth=rules.depth.output.current,
     output:
         html=f"{OUT}/paper/index.html",
     shell:

@@ -16,10 +16,11 @@
 # inversely to its category's frequency; prior-matched distractors for the
 # 4-way identification task t2 and the verification task t3. Writes
 # `items.json`, `items_meta.json` (config hash, items hash) and `items_report.json`
-# (candidate count, guesser statistic, target shares) under the output root, and
-# freezes the run: the first select of `run_name` records both hashes (under
+# (candidate count, guesser statistic, target shares) under the output root.
+#
+# The run is frozen: the first select of `run_name` records both hashes (under
 # `data/frozen/`, or `$MURK_FROZEN_DIR`); a later select of the same run name with
-# another config or other items is refused.
+# another config or other items is refused *before anything is written*.
 
 # %% tags=["parameters"]
 coco_dir = None      # folder in COCO's layout; None: $MURK_COCO_DIR
@@ -30,30 +31,53 @@ output_dir = None    # None: $MURK_OUTPUT_DIR or outputs/
 run_name = None      # frozen record name; None: "offline-demo" if MURK_OFFLINE else "demo"
 
 # %%
-import json
 from collections import Counter
 
 import matplotlib.pyplot as plt
 
-from murk import pipeline
+from murk import coco, config, items, paths
 
-from murk import paths
+# %% [markdown]
+# ## The draw
+#
+# The annotation file and image folder (`MURK_COCO_DIR`, or fetched into
+# `outputs/coco/` when online), the frozen configuration (`data/config.yaml`,
+# spec Table III), then the selection itself (`murk.items.select_items`).
 
-table = pipeline.stage_select(coco_dir=coco_dir, n_items=n_items, seed=seed, output_dir=output_dir, split=split,
-                              run_name=run_name)
-_, meta = pipeline.read_items(output_dir)
-print(f"run {meta['run_name']!r}: {len(table)} items; config hash {meta['config_hash'][:12]}, "
-      f"items hash {meta['items_hash'][:12]}")
+# %%
+ann, image_dir = coco.coco_files(coco_dir, split)
+cfg = config.load_config()
+table = items.select_items(ann, n_items=n_items, seed=seed, config=cfg)
 table[["image_id", "category", "t2_options", "t2_answer_index", "t3_distractor"]].head(10)
 
 # %% [markdown]
-# Checks of the selection (spec Sec. III): the candidate count (1146 on full
-# val2017), the guesser that always answers the most frequent target category
-# (0.29 on t2 for the spec's 1000 items; chance 0.25) and the share of each
-# target category.
+# ## Freeze, then write
+#
+# The config hash and the items hash are recorded for the run name, or checked
+# against its record (a mismatch raises here, before any file is written). Only
+# then are the selected images fetched (online) and the three files written.
 
 # %%
-report = json.loads((paths.items_file(output_dir).with_name("items_report.json")).read_text())
+if run_name is None:
+    run_name = "offline-demo" if paths.offline() else "demo"
+config_hash, items_hash = config.config_hash(cfg), items.items_hash(table)
+config.freeze_run(run_name, config_hash, items_hash, n_items=len(table), seed=seed, annotation_file=ann)
+report = items.selection_report(table, ann, cfg)
+coco.ensure_images(table["file_name"], image_dir, split)  # downloads only the selected images, if online
+meta = {"config_hash": config_hash, "items_hash": items_hash, "run_name": run_name,
+        "n_items": int(len(table)), "n_items_requested": int(n_items), "seed": int(seed),
+        "annotation_file": str(ann), "image_dir": str(image_dir)}
+items.save_selection(table, meta, report, output_dir)
+print(f"run {run_name!r}: {len(table)} items; config hash {config_hash[:12]}, items hash {items_hash[:12]}")
+
+# %% [markdown]
+# ## Checks of the selection
+#
+# The candidate count (the spec reports it for full val2017), the guesser that
+# always answers the most frequent target category (the spec's statistic for its
+# 1000 items, against chance for t2) and the share of each target category.
+
+# %%
 print(f"{report['n_candidates']} candidates, {report['n_items']} items from {report['annotation_file']}")
 print(f"guesser '{report['guesser_category']}': t2 accuracy {report['guesser_accuracy_t2']:.3f} "
       f"(shown in {report['guesser_option_share']:.2f} of the items; chance {report['chance_t2']:.2f}); "

@@ -14,11 +14,13 @@
 # Depth Anything V2 (metric, outdoor, small) through transformers, clipped to
 # [0.5, 80] m and estimated on the clean image (spec Sec. III). Without weights
 # (`MURK_OFFLINE=1`) the explicitly approximate `constant` backend puts every
-# pixel at 13.8 m; `folder` reads precomputed `<image_id>.npy` maps (metres) from the
-# folder given as `model`. The cube and the paper name the backend used.
+# pixel at the spec's median scene depth; `folder` reads precomputed
+# `<image_id>.npy` maps (metres) from the folder given as `model`. The cube and
+# the paper name the backend used.
 #
-# This stage also draws Figure 2 (one scene at six levels) and computes Table VII
-# (the nominal equivalence of the ImageNet-C severities), which need the depth.
+# This stage also draws the paper's scene figure (one scene at six levels) and
+# computes the nominal equivalence of the ImageNet-C severities (spec Table VII),
+# which both need the depth.
 
 # %% tags=["parameters"]
 backend = "auto"   # "auto" | "depth-anything-v2" | "folder" | "constant"; auto = constant when MURK_OFFLINE=1
@@ -26,27 +28,62 @@ model = "depth-anything/Depth-Anything-V2-Metric-Outdoor-Small-hf"  # hub id or 
 output_dir = None
 
 # %%
-import json
+import os
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
+from IPython.display import Image, display
+from tqdm.auto import tqdm
 
-from murk import depth, pipeline
+from murk import config, depth, figures, items, nominal, paths, render
 
-folder = pipeline.stage_depth(backend=backend, model=model, output_dir=output_dir)
-manifest = json.loads((folder / "manifest.json").read_text())
-print({k: v for k, v in manifest.items() if k not in ("image_ids", "per_image")})
+cfg = config.load_config()
+table, meta = items.read_items(output_dir)
+max_side = cfg["render"]["max_side_px"]
+
+# %% [markdown]
+# ## The loop: read → estimate → write
+#
+# For each item in order: skip it if its map is cached by the same model and
+# revision; otherwise read the clean image at full resolution, estimate depth,
+# resize the map to the presented size (longer side ≤ `max_side_px`) and write
+# `outputs/depth/<backend>/<image_id>.npy` atomically. An image that cannot be read
+# is skipped and listed; the read-out stage records it as missing.
+
+# %%
+est = depth.get_backend(backend, model)
+folder = depth.depth_cache_dir(est.name, output_dir)
+folder.mkdir(parents=True, exist_ok=True)
+written, skipped = [], {}
+for _, row in tqdm(table.iterrows(), total=len(table), desc="depth", unit="img"):
+    image_id = int(row["image_id"])
+    if depth.is_cached(folder, image_id, est):
+        continue
+    try:
+        img = render.load_image(Path(meta["image_dir"]) / row["file_name"])
+        size = render.presented_size(img.shape[1], img.shape[0], max_side,
+                                     name=f"image {image_id} ({row['file_name']})")
+    except (FileNotFoundError, ValueError, OSError) as e:  # bad input (incl. too small): skip, list, go on
+        skipped[image_id] = str(e)
+        continue
+    depth.save_depth(folder, image_id, render.resize_depth(est(img, image_id=image_id), size))
+    written.append(image_id)
+depth.write_manifest(folder, est, table["image_id"], written=written)
+depth.set_current(folder, est, output_dir)  # the cache the later stages read
+print(f"depth: {len(written)} written, {len(table) - len(written) - len(skipped)} cached, {len(skipped)} skipped")
+for image_id, reason in skipped.items():
+    print(f"  image {image_id}: {reason}")
 
 # %% [markdown]
 # Quick look: the median over images of the median scene depth (the spec reports
-# 13.8 m for Depth Anything V2 on its 1000 items); the depth stage writes it into
-# the manifest.
+# it for Depth Anything V2 on its items); the manifest records it with the
+# backend's provenance.
 
 # %%
-medians = np.array([np.median(depth.load_depth(folder, i)) for i in manifest["image_ids"]])
-print(f"median over images of the median scene depth: {manifest['median_scene_depth_m']:.1f} m "
-      f"({manifest['depth_backend']}{', approximate' if manifest['depth_approximate'] else ''})")
+manifest = depth.read_manifest(folder)
+print({k: v for k, v in manifest.items() if k not in ("image_ids", "per_image")})
+medians = [np.median(depth.load_depth(folder, i)) for i in manifest["image_ids"] if (folder / f"{i}.npy").is_file()]
 fig, ax = plt.subplots(figsize=(5, 3))
 ax.hist(medians, bins=20, color="#4477AA")
 ax.set_xlabel("median scene depth (m)")
@@ -54,36 +91,52 @@ ax.set_ylabel("images")
 fig.tight_layout()
 
 # %% [markdown]
-# ## Figure 2: one scene at six levels, both arms
+# ## One scene across the sweep
 #
-# The first item, as presented to the models (degraded, then the 8-px box drawn).
+# The first item whose image can be read, as presented to the models: degraded
+# first (Eq. 1 in linear RGB), then the red box drawn. Saved as
+# `figures/scene_levels.png` and embedded in the paper from this cell.
 
 # %%
-from murk import config, figures, paths, render
-
-table, meta = pipeline.read_items(output_dir)
-row = table.iloc[0]
-img = render.load_image(Path(meta["image_dir"]) / row["file_name"])
-size = render.presented_size(img.shape[1], img.shape[0], config.load_config()["render"]["max_side_px"])
-img = render.resize_image(img, size)
+#| label: fig-scene
+#| fig-cap: "One scene across the sweep in fog (top) and under water (bottom), degraded first, the box drawn after the degradation."
+for i in range(len(table)):
+    row = table.iloc[i]
+    try:
+        img, size = render.load_presented(Path(meta["image_dir"]) / row["file_name"], max_side)
+        z = depth.load_depth(folder, int(row["image_id"]))
+        break
+    except (FileNotFoundError, ValueError, OSError):
+        continue
+else:
+    raise FileNotFoundError("no item has a readable image and a depth map: check MURK_COCO_DIR")
 bbox = render.scale_bbox(row["bbox"], (int(row["width"]), int(row["height"])), size)
-fig = figures.plot_scene_levels(img, depth.load_depth(folder, int(row["image_id"])), bbox,
-                                depth_label=manifest["depth_backend"],
-                                approximate=bool(manifest["depth_approximate"]))
-figures.save(fig, paths.figures_dir(output_dir), "scene_levels")
+fig = figures.plot_scene_levels(img, z, bbox, box_width_px=cfg["render"]["box_width_px"],
+                                depth_label=manifest["depth_backend"], approximate=bool(manifest["depth_approximate"]))
+png, _ = figures.save(fig, paths.figures_dir(output_dir), "scene_levels")
+display(Image(filename=str(png)))
 
 # %% [markdown]
-# ## Table VII: ImageNet-C fog severities on the visibility axis
+# ## ImageNet-C fog severities on the visibility axis
 #
 # For each image and severity, the fog visibility whose rendering (same image, its
-# own depth) retains the same contrast gain; the luma std ratio is the check.
-# Written to `analysis/nominal_equivalence.nc` and `analysis/tbl-nominal.md`.
+# own depth) retains the same contrast gain; the luma std ratio is the check
+# (`murk.nominal.nominal_equivalence`). Written to `analysis/nominal_equivalence.nc`;
+# the analyse stage turns it into the paper's table and figure (RQ4).
 
 # %%
-from murk import nominal
-
-nominal_ds = pipeline.stage_nominal(output_dir=output_dir)
-tbl = nominal.table_vii(nominal_ds)
-print(tbl[["median_v_eq_gain_m", "spread_p90_p10", "median_v_eq_std_ratio_m", "n_images"]].round(1))
-print(f"monotone share: {tbl.attrs['monotone_share']:.2f} of {tbl.attrs['monotone_n']} images; "
-      f"depth {nominal_ds.attrs['depth_backend']}")
+current = depth.current_depth(output_dir)
+attrs = {"config_hash": meta["config_hash"], "items_hash": meta["items_hash"],
+         "depth_backend": current["depth_backend"], "depth_approximate": int(current["depth_approximate"]),
+         "depth_model": current.get("depth_model", ""), "depth_revision": current.get("depth_revision", ""),
+         "git_commit": config.git_commit()}
+nominal_ds = nominal.nominal_equivalence(
+    table, meta["image_dir"], current["path"], max_side=max_side, seed=meta["seed"],
+    severities=cfg["physics"].get("imagenet_c_fog_severities", nominal.IMAGENET_C_SEVERITIES),
+    attrs=attrs, progress=True)
+out = paths.analysis_dir(output_dir) / "nominal_equivalence.nc"
+out.parent.mkdir(parents=True, exist_ok=True)
+tmp = out.with_name(".nominal_equivalence.nc.tmp")
+nominal_ds.to_netcdf(tmp)
+os.replace(tmp, out)
+nominal.table_vii(nominal_ds)[["median_v_eq_gain_m", "spread_p90_p10", "median_v_eq_std_ratio_m", "n_images"]]

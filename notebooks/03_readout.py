@@ -31,26 +31,101 @@ n_verbal_items = 0            # the first n items are also asked verbal wordings
 output_dir = None
 
 # %%
+import warnings
+
 import matplotlib.pyplot as plt
 import xarray as xr
+from tqdm.auto import tqdm
 
-from murk import pipeline
+from murk import config, cube, depth, items, paths, prompts, readout, render
 
-store = pipeline.stage_readout(model, output_dir=output_dir, max_items=max_items, device=device,
-                               n_verbal_items=n_verbal_items, shard=shard, shard_size=shard_size)
-if store is None:
-    print("this shard lies beyond the last item: nothing to read out")
-    ds = None
-else:
-    ds = xr.open_zarr(store, consolidated=False)
-    print(f"{int(ds['done'].sum())} of {ds.sizes['image']} images read out; attrs:")
-    print({k: ds.attrs[k] for k in ("model_id", "model_revision", "pipeline_check", "n_visual_tokens", "depth_backend")})
+cfg = config.load_config()
+table, meta = items.read_items(output_dir)
+current = depth.current_depth(output_dir)
+span = paths.shard_span(len(table), shard, shard_size, max_items)   # the items of this job
+store = paths.readout_store(model, output_dir, shard, shard_size)
+print(f"{model}: items {span.start}..{span.stop - 1} of {len(table)} into {store}" if len(span) else
+      f"{model}: shard {shard} of size {shard_size} lies beyond the {len(table)} items: nothing to read out")
+
+# %% [markdown]
+# ## The store and the model
+#
+# The store records the provenance every later stage checks: a store written for
+# other items, another config, another model or another depth backend is
+# refused, never mixed (`murk.cube.open_readout_store`). The images already done
+# are skipped; the model is loaded once (`murk.readout.load_vlm`: a hub id, a
+# local folder or a tiny offline checkpoint), and only if there is work left.
+
+# %%
+attrs = {"config_hash": meta["config_hash"], "items_hash": meta["items_hash"], "model_id": model,
+         "depth_backend": current["depth_backend"]}   # what an existing store must have been written for
+todo, vlm = [], None
+if len(span) and store.exists():  # resuming: refuses a store written for other inputs
+    ds = cube.open_readout_store(store, table["image_id"].iloc[span.start:span.stop],
+                                 table["category"].iloc[span.start:span.stop], attrs)
+    done = ds["done"].values
+    todo = [i for i in span if not done[i - span.start]]
+elif len(span):
+    todo = list(span)
+if todo:
+    vlm = readout.load_vlm(model, device=device, root=output_dir)
+    attrs.update({"model_revision": vlm.revision, "pipeline_check": int(vlm.is_pipeline_check),
+                  "n_visual_tokens": int(vlm.n_visual_tokens), "depth_approximate": current["depth_approximate"],
+                  "depth_model": current.get("depth_model", ""), "schema_version": cube.SCHEMA_VERSION})
+    if vlm.is_pipeline_check:
+        attrs["note"] = "PIPELINE CHECK: tiny randomly initialised checkpoint; numbers carry no meaning"
+    elif current["depth_approximate"]:
+        warnings.warn(f"{model} is a real model but the depth is the approximate backend "
+                      f"{current['depth_backend']!r}: its crossing visibilities in metres rest on that assumption "
+                      f"(W does not). Rerun the depth stage with backend='depth-anything-v2' for the study.")
+    cube.open_readout_store(store, table["image_id"].iloc[span.start:span.stop],
+                            table["category"].iloc[span.start:span.stop], attrs)
+print(f"{len(todo)} of {len(span)} images to read out")
+
+# %% [markdown]
+# ## The loop: render → read → write
+#
+# For each image not yet done: its inputs at the presented size
+# (`murk.render.item_inputs`: the image, its depth, the box, the shuffled
+# control's partner), all 24 conditions rendered (`murk.render.render_conditions`),
+# then every question of every condition read out from one shared prefix per
+# condition (`murk.readout.read_item`: one vision pass and one prefill), and the
+# image written (`murk.cube.write_image`: values first, then its `done` flag).
+# Bad input (a missing or undecodable image, a missing depth map) is recorded
+# with its reason (`murk.cube.write_missing`) and the loop goes on.
+
+# %%
+partner = items.shuffled_partner(len(table), cfg["items"].get("shuffle_offset", 37))
+skipped = {}
+for i in tqdm(todo, desc=f"readout {paths.model_slug(model)}", unit="img"):
+    row = table.iloc[i]
+    try:
+        x = render.item_inputs(table, i, partner[i], meta["image_dir"], current["path"], cfg)
+        conditions = list(render.render_conditions(x["image"], x["depth_m"], x["bbox"], x["partner_image"],
+                                                   seed=meta["seed"], image_id=int(row["image_id"]), config=cfg))
+    except (FileNotFoundError, ValueError, OSError) as e:  # bad input: record it, keep going, lose nothing
+        skipped[int(row["image_id"])] = str(e)
+        cube.write_missing(store, i - span.start, str(e))
+        continue
+    questions = prompts.questions_for_item(row, cfg)
+    verbal = prompts.VERBAL_WORDINGS if i < int(n_verbal_items) else ("v1",)
+    results = {}
+    for arm, level, shown in conditions:
+        for task, r in readout.read_item(vlm, shown, questions, cfg, verbal_variants=verbal).items():
+            results[(arm, level, task)] = r
+    cube.write_image(store, i - span.start, results)
+print(f"readout {model}: every item processed" if not skipped else
+      f"readout {model}: {len(skipped)} item(s) skipped, recorded as missing:\n"
+      + "\n".join(f"  image {k}: {v}" for k, v in skipped.items()))
 
 # %% [markdown]
 # Quick look: t2 accuracy, mean internal confidence and abstain rate against visibility, fog arm.
 
 # %%
-if ds is not None:
+if len(span):
+    ds = xr.open_zarr(store, consolidated=False)
+    print(f"{int(ds['done'].sum())} of {ds.sizes['image']} images read out; attrs:")
+    print({k: ds.attrs[k] for k in ("model_id", "model_revision", "pipeline_check", "n_visual_tokens", "depth_backend")})
     sel = ds["value"].sel(arm="fog", task="t2")
     fig, ax = plt.subplots(figsize=(5, 3.2))
     for name in ("correct", "c_int", "abstain"):

@@ -26,18 +26,67 @@ output_dir = None
 import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
+from tqdm.auto import tqdm
 
-from murk import physics, pipeline
+import murk
+from murk import config, cube, depth, items, monitor, paths, physics, render
 
-store = pipeline.stage_monitor(output_dir=output_dir, threshold_m=threshold_m)
-ds = xr.open_zarr(store, consolidated=False)
-vhat = ds["value"].sel(task="t2", readout="visibility_hat_m")
-print(f"{int(ds['done'].sum())} of {ds.sizes['image']} images")
+cfg = config.load_config()
+table, meta = items.read_items(output_dir)
+current = depth.current_depth(output_dir)
+threshold_m = monitor.DEFAULT_THRESHOLD_M if threshold_m is None else float(threshold_m)
+store = paths.readout_store(monitor.MONITOR_ID, output_dir)
+attrs = {"config_hash": meta["config_hash"], "items_hash": meta["items_hash"], "model_id": monitor.MONITOR_ID,
+         "model_revision": f"murk {murk.__version__}", "pipeline_check": 0, "n_visual_tokens": -1,
+         "kind": "monitor", "monitor_threshold_m": threshold_m,
+         "depth_backend": current["depth_backend"], "depth_approximate": current["depth_approximate"],
+         "depth_model": current.get("depth_model", ""), "schema_version": cube.SCHEMA_VERSION}
+ds = cube.open_readout_store(store, table["image_id"], table["category"], attrs)
+done = ds["done"].values.copy()
+todo = [i for i in range(len(table)) if not done[i]]
+print(f"{len(todo)} of {len(table)} images to estimate")
+
+# %% [markdown]
+# ## The loop: render → estimate → write
+#
+# As in the read-out stage, but the conditions are rendered without the box
+# (`marker=False`) and `murk.monitor.monitor_readouts` turns each into V̂ and its
+# read-outs; they are the same for every task. Bad input is recorded with its
+# reason and the loop goes on.
+
+# %%
+partner = items.shuffled_partner(len(table), cfg["items"].get("shuffle_offset", 37))
+skipped = {}
+for i in tqdm(todo, desc="monitor", unit="img"):
+    row = table.iloc[i]
+    try:
+        x = render.item_inputs(table, i, partner[i], meta["image_dir"], current["path"], cfg)
+        conditions = {(arm, level): shown for arm, level, shown in render.render_conditions(
+            x["image"], x["depth_m"], x["bbox"], x["partner_image"], seed=meta["seed"],
+            image_id=int(row["image_id"]), config=cfg, marker=False)}
+    except (FileNotFoundError, ValueError, OSError) as e:  # bad input: record it, keep going, lose nothing
+        skipped[int(row["image_id"])] = str(e)
+        cube.write_missing(store, i, str(e))
+        continue
+    out = monitor.monitor_readouts(conditions, {("clean", 0): x["depth_m"], ("shuffled", 0): x["partner_depth_m"]},
+                                   threshold_m=threshold_m)
+    results = {}
+    for (arm, level), r in out.items():
+        r = {k: r.get(k, np.nan) for k in cube.READOUTS} | {k: "" for k in cube.TEXT_READOUTS}
+        for task in cube.TASKS:
+            results[(arm, level, task)] = r
+    cube.write_image(store, i, results)
+print("monitor: every item processed" if not skipped else
+      f"monitor: {len(skipped)} item(s) skipped, recorded as missing:\n"
+      + "\n".join(f"  image {k}: {v}" for k, v in skipped.items()))
 
 # %% [markdown]
 # Quick look: median V̂ against the true V in both physical arms (the dashed line is V̂ = V).
 
 # %%
+ds = xr.open_zarr(store, consolidated=False)
+vhat = ds["value"].sel(task="t2", readout="visibility_hat_m")
+print(f"{int(ds['done'].sum())} of {ds.sizes['image']} images")
 fig, ax = plt.subplots(figsize=(4.5, 3.2))
 for arm in ("fog", "underwater"):
     ax.plot(physics.SWEEP_M, np.nanmedian(vhat.sel(arm=arm).values[1:], axis=-1), "-o", label=arm)

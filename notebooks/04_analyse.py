@@ -9,19 +9,30 @@
 # ---
 
 # %% [markdown]
-# # Stage 4 · analyse: cube → scores, crossings, tables, figures, numbers
+# # Stage 4 · analyse: the cube, the scores, and what they say
 #
-# Merges the models' read-out stores into the cube (`cube.zarr`, dims
-# model × arm × level × task × image × readout), then computes from one paired
-# bootstrap draw over images (1000 resamples per condition value, 2000 for
-# crossing points; spec Sec. III): the condition means, ECE and AUROC of the
-# confidences, coverage and risk of the abstain options, the crossing
-# visibilities V_acc and V_aware, the blind-spot width W = log10(V_acc / V_aware)
-# (≥ when the awareness crossing is censored), the blank-floor variant of V_acc,
-# the monotonicity counts, the confident errors and the reliability data. All
-# of it goes into `analysis/scores.nc` (a `stat` coordinate: point / lo / hi),
-# the tables (`analysis/*.md`), the figures and the flat numbers file that the
-# paper reads. Nothing here is typed by hand.
+# This notebook is the analysis of the study. It merges the models' read-out
+# stores into the cube (`cube.zarr`, dims model × arm × level × task × image ×
+# readout), computes every statistic from one paired bootstrap over images
+# (`murk.analysis.analyse`, spec Sec. III), and then answers the study's
+# questions one by one:
+#
+# * **RQ1** over what range of visibility does accuracy collapse?
+# * **RQ2** do internal and verbalized confidence follow the collapse, or lag behind it?
+# * **RQ3** does an explicit abstain option expose what the stated confidence hides, and how robust is it to wording?
+# * **RQ4** do the nominal ImageNet-C fog severities cover the failure band?
+#
+# followed by the verification task and the controls, and the visibility
+# monitor (beyond the spec). Each section says what it computes and why, then
+# builds its tables and figures in labelled cells (`fig-…`, `tbl-…`), which the
+# paper embeds from the executed notebook (`outputs/notebooks/04_analyse.ipynb`).
+#
+# Every number the paper cites is recorded in the cell that computes it with
+# `record(key, value, …)` (search this notebook for a key to find its origin),
+# and every sentence that states a finding is generated from the numbers with
+# its condition (`murk.claims`): it says "not observed", or the opposite, when the
+# cube says so. Nothing is typed by hand. The numbers file
+# (`paper_numbers.json`) is written by the last cell.
 
 # %% tags=["parameters"]
 models = ["murk-tiny/smolvlm", "murk-tiny/qwen3vl"]   # models whose read-out stores form the cube
@@ -29,34 +40,1143 @@ shard_size = None     # the read-outs' shard size (None: one store per model)
 output_dir = None
 
 # %%
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
 from IPython.display import Image, Markdown, display
 
-from murk import paths, report
+from murk import analysis, claims, config, cube, depth, figures, items, metrics, monitor, nominal, paper, paths
+from murk import physics, prompts, render
+from murk.paper import (fmt, fmt_crossing, fmt_estimate, fmt_interval, fmt_level, fmt_list, fmt_range, fmt_visibility,
+                        fmt_visibility_interval)
 
-res = report.stage_analyse(models, output_dir=output_dir, shard_size=shard_size)
-cube = res["cube"]
-print(cube)
-if cube.attrs.get("pipeline_check"):
-    display(Markdown("**" + cube.attrs["note"] + "**"))
-
-# %% [markdown]
-# ## Tables (files under `analysis/`, included by the paper)
-
-# %%
-for name, what in report.TABLES.items():
-    display(Markdown(f"**{name}**: {what}"))
-    display(Markdown((paths.analysis_dir(output_dir) / f"{name}.md").read_text()))
+cfg = config.load_config()
+A = cfg["analysis"]
+CHANCE = A["chance"]
+FIG_DIR, TABLE_DIR = paths.figures_dir(output_dir), paths.analysis_dir(output_dir)
+TABLE_DIR.mkdir(parents=True, exist_ok=True)
+numbers = paper.Numbers(paths.numbers_file(output_dir))
+record = numbers.record
+table, meta = items.read_items(output_dir)
 
 # %% [markdown]
-# ## The scores dataset
+# Two helpers show what a cell builds: `show` saves a figure under `figures/`
+# (PNG and PDF; with the visible pipeline-check mark when the results come from
+# random-weight checkpoints) and displays that file, which is what the paper
+# embeds; `show_table` displays a Markdown table (and keeps a copy under
+# `analysis/`). Change a plot argument in a cell and re-run it: the file and the
+# output change together.
 
 # %%
-res["scores"]
+def show(fig, name: str, pipeline_check: bool | None = None) -> None:
+    """Save ``fig`` as figures/<name>.png|pdf and display the PNG."""
+    png, _ = figures.save(fig, FIG_DIR, name, pipeline_check=PIPELINE_CHECK if pipeline_check is None else pipeline_check)
+    display(Image(filename=str(png)))
+
+
+def show_table(md: str, name: str) -> None:
+    """Display a Markdown table and keep it as analysis/tbl-<name>.md."""
+    paper.write_text_atomic(TABLE_DIR / f"tbl-{name}.md", md)
+    display(Markdown(md))
+
+
+def not_computed(what: str) -> str:
+    """A one-row table saying that this run did not compute ``what`` (keeps the caption and label)."""
+    return paper.markdown_table([{"note": f"{paper.NOT_COMPUTED}: {what}"}])
+
+
+name = figures.short_name      # display name of a model
+key = paths.model_slug         # a model in numbers keys
+
+
+def crossing_text(v: float, lo: float, hi: float, side) -> str:
+    """A crossing visibility (m) with its interval. ``side`` is the crossing's ``censored_side`` ("" exact,
+    "below": never reached, ``≤ 1.95``; "above": reached at the first level, ``≥ 250``; a bool: True = "below");
+    a bound is printed without interval."""
+    s = fmt_crossing(v, side, 1)
+    if s == "n/a" or s[0] in "≤≥":
+        return s
+    s = fmt_visibility(v)
+    return f"{s} {fmt_visibility_interval(lo, hi)}".strip()
+
+
+def w_text(w: float, lo: float, hi: float, lower: bool, upper: bool) -> str:
+    """W as the paper writes it: ``W = 0.07 [0.03, 0.10]``, ``W ≥ 0.80`` (a bound), or ``W undefined``."""
+    s = fmt_estimate(w, lo, hi, lower=lower, upper=upper)
+    return "W undefined" if s == "n/a" else f"W {s}" if (lower or upper) else f"W = {s}"
 
 # %% [markdown]
-# ## Figures (files under `figures/`, used by the paper)
+# ## The cube
+#
+# The read-out stores of the models (one per model, or one per shard) and, when
+# it ran, the visibility monitor's store are merged into `cube.zarr`
+# (`murk.cube.merge_models`, atomic; stores written for other items, another
+# config or another depth backend are refused). The VLMs are analysed below;
+# the monitor has its own section.
 
 # %%
-for name, files in res["figures"].items():
-    print(name)
-    display(Image(filename=str(files[0]), width=640))
+stores = {m: paths.readout_stores(m, len(table), shard_size, output_dir) for m in models}
+if paths.readout_store(monitor.MONITOR_ID, output_dir).exists():
+    stores[monitor.MONITOR_ID] = paths.readout_store(monitor.MONITOR_ID, output_dir)  # never sharded
+flat = [p for v in stores.values() for p in (v if isinstance(v, list) else [v])]
+missing = [str(p) for p in flat if not Path(p).exists()]
+if missing:
+    raise FileNotFoundError(f"read-out stores missing: {missing}; run the readout stage for these models")
+full = cube.merge_models(stores, paths.cube_store(output_dir), attrs={"git_commit": config.git_commit()}).load()
+ds = full.sel(model=[m for m in full["model"].values if m != monitor.MONITOR_ID])
+VLMS = [str(m) for m in ds["model"].values]
+PIPELINE_CHECK = bool(ds["pipeline_check"].any())
+VIS = ds["visibility_m"].values           # level 0 (clean, inf) and the sweep
+END = len(physics.SWEEP_M)                 # the last, murkiest level
+
+
+def level_of(v_m: float) -> int:
+    """Index of the sweep level closest to ``v_m`` metres (in log V)."""
+    return 1 + int(np.argmin(np.abs(np.log(VIS[1:] / v_m))))
+
+
+print(full)
+if PIPELINE_CHECK:
+    display(Markdown("**" + full.attrs["note"] + "**"))
+
+# %% [markdown]
+# What was run: the models, the items and the provenance the paper's colophon
+# prints; the depth backend actually used, said in words for Methods.
+
+# %%
+pc = [m for m in VLMS if bool(ds["pipeline_check"].sel(model=m))]
+record("n_items", int(ds.sizes["image"]))
+record("n_items_requested", int(meta.get("n_items_requested", ds.sizes["image"])))
+record("n_models", len(VLMS))
+record("models", fmt_list(f"`{m}`" for m in VLMS))
+record("n_conditions", len(cube.CONDITIONS))
+record("config_hash", ds.attrs["config_hash"][:12])
+record("items_hash", ds.attrs["items_hash"][:12])
+record("git_commit", str(full.attrs.get("git_commit", "unknown"))[:12])
+record("depth_backend", f"`{ds.attrs['depth_backend']}`")
+approximate = bool(int(ds.attrs.get("depth_approximate", 0)))
+depth_model = str(ds.attrs.get("depth_model", "") or "")
+record("methods.depth", (
+    f"Metric depth comes from the `{ds.attrs['depth_backend']}` backend, an explicit approximation used because "
+    f"no depth weights were available: every pixel is placed at {depth.CONSTANT_DEPTH_M:g} m, the spec's median "
+    "scene depth, so the fog is uniform over each image and the crossing visibilities in metres rest on that "
+    "assumption (W does not)" if approximate else
+    f"Metric depth comes from `{ds.attrs['depth_backend']}`"
+    + (f" (checkpoint `{depth_model}`)" if depth_model else "")
+    + (" [@depthanythingv2]" if "depth-anything" in ds.attrs["depth_backend"] else "")
+    + ", estimated on the clean image"))
+record("depth_note", (
+    "an approximate constant depth (no depth weights were available), so absolute visibilities are only as good "
+    "as this assumption; W is unaffected by a global depth scale" if approximate else
+    "the backend named in Methods, estimated on the clean image"))
+record("pipeline_check_note", (
+    f"**Pipeline check.** The models {fmt_list(f'`{m}`' for m in pc)} are tiny randomly initialised checkpoints "
+    "of the real architectures, built offline by murk. Their numbers test the pipeline end to end and say nothing "
+    "about any real VLM; every figure carries a pipeline-check mark." if pc else
+    "All models are real pretrained checkpoints."))
+
+# %%
+#| label: tbl-models
+#| tbl-cap: "Models, revisions and visual tokens per image."
+show_table(paper.markdown_table([
+    {"model": f"`{m}`", "revision": f"`{str(rev)[:12] or 'n/a'}`", "visual tokens / image": str(int(nv)),
+     "pipeline check": "yes (tiny random weights)" if bool(p) else "no"}
+    for m, rev, nv, p in zip(ds["model"].values, ds["model_revision"].values, ds["n_visual_tokens"].values,
+                             ds["pipeline_check"].values)]), "models")
+
+# %% [markdown]
+# Bad input (a missing or undecodable image, a missing depth map) is recorded per
+# image and stage; the colophon lists it.
+
+# %%
+#| label: tbl-missing
+#| tbl-cap: "Items that could not be read out (missing or undecodable image, missing depth), by model."
+rows = []
+if "missing_reason" in full:
+    reasons = full["missing_reason"].transpose("model", "image").values
+    for mi, m in enumerate(full["model"].values):
+        for ii, img in enumerate(full["image"].values):
+            if str(reasons[mi, ii]):
+                rows.append({"model": f"`{m}`", "image": str(int(img)), "reason": str(reasons[mi, ii])})
+record("n_missing_items", len({r["image"] for r in rows}))
+show_table(paper.markdown_table(rows or [{"model": "all", "image": "–", "reason": "none: every item was read out"}]),
+           "missing")
+
+# %% [markdown]
+# ## The scores
+#
+# One draw of image resamples serves every statistic, so differences and
+# crossings are paired (`murk.analysis.analyse`): condition means with their
+# percentile intervals, ECE and AUROC of the confidences, coverage and risk of
+# the abstain options, the crossing visibilities V_acc and V_aware (mid-way
+# between the clean value and the floor, linear in log V, censored at the end of
+# the sweep) and W = log10(V_acc / V_aware), the blank-floor V_acc (post hoc),
+# the monotonicity counts, the confident errors and the reliability data. They
+# are kept in `analysis/scores.nc` (a `stat` coordinate: point, lo, hi).
+
+# %%
+res = analysis.analyse(ds, A["bootstrap_resamples"], A["bootstrap_resamples_crossing"], A["bootstrap_seed"],
+                       A["ci_level"], CHANCE)
+means, cross, sc = res["means"], res["crossings"], res["scores"]
+sc.attrs.update({k: str(ds.attrs[k]) for k in ("config_hash", "items_hash", "depth_backend") if k in ds.attrs})
+sc.attrs["git_commit"] = str(full.attrs.get("git_commit", "unknown"))
+for name_, obj in (("scores", sc), ("condition_means", means), ("crossings", cross)):
+    tmp = TABLE_DIR / f".{name_}.nc.tmp"
+    obj.to_netcdf(tmp)
+    os.replace(tmp, TABLE_DIR / f"{name_}.nc")
+counts = analysis.resample_counts(ds.sizes["image"], A["bootstrap_resamples_crossing"], A["bootstrap_seed"])
+image_scores = analysis.image_scores(ds)   # (model, arm, level, task = t2 | t3, image, readout)
+
+
+def est(var: str, **sel) -> tuple[float, float, float]:
+    """(point, lo, hi) of a scores variable."""
+    x = sc[var].sel(**sel)
+    return tuple(float(x.sel(stat=s)) for s in analysis.STATS)
+
+
+def paired_difference(a: xr.DataArray, b: xr.DataArray) -> tuple[float, float, float]:
+    """Mean over images of a - b with its paired bootstrap interval (the same resamples as every score)."""
+    d = (a - b).expand_dims(k=[0])
+    m = analysis.condition_means(d, A["bootstrap_resamples"], A["bootstrap_seed"], A["ci_level"], counts=counts)
+    return tuple(float(m[v].sel(k=0)) for v in ("mean", "lo", "hi"))
+
+
+sc
+
+# %% [markdown]
+# The settings the paper quotes (spec Table III), and every score of every
+# condition in the numbers file, so that the paper can cite any of them. Keys:
+# `<readout>.<level>.<arm>.<task>.<model>` (means, `.ci` their interval; `<level>`
+# is `clean`, the exact visibility such as `1.953125`, or `end`),
+# `ece|auroc.<confidence>.<level>.<arm>.<task>.<model>`,
+# `coverage|risk.<option>.<level>.<arm>.<task>.<model>`,
+# `v.<readout>.<arm>.<task>.<model>` (crossings), `w.<signal>.…` (W),
+# `v.correct_blank.…` (blank floor), `mono.<signal>.<arm>.<task>.<model>` (raw
+# share of wrong-way pairs; `.sig` beyond two standard errors; `.count`).
+
+# %%
+p = cfg["physics"]
+record("n_resamples", int(A["bootstrap_resamples"]))
+record("n_resamples_crossing", int(A["bootstrap_resamples_crossing"]))
+record("ci_percent", f"{100 * A['ci_level']:.0f}")
+record("cfg.koschmieder", f"{p['koschmieder_constant']:g}")
+record("cfg.airlight", f"{p['fog_airlight']:g}")
+record("cfg.sweep", ", ".join(fmt_level(v) for v in physics.SWEEP_M))
+record("cfg.n_levels", len(physics.SWEEP_M))
+record("cfg.sweep_min_m", fmt_level(physics.SWEEP_M.min()))
+record("cfg.sweep_max_m", fmt_level(physics.SWEEP_M.max()))
+record("cfg.wavelengths_nm", ", ".join(str(v) for v in p["underwater_wavelengths_nm"]))
+record("cfg.pope_fry", ", ".join(f"{v:g}" for v in p["pope_fry_absorption_per_m"]))
+record("cfg.depth_min_m", f"{cfg['depth']['min_m']:g}")
+record("cfg.depth_max_m", f"{cfg['depth']['max_m']:g}")
+record("cfg.max_side_px", int(cfg["render"]["max_side_px"]))
+record("cfg.box_width_px", int(cfg["render"]["box_width_px"]))
+record("cfg.seed", int(meta.get("seed", cfg["items"]["seed"])))
+record("cfg.verbal_tokens", int(cfg["readout"]["verbal_max_new_tokens"]))
+record("cfg.chance_t2", f"{CHANCE['t2']:g}")
+record("cfg.chance_t3", f"{CHANCE['t3']:g}")
+record("cfg.confident_threshold", f"{sc.attrs['confident_threshold']:g}")
+record("cfg.confident_max_v_m", fmt_level(sc.attrs["confident_max_visibility_m"]))
+
+physical = [a for a in cube.PHYSICAL_ARMS if a in sc["arm"].values]
+for m in VLMS:
+    k = key(m)
+    for arm in physical:
+        for task in sc["task"].values:
+            for lvl in sc["level"].values:
+                labels = [paper.level_label(sc["visibility_m"].sel(level=lvl))] + (["end"] if lvl == END else [])
+                cell = dict(model=m, arm=arm, level=lvl, task=task)
+                for lab in labels:
+                    for ro in sc["readout"].values:
+                        pt, lo, hi = est("mean", **cell, readout=ro)
+                        record(f"{ro}.{lab}.{arm}.{task}.{k}", pt, ci=(lo, hi))
+                    for opt in sc["option"].values:
+                        for var in ("coverage", "risk"):
+                            pt, lo, hi = est(var, **cell, option=opt)
+                            record(f"{var}.{opt}.{lab}.{arm}.{task}.{k}", pt, ci=(lo, hi))
+                    for conf in sc["confidence"].values:
+                        for var in ("ece", "auroc"):
+                            pt, lo, hi = est(var, **cell, confidence=conf)
+                            record(f"{var}.{conf}.{lab}.{arm}.{task}.{k}", pt, ci=(lo, hi))
+            c = dict(model=m, arm=arm, task=task)
+            for ro in sc["readout"].values:
+                cr = cross.sel(**c, readout=ro)
+                side = str(cr["censored_side"].values)
+                record(f"v.{ro}.{arm}.{task}.{k}", crossing_text(float(cr["v_cross_m"]), np.nan, np.nan, side))
+                record(f"v.{ro}.{arm}.{task}.{k}.ci", "" if side or not np.isfinite(float(cr["v_cross_m"]))
+                       else fmt_visibility_interval(float(cr["v_lo_m"]), float(cr["v_hi_m"])))
+                if ro != "correct":
+                    record(f"w.{ro}.{arm}.{task}.{k}", float(cr["w"]), ci=(float(cr["w_lo"]), float(cr["w_hi"])),
+                           lower=bool(cr["w_lower_bound"]), upper=bool(cr["w_upper_bound"]))
+                pairs = int(sc["mono_pairs"].sel(**c, readout=ro))
+                raw, sig = float(sc["mono_raw"].sel(**c, readout=ro)), float(sc["mono_beyond_noise"].sel(**c, readout=ro))
+                record(f"mono.{ro}.{arm}.{task}.{k}", raw)
+                record(f"mono.{ro}.{arm}.{task}.{k}.sig", sig)
+                record(f"mono.{ro}.{arm}.{task}.{k}.count", f"{round(raw * pairs) if pairs else 0}/{pairs}")
+                record(f"mono.{ro}.{arm}.{task}.{k}.sig.count", f"{round(sig * pairs) if pairs else 0}/{pairs}")
+            pt, lo, hi = est("v_acc_blank_m", **c)
+            cb = str(sc["censored_blank_side"].sel(**c).values)
+            record(f"v.correct_blank.{arm}.{task}.{k}", crossing_text(pt, np.nan, np.nan, cb))
+            record(f"v.correct_blank.{arm}.{task}.{k}.ci", fmt_visibility_interval(lo, hi) if np.isfinite(pt) and not cb
+                   else "")
+    for task in sc["task"].values:
+        for ctrl in cube.CONTROL_ARMS:
+            pt, lo, hi = est("mean", model=m, arm=ctrl, level=0, task=task, readout="correct")
+            record(f"correct.{ctrl}.{task}.{k}", pt, ci=(lo, hi))
+    pt, lo, hi = est("confident_accuracy", model=m)
+    record(f"confident.acc.{k}", pt, ci=(lo, hi))
+    record(f"confident.n.{k}", int(sc["confident_n"].sel(model=m)))
+print(f"{len(numbers)} numbers recorded")
+
+# %% [markdown]
+# ## RQ1 · Accuracy on the visibility axis
+#
+# For each model, arm and task: accuracy on the clean image, along the sweep and
+# at its murkiest level, and the crossing visibility V_acc where it reaches the
+# mid-way value between its clean value and chance. A *collapse* is stated only
+# when the cube shows one (`murk.claims.accuracy_fall`): the clean accuracy is
+# above chance (its interval excludes chance), V_acc is not censored, and the
+# accuracy at the end of the sweep is back at chance. Where it collapses, the
+# band of the fall is the range of visibility over which accuracy loses ten to
+# ninety percent of its clean-to-chance range (`murk.claims.fall_band`).
+
+# %%
+FALL_BAND: dict[tuple[str, str, str], tuple[float, float]] = {}   # (model, arm, task) -> V (m) at 10 % and 90 %
+
+
+def accuracy_finding(arm: str, task: str) -> str:
+    """The generated RQ1 sentence(s) for one arm and task, and the verdict of every model."""
+    floor = CHANCE[task]
+    groups: dict[str, list[str]] = {}
+    bands = []
+    for m in VLMS:
+        c = dict(model=m, arm=arm, task=task, readout="correct")
+        clean, end = est("mean", **c, level=0), est("mean", **c, level=END)
+        cr = cross.sel(model=m, arm=arm, task=task, readout="correct")
+        verdict = claims.accuracy_fall(clean, end, bool(cr["censored"]), floor)
+        record(f"verdict.rq1.{arm}.{task}.{key(m)}", verdict)
+        v_acc = crossing_text(float(cr["v_cross_m"]), float(cr["v_lo_m"]), float(cr["v_hi_m"]), str(cr["censored_side"].values))
+        if verdict in (claims.COLLAPSE, claims.PARTIAL):
+            series = means["mean"].sel(model=m, arm=arm, task=task, readout="correct").values
+            hi_v, lo_v = claims.fall_band(VIS[1:], series[1:], series[0], floor)
+            FALL_BAND[(m, arm, task)] = (hi_v, lo_v)
+            record(f"band.{arm}.{task}.{key(m)}", f"{fmt_visibility(hi_v)}–{fmt_visibility(lo_v)}")
+            if np.isfinite(hi_v) and np.isfinite(lo_v):
+                bands.append((hi_v, lo_v))
+            text = (f"{name(m)} (clean {fmt(clean[0])}, V_acc = {v_acc} m, at {fmt_level(VIS[END])} m "
+                    f"{fmt_estimate(*end)})")
+        elif verdict == claims.NO_FALL:
+            text = f"{name(m)} (clean {fmt(clean[0])}, at {fmt_level(VIS[END])} m {fmt_estimate(*end)})"
+        else:
+            text = f"{name(m)} ({fmt_estimate(*clean)})"
+        groups.setdefault(verdict, []).append(text)
+    where = {"fog": "In fog", "underwater": "Under water"}[arm]
+    out = []
+    if claims.COLLAPSE in groups:
+        band = ""
+        if bands:
+            hi_v, lo_v = max(b[0] for b in bands), min(b[1] for b in bands)
+            band = (f"; over these models, the fall from ten to ninety percent of the clean-to-chance range lies "
+                    f"between V = {fmt_visibility(hi_v)} and {fmt_visibility(lo_v)} m, a factor of {fmt(hi_v / lo_v, 1)} "
+                    "in visibility")
+        out.append(f"{where}, {task} accuracy collapses to chance for {fmt_list(groups[claims.COLLAPSE])}{band}.")
+    if claims.PARTIAL in groups:
+        out.append(f"{where}, {task} accuracy falls below its mid-way value but stays above chance at the end of the "
+                   f"sweep for {fmt_list(groups[claims.PARTIAL])}.")
+    if claims.NO_FALL in groups:
+        out.append(f"{where}, {task} accuracy does not fall to its mid-way value within the sweep for "
+                   f"{fmt_list(groups[claims.NO_FALL])}: no collapse is observed.")
+    if claims.NO_SKILL in groups:
+        out.append(f"{where}, {task} accuracy is not above chance ({fmt(floor)}) even on the clean image for "
+                   f"{fmt_list(groups[claims.NO_SKILL])}, so there is no collapse to place on the axis "
+                   f"(not observed).")
+    if claims.UNDEFINED in groups:
+        out.append(f"{where}, no {task} accuracy could be estimated for {fmt_list(groups[claims.UNDEFINED])}.")
+    return " ".join(out)
+
+
+for task in ("t2", "t3"):
+    for arm in physical:
+        record(f"finding.rq1.{arm}.{task}", accuracy_finding(arm, task))
+    c_ = cross.sel(arm="fog", task=task, readout="correct")
+    record(f"range.v.correct.fog.{task}", fmt_range(c_["v_cross_m"].values, c_["censored_side"].values, digits=1))
+    for where, (arm, lvl) in {"clean": ("fog", 0), "end.fog": ("fog", END), "end.underwater": ("underwater", END),
+                              "blank": ("blank", 0), "shuffled": ("shuffled", 0)}.items():
+        record(f"range.correct.{where}.{task}",
+               fmt_range(means["mean"].sel(arm=arm, level=lvl, task=task, readout="correct").values))
+display(Markdown("\n\n".join(numbers[f"finding.rq1.{arm}.t2"] for arm in physical)))
+
+# %%
+#| label: fig-accuracy-t2
+#| fig-cap: "t2 accuracy against visibility in the fog and underwater arms, clean image at the left edge; bands: bootstrap intervals; dashed: chance; dotted: each model's blank-image accuracy."
+show(figures.plot_signal_vs_visibility(means, "correct", "t2", chance=CHANCE["t2"]), "accuracy_t2")
+
+# %%
+#| label: tbl-crossings
+#| tbl-cap: "Crossing visibilities V_acc (chance floor and, post hoc, blank-image floor) and blind-spot widths W (decades) with bootstrap intervals; ≥ and ≤ mark bounds from censored crossings (spec Table V)."
+rows = []
+for m in VLMS:
+    for arm in physical:
+        for task in ("t2", "t3"):
+            c = cross.sel(model=m, arm=arm, task=task)
+            acc = c.sel(readout="correct")
+            row = {"model": name(m), "arm": arm, "task": task,
+                   "V_acc (m)": crossing_text(float(acc["v_cross_m"]), float(acc["v_lo_m"]), float(acc["v_hi_m"]),
+                                              str(acc["censored_side"].values)),
+                   "V_acc, blank floor (m)": crossing_text(float(c["v_acc_blank_m"]), float(c["v_acc_blank_lo_m"]),
+                                                            float(c["v_acc_blank_hi_m"]), str(c["censored_blank_side"].values))}
+            for ro in analysis.AWARENESS_SIGNALS:
+                cr = c.sel(readout=ro)
+                row[f"W {figures.READOUT_LABELS[ro]}"] = fmt_estimate(
+                    float(cr["w"]), float(cr["w_lo"]), float(cr["w_hi"]), lower=bool(cr["w_lower_bound"]),
+                    upper=bool(cr["w_upper_bound"]))
+            rows.append(row)
+show_table(paper.markdown_table(rows), "crossings")
+
+# %% [markdown]
+# ## RQ2 · Internal and verbalized confidence
+#
+# Does the confidence follow the collapse? For each awareness signal the crossing
+# V_aware is found like V_acc, and W = log10(V_acc / V_aware) compares them: the
+# signal *lags* accuracy when W > 0 (its interval above zero, or a positive lower
+# bound because it never crosses), falls *with* it when the interval holds zero,
+# and *leads* it when W < 0 (`murk.claims.awareness_lag`). Where accuracy itself
+# does not cross, no W is defined and no lag is claimed. The end of the sweep
+# (spec Table IV), the calibration (ECE, reliability diagrams), the
+# discrimination (AUROC) and the accuracy of confident answers complete the
+# picture.
+
+# %%
+SIGNAL_WORDS = {"c_int": "internal confidence", "verbal_conf": "verbalized confidence",
+                "abstain": "abstain rate with the main wording", "abstain2": "abstain₂ rate (“I don't know”)"}
+ARM_WORDS = {"fog": "in fog", "underwater": "under water"}
+
+
+def collapses(m: str, arm: str, task: str) -> bool:
+    """Whether RQ1 found the accuracy of ``m`` to fall through its mid-way value (a W is then meaningful)."""
+    return numbers[f"verdict.rq1.{arm}.{task}.{key(m)}"] in (claims.COLLAPSE, claims.PARTIAL)
+
+
+def lag_finding(signal: str, rq: str, task: str = "t2") -> str:
+    """The generated sentence on W of one awareness signal over both physical arms.
+
+    W is read only where accuracy collapses (RQ1); elsewhere, and where the
+    signal has no values, the sentence says that no lag can be stated.
+    """
+    groups: dict[str, dict[str, list[str]]] = {}
+    for m in VLMS:
+        for arm in physical:
+            cr = cross.sel(model=m, arm=arm, task=task, readout=signal)
+            w, lo, hi = float(cr["w"]), float(cr["w_lo"]), float(cr["w_hi"])
+            lower, upper = bool(cr["w_lower_bound"]), bool(cr["w_upper_bound"])
+            if not np.isfinite(means["mean"].sel(model=m, arm=arm, task=task, readout=signal).values).any():
+                verdict = "undefined: it has no parseable value"
+            elif not collapses(m, arm, task):
+                verdict = "undefined: accuracy does not collapse there (RQ1)"
+            else:
+                verdict = claims.awareness_lag(w, lo, hi, lower, upper)
+                if verdict == claims.UNDEFINED:
+                    verdict = "undefined: neither crossing is defined"
+            record(f"verdict.{rq}.{signal}.{arm}.{task}.{key(m)}", verdict)
+            detail = ARM_WORDS[arm] if verdict.startswith("undefined") else f"{ARM_WORDS[arm]}: {w_text(w, lo, hi, lower, upper)}"
+            groups.setdefault(verdict, {}).setdefault(name(m), []).append(detail)
+    what = SIGNAL_WORDS[signal]
+    who = lambda v: fmt_list(f"{m} ({'; '.join(d)})" for m, d in groups[v].items())  # noqa: E731
+    out = []
+    if claims.LAGS in groups:
+        out.append(f"The {what} ({task}) lags accuracy, falling in murkier conditions than accuracy does, for {who(claims.LAGS)}.")
+    if claims.WITH in groups:
+        out.append(f"The {what} ({task}) falls together with accuracy, no lag observed, for {who(claims.WITH)}.")
+    if claims.LEADS in groups:
+        out.append(f"The {what} ({task}) falls before accuracy does for {who(claims.LEADS)}.")
+    for verdict in groups:
+        if verdict.startswith("undefined"):
+            out.append(f"No lag of the {what} ({task}) can be stated for {who(verdict)}: {verdict.split(': ', 1)[1]}.")
+    return " ".join(out)
+
+
+def span_phrase(what: str, values, digits: int = 2) -> str:
+    """``<what> spans a–b`` / ``<what> is a`` / ``<what> is undefined``, over the models."""
+    r = fmt_range(values, digits=digits)
+    return f"{what} is undefined" if r == "n/a" else f"{what} is {r}" if "–" not in r else f"{what} spans {r}"
+
+
+for signal in ("c_int", "verbal_conf"):
+    record(f"finding.rq2.{signal}.t2", lag_finding(signal, "rq2"))
+for arm in physical:
+    end = dict(arm=arm, level=END, task="t2")
+    record(f"finding.rq2.end.{arm}.t2", (
+        f"At V = {fmt_level(VIS[END])} m {ARM_WORDS[arm]}, over the models "
+        + span_phrase("t2 accuracy", means["mean"].sel(**end, readout="correct").values)
+        + f" (chance {fmt(CHANCE['t2'])}), " + span_phrase("the mean internal confidence", means["mean"].sel(**end, readout="c_int").values)
+        + ", " + span_phrase("the mean verbalized confidence", means["mean"].sel(**end, readout="verbal_conf").values)
+        + " and " + span_phrase("the ECE of the internal confidence", sc["ece"].sel(**end, confidence="c_int", stat="point").values)
+        + "."))
+    for ro in ("c_int", "verbal_conf"):
+        record(f"range.{ro}.end.{arm}.t2", fmt_range(means["mean"].sel(**end, readout=ro).values))
+no_verbal = [name(m) for m in VLMS if not np.isfinite(
+    means["mean"].sel(model=m, arm=physical, task="t2", readout="verbal_conf").values).any()]
+record("finding.rq2.verbal_parse", (
+    f"No parseable verbalized confidence was produced by {fmt_list(no_verbal)}; the figure's panels say so."
+    if no_verbal else "Every model produced a parseable verbalized confidence."))
+display(Markdown("\n\n".join(numbers[k] for k in numbers if k.startswith("finding.rq2."))))
+
+# %%
+#| label: fig-confidence-t2
+#| fig-cap: "Internal confidence (solid) against visibility with accuracy (thin dashed) for reference, t2; bands: bootstrap intervals; dashed grey: chance; dotted: blank image."
+show(figures.plot_signal_vs_visibility(means, "c_int", "t2", chance=CHANCE["t2"], reference="correct"), "confidence_t2")
+
+# %%
+#| label: fig-verbal-t2
+#| fig-cap: "Verbalized confidence (solid) against visibility with accuracy (thin dashed), t2; a panel names the models whose verbalized confidence could not be parsed."
+show(figures.plot_signal_vs_visibility(means, "verbal_conf", "t2", chance=CHANCE["t2"], reference="correct"), "verbal_t2")
+
+# %%
+#| label: fig-blind-spot-t2
+#| fig-cap: "Blind-spot widths W of the four awareness signals with bootstrap intervals, t2; the legend names the marks that occur (crossings, lower and upper bounds); W is undefined where accuracy does not cross."
+show(figures.plot_blind_spot_widths(cross, "t2"), "blind_spot_t2")
+
+# %%
+#| label: tbl-end-of-sweep
+#| tbl-cap: "At the end of the sweep: accuracy, mean internal and verbalized confidence and ECE of the internal confidence with bootstrap intervals, t2 (spec Table IV)."
+rows = []
+for m in VLMS:
+    for arm in physical:
+        cell = dict(model=m, arm=arm, level=END, task="t2")
+        rows.append({"model": name(m), "arm": arm, "V (m)": fmt_level(VIS[END]),
+                     "accuracy": fmt_estimate(*est("mean", **cell, readout="correct")),
+                     "mean c_int": fmt_estimate(*est("mean", **cell, readout="c_int")),
+                     "mean verbal": fmt_estimate(*est("mean", **cell, readout="verbal_conf")),
+                     "ECE c_int": fmt_estimate(*est("ece", **cell, confidence="c_int"))})
+show_table(paper.markdown_table(rows), "end-of-sweep")
+
+# %%
+#| label: fig-reliability-t2
+#| fig-cap: "Reliability diagrams of the internal confidence over the degraded levels, t2; marker area: share of the answers in the bin; grey: confidence of at least 0.9."
+show(figures.plot_reliability(sc, "t2"), "reliability_t2")
+
+# %% [markdown]
+# Confident errors: pooled over the murky levels of both arms, how often an
+# answer given with high internal confidence is right.
+
+# %%
+#| label: tbl-confident
+#| tbl-cap: "Accuracy of t2 answers given with high internal confidence, pooled over the murky levels of both arms, with their number n."
+threshold = f"{sc.attrs['confident_threshold']:g}"
+answered = [m for m in VLMS if int(sc["confident_n"].sel(model=m))]
+parts = []
+if answered:
+    parts.append(f"the t2 answers given with an internal confidence of at least {threshold} are correct "
+                 + fmt_list(f"{fmt_estimate(*est('confident_accuracy', model=m))} of the time for {name(m)} "
+                            f"(n = {int(sc['confident_n'].sel(model=m))})" for m in answered))
+if len(answered) < len(VLMS):
+    parts.append(f"{fmt_list(name(m) for m in VLMS if m not in answered)} gave no answer with an internal "
+                 f"confidence of at least {threshold}")
+record("finding.rq2.confident", f"Pooled over the levels with V ≤ {fmt_level(sc.attrs['confident_max_visibility_m'])} "
+                                f"m in both arms, " + "; ".join(parts) + ".")
+show_table(paper.markdown_table([
+    {"model": name(m), f"accuracy of answers with c_int ≥ {sc.attrs['confident_threshold']:g}":
+     fmt_estimate(*est("confident_accuracy", model=m)), "n": str(int(sc["confident_n"].sel(model=m)))}
+    for m in VLMS]), "confident")
+
+# %%
+#| label: tbl-auroc
+#| tbl-cap: "AUROC of the internal confidence as a detector of correct answers, per level, t2, with bootstrap intervals."
+rows = []
+for m in VLMS:
+    for arm in physical:
+        row = {"model": name(m), "arm": arm}
+        for lvl in sc["level"].values:
+            row[fmt_level(VIS[lvl])] = fmt_estimate(*est("auroc", model=m, arm=arm, level=lvl, task="t2",
+                                                         confidence="c_int"))
+        rows.append(row)
+show_table(paper.markdown_table(rows), "auroc")
+
+# %% [markdown]
+# ## RQ3 · Abstention and its wording
+#
+# The abstain option is offered as one more choice; its rate should rise as
+# accuracy falls. Its W is read like the confidences' (the floor of an abstain
+# rate is one). The wording effect is the paired difference between the main
+# wording ("I cannot tell, the image is too unclear to decide") and the generic
+# one ("I don't know") at the middle of the murky band, with its interval: a
+# difference is stated only when the interval excludes zero.
+
+# %%
+MID = level_of(7.8125)   # the level at which the spec reads abstention
+
+
+def wording_finding(task: str = "t2") -> str:
+    """The generated sentence on the two wordings at the middle of the murky band, both physical arms."""
+    groups: dict[str, dict[str, list[str]]] = {}
+    for m in VLMS:
+        for arm in physical:
+            sel = dict(model=m, arm=arm, level=MID, task=task)
+            d = paired_difference(image_scores.sel(**sel, readout="abstain"), image_scores.sel(**sel, readout="abstain2"))
+            where = claims.versus_value(*d, 0.0)
+            record(f"verdict.rq3.wording.{arm}.{task}.{key(m)}", where)
+            record(f"diff.abstain_abstain2.{arm}.{task}.{key(m)}", d[0], ci=d[1:])
+            groups.setdefault(where, {}).setdefault(name(m), []).append(
+                f"{ARM_WORDS[arm]}: {fmt(est('mean', **sel, readout='abstain')[0])} against "
+                f"{fmt(est('mean', **sel, readout='abstain2')[0])}, difference {fmt_estimate(*d)}")
+    who = lambda v: fmt_list(f"{m} ({'; '.join(d)})" for m, d in groups[v].items())  # noqa: E731
+    at = f"At V = {fmt_level(VIS[MID])} m ({task}, main wording against “I don't know”)"
+    out = []
+    if claims.ABOVE in groups:
+        out.append(f"{at} the main wording is chosen more often by {who(claims.ABOVE)}: there the abstention "
+                   "depends on the wording.")
+    if claims.BELOW in groups:
+        out.append(f"{at} “I don't know” is chosen more often by {who(claims.BELOW)}: there the abstention "
+                   "depends on the wording.")
+    if claims.AT in groups:
+        out.append(f"{at} no wording effect is observed for {who(claims.AT)}.")
+    if claims.UNDEFINED in groups:
+        out.append(f"{at} the abstain rates are undefined for {fmt_list(groups[claims.UNDEFINED])}.")
+    return " ".join(out)
+
+
+for signal in ("abstain", "abstain2"):
+    record(f"finding.rq3.{signal}.t2", lag_finding(signal, "rq3"))
+record("finding.rq3.wording.t2", wording_finding())
+for arm in physical:
+    for ro in ("abstain", "abstain2"):
+        record(f"range.{ro}.mid.{arm}.t2", fmt_range(means["mean"].sel(arm=arm, level=MID, task="t2", readout=ro).values))
+record("cfg.mid_level_m", fmt_level(VIS[MID]))
+display(Markdown("\n\n".join(numbers[k] for k in numbers if k.startswith("finding.rq3."))))
+
+# %%
+#| label: fig-abstain-t2
+#| fig-cap: "Abstain rate with the main wording (solid) against visibility with accuracy (thin dashed), t2."
+show(figures.plot_signal_vs_visibility(means, "abstain", "t2", reference="correct"), "abstain_t2")
+
+# %%
+#| label: fig-abstain2-t2
+#| fig-cap: "Abstain rates with the main wording (solid) and with “I don't know” (dashed), with accuracy (dotted), one row per model, t2."
+show(figures.plot_abstain_comparison(means, "t2", chance=CHANCE["t2"]), "abstain2_t2")
+
+# %% [markdown]
+# The wording of the verbalized-confidence request (spec Table VI): only the
+# items asked all three wordings (the first `n_verbal_items` of the read-out
+# stage) enter, for every wording, so the columns compare the same questions.
+
+# %%
+#| label: tbl-verbal-wordings
+#| tbl-cap: "Verbalized confidence under the request wordings v1–v3 on the items asked all three, t2, fog (spec Table VI)."
+if "verbal_conf_v2" not in ds["readout"].values:
+    md = not_computed("this cube has no verbal wording variants")
+else:
+    rows = []
+    for m in VLMS:
+        asked = (ds["verbal_text_v2"].sel(model=m, arm="fog", level=0, task="t2") != "").values
+        if not asked.any():
+            rows.append({"model": name(m), "V (m)": "–", "items": "0", "t2 accuracy": "–", "v1": "–", "v2": "–",
+                         "v3": "–"})
+            continue
+        for v in (np.inf, 62.5, 15.625, 7.8125, 3.90625, 1.953125):
+            lvl = 0 if not np.isfinite(v) else level_of(v)
+            cell = ds["value"].sel(model=m, arm="fog", level=lvl, task="t2").isel(image=np.flatnonzero(asked))
+            mean = lambda ro: fmt(float(cell.sel(readout=ro).mean(skipna=True)))  # noqa: E731
+            rows.append({"model": name(m), "V (m)": fmt_level(VIS[lvl]), "items": str(int(asked.sum())),
+                         "t2 accuracy": mean("correct"), "v1": mean("verbal_conf"), "v2": mean("verbal_conf_v2"),
+                         "v3": mean("verbal_conf_v3")})
+    md = paper.markdown_table(rows)
+show_table(md, "verbal-wordings")
+
+# %% [markdown]
+# ## RQ4 · Nominal severities on the physical axis
+#
+# The depth stage translated each ImageNet-C fog severity into the fog
+# visibility V_eq that retains the same contrast gain, per image
+# (`murk.nominal.nominal_equivalence`; the luma std ratio frozen before the pilot
+# is the check). Here: the median V_eq and its spread across images (spec
+# Table VII), each model's accuracy at the severities against its clean
+# accuracy (paired differences), and whether the severities reach the failure
+# band, i.e. lie at or below the model's V_acc. The severities *sit on the
+# plateau* for a model when no severity lowers its accuracy (every interval of
+# the difference reaches zero or above) and every severity's V_eq lies above its
+# V_acc interval; they cannot be placed for a model whose accuracy does not
+# collapse.
+
+# %%
+#| label: tbl-nominal
+#| tbl-cap: "ImageNet-C fog severities on the visibility axis: median gain-matched and std-ratio-matched equivalent visibility and spread across images (spec Table VII)."
+nominal_file = TABLE_DIR / "nominal_equivalence.nc"
+veq_median = np.full(5, np.nan)
+if nominal_file.is_file():
+    with xr.open_dataset(nominal_file) as f:
+        nds = f.load()
+    tab = nominal.table_vii(nds)
+    veq_median = tab["median_v_eq_gain_m"].to_numpy(float)
+    for sev, r in tab.iterrows():
+        record(f"nominal.veq.{sev}", r["median_v_eq_gain_m"], 0)
+        record(f"nominal.veq_std.{sev}", r["median_v_eq_std_ratio_m"], 0)
+        record(f"nominal.spread.{sev}", r["spread_p90_p10"], 1)
+    record("nominal.veq_range", fmt_range(veq_median, digits=0))
+    record("nominal.spread_range", fmt_range(tab["spread_p90_p10"], digits=1))
+    record("nominal.monotone_share", 100 * tab.attrs["monotone_share"], 0)
+    record("nominal.n_images", int(nds.sizes["image"]))
+    md = paper.markdown_table([
+        {"ImageNet-C severity": str(s), "median V_eq (gain), m": fmt(r.median_v_eq_gain_m, 0),
+         "P90/P10 across images": (fmt(r.spread_p90_p10, 1) + "×") if np.isfinite(r.spread_p90_p10) else "n/a",
+         "median V_eq (std ratio), m": fmt(r.median_v_eq_std_ratio_m, 0), "images": str(int(r.n_images))}
+        for s, r in tab.iterrows()])
+    md += (f"\nShare of images whose gain-matched V_eq decreases monotonically over severities "
+           f"{tab.index.min()}–{tab.index.max()}: {fmt(100 * tab.attrs['monotone_share'], 0)} % (of "
+           f"{tab.attrs['monotone_n']} images with a V_eq at every severity). Depth: {nds.attrs.get('depth_backend')}"
+           + (" (approximate: metres rest on the assumed depth scale)." if int(nds.attrs.get("depth_approximate", 0))
+              else "."))
+    removed = {k: int(v) for k, v in tab.attrs.get("removed", {}).items() if int(v)}
+    record("nominal.removed", (fmt_list(f"{v} for {k.replace('_', ' ')}" for k, v in removed.items())
+                               if removed else "none"))
+    if "n_pairs" in tab.attrs:
+        md += (f" Of the {tab.attrs['n_pairs']} image–severity pairs, the equivalent visibility is undefined for "
+               f"{numbers['nominal.removed']}.")
+    md += "\n"
+else:
+    md = not_computed("the depth stage wrote no nominal equivalence (analysis/nominal_equivalence.nc)")
+show_table(md, "nominal")
+
+# %%
+acc = means["mean"].sel(readout="correct")
+nom = acc.sel(arm="imagenet_c", level=slice(1, 5)).mean(["model", "task"])
+fog_ = acc.sel(arm="fog").isel(level=slice(1, None)).mean(["model", "task"])
+record("nominal.dyn_range_pp", 100 * float(nom.max() - nom.min()), 1)
+record("physical.dyn_range_pp", 100 * float(fog_.max() - fog_.min()), 1)
+groups: dict[str, list[str]] = {}
+for m in VLMS:
+    diffs = [paired_difference(image_scores.sel(model=m, arm="imagenet_c", level=s_, task="t2", readout="correct"),
+                               image_scores.sel(model=m, arm="fog", level=0, task="t2", readout="correct"))
+             for s_ in range(1, 6)]
+    worst = int(np.nanargmin([d[0] for d in diffs])) if np.isfinite([d[0] for d in diffs]).any() else 0
+    sev_acc = fmt_range(acc.sel(model=m, arm="imagenet_c", level=slice(1, 5), task="t2").values)
+    cr = cross.sel(model=m, arm="fog", task="t2", readout="correct")
+    fall = numbers[f"verdict.rq1.fog.t2.{key(m)}"]
+    edge = FALL_BAND.get((m, "fog", "t2"), (np.nan, np.nan))[0]   # where accuracy has lost a tenth of its range
+    if not np.isfinite(edge):
+        edge = float(cr["v_hi_m"])
+    if not nominal_file.is_file():
+        verdict = "not computed"
+    elif fall not in (claims.COLLAPSE, claims.PARTIAL):
+        verdict = "no collapse"
+    elif np.isfinite(veq_median).any() and np.nanmin(veq_median) > edge:
+        verdict = "plateau"
+    else:
+        verdict = "reaches the band"
+    record(f"verdict.rq4.t2.{key(m)}", verdict)
+    detail = (f"t2 accuracy {sev_acc} over severities 1–5 against {fmt(float(acc.sel(model=m, arm='fog', level=0, task='t2')))} "
+              f"clean, largest change {fmt_estimate(*diffs[worst])} at severity {worst + 1}")
+    if fall in (claims.COLLAPSE, claims.PARTIAL):
+        detail = f"its fog accuracy starts to fall at V = {fmt_visibility(edge)} m; " + detail
+    groups.setdefault(verdict, []).append(f"{name(m)} ({detail})")
+veq_words = f"median V_eq {fmt_range(veq_median, digits=0)} m"
+out = []
+if "plateau" in groups:
+    out.append(f"The ImageNet-C fog severities ({veq_words}) lie above the failure band, on the plateau of accuracy, "
+               f"for {fmt_list(groups['plateau'])}.")
+if "reaches the band" in groups:
+    out.append(f"The ImageNet-C fog severities ({veq_words}) reach into the failure band for "
+               f"{fmt_list(groups['reaches the band'])}.")
+if "no collapse" in groups:
+    out.append(f"Whether the severities cover the failure band cannot be said for {fmt_list(groups['no collapse'])}: "
+               f"their fog accuracy does not collapse (not observed).")
+if "not computed" in groups:
+    out.append(f"The nominal equivalence was {paper.NOT_COMPUTED}, so the severities cannot be placed on the axis.")
+record("finding.rq4.t2", " ".join(out))
+display(Markdown(numbers["finding.rq4.t2"]))
+
+# %%
+#| label: fig-nominal
+#| fig-cap: "Nominal ImageNet-C severities placed at their median equivalent visibility on each model's fog curve, t2; the severities are numbered above the axes."
+if np.isfinite(veq_median).any():
+    fig = figures.plot_nominal_vs_physical(means, veq_median, "t2", chance=CHANCE["t2"])
+else:
+    fig = figures.placeholder(f"nominal equivalence: {paper.NOT_COMPUTED}")
+show(fig, "nominal_t2")
+
+# %% [markdown]
+# ## The verification task and the controls
+#
+# t3 asks whether the boxed object is a given category, once with the true
+# category and once with a distractor (chance one half). The controls test what
+# can be answered without the image: the blank (uniform grey) and shuffled
+# (another item's clean pixels) images should leave accuracy at chance; a floor
+# above chance would mean the task can be solved from the box and the category
+# prior, below chance that the distractors are not prior-matched. On the blank
+# image a bias of t3 towards one answer shows as a difference between its
+# true-category and distractor questions.
+
+# %%
+for ctrl in cube.CONTROL_ARMS:
+    for task in ("t2", "t3"):
+        groups = {}
+        for m in VLMS:
+            e = est("mean", model=m, arm=ctrl, level=0, task=task, readout="correct")
+            groups.setdefault(claims.versus_value(*e, CHANCE[task]), []).append(f"{name(m)} ({fmt_estimate(*e)})")
+        what = {"blank": "On the blank image", "shuffled": "On the shuffled image"}[ctrl]
+        out = []
+        if claims.AT in groups:
+            out.append(f"{what}, {task} accuracy is at chance ({fmt(CHANCE[task])}) for {fmt_list(groups[claims.AT])}.")
+        if claims.ABOVE in groups:
+            out.append(f"{what}, {task} accuracy is above chance for {fmt_list(groups[claims.ABOVE])}: the question "
+                       "can be answered without the scene.")
+        if claims.BELOW in groups:
+            out.append(f"{what}, {task} accuracy is below chance for {fmt_list(groups[claims.BELOW])}.")
+        if claims.UNDEFINED in groups:
+            out.append(f"{what}, no {task} accuracy could be estimated for {fmt_list(groups[claims.UNDEFINED])}.")
+        record(f"finding.controls.{ctrl}.{task}", " ".join(out))
+groups = {}
+raw = ds["value"].sel(arm="blank", level=0, readout="correct")
+for m in VLMS:
+    d = paired_difference(raw.sel(model=m, task="t3_false"), raw.sel(model=m, task="t3_true"))
+    groups.setdefault(claims.versus_value(*d, 0.0), []).append(f"{name(m)} ({fmt_estimate(*d)})")
+out = []
+if claims.ABOVE in groups:
+    out.append(f"On the blank image t3 is answered “no” more often than the truth warrants by "
+               f"{fmt_list(groups[claims.ABOVE])} (accuracy on distractor minus true-category questions).")
+if claims.BELOW in groups:
+    out.append(f"On the blank image t3 is answered “yes” more often than the truth warrants by "
+               f"{fmt_list(groups[claims.BELOW])} (accuracy on distractor minus true-category questions).")
+if claims.AT in groups:
+    out.append(f"On the blank image no answer bias of t3 is observed for {fmt_list(groups[claims.AT])} "
+               "(accuracy on distractor minus true-category questions).")
+record("finding.controls.t3_bias", " ".join(out))
+display(Markdown("\n\n".join(numbers[k] for k in numbers if k.startswith("finding.controls."))))
+
+# %%
+#| label: fig-accuracy-t3
+#| fig-cap: "t3 (verification) accuracy against visibility; conventions as for t2."
+show(figures.plot_signal_vs_visibility(means, "correct", "t3", chance=CHANCE["t3"]), "accuracy_t3")
+
+# %%
+#| label: fig-blind-spot-t3
+#| fig-cap: "Blind-spot widths W of the four awareness signals, t3."
+show(figures.plot_blind_spot_widths(cross, "t3"), "blind_spot_t3")
+
+# %% [markdown]
+# The same views for t3 and the remaining signals are written as files for
+# completeness (not in the paper).
+
+# %%
+for ro, fname in (("c_int", "confidence"), ("verbal_conf", "verbal"), ("abstain", "abstain")):
+    figures.save(figures.plot_signal_vs_visibility(means, ro, "t3", chance=CHANCE["t3"] if ro != "abstain" else None,
+                                                   reference="correct"), FIG_DIR, f"{fname}_t3", PIPELINE_CHECK)
+figures.save(figures.plot_reliability(sc, "t3"), FIG_DIR, "reliability_t3", PIPELINE_CHECK)
+figures.save(figures.plot_abstain_comparison(means, "t3", chance=CHANCE["t3"]), FIG_DIR, "abstain2_t3", PIPELINE_CHECK)
+
+# %% [markdown]
+# Monotonicity: for each series, the adjacent level pairs that move the wrong
+# way going murkier (accuracy or confidence rising, abstention falling), raw
+# and beyond two standard errors of the paired image-level difference. The
+# pooled share pools models, tasks, the five signals and the two **physical**
+# arms; the ImageNet-C series are pooled separately.
+
+# %%
+#| label: tbl-monotonicity
+#| tbl-cap: "Monotonicity: adjacent level pairs moving the wrong way, raw · beyond two standard errors, per series."
+short = {"correct": "accuracy", "c_int": "c_int", "verbal_conf": "verbal", "abstain": "abstain", "abstain2": "abstain₂"}
+mono_arms = [a for a in (*cube.PHYSICAL_ARMS, "imagenet_c") if a in sc["arm"].values]
+rows = []
+for m in VLMS:
+    for arm in mono_arms:
+        for task in sc["task"].values:
+            row = {"model": name(m), "arm": arm, "task": str(task)}
+            for ro in analysis.SIGNALS:
+                c = dict(model=m, arm=arm, task=task, readout=ro)
+                k_ = int(sc["mono_pairs"].sel(**c))
+                r_, s_ = float(sc["mono_raw"].sel(**c)), float(sc["mono_beyond_noise"].sel(**c))
+                row[short[ro]] = f"{round(r_ * k_)}/{k_} · {round(s_ * k_)}/{k_}" if k_ else "n/a"
+            rows.append(row)
+for label, arms in (("", physical), (".imagenet_c", ["imagenet_c"] if "imagenet_c" in sc["arm"].values else [])):
+    mono = sc[["mono_raw", "mono_beyond_noise", "mono_pairs"]].sel(model=VLMS, arm=arms)
+    pairs = float(mono["mono_pairs"].sum())
+    for k_, var in (("raw", "mono_raw"), ("sig", "mono_beyond_noise")):
+        wrong = float((mono[var].fillna(0) * mono["mono_pairs"]).sum())
+        record(f"mono.pooled{label}.{k_}", wrong / pairs if pairs else float("nan"))
+        record(f"mono.pooled{label}.{k_}.count", f"{round(wrong)}/{int(pairs)}")
+record("mono.pooled.what", "models, tasks, the five signals and the two physical arms (fog and underwater)")
+show_table(paper.markdown_table(rows), "monotonicity")
+
+# %%
+#| label: tbl-sweep-t2
+#| tbl-cap: "Means with bootstrap intervals at every level of the sweep, t2 (spec Table IX)."
+def sweep_table(task: str) -> str:
+    rows = []
+    for m in VLMS:
+        for arm in physical:
+            for lvl in sc["level"].values:
+                row = {"model": name(m), "arm": arm, "V (m)": fmt_level(VIS[lvl])}
+                for ro in analysis.SIGNALS:
+                    row[short[ro]] = fmt_estimate(*est("mean", model=m, arm=arm, level=lvl, task=task, readout=ro))
+                rows.append(row)
+    return paper.markdown_table(rows)
+
+
+show_table(sweep_table("t2"), "sweep-t2")
+
+# %%
+#| label: tbl-sweep-t3
+#| tbl-cap: "Means with bootstrap intervals at every level of the sweep, t3 (spec Table X)."
+show_table(sweep_table("t3"), "sweep-t3")
+
+# %%
+#| label: tbl-prompts
+#| tbl-cap: "Prompt templates (spec Table II)."
+one_line = lambda v: str(v).replace("\n", " ⏎ ")  # noqa: E731
+show_table(paper.markdown_table([{"prompt": r["name"], "template": one_line(r["template"]),
+                                  "example": one_line(r["example"])} for r in prompts.prompt_table(cfg)]), "prompts")
+
+# %%
+#| label: tbl-config
+#| tbl-cap: "Frozen configuration (spec Table III)."
+show_table(paper.markdown_table([{"setting": f"`{r['setting']}`", "value": one_line(r["value"])}
+                                 for r in config.settings_table(cfg)]), "config")
+
+# %% [markdown]
+# Examples: the first items across fog and underwater levels with the first
+# model's t2 answer (✓ correct, ✗ wrong), internal confidence c, verbalized
+# confidence v and abstention, rendered again from the items and the depth cache.
+
+# %%
+#| label: fig-examples
+#| fig-cap: "The first items across fog and underwater levels with the first model's t2 answer (✓ correct, ✗ wrong), internal confidence c, verbalized confidence v and abstention."
+example_levels, n_examples = (0, 3, 5, 6, 7, 8), 3
+model0 = VLMS[0]
+tiles, captions, row_labels = [], [], []
+try:
+    current = depth.current_depth(output_dir)
+except FileNotFoundError:  # a cube analysed without its depth stage: no examples
+    current = None
+for i in range(min(n_examples, len(table)) if current is not None and "file_name" in table else 0):
+    row = table.iloc[i]
+    try:
+        img, size = render.load_presented(Path(meta["image_dir"]) / row["file_name"], cfg["render"]["max_side_px"])
+        z = depth.load_depth(current["path"], int(row["image_id"]))
+    except (FileNotFoundError, ValueError, OSError):  # bad input, recorded as missing in the cube
+        continue
+    bbox = render.scale_bbox(row["bbox"], (int(row["width"]), int(row["height"])), size)
+    for arm, sweep in (("fog", physics.fog_sweep), ("underwater", physics.underwater_sweep)):
+        stack = sweep(img, z, np.asarray([VIS[k] for k in example_levels if k > 0]))
+        shown = [img] + list(stack)
+        tiles.append([render.draw_box(x, bbox, cfg["render"]["box_width_px"]) for x in shown])
+        v = ds["value"].sel(model=model0, arm=arm, task="t2", image=int(row["image_id"]))
+        cap = []
+        for k_ in example_levels:
+            c = v.sel(level=k_)
+            ans = c.sel(readout="answer").item()
+            answer = row["t2_options"][int(ans)] if np.isfinite(ans) else "n/a"
+            cap.append(f"{answer} {'✓' if c.sel(readout='correct').item() == 1 else '✗'}\n"
+                       f"c={fmt(c.sel(readout='c_int').item())} v={fmt(c.sel(readout='verbal_conf').item())}"
+                       f"{' abst.' if c.sel(readout='abstain').item() == 1 else ''}")
+        captions.append(cap)
+        row_labels.append(f"{row['category']} · {arm}")
+record("examples.model", f"`{model0}`")
+record("examples.n_items", len(tiles) // 2)
+if tiles:
+    fig = figures.plot_item_grid(tiles, row_labels, ["clean" if k_ == 0 else f"V = {fmt_level(VIS[k_])} m"
+                                                     for k_ in example_levels], captions)
+else:
+    fig = figures.placeholder(f"examples: {paper.NOT_COMPUTED} (no depth cache or no readable image)")
+show(fig, "examples_t2")
+
+# %% [markdown]
+# ## Beyond the spec: the visibility monitor
+#
+# The monitor's V̂ (stage 3b) is scored three ways: its accuracy against the true
+# visibility; as an awareness signal, its crossing and W against each VLM's
+# V_acc (paired bootstrap; read like RQ2); and as a gate, coverage and risk at
+# equal coverage against the VLM's own abstain option and its internal
+# confidence, with the threshold picked on one half of the images and reported
+# on the other.
+
+# %%
+HAS_MONITOR = monitor.MONITOR_ID in full["model"].values
+if HAS_MONITOR:
+    vhat = full["value"].sel(model=monitor.MONITOR_ID, task="t2", readout="visibility_hat_m")   # (arm, level, image)
+    mid_band = (VIS[1:] >= 3.9) & (VIS[1:] <= 62.5)
+    band = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for arm in cube.PHYSICAL_ARMS:
+            ratio = (vhat.sel(arm=arm).isel(level=slice(1, None)) / xr.DataArray(VIS[1:], dims="level")).values
+            within = np.abs(np.log2(ratio)) <= 1
+            record(f"monitor.share_x2.{arm}", 100 * float(np.nanmean(within[mid_band])), 0)
+            band[arm] = (np.nanpercentile(vhat.sel(arm=arm).isel(level=slice(1, None)).values, [10, 50, 90], axis=-1),
+                         within)
+record("monitor.band", f"{fmt_level(VIS[1:][mid_band].max())}–{fmt_level(VIS[1:][mid_band].min())}" if HAS_MONITOR
+       else paper.NOT_COMPUTED)
+record("monitor.threshold_m", monitor.DEFAULT_THRESHOLD_M, 1)
+if not HAS_MONITOR:
+    for arm in cube.PHYSICAL_ARMS:
+        record(f"finding.monitor.{arm}", f"The visibility monitor was {paper.NOT_COMPUTED}: nothing is stated about it.")
+
+# %%
+#| label: fig-monitor
+#| fig-cap: "The monitor's estimate V̂ against the true visibility V: median and P10–P90 over images; grey: within a factor of two."
+if HAS_MONITOR:
+    show(figures.plot_monitor_accuracy(VIS[1:], {arm: band[arm][0] for arm in cube.PHYSICAL_ARMS}), "monitor_vhat",
+         pipeline_check=False)
+else:
+    show(figures.placeholder(f"visibility monitor: {paper.NOT_COMPUTED}"), "monitor_vhat", pipeline_check=False)
+
+# %%
+#| label: tbl-monitor-accuracy
+#| tbl-cap: "Accuracy of the monitor's visibility estimate per level; on the ImageNet-C severities, the share of images whose estimate lies within a factor of two of their own gain-matched equivalent visibility."
+if HAS_MONITOR:
+    rows = []
+    for arm in cube.PHYSICAL_ARMS:
+        q, within = band[arm]
+        for k_, v in enumerate(VIS[1:]):
+            rows.append({"arm": arm, "V (m)": fmt_level(v), "median V̂ (m)": fmt_visibility(q[1, k_]),
+                         "P10–P90 (m)": fmt_visibility_interval(q[0, k_], q[2, k_]) or "n/a",
+                         "within ×2 (%)": fmt(100 * float(np.nanmean(within[k_])), 0)})
+    sev = full["value"].sel(model=monitor.MONITOR_ID, arm="imagenet_c", task="t2", readout="visibility_hat_m")
+    veq = {}
+    if nominal_file.is_file():
+        veq = {int(s): nds["v_eq_gain_m"].sel(severity=s) for s in nds["severity"].values}
+    medians = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for s in range(1, 6):
+            v_s = sev.sel(level=s).values
+            medians.append(float(np.nanmedian(v_s)) if np.isfinite(v_s).any() else np.nan)
+            row = {"arm": "imagenet_c", "V (m)": f"severity {s}", "median V̂ (m)": fmt_visibility(medians[-1]),
+                   "P10–P90 (m)": (fmt_visibility_interval(*np.nanpercentile(v_s, [10, 90])) if np.isfinite(v_s).any()
+                                   else "n/a"),
+                   "within ×2 (%)": "–"}
+            if s in veq:
+                ratio = v_s / veq[s].sel(image=full["image"].values).values
+                ok = np.isfinite(ratio)
+                row["within ×2 (%)"] = (f"{fmt(100 * float(np.mean(np.abs(np.log2(ratio[ok])) <= 1)), 0)} of V_eq"
+                                        if ok.any() else "n/a")
+            rows.append(row)
+    record("monitor.imagenet_c_range", fmt_range(medians, digits=0))
+    md = paper.markdown_table(rows)
+else:
+    md = not_computed("the monitor stage did not run")
+show_table(md, "monitor-accuracy")
+
+# %% [markdown]
+# The monitor as an awareness signal: its abstain rate and its confidence cross
+# like any signal (floors one and zero), and W against each VLM's V_acc says
+# whether it abstains before the VLM's accuracy falls (W < 0).
+
+# %%
+#| label: tbl-monitor-w
+#| tbl-cap: "The monitor as an awareness signal: its crossing visibility and W = log10(V_acc / V_aware) against each VLM, with paired bootstrap intervals."
+if HAS_MONITOR:
+    mscores = analysis.image_scores(full.sel(model=[monitor.MONITOR_ID, *VLMS]))
+    boot = metrics.bootstrap_resample_means(mscores, "image", counts=counts)   # paired with every score
+    lo_q, hi_q = (1 - A["ci_level"]) / 2, 1 - (1 - A["ci_level"]) / 2
+    mon = full["value"].sel(model=monitor.MONITOR_ID, task="t2")               # (arm, level, image, readout)
+    rows, verdicts = [], {}
+    for arm in cube.PHYSICAL_ARMS:
+        for signal in ("c_int", "abstain"):
+            # V_aware of the monitor: its censored estimates are bounds, so its crossing may be one too
+            # (murk.monitor.awareness_crossing: the cube's read-outs are the conservative curve)
+            ac = monitor.awareness_crossing(
+                VIS[1:], mon.sel(arm=arm, readout="visibility_hat_m").transpose("level", "image").values,
+                mon.sel(arm=arm, readout="visibility_hat_censored").transpose("level", "image").values, signal,
+                threshold_m=float(full.attrs.get("monitor_threshold_m", monitor.DEFAULT_THRESHOLD_M)),
+                present=mon.sel(arm=arm, readout="c_int").transpose("level", "image").notnull().values,
+                counts=counts, ci=A["ci_level"])
+            vm, side_m = ac["v_cross_m"], ac["censored_side"]
+            record(f"monitor.v.{signal}.{arm}", crossing_text(vm, ac["v_lo_m"], ac["v_hi_m"], side_m))
+            b_m = boot.sel(model=monitor.MONITOR_ID, arm=arm, task="t2", readout=signal).transpose(..., "level")
+            vmb, _ = metrics.crossing_visibility(VIS[1:], b_m.isel(level=slice(1, None)).values, b_m.isel(level=0).values,
+                                                 monitor.SIGNAL_FLOOR[signal])
+            for task in ("t2", "t3"):
+                for m in VLMS:
+                    cr = cross.sel(model=m, arm=arm, task=task, readout="correct")
+                    va, side_a = float(cr["v_cross_m"]), str(cr["censored_side"].values)
+                    b_a = boot.sel(model=m, arm=arm, task=task, readout="correct").transpose(..., "level")
+                    vab, _ = metrics.crossing_visibility(VIS[1:], b_a.isel(level=slice(1, None)).values,
+                                                         b_a.isel(level=0).values, CHANCE[task])
+                    wside = str(metrics.blind_spot_width_side(side_a, side_m))
+                    w = (float(metrics.blind_spot_width(va, vm)) if np.isfinite(va) and np.isfinite(vm)
+                         and wside != "undefined" else np.nan)
+                    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+                        warnings.simplefilter("ignore", RuntimeWarning)
+                        wb = np.log10(np.asarray(vab, float) / np.asarray(vmb, float))
+                        lo, hi = (np.nanquantile(wb, [lo_q, hi_q]) if np.isfinite(w) and np.isfinite(wb).any()
+                                  else (np.nan, np.nan))
+                    lower, upper = wside == "above", wside == "below"
+                    record(f"monitor.w.{signal}.{arm}.{task}.{key(m)}", w, ci=(lo, hi), lower=lower, upper=upper)
+                    if signal == "abstain" and task == "t2":
+                        v_ = (claims.awareness_lag(w, lo, hi, lower, upper) if collapses(m, arm, task)
+                              else claims.UNDEFINED)
+                        verdicts.setdefault(arm, {}).setdefault(v_, []).append((name(m), w_text(w, lo, hi, lower, upper)))
+                    rows.append({"VLM": name(m), "arm": arm, "task": task, "monitor signal": signal,
+                                 "V_acc (m)": crossing_text(va, np.nan, np.nan, side_a),
+                                 "V_aware monitor (m)": crossing_text(vm, np.nan, np.nan, side_m),
+                                 "W": w_text(w, lo, hi, lower, upper).removeprefix("W ").removeprefix("= ")})
+    for arm, by_verdict in verdicts.items():
+        where = {"fog": "in fog", "underwater": "under water"}[arm]
+        groups = {v: [f"{who} ({w})" for who, w in pairs] for v, pairs in by_verdict.items()}
+        out = []
+        if claims.LEADS in groups:
+            out.append(f"The monitor abstains before accuracy falls {where} for {fmt_list(groups[claims.LEADS])}.")
+        if claims.WITH in groups:
+            out.append(f"The monitor's abstention falls together with accuracy {where} for {fmt_list(groups[claims.WITH])}.")
+        if claims.LAGS in groups:
+            out.append(f"The monitor abstains only after accuracy has fallen {where} for {fmt_list(groups[claims.LAGS])}.")
+        if claims.UNDEFINED in groups:
+            out.append(f"Against {fmt_list(who for who, _ in by_verdict[claims.UNDEFINED])} nothing is stated {where}: "
+                       "their accuracy does not collapse there, or no crossing is defined.")
+        record(f"finding.monitor.{arm}", " ".join(out))
+    md = paper.markdown_table(rows)
+else:
+    md = not_computed("the monitor stage did not run")
+show_table(md, "monitor-w")
+
+# %%
+#| label: tbl-monitor-gate
+#| tbl-cap: "The gate on the report half of the images (t2, all levels of one arm): coverage and risk of answering everything, of the VLM's abstain option, of the monitor and of the internal confidence at matched coverage."
+if HAS_MONITOR:
+    rows = []
+    ids = ds["image"].values
+    for m in VLMS:
+        for arm in cube.PHYSICAL_ARMS:
+            v = ds["value"].sel(model=m, arm=arm, task="t2")
+            flat = lambda da: da.transpose("level", "image").values.ravel()  # noqa: E731
+            img = np.broadcast_to(ids, (v.sizes["level"], ids.size)).ravel()
+            split = monitor.split_images(img, seed=A["bootstrap_seed"])
+            try:
+                gate = monitor.compare_at_equal_coverage(
+                    flat(full["value"].sel(model=monitor.MONITOR_ID, task="t2", readout="visibility_hat_m", arm=arm)),
+                    flat(v.sel(readout="c_int")), flat(v.sel(readout="abstain")), flat(v.sel(readout="correct")),
+                    split, image_ids=img, n_resamples=A["bootstrap_resamples"], seed=A["bootstrap_seed"],
+                    censored_monitor=flat(full["value"].sel(model=monitor.MONITOR_ID, task="t2", arm=arm,
+                                                            readout="visibility_hat_censored")))
+            except ValueError as e:  # e.g. too few images for two halves
+                rows.append({"VLM": name(m), "arm": arm, "gate": f"n/a ({e})"})
+                continue
+            for g, r in gate.items():
+                rows.append({"VLM": name(m), "arm": arm, "gate": g,
+                             "coverage": fmt_estimate(r["coverage"], *r.get("coverage_ci", (np.nan, np.nan))),
+                             "risk": fmt_estimate(r["risk"], *r.get("risk_ci", (np.nan, np.nan))), "n": str(r["n"])})
+                record(f"monitor.gate.{g}.coverage.{arm}.{key(m)}", r["coverage"])
+                record(f"monitor.gate.{g}.risk.{arm}.{key(m)}", r["risk"])
+    md = paper.markdown_table(rows)
+else:
+    md = not_computed("the monitor stage did not run")
+show_table(md, "monitor-gate")
+
+# %% [markdown]
+# ## Colophon and the numbers file
+#
+# The environment, then every key the paper cites that this run did not compute
+# is filled in as "not computed in this run" (so the paper says so instead of
+# failing), and the numbers file is written.
+
+# %%
+for pkg, v in config.package_versions().items():
+    record(f"version.{pkg}", v)
+qmd = paths.project_root() / "paper" / "index.qmd"
+filled = numbers.fill_missing(paper.cited_keys(qmd.read_text(encoding="utf-8"))) if qmd.is_file() else []
+if filled:
+    print(f"{paper.NOT_COMPUTED}: {filled}")
+numbers.save()
+print(f"{len(numbers)} numbers written to {numbers.path}")

@@ -45,3 +45,31 @@ def _frozen_records_in_tmp(tmp_path_factory):
     mp.setenv("MURK_FROZEN_DIR", str(tmp_path_factory.mktemp("frozen")))
     yield
     mp.undo()
+
+
+# --- the analyse notebook and the paper on two cubes (tests/test_notebook_analyse.py, tests/test_pipeline.py) ---
+@_pytest_tiny.fixture(scope="session")
+def synthetic_paper(tmp_path_factory):
+    """A synthetic root (tests/synthetic.py: a collapse, a confidence lag, a wording effect) analysed by the
+    analyse notebook through papermill, and its paper rendered: (root, render_paper's result)."""
+    import stages
+    import synthetic
+
+    from murk import paper
+
+    root = synthetic.write_root(tmp_path_factory.mktemp("synthetic") / "out")
+    stages.run("04_analyse", root, models=synthetic.MODELS)
+    return root, paper.render_paper(output_dir=root, pdf=True)
+
+
+@_pytest_tiny.fixture(scope="session")
+def demo(tmp_path_factory):
+    """The offline demo (Snakemake, three items, the tiny checkpoints: accuracy at chance) into a temporary root."""
+    import stages
+
+    if not stages.SAMPLE.is_dir():
+        _pytest_tiny.skip("../shared/coco-val2017-sample not present")
+    out = tmp_path_factory.mktemp("demo")
+    r = stages.snakemake(out)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
+    return out

@@ -10,7 +10,9 @@ import pytest
 import xarray as xr
 from PIL import Image
 
-from murk import cube, paths, pipeline, render
+from murk import cube, items, paths, render
+
+import stages  # tests/stages.py: the stage notebooks through papermill
 
 SAMPLE = paths.project_root().parent / "shared" / "coco-val2017-sample"
 needs_sample = pytest.mark.skipif(not SAMPLE.is_dir(), reason="../shared/coco-val2017-sample not present")
@@ -22,7 +24,8 @@ def test_truncated_and_missing_images_are_recorded_not_fatal(tmp_path, monkeypat
     monkeypatch.setenv("MURK_OFFLINE", "1")
     monkeypatch.setenv("MURK_COCO_DIR", str(SAMPLE))
     out = tmp_path / "out"
-    table = pipeline.stage_select(n_items=3, seed=1, output_dir=out, run_name="bad-input")
+    stages.run("01_select", out, n_items=3, seed=1, run_name="bad-input")
+    table, _ = items.read_items(out)
     # a private copy of the three images: one truncated, one deleted
     img_dir = tmp_path / "val2017"
     img_dir.mkdir()
@@ -36,8 +39,9 @@ def test_truncated_and_missing_images_are_recorded_not_fatal(tmp_path, monkeypat
     meta["image_dir"] = str(img_dir)
     (out / "items_meta.json").write_text(json.dumps(meta))
 
-    pipeline.stage_depth(backend="constant", output_dir=out)
-    store = pipeline.stage_readout("murk-tiny/smolvlm", output_dir=out)
+    stages.run("02_depth", out, backend="constant")
+    stages.run("03_readout", out, model="murk-tiny/smolvlm")
+    store = paths.readout_store("murk-tiny/smolvlm", out)
     ds = xr.open_zarr(store, consolidated=False).load()
     assert bool(ds["done"].all())
     reasons = [str(r) for r in ds["missing_reason"].values]

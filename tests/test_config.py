@@ -11,7 +11,9 @@ import sys
 import pytest
 
 from murk import config as mc
-from murk import items, paths, pipeline
+from murk import items, paths
+
+import stages  # tests/stages.py: the stage notebooks through papermill
 
 SAMPLE = paths.project_root().parent / "shared" / "coco-val2017-sample"
 needs_sample = pytest.mark.skipif(not SAMPLE.is_dir(), reason=f"{SAMPLE} absent")
@@ -112,11 +114,17 @@ def test_freeze_run_explicit_folder_and_errors(tmp_path, frozen):
 
 
 @needs_sample
+@pytest.mark.slow
 def test_select_stage_refuses_a_changed_config_for_an_existing_run(frozen, tmp_path, monkeypatch):
-    """A changed config changes the config hash and is refused for the existing run; a new run name is accepted."""
+    """A changed config changes the config hash and is refused for the existing run, before anything is
+    written (through the select notebook, as users meet it); a new run name is accepted."""
+    import papermill
+    import yaml
+
     monkeypatch.setenv("MURK_OFFLINE", "1")
     out = tmp_path / "out"
-    table = pipeline.stage_select(coco_dir=SAMPLE, n_items=3, seed=1, output_dir=out, run_name="r1")
+    stages.run("01_select", out, coco_dir=str(SAMPLE), n_items=3, seed=1, run_name="r1")
+    table = items.load_items(out / "items.json")
     meta = json.loads((out / "items_meta.json").read_text())
     rec = json.loads((frozen / "r1.json").read_text())
     assert meta["run_name"] == "r1" and meta["items_hash"] == items.items_hash(table) == rec["items_hash"]
@@ -124,31 +132,38 @@ def test_select_stage_refuses_a_changed_config_for_an_existing_run(frozen, tmp_p
     report = json.loads((out / "items_report.json").read_text())
     assert report["n_candidates"] == 37 and report["n_items"] == 3
     # the same run again: fine
-    pipeline.stage_select(coco_dir=SAMPLE, n_items=3, seed=1, output_dir=out, run_name="r1")
-    # a changed configuration
+    stages.run("01_select", out, coco_dir=str(SAMPLE), n_items=3, seed=1, run_name="r1")
+    # a changed configuration ($MURK_CONFIG: every stage reads it)
     changed = mc.load_config()
     changed["prompts"]["abstain"] = "I am not sure"
-    monkeypatch.setattr(mc, "load_config", lambda path=None: copy.deepcopy(changed))
+    (tmp_path / "changed.yaml").write_text(yaml.safe_dump(changed, sort_keys=False), encoding="utf-8")
+    monkeypatch.setenv("MURK_CONFIG", str(tmp_path / "changed.yaml"))
     before = (out / "items.json").stat().st_mtime_ns
-    with pytest.raises(ValueError, match="r1.json"):
-        pipeline.stage_select(coco_dir=SAMPLE, n_items=3, seed=1, output_dir=out, run_name="r1")
+    with pytest.raises(papermill.PapermillExecutionError, match="r1.json"):
+        stages.run("01_select", out, coco_dir=str(SAMPLE), n_items=3, seed=1, run_name="r1")
     assert (out / "items.json").stat().st_mtime_ns == before  # nothing written
-    pipeline.stage_select(coco_dir=SAMPLE, n_items=3, seed=1, output_dir=tmp_path / "out2", run_name="r2")
+    stages.run("01_select", tmp_path / "out2", coco_dir=str(SAMPLE), n_items=3, seed=1, run_name="r2")
     assert json.loads((frozen / "r2.json").read_text())["config_hash"] == mc.config_hash(changed) != rec["config_hash"]
     # other items under the first config are refused too
-    monkeypatch.undo()
-    monkeypatch.setenv("MURK_FROZEN_DIR", str(frozen))
-    monkeypatch.setenv("MURK_OFFLINE", "1")
-    with pytest.raises(ValueError, match="items_hash"):
-        pipeline.stage_select(coco_dir=SAMPLE, n_items=4, seed=1, output_dir=out, run_name="r1")
+    monkeypatch.delenv("MURK_CONFIG")
+    with pytest.raises(papermill.PapermillExecutionError, match="items_hash"):
+        stages.run("01_select", out, coco_dir=str(SAMPLE), n_items=4, seed=1, run_name="r1")
 
 
 def test_default_run_name(frozen, tmp_path, monkeypatch):
     if not SAMPLE.is_dir():
         pytest.skip(f"{SAMPLE} absent")
     monkeypatch.setenv("MURK_OFFLINE", "1")
-    pipeline.stage_select(coco_dir=SAMPLE, n_items=2, seed=1, output_dir=tmp_path / "o")
+    stages.run("01_select", tmp_path / "o", coco_dir=str(SAMPLE), n_items=2, seed=1)
     assert (frozen / "offline-demo.json").is_file()
+
+
+def test_murk_config_names_the_configuration(tmp_path, monkeypatch):
+    (tmp_path / "c.yaml").write_text("items:\n  seed: 3\n", encoding="utf-8")
+    monkeypatch.setenv("MURK_CONFIG", str(tmp_path / "c.yaml"))
+    assert paths.config_file() == tmp_path / "c.yaml" and mc.load_config() == {"items": {"seed": 3}}
+    monkeypatch.delenv("MURK_CONFIG")
+    assert paths.config_file() == paths.data_dir() / "config.yaml"
 
 
 # ----------------------------------------------------------------------------- Table III

@@ -87,7 +87,8 @@ def test_all_tiny_architectures_through_the_readout_stage(tmp_path, monkeypatch)
     """Every tiny id of TINY_MODELS through the real stages (select -> depth -> readout) on one item."""
     import xarray as xr
 
-    from murk import cube, paths, pipeline
+    import stages  # tests/stages.py: the stage notebooks through papermill
+    from murk import cube, paths
 
     sample = paths.project_root().parent / "shared" / "coco-val2017-sample"
     if not sample.is_dir():
@@ -96,11 +97,12 @@ def test_all_tiny_architectures_through_the_readout_stage(tmp_path, monkeypatch)
     monkeypatch.setenv("MURK_COCO_DIR", str(sample))
     for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.delenv(var, raising=False)
-    pipeline.stage_select(n_items=1, output_dir=tmp_path, run_name="engine-test")
-    pipeline.stage_depth(backend="constant", output_dir=tmp_path)
+    stages.run("01_select", tmp_path, n_items=1, run_name="engine-test")
+    stages.run("02_depth", tmp_path, backend="constant")
     for model in sorted(TINY_MODELS):
-        store = pipeline.stage_readout(model, output_dir=tmp_path, device="cpu",
-                                       n_verbal_items=1 if model == "murk-tiny/qwen3vl" else 0)
+        stages.run("03_readout", tmp_path, suffix=f"-{paths.model_slug(model)}", model=model, device="cpu",
+                   n_verbal_items=1 if model == "murk-tiny/qwen3vl" else 0)
+        store = paths.readout_store(model, tmp_path)
         ds = xr.open_zarr(store, consolidated=False).load()
         assert bool(ds["done"].all()), model
         assert ds.attrs["pipeline_check"] == 1 and ds.attrs["n_visual_tokens"] > 0

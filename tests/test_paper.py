@@ -17,6 +17,7 @@ def _prose(text: str) -> str:
     text = paper.FRONT_RE.sub("", text)
     text = paper.CELL_RE.sub("", text)
     text = paper.INCLUDE_RE.sub("", text)
+    text = paper.EMBED_RE.sub("", text)
     text = re.sub(r"`[^`]*`", "", text)                       # inline code and inline expressions
     text = re.sub(r"\$\$.*?\$\$|\$[^$]*\$", "", text, flags=re.S)  # math
     text = re.sub(r"\]\([^)]*\)", "]", text)                  # link / figure targets
@@ -63,13 +64,99 @@ def test_crossref_numbers_in_order():
 
 
 def test_formatting():
+    nan = float("nan")
     assert paper.fmt(0.8049) == "0.80"
-    assert paper.fmt(float("nan")) == "n/a"
+    assert paper.fmt(nan) == "n/a" and paper.fmt(None) == "n/a"
     assert paper.fmt_crossing(0.8, True, lower_bound_sign="≥") == "≥ 0.80"  # legacy bool with an explicit sign
     assert paper.fmt_crossing(12.44, False, 1) == "12.4"
     assert paper.fmt_interval(0.1, 0.25) == "[0.10, 0.25]"
+    assert paper.fmt_interval(nan, 0.25) == ""                       # no interval where it is undefined
+    assert paper.fmt_estimate(0.97, 0.95, 0.98) == "0.97 [0.95, 0.98]"
+    assert paper.fmt_estimate(nan, 0.1, 0.9) == "n/a"                # no interval for an undefined point
+    assert paper.fmt_estimate(0.8, 0.7, 0.9, lower=True) == "≥ 0.80 [0.70, 0.90]"  # = censored="above"
+    assert paper.fmt_bound(-0.2, upper=True) == "≤ -0.20"
+    assert paper.fmt_range([0.3, nan, 0.1]) == "0.10–0.30" and paper.fmt_range([nan]) == "n/a"
+    assert paper.fmt_range([60.4, 147.2], digits=0) == "60–147"
+    assert paper.fmt_range([0.25, 0.25]) == "0.25"
+    assert paper.fmt_list([]) == "none" and paper.fmt_list(["a"]) == "a" and paper.fmt_list("abc") == "a, b and c"
+    # one way to write a level: as the spec (half up, 31.25 -> 31.3), the exact value in keys
+    assert [paper.fmt_level(250 / 2 ** k) for k in range(8)] == ["250", "125", "62.5", "31.3", "15.6", "7.8", "3.9",
+                                                                 "1.95"]
+    assert paper.fmt_level(float("inf")) == "clean" and paper.fmt_level(float("nan")) == "n/a"
+    assert paper.level_label(15.625) == "15.625" and paper.level_label(float("inf")) == "clean"
     with pytest.raises(TypeError):
         paper.write_numbers({"a": 1.0})
+
+
+def test_numbers_record_and_save(tmp_path):
+    import numpy as np
+
+    n = paper.Numbers(tmp_path / "n.json")
+    assert n.record("a", 0.123, ci=(0.1, 0.2)) == "0.12" and n["a.ci"] == "[0.10, 0.20]"
+    assert n.record("b", float("nan"), ci=(0.1, 0.2)) == "n/a" and n["b.ci"] == ""
+    assert n.record("c", np.int64(7)) == "7" and n.record("d", 3.0, 0) == "3"
+    assert n.record("e", 1.05, ci=(0.9, 1.2), lower=True) == "≥ 1.05" and n["e.ci"] == "[0.90, 1.20]"
+    assert n.record("s", "A sentence, as is.") == "A sentence, as is."
+    assert n.fill_missing({"a", "z"}) == ["z"] and n["z"] == f"n/a ({paper.NOT_COMPUTED})"
+    assert paper.load_numbers(n.save())["e"] == "≥ 1.05"
+    assert paper.cited_keys('x `{python} N["a"]` y `{python} N[\'b\']`') == {"a", "b"}
+
+
+def _notebook(path, cells):
+    """An executed-notebook stand-in: ``cells`` maps label -> (options, outputs)."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    for label, (opts, outputs) in cells.items():
+        src = f"#| label: {label}\n" + "".join(f"#| {k}: {v}\n" for k, v in opts.items()) + "plot()"
+        cell = nbformat.v4.new_code_cell(src)
+        cell.outputs = [nbformat.v4.new_output(**o) for o in outputs]
+        nb.cells.append(cell)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
+#: a 1x1 PNG
+PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
+
+
+def test_cell_options():
+    assert paper.cell_options('#| label: fig-a\n#| fig-cap: "A: t2, fog"\nplot()') == {"label": "fig-a",
+                                                                                       "fig-cap": "A: t2, fog"}
+    assert paper.cell_options("plot()\n#| label: late") == {}
+
+
+def test_embeds_resolve_from_the_notebook_outputs(tmp_path):
+    nb = _notebook(tmp_path / "out" / "notebooks" / "04_analyse.ipynb", {
+        "fig-a": ({"fig-cap": "Accuracy, t2"}, [{"output_type": "display_data", "data": {"image/png": PNG}}]),
+        "tbl-b": ({"tbl-cap": "Crossings"}, [{"output_type": "display_data",
+                                               "data": {"text/markdown": "| x |\n|---|\n| 1 |\n"}}]),
+        "fig-broken": ({}, [{"output_type": "error", "ename": "ValueError", "evalue": "bad", "traceback": []}]),
+        "fig-empty": ({}, [])})
+    qmd = ("See @fig-a and @tbl-b.\n\n{{< embed ../outputs/notebooks/04_analyse.ipynb#fig-a >}}\n\n"
+           "{{< embed ../outputs/notebooks/04_analyse.ipynb#tbl-b >}}\n")
+    md = paper.resolve_qmd(qmd, {}, tmp_path / "paper", tmp_path / "out")
+    fig = tmp_path / "out" / "paper" / "embed" / "04_analyse-fig-a.png"
+    assert f"![Accuracy, t2]({fig.as_posix()}){{#fig-a}}" in md and fig.read_bytes()[:4] == b"\x89PNG"
+    assert ": Crossings {#tbl-b}\n\n| x |" in md
+    assert md.count("Source: [04_analyse.ipynb](../notebooks/04_analyse.ipynb)") == 2  # links back to the notebook
+    out = paper.crossref(md)
+    assert "[Figure 1](#fig-a)" in out and "[Table 1](#tbl-b)" in out
+    with pytest.raises(KeyError, match="fig-none"):
+        paper.resolve_qmd("{{< embed ../outputs/notebooks/04_analyse.ipynb#fig-none >}}", {}, tmp_path, tmp_path / "out")
+    with pytest.raises(ValueError, match="failed"):
+        paper.resolve_qmd("{{< embed ../outputs/notebooks/04_analyse.ipynb#fig-broken >}}", {}, tmp_path, tmp_path / "out")
+    with pytest.raises(ValueError, match="no image"):
+        paper.resolve_qmd("{{< embed ../outputs/notebooks/04_analyse.ipynb#fig-empty >}}", {}, tmp_path, tmp_path / "out")
+    # a notebook whose stage did not run: a labelled placeholder that says so, and the list of them
+    missing = []
+    md = paper.resolve_qmd("@fig-x @tbl-y\n\n{{< embed ../outputs/notebooks/02_depth.ipynb#fig-x >}}\n\n"
+                           "{{< embed ../outputs/notebooks/02_depth.ipynb#tbl-y >}}", {}, tmp_path, tmp_path / "out",
+                           missing=missing)
+    assert missing == ["../outputs/notebooks/02_depth.ipynb#fig-x", "../outputs/notebooks/02_depth.ipynb#tbl-y"]
+    assert md.count(paper.NOT_COMPUTED) >= 2 and "{#fig-x}" in md and "{#tbl-y}" in md
+    paper.crossref(md)  # the labels still resolve
 
 
 def test_bounds_print_on_their_side():
@@ -95,18 +182,39 @@ def test_bounds_print_on_their_side():
 
 
 def test_every_cited_number_reaches_the_html(tmp_path):
-    """Each inline N["key"] of the paper resolves and its value appears in the converted HTML."""
+    """Each inline N["key"] of the paper resolves and its value appears in the converted HTML, and every
+    embedded cell's output reaches it too."""
     import pypandoc
 
     text = QMD.read_text(encoding="utf-8")
-    keys = sorted(set(paper.INLINE_RE.findall(text)))
+    keys = sorted(paper.cited_keys(text))
     assert keys, "the paper cites no numbers"
     numbers = {k: f"VAL{i:03d}X" for i, k in enumerate(keys)}
-    for inc in paper.INCLUDE_RE.findall(text):  # included tables are written by the analyse stage
+    for inc in paper.INCLUDE_RE.findall(text):  # included files, if any
         f = tmp_path / inc.replace("../outputs/", "")
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_text("| a |\n|---|\n| 1 |\n")
+    books = {}
+    for nb, label in paper.EMBED_RE.findall(text):
+        out = ([{"output_type": "display_data", "data": {"image/png": PNG}}] if label.startswith("fig-") else
+               [{"output_type": "display_data", "data": {"text/markdown": f"| t |\n|---|\n| CELL-{label} |\n"}}])
+        books.setdefault(nb, {})[label] = ({"fig-cap" if label.startswith("fig-") else "tbl-cap": f"CAP-{label}"}, out)
+    assert books, "the paper embeds nothing"
+    for nb, cells in books.items():
+        _notebook(tmp_path / nb.replace("../outputs/", ""), cells)
     md = paper.crossref(paper.resolve_qmd(text, numbers, QMD.parent, tmp_path))
     html = pypandoc.convert_text(md, "html5", format="markdown")
     missing = [k for k, v in numbers.items() if v not in html]
     assert missing == [], f"cited numbers lost on the way to HTML: {missing}"
+    lost = [label for cells in books.values() for label in cells
+            if f"CAP-{label}" not in html or (label.startswith("tbl-") and f"CELL-{label}" not in html)]
+    assert lost == [], f"embedded cells lost on the way to HTML: {lost}"
+
+
+def test_headings_state_no_finding():
+    """Headings are neutral: a finding is stated only by a sentence generated from the cube."""
+    headings = re.findall(r"^#+\s+(.*)$", paper.CELL_RE.sub("", QMD.read_text(encoding="utf-8")), flags=re.M)
+    assert headings
+    for h in headings:
+        for word in ("collapse", "lag", "depend", "plateau", "floor", "blind", "fail", "robust", "exceed"):
+            assert word not in h.lower(), h

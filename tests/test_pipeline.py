@@ -5,11 +5,9 @@ temporary output root (a pipeline check), then checks the products, that a
 second run does nothing, and that an interrupted read-out resumes.
 """
 
+import html as html_lib
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
+import re
 
 import numpy as np
 import pytest
@@ -17,25 +15,22 @@ import xarray as xr
 
 from murk import cube, paper, paths
 
+import stages  # tests/stages.py: Snakemake and the stage notebooks
+
 ROOT = paths.project_root()
-SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"
 pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not SAMPLE.is_dir(), reason="../shared/coco-val2017-sample not present")]
+              pytest.mark.skipif(not stages.SAMPLE.is_dir(), reason="../shared/coco-val2017-sample not present")]
 
 
-def snakemake(out: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "MURK_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "MURK_COCO_DIR": str(SAMPLE),
-           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "MPLBACKEND": "Agg"}
-    cmd = [sys.executable, "-m", "snakemake", "--cores", "1", "--config", f"output_dir={out}", "n_items=3", "run_name=e2e-test", *args]
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+def _plain(text: str) -> str:
+    """Text as a comparison sees it: no Markdown marks, straight quotes (pandoc makes them curly), one space."""
+    text = re.sub(r"[`*]", "", text).translate(str.maketrans({"‘": "'", "’": "'", "“": '"', "”": '"'}))
+    return re.sub(r"\s+", " ", text)
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    out = tmp_path_factory.mktemp("demo")
-    r = snakemake(out)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
-    return out
+def _text(html: str) -> str:
+    """The visible text of an HTML page, as :func:`_plain`."""
+    return _plain(html_lib.unescape(re.sub(r"<[^>]+>", "", html)))
 
 
 def test_products(demo):
@@ -63,21 +58,28 @@ def test_products(demo):
     html = (demo / "paper" / "index.html").read_text(encoding="utf-8")
     assert "Pipeline check" in html and "`{python}" not in html
     assert "not computed in this run" not in html  # the demo computes everything the paper cites
-    cited = set(paper.INLINE_RE.findall((ROOT / "paper" / "index.qmd").read_text(encoding="utf-8")))
-    import html as html_lib
-
-    import re
-
-    squash = lambda t: re.sub(r"\s+", " ", t)  # noqa: E731
-    text = squash(html_lib.unescape(re.sub(r"<[^>]+>", "", html)))
-    lost = [k for k in cited if squash(re.sub(r"[`*]", "", numbers[k])) not in text]
+    cited = paper.cited_keys((ROOT / "paper" / "index.qmd").read_text(encoding="utf-8"))
+    text = _text(html)
+    lost = [k for k in cited if _plain(numbers[k]) not in text]
     assert lost == [], f"cited numbers missing from the HTML: {lost}"
     for nb in ("01_select", "02_depth", "03_readout-murk-tiny--smolvlm", "03_readout-murk-tiny--qwen3vl", "04_analyse"):
         assert (demo / "notebooks" / f"{nb}.ipynb").is_file(), nb
+    # the paper's figures and tables are the executed notebooks' cell outputs, each linked to its notebook
+    embedded = paper.EMBED_RE.findall((ROOT / "paper" / "index.qmd").read_text(encoding="utf-8"))
+    cells = {nb: paper.notebook_cells(demo / "notebooks" / nb.rsplit("/", 1)[-1]) for nb, _ in embedded}
+    for nb, label in embedded:
+        assert label in cells[nb], (nb, label)
+        assert f'id="{label}"' in html, label
+    assert html.count("../notebooks/04_analyse.ipynb") >= sum(nb.endswith("04_analyse.ipynb") for nb, _ in embedded)
+    # the figure files carry the pipeline-check mark, and so do the notebook outputs the paper embeds
+    import base64
+
+    png = cells["../outputs/notebooks/04_analyse.ipynb"]["fig-accuracy-t2"]["outputs"][0]["data"]["image/png"]
+    assert base64.b64decode(png) == (demo / "figures" / "accuracy_t2.png").read_bytes()
 
 
 def test_second_run_does_nothing(demo):
-    r = snakemake(demo, "--dry-run")
+    r = stages.snakemake(demo, "--dry-run")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Nothing to be done" in r.stdout + r.stderr
 
@@ -94,7 +96,7 @@ def test_interrupted_readout_resumes(demo):
     shutil.rmtree(demo / "cube.zarr")
     for f in ("paper_numbers.json", "paper/index.html"):
         (demo / f).unlink()
-    r = snakemake(demo)
+    r = stages.snakemake(demo)
     assert r.returncode == 0, r.stderr[-3000:]
     nb = (demo / "notebooks" / "03_readout-murk-tiny--smolvlm.ipynb").read_text()
     assert "1/1 [" in nb and "3/3 [" not in nb  # only the unfinished image was read out again
@@ -103,3 +105,53 @@ def test_interrupted_readout_resumes(demo):
     # greedy decoding of a deterministic model: the re-read image gives the same numbers
     xr.testing.assert_identical(before["value"], after["value"])
     assert (demo / "paper" / "index.html").is_file()
+
+
+#: phrases the generated sentences use to state a finding, and to say that the cube does not show it
+STATES = {"collapse": "collapses to chance for", "lag": "lags accuracy, falling in murkier conditions",
+          "wording": "there the abstention depends on the wording", "plateau": "lie above the failure band"}
+DENIES = {"collapse": "so there is no collapse to place on the axis (not observed)",
+          "lag": "No lag of the internal confidence (t2) can be stated",
+          "wording": "no wording effect is observed", "plateau": "cannot be said"}
+
+
+def test_generated_claims_follow_the_cube(demo, synthetic_paper):
+    """The same paper rendered from two cubes: a synthetic one with a collapse, a confidence lag, a wording
+    effect and nominal severities on the plateau, and the demo cube at chance. The generated sentences differ
+    accordingly, and neither paper states a finding its cube contradicts, in a heading or a sentence."""
+    import synthetic
+
+    syn_root, syn_res = synthetic_paper
+    papers = {"synthetic": (paper.load_numbers(paths.numbers_file(syn_root)), syn_res["html"].read_text("utf-8")),
+              "demo": (paper.load_numbers(paths.numbers_file(demo)), (demo / "paper" / "index.html").read_text("utf-8"))}
+    syn, demo_n = papers["synthetic"][0], papers["demo"][0]
+    # the verdicts behind the sentences
+    for m in synthetic.MODELS:
+        k = paths.model_slug(m)
+        assert syn[f"verdict.rq1.fog.t2.{k}"] == "collapse" and syn[f"verdict.rq2.c_int.fog.t2.{k}"] == "lags"
+        assert syn[f"verdict.rq3.wording.fog.t2.{k}"] == "above" and syn[f"verdict.rq4.t2.{k}"] == "plateau"
+    for m in ("murk-tiny/smolvlm", "murk-tiny/qwen3vl"):
+        k = paths.model_slug(m)
+        assert demo_n[f"verdict.rq1.fog.t2.{k}"] == "no skill"
+        assert demo_n[f"verdict.rq2.c_int.fog.t2.{k}"].startswith("undefined")
+        assert demo_n[f"verdict.rq4.t2.{k}"] == "no collapse"
+    # the sentences: stated in one paper, denied in the other
+    for finding, key in (("collapse", "finding.rq1.fog.t2"), ("lag", "finding.rq2.c_int.t2"),
+                         ("wording", "finding.rq3.wording.t2"), ("plateau", "finding.rq4.t2")):
+        assert STATES[finding] in syn[key] and DENIES[finding] not in syn[key], (finding, syn[key])
+        assert STATES[finding] not in demo_n[key] and DENIES[finding] in demo_n[key], (finding, demo_n[key])
+    assert syn["finding.rq1.fog.t2"] != demo_n["finding.rq1.fog.t2"]
+    for name, (numbers, html) in papers.items():
+        text = _text(html)
+        # every generated sentence reaches its paper
+        for key in [k for k in numbers if k.startswith("finding.")]:
+            assert _plain(numbers[key]).split(" (")[0] in text, (name, key)
+        # headings are neutral
+        for h in re.findall(r"<h[1-6][^>]*>(.*?)</h[1-6]>", html, flags=re.S):
+            assert not any(w in _text(h).lower() for w in ("collapse", "lag", "depend", "plateau", "floor")), h
+        # no sentence states what the cube contradicts
+        for finding, phrase in STATES.items():
+            cube_says = name == "synthetic"
+            assert (_plain(phrase) in text) == cube_says, (name, finding)
+    # the demo's controls are stated with their condition (at, above or below chance), never as an assumption
+    assert "chance" in demo_n["finding.controls.blank.t2"] and "(" in demo_n["finding.controls.blank.t2"]

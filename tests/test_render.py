@@ -182,13 +182,15 @@ def test_stage_records_a_too_small_image_and_goes_on(tmp_path, monkeypatch):
 
     import xarray as xr
 
-    from murk import pipeline
+    import stages  # tests/stages.py: the stage notebooks through papermill
+    from murk import items
 
     sample = paths.project_root().parent / "shared" / "coco-val2017-sample"
     monkeypatch.setenv("MURK_OFFLINE", "1")
     monkeypatch.setenv("MURK_COCO_DIR", str(sample))
     out = tmp_path / "out"
-    table = pipeline.stage_select(n_items=2, seed=1, output_dir=out, run_name="too-small-image")
+    stages.run("01_select", out, n_items=2, seed=1, run_name="too-small-image")
+    table, _ = items.read_items(out)
     img_dir = tmp_path / "val2017"
     img_dir.mkdir()
     for f in table["file_name"]:
@@ -198,8 +200,9 @@ def test_stage_records_a_too_small_image_and_goes_on(tmp_path, monkeypatch):
     meta = json.loads((out / "items_meta.json").read_text())
     meta["image_dir"] = str(img_dir)
     (out / "items_meta.json").write_text(json.dumps(meta))
-    pipeline.stage_depth(backend="constant", output_dir=out)
-    store = pipeline.stage_monitor(output_dir=out)
+    stages.run("02_depth", out, backend="constant")
+    stages.run("03b_monitor", out)
+    store = paths.readout_store("murk/visibility-monitor", out)
     ds = xr.open_zarr(store, consolidated=False).load()
     assert bool(ds["done"].all())
     reasons = [str(r) for r in ds["missing_reason"].values]

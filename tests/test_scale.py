@@ -1,7 +1,8 @@
 """Scaling out: shards, the SLURM profile, kill-and-resume, reproducibility (issue 8).
 
-These run the real stages offline on the shared COCO sample with a tiny checkpoint
-(pipeline checks) into temporary output roots.
+These run the real stage notebooks (jupytext → papermill, tests/stages.py) offline on
+the shared COCO sample with a tiny checkpoint (pipeline checks) into temporary output
+roots.
 """
 
 import os
@@ -15,7 +16,9 @@ from pathlib import Path
 import pytest
 import xarray as xr
 
-from murk import cube, paths, pipeline
+from murk import cube, items, paths
+
+import stages  # tests/stages.py: the stage notebooks through papermill
 
 ROOT = paths.project_root()
 SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"
@@ -37,8 +40,8 @@ def prepared(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     for k, v in _env().items():
         mp.setenv(k, v)
-    pipeline.stage_select(n_items=N_ITEMS, seed=1, output_dir=out, run_name="scale-test")
-    pipeline.stage_depth(backend="constant", output_dir=out)
+    stages.run("01_select", out, n_items=N_ITEMS, seed=1, run_name="scale-test")
+    stages.run("02_depth", out, backend="constant")
     mp.undo()
     return out
 
@@ -51,7 +54,7 @@ def _copy(src: Path, dst: Path) -> Path:
 
 
 def _values(root: Path, shard_size=None) -> xr.Dataset:
-    table, _ = pipeline.read_items(root)
+    table, _ = items.read_items(root)
     k = paths.n_shards(len(table), shard_size)
     stores = ([paths.readout_store(MODEL, root)] if shard_size is None else
               [paths.readout_store(MODEL, root, s, shard_size) for s in range(k)])
@@ -60,12 +63,12 @@ def _values(root: Path, shard_size=None) -> xr.Dataset:
 
 @pytest.fixture(scope="module")
 def reference(prepared, tmp_path_factory):
+    """An uninterrupted read-out, run as a subprocess; also how long such a run takes here (observed)."""
     root = _copy(prepared, tmp_path_factory.mktemp("ref") / "out")
-    with pytest.MonkeyPatch.context() as mp:
-        for k, v in _env().items():
-            mp.setenv(k, v)
-        pipeline.stage_readout(MODEL, output_dir=root)
-    return _values(root)
+    t0 = time.monotonic()
+    subprocess.run(stages.command("03_readout", root, model=MODEL), env=_env(), cwd=ROOT, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return _values(root), time.monotonic() - t0
 
 
 def test_slurm_profile_plans_one_gpu_job_per_model_and_shard():
@@ -84,8 +87,8 @@ def test_two_runs_are_bit_identical(prepared, reference, tmp_path):
     with pytest.MonkeyPatch.context() as mp:
         for k, v in _env().items():
             mp.setenv(k, v)
-        pipeline.stage_readout(MODEL, output_dir=root)
-    xr.testing.assert_identical(_values(root), reference)
+        stages.run("03_readout", root, model=MODEL)
+    xr.testing.assert_identical(_values(root), reference[0])
 
 
 def test_shard_sizes_give_the_same_cube(prepared, reference, tmp_path):
@@ -94,45 +97,54 @@ def test_shard_sizes_give_the_same_cube(prepared, reference, tmp_path):
         for k, v in _env().items():
             mp.setenv(k, v)
         for s in range(paths.n_shards(N_ITEMS, 3)):
-            pipeline.stage_readout(MODEL, output_dir=root, shard=s, shard_size=3)
-        assert pipeline.stage_readout(MODEL, output_dir=root, shard=5, shard_size=3) is None  # beyond the items
+            stages.run("03_readout", root, suffix=f"-s{s}", model=MODEL, shard=s, shard_size=3)
+        stages.run("03_readout", root, suffix="-s5", model=MODEL, shard=5, shard_size=3)  # beyond the items
+        assert not paths.readout_store(MODEL, root, 5, 3).exists()  # nothing to do, nothing written
     merged = _values(root, shard_size=3)
-    xr.testing.assert_identical(merged["value"], reference["value"])
+    xr.testing.assert_identical(merged["value"], reference[0]["value"])
     for name in cube.TEXT_READOUTS:
-        assert [str(x) for x in merged[name].values.ravel()] == [str(x) for x in reference[name].values.ravel()]
+        assert [str(x) for x in merged[name].values.ravel()] == [str(x) for x in reference[0][name].values.ravel()]
 
 
 def test_kill_and_resume(prepared, reference, tmp_path):
-    """SIGKILL the read-out at random moments (at least five kills); every resumed run ends with a
-    store equal to an uninterrupted run's.
+    """SIGKILL the read-out notebook (papermill and its kernel, as a scheduler kills a job) at random
+    moments, at least five times; the resumed run ends with a store equal to an uninterrupted run's.
 
-    A run that finishes before it is killed is checked and then started afresh, so that kills keep
-    landing at random moments of start-up, model loading and read-out until five have hit.
+    The kill moments are drawn over the observed duration of the uninterrupted run (start-up, model
+    loading and read-out alike). A run that finishes before its kill is checked and then started
+    afresh, so that kills keep landing until five have hit; a last run then completes the store.
     """
     import shutil
 
+    ref, duration = reference
     root = _copy(prepared, tmp_path / "out")
     store = paths.readout_store(MODEL, root)
-    code = (f"from murk import pipeline; pipeline.stage_readout({MODEL!r}, output_dir={str(root)!r})")
+    cmd = stages.command("03_readout", root, model=MODEL)
     rng = random.Random(8)
-    kills = completed = 0
-    for _ in range(60):
-        p = subprocess.Popen([sys.executable, "-c", code], env=_env(), cwd=ROOT,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + rng.uniform(1.0, 12.0)
+    kills = 0
+
+    def start():
+        return subprocess.Popen(cmd, env=_env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+
+    for _ in range(40):
+        p = start()
+        deadline = time.monotonic() + rng.uniform(0.05, 1.0) * duration
         while p.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         if p.poll() is None:
-            p.send_signal(signal.SIGKILL)
+            os.killpg(p.pid, signal.SIGKILL)
             p.wait()
             kills += 1
+            if kills >= 5:
+                break
             continue
         assert p.returncode == 0
-        completed += 1
-        ds = _values(root)
-        assert bool(ds["done"].all())
-        xr.testing.assert_identical(ds["value"], reference["value"])
-        if kills >= 5:
-            break
-        shutil.rmtree(store)  # not enough kills yet: a fresh run to kill again
-    assert kills >= 5 and completed >= 1
+        xr.testing.assert_identical(_values(root)["value"], ref["value"])
+        shutil.rmtree(store)  # finished before its kill: a fresh run to kill again
+    assert kills >= 5
+    p = start()
+    assert p.wait() == 0  # resumes from whatever the kills left
+    ds = _values(root)
+    assert bool(ds["done"].all())
+    xr.testing.assert_identical(ds["value"], ref["value"])

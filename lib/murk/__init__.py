@@ -18,7 +18,14 @@ readout   VLM loading and the four read-outs
 checkpoints  tiny offline checkpoints of the real architectures
 cube      the schema of the result cube (dims, coordinates, units)
 metrics   accuracy, bootstrap, crossing visibility, blind-spot width
-paper     the flat numbers file the paper reads
+analysis  the scores dataset: every statistic from one paired bootstrap
+claims    findings as decisions on the scores (stated only where the cube supports them)
+figures   plotting functions: data in, figure out
+monitor   the visibility monitor (beyond the spec)
+paper     the numbers file, the formatting layer, the paper's conversion
+
+The stages themselves (select, depth, readout, monitor, analyse) are the
+notebooks under ``notebooks/``.
 """
 
 __version__ = "0.1.0"

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from murk import paths
 
-__all__ = ["ANNOTATIONS_URL", "ANNOTATIONS_MD5", "IMAGES_URL", "fetch_annotations", "ensure_images"]
+__all__ = ["ANNOTATIONS_URL", "ANNOTATIONS_MD5", "IMAGES_URL", "coco_files", "fetch_annotations", "ensure_images"]
 
 ANNOTATIONS_URL = "http://images.cocodataset.org/annotations/annotations_trainval2017.zip"
 #: MD5 published with COCO 2017 (annotations_trainval2017.zip, 252,907,541 bytes)
@@ -140,3 +140,41 @@ def ensure_images(file_names: Iterable[str], image_dir: Path, split: str = "val2
             with open(ledger, "a") as f:
                 f.write(f"{digest}  {split}/{name}\n")
     return [image_dir / n for n in names]
+
+
+def coco_files(coco_dir: str | os.PathLike | None = None, split: str = "val2017") -> tuple[Path, Path]:
+    """The annotation file and image folder of a COCO folder in COCO's own layout.
+
+    Where the annotations are missing and the network is allowed, they are
+    fetched (:func:`fetch_annotations`) and an empty image folder is created
+    (the selected images are fetched later, :func:`ensure_images`).
+
+    Parameters
+    ----------
+    coco_dir : path, optional
+        Default ``$MURK_COCO_DIR``, else ``outputs/coco`` (:func:`murk.paths.coco_dir`).
+    split : str
+        ``val2017`` for the study; any split name present works (e.g. ``train2017``).
+
+    Returns
+    -------
+    (annotation file, image folder)
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``annotations/instances_<split>.json`` or ``<split>/`` is missing; the
+        message names the folder and the fix.
+    """
+    d = paths.coco_dir(coco_dir)
+    ann = d / "annotations" / f"instances_{split}.json"
+    img = d / split
+    if not ann.is_file() and not paths.offline():
+        ann = fetch_annotations(d, split)  # network: official annotations, MD5-checked
+        img.mkdir(parents=True, exist_ok=True)
+    if not ann.is_file() or not img.is_dir():
+        raise FileNotFoundError(
+            f"COCO folder {d} lacks {ann.relative_to(d)} or {split}/: set MURK_COCO_DIR to a folder in "
+            f"COCO's layout (e.g. ../shared/coco-val2017-sample), or unset MURK_OFFLINE and leave MURK_COCO_DIR "
+            f"unset: `make demo` then downloads the official annotations and the selected images into outputs/coco/")
+    return ann, img

@@ -27,7 +27,7 @@ import yaml
 from murk import paths
 
 __all__ = ["load_config", "config_hash", "canonical_json", "frozen_folder", "freeze_run",
-           "settings_table"]
+           "settings_table", "git_commit", "package_versions"]
 
 
 def load_config(path: str | Path | None = None) -> dict[str, Any]:
@@ -245,3 +245,40 @@ def settings_table(config: dict[str, Any] | None = None, exclude: tuple[str, ...
 
     walk("", {k: v for k, v in cfg.items() if k not in exclude})
     return rows
+
+
+def git_commit() -> str:
+    """The project's git commit, with ``-dirty`` if tracked files have changes; ``"unknown"``
+    outside a git checkout (provenance: the cube's ``git_commit`` attribute, the colophon)."""
+    import subprocess
+
+    try:
+        root = paths.project_root()
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True).stdout.strip()
+        return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def package_versions(packages=("torch", "transformers", "numpy", "xarray", "zarr", "snakemake")) -> dict[str, str]:
+    """Installed versions of ``packages`` and of Python, for the colophon.
+
+    Returns
+    -------
+    dict
+        package name -> version string (``"n/a"`` when not installed), and ``python``.
+    """
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in packages:
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = "n/a"
+    out["python"] = platform.python_version()
+    return out

@@ -38,7 +38,8 @@ from murk import paths
 
 __all__ = ["DEPTH_MIN_M", "DEPTH_MAX_M", "CONSTANT_DEPTH_M", "DepthBackend", "get_backend",
            "depth_cache_dir", "load_depth", "save_depth", "write_manifest", "read_manifest",
-           "median_scene_depth_m", "is_cached"]
+           "median_scene_depth_m", "is_cached",
+           "set_current", "current_depth"]
 
 DEPTH_MIN_M = 0.5     #: spec Sec. III: depth clipped to [0.5, 80] m
 DEPTH_MAX_M = 80.0    #: spec Sec. III
@@ -300,3 +301,40 @@ def is_cached(folder: Path, image_id: int, backend: DepthBackend) -> bool:
     entry = read_manifest(folder).get("per_image", {}).get(str(int(image_id)))
     return entry is None or (entry.get("depth_model"), entry.get("depth_revision")) == (
         backend.model_id, backend.revision)
+
+
+def set_current(folder: Path, backend: DepthBackend, root: str | os.PathLike | None = None) -> Path:
+    """Make ``folder`` the depth cache the later stages of this output root read.
+
+    Writes ``outputs/depth/current.json`` (atomically): the backend's provenance
+    (:meth:`DepthBackend.describe`) and the cache folder's name.
+    """
+    pointer = paths.depth_dir(root) / "current.json"
+    pointer.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pointer.with_name(".current.json.tmp")
+    tmp.write_text(json.dumps({**backend.describe(), "folder": Path(folder).name}, indent=1, sort_keys=True))
+    os.replace(tmp, pointer)
+    return pointer
+
+
+def current_depth(root: str | os.PathLike | None = None) -> dict:
+    """The depth cache written by the last depth stage of this output root.
+
+    Returns
+    -------
+    dict
+        The backend's provenance (``depth_backend``, ``depth_approximate``,
+        ``depth_model``, ``depth_revision``), ``folder`` (its name) and ``path``
+        (the cache folder, :class:`pathlib.Path`).
+
+    Raises
+    ------
+    FileNotFoundError
+        If the depth stage has not run for this output root.
+    """
+    pointer = paths.depth_dir(root) / "current.json"
+    if not pointer.is_file():
+        raise FileNotFoundError(f"{pointer} missing: run the depth stage first (notebooks/02_depth.py)")
+    current = json.loads(pointer.read_text())
+    current["path"] = paths.depth_dir(root) / current["folder"]
+    return current

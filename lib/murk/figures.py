@@ -14,11 +14,15 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
+import matplotlib.patches  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402
 
+from murk.paper import fmt_level  # noqa: E402
+
 __all__ = ["PALETTE", "model_colors", "short_name", "plot_signal_vs_visibility", "save", "SCENE_LEVELS_M",
+           "PIPELINE_CHECK_MARK", "stamp_pipeline_check", "level_axis", "placeholder",
            "plot_scene_levels", "plot_reliability", "plot_abstain_comparison", "plot_blind_spot_widths",
            "plot_nominal_vs_physical", "plot_item_grid", "plot_monitor_accuracy"]
 
@@ -47,9 +51,92 @@ def short_name(model: str) -> str:
     return str(model).rstrip("/").split("/")[-1]
 
 
+#: the text of the pipeline-check mark stamped into figures of random-weight checkpoints
+PIPELINE_CHECK_MARK = "PIPELINE CHECK · random-weight checkpoints · not a result about any VLM"
+#: notes written into a panel where a model has no values, by read-out
+EMPTY_NOTES = {"verbal_conf": "no parseable verbalized confidence"}
+FONT = 8  # tick labels, legends and notes (pt)
+
+
+def stamp_pipeline_check(fig, text: str = PIPELINE_CHECK_MARK):
+    """Put the visible pipeline-check mark on a figure: a red banner above it and a faint
+    diagonal watermark across it, so that a cropped copy keeps it too. Returns ``fig``."""
+    fig.text(0.5, 1.0, text, ha="center", va="bottom", fontsize=9, fontweight="bold", color="#B2182B",
+             bbox=dict(boxstyle="round,pad=0.3", facecolor="#FDECEA", edgecolor="#B2182B", lw=1))
+    fig.text(0.5, 0.5, "PIPELINE CHECK", ha="center", va="center", rotation=25, fontsize=36,
+             fontweight="bold", color="#B2182B", alpha=0.10, zorder=0)
+    return fig
+
+
+def save(fig, folder: str | Path, name: str, pipeline_check: bool = False) -> list[Path]:
+    """Save ``fig`` as ``<name>.png`` (200 dpi) and ``<name>.pdf``, then close it.
+
+    Parameters
+    ----------
+    fig : matplotlib Figure
+    folder : path
+        Created if missing.
+    name : str
+        File name without extension.
+    pipeline_check : bool
+        Stamp :data:`PIPELINE_CHECK_MARK` into the image (results of tiny
+        random-weight checkpoints, :func:`stamp_pipeline_check`).
+
+    Returns
+    -------
+    [png, pdf] paths
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    if pipeline_check:
+        stamp_pipeline_check(fig)
+    out = []
+    for ext in ("png", "pdf"):
+        p = folder / f"{name}.{ext}"
+        fig.savefig(p, dpi=200 if ext == "png" else None, bbox_inches="tight")
+        out.append(p)
+    plt.close(fig)
+    return out
+
+
+def placeholder(text: str, width_in: float = 5.0):
+    """A small figure that only states ``text`` (e.g. "not computed in this run: …")."""
+    fig, ax = plt.subplots(figsize=(width_in, 1.0))
+    ax.axis("off")
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=10, wrap=True)
+    return fig
+
+
+def level_axis(ax, visibility_m, clean_x: float | None = None, reverse: bool = True) -> None:
+    """Log-V axis in metres with the sweep levels as ticks (spec labels, :func:`murk.paper.fmt_level`),
+    clear (left) to murky (right); ``clean_x`` adds the clean image at the left edge."""
+    vis = np.asarray(visibility_m, float)
+    ticks = ([clean_x] if clean_x is not None else []) + list(vis)
+    ax.set_xscale("log")
+    ax.set_xticks(ticks)
+    ax.set_xticklabels((["clean"] if clean_x is not None else []) + [fmt_level(v) for v in vis],
+                       rotation=45, fontsize=FONT)
+    ax.minorticks_off()
+    left = (clean_x if clean_x is not None else vis.max()) * 1.4
+    ax.set_xlim((left, vis.min() / 1.4) if reverse else (vis.min() / 1.4, left))
+
+
+def _empty_note(ax, names: list[str], why: str) -> None:
+    if names:
+        ax.text(0.5, 0.5, f"{', '.join(names)}:\n{why}", transform=ax.transAxes, ha="center", va="center",
+                fontsize=FONT, color="0.25", bbox=dict(facecolor="white", edgecolor="0.7", alpha=0.9))
+
+
+def _legend_below(fig, handles, ncol: int | None = None, rect_bottom: float = 0.0) -> None:
+    if handles:
+        fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, rect_bottom), ncol=ncol or min(len(handles), 4),
+                   fontsize=FONT, frameon=False)
+
+
 def plot_signal_vs_visibility(means: xr.Dataset, readout: str, task: str = "t2",
                               arms=("fog", "underwater"), chance: float | None = None,
-                              reference: str | None = None, title: str | None = None):
+                              reference: str | None = None, title: str | None = None,
+                              empty_note: str | None = None, band: bool = True):
     """Plot one signal against visibility, one panel per arm, one line per model.
 
     Parameters
@@ -60,65 +147,83 @@ def plot_signal_vs_visibility(means: xr.Dataset, readout: str, task: str = "t2",
         Signal to draw, e.g. ``"correct"``.
     task : {"t2", "t3"}
     chance : float, optional
-        Chance floor drawn as a dashed line.
+        Chance floor drawn as a dashed grey line.
     reference : str, optional
         A second signal drawn thin and dashed in the same colour (e.g. accuracy
         behind the confidence).
+    title : str, optional
+    empty_note : str, optional
+        Why a model can have no values (default for ``verbal_conf``: no
+        parseable verbalized confidence); written into a panel where a model has
+        none.
+    band : bool
+        Draw the bootstrap intervals (bands; bars at the clean point), only
+        where the point is defined.
 
     Returns
     -------
-    matplotlib Figure
+    matplotlib Figure. Bands: bootstrap intervals; dotted: each model's
+    blank-image value; the legend (below) names every mark drawn.
     """
     colors = model_colors(list(means["model"].values))
     vis = means["visibility_m"].values
     x_clean = vis[1] * 2.0  # clean drawn one factor 2 left of the first level
-    fig, axes = plt.subplots(1, len(arms), figsize=(3.4 * len(arms), 2.9), sharey=True, squeeze=False)
+    why = empty_note or EMPTY_NOTES.get(readout, "no values")
+    fig, axes = plt.subplots(1, len(arms), figsize=(3.6 * len(arms), 3.1), sharey=True, squeeze=False)
+    has_blank = "blank" in means["arm"].values
+    drawn: set[str] = set()
     for ax, arm in zip(axes[0], arms):
+        empty = []
         for model in means["model"].values:
             m = means.sel(model=model, arm=arm, task=task, readout=readout)
             c = colors[str(model)]
-            ax.fill_between(vis[1:], m["lo"].values[1:], m["hi"].values[1:], color=c, alpha=0.2, lw=0)
-            ax.plot(vis[1:], m["mean"].values[1:], "-o", color=c, ms=3, lw=1.5, label=short_name(model))
+            if reference is not None:  # drawn even where the signal itself is empty: the context stays
+                r = means["mean"].sel(model=model, arm=arm, task=task, readout=reference).values
+                if np.isfinite(r[1:]).any():
+                    ax.plot(vis[1:], r[1:], "--", color=c, lw=0.9, alpha=0.8)
+                    drawn.update(("reference", str(model)))
+            y = m["mean"].values
+            if not np.isfinite(y).any():
+                empty.append(short_name(model))
+                continue
+            drawn.add(str(model))
+            if band:
+                ok = np.isfinite(y[1:]) & np.isfinite(m["lo"].values[1:]) & np.isfinite(m["hi"].values[1:])
+                ax.fill_between(vis[1:], m["lo"].values[1:], m["hi"].values[1:], where=ok, color=c, alpha=0.2,
+                                lw=0)
+            ax.plot(vis[1:], y[1:], "-o", color=c, ms=3, lw=1.5)
             m0, lo0, hi0 = (float(m[k].values[0]) for k in ("mean", "lo", "hi"))
-            yerr = np.nan_to_num([[max(m0 - lo0, 0.0)], [max(hi0 - m0, 0.0)]])
-            ax.errorbar([x_clean], [m0], yerr=yerr, fmt="s", color=c, ms=4, capsize=2)
-            if reference is not None:
-                r = means["mean"].sel(model=model, arm=arm, task=task, readout=reference)
-                ax.plot(vis[1:], r.values[1:], "--", color=c, lw=0.9, alpha=0.8)
-            if "blank" in means["arm"].values:
+            if np.isfinite(m0):
+                yerr = [[max(m0 - lo0, 0.0)], [max(hi0 - m0, 0.0)]] if band and np.isfinite(lo0 + hi0) else None
+                ax.errorbar([x_clean], [m0], yerr=yerr, fmt="s", color=c, ms=4, capsize=2)
+            if has_blank:
                 b = float(means["mean"].sel(model=model, arm="blank", level=0, task=task, readout=readout))
-                ax.axhline(b, color=c, ls=":", lw=1)
+                if np.isfinite(b):
+                    ax.axhline(b, color=c, ls=":", lw=1)
+                    drawn.add("blank")
         if chance is not None:
             ax.axhline(chance, color="0.3", ls="--", lw=1)
-        ax.set_xscale("log")
-        ticks = [x_clean, *vis[1:]]
-        ax.set_xticks(ticks)
-        ax.set_xticklabels(["clean"] + [f"{v:.3g}" for v in vis[1:]], rotation=45, fontsize=7)
-        ax.minorticks_off()
-        ax.set_xlim(x_clean * 1.4, vis[-1] / 1.4)
-        ax.set_xlabel("visibility (m)")
+        _empty_note(ax, empty, why)
+        level_axis(ax, vis[1:], x_clean)
+        ax.set_xlabel("visibility (m)", fontsize=9)
         ax.set_title(ARM_TITLES.get(arm, arm), fontsize=9)
         ax.set_ylim(-0.02, 1.02)
+        ax.tick_params(axis="y", labelsize=FONT)
         ax.grid(alpha=0.3)
-    axes[0, 0].set_ylabel(READOUT_LABELS.get(readout, readout) + f" ({task})")
-    axes[0, -1].legend(fontsize=7, frameon=False, loc="lower left")
+    axes[0, 0].set_ylabel(READOUT_LABELS.get(readout, readout) + f" ({task})", fontsize=9)
+    handles = [plt.Line2D([], [], color=colors[str(m)], marker="o", ms=3, lw=1.5, label=short_name(m))
+               for m in means["model"].values if str(m) in drawn]
+    if "reference" in drawn:
+        handles.append(plt.Line2D([], [], color="0.4", ls="--", lw=0.9, label=READOUT_LABELS.get(reference, reference)))
+    if chance is not None:
+        handles.append(plt.Line2D([], [], color="0.3", ls="--", lw=1, label="chance"))
+    if "blank" in drawn:
+        handles.append(plt.Line2D([], [], color="0.4", ls=":", lw=1, label="blank image"))
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()
+    _legend_below(fig, handles, ncol=min(len(handles), 4))
     return fig
-
-
-def save(fig, folder: str | Path, name: str) -> list[Path]:
-    """Save ``fig`` as ``<name>.png`` (200 dpi) and ``<name>.pdf``; close it."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    out = []
-    for ext in ("png", "pdf"):
-        p = folder / f"{name}.{ext}"
-        fig.savefig(p, dpi=200 if ext == "png" else None, bbox_inches="tight")
-        out.append(p)
-    plt.close(fig)
-    return out
 
 
 def plot_reliability(scores: xr.Dataset, task: str = "t2", confidence: str = "c_int",
@@ -140,14 +245,15 @@ def plot_reliability(scores: xr.Dataset, task: str = "t2", confidence: str = "c_
     matplotlib Figure
         Accuracy against mean confidence per bin (markers sized by the share
         of answers in the bin), the diagonal of perfect calibration, and the
-        confident region c >= 0.9 shaded.
+        confident region c >= 0.9 shaded; a panel without answers says so.
     """
     models = [str(m) for m in scores["model"].values]
     colors = model_colors(models)
-    fig, axes = plt.subplots(1, len(arms), figsize=(3.3 * len(arms), 3.2), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(arms), figsize=(3.4 * len(arms), 3.4), sharey=True, squeeze=False)
     for ax, arm in zip(axes[0], arms):
-        ax.plot([0, 1], [0, 1], color="0.5", lw=0.8, ls="--", label="perfect calibration")
+        ax.plot([0, 1], [0, 1], color="0.5", lw=0.8, ls="--")
         ax.axvspan(0.9, 1.0, color="0.9", lw=0, zorder=0)
+        empty = []
         for m in models:
             sel = dict(model=m, arm=arm, task=task, confidence=confidence)
             cnt = scores["reliability_count"].sel(**sel).values
@@ -155,20 +261,26 @@ def plot_reliability(scores: xr.Dataset, task: str = "t2", confidence: str = "c_
             y = scores["reliability_accuracy"].sel(**sel).values
             ok = cnt > 0
             if not ok.any():
+                empty.append(short_name(m))
                 continue
             share = cnt[ok] / cnt[ok].sum()
             c = colors[m]
-            ax.plot(x[ok], y[ok], "-", color=c, lw=1.2, label=short_name(m))
+            ax.plot(x[ok], y[ok], "-", color=c, lw=1.2)
             ax.scatter(x[ok], y[ok], s=8 + 120 * share, color=c, edgecolor="white", lw=0.4, zorder=3)
+        _empty_note(ax, empty, EMPTY_NOTES.get(confidence, "no answers"))
         ax.set_xlim(0, 1)
         ax.set_ylim(-0.02, 1.02)
         ax.set_aspect("equal")
-        ax.set_xlabel(f"mean {READOUT_LABELS.get(confidence, confidence)} in bin")
+        ax.tick_params(labelsize=FONT)
+        ax.set_xlabel(f"mean {READOUT_LABELS.get(confidence, confidence)} in bin", fontsize=9)
         ax.set_title(ARM_TITLES.get(arm, arm), fontsize=9)
         ax.grid(alpha=0.3)
-    axes[0, 0].set_ylabel(f"accuracy in bin ({task})")
-    axes[0, -1].legend(fontsize=7, frameon=False, loc="upper left")
+    axes[0, 0].set_ylabel(f"accuracy in bin ({task})", fontsize=9)
+    handles = [plt.Line2D([], [], color=colors[m], marker="o", ms=4, lw=1.2, label=short_name(m)) for m in models]
+    handles += [plt.Line2D([], [], color="0.5", ls="--", lw=0.8, label="perfect calibration"),
+                matplotlib.patches.Patch(color="0.9", label="confidence ≥ 0.9")]
     fig.tight_layout()
+    _legend_below(fig, handles, ncol=min(len(handles), 4))
     return fig
 
 
@@ -179,7 +291,8 @@ def plot_abstain_comparison(means: xr.Dataset, task: str = "t2", arms=("fog", "u
     One row per model, one column per arm; log-V axis in metres from clear
     (left, clean at the left edge) to murky. Solid: abstain (main wording);
     dashed: abstain₂ ("I don't know"); dotted: accuracy; bands: bootstrap
-    intervals. The model's colour is fixed by :func:`model_colors`.
+    intervals where the point is defined. The model's colour is fixed by
+    :func:`model_colors`.
 
     Parameters
     ----------
@@ -198,42 +311,48 @@ def plot_abstain_comparison(means: xr.Dataset, task: str = "t2", arms=("fog", "u
     colors = model_colors(models)
     vis = means["visibility_m"].values
     x_clean = vis[1] * 2.0
-    xs = np.r_[x_clean, vis[1:]]
-    fig, axes = plt.subplots(len(models), len(arms), figsize=(3.4 * len(arms), 1.9 * len(models) + 0.6),
+    fig, axes = plt.subplots(len(models), len(arms), figsize=(3.6 * len(arms), 2.0 * len(models) + 0.6),
                              sharex=True, sharey=True, squeeze=False)
-    styles = (("abstain", "-", "abstain (main wording)"), ("abstain2", "--", "abstain₂ (“I don't know”)"),
-              ("correct", ":", "accuracy"))
+    styles = (("abstain", "-", "o", "abstain (main wording)"), ("abstain2", "--", "s", "abstain₂ (“I don't know”)"),
+              ("correct", ":", "^", "accuracy"))
     for i, m in enumerate(models):
         c = colors[m]
         for j, arm in enumerate(arms):
             ax = axes[i, j]
-            for ro, ls, lab in styles:
+            empty = []
+            for ro, ls, mk, lab in styles:
                 d = means.sel(model=m, arm=arm, task=task, readout=ro)
-                mk = {"abstain": "o", "abstain2": "s", "correct": "^"}[ro]
-                ax.fill_between(vis[1:], d["lo"].values[1:], d["hi"].values[1:], color=c, alpha=0.12, lw=0)
-                ax.plot(vis[1:], d["mean"].values[1:], ls, color=c, lw=1.5, marker=mk, ms=2.5)
-                ax.plot([x_clean], [float(d["mean"].values[0])], mk, color=c, ms=3.5)  # clean, not joined
+                y = d["mean"].values
+                if not np.isfinite(y).any():
+                    empty.append(lab)
+                    continue
+                ok = np.isfinite(y[1:]) & np.isfinite(d["lo"].values[1:]) & np.isfinite(d["hi"].values[1:])
+                ax.fill_between(vis[1:], d["lo"].values[1:], d["hi"].values[1:], where=ok, color=c, alpha=0.12, lw=0)
+                ax.plot(vis[1:], y[1:], ls, color=c, lw=1.5, marker=mk, ms=2.5)
+                if np.isfinite(y[0]):
+                    ax.plot([x_clean], [float(y[0])], mk, color=c, ms=3.5)  # clean, not joined
+            if empty:
+                ax.text(0.5, 0.5, "no values: " + ", ".join(empty), transform=ax.transAxes, ha="center",
+                        va="center", fontsize=FONT, color="0.3")
             if chance is not None:
                 ax.axhline(chance, color="0.6", lw=0.7)
             ax.axvline(np.sqrt(x_clean * vis[1]), color="0.8", lw=0.6)
-            ax.set_xscale("log")
-            ax.set_xticks(xs)
-            ax.set_xticklabels(["clean"] + [f"{v:.3g}" for v in vis[1:]], rotation=45, fontsize=7)
-            ax.minorticks_off()
-            ax.set_xlim(x_clean * 1.4, vis[-1] / 1.4)
+            level_axis(ax, vis[1:], x_clean)
             ax.set_ylim(-0.02, 1.02)
+            ax.tick_params(axis="y", labelsize=FONT)
             ax.grid(alpha=0.3)
             if i == 0:
                 ax.set_title(ARM_TITLES.get(arm, arm), fontsize=9)
             if i == len(models) - 1:
-                ax.set_xlabel("visibility (m)")
+                ax.set_xlabel("visibility (m)", fontsize=9)
             if j == 0:
-                ax.set_ylabel(short_name(m), fontsize=8, color=c)
-    handles = [plt.Line2D([], [], color="0.2", ls=ls, marker={"abstain": "o", "abstain2": "s", "correct": "^"}[ro],
-                          ms=3, lw=1.5, label=lab) for ro, ls, lab in styles]
-    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=7, frameon=False)
+                ax.set_ylabel(short_name(m), fontsize=FONT, color=c)
+    handles = [plt.Line2D([], [], color="0.2", ls=ls, marker=mk, ms=3, lw=1.5, label=lab) for _, ls, mk, lab in styles]
+    if chance is not None:
+        handles.append(plt.Line2D([], [], color="0.6", lw=0.7, label="chance"))
     fig.text(0.005, 0.5, f"rate ({task})", rotation=90, va="center", fontsize=9)
-    fig.tight_layout(rect=(0.02, 0.06, 1, 1))
+    fig.tight_layout(rect=(0.02, 0, 1, 1))
+    _legend_below(fig, handles, ncol=len(handles))
     return fig
 
 
@@ -289,11 +408,11 @@ def plot_scene_levels(image, depth_m, bbox, visibilities_m=SCENE_LEVELS_M, *, bo
             for side in ax.spines.values():
                 side.set_visible(False)
             sym = "V" if arm == "fog" else r"$V_\mathrm{best}$"
-            ax.set_title(f"{sym} = {v:.3g} m", fontsize=8)
+            ax.set_title(f"{sym} = {fmt_level(v)} m", fontsize=9)
         axes[r, 0].set_ylabel(arm, fontsize=9)
     if depth_label:
-        note = " — approximate depth: metres rest on the assumed depth scale" if approximate else ""
-        fig.suptitle(f"depth: {depth_label}{note}", fontsize=8)
+        note = " (approximate: metres rest on the assumed depth scale)" if approximate else ""
+        fig.suptitle(f"depth: {depth_label}{note}", fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -305,20 +424,25 @@ def plot_blind_spot_widths(crossings: xr.Dataset, task: str = "t2", arms=("fog",
     Parameters
     ----------
     crossings : Dataset from :func:`murk.analysis.crossing_table`
-        ``w``, ``w_lo``, ``w_hi`` (decades) and ``w_lower_bound`` over
-        (model, arm, task, readout).
+        ``w``, ``w_lo``, ``w_hi`` (decades) and ``w_lower_bound`` (and
+        ``w_upper_bound``) over (model, arm, task, readout).
     task : {"t2", "t3"}
 
     Returns
     -------
-    matplotlib Figure. A lower bound (censored awareness crossing) is drawn as a
-    right-pointing triangle with its interval; W = 0 (awareness falls with
-    accuracy) is the dashed line.
+    matplotlib Figure. A crossing on both sides is a dot with its interval; a
+    lower bound (censored awareness crossing) a right-pointing triangle, an upper
+    bound (censored accuracy crossing) a left-pointing one; an undefined W (no
+    crossing of either) is written "W undefined" with no interval. The legend
+    lists the marks that occur. W = 0 (awareness falls with accuracy) is the
+    dashed line.
     """
     models = [str(m) for m in crossings["model"].values]
     colors = model_colors(models)
     n_rows = len(signals) * len(models)
-    fig, axes = plt.subplots(1, len(arms), figsize=(3.4 * len(arms), 0.8 + 0.24 * n_rows), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(arms), figsize=(3.6 * len(arms), 1.0 + 0.26 * n_rows), sharey=True,
+                             squeeze=False)
+    kinds: set[str] = set()
     for ax, arm in zip(axes[0], arms):
         ticks, labels = [], []
         for i, sig in enumerate(signals):
@@ -327,29 +451,36 @@ def plot_blind_spot_widths(crossings: xr.Dataset, task: str = "t2", arms=("fog",
                 c = crossings.sel(model=model, arm=arm, task=task, readout=sig)
                 w, lo, hi = (float(c[k]) for k in ("w", "w_lo", "w_hi"))
                 bound = bool(c["w_lower_bound"])
-                if np.isfinite(lo) and np.isfinite(hi):
-                    ax.plot([lo, hi], [y, y], color=colors[model], lw=1.5)
                 upper = bool(c["w_upper_bound"]) if "w_upper_bound" in c else False
                 if np.isfinite(w):
-                    ax.plot([w], [y], ">" if bound else "<" if upper else "o", color=colors[model], ms=5,
-                            label=short_name(model) if (i == 0 and arm == arms[0]) else None)
+                    if np.isfinite(lo) and np.isfinite(hi):
+                        ax.plot([lo, hi], [y, y], color=colors[model], lw=1.5)
+                    kind = "lower" if bound else "upper" if upper else "point"
+                    kinds.add(kind)
+                    ax.plot([w], [y], {"lower": ">", "upper": "<", "point": "o"}[kind], color=colors[model], ms=5)
                 else:
-                    ax.text(0.02, y, f"{short_name(model)}: no crossing (n/a)", transform=ax.get_yaxis_transform(),
-                            fontsize=6, va="center", color=colors[model])
+                    ax.text(0.03, y, f"{short_name(model)}: W undefined", transform=ax.get_yaxis_transform(),
+                            fontsize=7, va="center", color=colors[model])
                 ticks.append(y)
                 labels.append(READOUT_LABELS.get(sig, sig) if j == 0 else "")
         ax.axvline(0, color="0.3", ls="--", lw=1)
+        if not any(np.isfinite(float(crossings["w"].sel(model=m, arm=arm, task=task, readout=s_)))
+                   for m in models for s_ in signals):
+            ax.set_xlim(-1, 1)  # nothing to show: W = 0 in the middle, the notes on the left
         ax.set_yticks(ticks)
-        ax.set_yticklabels(labels, fontsize=7)
-        ax.set_xlabel("W = log10(V_acc / V_aware) (decades)")
+        ax.set_yticklabels(labels, fontsize=FONT)
+        ax.tick_params(axis="x", labelsize=FONT)
+        ax.set_xlabel(r"W = log$_{10}$(V$_\mathrm{acc}$ / V$_\mathrm{aware}$) (decades)", fontsize=9)
         ax.set_title(ARM_TITLES.get(arm, arm), fontsize=9)
         ax.grid(alpha=0.3, axis="x")
-    handles, names = axes[0, 0].get_legend_handles_labels()
-    if handles:
-        fig.legend(handles, names, fontsize=7, frameon=False, loc="lower center", ncol=min(len(models), 5),
-                   bbox_to_anchor=(0.5, -0.02))
-    fig.suptitle(f"blind-spot width ({task}); ▶ lower bound, ◀ upper bound", fontsize=9)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    handles = [plt.Line2D([], [], color=colors[m], lw=1.5, label=short_name(m)) for m in models]
+    names = {"point": ("o", "both cross"), "lower": (">", "lower bound (awareness never crosses)"),
+             "upper": ("<", "upper bound (accuracy never crosses)")}
+    handles += [plt.Line2D([], [], color="0.3", marker=names[k][0], ls="none", ms=5, label=names[k][1])
+                for k in ("point", "lower", "upper") if k in kinds]
+    fig.suptitle(f"blind-spot width W ({task})", fontsize=9)
+    fig.tight_layout()
+    _legend_below(fig, handles, ncol=min(len(handles), 3))
     return fig
 
 
@@ -369,39 +500,57 @@ def plot_nominal_vs_physical(means: xr.Dataset, v_eq_median_m, task: str = "t2",
     Returns
     -------
     matplotlib Figure: each model's fog curve (line) and its ImageNet-C
-    severities (triangles, labelled 1-5) at their equivalent visibilities.
+    severities (triangles) at their equivalent visibilities; the severities are
+    named once, above the axes (staggered where they lie close), at dotted
+    lines; the legend sits below the axes.
     """
+    from matplotlib.transforms import blended_transform_factory
+
     colors = model_colors(list(means["model"].values))
     vis = means["visibility_m"].values
     sev_x = np.asarray(v_eq_median_m, float)
-    fig, ax = plt.subplots(figsize=(4.6, 3.0))
+    fig, ax = plt.subplots(figsize=(7.0, 3.6))
     for model in means["model"].values:
         c = colors[str(model)]
         fog = means["mean"].sel(model=model, arm="fog", task=task, readout=readout).values
-        ax.plot(vis[1:], fog[1:], "-o", color=c, ms=3, lw=1.3, label=f"{short_name(model)} (fog)")
+        ax.plot(vis[1:], fog[1:], "-o", color=c, ms=3, lw=1.3)
         nom = means["mean"].sel(model=model, arm="imagenet_c", task=task, readout=readout).values[1:6]
         ok = np.isfinite(sev_x) & np.isfinite(nom)
         ax.plot(sev_x[ok], nom[ok], "^", color=c, ms=6, mec="k", mew=0.5)
-        for s, x, y in zip(range(1, 6), sev_x, nom):
-            if np.isfinite(x) and np.isfinite(y):
-                ax.annotate(str(s), (x, y), xytext=(0, 5), textcoords="offset points", fontsize=6, ha="center")
     if chance is not None:
         ax.axhline(chance, color="0.3", ls="--", lw=1)
-    ax.set_xscale("log")
-    ax.set_xticks(vis[1:])
-    ax.set_xticklabels([f"{v:.3g}" for v in vis[1:]], rotation=45, fontsize=7)
-    ax.minorticks_off()
-    ax.set_xlim(vis[1] * 1.4, vis[-1] / 1.4)
+    finite = sev_x[np.isfinite(sev_x)]
+    left = max(vis[1], finite.max() if finite.size else vis[1]) * 1.4
+    level_axis(ax, vis[1:])
+    ax.set_xlim(left, vis[-1] / 1.4)
+    trans = blended_transform_factory(ax.transData, ax.transAxes)
+    prev_x, row = None, 0
+    for s, x in sorted(zip(range(1, 6), sev_x), key=lambda t: -t[1] if np.isfinite(t[1]) else 0):
+        if not np.isfinite(x):
+            continue
+        row = (1 - row) if prev_x is not None and prev_x / x < 1.25 else 0
+        prev_x = x
+        ax.axvline(x, color="0.75", ls=":", lw=0.8, zorder=0)
+        ax.text(x, 1.02 + 0.07 * row, str(s), transform=trans, ha="center", va="bottom", fontsize=FONT)
+    ax.text(0.0, 1.17, "ImageNet-C severity at its equivalent V:", transform=ax.transAxes, fontsize=FONT,
+            va="bottom")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_xlabel("visibility (m); ▲ ImageNet-C severity at its equivalent V")
-    ax.set_ylabel(f"{READOUT_LABELS.get(readout, readout)} ({task})")
+    ax.set_xlabel("visibility (m)", fontsize=9)
+    ax.set_ylabel(f"{READOUT_LABELS.get(readout, readout)} ({task})", fontsize=9)
+    ax.tick_params(axis="y", labelsize=FONT)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, frameon=False, loc="lower left")
+    handles = [plt.Line2D([], [], color=colors[str(m)], marker="o", ms=3, lw=1.3, label=f"{short_name(m)}, fog")
+               for m in means["model"].values]
+    handles.append(plt.Line2D([], [], color="0.5", marker="^", mec="k", mew=0.5, ls="none", ms=6,
+                              label="ImageNet-C severity"))
+    if chance is not None:
+        handles.append(plt.Line2D([], [], color="0.3", ls="--", lw=1, label="chance"))
     fig.tight_layout()
+    _legend_below(fig, handles, ncol=2)
     return fig
 
 
-def plot_item_grid(tiles, row_labels, col_labels, captions=None, tile_px: float = 1.25):
+def plot_item_grid(tiles, row_labels, col_labels, captions=None, tile_px: float = 1.6):
     """A grid of rendered images with a caption under each (spec Figs. 2 and 9).
 
     Parameters
@@ -418,7 +567,7 @@ def plot_item_grid(tiles, row_labels, col_labels, captions=None, tile_px: float 
     matplotlib Figure
     """
     n_r, n_c = len(tiles), len(tiles[0])
-    fig, axes = plt.subplots(n_r, n_c, figsize=(tile_px * n_c, tile_px * n_r * 0.95 + (0.35 * n_r if captions else 0)),
+    fig, axes = plt.subplots(n_r, n_c, figsize=(tile_px * n_c, tile_px * n_r * 0.95 + (0.5 * n_r if captions else 0)),
                              squeeze=False)
     for r in range(n_r):
         for c in range(n_c):
@@ -427,11 +576,11 @@ def plot_item_grid(tiles, row_labels, col_labels, captions=None, tile_px: float 
             ax.set_xticks([])
             ax.set_yticks([])
             if r == 0:
-                ax.set_title(col_labels[c], fontsize=7)
+                ax.set_title(col_labels[c], fontsize=FONT)
             if c == 0:
-                ax.set_ylabel(row_labels[r], fontsize=7)
+                ax.set_ylabel(row_labels[r], fontsize=FONT)
             if captions:
-                ax.set_xlabel(captions[r][c], fontsize=5.5)
+                ax.set_xlabel(captions[r][c], fontsize=7)
     fig.tight_layout(pad=0.3)
     return fig
 
@@ -449,26 +598,30 @@ def plot_monitor_accuracy(visibility_m, quantiles_by_arm: dict, arms=("fog", "un
     Returns
     -------
     matplotlib Figure: median V̂ with its P10-P90 band, the identity (V̂ = V)
-    and the factor-2 band, log-log axes in metres.
+    and the factor-2 band, log-log axes in metres, clear (left) to murky.
     """
     v = np.asarray(visibility_m, float)
-    fig, axes = plt.subplots(1, len(arms), figsize=(3.4 * len(arms), 3.0), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(arms), figsize=(3.6 * len(arms), 3.2), sharey=True, squeeze=False)
     for ax, arm in zip(axes[0], arms):
         q = np.asarray(quantiles_by_arm[arm], float)
-        ax.fill_between(v, v / 2, v * 2, color="0.85", lw=0, label="within ×2")
-        ax.plot(v, v, color="0.3", ls="--", lw=1, label="V̂ = V")
-        ax.fill_between(v, q[0], q[2], color=PALETTE[0], alpha=0.25, lw=0, label="P10–P90 over images")
-        ax.plot(v, q[1], "-o", color=PALETTE[0], ms=3, label="median V̂")
-        ax.set_xscale("log")
+        ax.fill_between(v, v / 2, v * 2, color="0.85", lw=0)
+        ax.plot(v, v, color="0.3", ls="--", lw=1)
+        ok = np.isfinite(q).all(axis=0)
+        ax.fill_between(v, q[0], q[2], where=ok, color=PALETTE[0], alpha=0.25, lw=0)
+        ax.plot(v, q[1], "-o", color=PALETTE[0], ms=3)
+        if not np.isfinite(q[1]).any():
+            _empty_note(ax, ["monitor"], "no estimate")
+        level_axis(ax, v)
         ax.set_yscale("log")
-        ax.set_xticks(v)
-        ax.set_xticklabels([f"{x:.3g}" for x in v], rotation=45, fontsize=7)
-        ax.minorticks_off()
-        ax.set_xlim(v.max() * 1.4, v.min() / 1.4)
-        ax.set_xlabel("true visibility V (m)")
+        ax.tick_params(axis="y", labelsize=FONT)
+        ax.set_xlabel("true visibility V (m)", fontsize=9)
         ax.set_title(ARM_TITLES.get(arm, arm), fontsize=9)
         ax.grid(alpha=0.3)
-    axes[0, 0].set_ylabel("estimated visibility V̂ (m)")
-    axes[0, 0].legend(fontsize=7, frameon=False, loc="upper right")
+    axes[0, 0].set_ylabel("estimated visibility V̂ (m)", fontsize=9)
+    handles = [matplotlib.patches.Patch(color="0.85", label="within ×2"),
+               plt.Line2D([], [], color="0.3", ls="--", lw=1, label="V̂ = V"),
+               matplotlib.patches.Patch(color=PALETTE[0], alpha=0.25, label="P10–P90 over images"),
+               plt.Line2D([], [], color=PALETTE[0], marker="o", ms=3, label="median V̂")]
     fig.tight_layout()
+    _legend_below(fig, handles, ncol=4)
     return fig

@@ -55,6 +55,8 @@ __all__ = [
     "save_items",
     "load_items",
     "shuffled_partner",
+    "read_items",
+    "save_selection",
 ]
 
 #: Columns of the items table, in order.
@@ -690,3 +692,46 @@ def shuffled_partner(n_items: int, offset: int = 37) -> np.ndarray:
     if n_items < 1:
         raise ValueError(f"n_items must be at least 1, got {n_items}")
     return (np.arange(n_items, dtype=np.int64) + int(offset)) % n_items
+
+
+def save_selection(table: pd.DataFrame, meta: dict[str, Any], report: dict[str, Any],
+                   output_dir: str | os.PathLike | None = None) -> Path:
+    """Write what stage *select* produces under the output root, each file atomically.
+
+    ``items.json`` (:func:`save_items`), ``items_meta.json`` (``meta``: config
+    hash, items hash, run name, n_items, seed, annotation file, image folder)
+    and ``items_report.json`` (``report``, :func:`selection_report`).
+
+    Returns
+    -------
+    Path
+        The items file.
+    """
+    out = paths.items_file(output_dir)
+    save_items(table, out)
+    for name, obj in (("items_meta.json", meta), ("items_report.json", report)):
+        f = out.with_name(name)
+        tmp = f.with_name(f".{name}.tmp")
+        tmp.write_text(json.dumps(obj, indent=1, sort_keys=True, default=_py), encoding="utf-8")
+        os.replace(tmp, f)
+    return out
+
+
+def read_items(output_dir: str | os.PathLike | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The items table and its meta (``items_meta.json``) written by stage *select*.
+
+    Returns
+    -------
+    (pandas.DataFrame, dict)
+        The items (:func:`load_items`) and the meta of :func:`save_selection`.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the select stage has not run for this output root.
+    """
+    f = paths.items_file(output_dir)
+    if not f.is_file():
+        raise FileNotFoundError(f"{f} missing: run the select stage first (notebooks/01_select.py)")
+    meta = json.loads(f.with_name("items_meta.json").read_text(encoding="utf-8"))
+    return load_items(f), meta

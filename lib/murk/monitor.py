@@ -169,7 +169,12 @@ __all__ = [
     "threshold_at_coverage",
     "compare_at_equal_coverage",
     "monitor_readouts",
+    "MONITOR_ID",
 ]
+
+#: The monitor's name as a "model" of the cube (its read-out store and ``model`` coordinate;
+#: coordinate ``kind`` = "monitor").
+MONITOR_ID = "murk/visibility-monitor"
 
 #: Largest visibility the monitor reports, metres: beyond it the prior's residual
 #: dominates and V_hat carries no information (flagged ``censored="clear"``).

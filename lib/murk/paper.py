@@ -1,48 +1,88 @@
-"""The flat numbers file the paper reads, and the paper's conversion without Quarto.
+"""The numbers file the paper reads, the one formatting layer, and the paper's conversion without Quarto.
 
 Every number in ``paper/index.qmd`` is an inline expression
 ```{python} N["key"]``` reading ``outputs/paper_numbers.json`` (key -> formatted
-string) written by the analyse stage; tables are Markdown files written by the
-same stage and pulled in with Quarto's ``{{< include … >}}`` shortcode. Where
+string). The analyse notebook writes it: each number, and each sentence that
+states a finding, is recorded (:meth:`Numbers.record`) in the notebook cell
+that computes it, so a key's origin is found by searching the notebook for it.
+Figures and tables are embedded from the executed notebooks under
+``outputs/notebooks/`` by cell label, with Quarto's
+``{{< embed ../outputs/notebooks/04_analyse.ipynb#fig-… >}}`` shortcode. Where
 Quarto is installed it renders the paper; where it is not,
-:func:`render_paper` resolves the same inline expressions and includes, then
-converts with pandoc (``pypandoc-binary``) to HTML and, through Typst (PyPI
-``typst``), to PDF.
+:func:`render_paper` resolves the same inline expressions, embeds (from the
+notebooks' cell outputs) and includes, then converts with pandoc
+(``pypandoc-binary``) to HTML and, through Typst (PyPI ``typst``), to PDF.
+
+Formatting
+----------
+Every number reaches the paper through the ``fmt*`` functions below: one way to
+write a value (:func:`fmt`), an interval (``[lo, hi]``, :func:`fmt_interval`),
+an estimate with its interval (:func:`fmt_estimate`; an undefined point has
+no interval), a bound (:func:`fmt_bound`, :func:`fmt_crossing`), a range over
+models (:func:`fmt_range`) and a sweep level (:func:`fmt_level`: 250, 125, 62.5,
+31.3, 15.6, 7.8, 3.9, 1.95 m as in the spec; numbers keys keep the exact
+:func:`level_label`).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
 import re
 import shutil
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Iterable, Mapping
 
 from murk import paths
 
-__all__ = ["fmt", "fmt_interval", "fmt_crossing", "fmt_level", "fmt_estimate", "fmt_range", "BOUND_SIGNS",
-           "write_numbers", "load_numbers",
-           "INLINE_RE", "INCLUDE_RE", "resolve_qmd", "render_paper"]
+__all__ = ["fmt", "fmt_interval", "fmt_estimate", "fmt_bound", "fmt_crossing", "fmt_range", "fmt_level",
+           "fmt_visibility", "fmt_visibility_interval", "BOUND_SIGNS",
+           "fmt_list", "level_label", "NOT_COMPUTED", "Numbers", "write_numbers", "load_numbers", "cited_keys",
+           "INLINE_RE", "INCLUDE_RE", "EMBED_RE", "cell_options", "notebook_cells", "resolve_embeds",
+           "resolve_qmd", "crossref", "render_paper", "markdown_table", "write_text_atomic"]
 
 INLINE_RE = re.compile(r"`\{python\}\s*N\[\s*[\"']([^\"']+)[\"']\s*\]\s*`")
 ANY_INLINE_RE = re.compile(r"`\{python\}[^`]*`")
 INCLUDE_RE = re.compile(r"\{\{<\s*include\s+(\S+)\s*>\}\}")
+#: Quarto's embed shortcode: ``{{< embed path.ipynb#label >}}`` (one label; options after it are ignored)
+EMBED_RE = re.compile(r"\{\{<\s*embed\s+([^\s#>]+)#([A-Za-z0-9_-]+)[^>]*>\}\}")
 CELL_RE = re.compile(r"^```\{python\}.*?^```\s*$", re.S | re.M)
 FRONT_RE = re.compile(r"\A---\n(.*?)\n---\n", re.S)
 
+#: what the paper says for a number, table or figure that this run did not compute
+NOT_COMPUTED = "not computed in this run"
+
+
+def _finite(x) -> bool:
+    try:
+        return x is not None and math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
 
 def fmt(x: float, digits: int = 2) -> str:
-    """A number as the paper prints it: ``digits`` decimals; NaN as "n/a"."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
+    """A number as the paper prints it: ``digits`` decimals; NaN (or None) as "n/a"."""
+    if not _finite(x):
         return "n/a"
-    return f"{x:.{digits}f}"
+    return f"{float(x):.{digits}f}"
 
 
 def fmt_interval(lo: float, hi: float, digits: int = 2) -> str:
-    """A bootstrap interval as ``[lo, hi]``."""
+    """A bootstrap interval, the one way the paper writes it: ``[lo, hi]``; ``""`` when undefined."""
+    if not (_finite(lo) and _finite(hi)):
+        return ""
     return f"[{fmt(lo, digits)}, {fmt(hi, digits)}]"
+
+
+def fmt_bound(x: float, lower: bool = False, upper: bool = False, digits: int = 2) -> str:
+    """A value that may be a bound: ``≥ x`` (lower bound), ``≤ x`` (upper bound), ``x``, or "n/a"."""
+    s = fmt(x, digits)
+    if s == "n/a":
+        return s
+    return f"≥ {s}" if lower else f"≤ {s}" if upper else s
 
 
 #: Sign printed before a value censored on each side: "below" = the true value is
@@ -74,13 +114,6 @@ def _is_sweep_level(v: float) -> bool:
     from murk import physics
 
     return any(math.isclose(v, float(x), rel_tol=1e-9) for x in physics.SWEEP_M)
-
-
-def fmt_level(v: float) -> str:
-    """A sweep level as the spec names it: three significant digits (``250``, ``62.5``, ``1.95``)."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "n/a"
-    return f"{float(v):.3g}"
 
 
 def fmt_crossing(value: float, censored=None, digits: int = 2, lower_bound_sign: str | None = None) -> str:
@@ -126,20 +159,25 @@ def fmt_crossing(value: float, censored=None, digits: int = 2, lower_bound_sign:
     return f"{sign} {s}"
 
 
-def fmt_estimate(point: float, lo: float, hi: float, censored=None, digits: int = 2) -> str:
+def fmt_estimate(point: float, lo: float = float("nan"), hi: float = float("nan"), censored=None,
+                 digits: int = 2, *, lower: bool = False, upper: bool = False) -> str:
     """A point with its bootstrap interval, ``"0.75 [0.38, 1.05]"``; bounds as :func:`fmt_crossing`.
 
     An undefined point (NaN, or ``censored="undefined"``) prints ``"n/a"`` alone,
-    never an interval of something that is not defined; an interval whose ends
-    are both NaN is left out.
+    never an interval of something that is not defined; an undefined interval is
+    left out. ``lower`` / ``upper`` are the keyword forms of ``censored="above"``
+    (``≥``) / ``"below"`` (``≤``).
+
+    >>> fmt_estimate(0.8, 0.7, 0.9, "above"), fmt_estimate(float("nan"), 0.1, 0.9), fmt_estimate(0.2, 0.1, 0.3)
+    ('≥ 0.80 [0.70, 0.90]', 'n/a', '0.20 [0.10, 0.30]')
     """
+    if censored is None and (lower or upper):
+        censored = "above" if lower else "below"
     p = fmt_crossing(point, censored, digits)
     if p == "n/a":
         return p
-    nan = lambda x: x is None or (isinstance(x, float) and math.isnan(x))  # noqa: E731
-    if nan(lo) and nan(hi):
-        return p
-    return f"{p} {fmt_interval(lo, hi, digits)}"
+    ci = fmt_interval(lo, hi, digits)
+    return f"{p} {ci}" if ci else p
 
 
 def fmt_range(values, censored=None, digits: int = 2) -> str:
@@ -192,6 +230,127 @@ def fmt_range(values, censored=None, digits: int = 2) -> str:
     return f"{lo} – {hi}" if (lo[0] in "≤≥" or hi[0] in "≤≥") else f"{lo}–{hi}"
 
 
+def fmt_level(visibility_m: float) -> str:
+    """A sweep level as the spec writes it: ``clean`` (V = inf), else one decimal
+    (two below 2 m), rounded half up, without a trailing ``.0``:
+    250, 125, 62.5, 31.3, 15.6, 7.8, 3.9, 1.95.
+
+    >>> [fmt_level(250 / 2 ** k) for k in range(8)]
+    ['250', '125', '62.5', '31.3', '15.6', '7.8', '3.9', '1.95']
+    """
+    if not _finite(visibility_m) and not (visibility_m is not None and float(visibility_m) == math.inf):
+        return "n/a"
+    v = float(visibility_m)
+    if not math.isfinite(v):
+        return "clean"
+    q = Decimal("0.01") if abs(v) < 2 else Decimal("0.1")
+    s = str(Decimal(repr(v)).quantize(q, rounding=ROUND_HALF_UP))
+    return s[:-2] if s.endswith(".0") else s
+
+
+def fmt_visibility(v_m: float) -> str:
+    """A visibility in metres (a crossing, a bound of its interval) by the rule of :func:`fmt_level`, so that a
+    value at a sweep level reads as the level does (250, 1.95); NaN as "n/a"."""
+    return fmt_level(v_m) if _finite(v_m) else "n/a"
+
+
+def fmt_visibility_interval(lo: float, hi: float) -> str:
+    """An interval of visibilities, ``[lo, hi]`` by :func:`fmt_visibility`; ``""`` when undefined."""
+    return f"[{fmt_visibility(lo)}, {fmt_visibility(hi)}]" if _finite(lo) and _finite(hi) else ""
+
+
+def level_label(visibility_m: float) -> str:
+    """Name of a sweep level in numbers keys: ``clean`` or the visibility in metres
+    written out exactly (``250``, ``62.5``, ``1.953125``)."""
+    import numpy as np
+
+    v = float(visibility_m)
+    return "clean" if not math.isfinite(v) else np.format_float_positional(v, trim="-")
+
+
+def fmt_list(items: Iterable[str], conjunction: str = "and") -> str:
+    """English enumeration: ``a``, ``a and b``, ``a, b and c``; "none" for no items."""
+    items = [str(x) for x in items]
+    if not items:
+        return "none"
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" {conjunction} " + items[-1]
+
+
+class Numbers(dict):
+    """The numbers file being written by a notebook: key -> formatted string.
+
+    ``record`` formats a value where it is computed, keeps it, and returns the
+    string (for use in a generated sentence); :meth:`save` writes the file
+    (:func:`write_numbers`). Recording a key again replaces it (re-running a
+    cell in JupyterLab).
+
+    Examples
+    --------
+    >>> n = Numbers("/tmp/murk-doctest-numbers.json")
+    >>> n.record("w.c_int.fog.t2.m", 0.0749, ci=(0.03, 0.1))
+    '0.07'
+    >>> n["w.c_int.fog.t2.m.ci"]
+    '[0.03, 0.10]'
+    >>> n.record("w.c_int.underwater.t2.m", 1.05, ci=(0.9, 1.2), lower=True), n["w.c_int.underwater.t2.m.ci"]
+    ('≥ 1.05', '[0.90, 1.20]')
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None):
+        super().__init__()
+        self.path = Path(path) if path else paths.numbers_file()
+
+    def record(self, key: str, value: Any, digits: int = 2, *, ci: tuple[float, float] | None = None,
+               lower: bool = False, upper: bool = False) -> str:
+        """Record ``key``.
+
+        Parameters
+        ----------
+        key : str
+            Dotted key, e.g. ``v.correct.fog.t2.<model slug>``.
+        value : str, int or float
+            A string is kept as is (a sentence, a name); an int is written
+            without decimals; a float with ``digits`` decimals (NaN: "n/a").
+        ci : (lo, hi), optional
+            Also record ``<key>.ci`` (:func:`fmt_interval`; ``""`` when the point or
+            the interval is undefined).
+        lower, upper : bool
+            The value is a lower (``≥``) or upper (``≤``) bound.
+
+        Returns
+        -------
+        str
+            The recorded string.
+        """
+        if isinstance(value, str):
+            s = value
+        elif isinstance(value, (bool,)) or (hasattr(value, "dtype") and str(getattr(value, "dtype")) == "bool"):
+            s = "yes" if bool(value) else "no"
+        elif isinstance(value, int) or (hasattr(value, "dtype") and "int" in str(getattr(value, "dtype"))):
+            s = str(int(value))
+        else:
+            s = fmt_bound(value, lower, upper, digits)
+        self[key] = s
+        if ci is not None:  # no interval for an undefined point
+            self[key + ".ci"] = fmt_interval(*ci, digits) if s != "n/a" else ""
+        return s
+
+    def fill_missing(self, keys: Iterable[str]) -> list[str]:
+        """Record ``n/a (not computed in this run)`` for each key not recorded; returns those keys."""
+        filled = sorted(k for k in set(keys) if k not in self)
+        for k in filled:
+            self[k] = f"n/a ({NOT_COMPUTED})"
+        return filled
+
+    def save(self) -> Path:
+        """Write the numbers file atomically (:func:`write_numbers`)."""
+        return write_numbers(self, self.path)
+
+
+def cited_keys(qmd_text: str) -> set[str]:
+    """The numbers keys a paper source cites (``N["key"]``)."""
+    return set(INLINE_RE.findall(qmd_text))
+
+
 def write_numbers(numbers: Mapping[str, str], path: str | os.PathLike | None = None) -> Path:
     """Write the numbers file atomically (JSON object, sorted keys, str values).
 
@@ -225,22 +384,165 @@ def load_numbers(path: str | os.PathLike | None = None) -> dict[str, str]:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def resolve_qmd(text: str, numbers: Mapping[str, str], base_dir: str | os.PathLike,
-                output_dir: str | os.PathLike | None = None) -> str:
-    """Turn the paper's Quarto source into plain Markdown.
+def cell_options(source: str) -> dict[str, Any]:
+    """Quarto cell options of a code cell: the leading ``#| key: value`` lines, parsed as YAML.
 
-    Inline ``N["key"]`` expressions are replaced by their values, include
-    shortcodes by the included file, and Python cells (the setup cell, which
-    only loads ``N``) are dropped. Paths starting with ``../outputs/`` are
-    redirected to ``output_dir`` when given.
+    >>> cell_options("#| label: fig-a\\n#| fig-cap: 'A, t2'\\nplot()")
+    {'label': 'fig-a', 'fig-cap': 'A, t2'}
+    """
+    import yaml
+
+    lines = []
+    for line in source.splitlines():
+        if not line.startswith("#|"):
+            break
+        lines.append(line[2:].removeprefix(" "))
+    return (yaml.safe_load("\n".join(lines)) or {}) if lines else {}
+
+
+def notebook_cells(path: str | os.PathLike) -> dict[str, Any]:
+    """The labelled code cells of a notebook (``#| label: …``): label -> cell (nbformat).
+
+    Raises
+    ------
+    FileNotFoundError
+        If the notebook does not exist (the message names the stage that writes it).
+    ValueError
+        If two cells carry the same label.
+    """
+    import nbformat
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"notebook {path} missing: run the pipeline (snakemake) so that the stage "
+                                f"notebook notebooks/{path.stem}.py is executed into {path.parent}")
+    nb = nbformat.read(path, as_version=4)
+    cells: dict[str, Any] = {}
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        label = cell_options(cell.source).get("label")
+        if label:
+            if label in cells:
+                raise ValueError(f"{path}: two cells are labelled {label!r}")
+            cells[str(label)] = cell
+    return cells
+
+
+def _outputs(cell, mime: str) -> list[Any]:
+    return [o["data"][mime] for o in cell.get("outputs", [])
+            if o.get("output_type") in ("display_data", "execute_result") and mime in o.get("data", {})]
+
+
+def _embed(nb_path: Path, label: str, cell, fig_dir: Path, link: str) -> str:
+    """Markdown for one embedded cell: its figure or table, caption and label, and a link to the notebook."""
+    errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+    if errors:
+        raise ValueError(f"cell {label!r} of {nb_path} failed ({errors[0].get('ename')}): re-run the stage")
+    opts = cell_options(cell.source)
+    if label.startswith("fig-"):
+        pngs = _outputs(cell, "image/png")
+        if not pngs:
+            raise ValueError(f"cell {label!r} of {nb_path} has no image output: re-run the stage")
+        fig_dir.mkdir(parents=True, exist_ok=True)
+        f = fig_dir / f"{nb_path.stem}-{label}.png"
+        data = pngs[0] if isinstance(pngs[0], str) else "".join(pngs[0])
+        f.write_bytes(base64.b64decode(data))
+        body = f"![{opts.get('fig-cap', '')}]({f.as_posix()}){{#{label}}}"
+    else:
+        mds = ["".join(m) if isinstance(m, list) else str(m) for m in _outputs(cell, "text/markdown")]
+        if not mds:
+            raise ValueError(f"cell {label!r} of {nb_path} has no Markdown output: re-run the stage")
+        body = "\n\n".join(m.strip() for m in mds)
+        if label.startswith("tbl-"):
+            body = f": {opts.get('tbl-cap', '')} {{#{label}}}\n\n{body}"
+    return (f"{body}\n\n::: {{.embed-source}}\nSource: [{nb_path.name}]({link}), cell `{label}`\n:::\n")
+
+
+def _placeholder(label: str, fig_dir: Path, why: str) -> str:
+    """A labelled stand-in for an embed whose notebook is missing: the paper says so instead of failing."""
+    text = f"{NOT_COMPUTED}: {why}"
+    if label.startswith("fig-"):
+        fig_dir.mkdir(parents=True, exist_ok=True)
+        f = fig_dir / f"missing-{label}.svg"
+        esc = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        f.write_text(f'<svg xmlns="http://www.w3.org/2000/svg" width="640" height="60" viewBox="0 0 640 60">'
+                     f'<rect width="640" height="60" fill="#f4f4f4" stroke="#999"/>'
+                     f'<text x="320" y="35" font-family="sans-serif" font-size="14" text-anchor="middle">{esc}</text>'
+                     f'</svg>', encoding="utf-8")
+        return f"![{text}]({f.as_posix()}){{#{label}}}\n"
+    body = markdown_table([{"note": text}])
+    return f": {text} {{#{label}}}\n\n{body}" if label.startswith("tbl-") else f"*{text}*\n"
+
+
+def resolve_embeds(text: str, redirect, fig_dir: str | os.PathLike, link_from: str | os.PathLike,
+                   missing: list[str] | None = None) -> str:
+    """Replace Quarto's ``{{< embed nb.ipynb#label >}}`` by the cell's output, from the executed notebook.
+
+    An ``image/png`` output of a ``fig-`` cell becomes a figure file in
+    ``fig_dir`` with the cell's ``fig-cap`` and label; the Markdown output of a
+    ``tbl-`` cell becomes a table with its ``tbl-cap`` and label; each is
+    followed by a link to its notebook (relative to ``link_from``, the folder
+    of the HTML), as Quarto links embedded output to its source notebook.
+
+    A notebook that does not exist (its stage did not run for this output root)
+    gives a labelled placeholder saying "not computed in this run"; its
+    shortcode is appended to ``missing`` when a list is given.
+
+    Parameters
+    ----------
+    redirect : callable
+        Path of the shortcode (as written in the .qmd) -> path on disk.
 
     Raises
     ------
     KeyError
-        An inline expression names a key missing from the numbers file.
+        A label is not in its (existing) notebook.
+    ValueError
+        The cell failed or has no output of its kind.
+    """
+    books: dict[Path, dict] = {}
+
+    def one(m):
+        nb_path = Path(redirect(m.group(1)))
+        label = m.group(2)
+        if not nb_path.is_file():
+            if missing is not None:
+                missing.append(f"{m.group(1)}#{label}")
+            return _placeholder(label, Path(fig_dir), f"{nb_path.name} (its stage did not run)")
+        if nb_path not in books:
+            books[nb_path] = notebook_cells(nb_path)
+        cells = books[nb_path]
+        if label not in cells:
+            raise KeyError(f"{nb_path} has no cell labelled {label!r} (cited by the paper): re-run the stage, "
+                           f"or fix the label in notebooks/{nb_path.stem}.py")
+        link = Path(os.path.relpath(nb_path, Path(link_from))).as_posix()
+        return _embed(nb_path, label, cells[label], Path(fig_dir), link)
+
+    return EMBED_RE.sub(one, text)
+
+
+def resolve_qmd(text: str, numbers: Mapping[str, str], base_dir: str | os.PathLike,
+                output_dir: str | os.PathLike | None = None, fig_dir: str | os.PathLike | None = None,
+                missing: list[str] | None = None) -> str:
+    """Turn the paper's Quarto source into plain Markdown.
+
+    Embed shortcodes are replaced by the cells' outputs (:func:`resolve_embeds`;
+    figures written to ``fig_dir``, default ``<output root>/paper/embed``), include
+    shortcodes by the included file, inline ``N["key"]`` expressions by their
+    values, and Python cells (the setup cell, which only loads ``N``) are
+    dropped. Paths starting with ``../outputs/`` are redirected to
+    ``output_dir`` when given. Embeds from a notebook that does not exist
+    become "not computed in this run" placeholders, listed in ``missing``.
+
+    Raises
+    ------
+    KeyError
+        An inline expression names a key missing from the numbers file, or an
+        embed a label missing from its notebook.
     ValueError
         An inline expression other than ``N["key"]`` (the fallback evaluates
-        no code), or a missing include file.
+        no code), a missing include file, or an embedded cell that failed.
     """
     base = Path(base_dir)
     out_root = Path(output_dir) if output_dir else None
@@ -256,11 +558,14 @@ def resolve_qmd(text: str, numbers: Mapping[str, str], base_dir: str | os.PathLi
             raise ValueError(f"paper include {m.group(1)} -> {f} missing: run the analyse stage")
         return f.read_text(encoding="utf-8")
 
-    text = INCLUDE_RE.sub(include, text)
+    paper_dir = paths.paper_out_dir(out_root) if out_root is not None else base
     text = CELL_RE.sub("", text)
-    missing = [k for k in INLINE_RE.findall(text) if k not in numbers]
-    if missing:
-        raise KeyError(f"paper numbers missing from the numbers file: {sorted(set(missing))}")
+    if EMBED_RE.search(text):
+        text = resolve_embeds(text, redirect, Path(fig_dir) if fig_dir else paper_dir / "embed", paper_dir, missing)
+    text = INCLUDE_RE.sub(include, text)
+    absent = [k for k in INLINE_RE.findall(text) if k not in numbers]
+    if absent:
+        raise KeyError(f"paper numbers missing from the numbers file: {sorted(set(absent))}")
     text = INLINE_RE.sub(lambda m: numbers[m.group(1)], text)
     other = ANY_INLINE_RE.findall(text)
     if other:
@@ -325,7 +630,8 @@ def render_paper(qmd: str | os.PathLike | None = None, output_dir: str | os.Path
 
     Returns
     -------
-    dict with ``md``, ``html`` and (if ``pdf``) ``pdf`` paths.
+    dict with ``md``, ``html`` and (if ``pdf``) ``pdf`` paths, and ``missing``
+    (the embeds whose notebook did not exist: "not computed in this run").
 
     Raises
     ------
@@ -337,12 +643,15 @@ def render_paper(qmd: str | os.PathLike | None = None, output_dir: str | os.Path
     qmd = Path(qmd) if qmd else paths.project_root() / "paper" / "index.qmd"
     root = paths.output_dir(output_dir)
     numbers = load_numbers(paths.numbers_file(root))
-    resolved = resolve_qmd(qmd.read_text(encoding="utf-8"), numbers, qmd.parent, root)
+    missing: list[str] = []
+    resolved = resolve_qmd(qmd.read_text(encoding="utf-8"), numbers, qmd.parent, root, missing=missing)
+    if missing:
+        print(f"paper: {NOT_COMPUTED} (notebook missing): {missing}")
     md = crossref(resolved)
     figs = _figure_paths(md)
-    missing = [f for f in figs if not Path(f).is_file()]
-    if missing:
-        raise FileNotFoundError(f"figures cited by the paper are missing: {missing}; run the analyse stage")
+    absent = [f for f in figs if not Path(f).is_file()]
+    if absent:
+        raise FileNotFoundError(f"figures cited by the paper are missing: {absent}; run the analyse stage")
     out = paths.paper_out_dir(root)
     out.mkdir(parents=True, exist_ok=True)
     md_path = out / "index.md"
@@ -353,7 +662,7 @@ def render_paper(qmd: str | os.PathLike | None = None, output_dir: str | os.Path
     pypandoc.convert_file(str(md_path), "html5", format="markdown", outputfile=str(html),
                           extra_args=[*common, "--embed-resources", "--mathml", "--toc",
                                       "--metadata=lang:en", f"--css={qmd.parent / 'paper.css'}"])
-    result = {"md": md_path, "html": html}
+    result = {"md": md_path, "html": html, "missing": missing}
     if pdf:
         import typst
 
@@ -375,12 +684,19 @@ def render_paper(qmd: str | os.PathLike | None = None, output_dir: str | os.Path
 
 
 def markdown_table(rows: list[Mapping[str, str]], columns: list[str] | None = None) -> str:
-    """A pipe table (pandoc/Quarto Markdown) from a list of row dicts of strings."""
+    """A pipe table (pandoc/Quarto Markdown) from a list of row dicts of strings.
+
+    The separator's dashes are proportional to each column's widest cell (at
+    least its header's longest word), which pandoc turns into relative column
+    widths for wide tables (PDF), so that short columns do not wrap.
+    """
     if not rows:
         return "*(no rows)*\n"
     columns = columns or list(rows[0])
     esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
-    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join(["---"] * len(columns)) + "|"]
+    width = {c: max([max((len(w) for w in str(c).split()), default=1)]
+                    + [len(esc(r.get(c, ""))) for r in rows]) for c in columns}
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("-" * max(3, width[c]) for c in columns) + "|"]
     lines += ["| " + " | ".join(esc(r.get(c, "")) for c in columns) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
@@ -422,7 +738,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rendered with Quarto: {out}")
         return 0
     res = render_paper(output_dir=root, pdf=not args.no_pdf)
-    print("converted without Quarto (pandoc + Typst): " + ", ".join(str(p) for p in res.values()))
+    print("converted without Quarto (pandoc + Typst): "
+          + ", ".join(str(p) for k, p in res.items() if k != "missing"))
     return 0
 
 

@@ -40,8 +40,13 @@ def data_dir() -> Path:
 
 
 def config_file() -> Path:
-    """The study configuration ``data/config.yaml``."""
-    return data_dir() / "config.yaml"
+    """The study configuration: ``data/config.yaml``, or the file named by ``$MURK_CONFIG``.
+
+    ``MURK_CONFIG`` runs every stage with another configuration (e.g. an
+    ablation, or a test of the frozen-run check); the select stage records its
+    hash, and a frozen run refuses a configuration whose hash differs.
+    """
+    return Path(os.environ["MURK_CONFIG"]) if os.environ.get("MURK_CONFIG") else data_dir() / "config.yaml"
 
 
 def output_dir(output_dir: str | os.PathLike | None = None) -> Path:
@@ -89,6 +94,31 @@ def n_shards(n_items: int, shard_size: int | None) -> int:
     if shard_size is None:
         return 1
     return max(1, -(-int(n_items) // int(shard_size)))
+
+
+def shard_span(n_items: int, shard: int | None = None, shard_size: int | None = None,
+               max_items: int | None = None) -> range:
+    """Item positions one read-out job covers.
+
+    All items (or the first ``max_items``) when unsharded; items
+    ``shard * shard_size`` to ``(shard + 1) * shard_size - 1`` of those for a
+    shard (empty beyond the last item).
+    """
+    last = int(n_items) if max_items is None else min(int(n_items), int(max_items))
+    if shard is None:
+        return range(0, last)
+    if shard_size is None or int(shard_size) < 1:
+        raise ValueError("shard_span: a shard needs shard_size >= 1")
+    first = int(shard) * int(shard_size)
+    return range(min(first, last), min(last, first + int(shard_size)))
+
+
+def readout_stores(model: str, n_items: int, shard_size: int | None = None,
+                   root: str | os.PathLike | None = None) -> Path | list[Path]:
+    """The store of a model's unsharded read-out, or the list of its shard stores."""
+    if shard_size is None:
+        return readout_store(model, root)
+    return [readout_store(model, root, s, shard_size) for s in range(n_shards(n_items, shard_size))]
 
 
 def cube_store(root: str | os.PathLike | None = None) -> Path:

@@ -17,7 +17,7 @@ from PIL import Image
 from murk import cube, nominal, physics
 
 __all__ = ["ImageTooSmallError", "MIN_SIDE_PX", "load_image", "to_rgb8", "presented_size", "resize_image",
-           "resize_depth", "scale_bbox", "draw_box", "render_conditions"]
+           "resize_depth", "scale_bbox", "draw_box", "render_conditions", "load_presented", "item_inputs"]
 
 #: The error raised for a presented image under :data:`MIN_SIDE_PX` px on a side (a
 #: ValueError, so the stages record the item in ``missing_reason`` and go on).
@@ -299,3 +299,68 @@ def _conditions(image, depth_m, bbox, partner_image, seed, image_id, config, mar
         else:  # pragma: no cover - CONDITIONS is fixed
             raise ValueError(arm)
         yield arm, level, box(out) if marker else out
+
+
+def load_presented(path: str | os.PathLike, max_side: int = 448, name: str | None = None
+                   ) -> tuple[np.ndarray, tuple[int, int]]:
+    """Read an image and scale it to the size presented to the models.
+
+    Returns
+    -------
+    (uint8 (H, W, 3), (width, height))
+        The resized image and its size (:func:`presented_size`).
+
+    Raises
+    ------
+    FileNotFoundError, ValueError
+        See :func:`load_image`; :class:`ImageTooSmallError` (a ValueError, naming
+        ``name`` or the file) for a presented side under :data:`MIN_SIDE_PX`.
+    """
+    img = load_image(path)
+    size = presented_size(img.shape[1], img.shape[0], max_side, name=name or Path(path).name)
+    return resize_image(img, size), size
+
+
+def item_inputs(table, i: int, partner: int, image_dir: str | os.PathLike, depth_folder: str | os.PathLike,
+                config: dict) -> dict:
+    """What the readout and monitor stages need of item ``i``, at the presented size.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        The items (:func:`murk.items.read_items`).
+    i, partner : int
+        Row of the item and of its shuffled-control partner (:func:`murk.items.shuffled_partner`).
+    image_dir, depth_folder : path
+        The COCO image folder and the depth cache (:func:`murk.depth.current_depth`).
+    config : dict
+        Study configuration (``render``: ``max_side_px``, ``blank_grey``).
+
+    Returns
+    -------
+    dict with ``image`` (uint8 (H, W, 3)), ``depth_m`` (float32 (H, W), metres),
+    ``bbox`` (x, y, w, h in the presented image's pixels), ``partner_image`` and
+    ``partner_depth_m`` (the shuffled control's item; a grey image with the
+    item's depth when the partner's own image or depth is bad).
+
+    Raises
+    ------
+    FileNotFoundError, ValueError
+        The item's own image or depth map is missing or cannot be decoded (the
+        caller records it as missing and goes on).
+    """
+    from murk import depth
+
+    max_side = int(config["render"]["max_side_px"])
+    row = table.iloc[i]
+    img, size = load_presented(Path(image_dir) / row["file_name"], max_side,
+                               name=f"image {int(row['image_id'])} ({row['file_name']})")
+    z = depth.load_depth(Path(depth_folder), int(row["image_id"]))
+    prow = table.iloc[int(partner)]
+    try:
+        pimg, _ = load_presented(Path(image_dir) / prow["file_name"], max_side)
+        pz = depth.load_depth(Path(depth_folder), int(prow["image_id"]))
+    except (FileNotFoundError, ValueError):  # the shuffled control falls back to a grey image
+        pimg, pz = np.full_like(img, int(config["render"].get("blank_grey", 128))), z
+    return {"image": img, "depth_m": z, "partner_image": pimg, "partner_depth_m": pz,
+            "bbox": scale_bbox(row["bbox"], (int(row["width"]), int(row["height"])), size)}

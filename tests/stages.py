@@ -1,0 +1,72 @@
+"""Run the stage notebooks as users and Snakemake do: jupytext → papermill, into an output root.
+
+The stages live in ``notebooks/*.py`` (jupytext percent); tests run them through
+papermill (a real kernel, the notebook's own parameters cell), never through
+a library shortcut.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from murk import paths
+
+ROOT = paths.project_root()
+BIN = Path(sys.executable).parent
+
+
+def executed_path(stage: str, output_dir: str | os.PathLike, suffix: str = "") -> Path:
+    """Where the executed notebook goes: ``<output_dir>/notebooks/<stage><suffix>.ipynb``."""
+    return Path(output_dir) / "notebooks" / f"{stage}{suffix}.ipynb"
+
+
+def run(stage: str, output_dir: str | os.PathLike, suffix: str = "", **params) -> Path:
+    """Execute ``notebooks/<stage>.py`` with papermill (parameters ``params``; None keeps the default).
+
+    Raises
+    ------
+    papermill.PapermillExecutionError
+        A cell raised; its message carries the exception's name and text.
+    """
+    import jupytext
+    import nbformat
+    import papermill
+
+    out = executed_path(stage, output_dir, suffix)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    src = out.with_suffix(".input.ipynb")
+    nbformat.write(jupytext.read(ROOT / "notebooks" / f"{stage}.py"), src)
+    params = {"output_dir": str(output_dir), **{k: v for k, v in params.items() if v is not None}}
+    try:
+        papermill.execute_notebook(str(src), str(out), parameters=params, cwd=str(ROOT), kernel_name="python3",
+                                   progress_bar=False)
+    finally:
+        src.unlink(missing_ok=True)
+    return out
+
+
+def command(stage: str, output_dir: str | os.PathLike, suffix: str = "", **params) -> list[str]:
+    """The shell command of :func:`run`, for a subprocess (e.g. to kill it): jupytext | papermill."""
+    out = executed_path(stage, output_dir, suffix)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    args = " ".join(f"-p {k} {shlex.quote(str(v))}" for k, v in {"output_dir": output_dir, **params}.items()
+                    if v is not None)
+    return ["bash", "-c", f"{BIN}/jupytext --to ipynb notebooks/{stage}.py -o - 2>/dev/null "
+                          f"| {BIN}/papermill - {shlex.quote(str(out))} --cwd {shlex.quote(str(ROOT))} {args}"]
+
+
+SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"
+
+
+def snakemake(out: str | os.PathLike, *args: str, n_items: int = 3, run_name: str = "e2e-test"):
+    """The real pipeline, offline on the shared COCO sample, into the output root ``out``."""
+    import subprocess
+
+    env = {**os.environ, "MURK_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "MURK_COCO_DIR": str(SAMPLE),
+           "PATH": f"{BIN}:{os.environ['PATH']}", "MPLBACKEND": "Agg"}
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "1", "--config", f"output_dir={out}", f"n_items={n_items}",
+           f"run_name={run_name}", *args]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)

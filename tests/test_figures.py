@@ -1,0 +1,116 @@
+"""murk.figures: plotting functions take data and return a figure; what the reader sees is checked here."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import xarray as xr  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from murk import cube, figures, physics  # noqa: E402
+
+MODELS = ["org/model-a", "murk-tiny/model-b"]
+SIGNALS = ["correct", "c_int", "verbal_conf", "abstain", "abstain2"]
+
+
+def _means(verbal_nan: bool = True) -> xr.Dataset:
+    vis = np.r_[np.inf, physics.SWEEP_M]
+    shape = (len(MODELS), len(cube.ARMS), vis.size, 2, len(SIGNALS))
+    mean = np.broadcast_to(np.linspace(0.95, 0.25, vis.size)[None, None, :, None, None], shape).copy()
+    if verbal_nan:
+        mean[..., SIGNALS.index("verbal_conf")] = np.nan
+    coords = {"model": MODELS, "arm": list(cube.ARMS), "level": np.arange(vis.size), "task": ["t2", "t3"],
+              "readout": SIGNALS, "visibility_m": ("level", vis)}
+    dims = ("model", "arm", "level", "task", "readout")
+    return xr.Dataset({"mean": (dims, mean), "lo": (dims, mean - 0.05), "hi": (dims, mean + 0.05)}, coords=coords)
+
+
+def _texts(fig) -> str:
+    return " ".join(t.get_text() for ax in fig.axes for t in ax.texts) + " " + " ".join(
+        t.get_text() for t in fig.texts)
+
+
+def _legend_labels(fig) -> list[str]:
+    return [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+
+
+def test_levels_are_written_as_the_spec(tmp_path):
+    fig = figures.plot_signal_vs_visibility(_means(), "correct", chance=0.25)
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert labels == ["clean", "250", "125", "62.5", "31.3", "15.6", "7.8", "3.9", "1.95"]
+
+
+def test_an_empty_panel_says_why_and_the_legend_names_only_what_is_drawn():
+    fig = figures.plot_signal_vs_visibility(_means(), "verbal_conf", chance=0.25, reference="correct")
+    assert _texts(fig).count("no parseable verbalized confidence") == 2       # one note per arm
+    labels = _legend_labels(fig)
+    assert "accuracy" in labels and "chance" in labels and "model-a" in labels  # the reference lines are drawn
+    fig = figures.plot_signal_vs_visibility(_means(), "c_int")
+    assert "accuracy" not in _legend_labels(fig) and "chance" not in _legend_labels(fig)
+    # the legend sits outside the data: below every axes
+    fig.canvas.draw()
+    leg = fig.legends[0].get_window_extent()
+    assert all(leg.y1 <= ax.get_window_extent().y0 for ax in fig.axes)
+
+
+def _crossings(w, lower=False, upper=False, lo=-0.1, hi=0.3) -> xr.Dataset:
+    dims = ("model", "arm", "task", "readout")
+    shape = (len(MODELS), 2, 2, len(SIGNALS))
+    full = lambda v: np.full(shape, v)  # noqa: E731
+    coords = {"model": MODELS, "arm": ["fog", "underwater"], "task": ["t2", "t3"], "readout": SIGNALS}
+    return xr.Dataset({"w": (dims, full(w)), "w_lo": (dims, full(lo)), "w_hi": (dims, full(hi)),
+                       "w_lower_bound": (dims, full(lower)), "w_upper_bound": (dims, full(upper))}, coords=coords)
+
+
+def test_blind_spot_marks_match_the_legend_and_undefined_points_have_no_interval():
+    fig = figures.plot_blind_spot_widths(_crossings(np.nan))   # W undefined, yet the bootstrap has an interval
+    segments = [ln for ax in fig.axes for ln in ax.get_lines() if len(ln.get_xdata()) == 2 and
+                np.ptp(np.asarray(ln.get_ydata(), float)) == 0 and np.ptp(np.asarray(ln.get_xdata(), float)) > 0]
+    assert segments == []                                      # no interval drawn for an undefined point
+    assert "W undefined" in _texts(fig)
+    assert not any("bound" in lab or "cross" in lab for lab in _legend_labels(fig))   # no mark, no promise
+    assert "▶" not in _texts(fig) and "◀" not in _texts(fig)
+    fig = figures.plot_blind_spot_widths(_crossings(0.8, lower=True))
+    labels = _legend_labels(fig)
+    assert any("lower bound" in lab for lab in labels) and not any("upper bound" in lab for lab in labels)
+
+
+def test_nominal_figure_keeps_labels_apart_and_the_legend_off_the_data():
+    fig = figures.plot_nominal_vs_physical(_means(), [110, 82, 67, 65, 55], chance=0.25)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    sev = [t for t in ax.texts if t.get_text() in {"1", "2", "3", "4", "5"}]
+    assert sorted(t.get_text() for t in sev) == ["1", "2", "3", "4", "5"]
+    boxes = [t.get_window_extent() for t in sev]
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])   # 67 and 65 m: staggered
+    leg = fig.legends[0].get_window_extent()
+    assert leg.y1 <= ax.get_window_extent().y0
+
+
+def _red_share(png, rows=slice(None)) -> float:
+    a = np.asarray(Image.open(png).convert("RGB"), dtype=int)[rows]
+    red = (np.abs(a - np.array([0xB2, 0x18, 0x2B])).sum(-1) < 60)
+    return float(red.mean())
+
+
+def test_pipeline_check_mark_is_in_the_image_file(tmp_path):
+    png, pdf = figures.save(figures.plot_signal_vs_visibility(_means(), "correct"), tmp_path, "marked",
+                            pipeline_check=True)
+    plain, _ = figures.save(figures.plot_signal_vs_visibility(_means(), "correct"), tmp_path, "plain")
+    assert pdf.read_bytes()[:4] == b"%PDF" and b"PIPELINE" not in plain.read_bytes()
+    top = slice(0, 60)
+    assert _red_share(png, top) > 0.01 and _red_share(plain, top) == 0.0
+    assert Image.open(png).size[1] > Image.open(plain).size[1]   # the banner adds to the image, over no data
+
+
+def test_placeholder_states_its_text():
+    fig = figures.placeholder("examples: not computed in this run")
+    assert "not computed in this run" in _texts(fig)
+
+
+@pytest.mark.parametrize("n_models", [1, 3])
+def test_abstain_comparison_has_one_row_per_model(n_models):
+    m = _means().isel(model=[0] * n_models).assign_coords(model=[f"m{i}" for i in range(n_models)])
+    fig = figures.plot_abstain_comparison(m, chance=0.25)
+    assert len(fig.axes) == 2 * n_models
