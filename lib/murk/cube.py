@@ -27,7 +27,9 @@ Conventions
 * ``readout``: :data:`READOUTS` (``visibility_hat_m``: the visibility monitor's
   estimate V̂ in metres, :mod:`murk.monitor`; NaN for VLMs). Missing is NaN; ``verbal_conf`` is NaN when
   the continuation held no parseable confidence (the raw text is kept in
-  ``verbal_text``).
+  ``verbal_text``). ``verbal_stop`` (and ``_v2``/``_v3`` for the wording
+  variants) codes how the continuation ended: 0 = end-of-sequence, 1 = token
+  limit (a number touching the cut is missing), NaN = not asked.
 * attrs: provenance (config hash, items hash, git commit, depth backend,
   schema version); per-model provenance (model id, revision, pipeline check)
   are coordinates along ``model``.
@@ -60,7 +62,8 @@ CONTROL_ARMS = ("blank", "shuffled")
 TASKS = ("t2", "t3_true", "t3_false")
 #: numeric read-outs, in the order of the ``readout`` coordinate
 READOUTS = ("answer", "correct", "c_int", "verbal_conf", "abstain", "abstain2", "option_mass",
-            "verbal_conf_v2", "verbal_conf_v3", "visibility_hat_m")
+            "verbal_conf_v2", "verbal_conf_v3", "visibility_hat_m", "verbal_stop", "verbal_stop_v2",
+            "verbal_stop_v3")
 #: text read-outs, stored as separate string variables (``verbal_text_v2/v3``: empty when not asked)
 TEXT_READOUTS = ("verbal_text", "top_token", "verbal_text_v2", "verbal_text_v3")
 N_LEVELS = 1 + len(physics.SWEEP_M)
@@ -139,7 +142,8 @@ def empty_model_dataset(image_ids: Iterable[int], categories: Iterable[str]) -> 
     data_vars = {
         "value": xr.DataArray(np.full(shape, np.nan, dtype=np.float32), dims=DIMS[1:], attrs={
             "long_name": "read-out value (answer: option index; correct, abstain, abstain2: 0/1; "
-                         "c_int, verbal_conf, option_mass: probability)", "units": "1"}),
+                         "c_int, verbal_conf, option_mass: probability; "
+                         "verbal_stop: 0 = end-of-sequence, 1 = token limit)", "units": "1"}),
         "missing_reason": xr.DataArray(np.full(image_ids.size, "", dtype=object), dims="image",
                                        attrs={"long_name": "why this image has no read-outs ('' = it has)"}),
         "done": xr.DataArray(np.zeros(image_ids.size, dtype=bool), dims="image",
