@@ -154,7 +154,8 @@ def test_continuation_that_ends_at_eos(tiny_vlms, coco_image, monkeypatch):
     ref = read_question(vlm, coco_image, q, cfg)
     assert stopped["verbal_stop"] == ref["verbal_stop"] == 0.0
     assert stopped["verbal_text"] == ref["verbal_text"]
-    assert free["verbal_text"].startswith(stopped["verbal_text"]) and len(stopped["verbal_text"]) < len(free["verbal_text"])
+    assert free["verbal_text"].startswith(stopped["verbal_text"])
+    assert len(stopped["verbal_text"]) < len(free["verbal_text"])
     for key in ("answer", "c_int", "option_mass"):
         assert stopped[key] == free[key]
 
@@ -203,3 +204,20 @@ def test_groups_validate(tiny_vlms, coco_image):
     two = score_prompts(vlm, coco_image, users, None, cfg, groups=[[0, 1], [2]])
     assert two.vision_passes == 1 and two.shared  # the second group reuses the first group's prefix
     assert np.abs(one.probs - two.probs).max() <= TOL
+
+
+def test_bf16_output_head_runs_in_float32(tiny_checkpoint_dirs, coco_image):
+    """In bfloat16 the logits are not rounded to 8 bits: the head runs on a float32 copy of its weight."""
+    import torch
+
+    from murk.readout import _encode, build_prompt_text, load_vlm, present_image
+
+    vlm = load_vlm(str(tiny_checkpoint_dirs["qwen3vl"]), device="cpu", dtype="bfloat16")
+    head = vlm.model.get_output_embeddings()
+    assert head.weight.dtype == torch.bfloat16  # the model itself stays bf16
+    inputs = _encode(vlm, [build_prompt_text(vlm, "Hi", "Answer:")], present_image(coco_image))
+    with torch.inference_mode():
+        logits = vlm.model(**inputs, logits_to_keep=1).logits
+    assert logits.dtype == torch.float32
+    rounded = logits.to(torch.bfloat16).float()
+    assert not torch.equal(rounded, logits)  # bf16 logits would have lost these digits

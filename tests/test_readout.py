@@ -286,7 +286,8 @@ def test_prefill_joins_without_a_space_after_whitespace_or_a_special_token(tiny_
         "<|turn>model\n<|channel>thought\n<channel|>Answer:")
     assert _join_prefill("x", "") == "x"
     gemma = build_prompt_text(tiny_vlms["gemma"], "Hi", "Answer:")
-    assert gemma.startswith("<bos><|turn>user\n") and gemma.endswith("\n\n<|image|>\n\nHi<turn|>\n<|turn>model\nAnswer:")
+    assert gemma.startswith("<bos><|turn>user\n")
+    assert gemma.endswith("\n\n<|image|>\n\nHi<turn|>\n<|turn>model\nAnswer:")
 
 
 def test_tiny_gemma_speaks_gemma4(tiny_vlms):
@@ -294,7 +295,8 @@ def test_tiny_gemma_speaks_gemma4(tiny_vlms):
     vlm = tiny_vlms["gemma"]
     tok = vlm.tokenizer
     for t in ("<|turn>", "<turn|>", "<|image|>", "<|image>", "<image|>", "<|channel>", "<channel|>"):
-        assert tok.convert_tokens_to_ids(t) != tok.unk_token_id and len(tok(t, add_special_tokens=False)["input_ids"]) == 1
+        assert tok.convert_tokens_to_ids(t) != tok.unk_token_id
+        assert len(tok(t, add_special_tokens=False)["input_ids"]) == 1
     assert vlm.model.config.image_token_id == tok.convert_tokens_to_ids("<|image|>")
     assert tok.convert_tokens_to_ids("<turn|>") in vlm.eos_token_ids
     assert "<start_of_turn>" not in tok.get_vocab() and "<image_soft_token>" not in tok.get_vocab()

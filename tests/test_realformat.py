@@ -46,7 +46,8 @@ EXPECTED = {
                      sampling=False),
     "gemma4": dict(classes=("Gemma4ForConditionalGeneration", "Gemma4Processor", "Gemma4ImageProcessor"),
                    vocab=262_144, image_token=("<|image|>", 258_880), eos={1, 106, 50},
-                   ending="<turn|>\n<|turn>model\n<|channel>thought\n<channel|>Answer:", letters={"A": "A", "▁A": " A"},
+                   ending="<turn|>\n<|turn>model\n<|channel>thought\n<channel|>Answer:",
+                   letters={"A": "A", "▁A": " A"},
                    sampling=True),
 }
 

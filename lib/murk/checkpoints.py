@@ -719,8 +719,8 @@ def _stage_qwen3vl(src: Path, stage: Path) -> dict:
     files += _need(src / "qwen3-vl-instruct", "tokenizer_config.json", "chat_template.json",
                    "preprocessor_config.json", "generation_config.json")
     _copy(files, stage)
-    added = {v["content"]: int(k) for k, v in
-             json.loads((src / "qwen3-vl-instruct" / "tokenizer_config.json").read_text())["added_tokens_decoder"].items()}
+    tok_cfg = json.loads((src / "qwen3-vl-instruct" / "tokenizer_config.json").read_text())
+    added = {v["content"]: int(k) for k, v in tok_cfg["added_tokens_decoder"].items()}
     head_dim = _RF_TEXT["head_dim"]
     config = Qwen3VLConfig(
         vision_config=dict(depth=_RF_VISION["num_hidden_layers"], hidden_size=_RF_VISION["hidden_size"],

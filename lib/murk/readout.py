@@ -74,6 +74,10 @@ __all__ = [
     "PromptScores",
     "score_prompts",
     "read_item",
+    "PromptSlot",
+    "item_prompts",
+    "verbal_groups",
+    "item_readouts",
     "check_option_mass",
 ]
 
@@ -312,7 +316,9 @@ _PERCENT_RE = re.compile(r"[ \t]*%")
 # what may follow a value cut by the token limit and still turn it into a decimal, a fraction,
 # a range or another number: then the value "touches the end" and is missing
 _OPEN_END_RE = re.compile(
-    r"[ \t*_]*(?:[.,/\-–—][ \t]*\d*|o(?:u(?:t(?:[ \t]+(?:o(?:f(?:[ \t]*\d*)?)?)?)?)?)?|t(?:o(?:[ \t]*\d*)?)?)?[ \t*_]*",
+    r"[ \t*_]*(?:[.,/\-–—][ \t]*\d*"                          # a decimal, fraction or range begun
+    r"|o(?:u(?:t(?:[ \t]+(?:o(?:f(?:[ \t]*\d*)?)?)?)?)?)?"      # "out of N" begun
+    r"|t(?:o(?:[ \t]*\d*)?)?)?[ \t*_]*",                       # "to N" begun
     re.IGNORECASE)
 
 
@@ -575,6 +581,33 @@ def _greedy_generation_config(net: Any, tokenizer: Any) -> tuple[Any, dict[str, 
     return greedy, ignored, eos_ids
 
 
+def _float32_head(net: Any) -> None:
+    """Compute the output head (hidden state -> logits) in float32 when the model runs in a lower precision.
+
+    In bfloat16 the logits themselves are rounded to 8 significant bits: a logit of 20
+    carries an error of up to 0.06, which moves c_int by up to ~1e-2 between two ways of
+    computing the same prompt. With the head in float32 (a float32 copy of its weight:
+    vocab x hidden x 4 bytes, e.g. 1.2 GB for Qwen3-VL-2B, 1.6 GB for Gemma 4 E2B) the
+    logits keep the precision of the bf16 hidden state, and the first-token softmax is
+    taken in float32 (:func:`_softmax32`). The model's own post-processing (Gemma's
+    final-logit soft-capping) then runs in float32 too.
+    """
+    import torch
+
+    head = net.get_output_embeddings() if hasattr(net, "get_output_embeddings") else None
+    weight = getattr(head, "weight", None)
+    if weight is None or weight.dtype == torch.float32 or getattr(head, "_murk_float32", False):
+        return
+    w32 = weight.detach().float()
+    b32 = None if getattr(head, "bias", None) is None else head.bias.detach().float()
+
+    def forward(hidden):
+        return torch.nn.functional.linear(hidden.float(), w32, b32)
+
+    head.forward = forward
+    head._murk_float32 = True
+
+
 def load_vlm(
     model: str,
     device: str | None = None,
@@ -617,7 +650,8 @@ def load_vlm(
     -------
     VLM
         With a greedy ``generation_config`` (the checkpoint's non-greedy settings are
-        kept in :attr:`VLM.ignored_generation_settings`, not applied).
+        kept in :attr:`VLM.ignored_generation_settings`, not applied) and, in bfloat16,
+        the output head computed in float32 (:func:`_float32_head`).
 
     Raises
     ------
@@ -682,6 +716,7 @@ def load_vlm(
         raise _not_found(model, err) from err
     net.to(device)
     net.eval()
+    _float32_head(net)
     tokenizer = processor.tokenizer
     greedy, ignored, eos_ids = _greedy_generation_config(net, tokenizer)
     net.generation_config = greedy
@@ -1008,7 +1043,10 @@ def _prefix_forward(vlm: VLM, enc: Any, prefix_ids: list[int]):
     mask = torch.ones_like(ids)
     kwargs: dict[str, Any] = {k_: v for k_, v in enc.items() if k_ in _MM_KEYS_PER_ROW or k_ == "image_grid_thw"}
     if "mm_token_type_ids" in enc:
-        kwargs["mm_token_type_ids"] = enc["mm_token_type_ids"][:, :k]
+        mm = enc["mm_token_type_ids"][:, :k]
+        if mm.shape[1] < k:  # a prompt longer than the encoded first one: its extra tokens are text (0)
+            mm = torch.cat([mm, mm.new_zeros((mm.shape[0], k - mm.shape[1]))], dim=1)
+        kwargs["mm_token_type_ids"] = mm
     if _is_mrope(vlm):
         pos, _ = vlm.model.model.get_rope_index(
             ids, image_grid_thw=enc.get("image_grid_thw"), video_grid_thw=None,
@@ -1280,14 +1318,15 @@ def read_item(
 ) -> dict[str, dict[str, Any]]:
     """The read-outs (spec Sec. III) of every question of one item on one condition's image.
 
-    All prompts of the image (each question in the three variants ``main``,
-    ``abstain``, ``abstain2``, plus the ``main`` prompt in each further verbal
-    wording of spec Table VI) are scored by :func:`score_prompts` from one
-    shared prefix: one vision pass, one prefill of the prefix, one batch of the
-    nine main tails with one batch of greedy continuations (12 tokens) for the
-    ``main`` prompts, then the further wordings as a batch of their own, so that
-    an item's main read-outs do not depend on whether v2/v3 were asked (also in
-    bfloat16, where a batch's numbers depend on its composition).
+    All prompts of the image (:func:`item_prompts`: each question in the three
+    variants ``main``, ``abstain``, ``abstain2``, plus the ``main`` prompt in each
+    further verbal wording of spec Table VI) are scored by :func:`score_prompts`
+    from one shared prefix: one vision pass, one prefill of the prefix, one batch
+    of the nine main tails with one batch of greedy continuations (12 tokens) for
+    the ``main`` prompts, then the further wordings as a batch of their own
+    (:func:`verbal_groups`), so that an item's main read-outs do not depend on
+    whether v2/v3 were asked (also in bfloat16, where a batch's numbers depend on
+    its composition).
 
     Parameters
     ----------
@@ -1322,56 +1361,136 @@ def read_item(
         If ``verbal_variants`` lacks ``"v1"`` or names an unknown wording.
     """
     cfg = load_config() if config is None else config
+    slots = item_prompts(questions, cfg, verbal_variants)
+    scores = score_prompts(vlm, image, [s.user for s in slots], [s.generate for s in slots], cfg, shared_prefix,
+                           groups=verbal_groups(slots))
+    p = [_letter_probs(vlm, scores.probs[j], s.letters) for j, s in enumerate(slots)]
+    tops = [vlm.tokenizer.decode([int(np.argmax(scores.probs[j]))]) for j in range(len(slots))]
+    return item_readouts(questions, slots, p, tops, scores.continuations, scores.stops)
+
+
+@dataclass(frozen=True)
+class PromptSlot:
+    """One prompt of an item: which question, variant and verbal wording it asks.
+
+    Attributes
+    ----------
+    question : int
+        Index into the item's questions.
+    variant : {"main", "abstain", "abstain2"}
+    wording : {"v1", "v2", "v3"}
+        Verbal wording (``v1`` for the abstain variants).
+    user : str
+        The rendered user turn (:func:`murk.prompts.render_prompt`).
+    letters : tuple of str
+        Option letters shown, the abstain option's last.
+    generate : bool
+        Whether the prompt gets a greedy continuation (the ``main`` prompts).
+    """
+
+    question: int
+    variant: str
+    wording: str
+    user: str
+    letters: tuple[str, ...]
+    generate: bool
+
+
+def item_prompts(questions: Sequence[Question], config: Mapping[str, Any] | None = None,
+                 verbal_variants: Sequence[str] = ("v1",)) -> list[PromptSlot]:
+    """Every prompt asked of one item on one condition's image, in scoring order.
+
+    Each question in the three variants ``main``, ``abstain``, ``abstain2``, then
+    its ``main`` prompt in each further verbal wording of spec Table VI.
+
+    Raises
+    ------
+    ValueError
+        If ``verbal_variants`` lacks ``"v1"`` or names an unknown wording.
+    """
+    cfg = load_config() if config is None else config
     variants = list(dict.fromkeys(verbal_variants))
     if "v1" not in variants:
         raise ValueError("verbal_variants must contain 'v1' (the main prompt)")
     unknown = [v for v in variants if v not in _VERBAL_EXTRA and v != "v1"]
     if unknown:
         raise ValueError(f"unknown verbal wordings {unknown}; choose from v1, {', '.join(_VERBAL_EXTRA)}")
-    slots: list[tuple[int, str, str]] = []  # (question index, prompt variant, verbal wording)
-    users: list[str] = []
-    letters: list[tuple[str, ...]] = []
+    slots: list[PromptSlot] = []
     for qi, q in enumerate(questions):
         for variant in ("main", "abstain", "abstain2"):
             text, lt = render_prompt(q, variant, cfg)
-            slots.append((qi, variant, "v1"))
-            users.append(text)
-            letters.append(lt)
-    n_main = len(slots)
-    for qi, q in enumerate(questions):
+            slots.append(PromptSlot(qi, variant, "v1", text, tuple(lt), variant == "main"))
         for v in variants:
             if v != "v1":
                 text, lt = render_prompt(q, "main", cfg, verbal=v)
-                slots.append((qi, "main", v))
-                users.append(text)
-                letters.append(lt)
-    groups = [list(range(n_main))] + ([list(range(n_main, len(slots)))] if len(slots) > n_main else [])
-    scores = score_prompts(vlm, image, users, [s[1] == "main" for s in slots], cfg, shared_prefix, groups)
+                slots.append(PromptSlot(qi, "main", v, text, tuple(lt), True))
+    return slots
+
+
+def verbal_groups(slots: Sequence[PromptSlot]) -> list[list[int]]:
+    """Batches of an item's prompts: the main-run prompts (wording v1), then the further wordings.
+
+    Scored as separate batches on one prefix (:func:`score_prompts` ``groups``), so an
+    item's main read-outs never depend on whether v2/v3 were asked.
+    """
+    main = [j for j, s in enumerate(slots) if s.wording == "v1"]
+    extra = [j for j, s in enumerate(slots) if s.wording != "v1"]
+    return [main] + ([extra] if extra else [])
+
+
+def item_readouts(questions: Sequence[Question], slots: Sequence[PromptSlot], letter_probs: Sequence[np.ndarray],
+                  top_tokens: Sequence[str], continuations: Sequence[str | None],
+                  stops: Sequence[float] | None = None) -> dict[str, dict[str, Any]]:
+    """The read-outs of one item on one condition from its prompts' scores (see :func:`read_item`).
+
+    Parameters
+    ----------
+    questions : sequence of Question
+    slots : sequence of PromptSlot
+        From :func:`item_prompts`.
+    letter_probs : sequence of numpy.ndarray, float64
+        Per slot, ``p_k`` for each of its letters (first-token probability summed over
+        the letter's token variants; the softmax taken in float32).
+    top_tokens : sequence of str
+        Per slot, the decoded most probable first token.
+    continuations : sequence of str or None
+        Per slot, the greedy continuation (None where not generated).
+    stops : sequence of float, optional
+        Per slot, how the continuation ended (:func:`continuation_stop`: 0.0
+        end-of-sequence, 1.0 token limit; NaN where not generated). Required for the
+        ``verbal_stop`` read-outs: without it they are NaN and every continuation is
+        parsed as ended by the model (a cut number then reads as a low value).
+
+    Returns
+    -------
+    dict of str -> dict
+        ``{question.task: readouts}`` as :func:`read_item` returns.
+    """
     out: dict[str, dict[str, Any]] = {}
     for qi, q in enumerate(questions):
         r: dict[str, Any] = {k: math.nan for k in READOUTS}
         r.update({k: "" for k in TEXT_READOUTS})
-        for j, (qj, variant, v) in enumerate(slots):
-            if qj != qi:
+        for j, s in enumerate(slots):
+            if s.question != qi:
                 continue
-            p = _letter_probs(vlm, scores.probs[j], letters[j])
-            if variant == "main":
-                suffix = "" if v == "v1" else f"_{v}"
-                text = scores.continuations[j] or ""
+            p = np.asarray(letter_probs[j], dtype=np.float64)
+            if s.variant == "main":
+                suffix = "" if s.wording == "v1" else f"_{s.wording}"
+                text = continuations[j] or ""
+                stop = math.nan if stops is None else float(stops[j])
                 r[f"verbal_text{suffix}"] = text
-                r[f"verbal_stop{suffix}"] = float(scores.stops[j])
-                r[f"verbal_conf{suffix}"] = parse_verbal_confidence(
-                    text, truncated=scores.stops[j] == VERBAL_STOP_LIMIT)
-                if v == "v1":
+                r[f"verbal_stop{suffix}"] = stop
+                r[f"verbal_conf{suffix}"] = parse_verbal_confidence(text, truncated=stop == VERBAL_STOP_LIMIT)
+                if s.wording == "v1":
                     mass = float(p.sum())
                     k = int(np.argmax(p))
                     r["answer"] = float(k)
                     r["correct"] = float(k == q.correct_index)
                     r["c_int"] = float(p[k] / mass) if mass > 0 else math.nan
                     r["option_mass"] = mass
-                    r["top_token"] = vlm.tokenizer.decode([int(np.argmax(scores.probs[j]))])
+                    r["top_token"] = top_tokens[j]
             else:
-                r[variant] = float(int(np.argmax(p)) == len(letters[j]) - 1)
+                r[s.variant] = float(int(np.argmax(p)) == len(s.letters) - 1)
         out[q.task] = r
     return out
 
@@ -1433,7 +1552,8 @@ def check_option_mass(values: Any, model_id: str, threshold: float = OPTION_MASS
         if top_tokens is not None:
             toks, counts = np.unique(np.asarray(top_tokens, dtype=str), return_counts=True)
             order = np.argsort(-counts)[:3]
-            common = "; most common first tokens " + ", ".join(f"{toks[i]!r} ({counts[i]})" for i in order)
+            common = "; most common first tokens " + ", ".join(
+                f"{str(toks[i])!r} ({int(counts[i])})" for i in order)
         warnings.warn(
             f"{model_id}: median first-token probability on the option letters on clean images is "
             + ", ".join(f"{m:.3g} ({t})" for t, m in low.items())
