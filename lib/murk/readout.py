@@ -65,6 +65,7 @@ __all__ = [
     "LowOptionMassWarning",
     "VLM",
     "load_vlm",
+    "vlm_from_parts",
     "present_image",
     "option_token_ids",
     "parse_verbal_confidence",
@@ -667,7 +668,6 @@ def load_vlm(
 
     cfg = load_config() if config is None else config
     rcfg = cfg.get("readout", {})
-    max_side = int(cfg.get("render", {}).get("max_side_px", _DEFAULT_MAX_SIDE))
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if dtype is None:
@@ -715,23 +715,49 @@ def load_vlm(
                              f"version that knows this architecture is needed)") from err
         raise _not_found(model, err) from err
     net.to(device)
+    revision = getattr(net.config, "_commit_hash", None) or "local"
+    return vlm_from_parts(net, processor, model, str(revision), bool(built), str(device), dtype, cfg)
+
+
+def vlm_from_parts(net: Any, processor: Any, model_id: str, revision: str, is_pipeline_check: bool,
+                   device: str, dtype: Any, config: Mapping[str, Any] | None = None) -> VLM:
+    """A :class:`VLM` from a model and processor already in memory (as :func:`load_vlm` assembles it).
+
+    Used by :func:`load_vlm` and by benchmarks that build full-size random-weight
+    models in memory. The model must already be on ``device`` in ``dtype``; it is put
+    in eval mode, given a greedy ``generation_config`` (what the checkpoint's said
+    beyond greedy decoding is kept in :attr:`VLM.ignored_generation_settings`) and,
+    below float32, an output head computed in float32 (:func:`_float32_head`).
+
+    Returns
+    -------
+    VLM
+
+    Raises
+    ------
+    ValueError
+        If an option letter has no single-token variant in the tokenizer.
+    """
+    cfg = load_config() if config is None else config
+    rcfg = cfg.get("readout", {})
+    max_side = int(cfg.get("render", {}).get("max_side_px", _DEFAULT_MAX_SIDE))
     net.eval()
     _float32_head(net)
     tokenizer = processor.tokenizer
     greedy, ignored, eos_ids = _greedy_generation_config(net, tokenizer)
     net.generation_config = greedy
     if ignored:
-        logging.getLogger("murk").info("%s: generation_config settings ignored (greedy decoding): %s", model, ignored)
+        logging.getLogger("murk").info("%s: generation_config settings ignored (greedy decoding): %s", model_id,
+                                       ignored)
     letters = tuple(rcfg.get("option_letters", ("A", "B", "C", "D", "E")))
     option_tokens = {L: tuple(v) for L, v in option_token_ids(tokenizer, letters).items()}
-    revision = getattr(net.config, "_commit_hash", None) or "local"
     vlm = VLM(
         model=net,
         processor=processor,
         tokenizer=tokenizer,
-        model_id=model,
+        model_id=model_id,
         revision=str(revision),
-        is_pipeline_check=bool(built),
+        is_pipeline_check=bool(is_pipeline_check),
         device=str(device),
         dtype=dtype,
         option_tokens=option_tokens,
