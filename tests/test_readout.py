@@ -381,4 +381,5 @@ def test_remote_code_is_refused_without_a_prompt(tmp_path, monkeypatch):
         load_vlm(str(folder), device="cpu")
     msg = str(err.value)
     assert "\n" not in msg and "trust_remote_code=True" in msg and "murk.readout.load_vlm" in msg
+    assert str(folder) in msg and "hf.co" not in msg  # the hint points at the folder, not at the hub
     assert not ran.exists()

@@ -697,10 +697,12 @@ def load_vlm(
     except Exception as err:  # transformers raises OSError, ValueError, KeyError, AttributeError...
         msg = str(err)
         if "trust_remote_code" in msg:
+            where = (f"{source} (the .py files named by auto_map in its config files)" if local
+                     else f"the repository https://huggingface.co/{model}")
             raise _LoadError(
-                f"cannot load model {model!r}: it needs code shipped with the checkpoint ({_one_line(msg)[:200]}); "
-                f"fix: read that code, then pass trust_remote_code=True to murk.readout.load_vlm "
-                f"(the readout stage's trust_remote_code parameter)") from err
+                f"cannot load model {model!r}: it needs code shipped with the checkpoint, which murk does not run "
+                f"unless asked; fix: read that code in {where}, then pass trust_remote_code=True to "
+                f"murk.readout.load_vlm (the readout stage's trust_remote_code parameter)") from err
         if "safetensors" in msg and not allow_pickle:
             raise _LoadError(
                 f"cannot load model {model!r}: no safetensors weights ({_one_line(msg)[:200]}); fix: use a "
