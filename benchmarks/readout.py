@@ -1,9 +1,9 @@
 """CPU benchmark of the shared-prefix read-out engine against scoring every prompt separately.
 
-A mid-size, randomly initialised Qwen3-VL (about 60 M parameters: text hidden 768,
-8 layers, 12 heads / 4 KV heads; vision hidden 384, 6 layers, patch 16, merge 2)
-reads out the same items both ways at the study's image size (448 x 448 px, 196
-visual tokens):
+Part 1 (float32, speed and exactness). A mid-size, randomly initialised Qwen3-VL (text hidden
+768, 8 layers, 12 heads / 4 KV heads; vision hidden 384, 6 layers, patch 16, merge 2; tied
+embeddings over the real 151,936-row vocabulary) reads out the same items both ways at the
+study's image size (448 x 448 px, 196 visual tokens):
 
 * ``separate``: :func:`murk.readout.read_question` per question, as evaluation
   harnesses do: each of the 9 prompts (3 questions x main / abstain / abstain2)
@@ -13,23 +13,45 @@ visual tokens):
   shared prefix per (image, condition), the 9 tails as one batch, the 3 verbal
   continuations as one batch.
 
-Tokenizer: no hub access, so a byte-level BPE is trained on the text of the spec
-(``shared/spec``, English prose, vocabulary 2,000) to tokenise the prompts at a
-realistic rate of characters per token (printed); the byte-level tokenizer of the
-tiny checkpoints would make the tails ~4x longer than a real tokenizer does.
+Tokenizer and chat template: the real Qwen3-VL ones (``shared/real-model-files``, through a
+real-format checkpoint, :func:`murk.checkpoints.build_realformat_checkpoint`), so prompt tails
+have their real length; without those files a byte-level BPE trained on the spec stands in
+(printed).
 
 ``tokens`` counts token positions through a transformer: language-model positions
 (prefill, padded tail batch, decode steps) plus vision-encoder patch tokens
-(784 per 448 x 448 image before the 2 x 2 merge). The
-last line is ``tokens_ratio=<x> vision_passes_per_condition=<n> wall_ratio=<y>
-max_abs_dp=<z>`` with ``max_abs_dp`` the largest difference between the two
-ways in c_int and option mass, and in any first-token probability between the
-shared prefix and the whole prompt (float32).
+(784 per 448 x 448 image before the 2 x 2 merge); ``lm_tokens_ratio`` counts the
+language-model positions alone. ``max_abs_dp`` is the largest difference between the two
+ways in c_int and option mass, and in any first-token probability between the shared prefix
+and the whole prompt (float32).
 
-Run: ``.venv/bin/python benchmarks/readout.py [--items 2]`` (about 3-5 min on 2 busy cores).
+Part 2 (bfloat16, tolerance). The study runs in bf16, where a shared prefix and a padded batch
+change the rounding. A small Qwen3-VL (text hidden 128, 4 layers; vision hidden 64, 2 layers; the
+trained stand-in tokenizer, whose small vocabulary keeps 500 questions affordable on a CPU)
+gets *confident* heads: the rows of the option letters in its output head are set to
+``beta * u + gamma * r_k`` (``u`` the mean direction of the final hidden state at the answer
+position, ``r_k`` random; beta and gamma put about 12 logits of margin on the letters and a
+spread of about 4 logits between them), so that, as in a real model, most first-token mass is on
+the letters and c_int is high, which is where rounding moves c_int most. It is loaded in bf16 and
+at least 500 questions (``--bf16-items`` images x 3 questions, COCO sample images and their
+mirror images) are scored both ways: the engine (9 prompts from one prefix) and each main prompt
+whole, as :func:`murk.readout.load_vlm` sets the model up (output head in float32, softmax in
+float32). ``bf16_max_abs_dc_int`` is the largest |c_int difference|, ``bf16_flip_rate`` the fraction
+of questions whose answer differs; ``bf16_wordings_max_abs_dc_int`` checks on a few items that
+asking the wordings v2/v3 changes no main read-out (0 by construction: they are a batch of their
+own). For comparison the info line gives the same difference with the head left in bf16 (logits
+rounded to 8 bits) on the first ``--bf16-items / 5`` items.
 
-Measured 2026-11-30 (3 items, 2 shared cores): ``tokens_ratio=5.08 vision_passes_per_condition=1
-wall_ratio=3.72 max_abs_dp=1.64e-07`` (language-model tokens alone: ratio 2.26).
+The last line is ``tokens_ratio=<x> lm_tokens_ratio=<l> vision_passes_per_condition=<n>
+wall_ratio=<y> max_abs_dp=<z> bf16_max_abs_dc_int=<d> bf16_flip_rate=<f>
+bf16_wordings_max_abs_dc_int=<w>``.
+
+Run: ``.venv/bin/python benchmarks/readout.py [--items 2] [--bf16-items 167]`` (about 5-10 min on 2
+busy cores).
+
+Measured 2026-11-30 (3 items, 2 shared cores, trained stand-in tokenizer): ``tokens_ratio=5.08
+vision_passes_per_condition=1 wall_ratio=3.72 max_abs_dp=1.64e-07`` (language-model tokens alone:
+ratio 2.26). For the measurement with the real tokenizer and the bf16 fields see the README.
 """
 
 from __future__ import annotations
@@ -47,7 +69,7 @@ from murk import paths
 from murk.checkpoints import MAX_PIXELS, _QWEN3VL_CHAT_TEMPLATE
 from murk.config import load_config
 from murk.prompts import questions_for_item, render_prompt
-from murk.readout import load_vlm, read_item, read_question, score_prompts
+from murk.readout import _letter_probs, load_vlm, read_item, read_question, score_prompts
 
 ROWS = [
     {"category": "umbrella", "t2_options": ["car", "umbrella", "bench", "kite"], "t2_answer_index": 1,
@@ -59,7 +81,8 @@ ROWS = [
 ]
 
 
-def _tokenizer():
+def _trained_tokenizer():
+    """A byte-level BPE trained on the spec (vocabulary 2,000): the stand-in without the real files."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -78,113 +101,249 @@ def _tokenizer():
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                    extra_special_tokens=named)
     fast.chat_template = _QWEN3VL_CHAT_TEMPLATE
-    return fast
+    return fast, _QWEN3VL_CHAT_TEMPLATE
 
 
-def build_model(out: Path) -> Path:
+def _tokenizer(tmp: Path):
+    """(tokenizer, chat template, description): the real Qwen3-VL ones if the real files are here."""
+    from transformers import AutoProcessor
+
+    from murk.checkpoints import build_realformat_checkpoint
+
+    try:
+        folder = build_realformat_checkpoint("qwen3vl", tmp / "realformat-qwen3vl")
+    except FileNotFoundError:
+        tok, template = _trained_tokenizer()
+        return tok, template, "byte-level BPE trained on the spec (stand-in: no shared/real-model-files)"
+    proc = AutoProcessor.from_pretrained(folder)
+    return proc.tokenizer, proc.chat_template, "the real Qwen3-VL tokenizer and chat template"
+
+
+SIZES = {
+    # text: hidden, intermediate, layers, heads, kv heads, head_dim; vision: hidden, intermediate, depth, heads
+    "mid": dict(text=(768, 2048, 8, 12, 4, 64), vision=(384, 1536, 6, 6), mrope=[16, 8, 8], tie=True),
+    "small": dict(text=(128, 384, 4, 4, 2, 32), vision=(64, 256, 2, 2), mrope=[8, 4, 4], tie=False),
+}
+
+
+def build_model(out: Path, tokenizer, template: str, size: str = "mid"):
+    """A random-weight Qwen3-VL of ``SIZES[size]`` with the given tokenizer; returns (folder, model, processor)."""
     from transformers import (Qwen2VLImageProcessor, Qwen3VLConfig, Qwen3VLForConditionalGeneration,
                               Qwen3VLProcessor, Qwen3VLVideoProcessor)
 
-    tokenizer = _tokenizer()
+    sz = SIZES[size]
+    h, inter, layers, heads, kv, hd = sz["text"]
+    vh, vinter, vdepth, vheads = sz["vision"]
     ip = Qwen2VLImageProcessor(patch_size=16, merge_size=2, temporal_patch_size=2,
                                size={"shortest_edge": 1024, "longest_edge": MAX_PIXELS})
     vp = Qwen3VLVideoProcessor(patch_size=16, merge_size=2, temporal_patch_size=2)
-    processor = Qwen3VLProcessor(image_processor=ip, tokenizer=tokenizer, video_processor=vp,
-                                 chat_template=_QWEN3VL_CHAT_TEMPLATE)
+    processor = Qwen3VLProcessor(image_processor=ip, tokenizer=tokenizer, video_processor=vp, chat_template=template)
     ids = tokenizer.convert_tokens_to_ids
+    vocab = max(len(tokenizer), 151_936 if len(tokenizer) > 100_000 else 0)
     config = Qwen3VLConfig(
-        vision_config=dict(depth=6, hidden_size=384, intermediate_size=1536, num_heads=6, patch_size=16,
-                           spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=768,
-                           num_position_embeddings=2304, deepstack_visual_indexes=[1, 3, 5]),
-        text_config=dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=8, num_attention_heads=12,
-                         num_key_value_heads=4, head_dim=64, vocab_size=len(tokenizer), max_position_embeddings=8192,
+        vision_config=dict(depth=vdepth, hidden_size=vh, intermediate_size=vinter, num_heads=vheads, patch_size=16,
+                           spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=h,
+                           num_position_embeddings=2304, deepstack_visual_indexes=list(range(min(3, vdepth)))),
+        text_config=dict(hidden_size=h, intermediate_size=inter, num_hidden_layers=layers, num_attention_heads=heads,
+                         num_key_value_heads=kv, head_dim=hd, vocab_size=vocab, max_position_embeddings=8192,
                          rope_parameters={"rope_type": "default", "rope_theta": 5_000_000.0,
-                                          "mrope_section": [16, 8, 8], "mrope_interleaved": True},
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id),
+                                          "mrope_section": sz["mrope"], "mrope_interleaved": True},
+                         eos_token_id=ids("<|im_end|>"), pad_token_id=ids("<|endoftext|>"),
+                         tie_word_embeddings=sz["tie"]),
         image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
         vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"),
-        tie_word_embeddings=False,
+        tie_word_embeddings=sz["tie"],
     )
     torch.manual_seed(0)
     model = Qwen3VLForConditionalGeneration(config).eval()
     model.save_pretrained(out)
     processor.save_pretrained(out)
-    return out
+    return out, model, processor
 
 
 def _images(n: int) -> list[np.ndarray]:
+    """n images of 448 x 448: the COCO sample's, then their mirror images, then noise."""
     from PIL import Image
 
     files = sorted(glob.glob(str(paths.project_root().parent / "shared" / "coco-val2017-sample" / "val2017" / "*.jpg")))
     rng = np.random.default_rng(0)
-    out = []
-    for i in range(n):
-        if i < len(files):
-            with Image.open(files[i]) as im:
-                out.append(np.asarray(im.convert("RGB").resize((448, 448), Image.Resampling.LANCZOS)))
-        else:
-            out.append(rng.integers(0, 256, (448, 448, 3), dtype=np.uint8))
-    return out
+    base = []
+    for f in files[:n]:
+        with Image.open(f) as im:
+            base.append(np.asarray(im.convert("RGB").resize((448, 448), Image.Resampling.LANCZOS)))
+    out = list(base)
+    out += [b[:, ::-1].copy() for b in base[: max(0, n - len(out))]]
+    while len(out) < n:
+        out.append(rng.integers(0, 256, (448, 448, 3), dtype=np.uint8))
+    return out[:n]
+
+
+def sharpen_option_heads(folder: Path, model, processor, cfg, images, margin: float = 12.0,
+                         spread: float = 4.0) -> None:
+    """Give the output head confident option letters (module docstring, part 2) and save it into ``folder``."""
+    from murk.readout import VLM, build_prompt_text, option_token_ids, present_image
+
+    vlm = VLM(model=model, processor=processor, tokenizer=processor.tokenizer, model_id="bench", revision="local",
+              is_pipeline_check=True, device="cpu", dtype=torch.float32, option_tokens={})
+    letters = tuple(cfg["readout"]["option_letters"])
+    opt = option_token_ids(processor.tokenizer, letters)
+    hidden = []
+    hook = model.lm_head.register_forward_hook(lambda m, inp, out: hidden.append(inp[0][:, -1].detach()))
+    for img, row in zip(images[:4], ROWS * 2):
+        for q in questions_for_item(row, cfg):
+            text = build_prompt_text(vlm, render_prompt(q, "main", cfg)[0], cfg["readout"]["assistant_prefill"])
+            inputs = processor(text=[text], images=[[present_image(img)]], return_tensors="pt")
+            with torch.inference_mode():
+                model(**inputs)
+    hook.remove()
+    h = torch.cat(hidden)  # (n, hidden)
+    u = h.mean(0)
+    u = u / u.norm()
+    beta = margin / float((h @ u).mean())
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        w = model.lm_head.weight
+        for L in letters:
+            r = torch.randn(w.shape[1], generator=g)
+            r = r - (r @ u) * u
+            gamma = spread / float((h @ r).std())
+            for i in opt[L]:
+                w[i] = beta * u + gamma * r
+    model.save_pretrained(folder)
+
+
+def bf16_tolerance(cfg, n_items: int, tmp: Path) -> dict:
+    """Part 2: shared prefix vs whole prompts in bf16 on confident heads (module docstring)."""
+    images = _images(n_items)
+    tokenizer, template = _trained_tokenizer()  # a small vocabulary: the bf16 part measures rounding, not speed
+    folder, model, processor = build_model(tmp / "qwen3vl-small", tokenizer, template, "small")
+    sharpen_option_heads(folder, model, processor, cfg, images)
+    del model
+    vlm = load_vlm(str(folder), device="cpu", dtype=torch.bfloat16)
+    dc, flips, cints, masses = [], 0, [], []
+    t0 = time.perf_counter()
+    for i, img in enumerate(images):
+        qs = questions_for_item(ROWS[i % len(ROWS)], cfg)
+        shared = read_item(vlm, img, qs, cfg) if i < 2 else None  # with continuations on a few items
+        users = [render_prompt(q, v, cfg)[0] for q in qs for v in ("main", "abstain", "abstain2")]
+        s = score_prompts(vlm, img, users, None, cfg)
+        mains = [render_prompt(q, "main", cfg) for q in qs]
+        w = score_prompts(vlm, img, [u for u, _ in mains], None, cfg, shared_prefix=False)
+        for k, (q, (_, letters)) in enumerate(zip(qs, mains)):
+            ps = _letter_probs(vlm, s.probs[3 * k], letters)
+            pw = _letter_probs(vlm, w.probs[k], letters)
+            dc.append(abs(ps.max() / ps.sum() - pw.max() / pw.sum()))
+            flips += int(np.argmax(ps) != np.argmax(pw))
+            cints.append(ps.max() / ps.sum())
+            masses.append(ps.sum())
+            if shared is not None:
+                assert abs(shared[q.task]["c_int"] - ps.max() / ps.sum()) < 1e-12
+    # the same comparison with the output head left in bf16 (what murk does not do), on a fifth of the items
+    head = vlm.model.get_output_embeddings()
+    del head.forward  # the class's own bf16 forward again
+    head._murk_float32 = False
+    dc_bf16_head = []
+    for i, img in enumerate(images[: max(1, n_items // 5)]):
+        qs = questions_for_item(ROWS[i % len(ROWS)], cfg)
+        users = [render_prompt(q, v, cfg)[0] for q in qs for v in ("main", "abstain", "abstain2")]
+        s = score_prompts(vlm, img, users, None, cfg)
+        mains = [render_prompt(q, "main", cfg) for q in qs]
+        w = score_prompts(vlm, img, [u for u, _ in mains], None, cfg, shared_prefix=False)
+        for k, (_, letters) in enumerate(mains):
+            ps = _letter_probs(vlm, s.probs[3 * k], letters)
+            pw = _letter_probs(vlm, w.probs[k], letters)
+            dc_bf16_head.append(abs(ps.max() / ps.sum() - pw.max() / pw.sum()))
+    from murk.readout import _float32_head
+
+    _float32_head(vlm.model)
+    wordings = 0.0
+    for img in images[:2]:
+        qs = questions_for_item(ROWS[0], cfg)
+        a = read_item(vlm, img, qs, cfg)
+        b = read_item(vlm, img, qs, cfg, verbal_variants=("v1", "v2", "v3"))
+        for q in qs:
+            for key in ("c_int", "option_mass"):
+                wordings = max(wordings, abs(a[q.task][key] - b[q.task][key]))
+            assert a[q.task]["answer"] == b[q.task]["answer"] and a[q.task]["verbal_text"] == b[q.task]["verbal_text"]
+    n_params = sum(p.numel() for p in vlm.model.parameters())
+    return {"n": len(dc), "max_dc": max(dc), "p99_dc": float(np.quantile(dc, 0.99)), "flip_rate": flips / len(dc),
+            "mean_c_int": float(np.mean(cints)), "median_mass": float(np.median(masses)), "wordings": wordings,
+            "max_dc_bf16_head": max(dc_bf16_head), "n_bf16_head": len(dc_bf16_head),
+            "seconds": time.perf_counter() - t0, "params": n_params}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--items", type=int, default=2)
+    ap.add_argument("--items", type=int, default=2, help="items of part 1 (float32 speed)")
+    ap.add_argument("--bf16-items", type=int, default=167, help="items of part 2 (x 3 questions; >= 167 for 500)")
     args = ap.parse_args()
     cfg = load_config()
     max_new = int(cfg["readout"]["verbal_max_new_tokens"])
     with tempfile.TemporaryDirectory() as tmp:
-        vlm = load_vlm(str(build_model(Path(tmp) / "qwen3vl-mid")), device="cpu", dtype=torch.float32)
-    n_params = sum(p.numel() for p in vlm.model.parameters())
-    images = _images(args.items)
-    rows = [ROWS[i % len(ROWS)] for i in range(args.items)]
-    # warm-up (allocations, first-call overheads) of both paths
-    q0 = questions_for_item(rows[0], cfg)
-    read_item(vlm, images[0], q0, cfg)
-    read_question(vlm, images[0], q0[0], cfg)
+        tmp = Path(tmp)
+        tokenizer, template, tok_desc = _tokenizer(tmp)
+        folder, model, _ = build_model(tmp / "qwen3vl-mid", tokenizer, template, "mid")
+        del model
+        vlm = load_vlm(str(folder), device="cpu", dtype=torch.float32)
+        n_params = sum(p.numel() for p in vlm.model.parameters())
+        images = _images(args.items)
+        rows = [ROWS[i % len(ROWS)] for i in range(args.items)]
+        # warm-up (allocations, first-call overheads) of both paths
+        q0 = questions_for_item(rows[0], cfg)
+        read_item(vlm, images[0], q0, cfg)
+        read_question(vlm, images[0], q0[0], cfg)
 
-    wall_sep = wall_sh = 0.0
-    tok_sep = tok_sh = lm_sep = lm_sh = 0
-    max_dp = 0.0
-    chars = ntok = 0
-    passes = []
-    for img, row in zip(images, rows):
-        qs = questions_for_item(row, cfg)
-        t = time.perf_counter()
-        sep = {q.task: read_question(vlm, img, q, cfg) for q in qs}
-        wall_sep += time.perf_counter() - t
-        t = time.perf_counter()
-        sh = read_item(vlm, img, qs, cfg)
-        wall_sh += time.perf_counter() - t
-        for q in qs:
-            for key in ("c_int", "option_mass"):
-                max_dp = max(max_dp, abs(sep[q.task][key] - sh[q.task][key]))
-            assert sep[q.task]["answer"] == sh[q.task]["answer"] and sep[q.task]["verbal_text"] == sh[q.task]["verbal_text"]
-        # token accounting and the full first-token distributions, from the engine's own statistics
-        users = [render_prompt(q, v, cfg)[0] for q in qs for v in ("main", "abstain", "abstain2")]
-        gen = [v == "main" for _ in qs for v in ("main", "abstain", "abstain2")]
-        s = score_prompts(vlm, img, users, gen, cfg)
-        if not passes:  # whole-prompt distributions on the first item (the costly reference)
-            w = score_prompts(vlm, img, users, gen, cfg, shared_prefix=False)
-            max_dp = max(max_dp, float(np.abs(s.probs - w.probs).max()))
-        passes.append(s.vision_passes)
-        vis_per_pass = s.vision_tokens
-        full_lens = [s.n_prefix_tokens + t_ for t_ in s.n_tail_tokens]
-        lm_sep_i = sum(full_lens) + sum(gen) * (max_new - 1)
-        lm_sep += lm_sep_i
-        tok_sep += lm_sep_i + len(users) * vis_per_pass
-        lm_sh += s.lm_tokens
-        tok_sh += s.lm_tokens + vis_per_pass
-        chars += sum(len(u) for u in users)
-        ntok += sum(len(vlm.tokenizer(u)["input_ids"]) for u in users)
-    print(f"model: Qwen3-VL architecture, random weights, {n_params / 1e6:.1f} M parameters, float32, "
-          f"{torch.get_num_threads()} threads; {args.items} items x 9 prompts; 448x448 px -> {vlm.n_visual_tokens} "
-          f"visual tokens; prompts {chars / max(ntok, 1):.2f} characters/token")
-    print(f"separate: {wall_sep:.2f} s, {tok_sep} tokens ({lm_sep} language-model); "
-          f"shared: {wall_sh:.2f} s, {tok_sh} tokens ({lm_sh} language-model); "
-          f"language-model tokens ratio {lm_sep / lm_sh:.2f}")
-    print(f"tokens_ratio={tok_sep / tok_sh:.2f} vision_passes_per_condition={max(passes)} "
-          f"wall_ratio={wall_sep / wall_sh:.2f} max_abs_dp={max_dp:.2e}")
+        wall_sep = wall_sh = 0.0
+        tok_sep = tok_sh = lm_sep = lm_sh = 0
+        max_dp = 0.0
+        chars = ntok = 0
+        passes = []
+        for img, row in zip(images, rows):
+            qs = questions_for_item(row, cfg)
+            t = time.perf_counter()
+            sep = {q.task: read_question(vlm, img, q, cfg) for q in qs}
+            wall_sep += time.perf_counter() - t
+            t = time.perf_counter()
+            sh = read_item(vlm, img, qs, cfg)
+            wall_sh += time.perf_counter() - t
+            for q in qs:
+                for key in ("c_int", "option_mass"):
+                    max_dp = max(max_dp, abs(sep[q.task][key] - sh[q.task][key]))
+                assert sep[q.task]["answer"] == sh[q.task]["answer"]
+                assert sep[q.task]["verbal_text"] == sh[q.task]["verbal_text"]
+            # token accounting and the full first-token distributions, from the engine's own statistics
+            users = [render_prompt(q, v, cfg)[0] for q in qs for v in ("main", "abstain", "abstain2")]
+            gen = [v == "main" for _ in qs for v in ("main", "abstain", "abstain2")]
+            s = score_prompts(vlm, img, users, gen, cfg)
+            if not passes:  # whole-prompt distributions on the first item (the costly reference)
+                w = score_prompts(vlm, img, users, gen, cfg, shared_prefix=False)
+                max_dp = max(max_dp, float(np.abs(s.probs - w.probs).max()))
+            passes.append(s.vision_passes)
+            vis_per_pass = s.vision_tokens
+            full_lens = [s.n_prefix_tokens + t_ for t_ in s.n_tail_tokens]
+            lm_sep_i = sum(full_lens) + sum(gen) * (max_new - 1)
+            lm_sep += lm_sep_i
+            tok_sep += lm_sep_i + len(users) * vis_per_pass
+            lm_sh += s.lm_tokens
+            tok_sh += s.lm_tokens + vis_per_pass
+            chars += sum(len(u) for u in users)
+            ntok += sum(len(vlm.tokenizer(u)["input_ids"]) for u in users)
+        print(f"model: Qwen3-VL architecture, random weights, {n_params / 1e6:.1f} M parameters, float32, "
+              f"{torch.get_num_threads()} threads; {args.items} items x 9 prompts; 448x448 px -> {vlm.n_visual_tokens} "
+              f"visual tokens; tokenizer: {tok_desc}, prompts {chars / max(ntok, 1):.2f} characters/token")
+        print(f"separate: {wall_sep:.2f} s, {tok_sep} tokens ({lm_sep} language-model); "
+              f"shared: {wall_sh:.2f} s, {tok_sh} tokens ({lm_sh} language-model)")
+        del vlm
+        b = bf16_tolerance(cfg, args.bf16_items, tmp)
+        print(f"bf16: Qwen3-VL architecture, {b['params'] / 1e6:.1f} M parameters, confident option heads "
+              f"(mean c_int {b['mean_c_int']:.3f}, median option mass {b['median_mass']:.3f}); {b['n']} questions "
+              f"shared prefix vs whole prompt in {b['seconds']:.0f} s: |dc_int| max {b['max_dc']:.2e}, "
+              f"99th percentile {b['p99_dc']:.2e}; answers flipped {b['flip_rate']:.4f}; with the head in bf16: "
+              f"|dc_int| max {b['max_dc_bf16_head']:.2e} ({b['n_bf16_head']} questions)")
+    print(f"tokens_ratio={tok_sep / tok_sh:.2f} lm_tokens_ratio={lm_sep / lm_sh:.2f} "
+          f"vision_passes_per_condition={max(passes)} wall_ratio={wall_sep / wall_sh:.2f} max_abs_dp={max_dp:.2e} "
+          f"bf16_max_abs_dc_int={b['max_dc']:.2e} bf16_flip_rate={b['flip_rate']:.4f} "
+          f"bf16_wordings_max_abs_dc_int={b['wordings']:.1e}")
 
 
 if __name__ == "__main__":

@@ -73,3 +73,29 @@ def demo(tmp_path_factory):
     r = stages.snakemake(out)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
     return out
+
+
+# --- real-format checkpoints (murk.checkpoints.build_realformat_checkpoint): issue 12 ---
+@_pytest_tiny.fixture(scope="session")
+def realformat_checkpoint_dirs(tmp_path_factory):
+    """Folders of the five real-format checkpoints, built once per session: {family: Path}.
+
+    Skipped when ``shared/real-model-files`` is absent (they are built from it).
+    """
+    from murk.checkpoints import REALFORMAT_MODELS, build_realformat_checkpoint, real_model_files_dir
+
+    try:
+        real_model_files_dir()
+    except FileNotFoundError as err:
+        _pytest_tiny.skip(str(err))
+    root = tmp_path_factory.mktemp("realformat_checkpoints")
+    return {fam: build_realformat_checkpoint(fam, root / fam, seed=0) for fam in REALFORMAT_MODELS.values()}
+
+
+@_pytest_tiny.fixture(scope="session")
+def realformat_vlms(realformat_checkpoint_dirs):
+    """The real-format checkpoints loaded with murk.readout.load_vlm (CPU, float32): {family: VLM}."""
+    from murk.readout import load_vlm
+
+    return {fam: load_vlm(str(d), device="cpu") for fam, d in realformat_checkpoint_dirs.items()}
+

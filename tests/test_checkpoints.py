@@ -175,3 +175,88 @@ def test_ensure_tiny_checkpoint(tmp_path):
         ensure_tiny_checkpoint("murk-tiny/nope", root=tmp_path)
     with pytest.raises(ValueError, match="architecture"):
         build_tiny_checkpoint("nope", tmp_path / "x")
+
+
+# ----------------------------------------------------------------- real-format checkpoints (issue 12)
+def test_realformat_ids_build_into_the_output_root_and_load_by_id(tmp_path):
+    from murk.checkpoints import REALFORMAT_MODELS, ensure_offline_checkpoint, real_model_files_dir
+    from murk.readout import load_vlm
+
+    try:
+        real_model_files_dir()
+    except FileNotFoundError as err:
+        pytest.skip(str(err))
+    assert all(m.startswith("murk-realformat/") for m in REALFORMAT_MODELS)
+    vlm = load_vlm("murk-realformat/smolvlm", device="cpu", root=tmp_path)
+    folder = paths.checkpoints_dir(tmp_path) / "murk-realformat--smolvlm"
+    assert vlm.model_id == "murk-realformat/smolvlm" and vlm.is_pipeline_check
+    assert json.loads((folder / MARKER_FILE).read_text())["format"] == "real"
+    stamp = (folder / "model.safetensors").stat().st_mtime_ns
+    assert ensure_offline_checkpoint("murk-realformat/smolvlm", tmp_path) == folder
+    assert (folder / "model.safetensors").stat().st_mtime_ns == stamp  # built once
+    # the real files are read from shared/, never copied into the project's sources
+    for sub in ("lib", "tests", "data", "notebooks", "benchmarks"):
+        for name in ("merges.txt", "vocab.json", "chat_template.jinja", "tokenizer.json"):
+            assert not any((paths.project_root() / sub).rglob(name)), (sub, name)
+
+
+def test_realformat_same_seed_same_weights(tmp_path):
+    from safetensors.torch import load_file
+
+    from murk.checkpoints import build_realformat_checkpoint, real_model_files_dir
+
+    try:
+        real_model_files_dir()
+    except FileNotFoundError as err:
+        pytest.skip(str(err))
+    a = load_file(build_realformat_checkpoint("smolvlm2", tmp_path / "a", seed=1) / "model.safetensors")
+    b = load_file(build_realformat_checkpoint("smolvlm2", tmp_path / "b", seed=1) / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    build_realformat_checkpoint("smolvlm2", tmp_path / "a", seed=2)  # rebuilt in place, atomically
+    c = load_file(tmp_path / "a" / "model.safetensors")
+    assert not all(torch.equal(a[k], c[k]) for k in a)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
+
+
+def test_realformat_needs_the_real_files(tmp_path, monkeypatch):
+    from murk.checkpoints import REAL_FILES_ENV, build_realformat_checkpoint, real_model_files_dir
+
+    monkeypatch.setenv(REAL_FILES_ENV, str(tmp_path / "nowhere"))
+    with pytest.raises(FileNotFoundError, match=REAL_FILES_ENV):
+        real_model_files_dir()
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="vocab.json"):
+        build_realformat_checkpoint("qwen3vl", tmp_path / "out", files_dir=tmp_path / "empty")
+    assert not (tmp_path / "out").exists() and [p.name for p in tmp_path.iterdir()] == ["empty"]
+    with pytest.raises(ValueError, match="family"):
+        build_realformat_checkpoint("llava", tmp_path / "out")
+
+
+def test_gemma4_standin_has_the_real_special_ids(realformat_checkpoint_dirs):
+    from transformers import AutoTokenizer
+
+    from murk.checkpoints import GEMMA4_SPECIAL_IDS, GEMMA4_VOCAB_ROWS
+
+    tok = AutoTokenizer.from_pretrained(realformat_checkpoint_dirs["gemma4"])
+    assert len(tok) == GEMMA4_VOCAB_ROWS
+    for text, i in GEMMA4_SPECIAL_IDS.items():
+        assert tok.convert_tokens_to_ids(text) == i, text
+        assert tok(text, add_special_tokens=False)["input_ids"] == [i], text
+    assert (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) == (2, 1, 0)
+    assert tok.image_token == "<|image|>" and tok.image_token_id == 258_880  # named in the real tokenizer_config
+
+
+def test_internvl_tokenizer_config_follows_the_converter():
+    from murk.checkpoints import INTERNVL_NAMED_TOKENS, internvl_tokenizer_config, real_model_files_dir
+
+    try:
+        src = real_model_files_dir() / "qwen3-vl-instruct" / "tokenizer_config.json"
+    except FileNotFoundError as err:
+        pytest.skip(str(err))
+    cfg = internvl_tokenizer_config(json.loads(src.read_text()))
+    ids = {v["content"]: int(k) for k, v in cfg["added_tokens_decoder"].items()}
+    assert ids["<|endoftext|>"] == 151_643 and ids["<|im_end|>"] == 151_645 and ids["<|file_sep|>"] == 151_664
+    assert (ids["<img>"], ids["</img>"], ids["<IMG_CONTEXT>"]) == (151_665, 151_666, 151_667)  # converter's id
+    assert "<think>" not in ids  # Qwen2.5-VL's added tokens, not Qwen3's
+    assert cfg["extra_special_tokens"] == INTERNVL_NAMED_TOKENS and cfg["model_max_length"] == 8192
+    assert "extra_special_tokens" not in internvl_tokenizer_config(json.loads(src.read_text()), named=False)

@@ -1,8 +1,10 @@
 """Tests of the shared-prefix engine (murk.readout.score_prompts / read_item) on all tiny architectures.
 
 The engine must give the read-outs of scoring each full prompt on its own
-(largest |dp| <= 1e-4 in float32), whatever else shares the batch, and all five
-tiny checkpoints must run through the read-out stage.
+(largest |dp| <= 1e-6 in float32), whatever else shares the batch (in bfloat16:
+an item's main read-outs are bit-identical whether or not the verbal wordings
+v2/v3 are asked), and all five tiny checkpoints must run through the read-out
+stage, with ``verbal_stop`` reaching the store and the merged cube.
 """
 
 import math
@@ -18,7 +20,7 @@ from murk.readout import READOUTS, TEXT_READOUTS, read_item, read_question, scor
 ARCHS = sorted(set(TINY_MODELS.values()))
 ROW = {"category": "umbrella", "t2_options": ["car", "umbrella", "bench", "kite"], "t2_answer_index": 1,
        "t3_distractor": "truck"}
-TOL = 1e-4
+TOL = 1e-6
 
 
 def _close(a, b):
@@ -99,6 +101,7 @@ def test_all_tiny_architectures_through_the_readout_stage(tmp_path, monkeypatch)
         monkeypatch.delenv(var, raising=False)
     stages.run("01_select", tmp_path, n_items=1, run_name="engine-test")
     stages.run("02_depth", tmp_path, backend="constant")
+    stores = {}
     for model in sorted(TINY_MODELS):
         stages.run("03_readout", tmp_path, suffix=f"-{paths.model_slug(model)}", model=model, device="cpu",
                    n_verbal_items=1 if model == "murk-tiny/qwen3vl" else 0)
@@ -114,7 +117,109 @@ def test_all_tiny_architectures_through_the_readout_stage(tmp_path, monkeypatch)
         assert (ds["top_token"].sel(arm="fog", level=0) != "").all()
         v2 = v.sel(readout="verbal_conf_v2")
         texts_v2 = ds["verbal_text_v2"].sel(arm="fog", level=0)
+        stop = v.sel(readout="verbal_stop")
+        assert stop.isin([0.0, 1.0]).sel(arm="fog").all(), model  # 0 = EOS, 1 = token limit: always recorded
         if model == "murk-tiny/qwen3vl":
             assert (texts_v2 != "").all()
+            assert v.sel(readout=["verbal_stop_v2", "verbal_stop_v3"], arm="fog").isin([0.0, 1.0]).all()
         else:
             assert v2.isnull().all() and (texts_v2 == "").all()
+            assert v.sel(readout=["verbal_stop_v2", "verbal_stop_v3"]).isnull().all()  # not asked
+        stores[model] = store
+    # the merged cube keeps them
+    merged = cube.merge_models(stores, tmp_path / "cube.zarr")
+    assert {"verbal_stop", "verbal_stop_v2", "verbal_stop_v3"} <= set(merged["readout"].values)
+    reopened = cube.open_cube(tmp_path / "cube.zarr")
+    got = reopened["value"].sel(model="murk-tiny/qwen3vl", arm="fog", level=0, readout="verbal_stop").values
+    assert np.isin(got, [0.0, 1.0]).all()
+    from murk import analysis
+
+    rates = analysis.verbal_rates(reopened)
+    assert float(rates["n_asked"].sel(model="murk-tiny/qwen3vl", arm="fog", level=0, wording="v2")) == 3
+    assert float(rates["n_asked"].sel(model="murk-tiny/smolvlm", arm="fog", level=0, wording="v2")) == 0
+
+
+def test_continuation_that_ends_at_eos(tiny_vlms, coco_image, monkeypatch):
+    """A continuation that says EOS early: verbal_stop 0, the text up to it; the engine and generate agree."""
+    vlm = tiny_vlms["qwen3vl"]
+    cfg = load_config()
+    q = questions_for_item(ROW, cfg)[0]
+    free = read_item(vlm, coco_image, [q], cfg)["t2"]
+    assert free["verbal_stop"] == 1.0  # random weights: no EOS in 12 tokens
+    user, _ = render_prompt(q, "main", cfg)
+    seq = score_prompts(vlm, coco_image, [user], [True], cfg)
+    third = vlm.tokenizer(seq.continuations[0], add_special_tokens=False)["input_ids"][2]
+    eos = (*vlm.eos_token_ids, int(third))
+    monkeypatch.setattr(vlm, "eos_token_ids", eos)
+    monkeypatch.setattr(vlm.model.generation_config, "eos_token_id", list(eos))
+    stopped = read_item(vlm, coco_image, [q], cfg)["t2"]
+    ref = read_question(vlm, coco_image, q, cfg)
+    assert stopped["verbal_stop"] == ref["verbal_stop"] == 0.0
+    assert stopped["verbal_text"] == ref["verbal_text"]
+    assert free["verbal_text"].startswith(stopped["verbal_text"])
+    assert len(stopped["verbal_text"]) < len(free["verbal_text"])
+    for key in ("answer", "c_int", "option_mass"):
+        assert stopped[key] == free[key]
+
+
+def test_bf16_main_readouts_do_not_depend_on_the_verbal_wordings(tiny_checkpoint_dirs, coco_image):
+    """bfloat16: the nine main prompts form their own batch, so asking v2/v3 changes nothing in them."""
+    import torch
+
+    from murk.readout import load_vlm
+
+    cfg = load_config()
+    qs = questions_for_item(ROW, cfg)
+    for arch in ("qwen3vl", "smolvlm"):
+        vlm = load_vlm(str(tiny_checkpoint_dirs[arch]), device="cpu", dtype=torch.bfloat16)
+        assert next(vlm.model.parameters()).dtype == torch.bfloat16
+        alone = read_item(vlm, coco_image, qs, cfg)
+        more = read_item(vlm, coco_image, qs, cfg, verbal_variants=("v1", "v2", "v3"))
+        for q in qs:
+            for key in ("answer", "c_int", "option_mass", "abstain", "abstain2", "verbal_conf", "verbal_stop"):
+                a, b = alone[q.task][key], more[q.task][key]
+                assert (math.isnan(a) and math.isnan(b)) or a == b, (arch, q.task, key)  # bit-identical
+            assert alone[q.task]["verbal_text"] == more[q.task]["verbal_text"]
+            assert more[q.task]["verbal_stop_v2"] in (0.0, 1.0)
+
+
+def test_softmax_is_float32_in_bf16():
+    """The vocabulary softmax of bf16 logits is taken in float32 (a bf16 softmax sums to 1 only within ~1e-2)."""
+    import torch
+
+    from murk.readout import _softmax32
+
+    logits = (torch.randn(4, 50_000) * 8).to(torch.bfloat16)
+    p = _softmax32(logits)
+    assert p.dtype == np.float64 and np.abs(p.sum(-1) - 1).max() < 1e-5
+    ref = torch.softmax(logits.float(), -1).double().numpy()
+    assert np.array_equal(p, ref)
+
+
+def test_groups_validate(tiny_vlms, coco_image):
+    vlm = tiny_vlms["qwen3vl"]
+    cfg = load_config()
+    users = [render_prompt(q, "main", cfg)[0] for q in questions_for_item(ROW, cfg)]
+    with pytest.raises(ValueError, match="partition"):
+        score_prompts(vlm, coco_image, users, None, cfg, groups=[[0, 1]])
+    one = score_prompts(vlm, coco_image, users, None, cfg)
+    two = score_prompts(vlm, coco_image, users, None, cfg, groups=[[0, 1], [2]])
+    assert two.vision_passes == 1 and two.shared  # the second group reuses the first group's prefix
+    assert np.abs(one.probs - two.probs).max() <= TOL
+
+
+def test_bf16_output_head_runs_in_float32(tiny_checkpoint_dirs, coco_image):
+    """In bfloat16 the logits are not rounded to 8 bits: the head runs on a float32 copy of its weight."""
+    import torch
+
+    from murk.readout import _encode, build_prompt_text, load_vlm, present_image
+
+    vlm = load_vlm(str(tiny_checkpoint_dirs["qwen3vl"]), device="cpu", dtype="bfloat16")
+    head = vlm.model.get_output_embeddings()
+    assert head.weight.dtype == torch.bfloat16  # the model itself stays bf16
+    inputs = _encode(vlm, [build_prompt_text(vlm, "Hi", "Answer:")], present_image(coco_image))
+    with torch.inference_mode():
+        logits = vlm.model(**inputs, logits_to_keep=1).logits
+    assert logits.dtype == torch.float32
+    rounded = logits.to(torch.bfloat16).float()
+    assert not torch.equal(rounded, logits)  # bf16 logits would have lost these digits

@@ -30,18 +30,93 @@ LETTERS = ("A", "B", "C", "D", "E")
 
 
 # ----------------------------------------------------------------- verbal confidence
-@pytest.mark.parametrize(
-    "text, value",
-    [("Confidence: 85", 0.85), ("confidence:100", 1.0), (" B\nCONFIDENCE : 0", 0.0),
-     ("B\nConfidence: 70.5", 0.70), ("Confidence: 250", math.nan), ("garbage", math.nan),
-     ("Confidence: high", math.nan), ("", math.nan),
-     # issue 5: the four cases named
-     ("confidence:85%", 0.85), ("I am not sure", math.nan),
-     ("B because the red box holds something that looks like a", math.nan)],
-)
-def test_parse_verbal_confidence(text, value):
-    got = parse_verbal_confidence(text)
-    assert (math.isnan(got) and math.isnan(value)) or got == pytest.approx(value)
+NAN = math.nan
+# the parser's case table: text, value when the continuation ended at EOS, value when it hit the token limit
+PARSE_CASES = [
+    # integers 0-100 after the label
+    ("Confidence: 85", 0.85, NAN),
+    ("B\nConfidence: 85\n", 0.85, 0.85),
+    ("confidence:100", 1.0, NAN),
+    (" B\nCONFIDENCE : 0\n", 0.0, 0.0),
+    ("Confidence: 7 because the box is clear", 0.07, 0.07),
+    # optional % or /100 (or "out of 100")
+    ("Confidence: 85%", 0.85, NAN),
+    ("confidence:85%\n", 0.85, 0.85),
+    ("Confidence: 85/100", 0.85, NAN),
+    ("Confidence: 85 / 100.\n", 0.85, 0.85),
+    ("Confidence: 85 out of 100\n", 0.85, 0.85),
+    # Markdown emphasis around the label and the value
+    ("**Confidence:** 85", 0.85, NAN),
+    ("**Confidence**: 85\n", 0.85, 0.85),
+    ("*Confidence:* **70**\n", 0.70, 0.70),
+    ("__Confidence__: 40 (the image is foggy)", 0.40, 0.40),
+    # label variants
+    ("Confidence level: 85", 0.85, NAN),
+    ("Confidence score: 60\n", 0.60, 0.60),
+    ("Confidence (0-100): 85", 0.85, NAN),
+    ("Confidence (0 to 100): 90.\n", 0.90, 0.90),
+    # an echoed range or placeholder is not a value: the next label decides
+    ("Confidence: 0 to 100\nConfidence: 90", 0.90, NAN),
+    ("Confidence: 0 to 100\nConfidence: 90\n", 0.90, 0.90),
+    ("Confidence: 0-100", NAN, NAN),
+    ("Confidence: 0–100\n", NAN, NAN),
+    ("Confidence: <a number from 0 to 100>\nConfidence: 40\n", 0.40, 0.40),
+    ("Confidence: high\nConfidence: 20.\n", 0.20, 0.20),
+    # decimals, exponents, signs, fractions other than /100, values above 100: missing, never rescaled
+    ("Confidence: 0.85", NAN, NAN),
+    ("B\nConfidence: 70.5", NAN, NAN),
+    ("Confidence: 85,5\n", NAN, NAN),
+    ("Confidence: 1e2", NAN, NAN),
+    ("Confidence: -5", NAN, NAN),
+    ("Confidence: 8 out of 10", NAN, NAN),
+    ("Confidence: 8/10\n", NAN, NAN),
+    ("8 out of 10", NAN, NAN),
+    ("Confidence: 101", NAN, NAN),
+    ("Confidence: 250", NAN, NAN),
+    ("Confidence: 0085", NAN, NAN),
+    # no label, no number
+    ("garbage", NAN, NAN),
+    ("Confidence: high", NAN, NAN),
+    ("", NAN, NAN),
+    ("I am not sure", NAN, NAN),
+    ("B because the red box holds something that looks like a", NAN, NAN),
+    ("My confidence is 85", NAN, NAN),
+    ("Overconfidence: 85", NAN, NAN),
+    # cut by the token limit: a number touching the end may have lost digits or a decimal/fraction/range part
+    (" A. fire hydrant\nConfidence: 10", 0.10, NAN),
+    ("Confidence: 1", 0.01, NAN),
+    ("Confidence: 85.", 0.85, NAN),
+    ("Confidence: 8 o", 0.08, NAN),
+    ("Confidence: 8 out of 1", NAN, NAN),
+    ("Confidence: 0 t", 0.0, NAN),
+    ("Confidence: 85 ", 0.85, NAN),
+]
+
+
+@pytest.mark.parametrize("text, value, value_truncated", PARSE_CASES)
+def test_parse_verbal_confidence(text, value, value_truncated):
+    for truncated, want in ((False, value), (True, value_truncated)):
+        got = parse_verbal_confidence(text, truncated=truncated)
+        assert isinstance(got, float)
+        assert (math.isnan(got) and math.isnan(want)) or got == pytest.approx(want, abs=1e-12), (text, truncated)
+
+
+def test_parse_verbal_confidence_signature():
+    """The public name and keyword are used from outside: keep them."""
+    import inspect
+
+    sig = inspect.signature(parse_verbal_confidence)
+    assert list(sig.parameters) == ["text", "truncated"] and sig.parameters["truncated"].default is False
+    assert parse_verbal_confidence(None) != parse_verbal_confidence(None)  # NaN for no text
+
+
+def test_continuation_stop():
+    from murk.readout import VERBAL_STOP_EOS, VERBAL_STOP_LIMIT, continuation_stop
+
+    assert (VERBAL_STOP_EOS, VERBAL_STOP_LIMIT) == (0.0, 1.0)
+    assert continuation_stop([5, 6, 2], {2}, 12) == VERBAL_STOP_EOS
+    assert continuation_stop(list(range(10, 22)), {2}, 12) == VERBAL_STOP_LIMIT
+    assert continuation_stop([5] * 11 + [2], [2, 3], 12) == VERBAL_STOP_EOS  # EOS as the 12th token
 
 
 def test_twelve_token_ramble_has_no_number(tiny_vlms):
@@ -199,3 +274,112 @@ def test_batched_equals_unbatched(arch, tiny_vlms, coco_image):
             assert a[key] == b[key], key
         for key in ("c_int", "option_mass"):
             assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-7), key
+
+
+def test_prefill_joins_without_a_space_after_whitespace_or_a_special_token(tiny_vlms):
+    from murk.readout import _join_prefill
+
+    assert _join_prefill("<|im_start|>assistant\n", "Answer:") == "<|im_start|>assistant\nAnswer:"
+    assert _join_prefill("User: hi<end_of_utterance>\nAssistant:", "Answer:") == (
+        "User: hi<end_of_utterance>\nAssistant: Answer:")
+    assert _join_prefill("<|turn>model\n<|channel>thought\n<channel|>", "Answer:", ["<channel|>"]) == (
+        "<|turn>model\n<|channel>thought\n<channel|>Answer:")
+    assert _join_prefill("x", "") == "x"
+    gemma = build_prompt_text(tiny_vlms["gemma"], "Hi", "Answer:")
+    assert gemma.startswith("<bos><|turn>user\n")
+    assert gemma.endswith("\n\n<|image|>\n\nHi<turn|>\n<|turn>model\nAnswer:")
+
+
+def test_tiny_gemma_speaks_gemma4(tiny_vlms):
+    """murk-tiny/gemma uses Gemma 4's tokens, not Gemma 3's."""
+    vlm = tiny_vlms["gemma"]
+    tok = vlm.tokenizer
+    for t in ("<|turn>", "<turn|>", "<|image|>", "<|image>", "<image|>", "<|channel>", "<channel|>"):
+        assert tok.convert_tokens_to_ids(t) != tok.unk_token_id
+        assert len(tok(t, add_special_tokens=False)["input_ids"]) == 1
+    assert vlm.model.config.image_token_id == tok.convert_tokens_to_ids("<|image|>")
+    assert tok.convert_tokens_to_ids("<turn|>") in vlm.eos_token_ids
+    assert "<start_of_turn>" not in tok.get_vocab() and "<image_soft_token>" not in tok.get_vocab()
+
+
+# ----------------------------------------------------------------- loading safety and load errors
+def _copy_checkpoint(src, dst):
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_broken_config_json_is_named(tiny_checkpoint_dirs, tmp_path):
+    folder = _copy_checkpoint(tiny_checkpoint_dirs["smolvlm"], tmp_path / "broken")
+    (folder / "config.json").write_text('{"model_type": "smolvlm", ')
+    with pytest.raises(OSError) as err:
+        load_vlm(str(folder), device="cpu")
+    msg = str(err.value)
+    assert "\n" not in msg and str(folder / "config.json") in msg and "not valid JSON" in msg and "fix:" in msg
+    (folder / "config.json").unlink()
+    with pytest.raises(OSError, match="config.json is missing"):
+        load_vlm(str(folder), device="cpu")
+
+
+def test_broken_tokenizer_json_is_named(tiny_checkpoint_dirs, tmp_path):
+    folder = _copy_checkpoint(tiny_checkpoint_dirs["qwen3vl"], tmp_path / "broken-tok")
+    (folder / "tokenizer.json").write_text("{not json")
+    with pytest.raises(OSError) as err:
+        load_vlm(str(folder), device="cpu")
+    assert "\n" not in str(err.value) and str(folder / "tokenizer.json") in str(err.value)
+
+
+def test_pickle_weights_refused_unless_allowed_by_name(tiny_checkpoint_dirs, tmp_path, coco_image):
+    from safetensors.torch import load_file
+
+    folder = _copy_checkpoint(tiny_checkpoint_dirs["qwen3vl"], tmp_path / "pickled")
+    torch.save(load_file(folder / "model.safetensors"), folder / "pytorch_model.bin")
+    (folder / "model.safetensors").unlink()
+    with pytest.raises(OSError) as err:
+        load_vlm(str(folder), device="cpu")
+    msg = str(err.value)
+    assert "\n" not in msg and "pytorch_model.bin" in msg and "allow_pickle=True" in msg
+    vlm = load_vlm(str(folder), device="cpu", allow_pickle=True)
+    cfg = load_config()
+    q = questions_for_item(ROW, cfg)[0]
+    ref = load_vlm(str(tiny_checkpoint_dirs["qwen3vl"]), device="cpu")
+    assert read_question(vlm, coco_image, q, cfg)["c_int"] == read_question(ref, coco_image, q, cfg)["c_int"]
+
+
+def test_load_vlm_safety_keywords_are_keyword_only():
+    import inspect
+
+    params = inspect.signature(load_vlm).parameters
+    for name in ("trust_remote_code", "allow_pickle"):
+        assert params[name].kind is inspect.Parameter.KEYWORD_ONLY and params[name].default is False
+
+
+def test_remote_code_is_refused_without_a_prompt(tmp_path, monkeypatch):
+    """A checkpoint with custom code: a one-line error naming trust_remote_code; nothing runs, nothing asks."""
+    import builtins
+    import json as _json
+
+    folder = tmp_path / "remote"
+    folder.mkdir()
+    ran = tmp_path / "code-ran"
+    code = f"open({str(ran)!r}, 'w').write('x')\nfrom transformers import PretrainedConfig\n" \
+           "class MurkRemoteConfig(PretrainedConfig):\n    model_type = 'murk_remote'\n"
+    (folder / "configuration_murk_remote.py").write_text(code)
+    (folder / "config.json").write_text(_json.dumps({
+        "model_type": "murk_remote", "architectures": ["MurkRemoteModel"],
+        "auto_map": {"AutoConfig": "configuration_murk_remote.MurkRemoteConfig",
+                     "AutoProcessor": "configuration_murk_remote.MurkRemoteConfig",
+                     "AutoModelForImageTextToText": "configuration_murk_remote.MurkRemoteConfig"}}))
+    (folder / "model.safetensors").write_bytes(b"")
+
+    def no_prompt(*args, **kwargs):
+        raise AssertionError("load_vlm asked on the terminal")
+
+    monkeypatch.setattr(builtins, "input", no_prompt)
+    with pytest.raises(OSError) as err:
+        load_vlm(str(folder), device="cpu")
+    msg = str(err.value)
+    assert "\n" not in msg and "trust_remote_code=True" in msg and "murk.readout.load_vlm" in msg
+    assert str(folder) in msg and "hf.co" not in msg  # the hint points at the folder, not at the hub
+    assert not ran.exists()

@@ -21,6 +21,8 @@ monotonicity_table  wrong-way moves per signal series, raw and > 2 SE
 confident_errors    accuracy of answers with c_int >= 0.9 in the murky levels
 reliability_table   reliability-diagram data per model, arm and task
 analyse             all of the above from one draw, plus the ``scores`` dataset
+median_option_mass  median first-token option mass on clean images per model and task (the guard)
+verbal_rates        parse rate and token-limit-hit rate of the verbal confidence per wording
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from murk import cube, metrics
 __all__ = ["SIGNALS", "AWARENESS_SIGNALS", "CONFIDENCES", "DIRECTION", "STATS", "image_scores",
            "question_scores", "resample_counts", "condition_means", "floor_of", "crossing_table",
            "confidence_scores", "selective_abstain", "monotonicity_table", "confident_errors",
-           "reliability_table", "scores_dataset", "analyse"]
+           "reliability_table", "scores_dataset", "analyse", "median_option_mass", "low_option_mass",
+           "verbal_rates", "VERBAL_WORDING_READOUTS"]
 
 #: read-outs summarised per condition
 SIGNALS = ("correct", "c_int", "verbal_conf", "abstain", "abstain2")
@@ -661,3 +664,139 @@ def analyse(ds: xr.Dataset, n_resamples: int = 1000, n_resamples_crossing: int =
                                    attrs={"n_resamples": n_resamples, "n_resamples_crossing": n_resamples_crossing,
                                           "bootstrap_seed": seed, "ci_level": ci_level})
     return res
+
+
+# --------------------------------------------------------------------------- read-out health checks
+
+
+def median_option_mass(ds: xr.Dataset | xr.DataArray) -> xr.DataArray:
+    """Median first-token probability on the option letters, clean images, per model and task.
+
+    The check that the first generated token is the answer (issue 12): a healthy
+    model puts most of its first-token mass on the option letters after the
+    prefill; a wrong template or prefill, a first token such as ``(`` or ``The``,
+    or random weights put little there (:data:`murk.readout.OPTION_MASS_MIN`).
+
+    Parameters
+    ----------
+    ds : xarray.Dataset or xarray.DataArray
+        The cube (with ``model``), one model's read-out store (without), or an
+        ``option_mass`` DataArray of clean images with ``task`` and ``image`` dims.
+
+    Returns
+    -------
+    xarray.DataArray
+        float64 (model, task) or (task,) with ``task`` in (t2, t3) (t3 pools the
+        t3_true and t3_false questions), the median over images of
+        ``option_mass`` at ``arm="fog", level=0`` (the clean image); NaN where
+        nothing was read out (e.g. the visibility monitor).
+    """
+    if isinstance(ds, xr.Dataset):
+        v = ds["value"].sel(arm="fog", level=0, readout="option_mass", drop=True)
+    else:
+        v = ds
+        if "readout" in v.dims:
+            v = v.sel(readout="option_mass", drop=True)
+        for dim, lab in (("arm", "fog"), ("level", 0)):
+            if dim in v.dims:
+                v = v.sel({dim: lab}, drop=True)
+    v = v.astype(np.float64)
+    parts = []
+    for task, qs in (("t2", ["t2"]), ("t3", ["t3_true", "t3_false"])):
+        sub = v.sel(task=[q for q in qs if q in v["task"].values])
+        stacked = sub.stack(_q=("task", "image"))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", category=RuntimeWarning)  # all-NaN slices
+            parts.append(stacked.median("_q", skipna=True).expand_dims(task=[task]))
+    out = xr.concat(parts, dim="task")
+    out.attrs = {"long_name": "median first-token option mass on clean images", "units": "1"}
+    return out.transpose(*[d for d in ("model", "task") if d in out.dims])
+
+
+def low_option_mass(ds: xr.Dataset, threshold: float | None = None) -> list[str]:
+    """Models of the cube whose median clean option mass is below ``threshold`` for a task.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        The cube.
+    threshold : float, optional
+        Default :data:`murk.readout.OPTION_MASS_MIN` (0.5).
+
+    Returns
+    -------
+    list of str
+        Model ids, in cube order (models without option mass, e.g. the monitor, never).
+    """
+    from murk.readout import OPTION_MASS_MIN
+
+    thr = OPTION_MASS_MIN if threshold is None else float(threshold)
+    med = median_option_mass(ds)
+    low = (med < thr).any("task")
+    return [str(m) for m in med["model"].values if bool(low.sel(model=m))]
+
+
+#: wording -> (verbal_conf read-out, verbal_stop read-out, verbal_text variable)
+VERBAL_WORDING_READOUTS = {
+    "v1": ("verbal_conf", "verbal_stop", "verbal_text"),
+    "v2": ("verbal_conf_v2", "verbal_stop_v2", "verbal_text_v2"),
+    "v3": ("verbal_conf_v3", "verbal_stop_v3", "verbal_text_v3"),
+}
+
+
+def verbal_rates(ds: xr.Dataset, by_task: bool = False) -> xr.Dataset:
+    """Parse rate and token-limit-hit rate of the verbalized confidence per model, arm, level and wording.
+
+    A continuation counts as *asked* where its ``verbal_stop`` is recorded (0 =
+    ended at end-of-sequence, 1 = ran to the token limit; NaN = not asked); it
+    is *parsed* where its ``verbal_conf`` is not NaN
+    (:func:`murk.readout.parse_verbal_confidence`). A high limit-hit rate with a
+    low parse rate says the 12-token budget cut the confidence off; a low parse
+    rate with few limit hits says the model did not state one.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        The cube (:mod:`murk.cube`), or one model's store (no ``model`` dim).
+    by_task : bool
+        Keep the ``task`` dim (t2, t3_true, t3_false); default pooled over tasks.
+
+    Returns
+    -------
+    xarray.Dataset
+        Dims (model,) arm, level, (task,) wording (v1, v2, v3) with ``n_asked``
+        (int64, continuations asked over images and pooled tasks), ``parse_rate``
+        and ``limit_hit_rate`` (float64 in [0, 1], NaN where nothing was asked).
+        Cubes written before ``verbal_stop`` existed count a continuation as
+        asked where its text is not empty and have NaN limit-hit rates.
+    """
+    readouts = list(ds["readout"].values)
+    value = ds["value"].astype(np.float64)
+    pool = ["image"] if by_task else ["task", "image"]
+    parts = []
+    for wording, (conf_name, stop_name, text_name) in VERBAL_WORDING_READOUTS.items():
+        if conf_name not in readouts:
+            continue
+        conf = value.sel(readout=conf_name, drop=True)
+        if stop_name in readouts:
+            stop = value.sel(readout=stop_name, drop=True)
+            asked = stop.notnull()
+        else:
+            stop = xr.full_like(conf, np.nan)
+            asked = (ds[text_name] != "") if text_name in ds else conf.notnull()
+        n = asked.sum(pool)
+        parsed = (conf.notnull() & asked).sum(pool)
+        hits = (stop == 1.0).where(asked).sum(pool, min_count=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            part = xr.Dataset({
+                "n_asked": n.astype(np.int64),
+                "parse_rate": (parsed / n).where(n > 0),
+                "limit_hit_rate": (hits / n).where(n > 0),
+            })
+        parts.append(part.expand_dims(wording=[wording]))
+    out = xr.concat(parts, dim="wording")
+    out["parse_rate"].attrs = {"long_name": "fraction of asked continuations with a parsed confidence", "units": "1"}
+    out["limit_hit_rate"].attrs = {"long_name": "fraction of asked continuations cut by the token limit",
+                                   "units": "1"}
+    order = [d for d in ("model", "arm", "level", "task", "wording") if d in out.dims]
+    return out.transpose(*order)

@@ -30,7 +30,9 @@ Conventions
   +1 = a lower bound (clear or capped: V ≥ V̂), NaN = no estimate; both NaN for
   VLMs). ``value`` is float64 (:data:`VALUE_DTYPE`). Missing is NaN; ``verbal_conf`` is NaN when
   the continuation held no parseable confidence (the raw text is kept in
-  ``verbal_text``).
+  ``verbal_text``). ``verbal_stop`` (and ``_v2``/``_v3`` for the wording
+  variants) codes how the continuation ended: 0 = end-of-sequence, 1 = token
+  limit (a number touching the cut is missing), NaN = not asked.
 * attrs: provenance (config hash, items hash, git commit, depth backend,
   schema version); per-model provenance (model id, revision, pipeline check)
   are coordinates along ``model``.
@@ -55,7 +57,7 @@ __all__ = [
     "write_image", "merge_models", "open_cube", "t3_image_scores",
 ]
 
-SCHEMA_VERSION = 2  # 2: value float64, read-out visibility_hat_censored (issue 13)
+SCHEMA_VERSION = 3  # 2: value float64, read-out visibility_hat_censored (issue 13); 3: verbal_stop read-outs (issue 12)
 DIMS = ("model", "arm", "level", "task", "image", "readout")
 ARMS = ("fog", "underwater", "imagenet_c", "blank", "shuffled")
 PHYSICAL_ARMS = ("fog", "underwater")
@@ -63,7 +65,8 @@ CONTROL_ARMS = ("blank", "shuffled")
 TASKS = ("t2", "t3_true", "t3_false")
 #: numeric read-outs, in the order of the ``readout`` coordinate
 READOUTS = ("answer", "correct", "c_int", "verbal_conf", "abstain", "abstain2", "option_mass",
-            "verbal_conf_v2", "verbal_conf_v3", "visibility_hat_m", "visibility_hat_censored")
+            "verbal_conf_v2", "verbal_conf_v3", "visibility_hat_m", "visibility_hat_censored", "verbal_stop",
+            "verbal_stop_v2", "verbal_stop_v3")
 #: dtype of ``value``: float64, so read-outs are stored exactly as produced (a
 #: verbal k/100 stays the float64 nearest to the decimal, a c_int of 0.8999996
 #: stays below the ECE bin edge 0.9; issue 13)
@@ -146,7 +149,8 @@ def empty_model_dataset(image_ids: Iterable[int], categories: Iterable[str]) -> 
     data_vars = {
         "value": xr.DataArray(np.full(shape, np.nan, dtype=VALUE_DTYPE), dims=DIMS[1:], attrs={
             "long_name": "read-out value (answer: option index; correct, abstain, abstain2: 0/1; "
-                         "c_int, verbal_conf, option_mass: probability)", "units": "1"}),
+                         "c_int, verbal_conf, option_mass: probability; "
+                         "verbal_stop: 0 = end-of-sequence, 1 = token limit)", "units": "1"}),
         "missing_reason": xr.DataArray(np.full(image_ids.size, "", dtype=object), dims="image",
                                        attrs={"long_name": "why this image has no read-outs ('' = it has)"}),
         "done": xr.DataArray(np.zeros(image_ids.size, dtype=bool), dims="image",

@@ -6,15 +6,29 @@ Per question and condition (spec Sec. III, "Four read-outs"):
    assistant turn is prefilled with ``readout.assistant_prefill`` ("Answer:").
 2. **Internal confidence** ``c_int = max_k p_k / sum_k p_k``, with ``p_k`` the
    first-token probability of option letter k (summed over the letter's token
-   variants, e.g. ``"A"`` and ``" A"``).
+   variants, e.g. ``"A"`` and ``" A"``); the softmax over the vocabulary is taken
+   in float32 whatever the model's dtype.
 3. **Verbalized confidence**: the integer after "Confidence:" in the greedy
-   12-token continuation, divided by 100; NaN when not parsed.
+   12-token continuation, divided by 100 (:func:`parse_verbal_confidence`); NaN
+   when not parsed. ``verbal_stop`` records how the continuation ended
+   (:data:`VERBAL_STOP_EOS` = 0: at an end-of-sequence token; :data:`VERBAL_STOP_LIMIT`
+   = 1: at the token limit; NaN: not asked); a number that touches the end of a
+   continuation cut by the limit is missing (real tokenizers split digits:
+   ``"Confidence: 100"`` cut after 12 tokens reads ``"Confidence: 10"``).
 4. **Abstain** (two wordings): a second and third prompt add one more option;
    abstention is the event that its letter has the largest first-token
    probability.
 
 Answers are never parsed from generated text (no yes/no substring matching):
-they are the option letters' first-token probabilities.
+they are the option letters' first-token probabilities. ``option_mass`` (the
+first-token probability on the option letters) is the check that the first
+token is the answer: :func:`check_option_mass` warns when its median on clean
+images is below :data:`OPTION_MASS_MIN`.
+
+Decoding is greedy whatever the checkpoint's ``generation_config`` says
+(sampling, temperature, top-k/p, repetition penalty...): :func:`load_vlm`
+replaces it by a greedy one and keeps what it ignored in
+:attr:`VLM.ignored_generation_settings`.
 
 Images are presented at most 448 x 448 pixels (aspect kept, PIL LANCZOS) as a
 single tile: SmolVLM with ``do_image_splitting=False``, Qwen-VL with a pixel
@@ -23,10 +37,12 @@ budget of at most 448^2 pixels.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,33 +51,62 @@ from typing import Any
 import numpy as np
 
 from murk import paths
-from murk.checkpoints import TINY_MODELS, ensure_tiny_checkpoint, is_tiny_checkpoint
+from murk.checkpoints import (INTERNVL_NAMED_TOKENS, OFFLINE_MODELS, ensure_offline_checkpoint,
+                              is_tiny_checkpoint)
 from murk.config import load_config
 from murk.prompts import Question, render_prompt
 
 __all__ = [
     "READOUTS",
     "TEXT_READOUTS",
+    "VERBAL_STOP_EOS",
+    "VERBAL_STOP_LIMIT",
+    "OPTION_MASS_MIN",
+    "LowOptionMassWarning",
     "VLM",
     "load_vlm",
+    "vlm_from_parts",
     "present_image",
     "option_token_ids",
     "parse_verbal_confidence",
+    "continuation_stop",
     "build_prompt_text",
     "read_question",
     "PromptScores",
     "score_prompts",
     "read_item",
+    "PromptSlot",
+    "item_prompts",
+    "verbal_groups",
+    "item_readouts",
+    "check_option_mass",
 ]
 
-#: numeric read-outs of one question (float64; NaN = missing)
+#: numeric read-outs of one question (float64; NaN = missing). ``verbal_stop``, ``verbal_stop_v2``
+#: and ``verbal_stop_v3``: how the continuation of wording v1/v2/v3 ended (0 = end-of-sequence,
+#: 1 = token limit, NaN = not asked)
 READOUTS = ("answer", "correct", "c_int", "verbal_conf", "abstain", "abstain2", "option_mass",
-            "verbal_conf_v2", "verbal_conf_v3", "visibility_hat_m", "visibility_hat_censored")
+            "verbal_conf_v2", "verbal_conf_v3", "visibility_hat_m", "visibility_hat_censored", "verbal_stop",
+            "verbal_stop_v2", "verbal_stop_v3")
 #: text read-outs of one question (diagnostics); ``verbal_text_v2/v3`` are empty when not asked
 TEXT_READOUTS = ("verbal_text", "top_token", "verbal_text_v2", "verbal_text_v3")
 
+#: ``verbal_stop`` coding: the continuation ended with an end-of-sequence token
+VERBAL_STOP_EOS = 0.0
+#: ``verbal_stop`` coding: the continuation ran to ``readout.verbal_max_new_tokens`` tokens
+VERBAL_STOP_LIMIT = 1.0
+
+#: median first-token option mass on clean images below which the read-outs are suspect
+#: (:func:`check_option_mass`): a healthy instruction-tuned model puts most of its first-token
+#: probability on the option letters after "Answer:"; random weights put about 1e-4 there
+#: (shared/real-model-files/README.md)
+OPTION_MASS_MIN = 0.5
+
 _DEFAULT_MAX_SIDE = 448
-_CONFIDENCE_RE = re.compile(r"confidence\s*:\s*(\d+)", re.IGNORECASE)
+
+
+class LowOptionMassWarning(UserWarning):
+    """The first generated token is mostly not an option letter: answer and c_int are unreliable."""
 
 
 @dataclass
@@ -71,15 +116,15 @@ class VLM:
     Attributes
     ----------
     model : transformers.PreTrainedModel
-        In eval mode, on ``device``.
+        In eval mode, on ``device``; its ``generation_config`` is greedy.
     processor : transformers.ProcessorMixin
     tokenizer : transformers.PreTrainedTokenizerBase
     model_id : str
-        What was asked for: hub id, local folder or ``murk-tiny/...`` id.
+        What was asked for: hub id, local folder or ``murk-tiny/...`` / ``murk-realformat/...`` id.
     revision : str
         Commit hash of the hub snapshot (``config._commit_hash``), else ``"local"``.
     is_pipeline_check : bool
-        True for a murk tiny checkpoint (random weights: results are meaningless).
+        True for a checkpoint murk built (tiny or real-format: random weights, results are meaningless).
     device : str
         ``"cuda"``, ``"cpu"``, ...
     dtype : torch.dtype
@@ -94,6 +139,12 @@ class VLM:
         pixel budget).
     max_side_px : int
         Longest side of the presented image, in pixels (``render.max_side_px``).
+    eos_token_ids : tuple of int
+        Tokens that end a continuation (the checkpoint's generation config, model
+        config and tokenizer together).
+    ignored_generation_settings : dict
+        Non-greedy settings of the checkpoint's ``generation_config.json`` that murk
+        does not apply (e.g. ``{"do_sample": True, "temperature": 0.7, ...}``).
     """
 
     model: Any
@@ -108,6 +159,8 @@ class VLM:
     n_visual_tokens: int = 0
     image_kwargs: dict[str, Any] = field(default_factory=dict)
     max_side_px: int = _DEFAULT_MAX_SIDE
+    eos_token_ids: tuple[int, ...] = ()
+    ignored_generation_settings: dict[str, Any] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- images
@@ -250,40 +303,174 @@ def option_token_ids(tokenizer: Any, letters: Sequence[str]) -> dict[str, list[i
     return {L: sorted(out[L]) for L in letters}
 
 
-def parse_verbal_confidence(text: str) -> float:
+# the label: "Confidence", "Confidence level", "Confidence score", "Confidence rating", optionally
+# with a parenthesised range ("Confidence (0-100)") and Markdown emphasis ("**Confidence:**"),
+# then a colon
+_LABEL_RE = re.compile(
+    r"(?<![A-Za-z])confidence(?:[ \t]+(?:level|score|rating))?[ \t]*(?:\([^()\n]{0,24}\))?[ \t]*[*_]{0,3}[ \t]*[:：]"
+    r"[ \t*_]*", re.IGNORECASE)
+# a number as written: sign, digits, decimal part, exponent (classified below)
+_NUMBER_RE = re.compile(r"(?P<sign>[-+−])?(?P<int>\d+)(?P<frac>[.,]\d+)?(?P<exp>[eE][-+]?\d+)?")
+_RANGE_RE = re.compile(r"[ \t]*(?:-|–|—|to)[ \t]*\d", re.IGNORECASE)
+_FRACTION_RE = re.compile(r"[ \t]*(?:/|out[ \t]+of)[ \t]*(?P<den>\d+)", re.IGNORECASE)
+_PERCENT_RE = re.compile(r"[ \t]*%")
+# what may follow a value cut by the token limit and still turn it into a decimal, a fraction,
+# a range or another number: then the value "touches the end" and is missing
+_OPEN_END_RE = re.compile(
+    r"[ \t*_]*(?:[.,/\-–—][ \t]*\d*"                          # a decimal, fraction or range begun
+    r"|o(?:u(?:t(?:[ \t]+(?:o(?:f(?:[ \t]*\d*)?)?)?)?)?)?"      # "out of N" begun
+    r"|t(?:o(?:[ \t]*\d*)?)?)?[ \t*_]*",                       # "to N" begun
+    re.IGNORECASE)
+
+
+def parse_verbal_confidence(text: str, truncated: bool = False) -> float:
     """The verbalized confidence: the integer after "Confidence:" divided by 100.
+
+    Grammar (case-insensitive; spec Sec. III: "the integer after 'Confidence:'
+    ... unparsed outputs are kept as missing")::
+
+        label  := EMPH? "confidence" [" level" | " score" | " rating"] ["(" range ")"] EMPH? ":" EMPH?
+        value  := EMPH? INTEGER ["%" | "/100" | " out of 100"] EMPH?
+        EMPH   := "*" | "**" | "_" | "__"        (Markdown emphasis)
+
+    * The first label followed by a value decides. A label followed by an
+      echoed range (``0 to 100``, ``0-100``, ``0–100``) or by no number at all
+      (``<a number from 0 to 100>``, ``high``) is skipped and the next label is
+      tried.
+    * INTEGER is 0-100 written with at most three digits. A decimal (``0.85``,
+      ``85.5``), an exponent (``1e2``), a sign (``-5``), a value above 100, a
+      fraction other than ``/100`` (``8/10``, ``8 out of 10``) is missing: none
+      of them is read as a percentage.
+    * ``truncated``: the continuation stopped at the token limit. A value that
+      touches its end is missing, because the cut may have removed digits
+      (``"Confidence: 10"`` from ``"Confidence: 100"``) or a decimal, fraction or
+      range part: the value counts only if something follows it that cannot
+      continue it (a newline, a letter other than the start of "out of" / "to",
+      a bracket...).
+
+    ==================================  =========  ==========
+    text                                value      truncated
+    ==================================  =========  ==========
+    ``Confidence: 85``                  0.85       NaN
+    ``Confidence: 85\n``                0.85       0.85
+    ``**Confidence:** 85%``             0.85       NaN
+    ``Confidence level: 85/100``        0.85       NaN
+    ``Confidence (0-100): 85.``         0.85       NaN
+    ``Confidence: 0 to 100\nConfidence: 90\n``  0.90  0.90
+    ``Confidence: 0.85`` / ``1e2``       NaN        NaN
+    ``Confidence: 8 out of 10``         NaN        NaN
+    ==================================  =========  ==========
 
     Parameters
     ----------
     text : str
-        The generated continuation.
+        The generated continuation (special tokens removed).
+    truncated : bool
+        True if the continuation ended at the token limit (``verbal_stop`` = 1).
 
     Returns
     -------
     float
-        In [0, 1]; NaN when no "Confidence: <integer>" (case-insensitive) is
-        found or the integer exceeds 100 (spec Sec. III: unparsed outputs are kept
-        as missing). A decimal such as "85.5" gives its integer part.
+        In [0, 1] (multiples of 0.01); NaN when missing.
 
     >>> parse_verbal_confidence("B\\nConfidence: 85")
     0.85
+    >>> parse_verbal_confidence(" A. fire hydrant\\nConfidence: 10", truncated=True)
+    nan
     """
-    m = _CONFIDENCE_RE.search(text or "")
-    if m is None:
-        return math.nan
-    value = int(m.group(1))
-    if not 0 <= value <= 100:
-        return math.nan
-    return value / 100.0
+    text = text or ""
+    for label in _LABEL_RE.finditer(text):
+        m = _NUMBER_RE.match(text, label.end())
+        if m is None:
+            continue  # no number after this label (a placeholder, a word): try the next label
+        pos = m.end()
+        if _RANGE_RE.match(text, pos) and not (m.group("frac") or m.group("exp")):
+            continue  # an echoed range such as "0 to 100" is not a value
+        if m.group("sign") or m.group("frac") or m.group("exp") or len(m.group("int")) > 3:
+            return math.nan
+        value = int(m.group("int"))
+        frac = _FRACTION_RE.match(text, pos)
+        if frac is not None:
+            if frac.group("den") != "100":
+                return math.nan
+            pos = frac.end()
+        else:
+            pct = _PERCENT_RE.match(text, pos)
+            if pct is not None:
+                pos = pct.end()
+        if value > 100:
+            return math.nan
+        if truncated and _OPEN_END_RE.fullmatch(text, pos) is not None:
+            return math.nan  # the number touches the end of a continuation cut by the token limit
+        return value / 100.0
+    return math.nan
+
+
+def continuation_stop(tokens: Sequence[int], eos_token_ids, max_new_tokens: int) -> float:
+    """How a greedy continuation ended (the ``verbal_stop`` read-out).
+
+    Parameters
+    ----------
+    tokens : sequence of int
+        The generated tokens, in order (an end-of-sequence token, if any, included).
+    eos_token_ids : collection of int
+        Tokens that end a continuation (:attr:`VLM.eos_token_ids`).
+    max_new_tokens : int
+        The token limit (``readout.verbal_max_new_tokens``, 12).
+
+    Returns
+    -------
+    float
+        :data:`VERBAL_STOP_EOS` (0.0) if an end-of-sequence token was generated,
+        :data:`VERBAL_STOP_LIMIT` (1.0) otherwise (the limit was reached; also for a
+        sequence shorter than the limit without one, which only a caller's own
+        stopping rule can produce).
+    """
+    eos = set(int(i) for i in eos_token_ids)
+    return VERBAL_STOP_EOS if any(int(t) in eos for t in tokens) else VERBAL_STOP_LIMIT
+
+
+def _until_eos(tokens: Sequence[int], eos_token_ids) -> list[int]:
+    """The tokens up to and including the first end-of-sequence token."""
+    eos = set(int(i) for i in eos_token_ids)
+    out = []
+    for t in tokens:
+        out.append(int(t))
+        if int(t) in eos:
+            break
+    return out
 
 
 # --------------------------------------------------------------------------- loading
 
+#: small JSON files of a checkpoint folder, parsed before loading (a broken one is named in the error)
+_JSON_FILES = ("config.json", "generation_config.json", "tokenizer_config.json", "special_tokens_map.json",
+               "added_tokens.json", "preprocessor_config.json", "processor_config.json",
+               "video_preprocessor_config.json", "chat_template.json", "model.safetensors.index.json")
+#: large JSON files, parsed only to explain a failed load
+_BIG_JSON_FILES = ("tokenizer.json",)
+_PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+#: generation settings that are not greedy decoding (ignored by murk, recorded in VLM.ignored_generation_settings)
+_NON_GREEDY = {"do_sample": False, "temperature": 1.0, "top_k": 50, "top_p": 1.0, "min_p": None, "typical_p": 1.0,
+               "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "num_beams": 1, "length_penalty": 1.0,
+               "encoder_repetition_penalty": 1.0, "bad_words_ids": None, "suppress_tokens": None,
+               "begin_suppress_tokens": None, "sequence_bias": None, "min_length": 0, "min_new_tokens": None,
+               "forced_bos_token_id": None, "forced_eos_token_id": None, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0,
+               "guidance_scale": None, "renormalize_logits": False}
+
+
+class _LoadError(OSError):
+    """A one-line loading error that names the model, what failed and the fix."""
+
+
+def _one_line(text: Any) -> str:
+    return " ".join(str(text).split())
+
 
 def _resolve_source(model: str, root: str | os.PathLike | None) -> tuple[str, bool, bool]:
-    """Folder or hub id to load from, whether it is local, whether it is a tiny checkpoint."""
-    if model in TINY_MODELS:
-        return str(ensure_tiny_checkpoint(model, root)), True, True
+    """Folder or hub id to load from, whether it is local, whether murk built it (a pipeline check)."""
+    if model in OFFLINE_MODELS:
+        return str(ensure_offline_checkpoint(model, root)), True, True
     p = Path(model).expanduser()
     if p.is_dir():
         return str(p.resolve()), True, is_tiny_checkpoint(p)
@@ -293,14 +480,133 @@ def _resolve_source(model: str, root: str | os.PathLike | None) -> tuple[str, bo
 def _not_found(model: str, err: Exception) -> OSError:
     hint = (
         "MURK_OFFLINE=1 is set, so only files already on this machine are used: pass a local "
-        "checkpoint folder, a tiny pipeline-check model "
-        f"({', '.join(sorted(TINY_MODELS))}), or put the model into the Hugging Face cache "
+        "checkpoint folder, a pipeline-check model murk builds offline "
+        f"({', '.join(OFFLINE_MODELS)}), or put the model into the Hugging Face cache "
         "and retry; unset MURK_OFFLINE to allow downloads"
         if paths.offline()
-        else "pass a local checkpoint folder or a tiny pipeline-check model "
-        f"({', '.join(sorted(TINY_MODELS))}), or check the Hugging Face id and network access"
+        else "pass a local checkpoint folder or a pipeline-check model murk builds offline "
+        f"({', '.join(OFFLINE_MODELS)}), or check the Hugging Face id and network access"
     )
-    return OSError(f"cannot load model {model!r}: {type(err).__name__}: {err}\nFix: {hint}")
+    return _LoadError(f"cannot load model {model!r}: {type(err).__name__}: {_one_line(err)}; fix: {hint}")
+
+
+def _check_json(model: str, folder: Path, names: Sequence[str]) -> None:
+    """Raise a one-line error naming the first of ``names`` in ``folder`` that is not valid JSON."""
+    for name in names:
+        f = folder / name
+        if f.is_file():
+            try:
+                json.loads(f.read_text(encoding="utf-8"))
+            except (ValueError, UnicodeDecodeError) as err:
+                raise _LoadError(f"cannot load model {model!r}: {f} is not valid JSON ({_one_line(err)}); "
+                                 f"fix: repair or re-download that file") from err
+
+
+def _check_folder(model: str, folder: Path, allow_pickle: bool) -> None:
+    """Refuse a local checkpoint folder whose JSON files are broken or whose weights are pickles only."""
+    _check_json(model, folder, _JSON_FILES)
+    if not (folder / "config.json").is_file():
+        raise _LoadError(f"cannot load model {model!r}: {folder / 'config.json'} is missing; fix: point to a "
+                         f"checkpoint folder written by save_pretrained (or a Hugging Face snapshot)")
+    has_safe = any(folder.glob("*.safetensors")) or (folder / "model.safetensors.index.json").is_file()
+    pickles = [n for n in _PICKLE_WEIGHTS if (folder / n).is_file()]
+    if not has_safe and pickles and not allow_pickle:
+        raise _LoadError(
+            f"cannot load model {model!r}: {folder} holds weights only as {pickles[0]} (a pickle, which can run "
+            f"code when loaded) and murk loads safetensors only; fix: convert the weights to safetensors "
+            f"(model.save_pretrained), or, if you trust the files, pass allow_pickle=True to murk.readout.load_vlm")
+
+
+def _internvl_names_missing(err: Exception) -> bool:
+    return isinstance(err, AttributeError) and any(n in str(err) for n in INTERNVL_NAMED_TOKENS)
+
+
+def _tokenizer_with_names(model: str, source: str, kwargs: Mapping[str, Any], names: Mapping[str, str]):
+    """The tokenizer with the named special tokens InternVL's converter writes, taken from its vocabulary."""
+    from transformers import AutoTokenizer
+
+    plain = AutoTokenizer.from_pretrained(source, **kwargs)
+    vocab = plain.get_vocab()
+    missing = [t for t in names.values() if t not in vocab]
+    where = Path(source) / "tokenizer_config.json" if Path(source).is_dir() else f"{source}: tokenizer_config.json"
+    if missing:
+        raise _LoadError(
+            f"cannot load model {model!r}: {where} names no image tokens ({', '.join(sorted(names))}) and the "
+            f"vocabulary lacks {', '.join(missing)}; fix: use a tokenizer written by transformers' InternVL converter "
+            f"(its extra_special_tokens: {json.dumps(dict(names))})")
+    tok = AutoTokenizer.from_pretrained(source, extra_special_tokens=dict(names), **kwargs)
+    bad = [t for t in names.values() if tok.convert_tokens_to_ids(t) != vocab[t]]
+    if bad:
+        raise _LoadError(f"cannot load model {model!r}: naming the image tokens of {where} moved {bad}; fix: add "
+                         f"extra_special_tokens {json.dumps(dict(names))} to that file")
+    logging.getLogger("murk").warning("%s: %s names no image tokens; using the names of transformers' InternVL "
+                                      "converter (%s)", model, where, ", ".join(f"{k}={v}" for k, v in names.items()))
+    return tok
+
+
+def _load_processor(model: str, source: str, kwargs: Mapping[str, Any]):
+    from transformers import AutoProcessor
+
+    try:
+        return AutoProcessor.from_pretrained(source, **kwargs)
+    except AttributeError as err:
+        if not _internvl_names_missing(err):
+            raise
+    tokenizer = _tokenizer_with_names(model, source, kwargs, INTERNVL_NAMED_TOKENS)
+    return AutoProcessor.from_pretrained(source, tokenizer=tokenizer, **kwargs)
+
+
+def _greedy_generation_config(net: Any, tokenizer: Any) -> tuple[Any, dict[str, Any], tuple[int, ...]]:
+    """A greedy generation config with the checkpoint's special-token ids; what it ignores; the EOS ids.
+
+    The end-of-sequence ids are those of the checkpoint's generation config, model config,
+    text config and tokenizer together, so ``generate`` and murk's own decoding stop alike.
+    """
+    from transformers import GenerationConfig
+
+    ckpt = net.generation_config
+    ignored = {}
+    for k, neutral in _NON_GREEDY.items():
+        v = getattr(ckpt, k, None)
+        if v is not None and v != neutral:
+            ignored[k] = v.tolist() if hasattr(v, "tolist") else v
+    eos: list[int] = []
+    for obj in (ckpt, net.config, net.config.get_text_config(), tokenizer):
+        e = getattr(obj, "eos_token_id", None)
+        if e is not None:
+            eos += [int(i) for i in (e if isinstance(e, (list, tuple)) else [e])]
+    eos_ids = tuple(dict.fromkeys(eos))
+    greedy = GenerationConfig(bos_token_id=getattr(ckpt, "bos_token_id", None),
+                              pad_token_id=getattr(ckpt, "pad_token_id", None),
+                              eos_token_id=list(eos_ids) or None, do_sample=False, num_beams=1)
+    return greedy, ignored, eos_ids
+
+
+def _float32_head(net: Any) -> None:
+    """Compute the output head (hidden state -> logits) in float32 when the model runs in a lower precision.
+
+    In bfloat16 the logits themselves are rounded to 8 significant bits: a logit of 20
+    carries an error of up to 0.06, which moves c_int by up to ~1e-2 between two ways of
+    computing the same prompt. With the head in float32 (a float32 copy of its weight:
+    vocab x hidden x 4 bytes, e.g. 1.2 GB for Qwen3-VL-2B, 1.6 GB for Gemma 4 E2B) the
+    logits keep the precision of the bf16 hidden state, and the first-token softmax is
+    taken in float32 (:func:`_softmax32`). The model's own post-processing (Gemma's
+    final-logit soft-capping) then runs in float32 too.
+    """
+    import torch
+
+    head = net.get_output_embeddings() if hasattr(net, "get_output_embeddings") else None
+    weight = getattr(head, "weight", None)
+    if weight is None or weight.dtype == torch.float32 or getattr(head, "_murk_float32", False):
+        return
+    w32 = weight.detach().float()
+    b32 = None if getattr(head, "bias", None) is None else head.bias.detach().float()
+
+    def forward(hidden):
+        return torch.nn.functional.linear(hidden.float(), w32, b32)
+
+    head.forward = forward
+    head._murk_float32 = True
 
 
 def load_vlm(
@@ -309,6 +615,9 @@ def load_vlm(
     dtype: Any = None,
     root: str | os.PathLike | None = None,
     config: Mapping[str, Any] | None = None,
+    *,
+    trust_remote_code: bool = False,
+    allow_pickle: bool = False,
 ) -> VLM:
     """Load a VLM (processor + model) for the read-outs.
 
@@ -316,10 +625,11 @@ def load_vlm(
     ----------
     model : str
         A Hugging Face id (e.g. ``"Qwen/Qwen3-VL-2B-Instruct"``), a local
-        checkpoint folder, or a tiny pipeline-check id of
-        :data:`murk.checkpoints.TINY_MODELS` (built on first use with
-        :func:`murk.checkpoints.ensure_tiny_checkpoint` and then loaded from its
-        folder by the same code path).
+        checkpoint folder, or an id of a checkpoint murk builds offline
+        (:data:`murk.checkpoints.OFFLINE_MODELS`: the tiny ``murk-tiny/...`` and the
+        real-format ``murk-realformat/...`` pipeline checks, built on first use
+        into ``root``'s ``checkpoints/`` and then loaded from that folder by the
+        same code path).
     device : str, optional
         Default ``"cuda"`` when available, else ``"cpu"``.
     dtype : torch.dtype or str, optional
@@ -329,25 +639,35 @@ def load_vlm(
         Output root holding ``checkpoints/`` (:func:`murk.paths.checkpoints_dir`).
     config : dict, optional
         Study configuration; default the project's.
+    trust_remote_code : bool, keyword only
+        Run code shipped with the checkpoint (``auto_map`` in its config). Default
+        False: such a checkpoint is refused with an error, never a terminal prompt;
+        the value is passed explicitly to every ``from_pretrained``.
+    allow_pickle : bool, keyword only
+        Accept weights stored as pickles (``pytorch_model.bin``), which can run
+        code when loaded. Default False: safetensors only (``use_safetensors=True``).
 
     Returns
     -------
     VLM
+        With a greedy ``generation_config`` (the checkpoint's non-greedy settings are
+        kept in :attr:`VLM.ignored_generation_settings`, not applied) and, in bfloat16,
+        the output head computed in float32 (:func:`_float32_head`).
 
     Raises
     ------
     OSError
-        If the model cannot be found or loaded; the message names the id and
-        the fix. With ``MURK_OFFLINE=1`` nothing is downloaded
-        (``local_files_only=True``, ``HF_HUB_OFFLINE=1``), so a missing id
-        fails at once.
+        One line naming the model, what failed (a file that is not valid JSON, a
+        missing ``config.json``, pickle-only weights, custom code, tokenizer files
+        without InternVL's image-token names and without those tokens) and the fix.
+        With ``MURK_OFFLINE=1`` nothing is downloaded (``local_files_only=True``,
+        ``HF_HUB_OFFLINE=1``), so a missing id fails at once.
     """
     import torch
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoConfig, AutoModelForImageTextToText
 
     cfg = load_config() if config is None else config
     rcfg = cfg.get("readout", {})
-    max_side = int(cfg.get("render", {}).get("max_side_px", _DEFAULT_MAX_SIDE))
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if dtype is None:
@@ -356,37 +676,97 @@ def load_vlm(
     elif isinstance(dtype, str):
         dtype = getattr(torch, dtype)
 
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {"trust_remote_code": bool(trust_remote_code)}
     if paths.offline():
         os.environ["HF_HUB_OFFLINE"] = "1"
         os.environ["TRANSFORMERS_OFFLINE"] = "1"
         kwargs["local_files_only"] = True
-    source, local, tiny = _resolve_source(model, root)
+    source, local, built = _resolve_source(model, root)
     if not local and (model.startswith((".", "/", "~")) or model.count("/") > 1):
         raise _not_found(model, FileNotFoundError(f"no folder {model}"))
+    if local:
+        _check_folder(model, Path(source), allow_pickle)
     try:
-        processor = AutoProcessor.from_pretrained(source, **kwargs)
-        net = AutoModelForImageTextToText.from_pretrained(source, dtype=dtype, **kwargs)
-    except (OSError, ValueError) as err:
+        # the config first: custom code named in config.json (auto_map) is refused before anything else loads
+        net_config = AutoConfig.from_pretrained(source, **kwargs)
+        processor = _load_processor(model, source, kwargs)
+        net = AutoModelForImageTextToText.from_pretrained(
+            source, config=net_config, dtype=dtype, use_safetensors=None if allow_pickle else True, **kwargs)
+    except _LoadError:
+        raise
+    except Exception as err:  # transformers raises OSError, ValueError, KeyError, AttributeError...
+        msg = str(err)
+        if "trust_remote_code" in msg:
+            where = (f"{source} (the .py files named by auto_map in its config files)" if local
+                     else f"the repository https://huggingface.co/{model}")
+            raise _LoadError(
+                f"cannot load model {model!r}: it needs code shipped with the checkpoint, which murk does not run "
+                f"unless asked; fix: read that code in {where}, then pass trust_remote_code=True to "
+                f"murk.readout.load_vlm (the readout stage's trust_remote_code parameter)") from err
+        if "safetensors" in msg and not allow_pickle:
+            raise _LoadError(
+                f"cannot load model {model!r}: no safetensors weights ({_one_line(msg)[:200]}); fix: use a "
+                f"revision with safetensors weights, or, if you trust the files, pass allow_pickle=True to "
+                f"murk.readout.load_vlm") from err
+        if local:
+            _check_json(model, Path(source), _BIG_JSON_FILES)
+        if local or not isinstance(err, (OSError, ValueError)):
+            where = source if local else f"the hub snapshot of {model}"
+            raise _LoadError(f"cannot load model {model!r} from {where}: {type(err).__name__}: {_one_line(msg)}; "
+                             f"fix: check its config.json, tokenizer and processor files (a transformers "
+                             f"version that knows this architecture is needed)") from err
         raise _not_found(model, err) from err
     net.to(device)
+    revision = getattr(net.config, "_commit_hash", None) or "local"
+    return vlm_from_parts(net, processor, model, str(revision), bool(built), str(device), dtype, cfg)
+
+
+def vlm_from_parts(net: Any, processor: Any, model_id: str, revision: str, is_pipeline_check: bool,
+                   device: str, dtype: Any, config: Mapping[str, Any] | None = None) -> VLM:
+    """A :class:`VLM` from a model and processor already in memory (as :func:`load_vlm` assembles it).
+
+    Used by :func:`load_vlm` and by benchmarks that build full-size random-weight
+    models in memory. The model must already be on ``device`` in ``dtype``; it is put
+    in eval mode, given a greedy ``generation_config`` (what the checkpoint's said
+    beyond greedy decoding is kept in :attr:`VLM.ignored_generation_settings`) and,
+    below float32, an output head computed in float32 (:func:`_float32_head`).
+
+    Returns
+    -------
+    VLM
+
+    Raises
+    ------
+    ValueError
+        If an option letter has no single-token variant in the tokenizer.
+    """
+    cfg = load_config() if config is None else config
+    rcfg = cfg.get("readout", {})
+    max_side = int(cfg.get("render", {}).get("max_side_px", _DEFAULT_MAX_SIDE))
     net.eval()
+    _float32_head(net)
     tokenizer = processor.tokenizer
+    greedy, ignored, eos_ids = _greedy_generation_config(net, tokenizer)
+    net.generation_config = greedy
+    if ignored:
+        logging.getLogger("murk").info("%s: generation_config settings ignored (greedy decoding): %s", model_id,
+                                       ignored)
     letters = tuple(rcfg.get("option_letters", ("A", "B", "C", "D", "E")))
     option_tokens = {L: tuple(v) for L, v in option_token_ids(tokenizer, letters).items()}
-    revision = getattr(net.config, "_commit_hash", None) or "local"
     vlm = VLM(
         model=net,
         processor=processor,
         tokenizer=tokenizer,
-        model_id=model,
+        model_id=model_id,
         revision=str(revision),
-        is_pipeline_check=bool(tiny),
+        is_pipeline_check=bool(is_pipeline_check),
         device=str(device),
         dtype=dtype,
         option_tokens=option_tokens,
         image_kwargs=_single_tile_kwargs(processor, max_side),
         max_side_px=max_side,
+        eos_token_ids=eos_ids,
+        ignored_generation_settings=ignored,
     )
     vlm.n_visual_tokens = _count_visual_tokens(vlm)
     return vlm
@@ -414,15 +794,33 @@ def build_prompt_text(vlm: VLM, user_text: str, prefill: str = "") -> str:
     """Chat-templated prompt: one user turn (image, then text), the generation
     prompt, and the assistant prefill.
 
-    The prefill is appended to the generation prompt; when the generation
-    prompt does not end in whitespace (SmolVLM's ``"Assistant:"``) one space is
-    inserted, as the model itself writes ``"Assistant: ..."``.
+    The prefill follows the generation prompt directly when that ends in
+    whitespace (``"<|im_start|>assistant\\n"``, Gemma 4's ``"<|turn>model\\n"``) or in
+    a special token (Gemma 4's empty thought channel ``"...<channel|>"``, after which
+    the model writes its answer at once); after a text ending such as SmolVLM's
+    ``"Assistant:"`` one space is inserted, as the model itself writes
+    ``"Assistant: ..."``.
     """
     messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": user_text}]}]
     text = vlm.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    if prefill:
-        text = text + ("" if text[-1:].isspace() else " ") + prefill
-    return text
+    return _join_prefill(text, prefill, _special_strings(vlm.tokenizer))
+
+
+def _special_strings(tokenizer: Any) -> tuple[str, ...]:
+    """The text of every special / added token of a tokenizer."""
+    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    names = [getattr(t, "content", str(t)) for t in added.values()]
+    names += list(getattr(tokenizer, "all_special_tokens", []) or [])
+    return tuple(sorted({n for n in names if n}, key=len, reverse=True))
+
+
+def _join_prefill(text: str, prefill: str, special: Sequence[str] = ()) -> str:
+    """``text`` + ``prefill``, with one space between them only after ordinary text."""
+    if not prefill:
+        return text
+    if text[-1:].isspace() or any(text.endswith(t) for t in special):
+        return text + prefill
+    return text + " " + prefill
 
 
 def _encode(vlm: VLM, texts: list[str], image, **text_kwargs) -> Any:
@@ -432,23 +830,34 @@ def _encode(vlm: VLM, texts: list[str], image, **text_kwargs) -> Any:
     return inputs.to(vlm.device, dtype=vlm.dtype)
 
 
-def _letter_probs(vlm: VLM, probs, letters: Sequence[str]) -> np.ndarray:
-    """p_k: first-token probability of each letter, summed over its variants."""
-    return np.array([float(probs[list(vlm.option_tokens[L])].sum()) for L in letters], dtype=np.float64)
+def _softmax32(logits: Any) -> Any:
+    """Softmax over the vocabulary in float32 (whatever the model's dtype), as float64 numpy."""
+    import torch
+
+    return torch.softmax(logits.float(), dim=-1).double().cpu().numpy()
+
+
+def _letter_probs(vlm: VLM, probs: np.ndarray, letters: Sequence[str]) -> np.ndarray:
+    """p_k: first-token probability of each letter, summed over its variants (float64)."""
+    return np.array([float(np.asarray(probs)[list(vlm.option_tokens[L])].sum()) for L in letters], dtype=np.float64)
 
 
 def _generate(vlm: VLM, inputs: Any, max_new: int) -> Any:
+    """Greedy ``generate`` with the VLM's greedy generation config (never the checkpoint's sampling settings)."""
+    import copy
+
     import torch
 
+    gc = copy.deepcopy(vlm.model.generation_config)
+    gc.max_new_tokens = max_new
+    gc.do_sample = False
+    gc.num_beams = 1
+    gc.output_logits = True
+    gc.return_dict_in_generate = True
+    if gc.pad_token_id is None:
+        gc.pad_token_id = vlm.tokenizer.pad_token_id
     with torch.inference_mode():
-        return vlm.model.generate(
-            **inputs,
-            max_new_tokens=max_new,
-            do_sample=False,
-            output_logits=True,
-            return_dict_in_generate=True,
-            pad_token_id=vlm.tokenizer.pad_token_id,
-        )
+        return vlm.model.generate(**inputs, generation_config=gc)
 
 
 def read_question(
@@ -458,7 +867,11 @@ def read_question(
     config: Mapping[str, Any] | None = None,
     batched: bool = False,
 ) -> dict[str, Any]:
-    """The four read-outs (spec Sec. III) of one question on one image.
+    """The four read-outs (spec Sec. III) of one question on one image: the reference path.
+
+    Each prompt runs whole through transformers (``generate`` for the main prompt, a
+    forward pass for each abstain prompt), as evaluation harnesses do; the
+    shared-prefix engine (:func:`read_item`) must give the same read-outs.
 
     Parameters
     ----------
@@ -481,21 +894,23 @@ def read_question(
     Returns
     -------
     dict
-        ``answer`` (float, index of the option with the largest first-token
-        probability, main prompt), ``correct`` (1.0 / 0.0), ``c_int``
-        (max_k p_k / sum_k p_k, in [1/K, 1]), ``verbal_conf`` (in [0, 1] or NaN),
-        ``abstain`` and ``abstain2`` (1.0 if the extra option's letter is the most
-        probable, else 0.0), ``option_mass`` (sum_k p_k over the main prompt's
-        letters, in [0, 1]: how much first-token probability lands on the
-        options), ``verbal_text`` (str, the greedy continuation) and
-        ``top_token`` (str, the decoded most probable first token).
+        Every key of :data:`READOUTS` and :data:`TEXT_READOUTS`: ``answer`` (float,
+        index of the option with the largest first-token probability, main prompt),
+        ``correct`` (1.0 / 0.0), ``c_int`` (max_k p_k / sum_k p_k, in [1/K, 1]),
+        ``verbal_conf`` (in [0, 1] or NaN), ``verbal_stop`` (0.0 end-of-sequence,
+        1.0 token limit), ``abstain`` and ``abstain2`` (1.0 if the extra option's
+        letter is the most probable, else 0.0), ``option_mass`` (sum_k p_k over
+        the main prompt's letters, in [0, 1]), ``verbal_text`` (str, the greedy
+        continuation) and ``top_token`` (str, the decoded most probable first
+        token); the wording variants (``*_v2``, ``*_v3``) and other sources'
+        read-outs are NaN / empty.
 
     Notes
     -----
-    The main prompt is run with greedy ``generate`` (``verbal_max_new_tokens``
-    new tokens, ``output_logits=True``); the softmax of its first-step raw
-    logits gives the first-token probabilities; p_k sums them over the token
-    variants of letter k (:attr:`VLM.option_tokens`).
+    Greedy whatever the checkpoint's generation config says (:func:`load_vlm`
+    gives the model a greedy one); the first-token probabilities are the float32
+    softmax of ``generate``'s raw first-step logits (``output_logits``), i.e.
+    before any logits processor, as the engine reads them.
     """
     import torch
 
@@ -507,26 +922,27 @@ def read_question(
     rendered = {v: render_prompt(question, v, cfg) for v in ("main", "abstain", "abstain2")}
     texts = {v: build_prompt_text(vlm, user, prefill) for v, (user, _) in rendered.items()}
 
-    first_probs: dict[str, Any] = {}
+    first_probs: dict[str, np.ndarray] = {}
     if batched:
         order = list(texts)
         inputs = _encode(vlm, [texts[v] for v in order], pil, padding=True, padding_side="left")
         gen = _generate(vlm, inputs, max_new)
         for b, v in enumerate(order):
-            first_probs[v] = torch.softmax(gen.logits[0][b].float(), dim=-1).cpu()
-        new_tokens = gen.sequences[0, inputs["input_ids"].shape[1]:]
+            first_probs[v] = _softmax32(gen.logits[0][b])
+        new_tokens = gen.sequences[0, inputs["input_ids"].shape[1]:].tolist()
     else:
         inputs = _encode(vlm, [texts["main"]], pil)
         gen = _generate(vlm, inputs, max_new)
-        first_probs["main"] = torch.softmax(gen.logits[0][0].float(), dim=-1).cpu()
-        new_tokens = gen.sequences[0, inputs["input_ids"].shape[1]:]
+        first_probs["main"] = _softmax32(gen.logits[0][0])
+        new_tokens = gen.sequences[0, inputs["input_ids"].shape[1]:].tolist()
         for v in ("abstain", "abstain2"):
             inp = _encode(vlm, [texts[v]], pil)
             with torch.inference_mode():
-                logits = vlm.model(**inp).logits[0, -1].float()
-            first_probs[v] = torch.softmax(logits, dim=-1).cpu()
+                logits = vlm.model(**inp).logits[0, -1]
+            first_probs[v] = _softmax32(logits)
 
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {key: math.nan for key in READOUTS}
+    out.update({key: "" for key in TEXT_READOUTS})
     probs = first_probs["main"]
     p = _letter_probs(vlm, probs, rendered["main"][1])
     mass = float(p.sum())
@@ -534,20 +950,16 @@ def read_question(
     out["answer"] = float(k)
     out["correct"] = float(k == question.correct_index)
     out["c_int"] = float(p[k] / mass) if mass > 0 else math.nan
-    verbal_text = vlm.tokenizer.decode(new_tokens, skip_special_tokens=True)
-    out["verbal_conf"] = parse_verbal_confidence(verbal_text)
+    new_tokens = _until_eos(new_tokens, vlm.eos_token_ids)
+    out["verbal_stop"] = continuation_stop(new_tokens, vlm.eos_token_ids, max_new)
+    out["verbal_text"] = vlm.tokenizer.decode(new_tokens, skip_special_tokens=True)
+    out["verbal_conf"] = parse_verbal_confidence(out["verbal_text"], truncated=out["verbal_stop"] == VERBAL_STOP_LIMIT)
     for v in ("abstain", "abstain2"):
         letters_v = rendered[v][1]
         pv = _letter_probs(vlm, first_probs[v], letters_v)
         out[v] = float(int(np.argmax(pv)) == len(letters_v) - 1)
     out["option_mass"] = mass
-    out["verbal_text"] = verbal_text
-    out["top_token"] = vlm.tokenizer.decode([int(torch.argmax(probs))])
-    for v in _VERBAL_EXTRA:  # the wording variants are asked by read_item only
-        out[f"verbal_conf_{v}"] = math.nan
-        out[f"verbal_text_{v}"] = ""
-    for key in READOUTS:  # read-outs of other sources (e.g. the visibility monitor's V_hat) are missing
-        out.setdefault(key, math.nan)
+    out["top_token"] = vlm.tokenizer.decode([int(np.argmax(probs))])
     return out
 
 
@@ -561,11 +973,14 @@ class PromptScores:
     Attributes
     ----------
     probs : numpy.ndarray, shape (n_prompts, vocab), dtype float64
-        Softmax of the first generated token's logits (computed in float32, the
-        model's dtype on CPU), one row per prompt.
+        Softmax of the first generated token's logits, computed in float32 whatever
+        the model's dtype, one row per prompt.
     continuations : list of str or None
         Greedy continuation (``max_new_tokens`` tokens or up to EOS, special tokens
         skipped) of each prompt that asked for one, else None.
+    stops : list of float
+        How each continuation ended (:func:`continuation_stop`: 0.0 end-of-sequence,
+        1.0 token limit); NaN for prompts without one.
     n_prefix_tokens : int
         Tokens of the shared prefix (chat head and image tokens), prefilled once.
     n_tail_tokens : list of int
@@ -589,6 +1004,7 @@ class PromptScores:
     vision_tokens: int
     vision_passes: int
     shared: bool
+    stops: list = field(default_factory=list)
 
 
 def _is_mrope(vlm: VLM) -> bool:
@@ -597,13 +1013,8 @@ def _is_mrope(vlm: VLM) -> bool:
 
 
 def _eos_ids(vlm: VLM) -> set[int]:
-    ids: set[int] = set()
-    for obj in (getattr(vlm.model, "generation_config", None), vlm.model.config, vlm.tokenizer):
-        e = getattr(obj, "eos_token_id", None)
-        if e is None:
-            continue
-        ids.update(int(i) for i in (e if isinstance(e, (list, tuple)) else [e]))
-    return ids
+    """Tokens that end a continuation (:attr:`VLM.eos_token_ids`)."""
+    return set(vlm.eos_token_ids)
 
 
 def _sliding_window(vlm: VLM) -> int | None:
@@ -660,7 +1071,10 @@ def _prefix_forward(vlm: VLM, enc: Any, prefix_ids: list[int]):
     mask = torch.ones_like(ids)
     kwargs: dict[str, Any] = {k_: v for k_, v in enc.items() if k_ in _MM_KEYS_PER_ROW or k_ == "image_grid_thw"}
     if "mm_token_type_ids" in enc:
-        kwargs["mm_token_type_ids"] = enc["mm_token_type_ids"][:, :k]
+        mm = enc["mm_token_type_ids"][:, :k]
+        if mm.shape[1] < k:  # a prompt longer than the encoded first one: its extra tokens are text (0)
+            mm = torch.cat([mm, mm.new_zeros((mm.shape[0], k - mm.shape[1]))], dim=1)
+        kwargs["mm_token_type_ids"] = mm
     if _is_mrope(vlm):
         pos, _ = vlm.model.model.get_rope_index(
             ids, image_grid_thw=enc.get("image_grid_thw"), video_grid_thw=None,
@@ -790,19 +1204,20 @@ def score_prompts(
     generate: Sequence[bool] | None = None,
     config: Mapping[str, Any] | None = None,
     shared_prefix: bool = True,
+    groups: Sequence[Sequence[int]] | None = None,
 ) -> PromptScores:
     """First-token probabilities (and greedy continuations) of several prompts on one image.
 
     With ``shared_prefix`` the image is encoded once and the shared prefix (chat
-    head, image tokens and any text common to all prompts) is prefilled once; every
-    prompt's tail is then scored in one right-padded batch on copies of the cached
-    prefix (``cache.batch_repeat_interleave``), with explicit position ids
-    (M-RoPE text positions for Qwen-VL: ``max(prefix positions) + 1 + offset``, as
-    ``get_rope_index`` assigns them) and a 2-D attention mask; the rows that ask
-    for a continuation are then greedy-decoded together from the same cache. The
-    result equals scoring each full prompt on its own up to floating-point
-    rounding (tests: ``|dp| <= 1e-4`` in float32) and does not depend on which
-    other prompts share the batch.
+    head, image tokens and any text common to the prompts of the first group) is
+    prefilled once; the tails of each group of prompts are then scored as one
+    right-padded batch on copies of the cached prefix
+    (``cache.batch_repeat_interleave``), with explicit position ids (M-RoPE text
+    positions for Qwen-VL: ``max(prefix positions) + 1 + offset``, as
+    ``get_rope_index`` assigns them) and a 2-D attention mask; the rows of the
+    group that ask for a continuation are then greedy-decoded together from the
+    same cache. The result equals scoring each full prompt on its own up to
+    floating-point rounding (tests: ``|dp| <= 1e-6`` in float32).
 
     Parameters
     ----------
@@ -820,63 +1235,105 @@ def score_prompts(
     shared_prefix : bool
         False: every prompt runs whole (image encoded per prompt), as evaluation
         harnesses do; used as the reference and as the fallback.
+    groups : sequence of sequences of int, optional
+        A partition of the prompt indices into batches, scored one after another on
+        the one prefix; default one batch of all prompts. The prefix is fixed by the
+        first group alone, so the first group's results do not depend on which other
+        groups are asked (in bfloat16 a batch's numbers depend on its composition):
+        :func:`read_item` puts the verbal wordings v2/v3 into a group of their own.
+        A later group whose prompts do not all extend that prefix is run with its own.
 
     Returns
     -------
     PromptScores
 
+    Raises
+    ------
+    ValueError
+        If ``generate`` or ``groups`` do not match ``user_texts``.
+
     Notes
     -----
     Fallback to whole prompts (``shared=False``) when the prefix holds no image
-    token span shared by all prompts, or when prefix + tail + continuation would
-    exceed a sliding-attention window (Gemma: 512 tokens), where cache slots and
-    positions diverge after the holes left by padding.
+    token span shared by all prompts of a group, or when prefix + tail + continuation
+    would exceed a sliding-attention window (Gemma: 512 tokens), where cache slots
+    and positions diverge after the holes left by padding.
     """
-    import torch
-
     cfg = load_config() if config is None else config
     rcfg = cfg.get("readout", {})
     prefill = rcfg.get("assistant_prefill", "Answer:")
     max_new = int(rcfg.get("verbal_max_new_tokens", 12))
-    gen = [bool(g) for g in (generate if generate is not None else [False] * len(user_texts))]
-    if len(gen) != len(user_texts):
+    n = len(user_texts)
+    gen = [bool(g) for g in (generate if generate is not None else [False] * n)]
+    if len(gen) != n:
         raise ValueError("generate must have one entry per prompt")
+    groups = [list(range(n))] if groups is None else [[int(j) for j in g] for g in groups if len(g)]
+    if sorted(j for g in groups for j in g) != list(range(n)):
+        raise ValueError(f"groups must partition the {n} prompt indices, got {groups}")
     pil = present_image(image, vlm.max_side_px)
     texts = [build_prompt_text(vlm, u, prefill) for u in user_texts]
     enc, ids = _image_inputs(vlm, texts, pil)
-    k = min(_common_prefix_len(ids), min(len(i) for i in ids) - 1)
     img_id = _image_token_id(vlm)
     window = _sliding_window(vlm)
-    too_long = window is not None and max(len(i) for i in ids) + max_new >= window
-    image_in_prefix = img_id in ids[0][:k] and all(img_id not in i[k:] for i in ids)
-    vocab_probs = []
-    continuations: list = [None] * len(texts)
-    if shared_prefix and image_in_prefix and not too_long:
-        cache, next_pos, vis = _prefix_forward(vlm, enc, ids[0][:k])
-        tails = [i[k:] for i in ids]
-        first, generated, lm = _run_tails_halving(vlm, cache, next_pos, k, tails, [j for j, g in enumerate(gen) if g],
-                                                  max_new)
-        probs = torch.softmax(first, dim=-1).double().cpu().numpy()
-        for j, seq in generated.items():
+
+    rows: list[Any] = [None] * n
+    continuations: list = [None] * n
+    stops: list = [math.nan] * n
+    n_tail = [0] * n
+    lm = vis = passes = 0
+    shared_all = True
+    prefix = None  # (prefix ids, cache, next position) of the first shared group
+    n_prefix = 0
+    for gi, g in enumerate(groups):
+        gids = [ids[j] for j in g]
+        if prefix is not None and all(len(i) > len(prefix[0]) and i[: len(prefix[0])] == prefix[0] for i in gids):
+            k = len(prefix[0])
+        else:
+            k = min(_common_prefix_len(gids), min(len(i) for i in gids) - 1)
+        too_long = window is not None and max(len(i) for i in gids) + max_new >= window
+        image_in_prefix = img_id in gids[0][:k] and all(img_id not in i[k:] for i in gids)
+        gen_rows = [b for b, j in enumerate(g) if gen[j]]
+        if shared_prefix and image_in_prefix and not too_long:
+            if prefix is None or k != len(prefix[0]) or gids[0][:k] != prefix[0]:
+                cache, next_pos, v = _prefix_forward(vlm, enc, gids[0][:k])
+                lm += k
+                vis += v
+                passes += 1
+                if prefix is None:
+                    prefix = (gids[0][:k], cache, next_pos)
+                    n_prefix = k
+            else:
+                _, cache, next_pos = prefix
+            tails = [i[k:] for i in gids]
+            first, generated, n_lm = _run_tails_halving(vlm, cache, next_pos, k, tails, gen_rows, max_new)
+            lm += n_lm
+            for b, j in enumerate(g):
+                rows[j] = first[b]
+                n_tail[j] = len(tails[b])
+        else:  # whole prompts, one at a time
+            shared_all = False
+            generated = {}
+            for b, (j, seq_ids) in enumerate(zip(g, gids)):
+                kk = len(seq_ids) - 1
+                cache, next_pos, v = _prefix_forward(vlm, enc, seq_ids[:kk])
+                first, gen_b, n_lm = _run_tails(vlm, cache, next_pos, kk, [seq_ids[kk:]], [0] if gen[j] else [],
+                                                max_new)
+                rows[j] = first[0]
+                if gen[j]:
+                    generated[b] = gen_b[0]
+                n_tail[j] = len(seq_ids)
+                lm += kk + n_lm
+                vis += v
+                passes += 1
+        for b, seq in generated.items():
+            j = g[b]
             continuations[j] = vlm.tokenizer.decode(seq, skip_special_tokens=True)
-        return PromptScores(probs, continuations, k, [len(t) for t in tails], k + lm, vis, 1, True)
-    # whole prompts, one at a time
-    lm = vis = 0
-    for j, seq_ids in enumerate(ids):
-        kk = len(seq_ids) - 1
-        cache, next_pos, v = _prefix_forward(vlm, enc, seq_ids[:kk])
-        first, generated, n = _run_tails(vlm, cache, next_pos, kk, [seq_ids[kk:]], [0] if gen[j] else [], max_new)
-        vocab_probs.append(torch.softmax(first[0], dim=-1).double().cpu().numpy())
-        if gen[j]:
-            continuations[j] = vlm.tokenizer.decode(generated[0], skip_special_tokens=True)
-        lm += kk + n
-        vis += v
-    return PromptScores(np.stack(vocab_probs), continuations, 0, [len(i) for i in ids], lm, vis, len(ids), False)
+            stops[j] = continuation_stop(seq, vlm.eos_token_ids, max_new)
+    import torch
 
-
-def _readouts_from_probs(vlm: VLM, probs: np.ndarray, letters: Sequence[str]) -> tuple[np.ndarray, str]:
-    p = np.array([float(probs[list(vlm.option_tokens[L])].sum()) for L in letters], dtype=np.float64)
-    return p, vlm.tokenizer.decode([int(np.argmax(probs))])
+    probs = _softmax32(torch.stack(rows))
+    return PromptScores(probs, continuations, n_prefix if shared_all else 0, n_tail, lm, vis, passes, shared_all,
+                        stops)
 
 
 def read_item(
@@ -889,11 +1346,15 @@ def read_item(
 ) -> dict[str, dict[str, Any]]:
     """The read-outs (spec Sec. III) of every question of one item on one condition's image.
 
-    All prompts of the image (each question in the three variants ``main``,
-    ``abstain``, ``abstain2``, plus the ``main`` prompt in each further verbal
-    wording of spec Table VI) are scored by :func:`score_prompts` from one
-    shared prefix: one vision pass, one prefill of the prefix, one batch of tails
-    and one batch of greedy continuations (12 tokens) for the ``main`` prompts.
+    All prompts of the image (:func:`item_prompts`: each question in the three
+    variants ``main``, ``abstain``, ``abstain2``, plus the ``main`` prompt in each
+    further verbal wording of spec Table VI) are scored by :func:`score_prompts`
+    from one shared prefix: one vision pass, one prefill of the prefix, one batch
+    of the nine main tails with one batch of greedy continuations (12 tokens) for
+    the ``main`` prompts, then the further wordings as a batch of their own
+    (:func:`verbal_groups`), so that an item's main read-outs do not depend on
+    whether v2/v3 were asked (also in bfloat16, where a batch's numbers depend on
+    its composition).
 
     Parameters
     ----------
@@ -906,7 +1367,8 @@ def read_item(
     verbal_variants : sequence of {"v1", "v2", "v3"}
         Verbal wordings to ask; must contain ``"v1"`` (the main run's, which also
         gives the answer and c_int). Each other wording adds one ``main`` prompt per
-        question and the read-outs ``verbal_conf_<v>`` and ``verbal_text_<v>``.
+        question and the read-outs ``verbal_conf_<v>``, ``verbal_stop_<v>`` and
+        ``verbal_text_<v>``.
     shared_prefix : bool
         False: each full prompt on its own (reference).
 
@@ -916,9 +1378,58 @@ def read_item(
         ``{question.task: readouts}`` with every key of :data:`READOUTS` and
         :data:`TEXT_READOUTS` (float64 numbers, NaN when not asked / unparsed):
         ``answer``, ``correct``, ``c_int`` (max_k p_k / sum_k p_k), ``verbal_conf``,
-        ``abstain``, ``abstain2``, ``option_mass`` (sum_k p_k),
-        ``verbal_conf_v2``, ``verbal_conf_v3``, ``verbal_text``, ``top_token``,
+        ``verbal_stop`` (0 end-of-sequence, 1 token limit), ``abstain``, ``abstain2``,
+        ``option_mass`` (sum_k p_k), ``verbal_conf_v2``, ``verbal_conf_v3``,
+        ``verbal_stop_v2``, ``verbal_stop_v3``, ``verbal_text``, ``top_token``,
         ``verbal_text_v2``, ``verbal_text_v3``.
+
+    Raises
+    ------
+    ValueError
+        If ``verbal_variants`` lacks ``"v1"`` or names an unknown wording.
+    """
+    cfg = load_config() if config is None else config
+    slots = item_prompts(questions, cfg, verbal_variants)
+    scores = score_prompts(vlm, image, [s.user for s in slots], [s.generate for s in slots], cfg, shared_prefix,
+                           groups=verbal_groups(slots))
+    p = [_letter_probs(vlm, scores.probs[j], s.letters) for j, s in enumerate(slots)]
+    tops = [vlm.tokenizer.decode([int(np.argmax(scores.probs[j]))]) for j in range(len(slots))]
+    return item_readouts(questions, slots, p, tops, scores.continuations, scores.stops)
+
+
+@dataclass(frozen=True)
+class PromptSlot:
+    """One prompt of an item: which question, variant and verbal wording it asks.
+
+    Attributes
+    ----------
+    question : int
+        Index into the item's questions.
+    variant : {"main", "abstain", "abstain2"}
+    wording : {"v1", "v2", "v3"}
+        Verbal wording (``v1`` for the abstain variants).
+    user : str
+        The rendered user turn (:func:`murk.prompts.render_prompt`).
+    letters : tuple of str
+        Option letters shown, the abstain option's last.
+    generate : bool
+        Whether the prompt gets a greedy continuation (the ``main`` prompts).
+    """
+
+    question: int
+    variant: str
+    wording: str
+    user: str
+    letters: tuple[str, ...]
+    generate: bool
+
+
+def item_prompts(questions: Sequence[Question], config: Mapping[str, Any] | None = None,
+                 verbal_variants: Sequence[str] = ("v1",)) -> list[PromptSlot]:
+    """Every prompt asked of one item on one condition's image, in scoring order.
+
+    Each question in the three variants ``main``, ``abstain``, ``abstain2``, then
+    its ``main`` prompt in each further verbal wording of spec Table VI.
 
     Raises
     ------
@@ -932,47 +1443,150 @@ def read_item(
     unknown = [v for v in variants if v not in _VERBAL_EXTRA and v != "v1"]
     if unknown:
         raise ValueError(f"unknown verbal wordings {unknown}; choose from v1, {', '.join(_VERBAL_EXTRA)}")
-    slots: list[tuple[int, str, str]] = []  # (question index, prompt variant, verbal wording)
-    users: list[str] = []
-    letters: list[tuple[str, ...]] = []
+    slots: list[PromptSlot] = []
     for qi, q in enumerate(questions):
         for variant in ("main", "abstain", "abstain2"):
             text, lt = render_prompt(q, variant, cfg)
-            slots.append((qi, variant, "v1"))
-            users.append(text)
-            letters.append(lt)
+            slots.append(PromptSlot(qi, variant, "v1", text, tuple(lt), variant == "main"))
         for v in variants:
             if v != "v1":
                 text, lt = render_prompt(q, "main", cfg, verbal=v)
-                slots.append((qi, "main", v))
-                users.append(text)
-                letters.append(lt)
-    scores = score_prompts(vlm, image, users, [s[1] == "main" for s in slots], cfg, shared_prefix)
+                slots.append(PromptSlot(qi, "main", v, text, tuple(lt), True))
+    return slots
+
+
+def verbal_groups(slots: Sequence[PromptSlot]) -> list[list[int]]:
+    """Batches of an item's prompts: the main-run prompts (wording v1), then the further wordings.
+
+    Scored as separate batches on one prefix (:func:`score_prompts` ``groups``), so an
+    item's main read-outs never depend on whether v2/v3 were asked.
+    """
+    main = [j for j, s in enumerate(slots) if s.wording == "v1"]
+    extra = [j for j, s in enumerate(slots) if s.wording != "v1"]
+    return [main] + ([extra] if extra else [])
+
+
+def item_readouts(questions: Sequence[Question], slots: Sequence[PromptSlot], letter_probs: Sequence[np.ndarray],
+                  top_tokens: Sequence[str], continuations: Sequence[str | None],
+                  stops: Sequence[float] | None = None) -> dict[str, dict[str, Any]]:
+    """The read-outs of one item on one condition from its prompts' scores (see :func:`read_item`).
+
+    Parameters
+    ----------
+    questions : sequence of Question
+    slots : sequence of PromptSlot
+        From :func:`item_prompts`.
+    letter_probs : sequence of numpy.ndarray, float64
+        Per slot, ``p_k`` for each of its letters (first-token probability summed over
+        the letter's token variants; the softmax taken in float32).
+    top_tokens : sequence of str
+        Per slot, the decoded most probable first token.
+    continuations : sequence of str or None
+        Per slot, the greedy continuation (None where not generated).
+    stops : sequence of float, optional
+        Per slot, how the continuation ended (:func:`continuation_stop`: 0.0
+        end-of-sequence, 1.0 token limit; NaN where not generated). Required for the
+        ``verbal_stop`` read-outs: without it they are NaN and every continuation is
+        parsed as ended by the model (a cut number then reads as a low value).
+
+    Returns
+    -------
+    dict of str -> dict
+        ``{question.task: readouts}`` as :func:`read_item` returns.
+    """
     out: dict[str, dict[str, Any]] = {}
     for qi, q in enumerate(questions):
         r: dict[str, Any] = {k: math.nan for k in READOUTS}
         r.update({k: "" for k in TEXT_READOUTS})
-        for j, (qj, variant, v) in enumerate(slots):
-            if qj != qi:
+        for j, s in enumerate(slots):
+            if s.question != qi:
                 continue
-            p, top = _readouts_from_probs(vlm, scores.probs[j], letters[j])
-            if variant == "main" and v == "v1":
-                mass = float(p.sum())
-                k = int(np.argmax(p))
-                r["answer"] = float(k)
-                r["correct"] = float(k == q.correct_index)
-                r["c_int"] = float(p[k] / mass) if mass > 0 else math.nan
-                r["option_mass"] = mass
-                r["top_token"] = top
-                r["verbal_text"] = scores.continuations[j] or ""
-                r["verbal_conf"] = parse_verbal_confidence(r["verbal_text"])
-            elif variant == "main":
-                r[f"verbal_text_{v}"] = scores.continuations[j] or ""
-                r[f"verbal_conf_{v}"] = parse_verbal_confidence(r[f"verbal_text_{v}"])
+            p = np.asarray(letter_probs[j], dtype=np.float64)
+            if s.variant == "main":
+                suffix = "" if s.wording == "v1" else f"_{s.wording}"
+                text = continuations[j] or ""
+                stop = math.nan if stops is None else float(stops[j])
+                r[f"verbal_text{suffix}"] = text
+                r[f"verbal_stop{suffix}"] = stop
+                r[f"verbal_conf{suffix}"] = parse_verbal_confidence(text, truncated=stop == VERBAL_STOP_LIMIT)
+                if s.wording == "v1":
+                    mass = float(p.sum())
+                    k = int(np.argmax(p))
+                    r["answer"] = float(k)
+                    r["correct"] = float(k == q.correct_index)
+                    r["c_int"] = float(p[k] / mass) if mass > 0 else math.nan
+                    r["option_mass"] = mass
+                    r["top_token"] = top_tokens[j]
             else:
-                r[variant] = float(int(np.argmax(p)) == len(letters[j]) - 1)
+                r[s.variant] = float(int(np.argmax(p)) == len(s.letters) - 1)
         out[q.task] = r
     return out
 
 
 _VERBAL_EXTRA = ("v2", "v3")
+
+
+# --------------------------------------------------------------------------- option-mass guard
+
+
+def check_option_mass(values: Any, model_id: str, threshold: float = OPTION_MASS_MIN,
+                      top_tokens: Any = None) -> dict[str, float]:
+    """Warn when the first token is mostly not an option letter (the option-mass guard).
+
+    Call it from the read-out stage once a model's clean images are read out. The
+    median first-token probability mass on the option letters (``option_mass``) on
+    clean images is computed per task (:func:`murk.analysis.median_option_mass`);
+    below ``threshold`` the answer and c_int rest on a sliver of the distribution.
+
+    Parameters
+    ----------
+    values : xarray.Dataset or xarray.DataArray
+        A read-out store or the cube (``value`` with the ``readout`` dim), or the
+        ``option_mass`` values of clean images with a ``task`` dim.
+    model_id : str
+        Named in the warning; selects the model when ``values`` has a ``model`` dim.
+    threshold : float
+        Default :data:`OPTION_MASS_MIN` (0.5).
+    top_tokens : array-like of str, optional
+        Most probable first tokens on clean images (``top_token``); the most common
+        ones are quoted in the warning. Taken from ``values`` when it is a store.
+
+    Returns
+    -------
+    dict of str -> float
+        Median option mass per task (``t2``, ``t3``); NaN when nothing was read out.
+
+    Warns
+    -----
+    LowOptionMassWarning
+        Naming the model, the medians and the likely causes (wrong chat template or
+        prefill, a first token such as ``(``, ``**``, a newline or ``The``, random
+        weights), when a task's median is below ``threshold``.
+    """
+    import xarray as xr
+
+    from murk import analysis
+
+    ds = values
+    if isinstance(ds, xr.Dataset) and "model" in ds.dims:
+        ds = ds.sel(model=model_id)
+    medians = analysis.median_option_mass(ds)
+    med = {str(t): float(medians.sel(task=t)) for t in medians["task"].values}
+    if top_tokens is None and isinstance(ds, xr.Dataset) and "top_token" in ds:
+        top_tokens = ds["top_token"].sel(arm="fog", level=0).values.ravel()
+    low = {t: m for t, m in med.items() if np.isfinite(m) and m < threshold}
+    if low:
+        common = ""
+        if top_tokens is not None:
+            toks, counts = np.unique(np.asarray(top_tokens, dtype=str), return_counts=True)
+            order = np.argsort(-counts)[:3]
+            common = "; most common first tokens " + ", ".join(
+                f"{str(toks[i])!r} ({int(counts[i])})" for i in order)
+        warnings.warn(
+            f"{model_id}: median first-token probability on the option letters on clean images is "
+            + ", ".join(f"{m:.3g} ({t})" for t, m in low.items())
+            + f", below {threshold}: answer and c_int are computed from a sliver of the distribution{common}. "
+            "Likely causes: a wrong chat template or assistant prefill, a model whose first token is '(', '**', "
+            "a newline or 'The' instead of the letter, or random weights (a pipeline check).",
+            LowOptionMassWarning, stacklevel=2)
+    return med
