@@ -52,6 +52,9 @@ __all__ = [
     "PromptScores",
     "score_prompts",
     "read_item",
+    "PromptSlot",
+    "item_prompts",
+    "item_readouts",
 ]
 
 #: numeric read-outs of one question (float64; NaN = missing)
@@ -660,7 +663,10 @@ def _prefix_forward(vlm: VLM, enc: Any, prefix_ids: list[int]):
     mask = torch.ones_like(ids)
     kwargs: dict[str, Any] = {k_: v for k_, v in enc.items() if k_ in _MM_KEYS_PER_ROW or k_ == "image_grid_thw"}
     if "mm_token_type_ids" in enc:
-        kwargs["mm_token_type_ids"] = enc["mm_token_type_ids"][:, :k]
+        mm = enc["mm_token_type_ids"][:, :k]
+        if mm.shape[1] < k:  # a prompt longer than the encoded first one: its extra tokens are text (0)
+            mm = torch.cat([mm, mm.new_zeros((mm.shape[0], k - mm.shape[1]))], dim=1)
+        kwargs["mm_token_type_ids"] = mm
     if _is_mrope(vlm):
         pos, _ = vlm.model.model.get_rope_index(
             ids, image_grid_thw=enc.get("image_grid_thw"), video_grid_thw=None,
@@ -874,11 +880,6 @@ def score_prompts(
     return PromptScores(np.stack(vocab_probs), continuations, 0, [len(i) for i in ids], lm, vis, len(ids), False)
 
 
-def _readouts_from_probs(vlm: VLM, probs: np.ndarray, letters: Sequence[str]) -> tuple[np.ndarray, str]:
-    p = np.array([float(probs[list(vlm.option_tokens[L])].sum()) for L in letters], dtype=np.float64)
-    return p, vlm.tokenizer.decode([int(np.argmax(probs))])
-
-
 def read_item(
     vlm: VLM,
     image: np.ndarray,
@@ -926,51 +927,116 @@ def read_item(
         If ``verbal_variants`` lacks ``"v1"`` or names an unknown wording.
     """
     cfg = load_config() if config is None else config
+    slots = item_prompts(questions, cfg, verbal_variants)
+    scores = score_prompts(vlm, image, [s.user for s in slots], [s.generate for s in slots], cfg, shared_prefix)
+    p = [_letter_probs(vlm, scores.probs[j], s.letters) for j, s in enumerate(slots)]
+    tops = [vlm.tokenizer.decode([int(np.argmax(scores.probs[j]))]) for j in range(len(slots))]
+    return item_readouts(questions, slots, p, tops, scores.continuations)
+
+
+@dataclass(frozen=True)
+class PromptSlot:
+    """One prompt of an item: which question, variant and verbal wording it asks.
+
+    Attributes
+    ----------
+    question : int
+        Index into the item's questions.
+    variant : {"main", "abstain", "abstain2"}
+    wording : {"v1", "v2", "v3"}
+        Verbal wording (``v1`` for the abstain variants).
+    user : str
+        The rendered user turn (:func:`murk.prompts.render_prompt`).
+    letters : tuple of str
+        Option letters shown, the abstain option's last.
+    generate : bool
+        Whether the prompt gets a greedy continuation (the ``main`` prompts).
+    """
+
+    question: int
+    variant: str
+    wording: str
+    user: str
+    letters: tuple[str, ...]
+    generate: bool
+
+
+def item_prompts(questions: Sequence[Question], config: Mapping[str, Any] | None = None,
+                 verbal_variants: Sequence[str] = ("v1",)) -> list[PromptSlot]:
+    """Every prompt asked of one item on one condition's image, in scoring order.
+
+    Each question in the three variants ``main``, ``abstain``, ``abstain2``, then
+    its ``main`` prompt in each further verbal wording of spec Table VI.
+
+    Raises
+    ------
+    ValueError
+        If ``verbal_variants`` lacks ``"v1"`` or names an unknown wording.
+    """
+    cfg = load_config() if config is None else config
     variants = list(dict.fromkeys(verbal_variants))
     if "v1" not in variants:
         raise ValueError("verbal_variants must contain 'v1' (the main prompt)")
     unknown = [v for v in variants if v not in _VERBAL_EXTRA and v != "v1"]
     if unknown:
         raise ValueError(f"unknown verbal wordings {unknown}; choose from v1, {', '.join(_VERBAL_EXTRA)}")
-    slots: list[tuple[int, str, str]] = []  # (question index, prompt variant, verbal wording)
-    users: list[str] = []
-    letters: list[tuple[str, ...]] = []
+    slots: list[PromptSlot] = []
     for qi, q in enumerate(questions):
         for variant in ("main", "abstain", "abstain2"):
             text, lt = render_prompt(q, variant, cfg)
-            slots.append((qi, variant, "v1"))
-            users.append(text)
-            letters.append(lt)
+            slots.append(PromptSlot(qi, variant, "v1", text, tuple(lt), variant == "main"))
         for v in variants:
             if v != "v1":
                 text, lt = render_prompt(q, "main", cfg, verbal=v)
-                slots.append((qi, "main", v))
-                users.append(text)
-                letters.append(lt)
-    scores = score_prompts(vlm, image, users, [s[1] == "main" for s in slots], cfg, shared_prefix)
+                slots.append(PromptSlot(qi, "main", v, text, tuple(lt), True))
+    return slots
+
+
+def item_readouts(questions: Sequence[Question], slots: Sequence[PromptSlot], letter_probs: Sequence[np.ndarray],
+                  top_tokens: Sequence[str], continuations: Sequence[str | None]) -> dict[str, dict[str, Any]]:
+    """The read-outs of one item on one condition from its prompts' scores (see :func:`read_item`).
+
+    Parameters
+    ----------
+    questions : sequence of Question
+    slots : sequence of PromptSlot
+        From :func:`item_prompts`.
+    letter_probs : sequence of numpy.ndarray, float64
+        Per slot, ``p_k`` for each of its letters (first-token probability summed over
+        the letter's token variants).
+    top_tokens : sequence of str
+        Per slot, the decoded most probable first token.
+    continuations : sequence of str or None
+        Per slot, the greedy continuation (None where not generated).
+
+    Returns
+    -------
+    dict of str -> dict
+        ``{question.task: readouts}`` as :func:`read_item` returns.
+    """
     out: dict[str, dict[str, Any]] = {}
     for qi, q in enumerate(questions):
         r: dict[str, Any] = {k: math.nan for k in READOUTS}
         r.update({k: "" for k in TEXT_READOUTS})
-        for j, (qj, variant, v) in enumerate(slots):
-            if qj != qi:
+        for j, s in enumerate(slots):
+            if s.question != qi:
                 continue
-            p, top = _readouts_from_probs(vlm, scores.probs[j], letters[j])
-            if variant == "main" and v == "v1":
+            p = np.asarray(letter_probs[j], dtype=np.float64)
+            if s.variant == "main" and s.wording == "v1":
                 mass = float(p.sum())
                 k = int(np.argmax(p))
                 r["answer"] = float(k)
                 r["correct"] = float(k == q.correct_index)
                 r["c_int"] = float(p[k] / mass) if mass > 0 else math.nan
                 r["option_mass"] = mass
-                r["top_token"] = top
-                r["verbal_text"] = scores.continuations[j] or ""
+                r["top_token"] = top_tokens[j]
+                r["verbal_text"] = continuations[j] or ""
                 r["verbal_conf"] = parse_verbal_confidence(r["verbal_text"])
-            elif variant == "main":
-                r[f"verbal_text_{v}"] = scores.continuations[j] or ""
-                r[f"verbal_conf_{v}"] = parse_verbal_confidence(r[f"verbal_text_{v}"])
+            elif s.variant == "main":
+                r[f"verbal_text_{s.wording}"] = continuations[j] or ""
+                r[f"verbal_conf_{s.wording}"] = parse_verbal_confidence(r[f"verbal_text_{s.wording}"])
             else:
-                r[variant] = float(int(np.argmax(p)) == len(letters[j]) - 1)
+                r[s.variant] = float(int(np.argmax(p)) == len(s.letters) - 1)
         out[q.task] = r
     return out
 
