@@ -26,7 +26,18 @@ max_abs_dp=<z>`` with ``max_abs_dp`` the largest difference between the two
 ways in c_int and option mass, and in any first-token probability between the
 shared prefix and the whole prompt (float32).
 
-Run: ``.venv/bin/python benchmarks/readout.py [--items 2]`` (about 3-5 min on 2 busy cores).
+Batched engine (:mod:`murk.engine`, issue 16): the 24 conditions of one item
+(:func:`murk.render.render_conditions`, constant depth 13.8 m) are read once as one
+scheduled batch (``read_units``, one image = 24 units) and ``--engine-units`` of them
+by the shared-prefix engine one at a time (``read_item``), interleaved so that a
+change of load on the machine affects both alike. Printed:
+``units_per_s_engine= units_per_s_batched= batched_ratio= batched_max_abs_dr=
+batched_whole_max_abs_dp=``, with ``batched_max_abs_dr`` the largest difference
+in any read-out between the two engines on the common units and
+``batched_whole_max_abs_dp`` the largest difference in any first-token probability
+between the batched engine and every prompt run whole (one unit; float32).
+
+Run: ``.venv/bin/python benchmarks/readout.py [--items 2] [--engine-units 4]`` (about 6-10 min on 2 busy cores).
 
 Measured 2026-11-30 (3 items, 2 shared cores): ``tokens_ratio=5.08 vision_passes_per_condition=1
 wall_ratio=3.72 max_abs_dp=1.64e-07`` (language-model tokens alone: ratio 2.26).
@@ -47,7 +58,7 @@ from murk import paths
 from murk.checkpoints import MAX_PIXELS, _QWEN3VL_CHAT_TEMPLATE
 from murk.config import load_config
 from murk.prompts import questions_for_item, render_prompt
-from murk.readout import load_vlm, read_item, read_question, score_prompts
+from murk.readout import item_prompts, load_vlm, read_item, read_question, score_prompts
 
 ROWS = [
     {"category": "umbrella", "t2_options": ["car", "umbrella", "bench", "kite"], "t2_answer_index": 1,
@@ -127,9 +138,78 @@ def _images(n: int) -> list[np.ndarray]:
     return out
 
 
+def batched_throughput(vlm, cfg, engine_units: int = 4) -> dict:
+    """Units per second of the shared-prefix engine and of the batched engine, measured in one run.
+
+    The 24 conditions of one item are rendered first (not timed); the batched
+    engine reads all of them as one scheduled batch (one image per batch, the
+    CPU default of :func:`murk.engine.auto_images_per_batch`); the shared-prefix
+    engine reads ``engine_units`` of them (spread over the arms), half before and
+    half after the batch.
+
+    Returns
+    -------
+    dict with ``units_per_s_engine``, ``units_per_s_batched``, ``batched_ratio``,
+    ``batched_max_abs_dr`` (largest |difference| in any numeric read-out between the
+    engines; texts must be equal) and ``batched_whole_max_abs_dp`` (largest
+    |difference| in any first-token probability between the batched engine and
+    every prompt run whole, on one unit).
+    """
+    import math
+
+    from murk import engine, render
+
+    images = _images(2)
+    depth = np.full(images[0].shape[:2], 13.8, dtype=np.float32)
+    bbox = (120.0, 140.0, 160.0, 150.0)
+    conds = list(render.render_conditions(images[0], depth, bbox, images[1], seed=1, image_id=1, config=cfg))
+    qs = tuple(questions_for_item(ROWS[0], cfg))
+    units = [engine.Unit(0, arm, level, img, qs) for arm, level, img in conds]
+    k = engine.auto_images_per_batch(vlm, qs, cfg)
+    pick = [round(i * (len(units) - 1) / max(engine_units - 1, 1)) for i in range(engine_units)]
+    # warm-up of both paths (allocations, first-call overheads)
+    engine.read_units(vlm, units[:2], cfg)
+    read_item(vlm, units[0].image, qs, cfg)
+    ref: dict = {}
+    t_engine = 0.0
+
+    def run_engine(idx):
+        nonlocal t_engine
+        for i in idx:
+            t = time.perf_counter()
+            ref[i] = read_item(vlm, units[i].image, qs, cfg)
+            t_engine += time.perf_counter() - t
+
+    run_engine(pick[: len(pick) // 2])
+    t = time.perf_counter()
+    got = engine.read_units(vlm, units[: k * engine.N_CONDITIONS], cfg)
+    t_batched = time.perf_counter() - t
+    run_engine(pick[len(pick) // 2:])
+    dr = 0.0
+    for i in pick:
+        for task in ref[i]:
+            for key, a in ref[i][task].items():
+                b = got[i][task][key]
+                if isinstance(a, str):
+                    assert a == b, (i, task, key, a, b)
+                elif not (math.isnan(a) and math.isnan(b)):
+                    dr = max(dr, abs(a - b))
+    slots = item_prompts(qs, cfg)
+    (_, probs), = engine._read_units_with_probs(vlm, [units[pick[-1]]], cfg)[0]
+    whole = score_prompts(vlm, units[pick[-1]].image, [s_.user for s_ in slots], [s_.generate for s_ in slots], cfg,
+                          shared_prefix=False)
+    ups_e = len(pick) / t_engine
+    ups_b = len(got) / t_batched
+    return {"units_per_s_engine": ups_e, "units_per_s_batched": ups_b, "batched_ratio": ups_b / ups_e,
+            "batched_max_abs_dr": dr, "batched_whole_max_abs_dp": float(np.abs(probs - whole.probs).max()),
+            "units_batched": len(got), "units_engine": len(pick)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--items", type=int, default=2)
+    ap.add_argument("--engine-units", type=int, default=4,
+                    help="units read by the shared-prefix engine for units_per_s_engine")
     args = ap.parse_args()
     cfg = load_config()
     max_new = int(cfg["readout"]["verbal_max_new_tokens"])
@@ -185,6 +265,12 @@ def main() -> None:
           f"language-model tokens ratio {lm_sep / lm_sh:.2f}")
     print(f"tokens_ratio={tok_sep / tok_sh:.2f} vision_passes_per_condition={max(passes)} "
           f"wall_ratio={wall_sep / wall_sh:.2f} max_abs_dp={max_dp:.2e}")
+    b = batched_throughput(vlm, cfg, args.engine_units)
+    print(f"batched engine: {b['units_batched']} units (one image x 24 conditions) in one scheduled batch; "
+          f"shared-prefix engine on {b['units_engine']} of them")
+    print(f"units_per_s_engine={b['units_per_s_engine']:.4f} units_per_s_batched={b['units_per_s_batched']:.4f} "
+          f"batched_ratio={b['batched_ratio']:.2f} batched_max_abs_dr={b['batched_max_abs_dr']:.2e} "
+          f"batched_whole_max_abs_dp={b['batched_whole_max_abs_dp']:.2e}")
 
 
 if __name__ == "__main__":

@@ -22,8 +22,8 @@ from murk import engine
 from murk.checkpoints import TINY_MODELS
 from murk.config import load_config
 from murk.prompts import questions_for_item
-from murk.readout import (READOUTS, TEXT_READOUTS, _image_inputs, build_prompt_text, item_prompts,
-                          present_image, read_item, score_prompts)
+from murk.readout import (READOUTS, TEXT_READOUTS, _image_inputs, _letter_probs, build_prompt_text,
+                          item_prompts, item_readouts, present_image, read_item, score_prompts)
 
 ARCHS = sorted(set(TINY_MODELS.values()))
 ROW = {"category": "umbrella", "t2_options": ["car", "umbrella", "bench", "kite"], "t2_answer_index": 1,
@@ -31,6 +31,20 @@ ROW = {"category": "umbrella", "t2_options": ["car", "umbrella", "bench", "kite"
 ROW2 = {"category": "dog", "t2_options": ["dog", "horse", "sheep", "cow"], "t2_answer_index": 0,
         "t3_distractor": "cat"}
 TOL = 1e-6
+
+
+def _whole(vlm, u, cfg):
+    """Every prompt of a unit run whole (the reference): (first-token distributions, read-outs).
+
+    ``read_item(..., shared_prefix=False)`` is exactly this: ``score_prompts`` with
+    ``shared_prefix=False``, then the read-outs from its distributions and continuations.
+    """
+    slots = item_prompts(u.questions, cfg, u.verbal_variants)
+    whole = score_prompts(vlm, u.image, [s.user for s in slots], [s.generate for s in slots], cfg,
+                          shared_prefix=False)
+    p = [_letter_probs(vlm, whole.probs[j], s.letters) for j, s in enumerate(slots)]
+    tops = [vlm.tokenizer.decode([int(np.argmax(whole.probs[j]))]) for j in range(len(slots))]
+    return whole, item_readouts(u.questions, slots, p, tops, whole.continuations)
 
 
 def _max_diff(a: dict, b: dict) -> float:
@@ -62,15 +76,14 @@ def test_batched_equals_each_prompt_scored_alone(arch, tiny_vlms, images):
     every read-out and every first-token probability as when each prompt runs whole, within 1e-6."""
     vlm = tiny_vlms[arch]
     cfg = load_config()
-    units = [engine.Unit(0, "fog", 3, images[0], tuple(questions_for_item(ROW, cfg)), ("v1", "v2", "v3")),
+    units = [engine.Unit(0, "fog", 3, images[0], tuple(questions_for_item(ROW, cfg)), ("v1", "v3")),
              engine.Unit(1, "clean", 0, images[1], tuple(questions_for_item(ROW2, cfg)))]
     got, stats = engine._read_units_with_probs(vlm, units, cfg)
     assert stats.fallback_units == 0 and stats.units == 2 and stats.rows == 3  # a verbal row of its own
     prompt_tokens = distinct_prefixes = 0
     for u, (readouts, probs) in zip(units, got):
         slots = item_prompts(u.questions, cfg, u.verbal_variants)
-        whole = score_prompts(vlm, u.image, [s.user for s in slots], [s.generate for s in slots], cfg,
-                              shared_prefix=False)
+        whole, ref = _whole(vlm, u, cfg)
         assert not whole.shared and probs.shape == whole.probs.shape
         prompt_tokens += sum(whole.n_tail_tokens)  # whole prompts: each prompt's full length
         for wording in ({"v1"}, {"v2", "v3"}):  # core row, verbal row
@@ -80,12 +93,11 @@ def test_batched_equals_each_prompt_scored_alone(arch, tiny_vlms, images):
                 _, ids = _image_inputs(vlm, texts, present_image(u.image, vlm.max_side_px))
                 distinct_prefixes += len({tuple(i[: d + 1]) for i in ids for d in range(len(i))})
         assert np.abs(probs - whole.probs).max() <= TOL
-        ref = read_item(vlm, u.image, u.questions, cfg, verbal_variants=u.verbal_variants, shared_prefix=False)
         assert _max_diff(readouts, ref) <= TOL
         for task in readouts:  # the continuations were really generated (not empty)
             assert readouts[task]["verbal_text"] != ""
     # the token tree holds each distinct prompt prefix once
-    assert stats.prefill_tokens == distinct_prefixes < prompt_tokens / 1.5
+    assert stats.prefill_tokens == distinct_prefixes < prompt_tokens
 
 
 @pytest.mark.parametrize("arch", ["qwen3vl", "smolvlm"])
@@ -120,18 +132,16 @@ def test_gemma_sliding_window_and_bidirectional_image_blocks(tiny_vlms, coco_ima
             tc.sliding_window, tc.use_bidirectional_attention = 48, mode
             assert engine.batching_support(vlm) is None
             (readouts, probs), = engine._read_units_with_probs(vlm, [u], cfg)[0]
-            whole = score_prompts(vlm, u.image, [s.user for s in slots], [s.generate for s in slots], cfg,
-                                  shared_prefix=False)
+            whole, ref = _whole(vlm, u, cfg)
             assert min(whole.n_tail_tokens) > 3 * 48  # every prompt is longer than the window
             assert np.abs(probs - whole.probs).max() <= TOL
-            assert _max_diff(readouts, read_item(vlm, u.image, u.questions, cfg, shared_prefix=False)) <= TOL
+            assert _max_diff(readouts, ref) <= TOL
             refs[mode] = whole.probs
         # the two modes really differ, and the window matters: the test can fail
         assert np.abs(refs[None] - refs["vision"]).max() > 1e-4
         tc.sliding_window, tc.use_bidirectional_attention = 4096, None
-        wide = score_prompts(vlm, u.image, [s.user for s in slots], [s.generate for s in slots], cfg,
-                             shared_prefix=False)
-        assert np.abs(wide.probs - refs[None]).max() > 1e-4
+        wide = score_prompts(vlm, u.image, [slots[0].user], None, cfg, shared_prefix=False)
+        assert np.abs(wide.probs[0] - refs[None][0]).max() > 1e-4
         tc.use_bidirectional_attention = "all"
         assert "bidirectional" in engine.batching_support(vlm)
     finally:
@@ -252,3 +262,81 @@ def test_memory_aware_batch_size(tiny_vlms):
     for k in (small, mid, big):
         assert k & (k - 1) == 0  # powers of two
     assert engine.auto_images_per_batch(vlm) == 1  # CPU default: one image (24 units) per batch
+
+
+# --------------------------------------------------------------------------- the GPU benchmark script
+
+def _gpu_bench():
+    import importlib.util
+
+    from murk import paths
+
+    spec = importlib.util.spec_from_file_location("readout_gpu", paths.project_root() / "benchmarks" / "readout_gpu.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_gpu_benchmark_builds_the_five_study_models_at_full_size():
+    """benchmarks/readout_gpu.py: the five architectures at full size (on the meta device: no memory), with
+    their real vocabularies and parameter counts, batched by the engine, and the real visual-token counts."""
+    import types
+
+    import torch
+
+    from murk import readout
+
+    gb = _gpu_bench()
+    expect = {  # billions of parameters (Gemma 4 E2B: ~2.75 B of them per-layer and token embeddings)
+        "Qwen/Qwen3-VL-2B-Instruct": (2.0, 2.3, 151936, 196), "Qwen/Qwen3-VL-4B-Instruct": (4.2, 4.6, 151936, 196),
+        "OpenGVLab/InternVL3_5-2B-HF": (1.9, 2.4, 151936, 256),
+        "HuggingFaceTB/SmolVLM2-2.2B-Instruct": (2.1, 2.4, 49280, 81),
+        "google/gemma-4-E2B-it": (4.5, 5.2, 262144, 70)}
+    assert set(expect) == set(gb.ARCHS) == set(gb.STUDY_IMAGES)
+    assert sum(gb.STUDY_IMAGES.values()) == 1000 + 1000 + 1000 + 600 + 400
+    for name, (lo, hi, vocab, n_visual) in expect.items():
+        net, proc = gb.build(name, "meta", torch.bfloat16)
+        n = sum(p.numel() for p in net.parameters()) / 1e9
+        assert lo <= n <= hi, (name, n)
+        assert net.config.get_text_config().vocab_size == vocab
+        assert engine.batching_support(types.SimpleNamespace(model=net)) is None, name
+        vlm = readout.VLM(net, proc, proc.tokenizer, name, "", True, "cpu", torch.float32, {},
+                          image_kwargs=readout._single_tile_kwargs(proc, 448))
+        assert readout._count_visual_tokens(vlm) <= n_visual and readout._count_visual_tokens(vlm) >= 0.9 * n_visual
+
+
+def test_gpu_benchmark_without_cuda_exits_cleanly():
+    import os
+    import subprocess
+    import sys
+
+    from murk import paths
+
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    r = subprocess.run([sys.executable, str(paths.project_root() / "benchmarks" / "readout_gpu.py")], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1].startswith("readout_gpu: no CUDA device")
+
+
+@pytest.mark.slow
+def test_gpu_benchmark_smoke_runs_its_whole_code_path(tmp_path):
+    """--smoke: the same code (build, memory-aware batch size, pipelined read-out, FLOPs, bf16 check,
+    projection) with a shrunk Gemma 4 on the CPU; every field is printed."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    from murk import paths
+
+    r = subprocess.run([sys.executable, str(paths.project_root() / "benchmarks" / "readout_gpu.py"), "--smoke",
+                        "--models", "gemma-e2b", "--seconds", "1", "--bf16-units", "2"],
+                       env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    line = next(x for x in r.stdout.splitlines() if x.startswith("google/gemma-4-E2B-it:"))
+    for field in ("units_per_s", "mfu", "wait_share", "images_per_batch", "tokens_per_unit", "bf16_max_abs_dp",
+                  "bf16_flip_rate"):
+        assert re.search(rf"\b{field}=[0-9.e+-]+", line), (field, line)
+    assert "batched=yes" in line and "fallback_units=0" in line
+    assert re.search(r"^study_gpu_hours=[0-9.]+ study_gpu_hours_all1000=[0-9.]+", r.stdout.splitlines()[-1])

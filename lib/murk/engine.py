@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import itertools
 import logging
 import math
@@ -210,10 +211,20 @@ class EngineStats:
     decode_slots : int
         Padded decode positions (``rows x G x steps``).
     attn_pairs : int
-        Attended (query, key) pairs of real tokens, summed over rows (prefill and
-        decode; per layer).
+        Attended (query, key) pairs of real tokens in the prefills (per layer,
+        summed over rows; the tree's ancestor pairs).
+    end_attn_pairs : int
+        The part of ``attn_pairs`` whose query is a prompt-final token (all a
+        KV-sharing layer of Gemma 4 computes in a prefill).
+    decode_attn_pairs : int
+        Attended pairs of the continuation tokens.
     vision_tokens : int
-        Patch tokens through the vision encoder.
+        Patch tokens through the vision encoder (before merging or pooling).
+    image_tokens : int
+        Image placeholder tokens of the rows (the vision features after merging or
+        pooling, i.e. the tokens through the projector).
+    vision_attn_pairs : int
+        (query, key) patch pairs of the vision encoder's attention (per layer).
     prompts : int
         Prompts scored.
     model_s : float
@@ -239,7 +250,11 @@ class EngineStats:
     decode_tokens: int = 0
     decode_slots: int = 0
     attn_pairs: int = 0
+    end_attn_pairs: int = 0
+    decode_attn_pairs: int = 0
     vision_tokens: int = 0
+    image_tokens: int = 0
+    vision_attn_pairs: int = 0
     prompts: int = 0
     model_s: float = 0.0
     wait_s: float = 0.0
@@ -388,6 +403,8 @@ def _row_bytes(vlm: _ro.VLM, slots: int, ends: int, gens: int, max_new: int, vis
     total = slots + gens * max_new
     cache = total * layers * 2 * kv * hd * item
     act = slots * (6 * hidden + 3 * inter) * item + slots * hidden * 4 * 2  # one layer's transients (+ fp32 norms)
+    ple = int(getattr(tc, "hidden_size_per_layer_input", 0) or 0)  # Gemma's per-layer inputs, all layers at once
+    act += 2 * slots * int(tc.num_hidden_layers) * ple * item
     masks = 3 * slots * slots  # tree + per-layer-type masks (bool)
     scores = (heads * slots * slots * 4) if not str(vlm.device).startswith("cuda") else 0  # CPU SDPA materialises them
     logits = (ends + gens) * vocab * (item + 8)
@@ -427,8 +444,11 @@ def auto_images_per_batch(vlm: _ro.VLM, questions: Sequence[Question] | None = N
         fragmentation and estimate error; an out-of-memory error still splits the
         batch, see the module notes).
     max_images : int, optional
-        Upper bound; default 32 on CUDA and 1 on CPU, where larger batches add
-        memory but no speed (one image already gives decode steps of 72 rows).
+        Upper bound; default 8 on CUDA (192 rows of about 650 tokens: prefills of
+        ~10^5 tokens already saturate the matrix units, and decode steps are bound
+        by reading the KV cache, which grows with the rows) and 1 on CPU, where
+        larger batches add memory but no speed (one image already gives decode
+        steps of 72 rows).
 
     Returns
     -------
@@ -450,7 +470,7 @@ def auto_images_per_batch(vlm: _ro.VLM, questions: Sequence[Question] | None = N
         n, e, g, v = row.n, row.n_end, len(row.gen_ends), row.n_vision
     per_image = N_CONDITIONS * _row_bytes(vlm, n, e, g, max_new, v)
     free = _free_bytes(vlm.device) if free_bytes is None else int(free_bytes)
-    cap = max_images if max_images is not None else (32 if str(vlm.device).startswith("cuda") else 1)
+    cap = max_images if max_images is not None else (8 if str(vlm.device).startswith("cuda") else 1)
     k = max(1, int(fraction * free // max(per_image, 1.0)))
     k = min(k, int(cap))
     return 1 << (k.bit_length() - 1)
@@ -474,6 +494,8 @@ class _Row:
     vision: dict[str, Any]
     n_vision: int
     mrope: bool
+    n_image_tokens: int = 0  # image placeholder tokens in the row (vision features after merging/pooling)
+    vision_pairs: int = 0  # (query, key) patch pairs of the vision encoder's attention, per layer
 
     @property
     def n(self) -> int:
@@ -502,12 +524,85 @@ def _tree(seqs: Sequence[Sequence[int]]) -> tuple[list[int], list[int], list[int
     return tok, parent, depth, ends
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """A unit's token tree in slot order (read-only; shared by the units with the same prompt tokens)."""
+
+    tok: np.ndarray  # (n,) int64
+    depth: np.ndarray  # (n,) int64
+    anc: np.ndarray  # (n, n) bool
+    uniq: list  # distinct prompt-final nodes, in prompt order
+    ends: list  # node of each prompt's last token
+
+
+@functools.lru_cache(maxsize=256)
+def _layout(ids: tuple[tuple[int, ...], ...]) -> _Layout:
+    """The token tree of a unit's prompts, with the prompt-final tokens last; cached because the 24 conditions of
+    an item share their prompts' tokens (only the image's token count can differ, e.g. for the shuffled control)."""
+    tok, parent, depth, ends = _tree(ids)
+    n = len(tok)
+    uniq = list(dict.fromkeys(ends))
+    end_set = set(uniq)
+    order = np.asarray([i for i in range(n) if i not in end_set] + uniq, dtype=np.int64)
+    anc = np.zeros((n, n), dtype=bool)
+    for i in range(n):  # parents are created before their children
+        if parent[i] >= 0:
+            anc[i] = anc[parent[i]]
+        anc[i, i] = True
+    out = _Layout(np.asarray(tok, dtype=np.int64)[order], np.asarray(depth, dtype=np.int64)[order],
+                  anc[np.ix_(order, order)], uniq, ends)
+    for a in (out.tok, out.depth, out.anc):
+        a.setflags(write=False)
+    return out
+
+
+_ROPE_CACHE: dict = {}
+_ROPE_LOCK = threading.Lock()
+
+
+def _rope_index(vlm: _ro.VLM, trunk: tuple[int, ...], grid, types) -> np.ndarray:
+    """Qwen-VL's M-RoPE positions (3, k) of the shared prefix (``get_rope_index``), cached per prefix and grid."""
+    import torch
+
+    key = (int(vlm.model.config.vision_config.spatial_merge_size), trunk, grid, types)  # all it depends on
+    with _ROPE_LOCK:
+        hit = _ROPE_CACHE.get(key)
+    if hit is not None:
+        return hit
+    t = torch.tensor([trunk], dtype=torch.long)
+    p3, _ = vlm.model.model.get_rope_index(
+        t, image_grid_thw=None if grid is None else torch.tensor(grid, dtype=torch.long), video_grid_thw=None,
+        attention_mask=torch.ones_like(t), mm_token_type_ids=None if types is None else torch.tensor([types]))
+    out = p3[:, 0].numpy().astype(np.int64)
+    out.setflags(write=False)
+    with _ROPE_LOCK:
+        if len(_ROPE_CACHE) > 1024:
+            _ROPE_CACHE.clear()
+        _ROPE_CACHE[key] = out
+    return out
+
+
 def _vision_blocks(types: np.ndarray) -> np.ndarray:
     """Contiguous image/video token runs -> block ids 0, 1, ... (-1 for text), as Gemma 4 groups them."""
     is_v = (types == 1) | (types == 2)
     start = is_v & ~np.concatenate([[False], is_v[:-1]])
     gid = np.cumsum(start) - 1
     return np.where(is_v, gid, -1).astype(np.int64)
+
+
+def _patch_tokens(vlm: _ro.VLM, enc: Mapping[str, Any]) -> int:
+    """Patch tokens the vision encoder runs on for the encoded image (before any merge or pooling)."""
+    pv = enc.get("pixel_values")
+    if pv is None:
+        return 0
+    if "image_grid_thw" in enc:  # Qwen-VL: flattened patches
+        return int(enc["image_grid_thw"].prod(-1).sum())
+    if "image_position_ids" in enc:  # Gemma 4: padded patch list
+        return int((enc["image_position_ids"] != -1).all(-1).sum())
+    patch = getattr(getattr(vlm.model.config, "vision_config", None), "patch_size", 14)
+    ph, pw = (patch, patch) if isinstance(patch, int) else tuple(patch)
+    n_images = int(np.prod(pv.shape[:-3]))
+    return n_images * (int(pv.shape[-2]) // int(ph)) * (int(pv.shape[-1]) // int(pw))
 
 
 def _prepare_row(vlm: _ro.VLM, pil, slots: Sequence[_ro.PromptSlot], cfg: Mapping[str, Any]) -> _Row | str:
@@ -520,29 +615,15 @@ def _prepare_row(vlm: _ro.VLM, pil, slots: Sequence[_ro.PromptSlot], cfg: Mappin
     img = _ro._image_token_id(vlm)
     if img not in ids[0][:k] or any(img in i[k:] for i in ids):
         return "the image span is not shared by all prompts of the unit"
-    tok, parent, depth, ends = _tree(ids)
+    layout = _layout(tuple(tuple(i) for i in ids))
+    tok, dep, anc, uniq, ends = layout.tok, layout.depth, layout.anc, layout.uniq, layout.ends
     n = len(tok)
-    uniq = list(dict.fromkeys(ends))
-    end_set = set(uniq)
-    order = [i for i in range(n) if i not in end_set] + uniq
-    anc = np.zeros((n, n), dtype=bool)
-    for i in range(n):  # parents are created before their children
-        if parent[i] >= 0:
-            anc[i] = anc[parent[i]]
-        anc[i, i] = True
-    o = np.asarray(order, dtype=np.int64)
-    anc = anc[np.ix_(o, o)]
-    dep = np.asarray(depth, dtype=np.int64)[o]
     mrope = _ro._is_mrope(vlm)
     if mrope:
-        import torch
-
-        t = torch.tensor([ids[0][:k]], dtype=torch.long)
-        mm = enc["mm_token_type_ids"][:, :k].cpu() if "mm_token_type_ids" in enc else None
         grid = enc["image_grid_thw"].cpu() if "image_grid_thw" in enc else None
-        p3, _ = vlm.model.model.get_rope_index(t, image_grid_thw=grid, video_grid_thw=None,
-                                               attention_mask=torch.ones_like(t), mm_token_type_ids=mm)
-        p3 = p3[:, 0].numpy().astype(np.int64)  # (3, k)
+        mm = enc["mm_token_type_ids"][0, :k].cpu() if "mm_token_type_ids" in enc else None
+        p3 = _rope_index(vlm, tuple(ids[0][:k]), None if grid is None else tuple(map(tuple, grid.tolist())),
+                         None if mm is None else tuple(mm.tolist()))
         nxt = int(p3.max()) + 1
         pos = np.empty((3, n), dtype=np.int64)
         trunk = dep < k
@@ -559,8 +640,14 @@ def _prepare_row(vlm: _ro.VLM, pil, slots: Sequence[_ro.PromptSlot], cfg: Mappin
     end_of_prompt = [end_index[ends[j]] for j in range(len(slots))]
     gen_ends = list(dict.fromkeys(end_of_prompt[j] for j, s in enumerate(slots) if s.generate))
     vision = {key: enc[key] for key in _VISION_KEYS if key in enc}
-    return _Row(np.asarray(tok, dtype=np.int64)[o], dep, pos, anc, vblock, len(uniq), end_of_prompt, gen_ends,
-                vision, _ro._vision_tokens(enc), mrope)
+    n_patch = _patch_tokens(vlm, enc)
+    if "image_grid_thw" in enc:  # Qwen-VL: attention within each image
+        pairs = int((enc["image_grid_thw"].prod(-1) ** 2).sum())
+    else:
+        n_img = max(1, int(np.prod(enc["pixel_values"].shape[:-3]))) if "image_position_ids" not in enc else 1
+        pairs = n_img * (n_patch // n_img) ** 2
+    return _Row(tok, dep, pos, anc, vblock, len(uniq), end_of_prompt, gen_ends,
+                vision, n_patch, mrope, int(sum(1 for t in ids[0][:k] if t == img)), pairs)
 
 
 @dataclass
@@ -613,7 +700,10 @@ class _Batch:
     rows: list
     real_tokens: int
     attn_pairs: int
+    end_pairs: int
     vision_tokens: int
+    image_tokens: int
+    vision_pairs: int
 
 
 def _collate(vlm: _ro.VLM, rows: Sequence[_Row], bucket: int) -> _Batch:
@@ -632,7 +722,7 @@ def _collate(vlm: _ro.VLM, rows: Sequence[_Row], bucket: int) -> _Batch:
     tree = np.zeros((B, L, L), dtype=bool)
     idx_all = np.arange(L)
     tree[:, idx_all, idx_all] = True  # a padding query attends to itself only (no empty softmax rows)
-    pairs = 0
+    pairs = end_pairs = 0
     for b, r in enumerate(rows):
         nb = r.n - r.n_end
         slot = np.concatenate([np.arange(nb), L - E + np.arange(r.n_end)])
@@ -645,6 +735,7 @@ def _collate(vlm: _ro.VLM, rows: Sequence[_Row], bucket: int) -> _Batch:
         vblock[b, slot] = r.vblock
         tree[b][np.ix_(slot, slot)] = r.anc
         pairs += int(r.anc.sum())
+        end_pairs += int(r.anc[nb:].sum())
     vision: dict[str, Any] = {}
     for key in rows[0].vision:
         parts = [r.vision[key] for r in rows]
@@ -657,7 +748,8 @@ def _collate(vlm: _ro.VLM, rows: Sequence[_Row], bucket: int) -> _Batch:
         t = {k: v.pin_memory() for k, v in t.items()}
         vision = {k: v.pin_memory() for k, v in vision.items()}
     return _Batch(t["ids"], t["pos"], t["depth"], t["tree"], t["vblock"], vision, L, E, list(rows),
-                  sum(r.n for r in rows), pairs, sum(r.n_vision for r in rows))
+                  sum(r.n for r in rows), pairs, end_pairs, sum(r.n_vision for r in rows),
+                  sum(r.n_image_tokens for r in rows), sum(r.vision_pairs for r in rows))
 
 
 def _mask_spec(vlm: _ro.VLM) -> tuple[list[str] | None, int | None, bool, str]:
@@ -781,6 +873,8 @@ def _run_batch(vlm: _ro.VLM, batch: _Batch, opt_ids, max_new: int, stats: Engine
         done = ~real | torch.isin(tok, eos)
         seq = [tok]
         eye = torch.eye(G, dtype=torch.bool, device=dev)[None].expand(Bg, G, G)
+        n_real = int(real.sum())
+        base_pairs = int(dtree[real].sum())  # each step adds one own-continuation key per real query
         for s in range(max_new - 1):
             if bool(done.all()):
                 break
@@ -792,9 +886,9 @@ def _run_batch(vlm: _ro.VLM, batch: _Batch, opt_ids, max_new: int, stats: Engine
                           position_ids=qp[None].expand(3, -1, -1) if pos.dim() == 3 else qp,
                           cache=cache, use_cache=True)
             stats.forward_calls += 1
-            stats.decode_tokens += int(real.sum())
+            stats.decode_tokens += n_real
             stats.decode_slots += Bg * G
-            stats.attn_pairs += int(dtree[real].sum())
+            stats.decode_attn_pairs += base_pairs + (s + 1) * n_real
             tok = torch.argmax(o.logits.float(), dim=-1)
             del o
             seq.append(torch.where(done, torch.full_like(tok, -1), tok))
@@ -818,7 +912,10 @@ def _run_batch(vlm: _ro.VLM, batch: _Batch, opt_ids, max_new: int, stats: Engine
     stats.prefill_slots += B * L
     stats.end_tokens += sum(r.n_end for r in batch.rows)
     stats.attn_pairs += batch.attn_pairs
+    stats.end_attn_pairs += batch.end_pairs
     stats.vision_tokens += batch.vision_tokens
+    stats.image_tokens += batch.image_tokens
+    stats.vision_attn_pairs += batch.vision_pairs
     stats.rows += B
     return outs
 
@@ -1093,7 +1190,13 @@ def read_images(vlm: _ro.VLM, batches: Iterable[Sequence[int]], load: Callable[[
         try:
             while not stop.is_set():
                 t0 = time.perf_counter()
-                got = ready.get()
+                got = None
+                while got is None:
+                    try:
+                        got = ready.get(timeout=0.2)
+                    except queue.Empty:
+                        if stop.is_set():
+                            return
                 t1 = time.perf_counter()
                 st.wait_s += t1 - t0
                 if got is _STOP or isinstance(got, BaseException):
@@ -1137,9 +1240,9 @@ def read_images(vlm: _ro.VLM, batches: Iterable[Sequence[int]], load: Callable[[
                 break
             if isinstance(got, BaseException):
                 raise got
-            st.images += 1
             if got.item in done:
                 continue
+            st.images += 1
             bar.update(N_CONDITIONS if got.results is not None else 0)
             yield got
     finally:
@@ -1152,3 +1255,5 @@ def read_images(vlm: _ro.VLM, batches: Iterable[Sequence[int]], load: Callable[[
             except queue.Empty:
                 pass
         pool.shutdown(wait=False, cancel_futures=True)
+        for t in threads:  # the batch in flight finishes before the caller goes on (device memory, timing)
+            t.join(timeout=120)

@@ -44,6 +44,7 @@ __all__ = [
     "TEXT_READOUTS",
     "VLM",
     "load_vlm",
+    "vlm_from_parts",
     "present_image",
     "option_token_ids",
     "parse_verbal_confidence",
@@ -350,7 +351,6 @@ def load_vlm(
 
     cfg = load_config() if config is None else config
     rcfg = cfg.get("readout", {})
-    max_side = int(cfg.get("render", {}).get("max_side_px", _DEFAULT_MAX_SIDE))
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if dtype is None:
@@ -373,18 +373,32 @@ def load_vlm(
     except (OSError, ValueError) as err:
         raise _not_found(model, err) from err
     net.to(device)
+    revision = getattr(net.config, "_commit_hash", None) or "local"
+    return vlm_from_parts(net, processor, model, str(revision), bool(tiny), str(device), dtype, cfg)
+
+
+def vlm_from_parts(net: Any, processor: Any, model_id: str, revision: str, is_pipeline_check: bool,
+                   device: str, dtype: Any, config: Mapping[str, Any] | None = None) -> VLM:
+    """A :class:`VLM` from a model and processor already in memory (as :func:`load_vlm` assembles it).
+
+    Used by :func:`load_vlm` and by benchmarks that build full-size random-weight
+    models in memory. The model is put in eval mode; it must already be on ``device``
+    in ``dtype``.
+    """
+    cfg = load_config() if config is None else config
+    rcfg = cfg.get("readout", {})
+    max_side = int(cfg.get("render", {}).get("max_side_px", _DEFAULT_MAX_SIDE))
     net.eval()
     tokenizer = processor.tokenizer
     letters = tuple(rcfg.get("option_letters", ("A", "B", "C", "D", "E")))
     option_tokens = {L: tuple(v) for L, v in option_token_ids(tokenizer, letters).items()}
-    revision = getattr(net.config, "_commit_hash", None) or "local"
     vlm = VLM(
         model=net,
         processor=processor,
         tokenizer=tokenizer,
-        model_id=model,
+        model_id=model_id,
         revision=str(revision),
-        is_pipeline_check=bool(tiny),
+        is_pipeline_check=bool(is_pipeline_check),
         device=str(device),
         dtype=dtype,
         option_tokens=option_tokens,
