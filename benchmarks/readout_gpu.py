@@ -533,11 +533,22 @@ def main() -> int:
         peak = peak_bf16_tflops("cuda")
         print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}; peak_bf16_tflops={peak:.0f}")
     rates: dict[str, float] = {}
+    failed = []
     for name in names:
         if time.perf_counter() - start > args.deadline - 40:
             print(f"{name}: skipped, the deadline of {args.deadline:.0f} s is near")
             continue
-        r = run_model(name, args, cfg, peak, start + args.deadline)
+        try:
+            r = run_model(name, args, cfg, peak, start + args.deadline)
+        except Exception as e:  # one model's failure must not cost the others' measurements
+            import traceback
+
+            failed.append(name)
+            print(f"{name}: FAILED {type(e).__name__}: {' '.join(str(e).split())[:300]}", flush=True)
+            traceback.print_exc()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            continue
         if r is not None:
             rates[name] = r["units_per_s"]
     done = [n for n in ARCHS if n in rates]
@@ -547,7 +558,7 @@ def main() -> int:
     print(f"study_gpu_hours={hours:.2f} study_gpu_hours_all1000={hours_all:.2f} ({scope}; "
           f"{' + '.join(str(STUDY_IMAGES[n]) for n in done)} images x {N_CONDITIONS} conditions; "
           f"total {time.perf_counter() - start:.0f} s)")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

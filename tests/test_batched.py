@@ -100,6 +100,22 @@ def test_batched_equals_each_prompt_scored_alone(arch, tiny_vlms, images):
     assert stats.prefill_tokens == distinct_prefixes < prompt_tokens
 
 
+@pytest.mark.parametrize("family", ["qwen3vl", "smolvlm", "smolvlm2", "internvl", "gemma4"])
+def test_batched_equals_each_prompt_on_realformat_checkpoints(family, request, images):
+    """Real tokenizers, chat templates and processors (issue 12's real-format checkpoints): BPE merges, digit
+    splitting, real special tokens; a core and a verbal row; every read-out within 1e-6 of whole prompts."""
+    try:
+        vlm = request.getfixturevalue("realformat_vlms")[family]
+    except pytest.FixtureLookupError:
+        pytest.skip("no real-format checkpoints in this tree (murk.checkpoints.build_realformat_checkpoint)")
+    cfg = load_config()
+    u = engine.Unit(0, "fog", 5, images[1], tuple(questions_for_item(ROW, cfg)), ("v1", "v3"))
+    (readouts, probs), = engine._read_units_with_probs(vlm, [u], cfg)[0]
+    whole, ref = _whole(vlm, u, cfg)
+    assert np.abs(probs - whole.probs).max() <= TOL
+    assert _max_diff(readouts, ref) <= TOL
+
+
 @pytest.mark.parametrize("arch", ["qwen3vl", "smolvlm"])
 def test_independent_of_batch_mates(arch, tiny_vlms, images):
     """A unit alone and among batch-mates of other sizes and questions: same read-outs (1e-6);

@@ -974,18 +974,20 @@ def _unit_readouts(vlm: _ro.VLM, pu: _PreparedUnit, outs: Sequence[_RowOut | Non
     return _ro.item_readouts(pu.unit.questions, slots, p, tops, conts)
 
 
-def _read_prepared(vlm: _ro.VLM, prepared: Sequence[_PreparedUnit], cfg: Mapping[str, Any], stats: EngineStats,
-                   bucket: int, keep_probs: bool = False, collated: Mapping[int, _Batch | None] | None = None
-                   ) -> list[tuple[dict, list | None]]:
-    """Read-outs of prepared units: batched rows in one forward per row kind, fallbacks one by one.
+def _run_prepared(vlm: _ro.VLM, prepared: Sequence[_PreparedUnit], cfg: Mapping[str, Any], stats: EngineStats,
+                  bucket: int, keep_probs: bool = False, collated: Mapping[int, _Batch | None] | None = None
+                  ) -> list:
+    """The model's part for prepared units: batched rows in one forward per row kind, fallback units one by one.
 
-    ``collated`` holds the rows already collated by a worker (``{0: core, 1: verbal}``).
+    Returns per unit ``[core row output, verbal row output]`` (:class:`_RowOut` or None), or, for a unit read
+    by the per-unit engine, its read-outs (a dict). ``collated`` holds rows already collated by a worker
+    (``{0: core, 1: verbal}``).
     """
     import torch
 
     max_new = int(cfg.get("readout", {}).get("verbal_max_new_tokens", 12))
-    opt_ids, where = _option_ids(vlm)
-    outs: list[list] = [[None, None] for _ in prepared]
+    opt_ids, _ = _option_ids(vlm)
+    outs: list = [[None, None] for _ in prepared]
     for kind in (0, 1):  # core rows, then the verbal-wording rows in a forward of their own
         which = [i for i, pu in enumerate(prepared) if pu.fallback is None and pu.rows[kind] is not None]
         if not which:
@@ -994,20 +996,31 @@ def _read_prepared(vlm: _ro.VLM, prepared: Sequence[_PreparedUnit], cfg: Mapping
                        collated=None if collated is None else collated.get(kind))
         for i, o in zip(which, ro):
             outs[i][kind] = o
-    results: list = []
-    for pu, o in zip(prepared, outs):
-        u = pu.unit
+    for i, pu in enumerate(prepared):
         if pu.fallback is not None:
+            u = pu.unit
             with torch.inference_mode():
-                results.append((_ro.read_item(vlm, u.image, u.questions, cfg, verbal_variants=u.verbal_variants),
-                                None))
+                outs[i] = _ro.read_item(vlm, u.image, u.questions, cfg, verbal_variants=u.verbal_variants)
             stats.fallback_units += 1
-            continue
-        results.append((_unit_readouts(vlm, pu, o, where), o if keep_probs else None))
-        stats.prompts += sum(len(g) for g in pu.slots)
+        else:
+            stats.prompts += sum(len(g) for g in pu.slots)
     stats.units += len(prepared)
     stats.batches += 1
-    return results
+    return outs
+
+
+def _assemble(vlm: _ro.VLM, prepared: Sequence[_PreparedUnit], outs: Sequence) -> list[dict]:
+    """Per unit, ``{task: readouts}`` from :func:`_run_prepared`'s outputs (host work, off the model thread)."""
+    _, where = _option_ids(vlm)
+    return [o if isinstance(o, dict) else _unit_readouts(vlm, pu, o, where) for pu, o in zip(prepared, outs)]
+
+
+def _read_prepared(vlm: _ro.VLM, prepared: Sequence[_PreparedUnit], cfg: Mapping[str, Any], stats: EngineStats,
+                   bucket: int, keep_probs: bool = False) -> list[tuple[dict, list | None]]:
+    """Read-outs of prepared units (synchronously), with the rows' outputs when ``keep_probs``."""
+    outs = _run_prepared(vlm, prepared, cfg, stats, bucket, keep_probs)
+    return [(r, (o if keep_probs and not isinstance(o, dict) else None))
+            for r, o in zip(_assemble(vlm, prepared, outs), outs)]
 
 
 def read_units(vlm: _ro.VLM, units: Sequence[Unit], config: Mapping[str, Any] | None = None,
@@ -1151,7 +1164,7 @@ def read_images(vlm: _ro.VLM, batches: Iterable[Sequence[int]], load: Callable[[
     total = sum(N_CONDITIONS for b in batches for i in b if i not in done)
     pool = ThreadPoolExecutor(max_workers=nw, thread_name_prefix="murk-prep")
     ready: queue.Queue = queue.Queue(maxsize=2)
-    results: queue.Queue = queue.Queue(maxsize=2 * depth_q + 2)
+    results: queue.Queue = queue.Queue(maxsize=2)  # batches read, waiting for the consumer
     stop = threading.Event()
 
     def put(q_: queue.Queue, item) -> None:
@@ -1204,28 +1217,32 @@ def read_images(vlm: _ro.VLM, batches: Iterable[Sequence[int]], load: Callable[[
                     return
                 imgs, collated = got
                 units = [u for im in imgs for u in im.units]
-                per_unit = [r for r, _ in _read_prepared(vlm, units, cfg, st, length_bucket, collated=collated)]
-                out, k = [], 0
-                for im in imgs:
-                    if im.missing is not None:
-                        out.append(ImageResult(im.item, None, im.missing))
-                        continue
-                    res: dict = {}
-                    fb: list[str] = []
-                    for u in im.units:
-                        for task, r in per_unit[k].items():
-                            res[(u.unit.arm, u.unit.level, task)] = r
-                        if u.fallback is not None:
-                            fb.append(f"{u.unit.arm}/{u.unit.level}: {u.fallback}")
-                        k += 1
-                    out.append(ImageResult(im.item, res, None, fb))
+                outs = _run_prepared(vlm, units, cfg, st, length_bucket, collated=collated)
                 t2 = time.perf_counter()
                 st.model_s += t2 - t1
-                for r in out:
-                    put(results, r)
-                st.wait_s += time.perf_counter() - t2  # a full output queue: the model waits for the writer
+                put(results, (imgs, outs))
+                st.wait_s += time.perf_counter() - t2  # a full output queue: the model waits for the consumer
         except BaseException as e:  # noqa: BLE001 - handed to the consumer
             put(results, e)
+
+    def image_results(imgs, outs) -> list[ImageResult]:
+        units = [u for im in imgs for u in im.units]
+        per_unit = _assemble(vlm, units, outs)
+        out, k = [], 0
+        for im in imgs:
+            if im.missing is not None:
+                out.append(ImageResult(im.item, None, im.missing))
+                continue
+            res: dict = {}
+            fb: list[str] = []
+            for u in im.units:
+                for task, r in per_unit[k].items():
+                    res[(u.unit.arm, u.unit.level, task)] = r
+                if u.fallback is not None:
+                    fb.append(f"{u.unit.arm}/{u.unit.level}: {u.fallback}")
+                k += 1
+            out.append(ImageResult(im.item, res, None, fb))
+        return out
 
     threads = [threading.Thread(target=feeder, name="murk-feed", daemon=True),
                threading.Thread(target=model_loop, name="murk-model", daemon=True)]
@@ -1240,11 +1257,12 @@ def read_images(vlm: _ro.VLM, batches: Iterable[Sequence[int]], load: Callable[[
                 break
             if isinstance(got, BaseException):
                 raise got
-            if got.item in done:
-                continue
-            st.images += 1
-            bar.update(N_CONDITIONS if got.results is not None else 0)
-            yield got
+            for res in image_results(*got):
+                if res.item in done:
+                    continue
+                st.images += 1
+                bar.update(len({(a, lv) for a, lv, _ in res.results}) if res.results is not None else 0)
+                yield res
     finally:
         stop.set()
         bar.close()
