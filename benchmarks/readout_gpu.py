@@ -114,6 +114,17 @@ ARCHS = {
                     num_key_value_heads=12, head_dim=64, patch_size=16, pooling_kernel_size=3,
                     position_embedding_size=10240)),
 }
+#: Gemma 4's chat format (google/gemma-4-E2B-it; the E-series generation prompt ends with "<|turn>model\n")
+_GEMMA4_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "<|turn>{{ 'model' if message['role'] == 'assistant' else message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] | trim }}"
+    "{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' %}{{ '\n\n<|image|>\n\n' }}"
+    "{% elif content['type'] == 'text' %}{{ content['text'] | trim }}{% endif %}"
+    "{% endfor %}{% endif %}<turn|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|turn>model\n{% endif %}"
+)
 SHORT = {"Qwen/Qwen3-VL-2B-Instruct": "qwen2b", "Qwen/Qwen3-VL-4B-Instruct": "qwen4b",
          "OpenGVLab/InternVL3_5-2B-HF": "intern2b", "HuggingFaceTB/SmolVLM2-2.2B-Instruct": "smol2b",
          "google/gemma-4-E2B-it": "gemma-e2b"}
@@ -244,25 +255,27 @@ def build(name: str, device: str, dtype, smoke: bool = False):
             text_config=dict(tx, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                              pad_token_id=tok.pad_token_id), tie_word_embeddings=False)
     elif fam == "gemma":
-        named = {"image_token": "<image_soft_token>", "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
-                 "audio_token": "<audio_soft_token>", "boa_token": "<start_of_audio>", "eoa_token": "<end_of_audio>"}
-        tok = _tokenizer({"bos_token": "<bos>", "eos_token": "<end_of_turn>", "pad_token": "<pad>"},
-                         ["<start_of_turn>", "<|video|>"], named, ck._GEMMA_CHAT_TEMPLATE)
+        # Gemma 4's token strings (google/gemma-4-E2B-it tokenizer_config.json) and turn format
+        named = {"image_token": "<|image|>", "boi_token": "<|image>", "eoi_token": "<image|>",
+                 "audio_token": "<|audio|>", "boa_token": "<|audio>", "eoa_token": "<audio|>",
+                 "sot_token": "<|turn>", "eot_token": "<turn|>", "soc_token": "<|channel>", "eoc_token": "<channel|>"}
+        tok = _tokenizer({"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"}, ["<|video|>"], named,
+                         _GEMMA4_TEMPLATE)
+        tpl = _GEMMA4_TEMPLATE
         patch, pooling = vx["patch_size"], vx["pooling_kernel_size"]
         soft = ck.gemma4_max_soft_tokens(ck.MAX_PIXELS, patch, pooling)
         ip = T.Gemma4ImageProcessor(patch_size=patch, pooling_kernel_size=pooling, max_soft_tokens=280)
         vp = T.Gemma4VideoProcessor(patch_size=patch, pooling_kernel_size=pooling, max_soft_tokens=soft)
         proc = T.Gemma4Processor(feature_extractor=T.Gemma4AudioFeatureExtractor(), image_processor=ip,
-                                 tokenizer=tok, video_processor=vp, chat_template=ck._GEMMA_CHAT_TEMPLATE,
-                                 image_seq_length=soft)
+                                 tokenizer=tok, video_processor=vp, chat_template=tpl, image_seq_length=soft)
         ids = tok.convert_tokens_to_ids
         config = T.Gemma4Config(
-            vision_config=vx, text_config=dict(tx, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                                               pad_token_id=tok.pad_token_id),
-            audio_config=None, image_token_id=ids("<image_soft_token>"), boi_token_id=ids("<start_of_image>"),
-            eoi_token_id=ids("<end_of_image>"), audio_token_id=ids("<audio_soft_token>"),
-            boa_token_id=ids("<start_of_audio>"), eoa_token_index=ids("<end_of_audio>"),
-            video_token_id=ids("<|video|>"), tie_word_embeddings=True)
+            vision_config=vx, audio_config=None,
+            text_config=dict(tx, bos_token_id=tok.bos_token_id, pad_token_id=tok.pad_token_id,
+                             eos_token_id=[tok.eos_token_id, ids("<turn|>")]),  # E2B: <eos> and the end of a turn
+            image_token_id=ids("<|image|>"), boi_token_id=ids("<|image>"),
+            eoi_token_id=ids("<image|>"), audio_token_id=ids("<|audio|>"), boa_token_id=ids("<|audio>"),
+            eoa_token_index=ids("<audio|>"), video_token_id=ids("<|video|>"), tie_word_embeddings=True)
     else:  # pragma: no cover - ARCHS is fixed
         raise ValueError(fam)
     torch.manual_seed(0)
