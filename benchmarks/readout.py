@@ -42,6 +42,17 @@ asking the wordings v2/v3 changes no main read-out (0 by construction: they are 
 own). For comparison the info line gives the same difference with the head left in bf16 (logits
 rounded to 8 bits) on the first ``--bf16-items / 5`` items.
 
+Batched engine (:mod:`murk.engine`, issue 16): the 24 conditions of one item
+(:func:`murk.render.render_conditions`, constant depth 13.8 m) are read once as one
+scheduled batch (``read_units``, one image = 24 units) and ``--engine-units`` of them
+by the shared-prefix engine one at a time (``read_item``), interleaved so that a
+change of load on the machine affects both alike. Printed:
+``units_per_s_engine= units_per_s_batched= batched_ratio= batched_max_abs_dr=
+batched_whole_max_abs_dp=``, with ``batched_max_abs_dr`` the largest difference
+in any read-out between the two engines on the common units and
+``batched_whole_max_abs_dp`` the largest difference in any first-token probability
+between the batched engine and every prompt run whole (one unit; float32).
+
 The last line is ``tokens_ratio=<x> lm_tokens_ratio=<l> vision_passes_per_condition=<n>
 wall_ratio=<y> max_abs_dp=<z> bf16_max_abs_dc_int=<d> bf16_flip_rate=<f>
 bf16_wordings_max_abs_dc_int=<w>``.
@@ -69,7 +80,7 @@ from murk import paths
 from murk.checkpoints import MAX_PIXELS, _QWEN3VL_CHAT_TEMPLATE
 from murk.config import load_config
 from murk.prompts import questions_for_item, render_prompt
-from murk.readout import _letter_probs, load_vlm, read_item, read_question, score_prompts
+from murk.readout import _letter_probs, item_prompts, load_vlm, read_item, read_question, score_prompts
 
 ROWS = [
     {"category": "umbrella", "t2_options": ["car", "umbrella", "bench", "kite"], "t2_answer_index": 1,
@@ -272,10 +283,79 @@ def bf16_tolerance(cfg, n_items: int, tmp: Path) -> dict:
             "seconds": time.perf_counter() - t0, "params": n_params}
 
 
+def batched_throughput(vlm, cfg, engine_units: int = 4) -> dict:
+    """Units per second of the shared-prefix engine and of the batched engine, measured in one run.
+
+    The 24 conditions of one item are rendered first (not timed); the batched
+    engine reads all of them as one scheduled batch (one image per batch, the
+    CPU default of :func:`murk.engine.auto_images_per_batch`); the shared-prefix
+    engine reads ``engine_units`` of them (spread over the arms), half before and
+    half after the batch.
+
+    Returns
+    -------
+    dict with ``units_per_s_engine``, ``units_per_s_batched``, ``batched_ratio``,
+    ``batched_max_abs_dr`` (largest |difference| in any numeric read-out between the
+    engines; texts must be equal) and ``batched_whole_max_abs_dp`` (largest
+    |difference| in any first-token probability between the batched engine and
+    every prompt run whole, on one unit).
+    """
+    import math
+
+    from murk import engine, render
+
+    images = _images(2)
+    depth = np.full(images[0].shape[:2], 13.8, dtype=np.float32)
+    bbox = (120.0, 140.0, 160.0, 150.0)
+    conds = list(render.render_conditions(images[0], depth, bbox, images[1], seed=1, image_id=1, config=cfg))
+    qs = tuple(questions_for_item(ROWS[0], cfg))
+    units = [engine.Unit(0, arm, level, img, qs) for arm, level, img in conds]
+    k = engine.auto_images_per_batch(vlm, qs, cfg)
+    pick = [round(i * (len(units) - 1) / max(engine_units - 1, 1)) for i in range(engine_units)]
+    # warm-up of both paths (allocations, first-call overheads)
+    engine.read_units(vlm, units[:2], cfg)
+    read_item(vlm, units[0].image, qs, cfg)
+    ref: dict = {}
+    t_engine = 0.0
+
+    def run_engine(idx):
+        nonlocal t_engine
+        for i in idx:
+            t = time.perf_counter()
+            ref[i] = read_item(vlm, units[i].image, qs, cfg)
+            t_engine += time.perf_counter() - t
+
+    run_engine(pick[: len(pick) // 2])
+    t = time.perf_counter()
+    got = engine.read_units(vlm, units[: k * engine.N_CONDITIONS], cfg)
+    t_batched = time.perf_counter() - t
+    run_engine(pick[len(pick) // 2:])
+    dr = 0.0
+    for i in pick:
+        for task in ref[i]:
+            for key, a in ref[i][task].items():
+                b = got[i][task][key]
+                if isinstance(a, str):
+                    assert a == b, (i, task, key, a, b)
+                elif not (math.isnan(a) and math.isnan(b)):
+                    dr = max(dr, abs(a - b))
+    slots = item_prompts(qs, cfg)
+    (_, probs), = engine._read_units_with_probs(vlm, [units[pick[-1]]], cfg)[0]
+    whole = score_prompts(vlm, units[pick[-1]].image, [s_.user for s_ in slots], [s_.generate for s_ in slots], cfg,
+                          shared_prefix=False)
+    ups_e = len(pick) / t_engine
+    ups_b = len(got) / t_batched
+    return {"units_per_s_engine": ups_e, "units_per_s_batched": ups_b, "batched_ratio": ups_b / ups_e,
+            "batched_max_abs_dr": dr, "batched_whole_max_abs_dp": float(np.abs(probs - whole.probs).max()),
+            "units_batched": len(got), "units_engine": len(pick)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--items", type=int, default=2, help="items of part 1 (float32 speed)")
     ap.add_argument("--bf16-items", type=int, default=167, help="items of part 2 (x 3 questions; >= 167 for 500)")
+    ap.add_argument("--engine-units", type=int, default=4,
+                    help="units read by the shared-prefix engine for units_per_s_engine")
     args = ap.parse_args()
     cfg = load_config()
     max_new = int(cfg["readout"]["verbal_max_new_tokens"])
@@ -333,6 +413,10 @@ def main() -> None:
               f"visual tokens; tokenizer: {tok_desc}, prompts {chars / max(ntok, 1):.2f} characters/token")
         print(f"separate: {wall_sep:.2f} s, {tok_sep} tokens ({lm_sep} language-model); "
               f"shared: {wall_sh:.2f} s, {tok_sh} tokens ({lm_sh} language-model)")
+        bt = batched_throughput(vlm, cfg, args.engine_units)
+        print(f"batched engine: {bt['units_batched']} units (one image x 24 conditions) in one scheduled batch; "
+              f"shared-prefix engine on {bt['units_engine']} of them; batched_max_abs_dr={bt['batched_max_abs_dr']:.2e} "
+              f"batched_whole_max_abs_dp={bt['batched_whole_max_abs_dp']:.2e}")
         del vlm
         b = bf16_tolerance(cfg, args.bf16_items, tmp)
         print(f"bf16: Qwen3-VL architecture, {b['params'] / 1e6:.1f} M parameters, confident option heads "
@@ -343,7 +427,9 @@ def main() -> None:
     print(f"tokens_ratio={tok_sep / tok_sh:.2f} lm_tokens_ratio={lm_sep / lm_sh:.2f} "
           f"vision_passes_per_condition={max(passes)} wall_ratio={wall_sep / wall_sh:.2f} max_abs_dp={max_dp:.2e} "
           f"bf16_max_abs_dc_int={b['max_dc']:.2e} bf16_flip_rate={b['flip_rate']:.4f} "
-          f"bf16_wordings_max_abs_dc_int={b['wordings']:.1e}")
+          f"bf16_wordings_max_abs_dc_int={b['wordings']:.1e} "
+          f"units_per_s_engine={bt['units_per_s_engine']:.4f} units_per_s_batched={bt['units_per_s_batched']:.4f} "
+          f"batched_ratio={bt['batched_ratio']:.2f}")
 
 
 if __name__ == "__main__":

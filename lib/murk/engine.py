@@ -1,0 +1,1280 @@
+"""Batched read-out engine: many (image, condition) units per forward pass.
+
+A **unit** is one image under one condition with all its prompts (spec Sec. III:
+each of t2, t3_true and t3_false in the variants main / abstain / abstain2, 9
+prompts; plus the main prompt in the verbal wordings v2 / v3 on the items that
+ask them). :func:`murk.readout.read_item` reads one unit at a time: one vision
+pass, one prefill, one batch of prompt tails and 11 greedy decode steps of 3 rows,
+about 13 small forward calls per unit. This engine reads a whole scheduled batch of
+units with about ``verbal_max_new_tokens`` forward calls:
+
+1. **One row per unit, its prompts as a token tree.** The prompts of a unit share
+   the chat head and the image, and prompts of one question share the stem and
+   the options; the row holds each distinct token prefix once (a trie of the
+   prompts' token ids, :func:`_tree`). A token attends to its ancestors in the
+   tree only, so every prompt sees exactly its own tokens, at the positions it has
+   when run alone (``position_ids`` = its index in the prompt; Qwen3-VL's M-RoPE
+   positions from ``get_rope_index`` on the shared prefix). The last token of
+   every prompt is placed at the end of the row, so ``logits_to_keep`` returns the
+   first-token distributions of all prompts and nothing else.
+2. **One forward for the batch.** The presented images of all units go through
+   the vision encoder together (inside the model's forward), and all rows are
+   prefilled at once with 4-D attention masks built from the tree and the
+   positions (sliding-window layers: ``q - k < window`` on positions, Gemma 4's
+   bidirectional image blocks where the config asks for them), never from cache
+   slots, so padding and tree branches cannot shift a window.
+3. **One decode loop for the batch.** The greedy continuations of all ``main``
+   prompts of all units are decoded together, ``G`` tokens per row per step
+   (one per continuation), on the cache of the prefill; each continuation token
+   attends to its prompt's ancestors and its own earlier tokens.
+
+The verbal wordings v2 / v3 are scored in rows of their own, in a forward of their
+own, so the main read-outs do not depend on whether they are asked.
+
+Results do not depend on how a run is cut
+-----------------------------------------
+Batch membership comes from a fixed global schedule (:func:`schedule`): batch
+``b`` holds the items ``b * images_per_batch`` to ``(b + 1) * images_per_batch - 1``
+(all conditions of each), so shards whose size is a multiple of
+``images_per_batch`` (:func:`check_shard_alignment`) and resumed runs see the
+same batches as an uninterrupted run; a resumed run recomputes whole batches
+(:func:`plan`), re-reading the finished batch-mates of an unfinished image
+without writing them, so a killed-and-resumed store is bit-identical to an
+uninterrupted one. Row lengths are padded to multiples of ``length_bucket``
+tokens so that most batches have the same shapes. Each row's read-outs are
+computed independently of its batch-mates up to floating-point rounding of the
+batched kernels (tests: ``<= 1e-6`` in float32 against every prompt scored on its
+own, :func:`murk.readout.score_prompts` with ``shared_prefix=False``).
+
+Out of memory
+-------------
+A batch that raises an out-of-memory error is split into halves and each half is
+run again (logged, counted in :attr:`EngineStats.oom_splits`). Only the rows of
+that batch can change, and only by the rounding of the smaller kernels: in float32
+by at most the engine's agreement with per-prompt scoring (``<= 1e-6`` in every
+probability read-out); in bfloat16 by the bf16 differences that
+``benchmarks/readout_gpu.py`` reports (``bf16_max_abs_dp=``, ``bf16_flip_rate=``),
+which can flip an answer or a greedy continuation that sits on a near-tie.
+
+Fallback
+--------
+Where a unit cannot be batched safely (model family or attention kernel without
+custom 4-D masks, an image span not shared by all prompts of the unit, Gemma's
+fully bidirectional mode), it is read by :func:`murk.readout.read_item` (the
+shared-prefix engine, itself falling back to whole prompts) and the reason is
+recorded in :attr:`ImageResult.fallbacks` and :attr:`EngineStats.fallback_units`.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import itertools
+import logging
+import math
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from murk import readout as _ro
+from murk.config import load_config
+from murk.prompts import Question
+
+log = logging.getLogger("murk")
+
+__all__ = [
+    "N_CONDITIONS",
+    "Unit",
+    "ImageJob",
+    "ImageResult",
+    "EngineStats",
+    "schedule",
+    "plan",
+    "check_shard_alignment",
+    "batching_support",
+    "auto_images_per_batch",
+    "read_units",
+    "read_images",
+]
+
+#: conditions per image (:data:`murk.cube.CONDITIONS`: clean, 8 fog, 8 underwater, 5 ImageNet-C, blank, shuffled)
+N_CONDITIONS = 24
+
+#: model types whose forward accepts custom 4-D attention masks and explicit per-row positions
+_FAMILIES = {"smolvlm": "SmolVLM", "idefics3": "Idefics3", "qwen3_vl": "Qwen3-VL", "internvl": "InternVL",
+             "gemma4": "Gemma 4"}
+#: text-model types whose forward takes a mapping {layer type: 4-D mask} (needed for sliding-window layers)
+_MASK_MAPPING_TEXT_TYPES = {"gemma4_text", "gemma3_text", "qwen3", "qwen2"}
+_VISION_KEYS = ("pixel_values", "pixel_attention_mask", "image_position_ids", "image_sizes", "image_grid_thw")
+
+
+# --------------------------------------------------------------------------- public records
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One image under one condition, with every prompt asked of it.
+
+    Attributes
+    ----------
+    item : int
+        Global item index (position in ``items.json``): the schedule's key.
+    arm : str
+        ``clean``, ``fog``, ``underwater``, ``imagenet_c``, ``blank`` or ``shuffled``.
+    level : int
+        Level of the arm (0 for clean and the controls).
+    image : numpy.ndarray, shape (H, W, 3), dtype uint8
+        The condition's image, degraded and boxed (:func:`murk.render.render_conditions`).
+    questions : tuple of Question
+        Usually t2, t3_true, t3_false.
+    verbal_variants : tuple of str
+        Verbal wordings asked (must contain ``"v1"``).
+    """
+
+    item: int
+    arm: str
+    level: int
+    image: np.ndarray
+    questions: tuple[Question, ...]
+    verbal_variants: tuple[str, ...] = ("v1",)
+
+
+@dataclass
+class ImageJob:
+    """What :func:`read_images` needs of one item: returned by the caller's ``load(item)``.
+
+    Attributes
+    ----------
+    questions : sequence of Question
+    conditions : iterable of (arm, level, image)
+        Usually the generator :func:`murk.render.render_conditions`; consumed in a
+        worker thread, so rendering overlaps with the model.
+    verbal_variants : sequence of str
+    """
+
+    questions: Sequence[Question]
+    conditions: Iterable[tuple[str, int, np.ndarray]]
+    verbal_variants: Sequence[str] = ("v1",)
+
+
+@dataclass
+class ImageResult:
+    """Every read-out of one image, ready for :func:`murk.cube.write_image`.
+
+    Attributes
+    ----------
+    item : int
+        Global item index.
+    results : dict or None
+        ``(arm, level, task) -> readouts`` for all conditions (None when the input
+        was bad).
+    missing_reason : str or None
+        Why the image could not be read out (bad input; for
+        :func:`murk.cube.write_missing`).
+    fallbacks : list of str
+        ``"<arm>/<level>: <reason>"`` for each unit read by the per-unit engine.
+    """
+
+    item: int
+    results: dict | None
+    missing_reason: str | None = None
+    fallbacks: list[str] = field(default_factory=list)
+
+
+@dataclass
+class EngineStats:
+    """Counters of a batched read-out (summed over batches).
+
+    Attributes
+    ----------
+    units, images, batches, rows : int
+        Units read, images yielded, scheduled batches run, model rows (a unit has
+        one core row and, with verbal wordings v2/v3, one verbal row).
+    forward_calls : int
+        Model forward calls (prefills and decode steps).
+    prefill_tokens : int
+        Real (unpadded) tree tokens prefilled.
+    prefill_slots : int
+        Padded positions prefilled (``rows x row length``).
+    end_tokens : int
+        Prompt-final tokens (one per distinct prompt: whose logits are read).
+    decode_tokens : int
+        Real continuation tokens fed back during decoding.
+    decode_slots : int
+        Padded decode positions (``rows x G x steps``).
+    attn_pairs : int
+        Attended (query, key) pairs of real tokens in the prefills (per layer,
+        summed over rows; the tree's ancestor pairs).
+    end_attn_pairs : int
+        The part of ``attn_pairs`` whose query is a prompt-final token (all a
+        KV-sharing layer of Gemma 4 computes in a prefill).
+    decode_attn_pairs : int
+        Attended pairs of the continuation tokens.
+    vision_tokens : int
+        Patch tokens through the vision encoder (before merging or pooling).
+    image_tokens : int
+        Image placeholder tokens of the rows (the vision features after merging or
+        pooling, i.e. the tokens through the projector).
+    vision_attn_pairs : int
+        (query, key) patch pairs of the vision encoder's attention (per layer).
+    prompts : int
+        Prompts scored.
+    model_s : float
+        Seconds the model thread spent running batches.
+    wait_s : float
+        Seconds the model thread waited for prepared batches (rendering,
+        processor, collation not ready): ``wait_s / (wait_s + model_s)`` is the
+        share of time the model waits for the CPU.
+    oom_splits : int
+        Batches split in halves after an out-of-memory error.
+    fallback_units : int
+        Units read by the per-unit engine.
+    """
+
+    units: int = 0
+    images: int = 0
+    batches: int = 0
+    rows: int = 0
+    forward_calls: int = 0
+    prefill_tokens: int = 0
+    prefill_slots: int = 0
+    end_tokens: int = 0
+    decode_tokens: int = 0
+    decode_slots: int = 0
+    attn_pairs: int = 0
+    end_attn_pairs: int = 0
+    decode_attn_pairs: int = 0
+    vision_tokens: int = 0
+    image_tokens: int = 0
+    vision_attn_pairs: int = 0
+    prompts: int = 0
+    model_s: float = 0.0
+    wait_s: float = 0.0
+    oom_splits: int = 0
+    fallback_units: int = 0
+
+    @property
+    def wait_share(self) -> float:
+        """Share of the model thread's time spent waiting for input (NaN before any batch)."""
+        t = self.model_s + self.wait_s
+        return self.wait_s / t if t > 0 else math.nan
+
+
+# --------------------------------------------------------------------------- schedule
+
+
+def schedule(first: int, last: int, images_per_batch: int) -> list[list[int]]:
+    """The fixed global schedule of items ``first`` .. ``last - 1`` in batches.
+
+    Batch ``b`` holds items ``b * k`` .. ``(b + 1) * k - 1`` (``k = images_per_batch``)
+    that lie in ``[first, last)``; ``first`` must be a batch boundary, so that a
+    shard sees exactly the batches an unsharded run sees (the last batch of a run
+    ends at ``last``).
+
+    Parameters
+    ----------
+    first, last : int
+        Item range (global item indices).
+    images_per_batch : int
+        Images per batch (each brings its :data:`N_CONDITIONS` units).
+
+    Returns
+    -------
+    list of list of int
+
+    Raises
+    ------
+    ValueError
+        If ``images_per_batch < 1`` or ``first`` is not a multiple of it.
+    """
+    k = int(images_per_batch)
+    if k < 1:
+        raise ValueError(f"images_per_batch must be >= 1, got {images_per_batch}")
+    if int(first) % k:
+        raise ValueError(f"item {first} is not a batch boundary of images_per_batch={k}: shards must start at "
+                         f"multiples of it (see check_shard_alignment)")
+    return [list(range(s, min(s + k, int(last)))) for s in range(int(first), int(last), k)]
+
+
+def plan(todo: Iterable[int], first: int, last: int, images_per_batch: int) -> list[list[int]]:
+    """The scheduled batches a (resumed) run must compute to read out ``todo``.
+
+    Whole batches of :func:`schedule` that hold at least one item of ``todo``:
+    finished batch-mates of an unfinished image are read again (and not written
+    again, see ``done`` of :func:`read_images`), so every image is read with the
+    same batch-mates as in an uninterrupted run.
+
+    Parameters
+    ----------
+    todo : iterable of int
+        Items still to read (global indices in ``[first, last)``).
+    first, last, images_per_batch : int
+        As in :func:`schedule`.
+
+    Returns
+    -------
+    list of list of int
+    """
+    want = set(int(i) for i in todo)
+    return [b for b in schedule(first, last, images_per_batch) if want.intersection(b)]
+
+
+def check_shard_alignment(shard_size: int | None, images_per_batch: int) -> None:
+    """Refuse a shard size that would cut scheduled batches.
+
+    Raises
+    ------
+    ValueError
+        If ``shard_size`` is not a multiple of ``images_per_batch``; the message
+        names both and the fix.
+    """
+    if shard_size is None:
+        return
+    if int(shard_size) % int(images_per_batch):
+        raise ValueError(f"shard_size={shard_size} is not a multiple of images_per_batch={images_per_batch}: a "
+                         f"shard would cut a scheduled batch and its images would be read with other batch-mates "
+                         f"than in an unsharded run. Choose a shard size that is a multiple of {images_per_batch}, "
+                         f"or set images_per_batch to a divisor of {shard_size}")
+
+
+# --------------------------------------------------------------------------- support, memory
+
+
+def batching_support(vlm: _ro.VLM) -> str | None:
+    """Why this model cannot be batched by this engine, or None if it can.
+
+    Batched rows need: a supported family (:data:`_FAMILIES`: SmolVLM / Idefics3,
+    Qwen3-VL, InternVL, Gemma 4), an attention kernel that takes custom 4-D masks
+    (``sdpa`` or ``eager``, not flash attention), layer types among full and
+    sliding-window attention (sliding layers only in text models that take a mask
+    per layer type) and a causal language model (not Gemma's fully bidirectional
+    mode).
+    """
+    cfg = vlm.model.config
+    if cfg.model_type not in _FAMILIES:
+        return f"model type {cfg.model_type!r} is not one of the batched families ({', '.join(_FAMILIES.values())})"
+    tc = cfg.get_text_config()
+    impl = getattr(tc, "_attn_implementation", None) or getattr(cfg, "_attn_implementation", None) or "eager"
+    if impl not in ("sdpa", "eager"):
+        return f"attention implementation {impl!r} cannot take tree-shaped 4-D masks (use sdpa or eager)"
+    types = set(getattr(tc, "layer_types", None) or ["full_attention"])
+    if not types <= {"full_attention", "sliding_attention"}:
+        return f"layer types {sorted(types)} are not supported (only full and sliding-window attention)"
+    if "sliding_attention" in types and tc.model_type not in _MASK_MAPPING_TEXT_TYPES:
+        return f"text model {tc.model_type!r} has sliding-window layers but takes no mask per layer type"
+    if getattr(tc, "use_bidirectional_attention", None) == "all":
+        return "use_bidirectional_attention='all' is not a causal language model"
+    return None
+
+
+def _free_bytes(device: str) -> int:
+    if str(device).startswith("cuda"):
+        import torch
+
+        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        return int(free)
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+        return 8 << 30
+
+
+def _row_bytes(vlm: _ro.VLM, slots: int, ends: int, gens: int, max_new: int, vision_tokens: int) -> float:
+    """Peak device memory of one row in a batch (bytes; an estimate from the config)."""
+    import torch
+
+    tc = vlm.model.config.get_text_config()
+    item = torch.finfo(vlm.dtype).bits // 8
+    hidden = int(tc.hidden_size)
+    inter = int(getattr(tc, "intermediate_size", 4 * hidden) or 4 * hidden)
+    layers = int(tc.num_hidden_layers) - int(getattr(tc, "num_kv_shared_layers", 0) or 0)
+    kv = int(getattr(tc, "num_key_value_heads", None) or tc.num_attention_heads)
+    hd = int(getattr(tc, "global_head_dim", None) or getattr(tc, "head_dim", None) or hidden // tc.num_attention_heads)
+    heads = int(tc.num_attention_heads)
+    vocab = int(tc.vocab_size)
+    total = slots + gens * max_new
+    cache = total * layers * 2 * kv * hd * item
+    act = slots * (6 * hidden + 3 * inter) * item + slots * hidden * 4 * 2  # one layer's transients (+ fp32 norms)
+    ple = int(getattr(tc, "hidden_size_per_layer_input", 0) or 0)  # Gemma's per-layer inputs, all layers at once
+    act += 2 * slots * int(tc.num_hidden_layers) * ple * item
+    masks = 3 * slots * slots  # tree + per-layer-type masks (bool)
+    scores = (heads * slots * slots * 4) if not str(vlm.device).startswith("cuda") else 0  # CPU SDPA materialises them
+    logits = (ends + gens) * vocab * (item + 8)
+    vc = getattr(vlm.model.config, "vision_config", None)
+    vh = int(getattr(vc, "hidden_size", 0) or 0)
+    vi = int(getattr(vc, "intermediate_size", 4 * vh) or 4 * vh)
+    vheads = int(getattr(vc, "num_attention_heads", getattr(vc, "num_heads", 1)) or 1)
+    vision = vision_tokens * (6 * vh + 2 * vi) * item
+    if not str(vlm.device).startswith("cuda"):
+        vision += vheads * vision_tokens * vision_tokens * 4
+    return float(cache + act + masks + scores + logits + vision)
+
+
+def auto_images_per_batch(vlm: _ro.VLM, questions: Sequence[Question] | None = None,
+                          config: Mapping[str, Any] | None = None, free_bytes: int | None = None,
+                          fraction: float = 0.6, max_images: int | None = None) -> int:
+    """Images per scheduled batch from the device's free memory and the model's size.
+
+    One probe row (a grey image at the presented size with the study's prompts)
+    gives the row length; :func:`_row_bytes` estimates a row's peak memory (KV cache
+    of prefix, tree and continuations; one layer's activations; masks; logits of
+    the prompt-final tokens; the vision encoder's activations). The result is the
+    largest power of two ``k <= max_images`` with ``k * N_CONDITIONS`` rows within
+    ``fraction`` of the free memory.
+
+    Parameters
+    ----------
+    vlm : VLM
+        Loaded (its weights are already outside the free memory).
+    questions : sequence of Question, optional
+        Prompts of the probe; default :data:`murk.prompts.EXAMPLE_ITEM`'s.
+    config : dict, optional
+    free_bytes : int, optional
+        Default ``torch.cuda.mem_get_info`` on CUDA, the available RAM on CPU.
+    fraction : float
+        Share of the free memory to plan for (the rest absorbs allocator
+        fragmentation and estimate error; an out-of-memory error still splits the
+        batch, see the module notes).
+    max_images : int, optional
+        Upper bound; default 8 on CUDA (192 rows of about 650 tokens: prefills of
+        ~10^5 tokens already saturate the matrix units, and decode steps are bound
+        by reading the KV cache, which grows with the rows) and 1 on CPU, where
+        larger batches add memory but no speed (one image already gives decode
+        steps of 72 rows).
+
+    Returns
+    -------
+    int
+        ``>= 1``. The value fixes the schedule: record it with the run (a resumed
+        run or another shard must use the same value to get bit-identical results).
+    """
+    from murk.prompts import EXAMPLE_ITEM, questions_for_item
+
+    cfg = load_config() if config is None else config
+    qs = list(questions) if questions is not None else questions_for_item(EXAMPLE_ITEM, cfg)
+    max_new = int(cfg.get("readout", {}).get("verbal_max_new_tokens", 12))
+    grey = np.full((vlm.max_side_px, vlm.max_side_px, 3), 128, dtype=np.uint8)
+    slots = _ro.item_prompts(qs, cfg, ("v1",))
+    row = _prepare_row(vlm, _ro.present_image(grey, vlm.max_side_px), slots, cfg)
+    if isinstance(row, str):
+        n, e, g, v = 1024, len(slots), len(slots), 1024
+    else:
+        n, e, g, v = row.n, row.n_end, len(row.gen_ends), row.n_vision
+    per_image = N_CONDITIONS * _row_bytes(vlm, n, e, g, max_new, v)
+    free = _free_bytes(vlm.device) if free_bytes is None else int(free_bytes)
+    cap = max_images if max_images is not None else (8 if str(vlm.device).startswith("cuda") else 1)
+    k = max(1, int(fraction * free // max(per_image, 1.0)))
+    k = min(k, int(cap))
+    return 1 << (k.bit_length() - 1)
+
+
+# --------------------------------------------------------------------------- rows (CPU side)
+
+
+@dataclass
+class _Row:
+    """One unit's prompts as a token tree, in slot order (body tokens, then the prompt-final tokens)."""
+
+    ids: np.ndarray  # (n,) int64
+    depth: np.ndarray  # (n,) int64: index of the token in its prompt
+    pos: np.ndarray  # (n,) or (3, n) int64: rotary positions
+    anc: np.ndarray  # (n, n) bool: key is an ancestor-or-self of query
+    vblock: np.ndarray  # (n,) int64: vision block id (-1: text)
+    n_end: int  # distinct prompt-final tokens (the last n_end slots)
+    end_of_prompt: list[int]  # prompt j -> index among the final tokens
+    gen_ends: list[int]  # distinct final-token indices that start a continuation
+    vision: dict[str, Any]
+    n_vision: int
+    mrope: bool
+    n_image_tokens: int = 0  # image placeholder tokens in the row (vision features after merging/pooling)
+    vision_pairs: int = 0  # (query, key) patch pairs of the vision encoder's attention, per layer
+
+    @property
+    def n(self) -> int:
+        return int(self.ids.shape[0])
+
+
+def _tree(seqs: Sequence[Sequence[int]]) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Trie of token sequences: (token, parent, depth) per node in creation order, and each sequence's last node."""
+    tok: list[int] = []
+    parent: list[int] = []
+    depth: list[int] = []
+    child: dict[tuple[int, int], int] = {}
+    ends: list[int] = []
+    for seq in seqs:
+        p = -1
+        for d, t in enumerate(seq):
+            n = child.get((p, int(t)))
+            if n is None:
+                n = len(tok)
+                child[(p, int(t))] = n
+                tok.append(int(t))
+                parent.append(p)
+                depth.append(d)
+            p = n
+        ends.append(p)
+    return tok, parent, depth, ends
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """A unit's token tree in slot order (read-only; shared by the units with the same prompt tokens)."""
+
+    tok: np.ndarray  # (n,) int64
+    depth: np.ndarray  # (n,) int64
+    anc: np.ndarray  # (n, n) bool
+    uniq: list  # distinct prompt-final nodes, in prompt order
+    ends: list  # node of each prompt's last token
+
+
+@functools.lru_cache(maxsize=256)
+def _layout(ids: tuple[tuple[int, ...], ...]) -> _Layout:
+    """The token tree of a unit's prompts, with the prompt-final tokens last; cached because the 24 conditions of
+    an item share their prompts' tokens (only the image's token count can differ, e.g. for the shuffled control)."""
+    tok, parent, depth, ends = _tree(ids)
+    n = len(tok)
+    uniq = list(dict.fromkeys(ends))
+    end_set = set(uniq)
+    order = np.asarray([i for i in range(n) if i not in end_set] + uniq, dtype=np.int64)
+    anc = np.zeros((n, n), dtype=bool)
+    for i in range(n):  # parents are created before their children
+        if parent[i] >= 0:
+            anc[i] = anc[parent[i]]
+        anc[i, i] = True
+    out = _Layout(np.asarray(tok, dtype=np.int64)[order], np.asarray(depth, dtype=np.int64)[order],
+                  anc[np.ix_(order, order)], uniq, ends)
+    for a in (out.tok, out.depth, out.anc):
+        a.setflags(write=False)
+    return out
+
+
+_ROPE_CACHE: dict = {}
+_ROPE_LOCK = threading.Lock()
+
+
+def _rope_index(vlm: _ro.VLM, trunk: tuple[int, ...], grid, types) -> np.ndarray:
+    """Qwen-VL's M-RoPE positions (3, k) of the shared prefix (``get_rope_index``), cached per prefix and grid."""
+    import torch
+
+    key = (int(vlm.model.config.vision_config.spatial_merge_size), trunk, grid, types)  # all it depends on
+    with _ROPE_LOCK:
+        hit = _ROPE_CACHE.get(key)
+    if hit is not None:
+        return hit
+    t = torch.tensor([trunk], dtype=torch.long)
+    p3, _ = vlm.model.model.get_rope_index(
+        t, image_grid_thw=None if grid is None else torch.tensor(grid, dtype=torch.long), video_grid_thw=None,
+        attention_mask=torch.ones_like(t), mm_token_type_ids=None if types is None else torch.tensor([types]))
+    out = p3[:, 0].numpy().astype(np.int64)
+    out.setflags(write=False)
+    with _ROPE_LOCK:
+        if len(_ROPE_CACHE) > 1024:
+            _ROPE_CACHE.clear()
+        _ROPE_CACHE[key] = out
+    return out
+
+
+def _vision_blocks(types: np.ndarray) -> np.ndarray:
+    """Contiguous image/video token runs -> block ids 0, 1, ... (-1 for text), as Gemma 4 groups them."""
+    is_v = (types == 1) | (types == 2)
+    start = is_v & ~np.concatenate([[False], is_v[:-1]])
+    gid = np.cumsum(start) - 1
+    return np.where(is_v, gid, -1).astype(np.int64)
+
+
+def _patch_tokens(vlm: _ro.VLM, enc: Mapping[str, Any]) -> int:
+    """Patch tokens the vision encoder runs on for the encoded image (before any merge or pooling)."""
+    pv = enc.get("pixel_values")
+    if pv is None:
+        return 0
+    if "image_grid_thw" in enc:  # Qwen-VL: flattened patches
+        return int(enc["image_grid_thw"].prod(-1).sum())
+    if "image_position_ids" in enc:  # Gemma 4: padded patch list
+        return int((enc["image_position_ids"] != -1).all(-1).sum())
+    patch = getattr(getattr(vlm.model.config, "vision_config", None), "patch_size", 14)
+    ph, pw = (patch, patch) if isinstance(patch, int) else tuple(patch)
+    n_images = int(np.prod(pv.shape[:-3]))
+    return n_images * (int(pv.shape[-2]) // int(ph)) * (int(pv.shape[-1]) // int(pw))
+
+
+def _prepare_row(vlm: _ro.VLM, pil, slots: Sequence[_ro.PromptSlot], cfg: Mapping[str, Any]) -> _Row | str:
+    """Processor inputs and the token tree of one row (on the host). A str is the reason it cannot be batched."""
+    prefill = cfg.get("readout", {}).get("assistant_prefill", "Answer:")
+    texts = [_ro.build_prompt_text(vlm, s.user, prefill) for s in slots]
+    host = dataclasses.replace(vlm, device="cpu")  # processor outputs stay on the host (pinned later)
+    enc, ids = _ro._image_inputs(host, texts, pil)
+    k = min(_ro._common_prefix_len(ids), min(len(i) for i in ids) - 1)
+    img = _ro._image_token_id(vlm)
+    if img not in ids[0][:k] or any(img in i[k:] for i in ids):
+        return "the image span is not shared by all prompts of the unit"
+    layout = _layout(tuple(tuple(i) for i in ids))
+    tok, dep, anc, uniq, ends = layout.tok, layout.depth, layout.anc, layout.uniq, layout.ends
+    n = len(tok)
+    mrope = _ro._is_mrope(vlm)
+    if mrope:
+        grid = enc["image_grid_thw"].cpu() if "image_grid_thw" in enc else None
+        mm = enc["mm_token_type_ids"][0, :k].cpu() if "mm_token_type_ids" in enc else None
+        p3 = _rope_index(vlm, tuple(ids[0][:k]), None if grid is None else tuple(map(tuple, grid.tolist())),
+                         None if mm is None else tuple(mm.tolist()))
+        nxt = int(p3.max()) + 1
+        pos = np.empty((3, n), dtype=np.int64)
+        trunk = dep < k
+        pos[:, trunk] = p3[:, dep[trunk]]
+        pos[:, ~trunk] = (nxt + dep[~trunk] - k)[None]
+    else:
+        pos = dep.copy()
+    vblock = np.full(n, -1, dtype=np.int64)
+    if "mm_token_type_ids" in enc:
+        vb = _vision_blocks(enc["mm_token_type_ids"][0, :k].cpu().numpy())
+        trunk = dep < k
+        vblock[trunk] = vb[dep[trunk]]
+    end_index = {node: e for e, node in enumerate(uniq)}
+    end_of_prompt = [end_index[ends[j]] for j in range(len(slots))]
+    gen_ends = list(dict.fromkeys(end_of_prompt[j] for j, s in enumerate(slots) if s.generate))
+    vision = {key: enc[key] for key in _VISION_KEYS if key in enc}
+    n_patch = _patch_tokens(vlm, enc)
+    if "image_grid_thw" in enc:  # Qwen-VL: attention within each image
+        pairs = int((enc["image_grid_thw"].prod(-1) ** 2).sum())
+    else:
+        n_img = max(1, int(np.prod(enc["pixel_values"].shape[:-3]))) if "image_position_ids" not in enc else 1
+        pairs = n_img * (n_patch // n_img) ** 2
+    return _Row(tok, dep, pos, anc, vblock, len(uniq), end_of_prompt, gen_ends,
+                vision, n_patch, mrope, int(sum(1 for t in ids[0][:k] if t == img)), pairs)
+
+
+@dataclass
+class _PreparedUnit:
+    unit: Unit
+    slots: list  # [core slots, verbal slots]
+    rows: list  # [core row, verbal row or None]; None everywhere with a fallback reason
+    fallback: str | None = None
+
+
+def _split_slots(slots: Sequence[_ro.PromptSlot]) -> tuple[list, list]:
+    core = [s for s in slots if s.wording == "v1"]
+    verbal = [s for s in slots if s.wording != "v1"]
+    return core, verbal
+
+
+def _prepare_unit(vlm: _ro.VLM, unit: Unit, cfg: Mapping[str, Any], support: str | None) -> _PreparedUnit:
+    slots = _ro.item_prompts(unit.questions, cfg, unit.verbal_variants)
+    core, verbal = _split_slots(slots)
+    if support is not None:
+        return _PreparedUnit(unit, [core, verbal], [None, None], support)
+    pil = _ro.present_image(unit.image, vlm.max_side_px)
+    rows: list = []
+    for group in (core, verbal):
+        if not group:
+            rows.append(None)
+            continue
+        r = _prepare_row(vlm, pil, group, cfg)
+        if isinstance(r, str):
+            return _PreparedUnit(unit, [core, verbal], [None, None], r)
+        rows.append(r)
+    return _PreparedUnit(unit, [core, verbal], rows)
+
+
+# --------------------------------------------------------------------------- device side
+
+
+@dataclass
+class _Batch:
+    """Collated rows of one forward (host tensors, pinned when the model is on CUDA)."""
+
+    ids: Any  # (B, L) long
+    pos: Any  # (B, L) or (3, B, L) long
+    depth: Any  # (B, L) long
+    tree: Any  # (B, L, L) bool
+    vblock: Any  # (B, L) long
+    vision: dict
+    L: int
+    E: int
+    rows: list
+    real_tokens: int
+    attn_pairs: int
+    end_pairs: int
+    vision_tokens: int
+    image_tokens: int
+    vision_pairs: int
+
+
+def _collate(vlm: _ro.VLM, rows: Sequence[_Row], bucket: int) -> _Batch:
+    import torch
+
+    E = max(r.n_end for r in rows)
+    body = max(r.n - r.n_end for r in rows)
+    L = int(math.ceil((body + E) / bucket) * bucket)
+    B = len(rows)
+    pad = vlm.tokenizer.pad_token_id if vlm.tokenizer.pad_token_id is not None else 0
+    ids = np.full((B, L), int(pad), dtype=np.int64)
+    depth = np.zeros((B, L), dtype=np.int64)
+    mrope = rows[0].mrope
+    pos = np.zeros((3, B, L) if mrope else (B, L), dtype=np.int64)
+    vblock = np.full((B, L), -1, dtype=np.int64)
+    tree = np.zeros((B, L, L), dtype=bool)
+    idx_all = np.arange(L)
+    tree[:, idx_all, idx_all] = True  # a padding query attends to itself only (no empty softmax rows)
+    pairs = end_pairs = 0
+    for b, r in enumerate(rows):
+        nb = r.n - r.n_end
+        slot = np.concatenate([np.arange(nb), L - E + np.arange(r.n_end)])
+        ids[b, slot] = r.ids
+        depth[b, slot] = r.depth
+        if mrope:
+            pos[:, b, slot] = r.pos
+        else:
+            pos[b, slot] = r.pos
+        vblock[b, slot] = r.vblock
+        tree[b][np.ix_(slot, slot)] = r.anc
+        pairs += int(r.anc.sum())
+        end_pairs += int(r.anc[nb:].sum())
+    vision: dict[str, Any] = {}
+    for key in rows[0].vision:
+        parts = [r.vision[key] for r in rows]
+        if any(p.shape[1:] != parts[0].shape[1:] for p in parts):
+            raise ValueError(f"vision input {key} has different shapes across rows")
+        vision[key] = torch.cat(parts, dim=0)
+    t = {k: torch.from_numpy(v) for k, v in (("ids", ids), ("pos", pos), ("depth", depth), ("tree", tree),
+                                               ("vblock", vblock))}
+    if str(vlm.device).startswith("cuda"):
+        t = {k: v.pin_memory() for k, v in t.items()}
+        vision = {k: v.pin_memory() for k, v in vision.items()}
+    return _Batch(t["ids"], t["pos"], t["depth"], t["tree"], t["vblock"], vision, L, E, list(rows),
+                  sum(r.n for r in rows), pairs, end_pairs, sum(r.n_vision for r in rows),
+                  sum(r.n_image_tokens for r in rows), sum(r.vision_pairs for r in rows))
+
+
+def _mask_spec(vlm: _ro.VLM) -> tuple[list[str] | None, int | None, bool, str]:
+    """(layer types needing their own mask or None for one mask, sliding window, bidirectional image blocks, impl)."""
+    tc = vlm.model.config.get_text_config()
+    types = sorted(set(getattr(tc, "layer_types", None) or ["full_attention"]))
+    window = int(tc.sliding_window) if "sliding_attention" in types and getattr(tc, "sliding_window", None) else None
+    bidir = getattr(tc, "use_bidirectional_attention", None) == "vision"
+    impl = getattr(tc, "_attn_implementation", None) or "eager"
+    mapping = types if (tc.model_type in _MASK_MAPPING_TEXT_TYPES and (window is not None or len(types) > 1)) else None
+    return mapping, window, bidir, impl
+
+
+def _masks(vlm: _ro.VLM, tree, qdepth, kdepth, qblock=None, kblock=None):
+    """The model's attention mask(s) from the tree mask (B, Q, K) and positions: a 4-D tensor or a mapping."""
+    import torch
+
+    mapping, window, bidir, impl = _mask_spec(vlm)
+
+    def fmt(m):
+        m = m[:, None]
+        if impl == "sdpa":
+            return m
+        return torch.zeros(m.shape, dtype=vlm.dtype, device=m.device).masked_fill(~m, torch.finfo(vlm.dtype).min)
+
+    if mapping is None:
+        return fmt(tree)
+    out = {}
+    for lt in mapping:
+        m = tree
+        if lt == "sliding_attention" and window is not None:
+            if bidir and qblock is not None:
+                same = (qblock[:, :, None] == kblock[:, None, :]) & (qblock[:, :, None] >= 0)
+                m = m | same
+            m = m & ((qdepth[:, :, None] - kdepth[:, None, :]) < window)
+        out[lt] = fmt(m)
+    return out
+
+
+def _oom_types():
+    import torch
+
+    return (torch.OutOfMemoryError,) if hasattr(torch, "OutOfMemoryError") else (torch.cuda.OutOfMemoryError,)
+
+
+@dataclass
+class _RowOut:
+    letter_probs: np.ndarray  # (n_end, n_option_ids) float64: first-token probabilities of the option tokens
+    top: np.ndarray  # (n_end,) int64: most probable first token
+    tokens: list  # per gen_end: generated token ids (up to and including the first EOS)
+    eos: list  # per gen_end: True if stopped at an end-of-sequence token, False at the token limit
+    probs: np.ndarray | None = None  # (n_end, vocab) float64 when asked (tests)
+
+
+def _run_batch(vlm: _ro.VLM, batch: _Batch, opt_ids, max_new: int, stats: EngineStats,
+               keep_probs: bool = False) -> list[_RowOut]:
+    """Prefill the collated rows (vision included), read the first-token distributions, decode the continuations."""
+    import torch
+    from transformers import DynamicCache
+
+    dev = vlm.device
+    nb = dev.startswith("cuda")
+    ids = batch.ids.to(dev, non_blocking=nb)
+    pos = batch.pos.to(dev, non_blocking=nb)
+    depth = batch.depth.to(dev, non_blocking=nb)
+    tree = batch.tree.to(dev, non_blocking=nb)
+    vblock = batch.vblock.to(dev, non_blocking=nb)
+    vision = {k: v.to(dev, non_blocking=nb, dtype=vlm.dtype if v.is_floating_point() else None)
+              for k, v in batch.vision.items()}
+    B, L, E = ids.shape[0], batch.L, batch.E
+    cache = DynamicCache()
+    masks = _masks(vlm, tree, depth, depth, vblock, vblock)
+    out = vlm.model(input_ids=ids, attention_mask=masks, position_ids=pos, cache=cache, use_cache=True,
+                    logits_to_keep=E, **vision)
+    stats.forward_calls += 1
+    logits = out.logits.float()  # (B, E, V)
+    del out, masks
+    opt = torch.as_tensor(opt_ids, device=dev)
+    # softmax per row keeps the float32 temporaries at E x vocab
+    letter = torch.empty((B, E, len(opt_ids)), dtype=torch.float32, device=dev)
+    top = torch.empty((B, E), dtype=torch.long, device=dev)
+    full = [] if keep_probs else None
+    for b in range(B):
+        p = torch.softmax(logits[b], dim=-1)
+        letter[b] = p[:, opt]
+        top[b] = torch.argmax(p, dim=-1)
+        if keep_probs:
+            full.append(p.double().cpu().numpy())
+    first_tok = torch.argmax(logits, dim=-1)  # greedy first token, as the per-prompt engine takes it (logits)
+    del logits
+
+    # ---- decode: G continuations per row, one token each per step
+    gen_rows = [b for b, r in enumerate(batch.rows) if r.gen_ends]
+    tokens = {b: [[] for _ in batch.rows[b].gen_ends] for b in range(B)}
+    eos_hit = {b: [False] * len(batch.rows[b].gen_ends) for b in range(B)}
+    if gen_rows and max_new > 0:
+        G = max(len(batch.rows[b].gen_ends) for b in gen_rows)
+        Bg = len(gen_rows)
+        sel = torch.tensor(gen_rows, device=dev)
+        if Bg != B:
+            cache.batch_select_indices(sel)
+        eidx = torch.zeros((Bg, G), dtype=torch.long)  # index among the kept final tokens
+        real = torch.zeros((Bg, G), dtype=torch.bool)
+        for i, b in enumerate(gen_rows):
+            g = batch.rows[b].gen_ends
+            eidx[i, : len(g)] = torch.tensor(g)
+            real[i, : len(g)] = True
+        eidx, real = eidx.to(dev), real.to(dev)
+        slot = L - E + eidx  # slot of the prompt-final token in the row
+        ar = torch.arange(Bg, device=dev)[:, None]
+        dtree = tree[sel][ar, slot] & real[:, :, None]  # (Bg, G, L): ancestors of each continuation's prompt
+        kdepth = depth[sel]
+        qdepth0 = kdepth[ar, slot]
+        if pos.dim() == 3:
+            qpos0 = pos[0][sel][ar, slot]  # the prompt-final token is text: its three M-RoPE axes are equal
+        else:
+            qpos0 = pos[sel][ar, slot]
+        pad = vlm.tokenizer.pad_token_id if vlm.tokenizer.pad_token_id is not None else 0
+        tok = torch.where(real, first_tok[sel][ar, eidx], torch.full_like(slot, int(pad)))
+        eos = torch.tensor(sorted(_ro._eos_ids(vlm)) or [-1], device=dev)
+        done = ~real | torch.isin(tok, eos)
+        seq = [tok]
+        eye = torch.eye(G, dtype=torch.bool, device=dev)[None].expand(Bg, G, G)
+        n_real = int(real.sum())
+        base_pairs = int(dtree[real].sum())  # each step adds one own-continuation key per real query
+        for s in range(max_new - 1):
+            if bool(done.all()):
+                break
+            qdepth = qdepth0 + 1 + s
+            dtree = torch.cat([dtree, eye], dim=-1)
+            kdepth = torch.cat([kdepth, qdepth], dim=-1)
+            qp = qpos0 + 1 + s
+            o = vlm.model(input_ids=tok, attention_mask=_masks(vlm, dtree, qdepth, kdepth),
+                          position_ids=qp[None].expand(3, -1, -1) if pos.dim() == 3 else qp,
+                          cache=cache, use_cache=True)
+            stats.forward_calls += 1
+            stats.decode_tokens += n_real
+            stats.decode_slots += Bg * G
+            stats.decode_attn_pairs += base_pairs + (s + 1) * n_real
+            tok = torch.argmax(o.logits.float(), dim=-1)
+            del o
+            seq.append(torch.where(done, torch.full_like(tok, -1), tok))
+            done = done | torch.isin(tok, eos)
+        gen = torch.stack(seq, dim=-1).cpu().numpy()  # (Bg, G, steps); -1 after a continuation has ended
+        eos_set = set(_ro._eos_ids(vlm))
+        for i, b in enumerate(gen_rows):
+            for g in range(len(batch.rows[b].gen_ends)):
+                t = [int(x) for x in gen[i, g] if x >= 0]
+                tokens[b][g] = t
+                eos_hit[b][g] = bool(t) and t[-1] in eos_set
+    letter_np = letter.double().cpu().numpy()
+    top_np = top.cpu().numpy()
+    del cache
+    outs = []
+    for b, r in enumerate(batch.rows):
+        sl = slice(0, r.n_end)  # a row's final tokens fill the first n_end of the E kept slots
+        outs.append(_RowOut(letter_np[b, sl], top_np[b, sl], tokens[b], eos_hit[b],
+                            full[b][sl] if keep_probs else None))
+    stats.prefill_tokens += batch.real_tokens
+    stats.prefill_slots += B * L
+    stats.end_tokens += sum(r.n_end for r in batch.rows)
+    stats.attn_pairs += batch.attn_pairs
+    stats.end_attn_pairs += batch.end_pairs
+    stats.vision_tokens += batch.vision_tokens
+    stats.image_tokens += batch.image_tokens
+    stats.vision_attn_pairs += batch.vision_pairs
+    stats.rows += B
+    return outs
+
+
+def _run_rows(vlm: _ro.VLM, rows: Sequence[_Row], opt_ids, max_new: int, bucket: int, stats: EngineStats,
+              keep_probs: bool = False, collated: _Batch | None = None) -> list[_RowOut]:
+    """:func:`_run_batch`, splitting the rows in halves on an out-of-memory error."""
+    import torch
+
+    try:
+        batch = collated if collated is not None else _collate(vlm, rows, bucket)
+        with torch.inference_mode():
+            return _run_batch(vlm, batch, opt_ids, max_new, stats, keep_probs)
+    except _oom_types():
+        if len(rows) == 1:
+            raise
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        h = len(rows) // 2
+        stats.oom_splits += 1
+        log.warning("out of memory with a batch of %d rows: splitting it into %d + %d (these rows can differ from "
+                    "an unsplit run by floating-point rounding)", len(rows), h, len(rows) - h)
+        return (_run_rows(vlm, rows[:h], opt_ids, max_new, bucket, stats, keep_probs)
+                + _run_rows(vlm, rows[h:], opt_ids, max_new, bucket, stats, keep_probs))
+
+
+def _option_ids(vlm: _ro.VLM) -> tuple[list[int], dict[str, list[int]]]:
+    """All option-letter token ids (flat, in a fixed order) and each letter's positions in that list."""
+    flat: list[int] = []
+    where: dict[str, list[int]] = {}
+    for L_, ids in vlm.option_tokens.items():
+        where[L_] = list(range(len(flat), len(flat) + len(ids)))
+        flat.extend(int(i) for i in ids)
+    return flat, where
+
+
+def _unit_readouts(vlm: _ro.VLM, pu: _PreparedUnit, outs: Sequence[_RowOut | None], where) -> dict:
+    """Read-outs of one unit (as :func:`murk.readout.read_item` returns them) from its rows' outputs."""
+    slots: list = []
+    p: list = []
+    tops: list = []
+    conts: list = []
+    stops: list = []
+    for group, row, o in zip(pu.slots, pu.rows, outs):
+        if not group:
+            continue
+        for j, s in enumerate(group):
+            e = row.end_of_prompt[j]
+            p.append(np.array([o.letter_probs[e, where[L_]].sum() for L_ in s.letters], dtype=np.float64))
+            tops.append(vlm.tokenizer.decode([int(o.top[e])]))
+            if s.generate:
+                g = row.gen_ends.index(e)
+                conts.append(vlm.tokenizer.decode(o.tokens[g], skip_special_tokens=True))
+                stops.append(_ro.VERBAL_STOP_EOS if o.eos[g] else _ro.VERBAL_STOP_LIMIT)
+            else:
+                conts.append(None)
+                stops.append(float("nan"))
+            slots.append(s)
+    return _ro.item_readouts(pu.unit.questions, slots, p, tops, conts, stops)
+
+
+def _run_prepared(vlm: _ro.VLM, prepared: Sequence[_PreparedUnit], cfg: Mapping[str, Any], stats: EngineStats,
+                  bucket: int, keep_probs: bool = False, collated: Mapping[int, _Batch | None] | None = None
+                  ) -> list:
+    """The model's part for prepared units: batched rows in one forward per row kind, fallback units one by one.
+
+    Returns per unit ``[core row output, verbal row output]`` (:class:`_RowOut` or None), or, for a unit read
+    by the per-unit engine, its read-outs (a dict). ``collated`` holds rows already collated by a worker
+    (``{0: core, 1: verbal}``).
+    """
+    import torch
+
+    max_new = int(cfg.get("readout", {}).get("verbal_max_new_tokens", 12))
+    opt_ids, _ = _option_ids(vlm)
+    outs: list = [[None, None] for _ in prepared]
+    for kind in (0, 1):  # core rows, then the verbal-wording rows in a forward of their own
+        which = [i for i, pu in enumerate(prepared) if pu.fallback is None and pu.rows[kind] is not None]
+        if not which:
+            continue
+        ro = _run_rows(vlm, [prepared[i].rows[kind] for i in which], opt_ids, max_new, bucket, stats, keep_probs,
+                       collated=None if collated is None else collated.get(kind))
+        for i, o in zip(which, ro):
+            outs[i][kind] = o
+    for i, pu in enumerate(prepared):
+        if pu.fallback is not None:
+            u = pu.unit
+            with torch.inference_mode():
+                outs[i] = _ro.read_item(vlm, u.image, u.questions, cfg, verbal_variants=u.verbal_variants)
+            stats.fallback_units += 1
+        else:
+            stats.prompts += sum(len(g) for g in pu.slots)
+    stats.units += len(prepared)
+    stats.batches += 1
+    return outs
+
+
+def _assemble(vlm: _ro.VLM, prepared: Sequence[_PreparedUnit], outs: Sequence) -> list[dict]:
+    """Per unit, ``{task: readouts}`` from :func:`_run_prepared`'s outputs (host work, off the model thread)."""
+    _, where = _option_ids(vlm)
+    return [o if isinstance(o, dict) else _unit_readouts(vlm, pu, o, where) for pu, o in zip(prepared, outs)]
+
+
+def _read_prepared(vlm: _ro.VLM, prepared: Sequence[_PreparedUnit], cfg: Mapping[str, Any], stats: EngineStats,
+                   bucket: int, keep_probs: bool = False) -> list[tuple[dict, list | None]]:
+    """Read-outs of prepared units (synchronously), with the rows' outputs when ``keep_probs``."""
+    outs = _run_prepared(vlm, prepared, cfg, stats, bucket, keep_probs)
+    return [(r, (o if keep_probs and not isinstance(o, dict) else None))
+            for r, o in zip(_assemble(vlm, prepared, outs), outs)]
+
+
+def read_units(vlm: _ro.VLM, units: Sequence[Unit], config: Mapping[str, Any] | None = None,
+               length_bucket: int = 32, stats: EngineStats | None = None) -> list[dict[str, dict[str, Any]]]:
+    """Read out a batch of units together (synchronously; :func:`read_images` pipelines this).
+
+    Parameters
+    ----------
+    vlm : VLM
+        From :func:`murk.readout.load_vlm`.
+    units : sequence of Unit
+        One scheduled batch (all units run in one forward per row kind).
+    config : dict, optional
+        Study configuration (prompt templates, ``readout.assistant_prefill``,
+        ``readout.verbal_max_new_tokens``).
+    length_bucket : int
+        Row lengths are padded to multiples of this many tokens.
+    stats : EngineStats, optional
+        Counters to add to.
+
+    Returns
+    -------
+    list of dict
+        Per unit, ``{task: readouts}`` exactly as :func:`murk.readout.read_item`
+        returns (every key of :data:`murk.readout.READOUTS` and
+        :data:`murk.readout.TEXT_READOUTS`).
+
+    Raises
+    ------
+    ValueError
+        If a unit's ``verbal_variants`` lacks ``"v1"`` or names an unknown wording.
+    """
+    cfg = load_config() if config is None else config
+    st = stats if stats is not None else EngineStats()
+    support = batching_support(vlm)
+    prepared = [_prepare_unit(vlm, u, cfg, support) for u in units]
+    return [r for r, _ in _read_prepared(vlm, prepared, cfg, st, length_bucket)]
+
+
+def _read_units_with_probs(vlm, units, config=None, length_bucket: int = 32):
+    """Tests: read-outs plus each prompt's full first-token distribution, in :func:`murk.readout.item_prompts` order."""
+    cfg = load_config() if config is None else config
+    st = EngineStats()
+    prepared = [_prepare_unit(vlm, u, cfg, batching_support(vlm)) for u in units]
+    res = _read_prepared(vlm, prepared, cfg, st, length_bucket, keep_probs=True)
+    out = []
+    for pu, (r, outs) in zip(prepared, res):
+        probs = []
+        for group, row, o in zip(pu.slots, pu.rows, outs or [None, None]):
+            for j, _ in enumerate(group):
+                probs.append(o.probs[row.end_of_prompt[j]])
+        # back to item_prompts order
+        order = _ro.item_prompts(pu.unit.questions, cfg, pu.unit.verbal_variants)
+        flat = [s for g in pu.slots for s in g]
+        idx = [flat.index(s) for s in order]
+        out.append((r, np.stack([probs[i] for i in idx]) if probs else None))
+    return out, st
+
+
+# --------------------------------------------------------------------------- the pipelined iterator
+
+
+@dataclass
+class _PreparedImage:
+    item: int
+    units: list  # of _PreparedUnit
+    missing: str | None = None
+
+
+def _prepare_image(vlm, item: int, load: Callable[[int], ImageJob], cfg, support) -> _PreparedImage:
+    try:
+        job = load(item)
+        units = []
+        for arm, level, image in job.conditions:
+            u = Unit(int(item), str(arm), int(level), image, tuple(job.questions), tuple(job.verbal_variants))
+            units.append(_prepare_unit(vlm, u, cfg, support))
+    except (FileNotFoundError, ValueError) as e:  # bad input: recorded by the caller, the run goes on
+        return _PreparedImage(int(item), [], str(e))
+    return _PreparedImage(int(item), units)
+
+
+_STOP = object()
+
+
+def read_images(vlm: _ro.VLM, batches: Iterable[Sequence[int]], load: Callable[[int], ImageJob], *,
+                config: Mapping[str, Any] | None = None, done: Container[int] = (), workers: int | None = None,
+                prefetch: int | None = None, length_bucket: int = 32, progress: bool | str = True,
+                stats: EngineStats | None = None) -> Iterator[ImageResult]:
+    """Read out scheduled batches of images, the CPU work overlapping with the model.
+
+    Worker threads call ``load(item)`` (reading the image and depth, and usually
+    returning :func:`murk.render.render_conditions` as the conditions), render the
+    conditions and run the processor and the token trees of every unit; collated
+    batches wait in a bounded queue; one model thread runs them in schedule order;
+    this generator yields each image once all its conditions are read, so the
+    caller writes it (:func:`murk.cube.write_image`) while the model reads the next
+    batch. An image counts as done only after the caller has written it.
+
+    Parameters
+    ----------
+    vlm : VLM
+    batches : iterable of sequence of int
+        Scheduled batches of global item indices (:func:`plan`); each is one batch
+        of ``len(batch) * N_CONDITIONS`` units.
+    load : callable
+        ``load(item) -> ImageJob``; a :class:`FileNotFoundError` or
+        :class:`ValueError` (missing or undecodable image, missing depth) makes the
+        image's result carry ``missing_reason``, and the run goes on.
+    config : dict, optional
+    done : container of int
+        Items already written: read again with their batch (so that their
+        batch-mates see the same batch) but not yielded.
+    workers : int, optional
+        Preparing threads; default ``min(8, cpu count - 1)`` with CUDA, 1 on CPU.
+    prefetch : int, optional
+        Batches prepared ahead (the queue's bound); default ``max(2, workers)``.
+    length_bucket : int
+        Row lengths are padded to multiples of this many tokens.
+    progress : bool or str
+        A tqdm bar in units per second (a str is its description).
+    stats : EngineStats, optional
+        Counters to add to (model and wait seconds included).
+
+    Yields
+    ------
+    ImageResult
+        In schedule order, one per item of ``batches`` not in ``done``.
+    """
+    from tqdm.auto import tqdm
+
+    cfg = load_config() if config is None else config
+    st = stats if stats is not None else EngineStats()
+    support = batching_support(vlm)
+    if support is not None:
+        log.warning("%s: batched read-out not possible (%s); every unit is read by the per-unit engine",
+                    vlm.model_id, support)
+    cuda = str(vlm.device).startswith("cuda")
+    nw = int(workers) if workers is not None else (max(1, min(8, (os.cpu_count() or 2) - 1)) if cuda else 1)
+    depth_q = int(prefetch) if prefetch is not None else max(2, nw)
+    batches = [list(b) for b in batches]
+    total = sum(N_CONDITIONS for b in batches for i in b if i not in done)
+    pool = ThreadPoolExecutor(max_workers=nw, thread_name_prefix="murk-prep")
+    ready: queue.Queue = queue.Queue(maxsize=2)
+    results: queue.Queue = queue.Queue(maxsize=2)  # batches read, waiting for the consumer
+    stop = threading.Event()
+
+    def put(q_: queue.Queue, item) -> None:
+        while not stop.is_set():
+            try:
+                q_.put(item, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
+    def prep_batch(b: list[int]):
+        imgs = [_prepare_image(vlm, i, load, cfg, support) for i in b]
+        units = [u for im in imgs for u in im.units]
+        collated = {}
+        for kind in (0, 1):
+            rows = [u.rows[kind] for u in units if u.fallback is None and u.rows[kind] is not None]
+            collated[kind] = _collate(vlm, rows, length_bucket) if rows else None
+        return imgs, collated
+
+    def feeder():
+        try:
+            it = iter(batches)
+            futs = collections.deque(pool.submit(prep_batch, b) for b in itertools.islice(it, depth_q))
+            while futs and not stop.is_set():
+                got = futs.popleft().result()
+                nxt = next(it, None)
+                if nxt is not None:
+                    futs.append(pool.submit(prep_batch, nxt))
+                put(ready, got)
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            put(ready, e)
+            return
+        put(ready, _STOP)
+
+    def model_loop():
+        try:
+            while not stop.is_set():
+                t0 = time.perf_counter()
+                got = None
+                while got is None:
+                    try:
+                        got = ready.get(timeout=0.2)
+                    except queue.Empty:
+                        if stop.is_set():
+                            return
+                t1 = time.perf_counter()
+                st.wait_s += t1 - t0
+                if got is _STOP or isinstance(got, BaseException):
+                    put(results, got)
+                    return
+                imgs, collated = got
+                units = [u for im in imgs for u in im.units]
+                outs = _run_prepared(vlm, units, cfg, st, length_bucket, collated=collated)
+                t2 = time.perf_counter()
+                st.model_s += t2 - t1
+                put(results, (imgs, outs))
+                st.wait_s += time.perf_counter() - t2  # a full output queue: the model waits for the consumer
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            put(results, e)
+
+    def image_results(imgs, outs) -> list[ImageResult]:
+        units = [u for im in imgs for u in im.units]
+        per_unit = _assemble(vlm, units, outs)
+        out, k = [], 0
+        for im in imgs:
+            if im.missing is not None:
+                out.append(ImageResult(im.item, None, im.missing))
+                continue
+            res: dict = {}
+            fb: list[str] = []
+            for u in im.units:
+                for task, r in per_unit[k].items():
+                    res[(u.unit.arm, u.unit.level, task)] = r
+                if u.fallback is not None:
+                    fb.append(f"{u.unit.arm}/{u.unit.level}: {u.fallback}")
+                k += 1
+            out.append(ImageResult(im.item, res, None, fb))
+        return out
+
+    threads = [threading.Thread(target=feeder, name="murk-feed", daemon=True),
+               threading.Thread(target=model_loop, name="murk-model", daemon=True)]
+    for t in threads:
+        t.start()
+    bar = tqdm(total=total, unit="unit", desc=progress if isinstance(progress, str) else "readout",
+               disable=not progress, smoothing=0.1)
+    try:
+        while True:
+            got = results.get()
+            if got is _STOP:
+                break
+            if isinstance(got, BaseException):
+                raise got
+            for res in image_results(*got):
+                if res.item in done:
+                    continue
+                st.images += 1
+                bar.update(len({(a, lv) for a, lv, _ in res.results}) if res.results is not None else 0)
+                yield res
+    finally:
+        stop.set()
+        bar.close()
+        for q_ in (ready, results):  # unblock threads waiting on a full queue
+            try:
+                while True:
+                    q_.get_nowait()
+            except queue.Empty:
+                pass
+        pool.shutdown(wait=False, cancel_futures=True)
+        for t in threads:  # the batch in flight finishes before the caller goes on (device memory, timing)
+            t.join(timeout=120)

@@ -1,0 +1,358 @@
+"""Tests of the batched read-out engine (murk.engine) on every tiny family.
+
+* fp32 equality with every prompt scored on its own (``score_prompts`` /
+  ``read_item`` with ``shared_prefix=False``) within 1e-6 in every read-out and
+  every first-token probability, texts identical;
+* a unit's read-outs do not depend on its batch-mates (1e-6), and the same batch
+  gives bit-identical results twice;
+* Gemma 4 with a sliding window shorter than the rows and with bidirectional
+  image blocks (masks built from positions);
+* the fixed schedule: shards and resumed runs see the batches of an
+  uninterrupted run; the pipelined iterator with bad input, finished batch-mates
+  and an out-of-memory split.
+"""
+
+import logging
+import math
+
+import numpy as np
+import pytest
+
+from murk import engine
+from murk.checkpoints import TINY_MODELS
+from murk.config import load_config
+from murk.prompts import questions_for_item
+from murk.readout import (READOUTS, TEXT_READOUTS, _image_inputs, _letter_probs, build_prompt_text,
+                          item_prompts, item_readouts, present_image, read_item, score_prompts)
+
+ARCHS = sorted(set(TINY_MODELS.values()))
+ROW = {"category": "umbrella", "t2_options": ["car", "umbrella", "bench", "kite"], "t2_answer_index": 1,
+       "t3_distractor": "truck"}
+ROW2 = {"category": "dog", "t2_options": ["dog", "horse", "sheep", "cow"], "t2_answer_index": 0,
+        "t3_distractor": "cat"}
+TOL = 1e-6
+
+
+def _whole(vlm, u, cfg):
+    """Every prompt of a unit run whole (the reference): (first-token distributions, read-outs).
+
+    ``read_item(..., shared_prefix=False)`` is exactly this: ``score_prompts`` with
+    ``shared_prefix=False``, then the read-outs from its distributions and continuations.
+    """
+    slots = item_prompts(u.questions, cfg, u.verbal_variants)
+    whole = score_prompts(vlm, u.image, [s.user for s in slots], [s.generate for s in slots], cfg,
+                          shared_prefix=False)
+    p = [_letter_probs(vlm, whole.probs[j], s.letters) for j, s in enumerate(slots)]
+    tops = [vlm.tokenizer.decode([int(np.argmax(whole.probs[j]))]) for j in range(len(slots))]
+    return whole, item_readouts(u.questions, slots, p, tops, whole.continuations)
+
+
+def _max_diff(a: dict, b: dict) -> float:
+    """Largest |difference| over every numeric read-out of two read_item results; texts must be equal."""
+    assert set(a) == set(b)
+    worst = 0.0
+    for task in a:
+        assert set(a[task]) == set(READOUTS) | set(TEXT_READOUTS)
+        for key in READOUTS:
+            x, y = a[task][key], b[task][key]
+            assert math.isnan(x) == math.isnan(y), (task, key, x, y)
+            if not math.isnan(x):
+                worst = max(worst, abs(x - y))
+        for key in TEXT_READOUTS:
+            assert a[task][key] == b[task][key], (task, key, a[task][key], b[task][key])
+    return worst
+
+
+@pytest.fixture(scope="module")
+def images(coco_image):
+    """Three presented images of different sizes: the COCO image, a crop of it, a grey blank."""
+    crop = np.ascontiguousarray(coco_image[: coco_image.shape[0] // 2, : coco_image.shape[1] * 2 // 3])
+    return [coco_image, crop, np.full((300, 400, 3), 128, dtype=np.uint8)]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_batched_equals_each_prompt_scored_alone(arch, tiny_vlms, images):
+    """Two units in one batch (one with the verbal wordings v2/v3, other questions and another image size):
+    every read-out and every first-token probability as when each prompt runs whole, within 1e-6."""
+    vlm = tiny_vlms[arch]
+    cfg = load_config()
+    units = [engine.Unit(0, "fog", 3, images[0], tuple(questions_for_item(ROW, cfg)), ("v1", "v3")),
+             engine.Unit(1, "clean", 0, images[1], tuple(questions_for_item(ROW2, cfg)))]
+    got, stats = engine._read_units_with_probs(vlm, units, cfg)
+    assert stats.fallback_units == 0 and stats.units == 2 and stats.rows == 3  # a verbal row of its own
+    prompt_tokens = distinct_prefixes = 0
+    for u, (readouts, probs) in zip(units, got):
+        slots = item_prompts(u.questions, cfg, u.verbal_variants)
+        whole, ref = _whole(vlm, u, cfg)
+        assert not whole.shared and probs.shape == whole.probs.shape
+        prompt_tokens += sum(whole.n_tail_tokens)  # whole prompts: each prompt's full length
+        for wording in ({"v1"}, {"v2", "v3"}):  # core row, verbal row
+            texts = [build_prompt_text(vlm, s.user, cfg["readout"]["assistant_prefill"]) for s in slots
+                     if (s.wording in wording)]
+            if texts:
+                _, ids = _image_inputs(vlm, texts, present_image(u.image, vlm.max_side_px))
+                distinct_prefixes += len({tuple(i[: d + 1]) for i in ids for d in range(len(i))})
+        assert np.abs(probs - whole.probs).max() <= TOL
+        assert _max_diff(readouts, ref) <= TOL
+        for task in readouts:  # the continuations were really generated (not empty)
+            assert readouts[task]["verbal_text"] != ""
+    # the token tree holds each distinct prompt prefix once
+    assert stats.prefill_tokens == distinct_prefixes < prompt_tokens
+
+
+@pytest.mark.parametrize("family", ["qwen3vl", "smolvlm", "smolvlm2", "internvl", "gemma4"])
+def test_batched_equals_each_prompt_on_realformat_checkpoints(family, request, images):
+    """Real tokenizers, chat templates and processors (issue 12's real-format checkpoints): BPE merges, digit
+    splitting, real special tokens; a core and a verbal row; every read-out within 1e-6 of whole prompts."""
+    try:
+        vlm = request.getfixturevalue("realformat_vlms")[family]
+    except pytest.FixtureLookupError:
+        pytest.skip("no real-format checkpoints in this tree (murk.checkpoints.build_realformat_checkpoint)")
+    cfg = load_config()
+    u = engine.Unit(0, "fog", 5, images[1], tuple(questions_for_item(ROW, cfg)), ("v1", "v3"))
+    (readouts, probs), = engine._read_units_with_probs(vlm, [u], cfg)[0]
+    whole, ref = _whole(vlm, u, cfg)
+    assert np.abs(probs - whole.probs).max() <= TOL
+    assert _max_diff(readouts, ref) <= TOL
+
+
+@pytest.mark.parametrize("arch", ["qwen3vl", "smolvlm"])
+def test_independent_of_batch_mates(arch, tiny_vlms, images):
+    """A unit alone and among batch-mates of other sizes and questions: same read-outs (1e-6);
+    the same batch twice: bit-identical."""
+    vlm = tiny_vlms[arch]
+    cfg = load_config()
+    qs, qs2 = tuple(questions_for_item(ROW, cfg)), tuple(questions_for_item(ROW2, cfg))
+    target = engine.Unit(5, "underwater", 2, images[1], qs)
+    alone = engine.read_units(vlm, [target], cfg)[0]
+    mates = [engine.Unit(4, "blank", 0, images[2], qs2), target, engine.Unit(6, "clean", 0, images[0], qs2)]
+    among = engine.read_units(vlm, mates, cfg)
+    assert _max_diff(alone, among[1]) <= TOL
+    again = engine.read_units(vlm, mates, cfg)
+    for a, b in zip(among, again):
+        assert _max_diff(a, b) == 0.0
+
+
+def test_gemma_sliding_window_and_bidirectional_image_blocks(tiny_vlms, coco_image):
+    """Gemma 4 with a sliding window (48) much shorter than the rows (~300 tokens), causal and with
+    bidirectional attention inside the image: masks from positions give the per-prompt read-outs."""
+    vlm = tiny_vlms["gemma"]
+    cfg = load_config()
+    tc = vlm.model.config.get_text_config()
+    saved = (tc.sliding_window, tc.use_bidirectional_attention)
+    u = engine.Unit(0, "fog", 1, coco_image, tuple(questions_for_item(ROW, cfg)))
+    slots = item_prompts(u.questions, cfg)
+    refs = {}
+    try:
+        for mode in (None, "vision"):
+            tc.sliding_window, tc.use_bidirectional_attention = 48, mode
+            assert engine.batching_support(vlm) is None
+            (readouts, probs), = engine._read_units_with_probs(vlm, [u], cfg)[0]
+            whole, ref = _whole(vlm, u, cfg)
+            assert min(whole.n_tail_tokens) > 3 * 48  # every prompt is longer than the window
+            assert np.abs(probs - whole.probs).max() <= TOL
+            assert _max_diff(readouts, ref) <= TOL
+            refs[mode] = whole.probs
+        # the two modes really differ, and the window matters: the test can fail
+        assert np.abs(refs[None] - refs["vision"]).max() > 1e-4
+        tc.sliding_window, tc.use_bidirectional_attention = 4096, None
+        wide = score_prompts(vlm, u.image, [slots[0].user], None, cfg, shared_prefix=False)
+        assert np.abs(wide.probs[0] - refs[None][0]).max() > 1e-4
+        tc.use_bidirectional_attention = "all"
+        assert "bidirectional" in engine.batching_support(vlm)
+    finally:
+        tc.sliding_window, tc.use_bidirectional_attention = saved
+
+
+def test_schedule_shards_and_resume_points_align():
+    assert engine.schedule(0, 10, 4) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    # a shard of size 8 sees the global batches, the last batch ends with the items
+    assert engine.schedule(8, 10, 4) == [[8, 9]]
+    assert engine.schedule(4, 12, 4) == engine.schedule(0, 12, 4)[1:]
+    with pytest.raises(ValueError, match="batch boundary"):
+        engine.schedule(3, 10, 4)
+    with pytest.raises(ValueError, match="multiple of images_per_batch=4"):
+        engine.check_shard_alignment(6, 4)
+    engine.check_shard_alignment(8, 4)
+    engine.check_shard_alignment(None, 4)
+    # a resumed run recomputes whole batches: the finished batch-mates of item 5 are read again
+    assert engine.plan({5, 9}, 0, 10, 4) == [[4, 5, 6, 7], [8, 9]]
+    assert engine.plan([], 0, 10, 4) == []
+    # every schedule of any shard size that is a multiple of k concatenates to the unsharded one
+    for k in (1, 2, 3):
+        for shard in (k, 2 * k, 3 * k):
+            sharded = [b for s in range(0, 10, shard) for b in engine.schedule(s, min(s + shard, 10), k)]
+            assert sharded == engine.schedule(0, 10, k)
+
+
+def _loader(images, cfg, conditions=(("clean", 0), ("fog", 4), ("blank", 0)), bad=()):
+    """A load(item) for read_images: a few conditions of small images (the real stage renders all 24)."""
+    rows = [ROW, ROW2]
+
+    def load(i):
+        if i in bad:
+            raise FileNotFoundError(f"image of item {i} is missing (test)")
+        img = images[i % len(images)]
+        conds = [(arm, lvl, img if arm != "blank" else np.full_like(img, 128)) for arm, lvl in conditions]
+        return engine.ImageJob(questions_for_item(rows[i % 2], cfg), conds)
+    return load
+
+
+def test_read_images_pipeline_cut_anywhere(tiny_vlms, images):
+    """read_images in two schedules (1 and 2 images per batch) and resumed from a finished batch-mate:
+    the same read-outs, bad input recorded, finished images not yielded, the wait share measured."""
+    vlm = tiny_vlms["internvl"]
+    cfg = load_config()
+    load = _loader(images, cfg, bad={2})
+    stats = engine.EngineStats()
+    run2 = {r.item: r for r in engine.read_images(vlm, engine.plan(range(4), 0, 4, 2), load, config=cfg,
+                                                  stats=stats, progress=False)}
+    assert sorted(run2) == [0, 1, 2, 3]
+    assert run2[2].results is None and "missing" in run2[2].missing_reason
+    assert stats.batches == 2 and stats.units == 9 and math.isfinite(stats.wait_share)
+    assert 0 <= stats.wait_share <= 1 and stats.model_s > 0
+    for r in (run2[0], run2[1], run2[3]):
+        assert set(r.results) == {(a, lv, t) for a, lv in (("clean", 0), ("fog", 4), ("blank", 0))
+                                  for t in ("t2", "t3_true", "t3_false")}
+        assert r.missing_reason is None and r.fallbacks == []
+    # another cut of the run (one image per batch): equal within rounding
+    run1 = {r.item: r for r in engine.read_images(vlm, engine.plan(range(4), 0, 4, 1), load, config=cfg,
+                                                  progress=False, workers=2)}
+    for i in (0, 1, 3):
+        for key, res in run2[i].results.items():
+            assert _max_diff({key[2]: res}, {key[2]: run1[i].results[key]}) <= TOL
+    # resumed after item 0 was written: its batch is recomputed, item 1 comes out bit-identical to run2
+    resumed = list(engine.read_images(vlm, engine.plan({1, 3}, 0, 4, 2), load, config=cfg, done={0, 2},
+                                      progress=False))
+    assert [r.item for r in resumed] == [1, 3]
+    for r in resumed:
+        for key, res in r.results.items():
+            assert _max_diff({key[2]: res}, {key[2]: run2[r.item].results[key]}) == 0.0
+
+
+def test_out_of_memory_splits_the_batch(tiny_vlms, images, monkeypatch, caplog):
+    vlm = tiny_vlms["qwen3vl"]
+    cfg = load_config()
+    units = [engine.Unit(i, "fog", 1, images[i], tuple(questions_for_item(ROW, cfg))) for i in range(3)]
+    ref = engine.read_units(vlm, units, cfg)
+    real = engine._run_batch
+    sizes = []
+
+    def small_device(vlm_, batch, *a, **k):
+        sizes.append(len(batch.rows))
+        if len(batch.rows) > 1:
+            import torch
+
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(vlm_, batch, *a, **k)
+
+    monkeypatch.setattr(engine, "_run_batch", small_device)
+    stats = engine.EngineStats()
+    with caplog.at_level(logging.WARNING, logger="murk"):
+        got = engine.read_units(vlm, units, cfg, stats=stats)
+    assert stats.oom_splits == 2 and sizes[0] == 3 and "splitting" in caplog.text
+    for a, b in zip(got, ref):
+        assert _max_diff(a, b) <= TOL
+
+
+def test_unsupported_units_fall_back_to_the_per_unit_engine(tiny_vlms, images, monkeypatch):
+    vlm = tiny_vlms["smolvlm"]
+    cfg = load_config()
+    monkeypatch.setattr(engine, "batching_support", lambda v: "attention implementation 'flash' (test)")
+    u = engine.Unit(0, "clean", 0, images[2], tuple(questions_for_item(ROW, cfg)))
+    stats = engine.EngineStats()
+    got = engine.read_units(vlm, [u], cfg, stats=stats)[0]
+    assert stats.fallback_units == 1
+    assert _max_diff(got, read_item(vlm, u.image, u.questions, cfg)) == 0.0
+    res = list(engine.read_images(vlm, [[0]], _loader(images, cfg, conditions=(("clean", 0),)), config=cfg,
+                                  progress=False))
+    assert res[0].fallbacks == ["clean/0: attention implementation 'flash' (test)"]
+
+
+def test_memory_aware_batch_size(tiny_vlms):
+    vlm = tiny_vlms["qwen3vl"]
+    small = engine.auto_images_per_batch(vlm, free_bytes=1)
+    big = engine.auto_images_per_batch(vlm, free_bytes=1 << 40, max_images=64)
+    mid = engine.auto_images_per_batch(vlm, free_bytes=1 << 30, max_images=64)
+    assert small == 1 and big == 64 and 1 <= mid <= big
+    for k in (small, mid, big):
+        assert k & (k - 1) == 0  # powers of two
+    assert engine.auto_images_per_batch(vlm) == 1  # CPU default: one image (24 units) per batch
+
+
+# --------------------------------------------------------------------------- the GPU benchmark script
+
+def _gpu_bench():
+    import importlib.util
+
+    from murk import paths
+
+    spec = importlib.util.spec_from_file_location("readout_gpu", paths.project_root() / "benchmarks" / "readout_gpu.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_gpu_benchmark_builds_the_five_study_models_at_full_size():
+    """benchmarks/readout_gpu.py: the five architectures at full size (on the meta device: no memory), with
+    their real vocabularies and parameter counts, batched by the engine, and the real visual-token counts."""
+    import types
+
+    import torch
+
+    from murk import readout
+
+    gb = _gpu_bench()
+    expect = {  # billions of parameters (Gemma 4 E2B: ~2.75 B of them per-layer and token embeddings)
+        "Qwen/Qwen3-VL-2B-Instruct": (2.0, 2.3, 151936, 196), "Qwen/Qwen3-VL-4B-Instruct": (4.2, 4.6, 151936, 196),
+        "OpenGVLab/InternVL3_5-2B-HF": (1.9, 2.4, 151936, 256),
+        "HuggingFaceTB/SmolVLM2-2.2B-Instruct": (2.1, 2.4, 49280, 81),
+        "google/gemma-4-E2B-it": (4.5, 5.2, 262144, 70)}
+    assert set(expect) == set(gb.ARCHS) == set(gb.STUDY_IMAGES)
+    assert sum(gb.STUDY_IMAGES.values()) == 1000 + 1000 + 1000 + 600 + 400
+    for name, (lo, hi, vocab, n_visual) in expect.items():
+        net, proc = gb.build(name, "meta", torch.bfloat16)
+        n = sum(p.numel() for p in net.parameters()) / 1e9
+        assert lo <= n <= hi, (name, n)
+        assert net.config.get_text_config().vocab_size == vocab
+        assert engine.batching_support(types.SimpleNamespace(model=net)) is None, name
+        vlm = readout.VLM(net, proc, proc.tokenizer, name, "", True, "cpu", torch.float32, {},
+                          image_kwargs=readout._single_tile_kwargs(proc, 448))
+        assert readout._count_visual_tokens(vlm) <= n_visual and readout._count_visual_tokens(vlm) >= 0.9 * n_visual
+
+
+def test_gpu_benchmark_without_cuda_exits_cleanly():
+    import os
+    import subprocess
+    import sys
+
+    from murk import paths
+
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    r = subprocess.run([sys.executable, str(paths.project_root() / "benchmarks" / "readout_gpu.py")], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1].startswith("readout_gpu: no CUDA device")
+
+
+@pytest.mark.slow
+def test_gpu_benchmark_smoke_runs_its_whole_code_path(tmp_path):
+    """--smoke: the same code (build, memory-aware batch size, pipelined read-out, FLOPs, bf16 check,
+    projection) with a shrunk Gemma 4 on the CPU; every field is printed."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    from murk import paths
+
+    r = subprocess.run([sys.executable, str(paths.project_root() / "benchmarks" / "readout_gpu.py"), "--smoke",
+                        "--models", "gemma-e2b", "--seconds", "1", "--bf16-units", "2"],
+                       env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    line = next(x for x in r.stdout.splitlines() if x.startswith("google/gemma-4-E2B-it:"))
+    for field in ("units_per_s", "mfu", "wait_share", "images_per_batch", "tokens_per_unit", "bf16_max_abs_dp",
+                  "bf16_flip_rate"):
+        assert re.search(rf"\b{field}=[0-9.e+-]+", line), (field, line)
+    assert "batched=yes" in line and "fallback_units=0" in line
+    assert re.search(r"^study_gpu_hours=[0-9.]+ study_gpu_hours_all1000=[0-9.]+", r.stdout.splitlines()[-1])
