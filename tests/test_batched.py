@@ -44,7 +44,7 @@ def _whole(vlm, u, cfg):
                           shared_prefix=False)
     p = [_letter_probs(vlm, whole.probs[j], s.letters) for j, s in enumerate(slots)]
     tops = [vlm.tokenizer.decode([int(np.argmax(whole.probs[j]))]) for j in range(len(slots))]
-    return whole, item_readouts(u.questions, slots, p, tops, whole.continuations)
+    return whole, item_readouts(u.questions, slots, p, tops, whole.continuations, whole.stops)
 
 
 def _max_diff(a: dict, b: dict) -> float:
