@@ -309,11 +309,13 @@ def stage_readout(model: str, output_dir=None, max_items: int | None = None, dev
             log.info("%s: shard %s of size %s is beyond the %d items: nothing to do", model, shard, shard_size, n)
             return None
     vlm = readout.load_vlm(model, device=device, root=output_dir)
-    attrs = {"config_hash": meta["config_hash"], "items_hash": meta["items_hash"], "model_id": model,
-             "model_revision": vlm.revision, "pipeline_check": int(vlm.is_pipeline_check),
-             "n_visual_tokens": int(vlm.n_visual_tokens),
-             "depth_backend": current["depth_backend"], "depth_approximate": current["depth_approximate"],
-             "depth_model": current.get("depth_model", ""), "schema_version": cube.SCHEMA_VERSION}
+    attrs = cube.store_identity(  # every setting that changes the store's content (issue 14)
+        config_hash=meta["config_hash"], items_hash=meta["items_hash"], model_id=model,
+        model_revision=vlm.revision, dtype=vlm.dtype, n_verbal_items=n_verbal_items, n_items=n,
+        depth_backend=current["depth_backend"], depth_model=current.get("depth_model", ""),
+        depth_revision=current.get("depth_revision", ""),
+        pipeline_check=int(vlm.is_pipeline_check), n_visual_tokens=int(vlm.n_visual_tokens),
+        depth_approximate=current["depth_approximate"])
     if vlm.is_pipeline_check:
         attrs["note"] = "PIPELINE CHECK: tiny randomly initialised checkpoint; numbers carry no meaning"
     elif current["depth_approximate"]:
