@@ -165,8 +165,8 @@ def crossref(md: str, prefix_captions: bool = True) -> str:
 
 #: Typst set/show rules added to pandoc's Typst output (the fallback PDF; Quarto's own Typst
 #: format does the same by default): a table too long for the rest of its page breaks across
-#: pages and repeats its header row (``table.header`` repeats), its caption stays with its first
-#: rows, table text is set smaller and ragged, and a heading never ends a page alone.
+#: pages and repeats its header row (``table.header`` repeats) without splitting a row, its caption
+#: stays with its first rows, table text is set smaller and ragged, and a heading never ends a page alone.
 TYPST_HEADER = """\
 // murk (pandoc + Typst fallback of the paper): long tables break across pages
 #show figure.where(kind: table): set block(breakable: true)
@@ -174,6 +174,7 @@ TYPST_HEADER = """\
 #show figure.where(kind: table): set par(justify: false)
 #show figure.caption: it => block(sticky: true, it)
 #set table(inset: (x: 4pt, y: 3pt))
+#set table.cell(breakable: false)
 #show heading: set block(sticky: true)
 """
 
