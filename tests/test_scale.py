@@ -5,22 +5,20 @@ These run the real stages offline on the shared COCO sample with a tiny checkpoi
 """
 
 import os
-import random
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import xarray as xr
 
+from _killing import KillableRun, done_flags
 from murk import cube, paths, pipeline
 
 ROOT = paths.project_root()
 SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"
 MODEL = "murk-tiny/smolvlm"
-N_ITEMS = 4
+N_ITEMS = 3
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not SAMPLE.is_dir(), reason="../shared/coco-val2017-sample not present")]
 
@@ -93,46 +91,63 @@ def test_shard_sizes_give_the_same_cube(prepared, reference, tmp_path):
     with pytest.MonkeyPatch.context() as mp:
         for k, v in _env().items():
             mp.setenv(k, v)
-        for s in range(paths.n_shards(N_ITEMS, 3)):
-            pipeline.stage_readout(MODEL, output_dir=root, shard=s, shard_size=3)
-        assert pipeline.stage_readout(MODEL, output_dir=root, shard=5, shard_size=3) is None  # beyond the items
-    merged = _values(root, shard_size=3)
+        for s in range(paths.n_shards(N_ITEMS, 2)):  # 2 + 1 items
+            pipeline.stage_readout(MODEL, output_dir=root, shard=s, shard_size=2)
+        assert pipeline.stage_readout(MODEL, output_dir=root, shard=5, shard_size=2) is None  # beyond the items
+    merged = _values(root, shard_size=2)
     xr.testing.assert_identical(merged["value"], reference["value"])
     for name in cube.TEXT_READOUTS:
         assert [str(x) for x in merged[name].values.ravel()] == [str(x) for x in reference[name].values.ravel()]
 
 
-def test_kill_and_resume(prepared, reference, tmp_path):
-    """SIGKILL the read-out at random moments (at least five kills); every resumed run ends with a
-    store equal to an uninterrupted run's.
+# --- kill and resume, at moments chosen from observed progress (never from wall-clock guesses) ---
 
-    A run that finishes before it is killed is checked and then started afresh, so that kills keep
-    landing at random moments of start-up, model loading and read-out until five have hit.
+def _readout_run(root: Path, faults: Path, pause_at: int | None = None) -> KillableRun:
+    """The read-out as users run it (jupytext | papermill on notebooks/03_readout.py), killable;
+    ``pause_at``: pause inside the write of the image at this position (after its values)."""
+    executed = faults / "03_readout.ipynb"
+    cmd = (f"jupytext --to ipynb notebooks/03_readout.py -o - | papermill - {executed} --cwd {ROOT} "
+           f"-p output_dir {root} -p model {MODEL}")
+    chunk = None if pause_at is None else paths.readout_store(MODEL, root) / "value" / f"0.0.0.{pause_at}.0"
+    return KillableRun(["bash", "-c", cmd], ROOT, _env(), faults, pause_at=chunk)
+
+
+def test_kill_and_resume(prepared, reference, tmp_path):
+    """SIGKILL the read-out (notebook, papermill kernel and all) three times, each at a moment chosen
+    from observed progress: in the middle of writing the first image (its values written, its
+    ``done`` flag not), right after the first image is marked done, and in the middle of writing the
+    last image. The next run ends with a store equal to an uninterrupted run's, re-reading only the
+    image that was not finished.
     """
-    import shutil
+    import zarr
 
     root = _copy(prepared, tmp_path / "out")
     store = paths.readout_store(MODEL, root)
-    code = (f"from murk import pipeline; pipeline.stage_readout({MODEL!r}, output_dir={str(root)!r})")
-    rng = random.Random(8)
-    kills = completed = 0
-    for _ in range(60):
-        p = subprocess.Popen([sys.executable, "-c", code], env=_env(), cwd=ROOT,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + rng.uniform(1.0, 12.0)
-        while p.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if p.poll() is None:
-            p.send_signal(signal.SIGKILL)
-            p.wait()
-            kills += 1
-            continue
-        assert p.returncode == 0
-        completed += 1
-        ds = _values(root)
-        assert bool(ds["done"].all())
-        xr.testing.assert_identical(ds["value"], reference["value"])
-        if kills >= 5:
-            break
-        shutil.rmtree(store)  # not enough kills yet: a fresh run to kill again
-    assert kills >= 5 and completed >= 1
+    last = N_ITEMS - 1
+
+    run = _readout_run(root, tmp_path / "f1", pause_at=0)  # kill 1: inside the first image's write
+    run.wait_for(lambda: run.paused, "pause inside image 0's write")
+    run.kill()
+    assert done_flags(store) == [False] * N_ITEMS
+    assert (store / "value" / "0.0.0.0.0").is_file()  # its values were written, its done flag not
+
+    run = _readout_run(root, tmp_path / "f2")  # kill 2: as soon as the first image is marked done
+    run.wait_for(lambda: any(done_flags(store)), "image marked done")
+    run.kill()
+    assert done_flags(store)[0]
+
+    run = _readout_run(root, tmp_path / "f3", pause_at=last)  # kill 3: inside the last image's write
+    run.wait_for(lambda: run.paused, f"pause inside image {last}'s write")
+    run.kill()
+    assert done_flags(store) == [True] * last + [False]
+
+    run = _readout_run(root, tmp_path / "f4")  # resume to the end
+    assert run.finish() == 0, run.text()[-3000:]
+    assert "1/1 [" in (run.faults / "03_readout.ipynb").read_text()  # only the unfinished image was read out again
+    ds = _values(root)
+    assert bool(ds["done"].all())
+    xr.testing.assert_identical(ds["value"], reference["value"])
+    for name in cube.TEXT_READOUTS:
+        assert [str(x) for x in ds[name].values.ravel()] == [str(x) for x in reference[name].values.ravel()]
+    assert not list(store.rglob("*.partial"))  # half-written chunk files of the kills were cleaned
+    zarr.open_group(store, mode="r", zarr_format=2)  # a sound store
