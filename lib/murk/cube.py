@@ -162,13 +162,13 @@ def _quiet():
 
 #: The settings that make a read-out store's content: a store is resumed only by a run
 #: with the same values (:func:`open_readout_store`), and each is named when they differ.
-#: Values: what the setting changes, and how to run with the store's value.
+#: Values: what each setting stands for, quoted in the refusal.
 IDENTITY_ATTRS: dict[str, str] = {
     "config_hash": "the frozen study settings (data/config.yaml: prompts, verbal wordings, physics, "
                    "read-out dtypes)",
     "items_hash": "the selected items (n_items, seed, the COCO folder)",
     "model_id": "the model",
-    "model_revision": "the model's weights (another hub snapshot or local folder content)",
+    "model_revision": "the model's weights (the hub snapshot's commit; 'local' for a folder)",
     "dtype": "the numeric precision of the model (bfloat16 on CUDA, float32 on CPU: another device)",
     "n_verbal_items": "how many items are also asked the verbal wordings v2 and v3 "
                       "(snakemake --config n_verbal_items=N, papermill -p n_verbal_items N)",
