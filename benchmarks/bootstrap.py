@@ -41,7 +41,7 @@ def synthetic_cube(n_models: int = 5, n_images: int = 1000, seed: int = 0,
     vis = ds["visibility_m"].values
     p = np.where(np.isinf(vis), 0.95, 0.25 + 0.7 / (1 + (12.0 / vis) ** 3))
     p = np.broadcast_to(p[None, None, :, None, None], shape)
-    val = np.full(ds["value"].shape, np.nan, dtype=np.float32)
+    val = np.full(ds["value"].shape, np.nan, dtype=cube.VALUE_DTYPE)  # float64, as the cube stores it
     ro = list(ds["readout"].values)
     val[..., ro.index("correct")] = rng.random(shape) < p
     val[..., ro.index("c_int")] = np.clip(rng.normal(0.8, 0.15, shape), 0.25, 1.0)

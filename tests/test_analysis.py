@@ -20,7 +20,7 @@ def _cube(n_models: int = 2, n: int = N, seed: int = 0) -> xr.Dataset:
     vis = ds["visibility_m"].values
     p = np.broadcast_to(np.where(np.isinf(vis), 0.95, 0.25 + 0.7 / (1 + (12.0 / vis) ** 3))[None, None, :, None, None],
                         shape)
-    val = np.full(ds["value"].shape, np.nan, dtype=np.float32)
+    val = np.full(ds["value"].shape, np.nan, dtype=np.float64)
     ro = list(ds["readout"].values)
     val[..., ro.index("correct")] = rng.random(shape) < p
     val[..., ro.index("c_int")] = np.round(np.clip(rng.normal(0.8, 0.15, shape), 0.25, 1.0), 2)
@@ -50,17 +50,23 @@ def test_question_scores_layout(ds):
     assert q.dims == ("model", "arm", "level", "unit", "readout") and q.sizes["unit"] == 2 * N
     np.testing.assert_array_equal(img, np.r_[np.arange(N), np.arange(N)])
     np.testing.assert_array_equal(q.isel(unit=N + 3).values,
-                                  ds["value"].sel(task="t3_false").isel(image=3).astype(float).round(6).values)
+                                  ds["value"].sel(task="t3_false").isel(image=3).values)
     with pytest.raises(ValueError):
         analysis.question_scores(ds, "t4")
 
 
-def test_float32_values_are_rounded(ds):
+def test_values_are_float64_and_unrounded(ds):
     s = analysis.image_scores(ds)
+    assert s.dtype == np.float64
     v = s.sel(task="t2", readout="verbal_conf").values
     v = v[~np.isnan(v)]
-    np.testing.assert_array_equal(v, np.round(v, 6))
-    assert np.any(np.isclose(v, 0.7)) and np.all(v[np.isclose(v, 0.7)] == 0.7)
+    # k / 10 as built: exactly the float64 of the decimal, no rounding needed or done
+    assert np.any(v == 0.7) and np.all(v[np.isclose(v, 0.7)] == 0.7)
+    tiny = ds.copy(deep=True)
+    tiny["value"][0, 0, 0, 0, 0, list(ds["readout"].values).index("c_int")] = 0.8999996
+    got = float(analysis.image_scores(tiny).sel(model="org/m0", arm="fog", level=0, task="t2",
+                                                readout="c_int").isel(image=0))
+    assert got == 0.8999996
 
 
 def test_two_runs_with_one_seed_agree_exactly(ds, res):
@@ -143,7 +149,7 @@ def test_confidence_scores_match_kernels(ds, res):
 
 
 def test_selective_abstain_matches_kernel(ds, res):
-    v = ds["value"].astype(float).round(6).sel(model="org/m0", arm="fog", level=7, task="t2")
+    v = ds["value"].sel(model="org/m0", arm="fog", level=7, task="t2")
     cov, risk = metrics.selective_risk_coverage(v.sel(readout="abstain").values, v.sel(readout="correct").values)
     sel = res["selective"].sel(model="org/m0", arm="fog", level=7, task="t2", option="abstain")
     assert float(sel["coverage"]) == pytest.approx(float(cov)) and float(sel["risk"]) == pytest.approx(float(risk))
@@ -151,7 +157,7 @@ def test_selective_abstain_matches_kernel(ds, res):
 
 
 def test_confident_errors_hand_count(ds, res):
-    v = ds["value"].astype(float).round(6).sel(model="org/m0", arm=["fog", "underwater"], level=[5, 6, 7, 8], task="t2")
+    v = ds["value"].sel(model="org/m0", arm=["fog", "underwater"], level=[5, 6, 7, 8], task="t2")
     c, k = v.sel(readout="c_int").values, v.sel(readout="correct").values
     mask = c >= 0.9
     ce = res["confident"].sel(model="org/m0")
@@ -186,3 +192,76 @@ def test_scores_dataset_stat_layout(res):
     # arms without crossings are NaN / False
     assert sc["v_cross_m"].sel(arm="blank").isnull().all() and not sc["censored"].sel(arm="blank").any()
     xr.testing.assert_equal(sc["ece"].sel(stat="point", drop=True), res["confidence"]["ece"])
+
+
+# ----------------------------------------------------------------------------- issue 13: precision, bounds
+
+
+def _cube_through_the_store(tmp_path, c_int, correct):
+    """A one-model cube written image by image with murk.cube and merged: c_int/correct at fog level 1, t2."""
+    n = len(c_int)
+    store = tmp_path / "m.zarr"
+    attrs = {"config_hash": "c", "items_hash": "i", "model_id": "m", "depth_backend": "constant-13.8m"}
+    cube.open_readout_store(store, list(range(1, n + 1)), ["car"] * n, attrs)
+    for i in range(n):
+        r = {k: np.nan for k in cube.READOUTS} | {k: "" for k in cube.TEXT_READOUTS}
+        results = {("clean", 0, t): dict(r) for t in cube.TASKS}
+        results[("fog", 1, "t2")] = r | {"c_int": float(c_int[i]), "correct": float(correct[i])}
+        cube.write_image(store, i, results)
+    return cube.merge_models({"m": store}, tmp_path / "cube.zarr")
+
+
+def test_the_cube_keeps_float64_and_the_analysis_does_not_round(tmp_path):
+    """Issue 13: float32 plus rounding to 6 decimals moved 0.9000004 onto the ECE edge 0.9 (ECE 0.475 -> 0.375) and
+    tied 0.9999999 with 0.9999996 (AUROC 1.0 -> 0.5). Written through the store, both survive exactly."""
+    c = np.array([0.9000004, 0.85, 0.9999999, 0.9999996])
+    k = np.array([1.0, 0.0, 1.0, 0.0])
+    ds = _cube_through_the_store(tmp_path, c, k)
+    assert ds["value"].dtype == np.float64
+    stored = cube.open_cube(tmp_path / "cube.zarr")["value"].sel(model="m", arm="fog", level=1, task="t2",
+                                                                readout="c_int").values
+    np.testing.assert_array_equal(stored, c)  # bit-exact
+    q, _ = analysis.question_scores(ds, "t2")
+    np.testing.assert_array_equal(q.sel(arm="fog", level=1, readout="c_int").values[0], c)
+    cs = analysis.confidence_scores(ds, n_resamples=20).sel(model="m", arm="fog", level=1, task="t2",
+                                                            confidence="c_int")
+    exact = float(metrics.expected_calibration_error(c, k))
+    assert float(cs["ece"]) == exact
+    # the ECE case: bins (0.8, 0.9] {0.85: wrong} and (0.9, 1.0] {0.9000004, 0.9999999 right; 0.9999996 wrong}
+    assert exact == pytest.approx((0.85 + abs(2 - (0.9000004 + 0.9999999 + 0.9999996))) / 4)
+    two = analysis.confidence_scores(_cube_through_the_store(tmp_path / "b", c[:2], k[:2]), n_resamples=20)
+    assert float(two["ece"].sel(model="m", arm="fog", level=1, task="t2", confidence="c_int")) == pytest.approx(
+        (0.0999996 + 0.85) / 2)  # 0.475
+    assert float(metrics.expected_calibration_error(np.round(c[:2].astype(np.float32), 6), k[:2])) == 0.375
+    sat = analysis.confidence_scores(_cube_through_the_store(tmp_path / "c", c[2:], k[2:]), n_resamples=20)
+    assert float(sat["auroc"].sel(model="m", arm="fog", level=1, task="t2", confidence="c_int")) == 1.0  # was 0.5
+
+
+def test_crossing_at_the_first_level_is_a_bound_from_below():
+    s = analysis.image_scores(_cube(1, 20, seed=2))
+    # accuracy already at chance at 250 m: V_acc >= 250 m; abstain crosses in the sweep -> W >= log10(250 / V)
+    s.loc[dict(arm=["fog", "underwater"], readout="correct")] = 0.25
+    s.loc[dict(arm=["fog", "underwater"], level=0, readout="correct")] = 1.0
+    ab = s.sel(readout="abstain").copy()
+    ab.loc[dict(arm=["fog", "underwater"])] = (s["level"] >= 5).astype(float)
+    s.loc[dict(readout="abstain")] = ab
+    cr = analysis.crossing_table(s, 50, 0).sel(model="org/m0", arm="fog", task="t2")
+    assert str(cr["censored_side"].sel(readout="correct").values) == "above"
+    assert float(cr["v_cross_m"].sel(readout="correct")) == 250.0 and not bool(cr["censored"].sel(readout="correct"))
+    assert str(cr["w_censored_side"].sel(readout="abstain").values) == "above"
+    assert bool(cr["w_lower_bound"].sel(readout="abstain")) and not bool(cr["w_upper_bound"].sel(readout="abstain"))
+    from murk import paper
+    assert paper.fmt_crossing(float(cr["v_cross_m"].sel(readout="correct")),
+                              str(cr["censored_side"].sel(readout="correct").values), 1) == "≥ 250"
+
+
+def test_both_censored_w_prints_no_interval():
+    s = analysis.image_scores(_cube(1, 20, seed=1))
+    s.loc[dict(arm=["fog", "underwater"], readout="correct")] = 0.99
+    s.loc[dict(arm=["fog", "underwater"], level=0, readout="correct")] = 1.0
+    cr = analysis.crossing_table(s, 50, 0).sel(model="org/m0", arm="fog", task="t2", readout="c_int")
+    assert str(cr["w_censored_side"].values) == "undefined"
+    assert np.isnan(float(cr["w"])) and np.isnan(float(cr["w_lo"])) and np.isnan(float(cr["w_hi"]))
+    from murk import paper
+    assert paper.fmt_estimate(float(cr["w"]), float(cr["w_lo"]), float(cr["w_hi"]),
+                              str(cr["w_censored_side"].values)) == "n/a"

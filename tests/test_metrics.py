@@ -503,3 +503,87 @@ def test_monotonicity_da_per_readout_direction():
     # correct: 0.5 -> 0.6 is wrong; abstain: 1 -> 0.5 is wrong
     np.testing.assert_allclose(out["raw"].values, [0.5, 0.5])
     np.testing.assert_array_equal(out["n_pairs"].values, [2, 2])
+
+
+# ----------------------------------------------------------------------------- issue 13: edges and bounds
+
+
+def _ece_floor_bins(conf, corr, n_bins=10):
+    """murk's former convention, bins [k/M, (k+1)/M) with the last closed: only for the comparison."""
+    conf, corr = np.asarray(conf, float), np.asarray(corr, float)
+    b = np.clip(np.floor(conf * n_bins), 0, n_bins - 1).astype(int)
+    return sum(abs(corr[b == k].sum() - conf[b == k].sum()) for k in range(n_bins)) / conf.size
+
+
+def test_ece_uses_guo_et_al_bins_upper_closed():
+    """Guo et al. (2017): bins ((m-1)/M, m/M]; a verbal 0.70 lies in (0.6, 0.7] and 0 in the first bin."""
+    conf, corr = np.array([0.7, 0.75]), np.array([1.0, 0.0])
+    # Guo: (0.6, 0.7] {0.7: acc 1} and (0.7, 0.8] {0.75: acc 0} -> (0.3 + 0.75) / 2; before: one bin [0.7, 0.8)
+    assert float(expected_calibration_error(conf, corr)) == pytest.approx(0.525, abs=1e-15)
+    assert _ece_floor_bins(conf, corr) == pytest.approx(0.225)
+    count, _, _ = reliability_bins(np.array([0.0, 0.1, 0.1000001, 1.0]), np.array([0, 1, 1, 1]))
+    np.testing.assert_array_equal(count, [2, 1, 0, 0, 0, 0, 0, 0, 0, 1])  # 0 and 0.1 in the first bin
+    # on verbal confidences (multiples of 0.05) the two conventions differ; Guo's equals scikit-learn's
+    rng = np.random.default_rng(13)
+    conf = rng.integers(0, 21, 400) * 5 / 100
+    corr = (rng.random(400) < conf).astype(float)
+    prob_true, prob_pred = calibration_curve(corr, conf, n_bins=10, strategy="uniform")
+    bins = np.searchsorted(np.linspace(0, 1, 11)[1:-1], conf)  # scikit-learn's own assignment
+    n = np.bincount(bins, minlength=10)
+    ref = np.sum(n[n > 0] / conf.size * np.abs(prob_true - prob_pred))
+    got = float(expected_calibration_error(conf, corr))
+    assert got == pytest.approx(ref, rel=1e-12)
+    assert abs(got - _ece_floor_bins(conf, corr)) > 1e-3
+    # the resampled kernel bins the same way
+    counts = bootstrap_counts(400, 50, 1)
+    idx = bootstrap_indices(400, 50, 1)
+    np.testing.assert_allclose(resampled_ece(conf, corr, counts), expected_calibration_error(conf[idx], corr[idx]),
+                               atol=1e-12)
+
+
+def test_ece_and_auroc_are_not_rounded():
+    """Issue 13: float64 throughout, no rounding: 0.9000004 stays above the edge 0.9, 0.9999999 above 0.9999996."""
+    assert float(expected_calibration_error([0.9000004, 0.85], [1, 0])) == pytest.approx((0.0999996 + 0.85) / 2)
+    assert float(expected_calibration_error(np.round([0.9000004, 0.85], 6), [1, 0])) == pytest.approx(0.375)
+    assert float(auroc([0.9999999, 0.9999999, 0.9999996], [1, 1, 0])) == 1.0
+    assert float(auroc(np.round([0.9999999, 0.9999999, 0.9999996], 6), [1, 1, 0])) == 0.5
+
+
+def test_crossing_side_of_the_bound():
+    # never reached: censored at the last level, a bound from above ("below": at most 1.95 m)
+    v, c, side = crossing_visibility(SWEEP, np.full(8, 0.9), 1.0, 0.25, return_side=True)
+    assert v == CENSOR_M and bool(c) and side == "below"
+    # reached at the first level: between the clean image and 250 m, a bound from below ("above": at least 250 m)
+    v, c, side = crossing_visibility(SWEEP, np.full(8, 0.3), 1.0, 0.25, return_side=True)
+    assert v == 250.0 and not bool(c) and side == "above"
+    # interpolated, and no signal
+    y = np.array([1.0, 1.0, 0.9, 0.5, 0.3, 0.25, 0.25, 0.25])
+    _, _, side = crossing_visibility(SWEEP, y, 1.0, 0.25, return_side=True)
+    assert side == ""
+    _, _, side = crossing_visibility(SWEEP, np.full(8, 0.25), 0.25, 0.25, return_side=True)
+    assert side == ""
+    # the two-value return is unchanged for existing callers; n-d input carries a side per series
+    assert len(crossing_visibility(SWEEP, y, 1.0, 0.25)) == 2
+    _, _, sides = crossing_visibility(SWEEP, np.stack([y, np.full(8, 0.9), np.full(8, 0.3)]), 1.0, 0.25,
+                                      return_side=True)
+    assert sides.tolist() == ["", "below", "above"]
+    ds = crossing_visibility_da(xr.DataArray(np.full(8, 0.3), dims="visibility_m", coords={"visibility_m": SWEEP}),
+                                1.0, 0.25)
+    assert str(ds["censored_side"].values) == "above"
+
+
+def test_blind_spot_width_side():
+    from murk.metrics import blind_spot_width_side
+
+    acc = ["", "", "below", "above", "below", "above", "below", "above", ""]
+    aware = ["below", "above", "", "", "below", "above", "above", "below", ""]
+    assert blind_spot_width_side(acc, aware).tolist() == [
+        "above",      # awareness never crosses: W >= (the spec's lower bounds)
+        "below",      # awareness crossed before 250 m: W <=
+        "below",      # accuracy never falls: W <=
+        "above",      # accuracy fell before 250 m: W >=
+        "undefined",  # both censored at the end of the sweep
+        "undefined",  # both at the first level
+        "below",      # V_acc <= and V_aware >=: W <= for sure
+        "above",      # V_acc >= and V_aware <=: W >=
+        ""]

@@ -131,7 +131,7 @@ def test_recovers_visibility_when_prior_holds(synthetic, v):
     assert d["veiling_light"] == pytest.approx((0.8, 0.8, 0.8), abs=0.02)
     assert d["censored"] == ""
     assert d["n_pixels"] > 0
-    assert d["method"] == ("median_uncensored" if d["share_opaque"] >= 0.5 else "median")
+    assert d["method"] == "quantile" and d["quantile"] == mon.QUANTILE and d["bound"] == ""
     assert mon.estimate_visibility(foggy, depth, window_px=5) == d["visibility_m"]
     lsq = mon.estimate_visibility(foggy, depth, window_px=5, method="lsq", veiling_light=0.8)
     assert lsq == pytest.approx(v, rel=0.15)
@@ -159,12 +159,17 @@ def test_clean_capped_far_nan_and_opaque(synthetic):
     assert clean["visibility_m"] > 1000.0  # the prior's residual: large but finite
     capped = mon.estimate_visibility_details(image, depth, window_px=5, veiling_light=0.8, cap_m=500.0)
     assert capped["visibility_m"] == 500.0 and capped["censored"] in ("clear", "cap")
-    sky = mon.estimate_visibility_details(image, np.full(depth.shape, 80.0))
+    sky = mon.estimate_visibility_details(image, np.full(depth.shape, 80.0), far_m=mon.FAR_M)  # absolute cut
     assert np.isnan(sky["visibility_m"]) and sky["censored"] == "no_pixels" and sky["n_pixels"] == 0
+    assert np.isnan(sky["censored_code"]) and sky["bound"] == ""
+    # a constant map (the offline constant backend) has no far clip to cut: every pixel is used
+    const = mon.estimate_visibility_details(image, np.full(depth.shape, 13.8))
+    assert const["n_usable"] == depth.size
     assert np.isnan(mon.estimate_visibility(image, np.full(depth.shape, np.nan)))
     thick = mon.estimate_visibility_details(physics.fog(image, depth, 0.2), depth, window_px=5)
-    assert thick["censored"] == "opaque"
-    assert thick["visibility_m"] <= np.median(depth[depth < mon.FAR_M]) * 1.01  # an upper bound
+    assert thick["censored"] == "opaque" and thick["bound"] == "below" and thick["censored_code"] == -1.0
+    # the upper bound: the QUANTILE-quantile of the opaque pixels' depth (V < z for each under the prior)
+    assert thick["visibility_m"] == pytest.approx(np.quantile(depth[depth < mon.FAR_M], mon.QUANTILE), rel=1e-6)
     masked = mon.estimate_visibility(physics.fog(image, depth, 20.0), depth, window_px=5, mask=np.zeros(depth.shape, bool))
     assert np.isnan(masked)
 
@@ -173,7 +178,7 @@ def test_depth_scale_rescales_visibility(synthetic):
     """Only beta z enters Eq. (1): depth x kappa at V x kappa gives V_hat x kappa (spec Sec. III)."""
     image, depth = synthetic
     v1 = mon.estimate_visibility(physics.fog(image, depth, 20.0), depth, window_px=5)
-    v2 = mon.estimate_visibility(physics.fog(image, 2 * depth, 40.0), 2 * depth, window_px=5, far_m=2 * mon.FAR_M)
+    v2 = mon.estimate_visibility(physics.fog(image, 2 * depth, 40.0), 2 * depth, window_px=5)
     assert v2 == pytest.approx(2 * v1, rel=1e-9)
 
 
@@ -296,14 +301,141 @@ def test_monitor_readouts(synthetic):
     out = mon.monitor_readouts(conds, depth, window_px=5)
     assert set(out) == set(conds)
     for values in out.values():
-        assert tuple(values) == tuple(dict.fromkeys((*cube.READOUTS, "visibility_hat_m")))
+        assert tuple(values) == tuple(cube.READOUTS)
         assert np.isnan(values["answer"]) and np.isnan(values["correct"])
     assert out[("clean", 0)]["c_int"] == 1.0 and out[("clean", 0)]["abstain"] == 0.0
     assert out[("fog", 7)]["visibility_hat_m"] == pytest.approx(3.90625, rel=0.15)
     assert out[("fog", 7)]["abstain"] == 1.0 and out[("fog", 7)]["c_int"] < 0.3
     assert out[("blank", 0)]["abstain"] == 1.0
+    assert out[("fog", 7)]["visibility_hat_censored"] == 0.0
     assert out[("underwater", 2)]["visibility_hat_m"] == pytest.approx(125.0, rel=0.2)
     by_cond = mon.monitor_readouts({("shuffled", 0): image}, {("clean", 0): depth}, readouts=("c_int",))
     assert by_cond == {("shuffled", 0): {"c_int": 1.0}}
     with pytest.raises(ValueError, match="condition"):
         mon.monitor_readouts({("smoke", 1): image}, depth)
+
+
+# ----------------------------------------------------------------------------- issue 13: censoring, depth scale
+
+
+def _ramp(height: int, width: int, near_m: float = 8.0, far_m: float = 70.0) -> np.ndarray:
+    """The issue's depth ramp: 70 m at the top row to 8 m at the bottom, no sky."""
+    return np.ascontiguousarray(np.broadcast_to(np.linspace(far_m, near_m, height)[:, None], (height, width)),
+                                dtype=np.float32)
+
+
+def test_opaque_ramp_makes_the_gate_abstain(sample_scenes):
+    """Issue 13: on a 8-70 m ramp V_hat was the median depth, 39 m, at V = 7.8, 3.9 and 1.95 m and the gate
+    abstained on none of them. Now the estimate is an upper bound, recorded as censored, and the gate abstains."""
+    murky = physics.SWEEP_M[-3:]  # 7.8125, 3.90625, 1.953125 m
+    for _, image, _ in sample_scenes[:8]:
+        ramp = _ramp(*image.shape[:2])
+        conds = {("fog", 6 + k): physics.fog(image, ramp, v) for k, v in enumerate(murky)}
+        out = mon.monitor_readouts(conds, ramp)
+        for key, r in out.items():
+            d = mon.estimate_visibility_details(conds[key], ramp)
+            assert d["censored"] == "opaque" and d["bound"] == "below"
+            assert r["visibility_hat_censored"] == -1.0          # recorded in the read-outs
+            assert r["abstain"] == 1.0 and r["c_int"] == 0.0      # the gate abstains, vouching for nothing
+            # the bound is on the right side and tighter than the old 39 m median
+            assert murky[key[1] - 6] <= r["visibility_hat_m"] < 39.0
+            assert bool(mon.gate_decisions(r["visibility_hat_m"], mon.DEFAULT_THRESHOLD_M, r["visibility_hat_censored"]))
+    # without the censoring the same V_hat would have passed the gate: the flag is what stops it
+    assert not bool(mon.gate_decisions(30.0, mon.DEFAULT_THRESHOLD_M))
+    assert bool(mon.gate_decisions(30.0, mon.DEFAULT_THRESHOLD_M, "opaque"))
+
+
+@pytest.mark.parametrize("kappa", [0.5, 2.0])
+def test_global_depth_factor_scales_v_hat(sample_scenes, kappa):
+    """Issue 13: with the far cut at 79 m, kappa = 0.5 let the sky (80 m -> 40 m) in and V_hat was off by up to
+    4.2x at 250 m. The relative far cut makes V_hat scale with a global depth factor exactly."""
+    for _, image, depths in sample_scenes[:4]:
+        ground = depths["ground"]
+        for foggy in physics.fog_sweep(image, ground, physics.SWEEP_M):
+            d1 = mon.estimate_visibility_details(foggy, ground)
+            dk = mon.estimate_visibility_details(foggy, kappa * ground)
+            assert dk["visibility_m"] == pytest.approx(kappa * d1["visibility_m"], rel=1e-9)
+            assert dk["censored"] == d1["censored"]
+    # the old absolute cut is still available and is what broke the scaling
+    _, image, depths = sample_scenes[0]
+    foggy = physics.fog(image, depths["ground"], 250.0)
+    assert mon.usable_depth(0.5 * depths["ground"], far_m=mon.FAR_M).sum() > mon.usable_depth(0.5 * depths["ground"]).sum()
+
+
+def test_clean_images_rarely_fall_below_the_gate(sample_scenes):
+    """False abstentions on clean images (issue 13: 6 % measured there; 4/158 with the median here, 0/158 with
+    the 0.3 quantile, benchmarks/monitor.py): none of the test's images falls below the 22.1 m threshold."""
+    v = np.array([mon.estimate_visibility(image, d["ground"]) for _, image, d in sample_scenes])
+    assert np.mean(v < mon.DEFAULT_THRESHOLD_M) == 0.0
+
+
+def test_certified_visibility_and_signal_range():
+    v = np.array([30.0, 39.0, 50.0, np.nan])
+    code = np.array([0.0, -1.0, 1.0, np.nan])
+    np.testing.assert_array_equal(mon.certified_visibility(v, code), [30.0, 0.0, 50.0, np.nan])
+    np.testing.assert_array_equal(mon.certified_visibility(v, ["", "opaque", "cap", "no_pixels"]),
+                                  [30.0, 0.0, 50.0, np.nan])
+    lo, hi = mon.signal_range(v, code, "c_int")
+    c = mon.visibility_confidence(v)
+    np.testing.assert_allclose(lo, [c[0], 0.0, c[2], 0.0])
+    np.testing.assert_allclose(hi, [c[0], c[1], 1.0, 0.0])
+    lo, hi = mon.signal_range(v, code, "abstain", threshold_m=35.0)
+    np.testing.assert_array_equal(lo, [1.0, 0.0, 0.0, 1.0])
+    np.testing.assert_array_equal(hi, [1.0, 1.0, 0.0, 1.0])
+    with pytest.raises(ValueError, match="signal"):
+        mon.signal_range(v, code, "verbal_conf")
+
+
+def test_awareness_crossing_treats_upper_bounds_as_bounds():
+    vis = physics.SWEEP_M
+    n = 10
+    truth = np.r_[1e4, vis]                                  # the clean image, then each level
+    v_hat = np.tile(truth[:, None], (1, n)).astype(float)
+    code = np.zeros_like(v_hat)
+    exact = mon.awareness_crossing(vis, v_hat, code, "c_int")
+    assert exact["censored_side"] == "" and exact["v_cross_m"] == pytest.approx(exact["v_optimistic_m"])
+    # the murkiest three levels opaque, V_hat their (too large) upper bound 39 m
+    v_hat[-3:] = 39.0
+    code[-3:] = -1.0
+    for signal in ("c_int", "abstain"):
+        r = mon.awareness_crossing(vis, v_hat, code, signal, counts=np.ones((5, n)))
+        assert r["n_censored_below"] == 3 * n
+        if r["v_optimistic_m"] < r["v_cross_m"]:
+            assert r["censored_side"] == "below"
+        assert r["v_lo_m"] == pytest.approx(r["v_cross_m"]) and r["v_hi_m"] == pytest.approx(r["v_cross_m"])
+    # the crossing (22.1 m) happens before the opaque levels: it is exact although cells are censored
+    r = mon.awareness_crossing(vis, v_hat, code, "c_int")
+    assert r["censored_side"] == "" and r["v_cross_m"] == pytest.approx(exact["v_cross_m"])
+    # opaque from 31.25 m on with a bound of 120 m: the conservative curve crosses earlier, the optimistic later;
+    # the conservative crossing is reported as a bound from above (V_aware at most it; W a lower bound)
+    v_hat[4:], code[4:] = 120.0, -1.0
+    r = mon.awareness_crossing(vis, v_hat, code, "c_int")
+    assert r["censored_side"] == "below" and r["v_optimistic_m"] < r["v_cross_m"]
+    assert 31.25 < r["v_cross_m"] < 62.5
+    with pytest.raises(ValueError, match="1 \\+ 8"):
+        mon.awareness_crossing(vis, v_hat[1:], code[1:])
+
+
+def test_coverage_risk_ranks_an_upper_bound_below_every_estimate():
+    """An opaque V_hat (an upper bound) vouches for nothing: the gate never answers on it at a positive threshold."""
+    rng = np.random.default_rng(4)
+    n = 800
+    ids = np.repeat(np.arange(200), 4)
+    v_true = np.exp(rng.uniform(np.log(1.0), np.log(300.0), n))
+    correct = (rng.random(n) < np.clip(v_true / 60, 0.25, 1)).astype(float)
+    opaque = v_true < 8.0
+    v_hat = np.where(opaque, 120.0, v_true)  # the bound is far above the truth (the issue's 39 m at 1.95 m)
+    code = np.where(opaque, -1.0, 0.0)
+    split = mon.split_images(ids, seed=1)
+    args = (rng.random(n), np.zeros(n), correct, split)
+    naive = mon.compare_at_equal_coverage(v_hat, *args)
+    bound = mon.compare_at_equal_coverage(v_hat, *args, censored_monitor=code)
+    thr = bound["monitor"]["threshold"]
+    assert thr > 0
+    answered = (mon.certified_visibility(v_hat, code) >= thr) & ~split
+    assert bound["monitor"]["coverage"] == pytest.approx(answered.sum() / (~split).sum())
+    assert not (answered & opaque).any()
+    assert bound["monitor"]["n_monitor_bound_below"] == int((opaque & ~split).sum()) > 0
+    # taking the bound at face value forces the threshold above it (120 m) to keep the murky rows out
+    assert naive["monitor"]["threshold"] > 120.0 > thr
+    assert bound["monitor"]["coverage"] > naive["monitor"]["coverage"]

@@ -263,12 +263,47 @@ def test_imagenet_c_gain_follows_amplitude_constant(severity, c):
     assert nm.contrast_gain(image, degraded) == pytest.approx(1.0 / (1.0 + c), abs=0.01)
 
 
-def test_imagenet_c_seed_is_per_image_and_severity(small):
+def _fractal(clean: np.ndarray, out: np.ndarray, c: float) -> np.ndarray:
+    """Invert imagecorruptions' fog, ``out = (x + c P) m / (m + c)``, for the fractal P (up to truncation)."""
+    x = clean.astype(float) / 255.0
+    m = x.max()
+    return ((out.astype(float) / 255.0) * (m + c) / m - x)[..., 0] / c
+
+
+def test_imagenet_c_seed_is_per_image_and_shared_by_severities():
+    """Issue 13: one seed per image, shared by its severities, so each draws the same fractal."""
     assert nm.imagenet_c_seed(1, 139) == 1_000_003 + 139
-    a = nm.imagenet_c_fog(small, 3, seed=5)
-    b = nm.imagenet_c_fog(small, 4, seed=5)
-    # Same amplitude constant: images differ because the fractals differ (own seeds).
-    assert not np.array_equal(a, b)
+    rng = np.random.default_rng(0)
+    image = rng.integers(0, 200, (64, 64, 3), dtype=np.uint8)
+    image[0, 0] = 255  # m = 1: no clipping, the fractal can be read back
+    seed = nm.imagenet_c_seed(1, 139)
+    out = {s: nm.imagenet_c_fog(image, s, seed) for s in nm.IMAGENET_C_SEVERITIES}
+    # severities 1 and 2 share the roughness (wibbledecay 2.0): the very same fractal, up to uint8 truncation
+    p1, p2 = _fractal(image, out[1], 1.5), _fractal(image, out[2], 2.0)
+    assert np.max(np.abs(p1 - p2)) < 2.5 / 255
+    # severities 3 and 4 share the amplitude (2.5) and differ only in roughness: same draws, similar fractal
+    p3, p4 = _fractal(image, out[3], 2.5), _fractal(image, out[4], 2.5)
+    assert not np.array_equal(out[3], out[4]) and np.corrcoef(p3.ravel(), p4.ravel())[0, 1] > 0.9
+    # another image's seed draws another fractal
+    other = _fractal(image, nm.imagenet_c_fog(image, 1, nm.imagenet_c_seed(1, 140)), 1.5)
+    assert np.max(np.abs(p1 - other)) > 20 * 2.5 / 255
+
+
+def test_imagenet_c_fog_reproduces_across_processes(small):
+    """The legacy seed is a pure function of the seed: a fresh interpreter renders the same bytes."""
+    import hashlib
+    import subprocess
+    import sys
+
+    here = hashlib.sha256(nm.imagenet_c_fog(small, 4, seed=nm.imagenet_c_seed(1, 77)).tobytes()).hexdigest()
+    code = ("import hashlib, sys, numpy as np; sys.path.insert(0, sys.argv[1]);"
+            "from murk import nominal as nm; import tests.test_nominal as t;"
+            "img = t._textured(64, 96);"
+            "print(hashlib.sha256(nm.imagenet_c_fog(img, 4, seed=nm.imagenet_c_seed(1, 77)).tobytes()).hexdigest())")
+    root = Path(__file__).resolve().parents[1]
+    there = subprocess.run([sys.executable, "-c", code, str(root / "lib")], cwd=root, capture_output=True,
+                           text=True, check=True).stdout.strip()
+    assert there == here
 
 
 def test_coco_nominal_severities(coco):
@@ -277,9 +312,9 @@ def test_coco_nominal_severities(coco):
     degraded = np.stack([nm.imagenet_c_fog(coco, s, seed=(1, 0)) for s in nm.IMAGENET_C_SEVERITIES])
     assert degraded.shape == (5,) + coco.shape and degraded.dtype == np.uint8
     gains = nm.contrast_gain(coco, degraded)
-    # Each (image, severity) has its own fractal, whose chance covariance with the scene
-    # moves the gain by more than the step between severities (hence the spec's 52 %
-    # monotone share); the gains stay well below 1 and near 1 / (1 + c).
+    # One fractal per image, shared by the severities; its chance covariance with the
+    # scene still moves the gain (hence the spec's 52 % monotone share with a real
+    # depth); the gains stay well below 1 and near 1 / (1 + c).
     assert np.all((gains > 0.1) & (gains < 0.6))
     v_eq = nm.equivalent_visibility(coco, degraded, depth)
     assert np.all(np.isfinite(v_eq))
@@ -339,7 +374,10 @@ def test_nominal_equivalence_on_sample_items(tmp_path):
                      "height": img.shape[0]})
     ds = nm.nominal_equivalence(pd.DataFrame(rows), folder, tmp_path, max_side=96, seed=1,
                                 attrs={"depth_backend": "constant-13.8m"})
-    assert set(ds.data_vars) == {"v_eq_gain_m", "v_eq_std_ratio_m", "gain", "std_ratio"}
+    assert set(ds.data_vars) == {"v_eq_gain_m", "v_eq_std_ratio_m", "gain", "std_ratio", "reason",
+                                 "reason_std_ratio", "curve_monotone", "missing_reason"}
+    assert ds["reason"].dims == ("image", "severity") and (ds["missing_reason"] == "").all()
+    np.testing.assert_array_equal(ds["reason"].values == "", np.isfinite(ds["v_eq_gain_m"].values))
     assert ds["v_eq_gain_m"].dims == ("image", "severity") and ds.sizes == {"image": 2, "severity": 5}
     assert list(ds["image"].values) == [r["image_id"] for r in rows]
     assert ds["v_eq_gain_m"].attrs["units"] == "m" and ds.attrs["depth_backend"] == "constant-13.8m"
@@ -352,3 +390,141 @@ def test_nominal_equivalence_on_sample_items(tmp_path):
     assert finite.sum() >= 8 and np.all(ds["v_eq_gain_m"].values[finite] > 5.0)
     df = nm.table_vii(ds)
     assert df.shape[0] == 5
+
+
+# ------------------------------------------------------ issue 13: ill-posed inverses
+
+
+def _bumpy_scene():
+    """A scene whose gain fog curve is not monotone: a far (1 km) textured band flattens first (the gain falls),
+    then a mid-distance (40 m) mid-grey band brightens towards the airlight above a dark near band (1 m), which
+    *raises* the gain again before everything falls to 0."""
+    rng = np.random.default_rng(1)
+    img = np.zeros((48, 48, 3), np.uint8)
+    img[:16] = np.clip(128 + rng.integers(-127, 128, (16, 48, 1)), 0, 255)
+    img[16:32] = 130
+    img[32:] = 10
+    depth = np.repeat(np.r_[np.full(16, 1000.0), np.full(16, 40.0), np.full(16, 1.0)][:, None], 48, 1)
+    return img, depth
+
+
+def test_non_monotone_gain_curve_gives_nan_with_a_reason():
+    img, depth = _bumpy_scene()
+    grid = np.geomspace(4000.0, 0.25, 15)
+    curve = nm._FogStatistics(img, depth, ph.FOG_AIRLIGHT).curve("gain", grid)
+    assert not nm.curve_is_monotone(curve)
+    assert curve[1] < curve[0] and curve[4] > curve[1]  # falls, rises, then falls to 0
+    # a rendering on the falling branch (V = 100 m) whose gain the curve also reaches twice near the clear end
+    v_true = 100.0
+    degraded = ph.fog_sweep(img, depth, [v_true], rounded=False)[0]
+    target = nm.contrast_gain(img, degraded)
+    assert curve[1] < target < curve[4]
+    v, why = nm.equivalent_visibility(img, degraded, depth, return_reason=True)
+    assert np.isnan(v) and why == "several_roots"
+    # the old rule (first root from the clear end) returned a visibility far above the rendered one
+    first = np.flatnonzero(np.sign(curve[:-1] - target) != np.sign(curve[1:] - target))[0]
+    assert grid[first + 1] > 10 * v_true
+    # a degradation on the monotone murky branch still has its unique root
+    murky = ph.fog_sweep(img, depth, [3.0], rounded=False)[0]
+    v, why = nm.equivalent_visibility(img, murky, depth, return_reason=True)
+    assert why == "" and v == pytest.approx(3.0, rel=1e-3)
+
+
+def test_clean_uniform_and_negative_gains_are_flagged():
+    """Issue 13: a clean image of a constructed scene (gain above 1 on the way) got 91.5 m instead of NaN; a uniform
+    rendering returned the first grid point without a flag; negative gains dropped out silently."""
+    rng = np.random.default_rng(0)
+    img = np.zeros((64, 96, 3), np.uint8)
+    img[:32] = 150 + rng.integers(-20, 20, (32, 96, 1))  # mid-bright far half
+    img[32:] = 20 + rng.integers(0, 20, (32, 96, 1))     # dark near half
+    depth = np.where(np.arange(64)[:, None] < 32, 60.0, 2.0) * np.ones((1, 96))
+    curve = nm._FogStatistics(img, depth, ph.FOG_AIRLIGHT).curve("gain", np.geomspace(4000.0, 0.25, 15))
+    assert curve.max() > 1.1  # fog raises this scene's gain above 1 before lowering it
+    stack = np.stack([img, np.full_like(img, 200), 255 - img, ph.fog(img, depth, 5.0)])
+    v, why = nm.equivalent_visibility(img, stack, depth, return_reason=True)
+    assert list(why[:3]) == ["outside_0_1", "saturated", "outside_0_1"] and np.isnan(v[:3]).all()
+    assert why[3] == "" and v[3] == pytest.approx(5.0, rel=0.02)
+    # a degradation the bracket does not reach, and an undefined statistic
+    v, why = nm.equivalent_visibility(img, ph.fog(img, depth, 5.0), depth, bracket_m=(50, 500), return_reason=True)
+    assert np.isnan(v) and why == "no_root"
+    flat = np.full_like(img, 100)
+    assert nm.equivalent_visibility(flat, flat, depth, return_reason=True)[1] == "undefined"
+    assert set(nm.EQUIVALENCE_REASONS) >= {"", "undefined", "saturated", "outside_0_1", "no_root", "several_roots"}
+
+
+def test_table_vii_counts_the_pairs_each_reason_removed():
+    gain = np.array([[100, 80, 60, 50, 40], [200, np.nan, 160, 90, np.nan], [50, 40, 30, 20, np.nan]])
+    ds = _table_dataset(gain, gain)
+    ds["reason"] = (("image", "severity"), np.array([["", "", "", "", ""],
+                                                     ["", "several_roots", "", "", "outside_0_1"],
+                                                     ["", "", "", "", "saturated"]]))
+    ds["curve_monotone"] = ("image", np.array([True, False, True]))
+    ds["missing_reason"] = ("image", np.array(["", "", ""]))
+    df = nm.table_vii(ds)
+    assert df.attrs["removed"] == {"missing_input": 0, "undefined": 0, "saturated": 1, "outside_0_1": 1,
+                                   "no_root": 0, "several_roots": 1}
+    assert df.attrs["n_pairs"] == 15 and df.attrs["n_curve_non_monotone"] == 1 and df.attrs["n_curve_images"] == 3
+    assert list(df["n_several_roots"]) == [0, 1, 0, 0, 0] and list(df["n_saturated"]) == [0, 0, 0, 0, 1]
+    assert df.attrs["monotone_n"] == 1 and df.attrs["monotone_share"] == 1.0
+
+
+def test_too_small_image_is_recorded_not_fatal(tmp_path):
+    """Issue 13: a presented side under 32 px made the ImageNet-C fog raise inside the per-item loop."""
+    import pandas as pd
+    from PIL import Image
+
+    from murk import depth as dp
+    from murk import render
+
+    Image.fromarray(_textured(20, 200)).save(tmp_path / "thin.png")
+    Image.fromarray(_textured(48, 64)).save(tmp_path / "ok.png")
+    for iid, (h, w) in ((1, (20, 200)), (2, (48, 64))):
+        dp.save_depth(tmp_path, iid, np.full((h, w), 13.8, np.float32))
+    items = pd.DataFrame([{"image_id": 1, "file_name": "thin.png", "width": 200, "height": 20},
+                          {"image_id": 2, "file_name": "ok.png", "width": 64, "height": 48}])
+    ds = nm.nominal_equivalence(items, tmp_path, tmp_path, max_side=448, seed=1)
+    assert "image 1 (thin.png)" in str(ds["missing_reason"].values[0]) and "32 px" in str(ds["missing_reason"].values[0])
+    assert (ds["reason"].values[0] == "missing_input").all() and ds["missing_reason"].values[1] == ""
+    assert np.isfinite(ds["gain"].values[1]).all()
+    with pytest.raises(render.ImageTooSmallError, match="32 px"):
+        nm.imagenet_c_fog(_textured(20, 200), 1, seed=0)
+    assert issubclass(render.ImageTooSmallError, ValueError)
+
+
+SAMPLE = Path("/work/shared/coco-val2017-sample")
+
+
+def test_monotone_share_on_the_sample_matches_the_spec():
+    """Issue 13 / spec Sec. IV: with one ImageNet-C seed per image, about half of the images (spec: 52 %) have a
+    gain-matched V_eq that decreases over severities 1-5; with a seed per (image, severity) it was 0.027.
+
+    Ground-plane depth (:func:`murk.monitor.ground_plane_depth`) at the presented size (448 px), every eighth image
+    of the 158-image sample in file-name order (20 images, for the runtime; 0.474 of 19 complete here, 0.411 of 151
+    on all 158, measured with the same code). On a monotone fog curve V_eq decreases exactly when the gain does, so
+    the independent-fractal contrast is checked on the gains alone."""
+    import json
+
+    from murk import monitor, render
+
+    ann = SAMPLE / "annotations" / "instances_val2017.json"
+    if not ann.is_file():
+        pytest.skip(f"COCO sample absent at {SAMPLE}")
+    records = sorted(json.loads(ann.read_text())["images"], key=lambda r: r["file_name"])[::8]
+    v_eq, independent = [], []
+    for rec in records:
+        full = render.load_image(SAMPLE / "val2017" / rec["file_name"])
+        img = render.resize_image(full, render.presented_size(full.shape[1], full.shape[0]))
+        depth = monitor.ground_plane_depth(*img.shape[:2])
+        seed = nm.imagenet_c_seed(1, rec["id"])
+        degraded = np.stack([nm.imagenet_c_fog(img, s, seed) for s in nm.IMAGENET_C_SEVERITIES])
+        v_eq.append(nm.equivalent_visibility(img, degraded, depth))
+        own = np.stack([nm.imagenet_c_fog(img, s, (seed, s)) for s in nm.IMAGENET_C_SEVERITIES])
+        independent.append(nm.contrast_gain(img, own))
+    v_eq = np.array(v_eq)
+    complete = np.isfinite(v_eq).all(axis=1)
+    share = float(np.mean(np.all(np.diff(v_eq[complete], axis=1) < 0, axis=1)))
+    print(f"\nmonotone share {share:.3f} of {complete.sum()} images ({len(records)} drawn)")
+    assert complete.sum() >= 0.8 * len(records)
+    assert 0.35 <= share <= 0.65
+    old = float(np.mean(np.all(np.diff(np.array(independent), axis=1) < 0, axis=1)))
+    assert old < 0.2 < share

@@ -2,6 +2,7 @@
 
 import re
 
+import numpy as np
 import pytest
 
 from murk import paper, paths
@@ -64,11 +65,33 @@ def test_crossref_numbers_in_order():
 def test_formatting():
     assert paper.fmt(0.8049) == "0.80"
     assert paper.fmt(float("nan")) == "n/a"
-    assert paper.fmt_crossing(0.8, True) == "≥ 0.80"
+    assert paper.fmt_crossing(0.8, True, lower_bound_sign="≥") == "≥ 0.80"  # legacy bool with an explicit sign
     assert paper.fmt_crossing(12.44, False, 1) == "12.4"
     assert paper.fmt_interval(0.1, 0.25) == "[0.10, 0.25]"
     with pytest.raises(TypeError):
         paper.write_numbers({"a": 1.0})
+
+
+def test_bounds_print_on_their_side():
+    """Issue 13: a crossing censored at the end of the sweep is a bound from above, one at the first level from below."""
+    assert paper.fmt_crossing(1.953125, "below") == "≤ 1.95"
+    assert paper.fmt_crossing(1.953125, "below", 1) == "≤ 1.95"  # the level's name, not "≤ 2.0"
+    assert paper.fmt_crossing(250.0, "above", 1) == "≥ 250"
+    assert paper.fmt_crossing(1.953125, True, 1) == "≤ 1.95"  # legacy bool: "not reached within the sweep"
+    assert paper.fmt_crossing(0.8, "above") == "≥ 0.80" and paper.fmt_crossing(0.39, "below") == "≤ 0.39"
+    assert paper.fmt_crossing(0.8, "undefined") == "n/a" and paper.fmt_crossing(float("nan"), "above") == "n/a"
+    # an undefined point prints no interval (the issue's "n/a [2.0, 250.0]")
+    assert paper.fmt_estimate(float("nan"), 1.953125, 250.0, digits=1) == "n/a"
+    assert paper.fmt_estimate(0.5, 0.1, 0.9, "undefined") == "n/a"
+    assert paper.fmt_estimate(0.75, 0.38, 1.05) == "0.75 [0.38, 1.05]"
+    assert paper.fmt_estimate(0.8, 0.7, 0.9, "above") == "≥ 0.80 [0.70, 0.90]"
+    # a range over models keeps each end's bound (the issue's bare "0.05–0.39")
+    assert paper.fmt_range([0.05, 0.39, 0.2], ["", "above", ""]) == "0.05 – ≥ 0.39"
+    assert paper.fmt_range([0.05, 0.39]) == "0.05–0.39"
+    assert paper.fmt_range([0.8, 0.86], ["above", "above"]) == "≥ 0.80 – ≥ 0.86"
+    assert paper.fmt_range([0.3, np.nan, 0.3], ["", "", "above"]) == "≥ 0.30"
+    assert paper.fmt_range([0.1, 0.2], ["", "undefined"]) == "0.10"
+    assert paper.fmt_range([np.nan]) == "n/a"
 
 
 def test_every_cited_number_reaches_the_html(tmp_path):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from murk import cube, render
+from murk import cube, paths, render
 
 
 def test_presented_size():
@@ -115,3 +115,94 @@ def test_controls_blank_and_shuffled():
     np.testing.assert_array_equal(shown[("shuffled", 0)],
                                   render.draw_box(partner, render.scale_bbox(bbox, (80, 60), (50, 40))))
     np.testing.assert_array_equal(shown[("clean", 0)], render.draw_box(img, bbox))
+
+
+# ----------------------------------------------------------------------------- issue 13: bit depth, small images
+
+
+def _png16_rgb(path, rgb16: np.ndarray) -> None:
+    """Write a 16-bit RGB PNG by hand (Pillow cannot write one)."""
+    import struct
+    import zlib
+
+    h, w, _ = rgb16.shape
+    be = rgb16.astype(">u2")
+    raw = b"".join(b"\x00" + be[y].tobytes() for y in range(h))
+
+    def chunk(tag, data):
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
+
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, 2, 0, 0, 0))
+                     + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+def test_16_bit_png_is_scaled_not_saturated(tmp_path):
+    """Issue 13: a 16-bit PNG saturated silently (99.6 % of the pixels at 255 through convert("RGB"))."""
+    ramp = np.linspace(0, 65535, 48 * 64).reshape(48, 64).astype(np.uint16)
+    Image.fromarray(ramp).save(tmp_path / "grey16.png")
+    with Image.open(tmp_path / "grey16.png") as im:
+        assert im.mode.startswith("I")  # Pillow's 16-bit greyscale mode
+        assert (np.asarray(im.convert("RGB")) == 255).mean() > 0.99  # what the old conversion did
+    g = render.load_image(tmp_path / "grey16.png")
+    assert g.shape == (48, 64, 3) and g.dtype == np.uint8
+    np.testing.assert_array_equal(g[..., 0], np.round(ramp / 257.0).astype(np.uint8))
+    assert (g == 255).mean() < 0.01 and (g[..., 0] == g[..., 2]).all()
+    # 16-bit RGB: Pillow reduces it to 8 bits per channel itself (the high byte)
+    rgb = np.stack([ramp, ramp[::-1], np.full_like(ramp, 30000)], -1)
+    _png16_rgb(tmp_path / "rgb16.png", rgb)
+    c = render.load_image(tmp_path / "rgb16.png")
+    assert c.dtype == np.uint8 and np.abs(c.astype(int) - rgb // 257).max() <= 1
+    # 32-bit integer and float images: scaled where the scale is defined, refused otherwise
+    assert render.to_rgb8(Image.fromarray(np.full((4, 4), 65535, np.int32)))[0, 0, 0] == 255
+    assert render.to_rgb8(Image.fromarray(np.full((4, 4), 0.5, np.float32)))[0, 0, 0] == 128
+    with pytest.raises(ValueError, match="outside 0-65535"):
+        render.to_rgb8(Image.fromarray(np.full((4, 4), 70000, np.int32)), "image x.tif")
+    with pytest.raises(ValueError, match=r"outside \[0, 1\]"):
+        render.to_rgb8(Image.fromarray(np.full((4, 4), 3.0, np.float32)))
+
+
+def test_too_small_presented_image_raises_early_and_specifically():
+    with pytest.raises(render.ImageTooSmallError, match="image 7 .* 448 x 14 px"):
+        render.presented_size(640, 20, name="image 7 (000000000007.jpg)")
+    assert issubclass(render.ImageTooSmallError, ValueError)
+    assert render.presented_size(640, 20, min_side=None) == (448, 14)
+    img = np.zeros((20, 200, 3), np.uint8)
+    z = np.full((20, 200), 10.0, np.float32)
+    # raised when called, before any condition is rendered (not in the middle of the iteration)
+    with pytest.raises(render.ImageTooSmallError, match="image 5 is 200 x 20 px"):
+        render.render_conditions(img, z, (10, 2, 30, 10), img, image_id=5)
+
+
+@pytest.mark.skipif(not (paths.project_root().parent / "shared" / "coco-val2017-sample").is_dir(),
+                    reason="../shared/coco-val2017-sample not present")
+def test_stage_records_a_too_small_image_and_goes_on(tmp_path, monkeypatch):
+    """Through a stage's per-item loop (the monitor's: no VLM needed): the thin item is recorded, the other kept."""
+    import json
+    import shutil
+
+    import xarray as xr
+
+    from murk import pipeline
+
+    sample = paths.project_root().parent / "shared" / "coco-val2017-sample"
+    monkeypatch.setenv("MURK_OFFLINE", "1")
+    monkeypatch.setenv("MURK_COCO_DIR", str(sample))
+    out = tmp_path / "out"
+    table = pipeline.stage_select(n_items=2, seed=1, output_dir=out, run_name="too-small-image")
+    img_dir = tmp_path / "val2017"
+    img_dir.mkdir()
+    for f in table["file_name"]:
+        shutil.copy(sample / "val2017" / f, img_dir / f)
+    thin = table["file_name"].iloc[0]
+    Image.new("RGB", (640, 20), (90, 120, 150)).save(img_dir / thin, format="JPEG")
+    meta = json.loads((out / "items_meta.json").read_text())
+    meta["image_dir"] = str(img_dir)
+    (out / "items_meta.json").write_text(json.dumps(meta))
+    pipeline.stage_depth(backend="constant", output_dir=out)
+    store = pipeline.stage_monitor(output_dir=out)
+    ds = xr.open_zarr(store, consolidated=False).load()
+    assert bool(ds["done"].all())
+    reasons = [str(r) for r in ds["missing_reason"].values]
+    assert "32 px" in reasons[0] and "448 x 14 px" in reasons[0] and reasons[1] == ""
+    v = ds["value"].sel(readout="visibility_hat_m", task="t2")
+    assert v.isel(image=0).isnull().all() and v.sel(arm="fog", level=slice(1, None)).isel(image=1).notnull().all()

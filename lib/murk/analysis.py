@@ -50,14 +50,18 @@ STATS = ("point", "lo", "hi")
 
 
 def _values(ds: xr.Dataset) -> xr.DataArray:
-    """The cube's ``value`` as float64, rounded to 6 decimals.
+    """The cube's ``value`` as float64, unrounded.
 
-    The store keeps float32 (about 7 significant digits); rounding restores
-    the decimal values the read-out produced (a verbal 0.70 is 0.69999999 in
-    float32 and would fall into the ECE bin [0.6, 0.7); a c_int of 0.9 would
-    miss the threshold c >= 0.9) and changes nothing beyond float32 precision.
+    The cube stores float64 (:mod:`murk.cube`), so every read-out is the number
+    the read-out produced: a verbalized ``k / 100`` is the float64 nearest to the
+    decimal by construction (``int / 100.0`` in
+    :func:`murk.readout.parse_verbal_confidence`), and compares equal to the ECE
+    bin edge ``m / 10`` computed the same way; an internal confidence such as
+    0.8999996 or 0.9999999 is kept as is (rounding to 6 decimals, as murk did
+    with float32 stores, moved it across a bin edge or tied it with 0.9999996).
+    Stores written as float32 by older versions are widened, not rounded.
     """
-    return ds["value"].astype(np.float64).round(6)
+    return ds["value"].astype(np.float64)
 
 
 def image_scores(ds: xr.Dataset) -> xr.DataArray:
@@ -71,9 +75,9 @@ def image_scores(ds: xr.Dataset) -> xr.DataArray:
     Returns
     -------
     xarray.DataArray
-        float64 (model, arm, level, task, image, readout), rounded to 6
-        decimals (see :func:`_values`); t3 is the mean of
-        its two questions (:func:`murk.cube.t3_image_scores`).
+        float64 (model, arm, level, task, image, readout), unrounded (see
+        :func:`_values`); t3 is the mean of its two questions
+        (:func:`murk.cube.t3_image_scores`).
     """
     value = _values(ds).sel(readout=list(SIGNALS))
     return cube.t3_image_scores(value).transpose("model", "arm", "level", "task", "image", "readout")
@@ -216,12 +220,18 @@ def crossing_table(scores: xr.DataArray, n_resamples: int = 2000, seed: int = 0,
     -------
     xarray.Dataset
         (model, arm, task, readout): ``v_cross_m``, ``v_lo_m``, ``v_hi_m`` (m),
-        ``censored`` (bool); ``w``, ``w_lo``, ``w_hi`` (decades; NaN for
-        ``correct``, and where both crossings are censored), ``w_lower_bound``
-        (bool: V_aware censored, V_acc not: W is "≥") and ``w_upper_bound``
-        (bool: V_acc censored, V_aware not: W is "≤"). (model, arm, task):
-        ``v_acc_blank_m``, ``v_acc_blank_lo_m``, ``v_acc_blank_hi_m``,
-        ``censored_blank``.
+        ``censored`` (bool: never reached within the sweep) and
+        ``censored_side`` (str: ``""``; ``"below"``, never reached, the true
+        crossing is at most ``v_cross_m`` = 1.95 m, printed "≤ 1.95";
+        ``"above"``, reached at the first level, at least 250 m, printed
+        "≥ 250"); ``w``, ``w_lo``, ``w_hi`` (decades; NaN for ``correct``,
+        and where the two crossings bound W from opposite sides, e.g. both
+        censored at the end of the sweep), ``w_censored_side`` (str, from
+        :func:`murk.metrics.blind_spot_width_side`: ``""``, ``"above"`` W is
+        "≥", ``"below"`` W is "≤", ``"undefined"``), ``w_lower_bound`` and
+        ``w_upper_bound`` (bool: ``w_censored_side`` is "above" / "below").
+        (model, arm, task): ``v_acc_blank_m``, ``v_acc_blank_lo_m``,
+        ``v_acc_blank_hi_m``, ``censored_blank``, ``censored_blank_side``.
     """
     x = scores.sel(arm=list(arms))
     vis = x["visibility_m"].values[1:]
@@ -238,12 +248,14 @@ def crossing_table(scores: xr.DataArray, n_resamples: int = 2000, seed: int = 0,
         m = m.transpose(..., "level")
         like = m.isel(level=0, drop=True)
         fl = fl.broadcast_like(like).transpose(*like.dims)
-        v, c = metrics.crossing_visibility(vis, m.isel(level=slice(1, None)).values, like.values, fl.values)
-        return like.copy(data=np.asarray(v, float)), like.copy(data=np.asarray(c, bool))
+        v, c, side = metrics.crossing_visibility(vis, m.isel(level=slice(1, None)).values, like.values, fl.values,
+                                                 return_side=True)
+        return (like.copy(data=np.asarray(v, float)), like.copy(data=np.asarray(c, bool)),
+                like.copy(data=np.asarray(side, dtype="<U5")))
 
-    v, cens = cross(point, floors)
-    vb, censb = cross(boot, floors)
-    out = _crossing_dataset(x, v, cens, vb, censb, ci_level)
+    v, cens, side = cross(point, floors)
+    vb, censb, sideb = cross(boot, floors)
+    out = _crossing_dataset(x, v, side, vb, sideb, ci_level)
 
     # post-hoc: V_acc against the model's blank-image accuracy as the floor
     acc_p, acc_b = point.sel(readout="correct", drop=True), boot.sel(readout="correct", drop=True)
@@ -256,42 +268,55 @@ def crossing_table(scores: xr.DataArray, n_resamples: int = 2000, seed: int = 0,
     else:
         fl_p = xr.full_like(acc_p.isel(level=0, drop=True), np.nan)
         fl_b = xr.full_like(acc_b.isel(level=0, drop=True), np.nan)
-    vbl, cbl = cross(acc_p, fl_p)
-    vblb, _ = cross(acc_b, fl_b)
+    vbl, cbl, sbl = cross(acc_p, fl_p)
+    vblb, _, _ = cross(acc_b, fl_b)
     lo, hi = _interval(vblb, ci_level)
     out["v_acc_blank_m"] = vbl.transpose(*out["w"].dims[:-1])
     out["v_acc_blank_lo_m"] = lo.transpose(*out["w"].dims[:-1])
     out["v_acc_blank_hi_m"] = hi.transpose(*out["w"].dims[:-1])
     out["censored_blank"] = cbl.transpose(*out["w"].dims[:-1])
+    out["censored_blank_side"] = sbl.transpose(*out["w"].dims[:-1])
     out["v_acc_blank_m"].attrs.update(units="m", long_name="V_acc with the blank-image accuracy as floor (post hoc)")
     return out
 
 
-def _crossing_dataset(x, v, cens, vb, censb, ci_level):
+def _crossing_dataset(x, v, side, vb, sideb, ci_level):
     dims = ("model", "arm", "task", "readout")
-    v, cens = v.transpose(*dims), cens.transpose(*dims)
-    vb, censb = vb.transpose(*dims, "bootstrap"), censb.transpose(*dims, "bootstrap")
+    v, side = v.transpose(*dims), side.transpose(*dims)
+    vb, sideb = vb.transpose(*dims, "bootstrap"), sideb.transpose(*dims, "bootstrap")
     v_lo, v_hi = _interval(vb, ci_level)
-    out = xr.Dataset({"v_cross_m": v, "censored": cens, "v_lo_m": v_lo, "v_hi_m": v_hi})
+    cens = side == "below"
+    out = xr.Dataset({"v_cross_m": v, "censored": cens, "censored_side": side, "v_lo_m": v_lo, "v_hi_m": v_hi})
 
-    def width(vv, cc):
-        acc_v, acc_c = vv.sel(readout="correct"), cc.sel(readout="correct")
+    def width(vv, ss):
+        acc_v, acc_s = vv.sel(readout="correct"), ss.sel(readout="correct")
         w = xr.DataArray(metrics.blind_spot_width(acc_v.values[..., None, :] if "bootstrap" in vv.dims
                                                   else acc_v.values[..., None], vv.values),
                          dims=vv.dims, coords=vv.coords)
-        return w.where(~(acc_c & cc)), acc_c
+        wside = xr.DataArray(metrics.blind_spot_width_side(acc_s.values[..., None, :] if "bootstrap" in vv.dims
+                                                           else acc_s.values[..., None], ss.values),
+                             dims=vv.dims, coords=vv.coords)
+        return w.where(wside != "undefined"), wside
 
-    w, acc_c = width(v, cens)
-    wb, _ = width(vb, censb)
+    w, wside = width(v, side)
+    wb, _ = width(vb, sideb)
     not_acc = x["readout"] != "correct"
     w_lo, w_hi = _interval(wb, ci_level)
+    defined = wside != "undefined"
     out["w"] = w.where(not_acc)
-    out["w_lo"] = w_lo.where(not_acc)
-    out["w_hi"] = w_hi.where(not_acc)
-    out["w_lower_bound"] = cens & ~acc_c & not_acc
-    out["w_upper_bound"] = acc_c & ~cens & not_acc
+    # an undefined point prints no interval either
+    out["w_lo"] = w_lo.where(not_acc & defined)
+    out["w_hi"] = w_hi.where(not_acc & defined)
+    out["w_censored_side"] = wside.where(not_acc, "")
+    out["w_lower_bound"] = (wside == "above") & not_acc
+    out["w_upper_bound"] = (wside == "below") & not_acc
     out["v_cross_m"].attrs.update(units="m", long_name="crossing visibility")
+    out["censored_side"].attrs.update(long_name="side of a bound on v_cross_m: '' exact, 'below' (never reached: "
+                                                "at most v_cross_m, printed <=), 'above' (reached at the first level: "
+                                                "at least v_cross_m, printed >=)")
     out["w"].attrs.update(units="decades", long_name="blind-spot width W = log10(V_acc / V_aware)")
+    out["w_censored_side"].attrs.update(long_name="side of a bound on W: '' exact, 'above' (W >=), 'below' (W <=), "
+                                                  "'undefined' (opposite bounds; W is NaN)")
     return out
 
 
@@ -332,7 +357,7 @@ def confidence_scores(ds: xr.Dataset, counts: np.ndarray | None = None, n_resamp
         parts = []
         for conf_name in confidences:
             conf = q.sel(readout=conf_name, drop=True)
-            # probabilities may exceed 1 by float32 rounding in the store: clip (NaN kept)
+            # a probability may exceed 1 by an ulp of the renormalisation: clip (NaN kept)
             c = np.clip(conf.transpose(..., "unit").values, 0.0, 1.0)
             k = corr.transpose(..., "unit").values
             like = conf.isel(unit=0, drop=True)
@@ -535,8 +560,9 @@ def scores_dataset(means: xr.Dataset, crossings: xr.Dataset, confidence: xr.Data
     * ``ece``, ``auroc`` (model, arm, level, task, confidence, stat), ``n_answers``;
     * ``coverage``, ``risk`` (model, arm, level, task, option, stat);
     * ``v_cross_m``, ``w`` (model, arm, task, readout, stat), ``censored``,
-      ``w_lower_bound``, ``w_upper_bound``; ``v_acc_blank_m`` (model, arm,
-      task, stat), ``censored_blank``;
+      ``censored_side``, ``w_censored_side``, ``w_lower_bound``,
+      ``w_upper_bound``; ``v_acc_blank_m`` (model, arm, task, stat),
+      ``censored_blank``, ``censored_blank_side``;
     * ``mono_raw``, ``mono_beyond_noise``, ``mono_pairs`` (model, arm, task, readout);
     * ``confident_accuracy`` (model, stat), ``confident_n``;
     * ``reliability_count``, ``reliability_confidence``, ``reliability_accuracy``
@@ -547,7 +573,8 @@ def scores_dataset(means: xr.Dataset, crossings: xr.Dataset, confidence: xr.Data
     arms = list(means["arm"].values)
 
     def full(ds: xr.Dataset) -> xr.Dataset:
-        fill = {k: (False if v.dtype == bool else 0 if np.issubdtype(v.dtype, np.integer) else np.nan)
+        fill = {k: (False if v.dtype == bool else 0 if np.issubdtype(v.dtype, np.integer)
+                    else "" if v.dtype.kind in "US" else np.nan)
                 for k, v in ds.data_vars.items()}
         return ds.reindex(arm=arms, fill_value=fill)
 
@@ -562,12 +589,15 @@ def scores_dataset(means: xr.Dataset, crossings: xr.Dataset, confidence: xr.Data
         "risk": _stat(selective["risk"], selective["risk_lo"], selective["risk_hi"]),
         "v_cross_m": _stat(crossings["v_cross_m"], crossings["v_lo_m"], crossings["v_hi_m"]),
         "censored": crossings["censored"],
+        "censored_side": crossings["censored_side"],
+        "w_censored_side": crossings["w_censored_side"],
         "w": _stat(crossings["w"], crossings["w_lo"], crossings["w_hi"]),
         "w_lower_bound": crossings["w_lower_bound"],
         "w_upper_bound": crossings["w_upper_bound"],
         "v_acc_blank_m": _stat(crossings["v_acc_blank_m"], crossings["v_acc_blank_lo_m"],
                                crossings["v_acc_blank_hi_m"]),
         "censored_blank": crossings["censored_blank"],
+        "censored_blank_side": crossings["censored_blank_side"],
         "mono_raw": monotonic["raw"],
         "mono_beyond_noise": monotonic["beyond_noise"],
         "mono_pairs": monotonic["n_pairs"],

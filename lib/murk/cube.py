@@ -25,7 +25,10 @@ Conventions
 * ``image``: the COCO image id (never a position), with ``category`` (the
   target's name) as an auxiliary coordinate.
 * ``readout``: :data:`READOUTS` (``visibility_hat_m``: the visibility monitor's
-  estimate V̂ in metres, :mod:`murk.monitor`; NaN for VLMs). Missing is NaN; ``verbal_conf`` is NaN when
+  estimate V̂ in metres, :mod:`murk.monitor`; ``visibility_hat_censored``: 0 = V̂
+  is a point estimate, -1 = an upper bound (opaque: V ≤ V̂, the monitor abstains),
+  +1 = a lower bound (clear or capped: V ≥ V̂), NaN = no estimate; both NaN for
+  VLMs). ``value`` is float64 (:data:`VALUE_DTYPE`). Missing is NaN; ``verbal_conf`` is NaN when
   the continuation held no parseable confidence (the raw text is kept in
   ``verbal_text``).
 * attrs: provenance (config hash, items hash, git commit, depth backend,
@@ -49,11 +52,12 @@ from murk import physics
 
 __all__ = [
     "SCHEMA_VERSION", "DIMS", "ARMS", "PHYSICAL_ARMS", "CONTROL_ARMS", "TASKS", "READOUTS",
-    "TEXT_READOUTS", "CONDITIONS", "IDENTITY_ATTRS", "level_coords", "empty_model_dataset", "store_identity",
-    "open_readout_store", "damaged_chunks", "write_image", "merge_models", "open_cube", "t3_image_scores",
+    "TEXT_READOUTS", "VALUE_DTYPE", "CONDITIONS", "IDENTITY_ATTRS", "level_coords", "empty_model_dataset",
+    "store_identity", "open_readout_store", "damaged_chunks", "write_image", "merge_models", "open_cube",
+    "t3_image_scores",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: value float64, read-out visibility_hat_censored (issue 13)
 DIMS = ("model", "arm", "level", "task", "image", "readout")
 ARMS = ("fog", "underwater", "imagenet_c", "blank", "shuffled")
 PHYSICAL_ARMS = ("fog", "underwater")
@@ -61,7 +65,11 @@ CONTROL_ARMS = ("blank", "shuffled")
 TASKS = ("t2", "t3_true", "t3_false")
 #: numeric read-outs, in the order of the ``readout`` coordinate
 READOUTS = ("answer", "correct", "c_int", "verbal_conf", "abstain", "abstain2", "option_mass",
-            "verbal_conf_v2", "verbal_conf_v3", "visibility_hat_m")
+            "verbal_conf_v2", "verbal_conf_v3", "visibility_hat_m", "visibility_hat_censored")
+#: dtype of ``value``: float64, so read-outs are stored exactly as produced (a
+#: verbal k/100 stays the float64 nearest to the decimal, a c_int of 0.8999996
+#: stays below the ECE bin edge 0.9; issue 13)
+VALUE_DTYPE = np.float64
 #: text read-outs, stored as separate string variables (``verbal_text_v2/v3``: empty when not asked)
 TEXT_READOUTS = ("verbal_text", "top_token", "verbal_text_v2", "verbal_text_v3")
 N_LEVELS = 1 + len(physics.SWEEP_M)
@@ -120,7 +128,7 @@ def empty_model_dataset(image_ids: Iterable[int], categories: Iterable[str]) -> 
     Returns
     -------
     xarray.Dataset
-        ``value`` float32 (arm, level, task, image, readout) all NaN;
+        ``value`` float64 (arm, level, task, image, readout) all NaN;
         ``verbal_text`` and ``top_token`` str (arm, level, task, image), empty;
         ``done`` bool (image), False.
     """
@@ -138,7 +146,7 @@ def empty_model_dataset(image_ids: Iterable[int], categories: Iterable[str]) -> 
         **level_coords(),
     }
     data_vars = {
-        "value": xr.DataArray(np.full(shape, np.nan, dtype=np.float32), dims=DIMS[1:], attrs={
+        "value": xr.DataArray(np.full(shape, np.nan, dtype=VALUE_DTYPE), dims=DIMS[1:], attrs={
             "long_name": "read-out value (answer: option index; correct, abstain, abstain2: 0/1; "
                          "c_int, verbal_conf, option_mass: probability)", "units": "1"}),
         "missing_reason": xr.DataArray(np.full(image_ids.size, "", dtype=object), dims="image",
@@ -363,6 +371,11 @@ def open_readout_store(path: str | os.PathLike, image_ids, categories,
                 raise ValueError(
                     f"read-out store {path} cannot be opened ({type(e).__name__}: {e}): its metadata is damaged. "
                     f"Delete it (rm -r {path}) and run again: the read-out starts afresh.") from e
+            if ds["value"].dtype != VALUE_DTYPE or list(ds["readout"].values) != list(READOUTS):
+                raise ValueError(
+                    f"read-out store {path} was written with another schema (value {ds['value'].dtype}, "
+                    f"read-outs {list(ds['readout'].values)}; now {np.dtype(VALUE_DTYPE)}, {list(READOUTS)}); "
+                    f"delete it to start afresh (rm -r {path}), or give this run another output_dir")
             msg = _identity_diff(path, ds.attrs, attrs)
             if msg:
                 raise ValueError(msg)
@@ -409,7 +422,7 @@ def write_image(path: str | os.PathLike, index: int,
         :data:`READOUTS` and :data:`TEXT_READOUTS`; the arm ``"clean"`` is
         written to level 0 of ``fog``, ``underwater`` and ``imagenet_c``.
     """
-    value = np.full((len(ARMS), N_LEVELS, len(TASKS), 1, len(READOUTS)), np.nan, dtype=np.float32)
+    value = np.full((len(ARMS), N_LEVELS, len(TASKS), 1, len(READOUTS)), np.nan, dtype=VALUE_DTYPE)
     texts = {name: np.full(value.shape[:-1], "", dtype=object) for name in TEXT_READOUTS}
     for (arm, level, task), r in results.items():
         arms = ["fog", "underwater", "imagenet_c"] if arm == "clean" else [arm]
@@ -535,6 +548,7 @@ def merge_models(stores: Mapping[str, str | os.PathLike], out: str | os.PathLike
     if not parts:
         raise ValueError("merge_models: no read-out stores given")
     cube = xr.concat(parts, dim="model", combine_attrs="drop", join="outer")
+    cube["value"] = cube["value"].astype(VALUE_DTYPE)  # stores of older versions held float32
     cube = cube.assign_coords(
         model=("model", [m for m, _ in models]),
         model_revision=("model", [str(a.get("model_revision", "")) for _, a in models]),

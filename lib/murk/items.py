@@ -220,7 +220,8 @@ def _candidate_pool(annotation_file: str | os.PathLike | None, config: dict[str,
         target_p[iid] = p
         for c, pc in zip(ccat, p):
             expected_targets[c] += pc
-    p_target = (expected_targets.to_numpy() + 0.5) / n_cand
+    # the spec's prior: the expected frequency of c among the targets, no floor (issue 13)
+    p_target = expected_targets.to_numpy() / n_cand
     n_present = np.array([sum(c in present[i] for i in candidates) for c in cat_ids], dtype=float)
     frac_absent = 1.0 - n_present / n_cand
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -266,12 +267,16 @@ def select_items(
         any kind (crowd included) in the image, with probability proportional
         to ``p_target(c) / frac_absent(c)``. ``p_target(c)`` is the *expected*
         frequency of ``c`` among the targets,
-        ``(sum over candidate images of P(target category = c) + 0.5) /
-        n_candidates`` (the 0.5 is a floor so that every category can appear;
-        being an expectation it does not depend on the draw);
+        ``sum over candidate images of P(target category = c) / n_candidates``
+        (being an expectation it does not depend on the draw);
         ``frac_absent(c)`` is the fraction of candidate images with no
         annotation of ``c``. So a category is about as likely to be shown as a
-        distractor as to be the answer (spec Section III).
+        distractor as to be the answer (spec Section III), and a category that
+        can never be a target (no boxable instance in any candidate) is never a
+        distractor. There is no floor: murk before issue 13 added 0.5 to the
+        expected count, which made rare categories frequent distractors and
+        raised the always-guess-the-most-frequent-category baseline on the
+        sample's 37 items from 0.292 to 0.311 (spec: 0.29 for its 1000 items).
     Options
         t2: the target and three distractors in the order of a random
         permutation; t3: the true category and ``t3_distractor``, one of the
@@ -314,7 +319,8 @@ def select_items(
         the fix).
     ValueError
         If the file lacks ``images``, ``annotations`` or ``categories``; if
-        ``n_items < 1``; if an image has fewer than three absent categories.
+        ``n_items < 1``; if an image has fewer than three absent categories
+        that are ever a target (distractor weight > 0).
 
     Warns
     -----
@@ -358,6 +364,11 @@ def select_items(
             )
         absent_ids = cat_ids[absent_mask]
         w = distractor_weight[absent_mask]
+        if np.count_nonzero(w) < _N_DISTRACTORS:
+            raise ValueError(
+                f"{annotation_file}: image {iid} has only {np.count_nonzero(w)} absent categories that are "
+                f"ever a target; {_N_DISTRACTORS} distractors are needed (spec prior, no floor): "
+                f"select from more images")
         distractors = rng.choice(absent_ids, size=_N_DISTRACTORS, replace=False, p=w / w.sum())
         distractor_names = [str(cat_name[int(c)]) for c in distractors]
         shown = [str(cat_name[target_cat])] + distractor_names

@@ -13,12 +13,13 @@ resampled_means            kernel: NaN-aware means of every resample, (..., B)
 bootstrap_resample_means   resampled means, a named ``bootstrap`` dimension
 bootstrap_mean             mean with percentile interval (Efron & Tibshirani)
 percentile_interval        (lo, hi) percentiles over a bootstrap axis
-crossing_visibility        V where a signal first reaches its mid-way value
+crossing_visibility        V where a signal first reaches its mid-way value (+ side of a bound)
 blind_spot_width           W = log10(V_acc / V_aware), spec Eq. (2)
+blind_spot_width_side      side of the bound on W from the sides of its crossings
 accuracy                   fraction of correct answers
 mean_confidence            mean of a confidence in [0, 1]
 abstain_rate               fraction of questions on which the model abstains
-expected_calibration_error ten equal-width confidence bins (Guo et al. 2017)
+expected_calibration_error ten equal-width bins ((m-1)/M, m/M] (Guo et al. 2017)
 reliability_bins           the per-bin data behind ECE and a reliability diagram
 auroc                      confidence as a detector of correct answers
 resampled_ece              ECE of every bootstrap resample, (..., B)
@@ -41,6 +42,10 @@ per-condition intervals and the crossing intervals share their resamples.
 Constants (spec Section III, Table III; ``analysis:`` of ``data/config.yaml``):
 1000 resamples for per-condition values, 2000 for crossing points, seed 0,
 95 % intervals; crossings censored at the last sweep level, 1.953125 m.
+
+Precision: kernels compute in float64 and never round their input; the cube
+stores float64, so a confidence 0.8999996 stays below the bin edge 0.9 and
+0.9999999 stays above 0.9999996.
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ __all__ = [
     "crossing_visibility",
     "crossing_visibility_da",
     "blind_spot_width",
+    "blind_spot_width_side",
     "accuracy",
     "mean_confidence",
     "abstain_rate",
@@ -392,7 +398,9 @@ def crossing_visibility(
     clean_value: np.ndarray | float,
     floor: np.ndarray | float,
     censor_m: float = CENSOR_M,
-) -> tuple[np.ndarray, np.ndarray]:
+    *,
+    return_side: bool = False,
+) -> tuple[np.ndarray, np.ndarray] | tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Visibility at which a signal first reaches its mid-way value (spec Section III).
 
     With ``a0`` the clean value and ``a_floor`` the floor (chance for accuracy
@@ -408,13 +416,20 @@ def crossing_visibility(
     Conventions:
 
     * If level 0 already reached m, the result is ``V[0]`` (the clean image has
-      no visibility, so there is nothing to interpolate from).
+      no visibility, so there is nothing to interpolate from): the crossing lies
+      between the clean image and the first level, so ``V[0]`` is a bound *from
+      below* (the true crossing is at or above it; side ``"above"``, printed
+      ``≥ 250``). ``censored`` stays False for it (it keeps its historical
+      meaning, "not reached within the sweep"); the side tells.
     * NaN values count as not reached; if the previous level is NaN, the last
-      non-NaN level before k is used, and if there is none, ``V[k]``.
-    * If m is never reached, V = ``censor_m`` and ``censored`` is True; a W
-      computed from it is a bound.
+      non-NaN level before k is used, and if there is none, ``V[k]`` (side
+      ``"above"`` as well when no level before k has a value).
+    * If m is never reached, V = ``censor_m``, ``censored`` is True and the side
+      is ``"below"``: ``censor_m`` is a bound *from above* (the true crossing is
+      below the last level; printed ``≤ 1.95``). A W computed from it is a bound
+      (:func:`blind_spot_width_side`).
     * If ``a0 == a_floor`` (no signal) or ``a0`` / ``a_floor`` is NaN, V is
-      NaN and ``censored`` False.
+      NaN, ``censored`` False and the side ``""``.
 
     Parameters
     ----------
@@ -431,13 +446,21 @@ def crossing_visibility(
     censor_m : float, default 1.953125
         V (m) reported when the mid-way value is never reached (spec: "censored
         at 1.95 m", the last sweep level).
+    return_side : bool, default False
+        Also return the side of each bound.
 
     Returns
     -------
     v_cross_m : numpy.ndarray
         Shape ``values.shape[:-1]``, float64, metres.
     censored : numpy.ndarray
-        Shape ``values.shape[:-1]``, bool.
+        Shape ``values.shape[:-1]``, bool: not reached within the sweep (side
+        ``"below"``).
+    side : numpy.ndarray, only with ``return_side``
+        Shape ``values.shape[:-1]``, str (``<U5``): ``""`` (an interpolated
+        crossing, or NaN), ``"below"`` (never reached: the true crossing is at
+        most ``censor_m``) or ``"above"`` (reached at the first level with no
+        clearer level to interpolate from: at least ``V[0]``).
 
     Raises
     ------
@@ -491,7 +514,50 @@ def crossing_visibility(
     censored = ~any_reached & ~no_signal
     v = np.where(censored, float(censor_m), v)
     v = np.where(no_signal, np.nan, v)
-    return v, censored
+    if not return_side:
+        return v, censored
+    at_first = any_reached & ~has_prev & ~no_signal
+    side = np.where(censored, "below", np.where(at_first, "above", "")).astype("<U5")
+    return v, censored, side
+
+
+def blind_spot_width_side(acc_side, aware_side) -> np.ndarray:
+    """Side of the bound on ``W = log10(V_acc / V_aware)`` from the sides of its crossings.
+
+    A crossing censored ``"below"`` (true V at most the printed value) or
+    ``"above"`` (at least) moves W as follows: an awareness crossing below makes
+    W a lower bound (``"above"``: W at least the printed value, ``≥``); an
+    awareness crossing above makes it an upper bound (``"below"``, ``≤``); an
+    accuracy crossing below gives ``≤`` and above gives ``≥``. Two bounds in the
+    same direction give that bound (e.g. accuracy already crossed before 250 m
+    and awareness never crossing: ``W ≥ log10(250 / 1.95)``); two opposite ones
+    leave W undefined, ``"undefined"`` (e.g. both crossings censored at the end
+    of the sweep, the spec's "both censored" case).
+
+    Parameters
+    ----------
+    acc_side, aware_side : array_like of str
+        ``""``, ``"below"`` or ``"above"`` (:func:`crossing_visibility` with
+        ``return_side=True``); broadcastable.
+
+    Returns
+    -------
+    numpy.ndarray of str (``<U9``)
+        ``""`` (W exact), ``"above"`` (W is a lower bound, ``≥``), ``"below"``
+        (an upper bound, ``≤``) or ``"undefined"``.
+
+    Examples
+    --------
+    >>> blind_spot_width_side(["", "", "below", "below", "above"], ["below", "", "", "below", "below"]).tolist()
+    ['above', '', 'below', 'undefined', 'above']
+    """
+    a, w = np.broadcast_arrays(np.asarray(acc_side, dtype=str), np.asarray(aware_side, dtype=str))
+    d_acc = np.where(a == "below", -1, np.where(a == "above", 1, 0))
+    d_aw = np.where(w == "below", 1, np.where(w == "above", -1, 0))
+    conflict = (d_acc * d_aw) < 0
+    d = np.sign(d_acc + d_aw)
+    out = np.where(d > 0, "above", np.where(d < 0, "below", ""))
+    return np.where(conflict, "undefined", out).astype("<U9")
 
 
 def crossing_visibility_da(
@@ -518,8 +584,10 @@ def crossing_visibility_da(
     Returns
     -------
     xarray.Dataset
-        ``v_cross_m`` (float64, units m) and ``censored`` (bool), with the dims
-        of ``da`` without ``dim`` (broadcast with ``clean_value``/``floor``).
+        ``v_cross_m`` (float64, units m), ``censored`` (bool) and
+        ``censored_side`` (str: ``""``, ``"below"``, ``"above"``; see
+        :func:`crossing_visibility`), with the dims of ``da`` without ``dim``
+        (broadcast with ``clean_value``/``floor``).
 
     Raises
     ------
@@ -528,17 +596,19 @@ def crossing_visibility_da(
     """
     da = da.sortby(dim, ascending=False)
     vis = da[dim].values
-    v, c = xr.apply_ufunc(
-        lambda y, a0, fl: crossing_visibility(vis, y, a0, fl, censor_m),
+    v, c, side = xr.apply_ufunc(
+        lambda y, a0, fl: crossing_visibility(vis, y, a0, fl, censor_m, return_side=True),
         da,
         xr.DataArray(clean_value) if not isinstance(clean_value, xr.DataArray) else clean_value,
         xr.DataArray(floor) if not isinstance(floor, xr.DataArray) else floor,
         input_core_dims=[[dim], [], []],
-        output_core_dims=[[], []],
+        output_core_dims=[[], [], []],
     )
     v.attrs = {"units": "m", "long_name": "crossing visibility"}
     c.attrs = {"long_name": "crossing censored at the last sweep level"}
-    return xr.Dataset({"v_cross_m": v, "censored": c})
+    side.attrs = {"long_name": "side of the bound: '' exact, 'below' true crossing at most v_cross_m "
+                               "(never reached), 'above' at least v_cross_m (reached at the first level)"}
+    return xr.Dataset({"v_cross_m": v, "censored": c, "censored_side": side})
 
 
 def blind_spot_width(v_acc_m: np.ndarray | float, v_aware_m: np.ndarray | float) -> np.ndarray:
@@ -621,8 +691,16 @@ def _pairs(confidence, correct, unit_interval: bool = True) -> tuple[np.ndarray,
 
 
 def _bin_index(conf: np.ndarray, n_bins: int) -> np.ndarray:
-    """Bin k = min(floor(c n_bins), n_bins - 1): 0.0 in the first bin, 1.0 in the last."""
-    return np.clip(np.floor(np.nan_to_num(conf) * n_bins), 0, n_bins - 1).astype(np.int64)
+    """Bin m - 1 of ``((m - 1)/M, m/M]`` (Guo et al. 2017); confidence 0 in the first bin.
+
+    The edges are ``m / M`` computed as a float64 division, so a confidence
+    ``k / 100`` on an edge (a verbal 70 -> 0.7 = 7/10) compares *equal* to it
+    and falls into the lower bin, without rounding (``np.searchsorted`` with
+    ``side="left"``; NaN counts as 0, callers mask it).
+    """
+    upper = np.arange(1, n_bins + 1, dtype=np.float64) / n_bins
+    upper[-1] = np.inf  # 1.0 and anything above rounding go to the last bin
+    return np.searchsorted(upper, np.nan_to_num(conf), side="left").astype(np.int64)
 
 
 def _bin_stats(confidence, correct, n_bins: int = 10) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -685,17 +763,20 @@ def expected_calibration_error(
     n_bins: int = 10,
     dim: Hashable | list = "image",
 ) -> xr.DataArray | np.ndarray:
-    """Expected calibration error with equal-width bins (spec Section III).
+    """Expected calibration error with equal-width bins (spec Section III; Guo et al. 2017).
 
-    ``ECE = sum_b (n_b / N) * |acc_b - conf_b|`` over ``n_bins`` bins
-    ``[k/n_bins, (k+1)/n_bins)``, k = 0 .. n_bins - 1, the last one closed
-    (confidence 1.0 falls in the last bin, 0.0 in the first), bin index
-    ``min(floor(c * n_bins), n_bins - 1)``; ``acc_b`` and ``conf_b`` are the
-    mean correctness and mean confidence in bin b, N the number of valid
-    pairs. Ten bins as in Guo et al. (2017) and Naeini et al. (2015), spec
-    refs [30, 31]. (scikit-learn's ``calibration_curve`` puts a confidence on
-    an inner edge into the lower bin; here it goes into the upper one, so
-    that e.g. a verbalized 0.30 lies in [0.3, 0.4).)
+    ``ECE = sum_m (|B_m| / N) * |acc(B_m) - conf(B_m)|`` over ``M = n_bins``
+    bins ``B_m = ((m - 1)/M, m/M]``, m = 1 .. M, as defined by Guo, Pleiss,
+    Sun & Weinberger (2017), "On calibration of modern neural networks", ICML,
+    Sec. 2 (spec ref. [30]; ten bins also in Naeini et al. 2015, ref. [31]):
+    each bin is open below and closed above, and a confidence of exactly 0
+    goes into the first bin. ``acc(B_m)`` and ``conf(B_m)`` are the mean
+    correctness and mean confidence in the bin, N the number of valid pairs.
+    A verbalized 0.70 therefore lies in (0.6, 0.7], with 0.65, not in
+    [0.7, 0.8) (the convention murk used before; on multiples of 0.05 the two
+    differ by up to 0.044, issue 13). This is also the bin assignment of
+    scikit-learn's ``calibration_curve`` (uniform strategy). Edges are exact
+    float64 divisions ``m / M``; the input is never rounded.
 
     Parameters
     ----------
@@ -807,7 +888,7 @@ def reliability_bins(
     """Data of a reliability diagram: per confidence bin, count, mean confidence, accuracy.
 
     The bins are those of :func:`expected_calibration_error` (equal width,
-    ``[k/n_bins, (k+1)/n_bins)``, the last closed), so that
+    ``((m - 1)/M, m/M]``, 0 in the first; Guo et al. 2017), so that
     ``ECE = sum_b count_b |accuracy_b - confidence_b| / sum_b count_b``
     (Guo et al. 2017, spec ref [30]; spec Fig. 5, a post-hoc addition).
 
@@ -852,7 +933,7 @@ def reliability_bins(
         dims = ["_pooled"]
     out = xr.apply_ufunc(kernel, conf, corr, input_core_dims=[dims, dims],
                          output_core_dims=[["bin"], ["bin"], ["bin"]])
-    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    edges = np.arange(n_bins + 1, dtype=np.float64) / n_bins  # exact m / M, as the bins
     ds = xr.Dataset({"count": out[0], "mean_confidence": out[1], "accuracy": out[2]})
     ds = ds.assign_coords(bin=np.arange(n_bins), bin_lo=("bin", edges[:-1]), bin_hi=("bin", edges[1:]))
     ds["count"].attrs.update(long_name="answers in the bin", units="1")

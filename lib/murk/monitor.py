@@ -34,13 +34,20 @@ depth of a far one where the depth varies within the window (identical to He et
 al. at constant depth; on the COCO sample both give the same shares, 0.99 fog /
 0.98 underwater, but on a steep synthetic depth ramp the transmission window is
 biased towards large V by ~15 %). Then, per pixel, ``beta_i = -ln t_hat_i / z_i``; the
-robust estimate of ``beta`` is the median over pixels with a usable depth
-(``z < far_m``: sky and the far clip of the depth map are excluded), in which
-pixels with ``t_hat`` outside ``[t_min, t_max]`` enter *censored* at their bound
-(an unreliable pixel still says on which side it lies), and finally
-``V_hat = 3.912 / beta`` (Koschmieder 1924; spec Sec. III). ``method="lsq"`` is a
-least-squares fit of ``-ln t_hat`` against ``z`` through the origin over the
-uncensored pixels instead.
+robust estimate of ``beta`` is a low quantile (:data:`QUANTILE`, 0.3) of these over
+the pixels with a usable depth (:func:`usable_depth`: sky and the far clip of the
+depth map, ``z >= 79/80 max(z)``, are excluded; the cut is relative so that a
+global depth factor kappa rescales V_hat by kappa exactly) that are not opaque;
+clear pixels (``t_hat > t_max``) enter *censored* at their bound (an unreliable
+pixel still says on which side it lies), and finally ``V_hat = 3.912 / beta``
+(Koschmieder 1924; spec Sec. III). Why a low quantile and not the median: the
+prior's residual ``r_i = -ln(1 - J_dark,i / B) >= 0`` only ever raises a pixel's
+value, ``beta_i = beta + r_i / z_i``, so the contamination is one-sided; on the
+COCO sample the median put 4 of 158 clean images below the gate's 22.1 m and the
+0.3 quantile none, with the share within a factor 2 over 3.9-62.5 m unchanged
+(``benchmarks/monitor.py --quantiles``). ``method="lsq"`` is a least-squares fit
+of ``-ln t_hat`` against ``z`` through the origin over the uncensored pixels
+instead.
 
 The veiling light ``B_c`` (the airlight *A* in fog) is estimated as in He et al.:
 the mean colour, in linear light, of the 0.1 % of pixels with the brightest dark
@@ -68,27 +75,37 @@ Assumptions
 -----------
 * A homogeneous medium (one ``beta`` per channel over the whole scene), as in the
   renderings of the spec; the veiling light is uniform.
-* The metric depth of every pixel is known (the depth used to render; in a
-  deployment, an estimate, whose global scale error ``kappa`` rescales ``V_hat``
-  by ``kappa`` exactly as it rescales the spec's crossing visibilities).
+* The metric depth of every pixel is known. In murk's monitor stage it is the
+  depth used to render the degradations: an *oracle* that a deployed monitor
+  would not have. In a deployment it is an estimate; a global scale error
+  ``kappa`` rescales ``V_hat`` by ``kappa`` exactly (as it rescales the spec's
+  crossing visibilities), while an error in the *shape* of the depth (e.g. a
+  constant depth for a ground plane) distorts V_hat level by level:
+  ``benchmarks/monitor.py --sensitivity`` measures both.
 * The dark channel of the clean scene is ~0 in most windows (He et al. 2009).
 
 Failure modes
 -------------
 * White or bright objects filling a window (and the sky) violate the prior: their
   ``t_hat`` is too low, so ``beta`` is over-estimated and ``V_hat`` too small. The
-  median and the ``far_m`` exclusion of sky/far pixels limit this; a scene that is
+  low quantile and the exclusion of sky/far pixels limit this; a scene that is
   bright everywhere (snow, a white wall) will be judged foggy.
 * Clean or nearly clean images: ``-ln t_hat`` is then dominated by the prior's
   residual ``-ln(1 - J_dark / B)``, so ``V_hat`` is large but finite and biased low
   (hundreds of metres to kilometres, not infinity); values above ``cap_m``
   (10 km) are capped and flagged.
-* Dense media: when more than half of the usable pixels are below ``t_min``
-  (farther than about V), the median is taken over the uncensored (near) pixels
-  only (``method="median_uncensored"``) if there are at least 100; otherwise
-  V_hat is an *upper* bound (flagged ``censored="opaque"``): with
-  ``t_min = 0.02`` it is the median depth of the usable pixels, because
-  ``-ln 0.02 = 3.912``. V cannot be measured much below the nearest depth in
+* Dense media: pixels below ``t_min`` (farther than about V) are opaque; under the
+  prior each says only ``V < z_i`` (``-ln 0.02 = 3.912``), so they are left out of
+  the quantile, which is taken over the near pixels that still see through. When
+  fewer than 100 usable pixels are not opaque, V_hat is an *upper* bound
+  (``censored="opaque"``, side ``"below"``, read-out
+  ``visibility_hat_censored = -1``): the 0.3 quantile of the opaque pixels'
+  depth. Such a V_hat does not vouch for any visibility: the gate abstains on it
+  (:func:`gate_decisions`, :func:`certified_visibility`), and coverage-risk and
+  crossings treat it as a bound (:func:`compare_at_equal_coverage`,
+  :func:`awareness_crossing`). (Before issue 13 it was the median usable depth,
+  which *rose* as the fog thickened, 39 m at V = 7.8, 3.9 and 1.95 m on a 8-70 m
+  ramp, and passed the gate.) V cannot be measured much below the nearest depth in
   the image (the ground-plane test depth starts at 3.1 m, so 1.95 m is a bound).
 * No pixel with a usable depth (all sky/far/NaN): ``V_hat`` is NaN.
 * Under water, the red channel is a strong but usable constraint only near the
@@ -111,6 +128,7 @@ Geifman, Y. & El-Yaniv, R. (2017). Selective classification for deep neural
 
 from __future__ import annotations
 
+import warnings
 from typing import Mapping
 
 import numpy as np
@@ -121,6 +139,9 @@ from murk import physics
 __all__ = [
     "CAP_M",
     "FAR_M",
+    "FAR_FRACTION",
+    "QUANTILE",
+    "CENSORED_CODE",
     "T_RELIABLE",
     "CONFIDENCE_RANGE_M",
     "DEFAULT_THRESHOLD_M",
@@ -137,6 +158,11 @@ __all__ = [
     "billboard_depth",
     "visibility_confidence",
     "gate_decisions",
+    "certified_visibility",
+    "SIGNAL_FLOOR",
+    "signal_range",
+    "awareness_crossing",
+    "usable_depth",
     "coverage_risk",
     "split_images",
     "pick_threshold",
@@ -149,9 +175,24 @@ __all__ = [
 #: dominates and V_hat carries no information (flagged ``censored="clear"``).
 CAP_M: float = 10_000.0
 
-#: Pixels at or beyond this depth (m) are not used: sky and the far clip of the
-#: depth map (spec Sec. III clips depth to [0.5, 80] m).
+#: Absolute far cut (m) of the spec's depth maps (clipped to [0.5, 80] m, Sec. III).
+#: Kept for callers that pass ``far_m=FAR_M``; the default cut is relative
+#: (:data:`FAR_FRACTION`), so that V_hat scales exactly with a global depth factor.
 FAR_M: float = 79.0
+
+#: Pixels at or beyond this fraction of the depth map's largest finite value are
+#: not used (sky and the far clip of the map): 79 / 80, i.e. ``z >= 79 m`` for the
+#: spec's maps clipped at 80 m, and ``z >= 79 kappa`` for the same map scaled by
+#: kappa. A constant map (the offline ``constant`` backend) keeps every pixel.
+FAR_FRACTION: float = 79.0 / 80.0
+
+#: Quantile of the per-pixel extinction bounds taken as the estimate. The prior's
+#: residual only ever *raises* a pixel's ``beta_i`` (``beta_i = beta + r_i / z_i``
+#: with ``r_i = -ln(1 - J_dark / B) >= 0``), so the contamination is one-sided and
+#: a low quantile is the robust choice; 0.3 was chosen on the COCO sample
+#: (``benchmarks/monitor.py --quantiles``): clean images below the 22.1 m gate
+#: 4/158 (median) -> 0/158, share within x2 at 3.9-62.5 m unchanged or higher.
+QUANTILE: float = 0.3
 
 #: Reliable range of the transmission estimate; outside it a pixel is censored.
 T_RELIABLE: tuple[float, float] = (0.02, 0.98)
@@ -162,6 +203,13 @@ CONFIDENCE_RANGE_M: tuple[float, float] = (float(physics.SWEEP_M[-1]), float(phy
 
 _ARMS = ("fog", "underwater")
 _MIN_PIXELS = 100
+
+#: Numeric code of the ``visibility_hat_censored`` read-out per ``censored`` value of
+#: :func:`estimate_visibility_details`: 0 = a point estimate; -1 = *censored below*,
+#: V_hat is an upper bound (``"opaque"``: the true V is at most V_hat); +1 =
+#: *censored above*, V_hat is a lower bound (``"clear"`` or ``"cap"``: the true V is
+#: at least V_hat); NaN = no estimate (``"no_pixels"``, V_hat NaN).
+CENSORED_CODE: dict[str, float] = {"": 0.0, "opaque": -1.0, "clear": 1.0, "cap": 1.0, "no_pixels": float("nan")}
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -277,6 +325,36 @@ def estimate_veiling_light(image, arm: str = "fog", window_px: int | None = None
     return linear.reshape(-1, 3)[idx].mean(axis=0)
 
 
+def usable_depth(depth_m, far_m: float | None = None, far_fraction: float = FAR_FRACTION) -> np.ndarray:
+    """Pixels whose depth the estimator uses: finite, positive and nearer than the far cut.
+
+    Parameters
+    ----------
+    depth_m : array_like of float, shape (H, W)
+        Depth in metres.
+    far_m : float, optional
+        Absolute cut: pixels with ``z >= far_m`` are not used. Default None: the
+        relative cut ``z >= far_fraction * max(z)`` (max over the finite
+        values), which excludes the sky and the far clip of the map and scales
+        with the map, so that a global depth factor kappa rescales V_hat by kappa
+        exactly. When the relative cut would exclude every pixel (a constant map)
+        none is excluded.
+    far_fraction : float, default FAR_FRACTION (79/80)
+
+    Returns
+    -------
+    numpy.ndarray of bool, shape (H, W)
+    """
+    z = np.asarray(depth_m, dtype=np.float64)
+    finite = np.isfinite(z) & (z > 0)
+    if far_m is not None:
+        return finite & (z < float(far_m))
+    if not finite.any():
+        return finite
+    near = finite & (z < float(far_fraction) * float(z[finite].max()))
+    return near if near.any() else finite
+
+
 def _quantization_step(linear_value: np.ndarray) -> np.ndarray:
     """Linear-light size of one 8-bit sRGB code step at a linear value (per channel)."""
     c = physics.linear_to_srgb(np.asarray(linear_value, dtype=np.float64))
@@ -288,7 +366,7 @@ def _quantization_step(linear_value: np.ndarray) -> np.ndarray:
 def transmission_estimate(image, arm: str = "fog", veiling_light=None, window_px: int | None = None,
                           omega: float = 1.0, t_floor: float = T_RELIABLE[0],
                           depth_m=None, window_space: str = "beta",
-                          far_m: float = FAR_M) -> tuple[np.ndarray, np.ndarray]:
+                          far_m: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Dark-channel estimate of the best-channel transmission map.
 
     ``t_hat(x) = max_{y in Omega(x)} max_c (1 - omega I_c(y) / B_c) ** (1 / r_c)``
@@ -319,12 +397,12 @@ def transmission_estimate(image, arm: str = "fog", veiling_light=None, window_px
         :func:`estimate_veiling_light`) and enables ``window_space="beta"``.
     window_space : {"beta", "transmission"}, default "beta"
         ``beta``: window minimum of the per-pixel bound ``-ln t_pix / z`` (needs
-        *depth_m*; pixels with ``z >= far_m``, NaN or inf do not take part), then
+        *depth_m*; pixels outside :func:`usable_depth` do not take part), then
         ``t_hat = exp(-beta_hat z)`` (NaN where the depth is unusable);
         ``transmission``: He et al.'s window maximum of ``t_pix`` (used whenever
         *depth_m* is None).
-    far_m : float, default 79.0
-        See *window_space*.
+    far_m : float, optional
+        Absolute far cut of :func:`usable_depth`; default None, the relative cut.
 
     Returns
     -------
@@ -348,7 +426,7 @@ def transmission_estimate(image, arm: str = "fog", veiling_light=None, window_px
         t_hat = maximum_filter(t_pix, size=k, mode="nearest")
     elif window_space == "beta":
         z = np.asarray(depth_m, dtype=np.float64)
-        usable = np.isfinite(z) & (z > 0) & (z < far_m)
+        usable = usable_depth(z, far_m)
         with np.errstate(divide="ignore", invalid="ignore"):
             beta_pix = np.where(usable & (t_pix > 0), -np.log(t_pix) / np.where(usable, z, 1.0), np.inf)
         beta_hat = minimum_filter(beta_pix, size=k, mode="nearest")
@@ -364,8 +442,9 @@ def transmission_estimate(image, arm: str = "fog", veiling_light=None, window_px
 
 def estimate_visibility_details(image, depth_m, arm: str = "fog", *, veiling_light=None,
                                 window_px: int | None = None, omega: float = 1.0,
-                                method: str = "median", t_reliable: tuple[float, float] = T_RELIABLE,
-                                far_m: float = FAR_M, cap_m: float = CAP_M, mask=None,
+                                method: str = "quantile", quantile: float = QUANTILE,
+                                t_reliable: tuple[float, float] = T_RELIABLE,
+                                far_m: float | None = None, cap_m: float = CAP_M, mask=None,
                                 window_space: str = "beta") -> dict:
     """Estimate the visibility of one degraded image, with diagnostics.
 
@@ -377,8 +456,8 @@ def estimate_visibility_details(image, depth_m, arm: str = "fog", *, veiling_lig
         Degraded image, 8-bit sRGB, *without* the red box marker (the box is not
         part of the scene and violates the prior; pass ``mask`` otherwise).
     depth_m : array_like of float, shape (H, W)
-        Metric depth *z* in metres, non-negative; NaN/inf and ``z >= far_m`` are
-        not used.
+        Metric depth *z* in metres, non-negative; NaN/inf and the far cut of
+        :func:`usable_depth` are not used.
     arm : {"fog", "underwater"}, default "fog"
         Fog: meteorological visibility *V*; underwater: best-channel visibility
         ``V_best = 3.912 / min_c beta_c`` (spec Sec. III).
@@ -390,14 +469,18 @@ def estimate_visibility_details(image, depth_m, arm: str = "fog", *, veiling_lig
         Dark-channel window side in px; default :func:`default_window_px`.
     omega : float, default 1.0
         He et al.'s factor (1 for a measurement; see the module docstring).
-    method : {"median", "lsq"}, default "median"
-        ``median``: median of the per-pixel ``-ln t_hat / z`` with censored pixels
-        at their bound; ``lsq``: least squares of ``-ln t_hat`` on ``z`` through
-        the origin over the uncensored pixels.
+    method : {"quantile", "median", "lsq"}, default "quantile"
+        ``quantile``: the *quantile*-quantile of the per-pixel ``-ln t_hat / z``
+        over the pixels that are not opaque (clear pixels at their bound);
+        ``median``: the same with ``quantile=0.5``; ``lsq``: least squares of
+        ``-ln t_hat`` on ``z`` through the origin over the uncensored pixels.
+    quantile : float in (0, 1), default QUANTILE (0.3)
+        See :data:`QUANTILE` (why a low quantile).
     t_reliable : (float, float), default (0.02, 0.98)
         Range of ``t_hat`` in which a pixel is uncensored.
-    far_m : float, default 79.0
-        Pixels with ``z >= far_m`` (sky, far clip) are not used.
+    far_m : float, optional
+        Absolute far cut (:func:`usable_depth`); default None, the relative cut
+        (sky and the far clip of the map excluded, invariant to a depth scale).
     cap_m : float, default 10000.0
         Largest reported visibility, metres.
     mask : array_like of bool, shape (H, W), optional
@@ -410,20 +493,26 @@ def estimate_visibility_details(image, depth_m, arm: str = "fog", *, veiling_lig
     dict
         ``visibility_m`` (float, m; NaN when no pixel is usable), ``beta_per_m``
         (float, m^-1, best channel), ``veiling_light`` (tuple of 3 floats, linear),
-        ``n_pixels`` (int, uncensored pixels used), ``n_usable`` (int, pixels with
-        a usable depth), ``share_opaque`` / ``share_clear`` (float, shares of the
+        ``n_pixels`` (int, uncensored pixels), ``n_usable`` (int, pixels with a
+        usable depth), ``share_opaque`` / ``share_clear`` (float, shares of the
         usable pixels below ``t_min`` / above ``t_max``), ``censored`` (str:
-        ``""``, ``"opaque"`` -- V_hat is an upper bound --, ``"clear"`` -- a lower
-        bound or the cap --, ``"cap"`` or ``"no_pixels"``), ``method`` (the
-        method used: ``"median"``, ``"median_uncensored"`` or ``"lsq"``), ``arm``,
+        ``""``; ``"opaque"``: fewer than 100 usable pixels are not opaque, and
+        V_hat is an *upper* bound, the *quantile*-quantile of the depth of the
+        opaque pixels (under the prior each of them has ``t < t_min``, i.e.
+        ``V < z``); ``"clear"``: a share of at least *quantile* of the ranked
+        pixels is clear, V_hat is a *lower* bound; ``"cap"``: V_hat above
+        ``cap_m``, reported as ``cap_m``, a lower bound; ``"no_pixels"``),
+        ``bound`` (``""``, ``"below"`` -- the true V is at most V_hat -- or
+        ``"above"`` -- at least V_hat), ``censored_code`` (float,
+        :data:`CENSORED_CODE`), ``method``, ``quantile``, ``arm``,
         ``window_px``, ``omega``.
 
     Raises
     ------
     ValueError
         For a non-uint8 or non-(H, W, 3) image, a depth of another shape or with
-        negative values, an unknown arm, method or window space, or an invalid
-        ``t_reliable``.
+        negative values, an unknown arm, method or window space, an invalid
+        ``t_reliable`` or a quantile outside (0, 1).
 
     Examples
     --------
@@ -437,55 +526,54 @@ def estimate_visibility_details(image, depth_m, arm: str = "fog", *, veiling_lig
     """
     image, depth = physics._check_image_depth(image, depth_m, "estimate_visibility")
     _check_arm(arm, "estimate_visibility")
-    if method not in ("median", "lsq"):
-        raise ValueError(f"estimate_visibility: method must be 'median' or 'lsq', got {method!r}")
+    if method not in ("quantile", "median", "lsq"):
+        raise ValueError(f"estimate_visibility: method must be 'quantile', 'median' or 'lsq', got {method!r}")
+    q = 0.5 if method == "median" else float(quantile)
+    if not 0 < q < 1:
+        raise ValueError(f"estimate_visibility: quantile must lie in (0, 1), got {quantile}")
     t_min, t_max = (float(x) for x in t_reliable)
     if not 0 < t_min < t_max < 1:
         raise ValueError(f"estimate_visibility: need 0 < t_min < t_max < 1, got {t_reliable}")
     k = window_px or default_window_px(*image.shape[:2])
     t_hat, b = transmission_estimate(image, arm, veiling_light, k, omega, t_min, depth, window_space, far_m)
-    usable = np.isfinite(depth) & (depth > 0) & (depth < far_m)
+    usable = usable_depth(depth, far_m)
     if mask is not None:
         usable &= np.asarray(mask, dtype=bool)
-    out = {"veiling_light": tuple(float(x) for x in b), "method": method, "arm": arm,
+    out = {"veiling_light": tuple(float(x) for x in b), "method": method, "quantile": q, "arm": arm,
            "window_px": int(k), "omega": float(omega), "n_usable": int(usable.sum())}
     if not usable.any():
         return {**out, "visibility_m": float("nan"), "beta_per_m": float("nan"), "n_pixels": 0,
-                "share_opaque": float("nan"), "share_clear": float("nan"), "censored": "no_pixels"}
+                "share_opaque": float("nan"), "share_clear": float("nan"), "censored": "no_pixels",
+                "bound": "", "censored_code": CENSORED_CODE["no_pixels"]}
     z = depth[usable]
-    t = t_hat[usable]
+    t = np.nan_to_num(t_hat[usable], nan=0.0)
     opaque = t < t_min
     clear = t > t_max
     ok = ~opaque & ~clear
-    # per-pixel beta, censored pixels at their bound
+    # per-pixel bound on beta, clear pixels at their bound (an upper bound on beta_i)
     y = -np.log(np.clip(t, t_min, t_max))
     beta_i = y / z
+    ranked = ~opaque  # opaque pixels only say V < z_i under the prior: they bound V from above
     censored = ""
-    if method == "median":
-        beta = float(np.median(beta_i))
-        # with half or more of the pixels censored on one side the median is a bound
-        if opaque.mean() >= 0.5:
-            if ok.sum() >= _MIN_PIXELS:
-                # dense medium: the near, uncensored pixels carry the estimate
-                beta = float(np.median(beta_i[ok]))
-                method = "median_uncensored"
-            else:
-                censored = "opaque"
-        elif clear.mean() >= 0.5:
-            censored = "clear"
+    if opaque.any() and (ranked.sum() < _MIN_PIXELS if method != "lsq" else ok.sum() == 0):
+        # (nearly) everything is opaque: V_hat is an upper bound
+        v = float(np.quantile(z[opaque], q))
+        beta = physics.KOSCHMIEDER_CONSTANT / v
+        censored = "opaque"
     else:
-        if ok.sum() == 0:
-            beta = float(np.median(beta_i))
-            censored = "opaque" if opaque.mean() >= clear.mean() else "clear"
-        else:
+        if method == "lsq" and ok.any():
             beta = float(np.sum(z[ok] * y[ok]) / np.sum(z[ok] ** 2))
-    v = physics.KOSCHMIEDER_CONSTANT / beta if beta > 0 else np.inf
+        else:
+            beta = float(np.quantile(beta_i[ranked], q))
+            if clear[ranked].mean() >= q:
+                censored = "clear"
+        v = physics.KOSCHMIEDER_CONSTANT / beta if beta > 0 else np.inf
     if v > cap_m:
         v, censored = float(cap_m), (censored or "cap")
-    out["method"] = method
-    return {**out, "visibility_m": float(v), "beta_per_m": beta, "n_pixels": int(ok.sum()),
+    bound = {"opaque": "below", "clear": "above", "cap": "above"}.get(censored, "")
+    return {**out, "visibility_m": float(v), "beta_per_m": float(beta), "n_pixels": int(ok.sum()),
             "share_opaque": float(opaque.mean()), "share_clear": float(clear.mean()),
-            "censored": censored}
+            "censored": censored, "bound": bound, "censored_code": CENSORED_CODE[censored]}
 
 
 def estimate_visibility(image, depth_m, arm: str = "fog", **kwargs) -> float:
@@ -630,8 +718,52 @@ def visibility_confidence(v_hat_m, v_range_m: tuple[float, float] = CONFIDENCE_R
 DEFAULT_THRESHOLD_M: float = float(np.sqrt(CONFIDENCE_RANGE_M[0] * CONFIDENCE_RANGE_M[1]))
 
 
-def gate_decisions(v_hat_m, threshold_m: float) -> np.ndarray:
-    """Abstain mask of the visibility gate: abstain when ``V_hat < threshold``.
+def _censored_codes(censored, shape) -> np.ndarray:
+    """Numeric codes (:data:`CENSORED_CODE`) from codes, ``censored`` strings or ``bound`` sides."""
+    c = np.asarray(censored)
+    if c.dtype.kind in "USO":
+        table = {**CENSORED_CODE, "below": -1.0, "above": 1.0}
+        c = np.vectorize(lambda x: table[str(x)], otypes=[np.float64])(c) if c.size else c.astype(np.float64)
+    return np.broadcast_to(np.asarray(c, dtype=np.float64), shape)
+
+
+def certified_visibility(v_hat_m, censored=None) -> np.ndarray:
+    """The visibility an estimate vouches for from below: the gate's score.
+
+    A point estimate or a lower bound (``censored`` code 0 or +1: clear, cap)
+    vouches for ``V >= V_hat``; an upper bound (code -1, ``"opaque"``: the true
+    V is at most V_hat) vouches for nothing but ``V >= 0``, so its score is 0:
+    it never passes a positive threshold, whatever V_hat says.
+
+    Parameters
+    ----------
+    v_hat_m : array_like of float, any shape
+        V_hat in metres (NaN: no estimate).
+    censored : array_like, optional
+        Broadcastable codes of :data:`CENSORED_CODE` (the cube's
+        ``visibility_hat_censored``), ``censored`` strings of
+        :func:`estimate_visibility_details` or sides (``"below"``/``"above"``);
+        default: every estimate is a point estimate.
+
+    Returns
+    -------
+    numpy.ndarray of float64, the shape of *v_hat_m*
+        V_hat, 0 where it is an upper bound, NaN where it is NaN.
+
+    Examples
+    --------
+    >>> certified_visibility([30.0, 39.0, 50.0, np.nan], [0, -1, 1, np.nan]).tolist()
+    [30.0, 0.0, 50.0, nan]
+    """
+    v = np.asarray(v_hat_m, dtype=np.float64)
+    if censored is None:
+        return v.copy()
+    code = _censored_codes(censored, v.shape)
+    return np.where(np.isnan(v), np.nan, np.where(code < 0, 0.0, v))
+
+
+def gate_decisions(v_hat_m, threshold_m: float, censored=None) -> np.ndarray:
+    """Abstain mask of the visibility gate: abstain unless the estimate vouches for ``V >= threshold``.
 
     Parameters
     ----------
@@ -640,6 +772,12 @@ def gate_decisions(v_hat_m, threshold_m: float) -> np.ndarray:
         monitor cannot vouch for the image.
     threshold_m : float
         Threshold in metres.
+    censored : array_like, optional
+        As :func:`certified_visibility`: an upper bound (opaque, code -1)
+        always abstains, however large V_hat is (with most pixels opaque, V_hat
+        is the depth of the opaque pixels and says only that V is below it;
+        issue 13: on a 8-70 m depth ramp it was 39 m at V = 7.8, 3.9 and 1.95 m
+        and the gate answered).
 
     Returns
     -------
@@ -650,10 +788,128 @@ def gate_decisions(v_hat_m, threshold_m: float) -> np.ndarray:
     --------
     >>> gate_decisions([3.0, 30.0, np.nan], 10.0)
     array([ True, False,  True])
+    >>> gate_decisions([39.0, 39.0], 22.1, censored=[0, -1])
+    array([False,  True])
     """
-    v = np.asarray(v_hat_m, dtype=np.float64)
+    v = certified_visibility(v_hat_m, censored)
     with np.errstate(invalid="ignore"):
         return ~(v >= float(threshold_m))
+
+
+#: Floor of each monitor signal for its crossing (spec Sec. III, "Crossing points"):
+#: the confidence spans [0, 1] and falls towards 0; the abstain rate rises to 1.
+SIGNAL_FLOOR: dict[str, float] = {"c_int": 0.0, "abstain": 1.0}
+
+
+def signal_range(v_hat_m, censored, signal: str = "c_int",
+                 threshold_m: float = DEFAULT_THRESHOLD_M) -> tuple[np.ndarray, np.ndarray]:
+    """Range of a monitor read-out consistent with a (possibly censored) estimate.
+
+    ``c_int``: a point estimate gives ``c(V_hat)`` (:func:`visibility_confidence`);
+    an upper bound (V <= V_hat) ``[0, c(V_hat)]``; a lower bound ``[c(V_hat), 1]``.
+    ``abstain``: a point estimate gives the gate's decision at V_hat; an upper
+    bound ``[gate(V_hat), 1]``; a lower bound ``[0, gate(V_hat)]``. The cube's
+    read-outs (:func:`monitor_readouts`) are the *conservative* end: the lowest
+    confidence and the highest abstention.
+
+    Parameters
+    ----------
+    v_hat_m, censored : array_like, broadcastable
+        As :func:`certified_visibility`.
+    signal : {"c_int", "abstain"}
+    threshold_m : float, default DEFAULT_THRESHOLD_M
+
+    Returns
+    -------
+    lo, hi : numpy.ndarray of float64
+        The range per element; where V_hat is NaN (no usable pixel) both ends
+        are the read-outs' values, ``c_int`` 0 and ``abstain`` 1.
+    """
+    v = np.asarray(v_hat_m, dtype=np.float64)
+    code = _censored_codes(censored, v.shape)
+    if signal == "c_int":
+        c = visibility_confidence(v)
+        lo = np.where(code < 0, 0.0, c)
+        hi = np.where(code > 0, 1.0, c)
+    elif signal == "abstain":
+        g = gate_decisions(v, threshold_m).astype(np.float64)
+        lo = np.where(code > 0, 0.0, g)
+        hi = np.where(code < 0, 1.0, g)
+    else:
+        raise ValueError(f"signal_range: signal must be 'c_int' or 'abstain', got {signal!r}")
+    return lo, hi
+
+
+def awareness_crossing(visibility_m, v_hat_m, censored, signal: str = "c_int", *,
+                       threshold_m: float = DEFAULT_THRESHOLD_M, present=None, counts=None,
+                       ci: float = 0.95) -> dict:
+    """Crossing visibility of a monitor signal, with censored estimates treated as bounds.
+
+    The image-level signal of each (level, image) is known only within
+    :func:`signal_range`. The mean curve over images is therefore bracketed by
+    a *conservative* curve (the cube's read-outs: lowest confidence, highest
+    abstention) and an *optimistic* one, and the crossing
+    (:func:`murk.metrics.crossing_visibility`, floor :data:`SIGNAL_FLOOR`) by
+    theirs: the conservative curve reaches its mid-way value first, so the true
+    V_aware lies in ``[V_optimistic, V_conservative]``. Where the two agree the
+    crossing is exact; otherwise the conservative value is reported as a bound
+    from above (side ``"below"``: V_aware at most it), and W = log10(V_acc /
+    V_aware) against it is a lower bound (:func:`murk.metrics.blind_spot_width_side`).
+
+    Parameters
+    ----------
+    visibility_m : array_like of float, shape (L,)
+        Sweep levels, clear to murky (level 0, the clean image, excluded).
+    v_hat_m, censored : array_like, shape (1 + L, n)
+        V_hat and its censoring (:data:`CENSORED_CODE`) for the clean image and
+        each level, per image (NaN rows are missing images).
+    signal : {"c_int", "abstain"}
+    threshold_m : float, default DEFAULT_THRESHOLD_M
+    present : array_like of bool, shape (1 + L, n), optional
+        Cells that hold a read-out; default: V_hat not NaN. Pass the cube's
+        ``c_int`` not NaN to count images without a usable pixel (V_hat NaN,
+        c_int 0, abstain 1) as the cube's means do.
+    counts : numpy.ndarray, shape (B, n), optional
+        Bootstrap draw counts (:func:`murk.metrics.bootstrap_counts`); gives a
+        percentile interval of the conservative crossing.
+    ci : float, default 0.95
+
+    Returns
+    -------
+    dict
+        ``v_cross_m`` (conservative), ``v_optimistic_m``, ``censored_side``
+        (``""``, ``"below"``, ``"above"`` or ``"undefined"``: the conservative
+        crossing is at the first level but the optimistic one is lower),
+        ``v_lo_m``, ``v_hi_m`` (NaN without *counts*), ``n_censored_below``
+        (int, (level, image) cells whose V_hat is an upper bound).
+    """
+    from murk import metrics
+
+    vis = np.asarray(visibility_m, dtype=np.float64)
+    v = np.asarray(v_hat_m, dtype=np.float64)
+    code = _censored_codes(censored, v.shape)
+    if v.ndim != 2 or v.shape[0] != vis.size + 1:
+        raise ValueError(f"awareness_crossing: v_hat_m must be (1 + {vis.size}, n), got {v.shape}")
+    lo, hi = signal_range(v, code, signal, threshold_m)
+    present = ~np.isnan(v) if present is None else np.broadcast_to(np.asarray(present, dtype=bool), v.shape)
+    cons, opt = (hi, lo) if signal == "abstain" else (lo, hi)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mc = np.nanmean(np.where(present, cons, np.nan), axis=-1)
+        mo = np.nanmean(np.where(present, opt, np.nan), axis=-1)
+    fl = SIGNAL_FLOOR[signal]
+    vc, _, side_c = metrics.crossing_visibility(vis, mc[1:], mc[0], fl, return_side=True)
+    vo, _, side_o = metrics.crossing_visibility(vis, mo[1:], mo[0], fl, return_side=True)
+    vc, vo, side = float(vc), float(vo), str(side_c)
+    if np.isfinite(vc) and not (np.isfinite(vo) and np.isclose(vo, vc, rtol=1e-9) and str(side_o) == side):
+        side = "below" if side in ("", "below") else "undefined"
+    out = {"v_cross_m": vc, "v_optimistic_m": vo, "censored_side": side, "v_lo_m": float("nan"),
+           "v_hi_m": float("nan"), "n_censored_below": int(((code < 0) & present).sum())}
+    if counts is not None:
+        rs = metrics.resampled_means(np.where(present, cons, np.nan), counts)        # (1 + L, B)
+        vb, _ = metrics.crossing_visibility(vis, rs[1:].T, rs[0], fl)
+        out["v_lo_m"], out["v_hi_m"] = (float(x) for x in metrics.percentile_interval(vb, ci))
+    return out
 
 
 def coverage_risk(abstain, correct) -> tuple[float, float]:
@@ -816,7 +1072,8 @@ def _bootstrap_rows(rows: dict, image_ids, n_resamples: int, seed: int, ci: floa
 
 
 def compare_at_equal_coverage(score_monitor, score_cint, abstain_vlm, correct, split, *, image_ids=None,
-                              n_resamples: int = 0, seed: int = 0, ci: float = 0.95) -> dict:
+                              n_resamples: int = 0, seed: int = 0, ci: float = 0.95,
+                              censored_monitor=None) -> dict:
     """Coverage-risk table of three gates, thresholds picked on one half, reported on the other.
 
     All inputs are flat over question-conditions (e.g. one VLM, one task, every
@@ -841,6 +1098,11 @@ def compare_at_equal_coverage(score_monitor, score_cint, abstain_vlm, correct, s
     ----------
     score_monitor : array_like of float, shape (n,)
         V_hat in metres per row (NaN abstains).
+    censored_monitor : array_like, shape (n,), optional
+        The censoring of each V_hat (the cube's ``visibility_hat_censored``,
+        :data:`CENSORED_CODE`): the monitor is scored by
+        :func:`certified_visibility`, so an upper bound (opaque) never answers.
+        Default: every V_hat a point estimate.
     score_cint : array_like of float, shape (n,)
         The VLM's internal confidence per row.
     abstain_vlm : array_like of float or bool, shape (n,)
@@ -863,7 +1125,10 @@ def compare_at_equal_coverage(score_monitor, score_cint, abstain_vlm, correct, s
     -------
     dict
         ``{row: {"coverage": float, "risk": float, "threshold": float,
-        "threshold_unit": str, "n": int, ["coverage_ci", "risk_ci"]: (lo, hi)}}``.
+        "threshold_unit": str, "n": int, "n_monitor_bound_below": int,
+        ["coverage_ci", "risk_ci"]: (lo, hi)}}``; ``n_monitor_bound_below``
+        counts the report-half rows whose V_hat is an upper bound (they never
+        pass the monitor's gate).
 
     Raises
     ------
@@ -872,6 +1137,11 @@ def compare_at_equal_coverage(score_monitor, score_cint, abstain_vlm, correct, s
     """
     arrays = [np.asarray(x, dtype=np.float64).ravel() for x in (score_monitor, score_cint, abstain_vlm, correct)]
     sm, sc, av, cor = arrays
+    below = np.zeros(sm.shape, dtype=bool)
+    if censored_monitor is not None:
+        code = _censored_codes(np.asarray(censored_monitor).ravel(), sm.shape)
+        below = code < 0
+        sm = certified_visibility(sm, code)
     sp = np.asarray(split, dtype=bool).ravel()
     if len({a.size for a in arrays} | {sp.size}) != 1:
         raise ValueError("compare_at_equal_coverage: all inputs must have the same length")
@@ -902,7 +1172,7 @@ def compare_at_equal_coverage(score_monitor, score_cint, abstain_vlm, correct, s
         cov, risk = coverage_risk(~ans, cor[rep])
         unit, t = thr.get(name, ("", float("nan")))
         table[name] = {"coverage": cov, "risk": risk, "threshold": float(t), "threshold_unit": unit,
-                       "n": int(rep.sum())}
+                       "n": int(rep.sum()), "n_monitor_bound_below": int(below[rep].sum())}
     if n_resamples:
         if image_ids is None:
             raise ValueError("compare_at_equal_coverage: bootstrap intervals need image_ids")
@@ -924,18 +1194,27 @@ def monitor_readouts(images_by_condition: Mapping, depth_m, *, threshold_m: floa
                      readouts: tuple[str, ...] | None = None, **kwargs) -> dict:
     """The monitor as an awareness "model": cube-like read-outs per condition of one image.
 
-    For each condition the monitor estimates ``V_hat`` (:func:`estimate_visibility`,
+    For each condition the monitor estimates ``V_hat`` (:func:`estimate_visibility_details`,
     with the estimator arm of :data:`CONDITION_ARM`: fog for the clean image, the
     ImageNet-C control and the image controls; underwater for the underwater arm)
     and maps it to the read-outs of the cube:
 
-    * ``c_int`` := :func:`visibility_confidence` (V_hat): 0 at 1.95 m, 1 at >= 250 m;
-    * ``abstain`` := ``V_hat < threshold_m`` (:func:`gate_decisions`; NaN abstains);
-    * ``answer``, ``correct``, ``verbal_conf``, ``abstain2``, ``option_mass``: NaN
-      (the monitor does not answer);
-    * ``visibility_hat_m``: V_hat itself (an extra key, not a cube read-out).
+    * ``visibility_hat_m``: V_hat itself, metres;
+    * ``visibility_hat_censored``: :data:`CENSORED_CODE` of the estimate (0 point
+      estimate, -1 upper bound: opaque, +1 lower bound: clear or capped, NaN no
+      usable pixel);
+    * ``c_int`` := :func:`visibility_confidence` of :func:`certified_visibility`
+      (0 at 1.95 m, 1 at >= 250 m; 0 for an upper bound, which vouches for nothing);
+    * ``abstain`` := :func:`gate_decisions` (``V_hat < threshold_m``, and always
+      for an upper bound or NaN);
+    * ``answer``, ``correct``, ``verbal_conf``, ``abstain2``, ``option_mass``,
+      ``verbal_conf_v2``, ``verbal_conf_v3``: NaN (the monitor does not answer).
 
-    The values do not depend on the task: write them into every task.
+    ``c_int`` and ``abstain`` are thus the conservative ends of
+    :func:`signal_range`; :func:`awareness_crossing` and
+    :func:`compare_at_equal_coverage` (``censored_monitor=``) treat the censored
+    estimates as bounds. The values do not depend on the task: write them into
+    every task.
 
     Parameters
     ----------
@@ -950,7 +1229,7 @@ def monitor_readouts(images_by_condition: Mapping, depth_m, *, threshold_m: floa
     threshold_m : float, default DEFAULT_THRESHOLD_M (22.1 m)
         Abstain threshold of the ``abstain`` read-out.
     readouts : tuple of str, optional
-        Names to return; default ``murk.cube.READOUTS`` plus ``visibility_hat_m``.
+        Names to return; default ``murk.cube.READOUTS``.
     **kwargs
         Passed to :func:`estimate_visibility_details`.
 
@@ -961,7 +1240,7 @@ def monitor_readouts(images_by_condition: Mapping, depth_m, *, threshold_m: floa
     """
     from murk import cube
 
-    names = tuple(readouts) if readouts is not None else tuple(dict.fromkeys((*cube.READOUTS, "visibility_hat_m")))
+    names = tuple(readouts) if readouts is not None else tuple(cube.READOUTS)
     out = {}
     for key, image in images_by_condition.items():
         arm, _level = key
@@ -973,11 +1252,12 @@ def monitor_readouts(images_by_condition: Mapping, depth_m, *, threshold_m: floa
                 raise ValueError(f"monitor_readouts: no depth for condition {key!r} and no ('clean', 0) entry")
         else:
             d = depth_m
-        v = estimate_visibility(image, d, CONDITION_ARM[arm], **kwargs)
+        est = estimate_visibility_details(image, d, CONDITION_ARM[arm], **kwargs)
+        v, code = est["visibility_m"], est["censored_code"]
         values = dict.fromkeys(names, float("nan"))
-        values.update({"c_int": float(visibility_confidence(v)),
-                       "abstain": float(gate_decisions(v, threshold_m)),
-                       "visibility_hat_m": float(v)})
+        values.update({"c_int": float(visibility_confidence(certified_visibility(v, code))),
+                       "abstain": float(gate_decisions(v, threshold_m, code)),
+                       "visibility_hat_m": float(v), "visibility_hat_censored": float(code)})
         out[key] = {k: values[k] for k in names}
     return out
 

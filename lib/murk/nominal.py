@@ -31,11 +31,16 @@ __all__ = [
     "IMAGENET_C_SEVERITIES",
     "LUMA_WEIGHTS_REC601",
     "EQUIVALENCE_BRACKET_M",
+    "MIN_SIDE_PX",
+    "ImageTooSmallError",
+    "check_imagenet_c_size",
     "imagenet_c_seed",
     "imagenet_c_fog",
     "luma",
     "contrast_gain",
     "luma_std_ratio",
+    "EQUIVALENCE_REASONS",
+    "curve_is_monotone",
     "equivalent_visibility",
     "nominal_equivalence",
     "table_vii",
@@ -51,7 +56,37 @@ LUMA_WEIGHTS_REC601.setflags(write=False)
 #: Default search interval (lo, hi) of V in metres for :func:`equivalent_visibility`.
 EQUIVALENCE_BRACKET_M: tuple[float, float] = (0.25, 4000.0)
 
-_MIN_SIDE_PX = 32  # imagecorruptions refuses smaller images
+#: Smallest side (px) that ``imagecorruptions``' fog accepts.
+MIN_SIDE_PX: int = 32
+_MIN_SIDE_PX = MIN_SIDE_PX
+
+
+class ImageTooSmallError(ValueError):
+    """An image is too small for the ImageNet-C fog (a side under :data:`MIN_SIDE_PX` px).
+
+    A subclass of ValueError, so that the per-item loops of the stages, which record a
+    ValueError of an item in ``missing_reason`` and go on, skip such an item instead of
+    stopping (issue 13). The message names the image (when the caller knows it) and
+    its presented size.
+    """
+
+
+def check_imagenet_c_size(width: int, height: int, what: str = "image") -> None:
+    """Raise :class:`ImageTooSmallError` if a presented side is under :data:`MIN_SIDE_PX` px.
+
+    Parameters
+    ----------
+    width, height : int
+        Presented size in px.
+    what : str
+        How to name the image in the message (e.g. ``"image 123 (000000000123.jpg)"``).
+    """
+    if min(int(width), int(height)) < MIN_SIDE_PX:
+        raise ImageTooSmallError(
+            f"{what} is {int(width)} x {int(height)} px when presented; the ImageNet-C fog "
+            f"(imagecorruptions) needs at least {MIN_SIDE_PX} px on each side: the item cannot be "
+            f"rendered in every condition and is recorded as missing"
+        )
 
 
 def _check_rgb_uint8(image, name: str, what: str = "image") -> np.ndarray:
@@ -79,24 +114,13 @@ def _legacy_seed(seed) -> int:
     return int(sequence.generate_state(1, dtype=np.uint32)[0])
 
 
-def _with_severity(seed, severity: int):
-    """``[*seed, severity]`` for an int or a sequence of ints (validated later)."""
-    if isinstance(seed, (bool, np.bool_)) or isinstance(seed, (str, bytes)):
-        return seed  # rejected by _legacy_seed with the usual message
-    if isinstance(seed, numbers.Integral):
-        return [int(seed), severity]
-    try:
-        return [*seed, severity]
-    except TypeError:
-        return seed
-
-
 def imagenet_c_seed(seed: int, image_id: int) -> int:
     """Per-image seed of the ImageNet-C arm: ``seed * 1_000_003 + image_id``.
 
-    The same rule as :func:`murk.render.render_conditions` uses for the ``imagenet_c``
-    arm of the cube, so the nominal equivalence is measured on the images the models
-    were shown (before the box is drawn).
+    The rule :func:`murk.render.render_conditions` uses for the ``imagenet_c`` arm of
+    the cube, so the nominal equivalence is measured on the images the models were
+    shown (before the box is drawn). One seed per image, shared by its five
+    severities (:func:`imagenet_c_fog`).
 
     Parameters
     ----------
@@ -120,16 +144,25 @@ def _pad_to_square(image: np.ndarray) -> np.ndarray:
 
 
 def imagenet_c_fog(image, severity, seed):
-    """ImageNet-C fog at one severity, reproducible from a seed.
+    """ImageNet-C fog at one severity, reproducible from a seed; one fractal per seed.
 
     Calls ``imagecorruptions.corrupt(image, corruption_name="fog", severity=severity)``
-    with NumPy's *global* legacy RNG (which the package draws from) seeded from *seed*;
-    the caller's global RNG state is saved and restored, so the call has no side
-    effect on it (not thread safe). The generator is seeded per (seed, severity): the
-    legacy seed is drawn from ``numpy.random.SeedSequence([*seed, severity])``, so each
-    (image, severity) gets its own plasma fractal, reproducible on its own and
-    independent of which other images or severities are rendered (pass a per-image
-    seed, e.g. :func:`imagenet_c_seed`).
+    with NumPy's *global* legacy RNG (which the package draws from) seeded from *seed*
+    alone; the caller's global RNG state is saved and restored, so the call has no side
+    effect on it (not thread safe). The severity does not enter the seed: every
+    severity of one seed draws the *same* random numbers, so the plasma fractal of a
+    seed is the same at severities 1-5 and only the package's constants change
+    (amplitude ``c[0]`` and roughness ``wibbledecay = c[1]``; severities 3 and 4 share
+    the amplitude and differ only in the roughness of the fractal, as the spec
+    says, Sec. IV). This is how ImageNet-C renders the severities of one image, and
+    what makes the contrast of an image fall with severity: with an independent fractal
+    per severity (murk before issue 13) the gain-matched V_eq of only 0.027 of the
+    sample's images decreased over severities 1-5, against about half with one
+    fractal (the spec: 52 %). The legacy seed is
+    ``numpy.random.SeedSequence(seed).generate_state(1)[0]``: a pure function of
+    *seed*, identical in every process and platform and independent of which other
+    images or severities are rendered (pass a per-image seed, e.g.
+    :func:`imagenet_c_seed`).
 
     The package's ``fog`` computes the fractal on a square power-of-two map and crops
     it to the image, so non-square images are supported; should it ever return a
@@ -144,8 +177,9 @@ def imagenet_c_fog(image, severity, seed):
         ImageNet-C severity, 1-5.
     seed : int or sequence of int
         Non-negative per-image seed, e.g. :func:`imagenet_c_seed` or
-        ``(study_seed, image_id)``; together with the severity it is mapped to a 32-bit
-        legacy seed through ``numpy.random.SeedSequence([*seed, severity])``.
+        ``(study_seed, image_id)``; mapped to a 32-bit legacy seed through
+        ``numpy.random.SeedSequence(seed)``. The same seed gives the same fractal at
+        every severity.
 
     Returns
     -------
@@ -155,15 +189,13 @@ def imagenet_c_fog(image, severity, seed):
     Raises
     ------
     ValueError
-        If *image* is not a uint8 (H, W, 3) array of at least 32 x 32 px, *severity* is
-        not an integer in 1-5, or *seed* is not a non-negative int or sequence of them.
+        If *image* is not a uint8 (H, W, 3) array, *severity* is not an integer in 1-5,
+        or *seed* is not a non-negative int or sequence of them.
+    ImageTooSmallError
+        (a ValueError) If a side of *image* is under 32 px (a package requirement).
     """
     image = _check_rgb_uint8(image, "imagenet_c_fog")
-    if min(image.shape[:2]) < _MIN_SIDE_PX:
-        raise ValueError(
-            f"imagenet_c_fog: image must be at least {_MIN_SIDE_PX} x {_MIN_SIDE_PX} px "
-            f"(imagecorruptions), got {image.shape[:2]}"
-        )
+    check_imagenet_c_size(image.shape[1], image.shape[0], "imagenet_c_fog: image")
     if (
         isinstance(severity, (bool, np.bool_))
         or not isinstance(severity, numbers.Integral)
@@ -171,7 +203,7 @@ def imagenet_c_fog(image, severity, seed):
     ):
         raise ValueError(f"imagenet_c_fog: severity must be an integer in 1-5, got {severity!r}")
     severity = int(severity)
-    legacy_seed = _legacy_seed(_with_severity(seed, severity))
+    legacy_seed = _legacy_seed(seed)
 
     from imagecorruptions import corrupt  # heavy import (cv2, numba, skimage)
 
@@ -309,6 +341,22 @@ def luma_std_ratio(clean, degraded):
 _STATISTICS = {"gain": contrast_gain, "std_ratio": luma_std_ratio}
 
 
+#: Why a V_eq is NaN: the ``reason`` of :func:`equivalent_visibility` and
+#: :func:`nominal_equivalence`, in the order they are tested ("" = found).
+EQUIVALENCE_REASONS: dict[str, str] = {
+    "": "found: the fog curve stat(V) crosses the target exactly once in the bracket",
+    "missing_input": "the item's image or depth could not be read or rendered (missing_reason)",
+    "undefined": "the statistic is NaN (constant clean luma, or a NaN pixel)",
+    "saturated": "the degraded image has no contrast left (its luma spans at most one 8-bit code)",
+    "outside_0_1": "the gain is <= 0 or >= 1: fog retains a gain in (0, 1) only",
+    "no_root": "the target is not reached by the fog curve within the bracket",
+    "several_roots": "the fog curve is not monotone and crosses the target more than once: ambiguous",
+}
+
+#: Tolerance on a rise of the fog curve (going murkier) before it counts as non-monotone.
+MONOTONE_TOL: float = 1e-9
+
+
 class _FogStatistics:
     """stat(clean, fog(clean, depth, V)) for the statistics of :data:`_STATISTICS`,
     memoised per V; the rendering is the unrounded sRGB of Eq. (1), so the statistic
@@ -328,6 +376,10 @@ class _FogStatistics:
             self.memo[v] = {name: float(f(self.clean, rendering)) for name, f in _STATISTICS.items()}
         return self.memo[v]
 
+    def curve(self, method: str, grid: np.ndarray) -> np.ndarray:
+        """The statistic on the grid (clear to murky)."""
+        return np.array([self(v)[method] for v in grid])
+
 
 def _bracket_grid(bracket_m) -> np.ndarray:
     b = np.asarray(bracket_m, dtype=np.float64)
@@ -341,25 +393,45 @@ def _bracket_grid(bracket_m) -> np.ndarray:
     return np.geomspace(hi, lo, max(n, 2))  # clear -> murky
 
 
+def curve_is_monotone(values, tol: float = MONOTONE_TOL) -> bool:
+    """True if a fog curve (clear to murky) never rises by more than *tol* going murkier."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    return bool(np.all(np.diff(v) <= tol))
+
+
+def _saturated(degraded: np.ndarray) -> np.ndarray:
+    """Per degraded image: its luma spans at most one 8-bit code (no contrast to match)."""
+    y = luma(degraded)
+    return (y.max(axis=(-2, -1)) - y.min(axis=(-2, -1))) <= 1.0 / 255.0 + 1e-12
+
+
 def _solve(evaluate: _FogStatistics, method: str, target: float, grid: np.ndarray,
-           rtol: float) -> float:
-    """First root of stat(V) = target scanning the bracket from clear to murky."""
+           rtol: float, saturated: bool = False) -> tuple[float, str]:
+    """(V_eq, reason): the unique root of stat(V) = target in the bracket, else NaN and why."""
     from scipy.optimize import brentq
 
     if not np.isfinite(target):
-        return np.nan
-    values = np.array([evaluate(v)[method] for v in grid]) - target
-    for i in range(grid.size - 1):
-        a, b = values[i], values[i + 1]
-        if a == 0.0:
-            return float(grid[i])
-        if np.isfinite(a) and np.isfinite(b) and a * b < 0:
-            log_v = brentq(lambda x: evaluate(np.exp(x))[method] - target,
-                           np.log(grid[i + 1]), np.log(grid[i]), xtol=rtol, rtol=4 * np.finfo(float).eps)
-            return float(np.exp(log_v))
-    if values[-1] == 0.0:
-        return float(grid[-1])
-    return np.nan
+        return np.nan, "undefined"
+    if saturated:
+        return np.nan, "saturated"
+    if method == "gain" and not 0.0 < target < 1.0:
+        return np.nan, "outside_0_1"
+    f = evaluate.curve(method, grid) - target
+    sign = np.sign(f)
+    zeros = np.flatnonzero(sign == 0)
+    changes = np.flatnonzero(sign[:-1] * sign[1:] < 0)
+    n_roots = zeros.size + changes.size
+    if n_roots == 0:
+        return np.nan, "no_root"
+    if n_roots > 1:
+        return np.nan, "several_roots"
+    if zeros.size:
+        return float(grid[zeros[0]]), ""
+    i = int(changes[0])
+    log_v = brentq(lambda x: evaluate(np.exp(x))[method] - target,
+                   np.log(grid[i + 1]), np.log(grid[i]), xtol=rtol, rtol=4 * np.finfo(float).eps)
+    return float(np.exp(log_v)), ""
 
 
 def equivalent_visibility(
@@ -371,6 +443,7 @@ def equivalent_visibility(
     bracket_m=None,
     airlight: float = physics.FOG_AIRLIGHT,
     rtol: float = 1e-4,
+    return_reason: bool = False,
 ):
     r"""Fog visibility that retains the same contrast as a degraded image (spec Sec. III).
 
@@ -378,16 +451,34 @@ def equivalent_visibility(
     ``stat(clean, fog(clean, depth_m, V)) = stat(clean, degraded)``, where *stat* is the
     regression gain of the degraded luma on the clean luma (:func:`contrast_gain`,
     primary) or the ratio of luma standard deviations (:func:`luma_std_ratio`, the
-    check). The left side is a continuous function of V (the fog rendering of Eq. (1),
-    taken before 8-bit rounding); the root is bracketed by evaluating it at visibilities
-    a factor <= 2 apart across *bracket_m*, scanning from clear to murky, and then found
-    by Brent's method (``scipy.optimize.brentq``) on :math:`\log V` to relative
-    precision *rtol*: the result is not limited to a grid.
+    check). The left side, the *fog curve*, is a continuous function of V (the fog
+    rendering of Eq. (1), taken before 8-bit rounding), evaluated at visibilities a
+    factor <= 2 apart across *bracket_m*.
 
-    For the gain, which falls monotonically from about 1 (clear) to 0 (murky) as V
-    decreases, the root is unique. The standard-deviation ratio need not be monotone
-    (far, dark regions brighten towards the airlight); the first root from the clear
-    end is returned, and ``NaN`` where there is none.
+    The fog curve need not be monotone: where the depth correlates with the clean
+    luma (bright far regions, dark near ones), fog can first *raise* the gain above 1
+    and only then lower it (issue 13: 22 of 79 sample images with a ground-plane
+    depth; a constructed clean image, gain 1, got V_eq = 91.5 m; an image rendered
+    at 1.95 m got 144.9 m, the first of two roots). So V_eq is returned only where it
+    is defined, and NaN with a reason (:data:`EQUIVALENCE_REASONS`) otherwise:
+
+    ``undefined``
+        the statistic is NaN;
+    ``saturated``
+        the degraded image has no contrast left (luma range within one 8-bit code),
+        so every murky enough V matches;
+    ``outside_0_1``
+        (gain) the gain is <= 0 or >= 1 (an undegraded image has exactly 1);
+    ``no_root``
+        the curve does not reach the target within *bracket_m*;
+    ``several_roots``
+        the curve crosses the target more than once (roots closer than a factor 2 in
+        V are not separated).
+
+    A unique root is bracketed by the grid and found by Brent's method
+    (``scipy.optimize.brentq``) on :math:`\log V` to relative precision *rtol*: the
+    result is not limited to a grid. (The curve may be non-monotone elsewhere and
+    still cross a target once: :func:`curve_is_monotone` reports the curve's shape.)
 
     Parameters
     ----------
@@ -408,14 +499,17 @@ def equivalent_visibility(
         Fog airlight *A* of the renderings; default ``physics.FOG_AIRLIGHT``.
     rtol : float, optional
         Relative precision of :math:`V_{eq}` (absolute in :math:`\log V`); default 1e-4.
+    return_reason : bool, optional
+        Also return the reason of each NaN.
 
     Returns
     -------
-    float or numpy.ndarray of float64, shape (...)
-        :math:`V_{eq}` in metres; ``np.nan`` where the statistic of *degraded* is not
-        reached within *bracket_m* (e.g. an undegraded image, gain 1) or is NaN (a
-        constant clean image). Like every fog visibility it scales with the depth scale:
-        multiplying *depth_m* by kappa multiplies :math:`V_{eq}` by kappa.
+    v_eq : float or numpy.ndarray of float64, shape (...)
+        :math:`V_{eq}` in metres; ``np.nan`` where it is not defined (see above). Like
+        every fog visibility it scales with the depth scale: multiplying *depth_m* by
+        kappa multiplies :math:`V_{eq}` by kappa.
+    reason : str or numpy.ndarray of str, shape (...), only with *return_reason*
+        ``""`` where V_eq was found, else a key of :data:`EQUIVALENCE_REASONS`.
 
     Raises
     ------
@@ -425,7 +519,7 @@ def equivalent_visibility(
 
     Notes
     -----
-    Cost: about ``log2(hi / lo) + 1`` (15) renderings to bracket, shared by all
+    Cost: about ``log2(hi / lo) + 1`` (15) renderings for the curve, shared by all
     degraded images of the stack, plus about 8 per degraded image for Brent's method.
     """
     if method not in _STATISTICS:
@@ -442,10 +536,16 @@ def equivalent_visibility(
         )
     physics.fog(clean, depth_m, 1.0)  # validates the depth map with fog's messages
     target = np.asarray(_STATISTICS[method](clean, degraded), dtype=np.float64)
+    saturated = np.broadcast_to(_saturated(degraded), target.shape)
     evaluate = _FogStatistics(clean, depth_m, airlight)
-    out = np.array([_solve(evaluate, method, t, grid, rtol) for t in target.ravel()])
-    out = out.reshape(target.shape)
-    return float(out) if out.ndim == 0 else out
+    solved = [_solve(evaluate, method, t, grid, rtol, bool(sat))
+              for t, sat in zip(target.ravel(), saturated.ravel())]
+    out = np.array([v for v, _ in solved]).reshape(target.shape)
+    why = np.array([r for _, r in solved], dtype="<U16").reshape(target.shape)
+    value = float(out) if out.ndim == 0 else out
+    if return_reason:
+        return value, (str(why) if why.ndim == 0 else why)
+    return value
 
 
 # ------------------------------------------------------ nominal equivalence, items
@@ -459,8 +559,11 @@ def nominal_equivalence(items, image_dir, depth_dir, *, max_side: int = 448, see
     For each item the clean image is read and resized to the presented size (longer
     side at most *max_side*, as shown to the models), its cached depth map is read, the
     ImageNet-C fog is rendered at each severity with the per-image seed
-    :func:`imagenet_c_seed` (the images of the cube's ``imagenet_c`` arm, before the box
-    is drawn) and :func:`equivalent_visibility` is solved with both statistics.
+    :func:`imagenet_c_seed`, shared by the severities (the images of the cube's
+    ``imagenet_c`` arm, before the box is drawn) and :func:`equivalent_visibility` is
+    solved with both statistics. An item whose image or depth cannot be read, or
+    whose presented image is under 32 px on a side (:class:`ImageTooSmallError`), is
+    recorded in ``missing_reason`` and the loop goes on.
 
     Parameters
     ----------
@@ -489,13 +592,12 @@ def nominal_equivalence(items, image_dir, depth_dir, *, max_side: int = 448, see
     -------
     xarray.Dataset
         Dims ``image`` (COCO id) x ``severity``; float64 variables ``v_eq_gain_m`` and
-        ``v_eq_std_ratio_m`` (m, NaN where no root in the bracket), ``gain`` and
-        ``std_ratio`` (1; the statistics of the ImageNet-C image against the clean one).
-
-    Raises
-    ------
-    FileNotFoundError
-        If an image or a depth map is missing.
+        ``v_eq_std_ratio_m`` (m, NaN where not defined), ``gain`` and ``std_ratio``
+        (1; the statistics of the ImageNet-C image against the clean one); str
+        ``reason`` and ``reason_std_ratio`` (why ``v_eq_gain_m`` / ``v_eq_std_ratio_m``
+        is NaN: a key of :data:`EQUIVALENCE_REASONS`, ``""`` where found); per image,
+        bool ``curve_monotone`` (the gain fog curve never rises going murkier) and str
+        ``missing_reason`` (``""`` = read and rendered).
     """
     import pandas as pd
     import xarray as xr
@@ -508,6 +610,11 @@ def nominal_equivalence(items, image_dir, depth_dir, *, max_side: int = 448, see
     severities = [int(s) for s in severities]
     shape = (len(table), len(severities))
     data = {k: np.full(shape, np.nan) for k in ("v_eq_gain_m", "v_eq_std_ratio_m", "gain", "std_ratio")}
+    reason = np.full(shape, "missing_input", dtype="<U16")
+    reason_ratio = np.full(shape, "missing_input", dtype="<U16")
+    monotone = np.zeros(len(table), dtype=bool)
+    missing = np.full(len(table), "", dtype=object)
+    grid = _bracket_grid(EQUIVALENCE_BRACKET_M if bracket_m is None else bracket_m)
     rows = tqdm(table.itertuples(index=False), total=len(table), desc="nominal", unit="img",
                 disable=not progress)
     for i, row in enumerate(rows):
@@ -515,22 +622,26 @@ def nominal_equivalence(items, image_dir, depth_dir, *, max_side: int = 448, see
         try:
             img = render.load_image(Path(image_dir) / row.file_name)
             z = _depth.load_depth(Path(depth_dir), image_id)
-        except (FileNotFoundError, ValueError):  # bad input: this image stays NaN (recorded by the readout)
+            size = render.presented_size(img.shape[1], img.shape[0], max_side,
+                                         name=f"image {image_id} ({row.file_name})")
+            img = render.resize_image(img, size)
+            if z.shape != img.shape[:2]:
+                z = render.resize_depth(z, size)
+            degraded = np.stack([imagenet_c_fog(img, s, seed=imagenet_c_seed(seed, image_id))
+                                 for s in severities])
+        except (FileNotFoundError, ValueError) as e:  # bad input: this image stays NaN, recorded
+            missing[i] = str(e)
             continue
-        size = render.presented_size(img.shape[1], img.shape[0], max_side)
-        img = render.resize_image(img, size)
-        if z.shape != img.shape[:2]:
-            z = render.resize_depth(z, size)
-        degraded = np.stack([imagenet_c_fog(img, s, seed=imagenet_c_seed(seed, image_id))
-                             for s in severities])
         data["gain"][i] = contrast_gain(img, degraded)
         data["std_ratio"][i] = luma_std_ratio(img, degraded)
-        grid = _bracket_grid(EQUIVALENCE_BRACKET_M if bracket_m is None else bracket_m)
+        saturated = _saturated(degraded)
         evaluate = _FogStatistics(img, z, physics.FOG_AIRLIGHT)  # renderings shared
+        monotone[i] = curve_is_monotone(evaluate.curve("gain", grid))
         for j in range(len(severities)):
-            data["v_eq_gain_m"][i, j] = _solve(evaluate, "gain", data["gain"][i, j], grid, 1e-4)
-            data["v_eq_std_ratio_m"][i, j] = _solve(evaluate, "std_ratio", data["std_ratio"][i, j],
-                                                    grid, 1e-4)
+            data["v_eq_gain_m"][i, j], reason[i, j] = _solve(
+                evaluate, "gain", data["gain"][i, j], grid, 1e-4, bool(saturated[j]))
+            data["v_eq_std_ratio_m"][i, j], reason_ratio[i, j] = _solve(
+                evaluate, "std_ratio", data["std_ratio"][i, j], grid, 1e-4, bool(saturated[j]))
     meta = {
         "v_eq_gain_m": ("m", "fog visibility with the same contrast gain (nominal equivalence)"),
         "v_eq_std_ratio_m": ("m", "fog visibility with the same luma std ratio (check)"),
@@ -545,9 +656,19 @@ def nominal_equivalence(items, image_dir, depth_dir, *, max_side: int = 448, see
                 "severity": ("severity", np.array(severities, dtype=np.int64),
                              {"units": "1", "long_name": "ImageNet-C fog severity"})},
     )
-    lo, hi = _bracket_grid(EQUIVALENCE_BRACKET_M if bracket_m is None else bracket_m)[[-1, 0]]
+    reasons_doc = "; ".join(f"{k or chr(39) * 2}: {v}" for k, v in EQUIVALENCE_REASONS.items())
+    ds["reason"] = (("image", "severity"), reason,
+                    {"long_name": "why v_eq_gain_m is NaN ('' = found)", "reasons": reasons_doc})
+    ds["reason_std_ratio"] = (("image", "severity"), reason_ratio,
+                              {"long_name": "why v_eq_std_ratio_m is NaN ('' = found)"})
+    ds["curve_monotone"] = ("image", monotone,
+                            {"long_name": "the gain fog curve of the image never rises going murkier"})
+    ds["missing_reason"] = ("image", missing.astype(str),
+                            {"long_name": "why this image has no nominal equivalence ('' = it has)"})
+    lo, hi = grid[[-1, 0]]
     ds.attrs.update({"max_side_px": int(max_side), "seed": int(seed),
-                     "imagenet_c_seed_rule": "legacy seed from SeedSequence([seed * 1000003 + image_id, severity])",
+                     "imagenet_c_seed_rule": "legacy seed from SeedSequence(seed * 1000003 + image_id), "
+                                             "shared by the severities of an image",
                      "bracket_m": [float(lo), float(hi)], "luma": "Rec. 601 of sRGB-encoded values",
                      **(attrs or {})})
     return ds
@@ -560,7 +681,7 @@ def table_vii(ds) -> "pd.DataFrame":
     ----------
     ds : xarray.Dataset
         From :func:`nominal_equivalence` (``v_eq_gain_m``, ``v_eq_std_ratio_m`` over
-        image x severity).
+        image x severity; ``reason`` and ``curve_monotone`` where present).
 
     Returns
     -------
@@ -568,15 +689,25 @@ def table_vii(ds) -> "pd.DataFrame":
         One row per severity (index ``severity``) with ``median_v_eq_gain_m`` (median
         over images, NaN ignored), ``p10_v_eq_gain_m``, ``p90_v_eq_gain_m``,
         ``spread_p90_p10`` (their ratio: the spread across images),
-        ``median_v_eq_std_ratio_m`` and ``n_images`` (finite gain-matched V_eq). The
-        share of images whose gain-matched V_eq decreases strictly over all severities
-        (images with a NaN left out) is in ``df.attrs["monotone_share"]`` with its
-        denominator in ``df.attrs["monotone_n"]``, and as the column ``monotone_share``.
+        ``median_v_eq_std_ratio_m``, ``n_images`` (finite gain-matched V_eq) and, for
+        each reason of :data:`EQUIVALENCE_REASONS` but ``""``, ``n_<reason>``: the
+        (image, severity) pairs that reason removed. The share of images whose
+        gain-matched V_eq decreases strictly over all severities (images with a NaN
+        left out) is in ``df.attrs["monotone_share"]`` with its denominator in
+        ``df.attrs["monotone_n"]``, and as the column ``monotone_share``;
+        ``df.attrs["removed"]`` maps each reason to its number of pairs (all
+        severities), ``df.attrs["n_pairs"]`` is the number of pairs and
+        ``df.attrs["n_curve_non_monotone"]`` the number of images whose gain fog curve
+        is not monotone (with ``df.attrs["n_curve_images"]`` images evaluated).
     """
     import pandas as pd
 
     gain = ds["v_eq_gain_m"].transpose("image", "severity").values
     ratio = ds["v_eq_std_ratio_m"].transpose("image", "severity").values
+    if "reason" in ds:
+        why = ds["reason"].transpose("image", "severity").values.astype(str)
+    else:  # datasets written before issue 13: NaN without a reason
+        why = np.where(np.isfinite(gain), "", "no_root")
     rows = []
     with warnings.catch_warnings():  # all-NaN severities give NaN, quietly
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -585,11 +716,22 @@ def table_vii(ds) -> "pd.DataFrame":
     complete = np.all(np.isfinite(gain), axis=1)
     monotone = np.all(np.diff(gain[complete], axis=1) < 0, axis=1)
     share = float(monotone.mean()) if complete.any() else np.nan
+    reasons = [r for r in EQUIVALENCE_REASONS if r]
     for j, s in enumerate(ds["severity"].values):
-        rows.append({"severity": int(s), "median_v_eq_gain_m": p50[j], "p10_v_eq_gain_m": p10[j],
-                     "p90_v_eq_gain_m": p90[j], "spread_p90_p10": p90[j] / p10[j],
-                     "median_v_eq_std_ratio_m": ratio_median[j],
-                     "n_images": int(np.isfinite(gain[:, j]).sum()), "monotone_share": share})
+        row = {"severity": int(s), "median_v_eq_gain_m": p50[j], "p10_v_eq_gain_m": p10[j],
+               "p90_v_eq_gain_m": p90[j], "spread_p90_p10": p90[j] / p10[j],
+               "median_v_eq_std_ratio_m": ratio_median[j],
+               "n_images": int(np.isfinite(gain[:, j]).sum()), "monotone_share": share}
+        row.update({f"n_{r}": int(np.sum(why[:, j] == r)) for r in reasons})
+        rows.append(row)
     df = pd.DataFrame(rows).set_index("severity")
-    df.attrs.update({"monotone_share": share, "monotone_n": int(complete.sum())})
+    has_curve = ds["missing_reason"].values.astype(str) == "" if "missing_reason" in ds else None
+    curve = ds["curve_monotone"].values.astype(bool) if "curve_monotone" in ds else None
+    df.attrs.update({
+        "monotone_share": share, "monotone_n": int(complete.sum()),
+        "removed": {r: int(np.sum(why == r)) for r in reasons}, "n_pairs": int(why.size),
+        "n_curve_non_monotone": (int(np.sum(~curve[has_curve])) if curve is not None and has_curve is not None
+                                 else -1),
+        "n_curve_images": int(has_curve.sum()) if has_curve is not None else -1,
+    })
     return df

@@ -22,7 +22,8 @@ from typing import Mapping
 
 from murk import paths
 
-__all__ = ["fmt", "fmt_interval", "fmt_crossing", "write_numbers", "load_numbers",
+__all__ = ["fmt", "fmt_interval", "fmt_crossing", "fmt_level", "fmt_estimate", "fmt_range", "BOUND_SIGNS",
+           "write_numbers", "load_numbers",
            "INLINE_RE", "INCLUDE_RE", "resolve_qmd", "render_paper", "typst_options", "TYPST_HEADER"]
 
 INLINE_RE = re.compile(r"`\{python\}\s*N\[\s*[\"']([^\"']+)[\"']\s*\]\s*`")
@@ -44,10 +45,151 @@ def fmt_interval(lo: float, hi: float, digits: int = 2) -> str:
     return f"[{fmt(lo, digits)}, {fmt(hi, digits)}]"
 
 
-def fmt_crossing(v: float, censored: bool, digits: int = 2, lower_bound_sign: str = "≥") -> str:
-    """A crossing visibility or W; censored values print as bounds (``≥ 0.80``)."""
-    s = fmt(v, digits)
-    return f"{lower_bound_sign} {s}" if censored and s != "n/a" else s
+#: Sign printed before a value censored on each side: "below" = the true value is
+#: at most the printed one (a crossing below the last sweep level; W bounded from
+#: above), "above" = at least (a crossing at or before the first level; W
+#: bounded from below).
+BOUND_SIGNS: dict[str, str] = {"below": "≤", "above": "≥"}
+
+
+def _side(censored, lower_bound_sign: str | None = None) -> str:
+    """Normalise a ``censored`` argument to "", "below", "above" or "undefined".
+
+    ``True`` (the legacy boolean) means "not reached within the sweep", i.e.
+    ``"below"``, unless ``lower_bound_sign`` asks for the old "≥" explicitly.
+    """
+    if censored is None or censored is False or (isinstance(censored, float) and math.isnan(censored)):
+        return ""
+    if isinstance(censored, (bool, int)) and not isinstance(censored, str):
+        if not censored:
+            return ""
+        return "above" if lower_bound_sign == "≥" else "below" if lower_bound_sign in (None, "≤") else "sign"
+    side = str(censored)
+    if side not in ("", "below", "above", "undefined"):
+        raise ValueError(f"censored must be '', 'below', 'above', 'undefined' or a bool, got {censored!r}")
+    return side
+
+
+def _is_sweep_level(v: float) -> bool:
+    from murk import physics
+
+    return any(math.isclose(v, float(x), rel_tol=1e-9) for x in physics.SWEEP_M)
+
+
+def fmt_level(v: float) -> str:
+    """A sweep level as the spec names it: three significant digits (``250``, ``62.5``, ``1.95``)."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/a"
+    return f"{float(v):.3g}"
+
+
+def fmt_crossing(value: float, censored=None, digits: int = 2, lower_bound_sign: str | None = None) -> str:
+    """A crossing visibility or a W, printed as a bound on the side it is censored.
+
+    Parameters
+    ----------
+    value : float
+        Crossing visibility in metres, or W in decades; NaN prints "n/a".
+    censored : {"", "below", "above", "undefined"} or bool, optional
+        Side of the bound (``censored_side`` / ``w_censored_side`` of
+        :func:`murk.analysis.crossing_table`): ``"below"`` = the true value is
+        at most *value* (a crossing below the last level, ``≤ 1.95``; a W
+        bounded from above), ``"above"`` = at least (a crossing at or before
+        the first level, ``≥ 250``; a W bounded from below), ``"undefined"``
+        prints "n/a". A boolean is the legacy form, "not reached within the
+        sweep": True is ``"below"`` (``≤``); with ``lower_bound_sign="≥"`` it is
+        ``"above"``, the old default for a W.
+    digits : int, default 2
+        Decimals of an unbounded value and of a bounded W. A bound that is a
+        sweep level (1.953125 m, 250 m) prints as the level's name
+        (:func:`fmt_level`: ``1.95``, ``250``), not as ``2.0``.
+    lower_bound_sign : str, optional
+        Legacy: the sign printed for ``censored=True``.
+
+    Returns
+    -------
+    str
+        ``"12.4"``, ``"≤ 1.95"``, ``"≥ 250"``, ``"≥ 0.80"`` or ``"n/a"``.
+
+    Examples
+    --------
+    >>> fmt_crossing(1.953125, "below", 1), fmt_crossing(250.0, "above", 1), fmt_crossing(0.8, "above")
+    ('≤ 1.95', '≥ 250', '≥ 0.80')
+    """
+    side = _side(censored, lower_bound_sign)
+    if side == "undefined" or value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if not side:
+        return fmt(value, digits)
+    s = fmt_level(value) if _is_sweep_level(float(value)) else fmt(value, digits)
+    sign = lower_bound_sign if side == "sign" else BOUND_SIGNS[side]
+    return f"{sign} {s}"
+
+
+def fmt_estimate(point: float, lo: float, hi: float, censored=None, digits: int = 2) -> str:
+    """A point with its bootstrap interval, ``"0.75 [0.38, 1.05]"``; bounds as :func:`fmt_crossing`.
+
+    An undefined point (NaN, or ``censored="undefined"``) prints ``"n/a"`` alone,
+    never an interval of something that is not defined; an interval whose ends
+    are both NaN is left out.
+    """
+    p = fmt_crossing(point, censored, digits)
+    if p == "n/a":
+        return p
+    nan = lambda x: x is None or (isinstance(x, float) and math.isnan(x))  # noqa: E731
+    if nan(lo) and nan(hi):
+        return p
+    return f"{p} {fmt_interval(lo, hi, digits)}"
+
+
+def fmt_range(values, censored=None, digits: int = 2) -> str:
+    """The range of a quantity over models, each end keeping its own bound.
+
+    Parameters
+    ----------
+    values : array_like of float
+        One value per model (NaN left out).
+    censored : array_like of str or bool, optional
+        The side of each value (as :func:`fmt_crossing`); default none.
+    digits : int, default 2
+
+    Returns
+    -------
+    str
+        ``"0.05–0.39"`` without bounds; ``"0.05 – ≥ 0.39"`` when an end is a
+        bound (the end's sign is kept); one value (all equal) prints once;
+        ``"n/a"`` when nothing is defined. Values whose W is undefined are left
+        out.
+
+    Examples
+    --------
+    >>> fmt_range([0.05, 0.39, 0.2], ["", "above", ""])
+    '0.05 – ≥ 0.39'
+    """
+    import numpy as np
+
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if censored is None:
+        sides = [""] * v.size
+    else:
+        c = np.broadcast_to(np.asarray(censored, dtype=object), v.shape)
+        sides = [_side(x if not isinstance(x, np.bool_) else bool(x)) for x in c]
+    keep = [i for i in range(v.size) if np.isfinite(v[i]) and sides[i] != "undefined"]
+    if not keep:
+        return "n/a"
+
+    def end(pick):
+        vals = np.array([v[i] for i in keep])
+        target = pick(vals)
+        at = [i for i in keep if math.isclose(v[i], target, rel_tol=1e-12, abs_tol=1e-12)]
+        bounded = [i for i in at if sides[i]]  # a tie keeps the bound (the weaker statement)
+        i = (bounded or at)[0]
+        return fmt_crossing(float(v[i]), sides[i], digits)
+
+    lo, hi = end(np.min), end(np.max)
+    if lo == hi:
+        return lo
+    return f"{lo} – {hi}" if (lo[0] in "≤≥" or hi[0] in "≤≥") else f"{lo}–{hi}"
 
 
 def write_numbers(numbers: Mapping[str, str], path: str | os.PathLike | None = None) -> Path:

@@ -56,7 +56,7 @@ __all__ = [
 
 #: numeric read-outs of one question (float64; NaN = missing)
 READOUTS = ("answer", "correct", "c_int", "verbal_conf", "abstain", "abstain2", "option_mass",
-            "verbal_conf_v2", "verbal_conf_v3", "visibility_hat_m")
+            "verbal_conf_v2", "verbal_conf_v3", "visibility_hat_m", "visibility_hat_censored")
 #: text read-outs of one question (diagnostics); ``verbal_text_v2/v3`` are empty when not asked
 TEXT_READOUTS = ("verbal_text", "top_token", "verbal_text_v2", "verbal_text_v3")
 

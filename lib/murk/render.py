@@ -16,22 +16,67 @@ from PIL import Image
 
 from murk import cube, nominal, physics
 
-__all__ = ["load_image", "presented_size", "resize_image", "resize_depth", "scale_bbox",
-           "draw_box", "render_conditions"]
+__all__ = ["ImageTooSmallError", "MIN_SIDE_PX", "load_image", "to_rgb8", "presented_size", "resize_image",
+           "resize_depth", "scale_bbox", "draw_box", "render_conditions"]
+
+#: The error raised for a presented image under :data:`MIN_SIDE_PX` px on a side (a
+#: ValueError, so the stages record the item in ``missing_reason`` and go on).
+ImageTooSmallError = nominal.ImageTooSmallError
+#: Smallest presented side (px) every condition can be rendered at (the ImageNet-C fog).
+MIN_SIDE_PX = nominal.MIN_SIDE_PX
+
+_SIXTEEN_BIT_MODES = ("I;16", "I;16B", "I;16L", "I;16N")
+
+
+def to_rgb8(im: Image.Image, name: str = "image") -> np.ndarray:
+    """A Pillow image as uint8 (H, W, 3) sRGB codes, scaling non-8-bit modes correctly.
+
+    8-bit modes (``1``, ``L``, ``P``, ``LA``, ``RGB``, ``RGBA``, ``CMYK``, ``YCbCr``,
+    ...) go through Pillow's ``convert("RGB")``. 16-bit greyscale (``I;16*``, and
+    ``I`` holding values in 0-65535, as 16-bit PNGs open) is scaled by 255 / 65535
+    and rounded: ``convert("RGB")`` would clip it to 255 instead (issue 13: 99.6 %
+    of the pixels of a 16-bit PNG saturated silently). Float images (``F``) with
+    values in [0, 1] are scaled by 255 and rounded. (Pillow itself reduces 16-bit
+    RGB PNGs to 8 bits per channel when it opens them.)
+
+    Raises
+    ------
+    ValueError
+        For a 32-bit integer image with values outside 0-65535 or a float image
+        outside [0, 1] (no defined scale); the message names *name*.
+    """
+    mode = im.mode
+    if mode in _SIXTEEN_BIT_MODES or mode == "I":
+        a = np.asarray(im).astype(np.float64)
+        if mode == "I" and a.size and (a.min() < 0 or a.max() > 65535):
+            raise ValueError(f"{name}: 32-bit integer image with values {a.min():.0f}..{a.max():.0f} outside "
+                             f"0-65535 has no defined 8-bit scale; convert it to 8-bit or 16-bit first")
+        grey = np.round(a * (255.0 / 65535.0)).astype(np.uint8)
+        return np.repeat(grey[..., None], 3, axis=-1)
+    if mode == "F":
+        a = np.asarray(im, dtype=np.float64)
+        if a.size and not (np.isfinite(a).all() and a.min() >= 0.0 and a.max() <= 1.0):
+            raise ValueError(f"{name}: float image with values outside [0, 1] has no defined 8-bit scale; "
+                             f"convert it to 8-bit first")
+        grey = np.round(a * 255.0).astype(np.uint8)
+        return np.repeat(grey[..., None], 3, axis=-1)
+    return np.asarray(im.convert("RGB"), dtype=np.uint8).copy()
 
 
 def load_image(path: str | os.PathLike) -> np.ndarray:
-    """Read a COCO JPEG as uint8 (H, W, 3) sRGB in its stored pixel frame.
+    """Read a COCO JPEG (or any image Pillow reads) as uint8 (H, W, 3) sRGB in its stored pixel frame.
 
     EXIF orientation is deliberately not applied: COCO's boxes refer to the
-    stored pixels. Grey, CMYK and alpha images are converted to RGB.
+    stored pixels. Grey, CMYK and alpha images are converted to RGB; 16-bit and
+    float images are scaled to 8 bits (:func:`to_rgb8`), not clipped.
 
     Raises
     ------
     FileNotFoundError
         If the file is missing (message names it and the fix).
     ValueError
-        If the file cannot be decoded (truncated or not an image).
+        If the file cannot be decoded (truncated or not an image), or has no
+        defined 8-bit scale.
     """
     path = Path(path)
     if not path.is_file():
@@ -40,19 +85,47 @@ def load_image(path: str | os.PathLike) -> np.ndarray:
     try:
         with Image.open(path) as im:
             im.load()
-            return np.asarray(im.convert("RGB"), dtype=np.uint8).copy()
+            return to_rgb8(im, f"image {path}")
     except (OSError, SyntaxError) as e:
         raise ValueError(f"image {path} cannot be decoded ({e}); re-download it") from e
 
 
-def presented_size(width: int, height: int, max_side: int = 448) -> tuple[int, int]:
+def presented_size(width: int, height: int, max_side: int = 448, *, min_side: int | None = MIN_SIDE_PX,
+                   name: str | None = None) -> tuple[int, int]:
     """(width, height) in px after scaling so that the longer side is at most ``max_side``.
 
     ``max_side`` default 448 px: spec Sec. III ("at most 448² pixels, a single tile").
     Images already small enough are not upscaled.
+
+    Parameters
+    ----------
+    width, height : int
+        Stored size in px.
+    max_side : int, default 448
+    min_side : int or None, default MIN_SIDE_PX (32)
+        Smallest presented side every condition can be rendered at (the ImageNet-C
+        fog needs 32 px); None disables the check.
+    name : str, optional
+        How to name the image in the error message.
+
+    Raises
+    ------
+    ImageTooSmallError
+        (a ValueError) If a presented side is under ``min_side``: raised here, before
+        any rendering, so that a stage's per-item loop records the item in
+        ``missing_reason`` and goes on (issue 13: the ImageNet-C fog used to raise in
+        the middle of the conditions and stop the stage).
     """
     s = min(1.0, max_side / max(width, height))
-    return max(1, round(width * s)), max(1, round(height * s))
+    size = max(1, round(width * s)), max(1, round(height * s))
+    if min_side:
+        what = name or f"an image of {int(width)} x {int(height)} px"
+        if min(size) < int(min_side):
+            raise ImageTooSmallError(
+                f"{what} would be presented at {size[0]} x {size[1]} px (longer side at most {max_side} px); "
+                f"every condition needs at least {int(min_side)} px on each side (the ImageNet-C fog, "
+                f"imagecorruptions): the item is recorded as missing")
+    return size
 
 
 def resize_image(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
@@ -154,7 +227,12 @@ def render_conditions(image: np.ndarray, depth_m: np.ndarray, bbox: Sequence[flo
                       partner_image: np.ndarray,
                       *, seed: int = 1, image_id: int = 0, config: dict | None = None,
                       marker: bool = True) -> Iterator[tuple[str, int, np.ndarray]]:
-    """Yield every condition of one item, as presented to the VLM.
+    """Every condition of one item, as presented to the VLM (an iterator).
+
+    The inputs are checked when this function is *called*, before any condition is
+    rendered: an image under 32 px on a side raises :class:`ImageTooSmallError` (a
+    ValueError naming the image) at once, instead of after the physical conditions,
+    inside the ImageNet-C fog.
 
     Parameters
     ----------
@@ -176,11 +254,23 @@ def render_conditions(image: np.ndarray, depth_m: np.ndarray, bbox: Sequence[flo
         Draw the red box (default). ``False`` yields the degraded images without
         it, for image statistics such as the visibility monitor.
 
-    Yields
+    Returns
+    -------
+    iterator of (arm, level, uint8 image)
+        One per :data:`murk.cube.CONDITIONS`, with ``arm == "clean"`` for the clean
+        image. The ImageNet-C fog uses the seed :func:`murk.nominal.imagenet_c_seed`
+        (seed, image id), one fractal per image shared by its severities.
+
+    Raises
     ------
-    (arm, level, uint8 image) for each of :data:`murk.cube.CONDITIONS`, with
-    ``arm == "clean"`` for the clean image.
+    ImageTooSmallError
+        (a ValueError) If ``image`` has a side under :data:`MIN_SIDE_PX` px.
     """
+    nominal.check_imagenet_c_size(image.shape[1], image.shape[0], f"image {int(image_id)}")
+    return _conditions(image, depth_m, bbox, partner_image, seed, image_id, config, marker)
+
+
+def _conditions(image, depth_m, bbox, partner_image, seed, image_id, config, marker):
     r = (config or {}).get("render", {})
     width = int(r.get("box_width_px", 8))
     color = tuple(r.get("box_color_rgb", (255, 0, 0)))
@@ -198,7 +288,7 @@ def render_conditions(image: np.ndarray, depth_m: np.ndarray, bbox: Sequence[flo
         elif arm == "underwater":
             out = uw[level - 1]
         elif arm == "imagenet_c":
-            out = nominal.imagenet_c_fog(image, level, seed=int(seed) * 1_000_003 + int(image_id))
+            out = nominal.imagenet_c_fog(image, level, seed=nominal.imagenet_c_seed(seed, image_id))
         elif arm == "blank":
             out = np.full_like(image, grey)
         elif arm == "shuffled":
