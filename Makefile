@@ -1,44 +1,72 @@
 # murk: the README's first two commands, `make demo` and `make test`, set everything up.
+#   make demo ARGS='--config n_items=2'      extra arguments go to snakemake (demo, plan, paper, study),
+#   make test ARGS='-k cube'                 to pytest (test, test-fast), to jupyter (lab)
+#   make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu    a CPU-only torch (about 5 GB less)
+#   make demo VENV=/path/to/env              use (and keep up to date) another virtual environment
 SHELL := /bin/bash
 PYTHON ?= python3
-VENV := .venv
+VENV ?= .venv
 BIN := $(VENV)/bin
+# The stamp records what was installed (the hash of pyproject.toml and this checkout's path, which
+# the editable install points at): an environment that is up to date is used as it is, however old
+# its files are; a changed pyproject.toml or a moved checkout installs again.
 STAMP := $(VENV)/.murk-installed
-SNAKE := PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --cores $(or $(CORES),1)
+LAB_STAMP := $(VENV)/.murk-lab-installed
+PINS_HASH = $(shell sha256sum pyproject.toml | cut -c1-16)
+TORCH_INDEX ?=
+TORCH_PINS = $(shell grep -oE '"torch(vision)?==[^"]+"' pyproject.toml | tr -d '"')
+ARGS ?=
+SNAKE := PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(or $(CORES),1)
+# JupyterLab refuses to start as root (containers) unless told
+LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: demo test paper study plan lab clean-outputs
+.PHONY: demo test test-fast paper study plan lab env clean-outputs
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
-	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
-	touch $(STAMP)
+## env: create or update the virtual environment (only when pyproject.toml or the checkout changed)
+env:
+	@want="$(PINS_HASH) $(CURDIR)"; \
+	if [ "$$(cat $(STAMP) 2>/dev/null)" != "$$want" ]; then \
+	  set -e; \
+	  echo "== setting up $(VENV) (first time: about 6.9 GB and 10-15 min; see README)"; \
+	  test -x $(BIN)/python || $(PYTHON) -m venv $(VENV); \
+	  $(BIN)/python -m pip install --quiet --upgrade pip; \
+	  if [ -n "$(TORCH_INDEX)" ]; then $(BIN)/python -m pip install --quiet --index-url $(TORCH_INDEX) $(TORCH_PINS); fi; \
+	  $(BIN)/python -m pip install --quiet -e '.[test]'; \
+	  $(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null; \
+	  echo "$$want" > $(STAMP); \
+	fi
 
 ## demo: the study on a small sample, end to end (select → depth → readout → analyse → paper)
-demo: $(STAMP)
-	$(SNAKE)
+demo: env
+	$(SNAKE) $(ARGS)
 
-## test: the test suite (installs first)
-test: $(STAMP)
-	$(BIN)/python -m pytest -q
+## test: the whole test suite (installs first)
+test: env
+	$(BIN)/python -m pytest -q $(ARGS)
+
+## test-fast: the unit tests only (no end-to-end pipeline runs, a few minutes): the edit-test loop
+test-fast: env
+	$(BIN)/python -m pytest -q -m "not slow" $(ARGS)
 
 ## plan: what `make demo` would run (snakemake dry run)
-plan: $(STAMP)
-	$(SNAKE) -n
+plan: env
+	$(SNAKE) -n $(ARGS)
 
 ## paper: render the paper (Quarto where installed, else pandoc + Typst)
-paper: $(STAMP)
-	$(SNAKE) paper
+paper: env
+	$(SNAKE) paper $(ARGS)
 
 ## study: the full study (1000 items, five models; needs a GPU and network or a hub cache)
-study: $(STAMP)
-	$(SNAKE) --configfile data/workflow.yaml data/study.yaml
+study: env
+	$(SNAKE) --configfile data/workflow.yaml data/study.yaml $(ARGS)
 
 ## lab: JupyterLab on the stage notebooks (jupytext opens the .py files as notebooks)
-lab: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[lab]'
-	$(BIN)/jupyter lab notebooks/
+lab: env
+	@want="$(PINS_HASH) $(CURDIR)"; \
+	if [ "$$(cat $(LAB_STAMP) 2>/dev/null)" != "$$want" ]; then \
+	  $(BIN)/python -m pip install --quiet -e '.[test,lab]' && echo "$$want" > $(LAB_STAMP); \
+	fi
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter lab $(LAB_ROOT) $(ARGS) notebooks/
 
 clean-outputs:
 	rm -rf outputs .snakemake

@@ -1,15 +1,31 @@
 # murk: the stages chained. Each rule runs its notebook with papermill and keeps
 # the executed notebook under <output_dir>/notebooks/ as the audit trail.
 #   snakemake -n            show the plan
-#   snakemake -c1           run (re-running skips finished work)
+#   snakemake -c1           run (re-running skips finished work; a killed run resumes)
+# profiles/default/config.yaml (Snakemake's workflow profile, used by every run) adds
+# --rerun-incomplete, so the jobs a killed run left unfinished simply run again.
 import os
 import shlex
+import sys
 
 from snakemake.exceptions import WorkflowError
+
+from murk import workflow as murk_workflow
 
 configfile: "data/workflow.yaml"
 
 OUT = config["output_dir"]
+
+# Resuming after a killed run (SIGKILL, power loss, OOM killer): Snakemake's lock is left
+# behind; it is removed here when no run of this workflow is alive (murk.workflow.hold_run_lock),
+# and kept (so Snakemake refuses a second concurrent run) when one is.
+if workflow.is_main_process:
+    for _lock in murk_workflow.hold_run_lock(os.path.join(os.getcwd(), ".snakemake")):
+        print(f"murk: removed the stale Snakemake lock {_lock} of a killed run (no run is alive)", file=sys.stderr)
+    # A read-out store's marker vouches for the store's content; a store deleted, changed or
+    # damaged after its marker was written drops the marker, so its read-out runs again.
+    for _marker, _why in murk_workflow.drop_stale_markers(os.path.join(OUT, "readout")):
+        print(f"murk: {_why}: its read-out runs again", file=sys.stderr)
 OFFLINE = os.environ.get("MURK_OFFLINE", "0").lower() in {"1", "true", "yes"}
 MODELS = config["offline_models"] if OFFLINE else config["models"]
 # Mode-dependent settings are resolved here, so that they are params of the rules:
@@ -51,9 +67,11 @@ rule select:
     input:
         nb="notebooks/01_select.py",
         cfg="data/config.yaml",
+    # update(): Snakemake keeps these files while select runs and restores them when it fails
+    # (a refused selection leaves the previous one in place instead of deleting it).
     output:
-        item_table=f"{OUT}/items.json",
-        meta=f"{OUT}/items_meta.json",
+        item_table=update(f"{OUT}/items.json"),
+        meta=update(f"{OUT}/items_meta.json"),
     log:
         f"{NB}/01_select.ipynb",
     params:
@@ -67,9 +85,9 @@ rule depth:
         nb="notebooks/02_depth.py",
         item_table=rules.select.output.item_table,
     output:
-        current=f"{OUT}/depth/current.json",
-        nominal=f"{OUT}/analysis/nominal_equivalence.nc",
-        scene=f"{OUT}/figures/scene_levels.png",
+        current=update(f"{OUT}/depth/current.json"),
+        nominal=update(f"{OUT}/analysis/nominal_equivalence.nc"),
+        scene=update(f"{OUT}/figures/scene_levels.png"),
     log:
         f"{NB}/02_depth.ipynb",
     params:
@@ -79,7 +97,9 @@ rule depth:
 
 
 # The store itself is not a declared output: Snakemake deletes the outputs of a
-# failed job, and the store must survive a killed job so the next run resumes.
+# failed job, and the store must survive a killed job so the next run resumes. The
+# declared output is a marker holding the store's content digest (murk.workflow).
+MARK = "python -m murk.workflow mark {output}"
 READOUT_PARAMS = dict(model=lambda wc: SLUG2MODEL[wc.slug], device=DEVICE, n_verbal=config.get("n_verbal_items", 0))
 READOUT_ARGS = "-p model {params.model} {params.device} -p n_verbal_items {params.n_verbal}"
 
@@ -106,7 +126,7 @@ rule readout:
         item_table=rules.select.output.item_table,
         depth=rules.depth.output.current,
     output:
-        touch(f"{OUT}/readout/{{slug}}.done"),
+        f"{OUT}/readout/{{slug}}.done",
     log:
         f"{NB}/03_readout-{{slug}}.ipynb",
     params:
@@ -114,7 +134,7 @@ rule readout:
     resources:
         gpu=1,
     shell:
-        papermill("{input.nb}", "{log}", READOUT_ARGS)
+        papermill("{input.nb}", "{log}", READOUT_ARGS) + " && " + MARK
 
 
 rule readout_shard:
@@ -123,7 +143,7 @@ rule readout_shard:
         item_table=rules.select.output.item_table,
         depth=rules.depth.output.current,
     output:
-        touch(f"{OUT}/readout/{{slug}}/s{{size}}-{{shard}}.done"),
+        f"{OUT}/readout/{{slug}}/s{{size}}-{{shard}}.done",
     log:
         f"{NB}/03_readout-{{slug}}-s{{size}}-{{shard}}.ipynb",
     params:
@@ -132,7 +152,8 @@ rule readout_shard:
     resources:
         gpu=1,
     shell:
-        papermill("{input.nb}", "{log}", READOUT_ARGS + " -p shard {params.shard} -p shard_size {wildcards.size}")
+        papermill("{input.nb}", "{log}", READOUT_ARGS + " -p shard {params.shard} -p shard_size {wildcards.size}") \
+            + " && " + MARK
 
 
 rule monitor:
@@ -141,11 +162,11 @@ rule monitor:
         item_table=rules.select.output.item_table,
         depth=rules.depth.output.current,
     output:
-        touch(f"{OUT}/readout/murk--visibility-monitor.done"),
+        f"{OUT}/readout/murk--visibility-monitor.done",
     log:
         f"{NB}/03b_monitor.ipynb",
     shell:
-        papermill("{input.nb}", "{log}", "")
+        papermill("{input.nb}", "{log}", "") + " && " + MARK
 
 
 rule analyse:

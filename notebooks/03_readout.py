@@ -28,9 +28,12 @@ device = None                 # None: cuda if available, else cpu
 shard = None                  # with shard_size: read out only items shard*shard_size ... (own store)
 shard_size = None
 n_verbal_items = 0            # the first n items are also asked verbal wordings v2, v3 (spec Table VI: 300)
+trust_remote_code = False     # run code shipped with a checkpoint (auto_map) only if True, never on a prompt
+allow_pickle = False          # accept pickle weights (pytorch_model.bin) only if True; default: safetensors only
 output_dir = None
 
 # %%
+import json
 import warnings
 
 import matplotlib.pyplot as plt
@@ -50,36 +53,38 @@ print(f"{model}: items {span.start}..{span.stop - 1} of {len(table)} into {store
 # %% [markdown]
 # ## The store and the model
 #
-# The store records the provenance every later stage checks: a store written for
-# other items, another config, another model or another depth backend is
-# refused, never mixed (`murk.cube.open_readout_store`). The images already done
-# are skipped; the model is loaded once (`murk.readout.load_vlm`: a hub id, a
-# local folder or a tiny offline checkpoint), and only if there is work left.
+# The model is loaded once (`murk.readout.load_vlm`: a hub id, a local folder or
+# a tiny offline checkpoint; decoding is greedy whatever its generation config
+# says, and what that config asked for is recorded). The store's identity is
+# every setting that changes its content (`murk.cube.store_identity`: config,
+# items, model and revision, dtype, `n_verbal_items`, depth backend and model): a
+# store written with other settings is refused with a message naming the
+# setting, never mixed (`murk.cube.open_readout_store`). Images already done are
+# skipped; images whose chunk files were damaged are read again.
 
 # %%
-attrs = {"config_hash": meta["config_hash"], "items_hash": meta["items_hash"], "model_id": model,
-         "depth_backend": current["depth_backend"]}   # what an existing store must have been written for
 todo, vlm = [], None
-if len(span) and store.exists():  # resuming: refuses a store written for other inputs
-    ds = cube.open_readout_store(store, table["image_id"].iloc[span.start:span.stop],
-                                 table["category"].iloc[span.start:span.stop], attrs)
-    done = ds["done"].values
-    todo = [i for i in span if not done[i - span.start]]
-elif len(span):
-    todo = list(span)
-if todo:
-    vlm = readout.load_vlm(model, device=device, root=output_dir)
-    attrs.update({"model_revision": vlm.revision, "pipeline_check": int(vlm.is_pipeline_check),
-                  "n_visual_tokens": int(vlm.n_visual_tokens), "depth_approximate": current["depth_approximate"],
-                  "depth_model": current.get("depth_model", ""), "schema_version": cube.SCHEMA_VERSION})
+if len(span):
+    vlm = readout.load_vlm(model, device=device, root=output_dir, trust_remote_code=trust_remote_code,
+                           allow_pickle=allow_pickle)
+    attrs = cube.store_identity(
+        config_hash=meta["config_hash"], items_hash=meta["items_hash"], model_id=model,
+        model_revision=vlm.revision, dtype=vlm.dtype, n_verbal_items=n_verbal_items, n_items=len(table),
+        depth_backend=current["depth_backend"], depth_model=current.get("depth_model", ""),
+        depth_revision=current.get("depth_revision", ""), pipeline_check=int(vlm.is_pipeline_check),
+        n_visual_tokens=int(vlm.n_visual_tokens), depth_approximate=current["depth_approximate"],
+        ignored_generation_settings=json.dumps(vlm.ignored_generation_settings, sort_keys=True),
+        eos_token_ids=json.dumps(sorted(vlm.eos_token_ids)))
     if vlm.is_pipeline_check:
         attrs["note"] = "PIPELINE CHECK: tiny randomly initialised checkpoint; numbers carry no meaning"
     elif current["depth_approximate"]:
         warnings.warn(f"{model} is a real model but the depth is the approximate backend "
                       f"{current['depth_backend']!r}: its crossing visibilities in metres rest on that assumption "
                       f"(W does not). Rerun the depth stage with backend='depth-anything-v2' for the study.")
-    cube.open_readout_store(store, table["image_id"].iloc[span.start:span.stop],
-                            table["category"].iloc[span.start:span.stop], attrs)
+    ds = cube.open_readout_store(store, table["image_id"].iloc[span.start:span.stop],
+                                 table["category"].iloc[span.start:span.stop], attrs)
+    done = ds["done"].values
+    todo = [i for i in span if not done[i - span.start]]
 print(f"{len(todo)} of {len(span)} images to read out")
 
 # %% [markdown]
@@ -117,6 +122,22 @@ for i in tqdm(todo, desc=f"readout {paths.model_slug(model)}", unit="img"):
 print(f"readout {model}: every item processed" if not skipped else
       f"readout {model}: {len(skipped)} item(s) skipped, recorded as missing:\n"
       + "\n".join(f"  image {k}: {v}" for k, v in skipped.items()))
+
+# %% [markdown]
+# ## The option-mass guard
+#
+# The answer and c_int are the option letters' share of the first-token
+# distribution. A healthy model puts most of its first-token mass on the letters;
+# a wrong chat template or prefill, or a model that starts with `(`, `**`, a
+# newline or `The`, leaves a sliver there and nothing else would say so.
+# `murk.readout.check_option_mass` warns (naming the model, the medians and the
+# likely causes) when the median mass on clean images is below 0.5. Random-weight
+# pipeline checks always trip it: that is expected, and the warning stays.
+
+# %%
+if len(span):
+    medians = readout.check_option_mass(xr.open_zarr(store, consolidated=False), model)
+    print(f"{model}: median option mass on clean images: t2 {medians['t2']:.3g}, t3 {medians['t3']:.3g}")
 
 # %% [markdown]
 # Quick look: t2 accuracy, mean internal confidence and abstain rate against visibility, fog arm.

@@ -125,3 +125,118 @@ def test_out_of_memory_halves_the_batch_and_goes_on(tiny_vlms, coco_image, monke
         for k in ("c_int", "answer", "abstain", "abstain2", "option_mass"):
             assert abs(got[task][k] - ref[task][k]) <= 1e-4 or (np.isnan(got[task][k]) and np.isnan(ref[task][k]))
         assert got[task]["verbal_text"] == ref[task]["verbal_text"]
+
+
+# --- errors a user can cause name the file and the fix (issue 14) ---
+
+def test_annotation_file_that_is_not_json_names_the_file_and_the_fix(tmp_path):
+    from murk import items
+
+    ann = tmp_path / "annotations" / "instances_val2017.json"
+    ann.parent.mkdir()
+    ann.write_text('{"images": [{"id": 1, "file_name": "a.jpg"')  # truncated
+    with pytest.raises(ValueError) as e:
+        items.select_items(ann, n_items=1, seed=1)
+    msg = str(e.value)
+    assert str(ann) in msg and "not valid JSON" in msg and "line 1" in msg
+    assert "annotations_trainval2017.zip" in msg and "delete it and run again" in msg
+
+
+ATTRS14 = {"config_hash": "c", "items_hash": "i", "model_id": "m", "depth_backend": "constant-13.8m"}
+
+
+def _full_results(v=0.5):
+    r = {k: v for k in cube.READOUTS}
+    r.update({k: "x" for k in cube.TEXT_READOUTS})
+    return {(a, lvl, t): r for a, lvl in cube.CONDITIONS for t in cube.TASKS}
+
+
+def _two_image_store(path):
+    cube.open_readout_store(path, [11, 12], ["car", "bus"], ATTRS14)
+    for i in range(2):
+        cube.write_image(path, i, _full_results(0.25 * (i + 1)))
+    return xr.open_zarr(path, consolidated=False).load()
+
+
+@pytest.mark.parametrize("damage", ["zero-byte", "truncated"])
+@pytest.mark.parametrize("variable,chunk", [("value", "0.0.0.1.0"), ("verbal_text", "0.0.0.1"), ("done", "1")])
+def test_damaged_chunk_is_named_then_re_read_on_resume(tmp_path, damage, variable, chunk):
+    """A chunk file emptied or cut (a power loss after the rename): the merge names the store, the image
+    and the fix; the next read-out marks exactly that image not done (warning with the file) and keeps
+    the other image."""
+    store = tmp_path / "m.zarr"
+    before = _two_image_store(store)
+    f = store / variable / chunk
+    data = f.read_bytes()
+    f.write_bytes(b"" if damage == "zero-byte" else data[: len(data) // 2])
+    assert cube.damaged_chunks(store) == {1: [f]}
+
+    with pytest.raises(ValueError) as e:
+        cube.merge_models({"m": store}, tmp_path / "cube.zarr")
+    msg = str(e.value)
+    assert str(store) in msg and "position 1" in msg and f.name in msg and "run the readout stage" in msg
+    assert not (tmp_path / "cube.zarr").exists()  # a refusal writes nothing
+
+    with pytest.warns(UserWarning, match=r"image 12 \(position 1\)"):
+        ds = cube.open_readout_store(store, [11, 12], ["car", "bus"], ATTRS14)
+    assert list(ds["done"].values) == [True, False]
+    assert cube.damaged_chunks(store) == {}
+    xr.testing.assert_identical(ds["value"].isel(image=0).load(), before["value"].isel(image=0))
+    cube.write_image(store, 1, _full_results(0.5))  # the resumed read-out re-reads it
+    after = xr.open_zarr(store, consolidated=False).load()
+    xr.testing.assert_identical(after["value"], before["value"])
+
+
+def test_store_folder_without_metadata_is_refused_with_the_fix(tmp_path):
+    store = tmp_path / "m.zarr"
+    _two_image_store(store)
+    (store / ".zgroup").unlink()
+    with pytest.raises(ValueError, match=r"\.zgroup is missing.*rm -r") as e:
+        cube.open_readout_store(store, [11, 12], ["car", "bus"], ATTRS14)
+    assert str(store) in str(e.value)
+    with pytest.raises(ValueError, match="rm -r"):
+        cube.merge_models({"m": store}, tmp_path / "cube.zarr")
+
+
+def test_unreadable_store_metadata_is_refused_with_the_fix(tmp_path):
+    store = tmp_path / "m.zarr"
+    _two_image_store(store)
+    (store / "value" / ".zarray").write_text('{"shape": [5,')
+    with pytest.raises(ValueError, match="metadata is damaged.*rm -r"):
+        cube.open_readout_store(store, [11, 12], ["car", "bus"], ATTRS14)
+
+
+def test_leftover_tmp_store_and_empty_folder_are_replaced(tmp_path):
+    store = tmp_path / "m.zarr"
+    (tmp_path / "m.zarr.tmp" / "value").mkdir(parents=True)  # a creation killed half-way
+    (tmp_path / "m.zarr.tmp" / "value" / "junk").write_text("x")
+    store.mkdir()  # and an empty store folder
+    ds = cube.open_readout_store(store, [11, 12], ["car", "bus"], ATTRS14)
+    assert list(ds["done"].values) == [False, False]
+    assert not (tmp_path / "m.zarr.tmp").exists()
+
+
+@pytest.mark.parametrize("setting,stored,asked", [
+    ("n_verbal_items", 0, 2), ("dtype", "float32", "bfloat16"), ("model_revision", "abc", "def"),
+    ("depth_backend", "constant-13.8m", "depth-anything-v2"), ("items_hash", "i", "j")])
+def test_store_identity_mismatch_names_the_setting(tmp_path, setting, stored, asked):
+    store = tmp_path / "m.zarr"
+    kw = dict(config_hash="c", items_hash="i", model_id="m", depth_backend="constant-13.8m",
+              model_revision="abc", dtype="float32", n_verbal_items=0)
+    cube.open_readout_store(store, [11, 12], ["car", "bus"], cube.store_identity(**{**kw, setting: stored}))
+    with pytest.raises(ValueError) as e:
+        cube.open_readout_store(store, [11, 12], ["car", "bus"], cube.store_identity(**{**kw, setting: asked}))
+    msg = str(e.value)
+    assert f"{setting}: store {stored!r}, this run {asked!r}" in msg and f"rm -r {store}" in msg
+    assert msg.count("\n  ") == 1  # only the differing setting is named
+    # the same settings resume
+    cube.open_readout_store(store, [11, 12], ["car", "bus"], cube.store_identity(**{**kw, setting: stored}))
+
+
+def test_store_identity_normalises_dtype_and_verbal_count():
+    import torch
+
+    a = cube.store_identity(config_hash="c", items_hash="i", model_id="m", depth_backend="d",
+                            dtype=torch.bfloat16, n_verbal_items=300, n_items=8)
+    assert a["dtype"] == "bfloat16" and a["n_verbal_items"] == 8
+    assert set(cube.IDENTITY_ATTRS) - {"monitor_threshold_m"} <= set(a)

@@ -85,6 +85,7 @@ def test_verbal_variants_are_extra_readouts(tiny_vlms, coco_image):
         read_item(vlm, coco_image, qs, cfg, verbal_variants=("v1", "v9"))
 
 
+@pytest.mark.slow  # the real stages for every architecture: minutes (out of `make test-fast`)
 def test_all_tiny_architectures_through_the_readout_stage(tmp_path, monkeypatch):
     """Every tiny id of TINY_MODELS through the real stages (select -> depth -> readout) on one item."""
     import xarray as xr

@@ -6,8 +6,6 @@ roots.
 """
 
 import os
-import random
-import signal
 import subprocess
 import sys
 import time
@@ -16,6 +14,7 @@ from pathlib import Path
 import pytest
 import xarray as xr
 
+from _killing import KillableRun, done_flags
 from murk import cube, items, paths
 
 import stages  # tests/stages.py: the stage notebooks through papermill
@@ -106,45 +105,54 @@ def test_shard_sizes_give_the_same_cube(prepared, reference, tmp_path):
         assert [str(x) for x in merged[name].values.ravel()] == [str(x) for x in reference[0][name].values.ravel()]
 
 
+# --- kill and resume, at moments chosen from observed progress (never from wall-clock guesses) ---
+
+def _readout_run(root: Path, faults: Path, pause_at: int | None = None) -> KillableRun:
+    """The read-out as users run it (jupytext | papermill on notebooks/03_readout.py), killable;
+    ``pause_at``: pause inside the write of the image at this position (after its values)."""
+    executed = faults / "03_readout.ipynb"
+    cmd = (f"jupytext --to ipynb notebooks/03_readout.py -o - | papermill - {executed} --cwd {ROOT} "
+           f"-p output_dir {root} -p model {MODEL}")
+    chunk = None if pause_at is None else paths.readout_store(MODEL, root) / "value" / f"0.0.0.{pause_at}.0"
+    return KillableRun(["bash", "-c", cmd], ROOT, _env(), faults, pause_at=chunk)
+
+
 def test_kill_and_resume(prepared, reference, tmp_path):
-    """SIGKILL the read-out notebook (papermill and its kernel, as a scheduler kills a job) at random
-    moments, at least five times; the resumed run ends with a store equal to an uninterrupted run's.
-
-    The kill moments are drawn over the observed duration of the uninterrupted run (start-up, model
-    loading and read-out alike). A run that finishes before its kill is checked and then started
-    afresh, so that kills keep landing until five have hit; a last run then completes the store.
+    """SIGKILL the read-out (notebook, papermill kernel and all) three times, each at a moment chosen
+    from observed progress: in the middle of writing the first image (its values written, its
+    ``done`` flag not), right after the first image is marked done, and in the middle of writing the
+    last image. The next run ends with a store equal to an uninterrupted run's, re-reading only the
+    image that was not finished.
     """
-    import shutil
+    import zarr
 
-    ref, duration = reference
     root = _copy(prepared, tmp_path / "out")
     store = paths.readout_store(MODEL, root)
-    cmd = stages.command("03_readout", root, model=MODEL)
-    rng = random.Random(8)
-    kills = 0
+    last = N_ITEMS - 1
 
-    def start():
-        return subprocess.Popen(cmd, env=_env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
+    run = _readout_run(root, tmp_path / "f1", pause_at=0)  # kill 1: inside the first image's write
+    run.wait_for(lambda: run.paused, "pause inside image 0's write")
+    run.kill()
+    assert done_flags(store) == [False] * N_ITEMS
+    assert (store / "value" / "0.0.0.0.0").is_file()  # its values were written, its done flag not
 
-    for _ in range(40):
-        p = start()
-        deadline = time.monotonic() + rng.uniform(0.05, 1.0) * duration
-        while p.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-            kills += 1
-            if kills >= 5:
-                break
-            continue
-        assert p.returncode == 0
-        xr.testing.assert_identical(_values(root)["value"], ref["value"])
-        shutil.rmtree(store)  # finished before its kill: a fresh run to kill again
-    assert kills >= 5
-    p = start()
-    assert p.wait() == 0  # resumes from whatever the kills left
+    run = _readout_run(root, tmp_path / "f2")  # kill 2: as soon as the first image is marked done
+    run.wait_for(lambda: any(done_flags(store)), "image marked done")
+    run.kill()
+    assert done_flags(store)[0]
+
+    run = _readout_run(root, tmp_path / "f3", pause_at=last)  # kill 3: inside the last image's write
+    run.wait_for(lambda: run.paused, f"pause inside image {last}'s write")
+    run.kill()
+    assert done_flags(store) == [True] * last + [False]
+
+    run = _readout_run(root, tmp_path / "f4")  # resume to the end
+    assert run.finish() == 0, run.text()[-3000:]
+    assert "1/1 [" in (run.faults / "03_readout.ipynb").read_text()  # only the unfinished image was read out again
     ds = _values(root)
     assert bool(ds["done"].all())
-    xr.testing.assert_identical(ds["value"], ref["value"])
+    xr.testing.assert_identical(ds["value"], reference[0]["value"])
+    for name in cube.TEXT_READOUTS:
+        assert [str(x) for x in ds[name].values.ravel()] == [str(x) for x in reference[0][name].values.ravel()]
+    assert not list(store.rglob("*.partial"))  # half-written chunk files of the kills were cleaned
+    zarr.open_group(store, mode="r", zarr_format=2)  # a sound store

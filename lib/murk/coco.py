@@ -85,7 +85,12 @@ def fetch_annotations(coco_dir: Path, split: str = "val2017") -> Path:
     if _digest(z, "md5") != ANNOTATIONS_MD5:
         z.unlink()
         raise OSError(f"{ANNOTATIONS_URL}: MD5 mismatch (corrupt download); run again")
-    with zipfile.ZipFile(z) as zf, zf.open(f"annotations/instances_{split}.json") as src:
+    member = f"annotations/instances_{split}.json"
+    with zipfile.ZipFile(z) as zf:
+        if member not in zf.namelist():
+            raise FileNotFoundError(f"{z} holds no {member}: the official annotations cover train2017 and val2017; "
+                                    f"use split='val2017' (the study) or 'train2017'")
+    with zipfile.ZipFile(z) as zf, zf.open(member) as src:
         tmp = ann.with_name(ann.name + ".part")
         ann.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as dst:

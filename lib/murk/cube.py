@@ -40,6 +40,7 @@ Conventions
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import warnings
@@ -53,8 +54,9 @@ from murk import physics
 
 __all__ = [
     "SCHEMA_VERSION", "DIMS", "ARMS", "PHYSICAL_ARMS", "CONTROL_ARMS", "TASKS", "READOUTS",
-    "TEXT_READOUTS", "VALUE_DTYPE", "CONDITIONS", "level_coords", "empty_model_dataset", "open_readout_store",
-    "write_image", "merge_models", "open_cube", "t3_image_scores",
+    "TEXT_READOUTS", "VALUE_DTYPE", "CONDITIONS", "IDENTITY_ATTRS", "level_coords", "empty_model_dataset",
+    "store_identity", "open_readout_store", "damaged_chunks", "write_image", "merge_models", "open_cube",
+    "t3_image_scores",
 ]
 
 SCHEMA_VERSION = 3  # 2: value float64, read-out visibility_hat_censored (issue 13); 3: verbal_stop read-outs (issue 12)
@@ -170,13 +172,162 @@ def _quiet():
     return ctx
 
 
+#: The settings that make a read-out store's content: a store is resumed only by a run
+#: with the same values (:func:`open_readout_store`), and each is named when they differ.
+#: Values: what each setting stands for, quoted in the refusal.
+IDENTITY_ATTRS: dict[str, str] = {
+    "config_hash": "the frozen study settings (data/config.yaml: prompts, verbal wordings, physics, "
+                   "read-out dtypes)",
+    "items_hash": "the selected items (n_items, seed, the COCO folder)",
+    "model_id": "the model",
+    "model_revision": "the model's weights (the hub snapshot's commit; 'local' for a folder)",
+    "dtype": "the numeric precision of the model (bfloat16 on CUDA, float32 on CPU: another device)",
+    "n_verbal_items": "how many items are also asked the verbal wordings v2 and v3 "
+                      "(snakemake --config n_verbal_items=N, papermill -p n_verbal_items N)",
+    "depth_backend": "the depth backend (the depth stage's backend)",
+    "depth_model": "the depth model",
+    "depth_revision": "the depth model's weights",
+    "monitor_threshold_m": "the visibility monitor's abstain threshold",
+    "schema_version": "the store layout (written by another murk version)",
+}
+_REQUIRED_ATTRS = ("config_hash", "items_hash", "model_id", "depth_backend")
+
+
+def store_identity(*, config_hash: str, items_hash: str, model_id: str, depth_backend: str,
+                   model_revision: str = "", dtype: Any = "", n_verbal_items: int = 0, n_items: int | None = None,
+                   depth_model: str = "", depth_revision: str = "", **provenance: Any) -> dict[str, Any]:
+    """The attributes of a read-out store: its identity (:data:`IDENTITY_ATTRS`) and provenance.
+
+    Parameters
+    ----------
+    config_hash, items_hash : str
+        From ``items_meta.json`` (stage *select*).
+    model_id, model_revision : str
+        The model asked for and its revision (``VLM.revision``).
+    dtype : torch.dtype or str
+        The model's dtype (``VLM.dtype``); stored as its name, e.g. ``"float32"``.
+    n_verbal_items : int
+        Items also asked the verbal wordings v2, v3. Stored as ``min(n_verbal_items,
+        n_items)`` when ``n_items`` is given, so that asking for more than there are
+        items does not change the identity.
+    depth_backend, depth_model, depth_revision : str
+        From ``depth/current.json`` (stage *depth*).
+    **provenance
+        Other attributes kept with the store (``pipeline_check``, ``n_visual_tokens``,
+        ``depth_approximate``, ``note``, ...).
+
+    Returns
+    -------
+    dict
+        Attributes for :func:`open_readout_store` (``schema_version`` included).
+    """
+    n_verbal = int(n_verbal_items)
+    if n_items is not None:
+        n_verbal = min(n_verbal, int(n_items))
+    return {"config_hash": config_hash, "items_hash": items_hash, "model_id": model_id,
+            "model_revision": str(model_revision), "dtype": str(dtype).removeprefix("torch."),
+            "n_verbal_items": n_verbal, "depth_backend": depth_backend, "depth_model": str(depth_model or ""),
+            "depth_revision": str(depth_revision or ""), "schema_version": SCHEMA_VERSION, **provenance}
+
+
+def _identity_diff(path: Path, have: Mapping[str, Any], want: Mapping[str, Any]) -> str:
+    """Message naming each identity setting in which a store and a run differ ('' if none)."""
+    lines = []
+    want = {"schema_version": SCHEMA_VERSION, **want}  # a new store records the current layout
+    for k, what in IDENTITY_ATTRS.items():
+        if k not in have and k not in want:
+            continue
+        a, b = have.get(k, "(not recorded)"), _attr(want.get(k, "(not recorded)"))
+        if a != b:
+            lines.append(f"  {k}: store {a!r}, this run {b!r} ({what})")
+    if not lines:
+        return ""
+    return (f"read-out store {path} was written with other settings than this run:\n" + "\n".join(lines)
+            + f"\nA store is never mixed from two settings. Either run with the store's settings, or delete it "
+              f"to read out afresh (rm -r {path}), or give this run another output_dir.")
+
+
+def damaged_chunks(path: str | os.PathLike) -> dict[int, list[Path]]:
+    """The chunk files of a read-out store that cannot be decoded, by image position.
+
+    A chunk file can be empty or truncated after a power loss or a full disk
+    (the file was renamed into place before its data reached the disk). Each
+    per-image variable (``value``, the text read-outs, ``missing_reason``,
+    ``done``) is decoded; where that fails, chunk by chunk along ``image``.
+
+    Parameters
+    ----------
+    path : path
+        A store written by :func:`open_readout_store`.
+
+    Returns
+    -------
+    dict
+        Image position -> damaged chunk files (empty when the store is sound).
+    """
+    import zarr
+
+    path = Path(path)
+    out: dict[int, list[Path]] = {}
+    for name in ("value", *TEXT_READOUTS, "missing_reason", "done"):
+        folder = path / name
+        if not (folder / ".zarray").is_file():
+            continue
+        arr = zarr.open_array(folder, mode="r", zarr_format=2)
+        try:
+            arr[...]
+            continue
+        except Exception:  # noqa: BLE001 - any codec error means a damaged chunk; located below
+            pass
+        dims = json.loads((folder / ".zattrs").read_text()).get("_ARRAY_DIMENSIONS", [])
+        axis = dims.index("image") if "image" in dims else 0
+        step = int(arr.chunks[axis])
+        sep = json.loads((folder / ".zarray").read_text()).get("dimension_separator", ".")
+        n = int(arr.shape[axis])
+        for j in range(-(-n // step)):
+            sel = tuple(slice(j * step, min(n, (j + 1) * step)) if a == axis else slice(None)
+                        for a in range(arr.ndim))
+            try:
+                arr[sel]
+            except Exception:  # noqa: BLE001
+                key = sep.join(str(j) if a == axis else "0" for a in range(arr.ndim))
+                for i in range(j * step, min(n, (j + 1) * step)):
+                    out.setdefault(i, []).append(folder / key)
+    return out
+
+
+def _repair(path: Path, ds: xr.Dataset) -> None:
+    """Mark images with damaged chunks as not done (dropping the damaged files), and remove
+    the half-written chunk files (``*.partial``) of a killed write."""
+    for f in path.rglob("*.partial"):
+        f.unlink(missing_ok=True)
+    damaged = damaged_chunks(path)
+    if not damaged:
+        return
+    ids = ds["image"].values
+    for files in damaged.values():
+        for f in files:
+            f.unlink(missing_ok=True)  # reads as the fill value (NaN, "", not done)
+    for i in damaged:
+        xr.Dataset({"done": ("image", np.zeros(1, dtype=bool))}).to_zarr(
+            path, region={"image": slice(i, i + 1)}, consolidated=False)
+    listing = "\n".join(f"  image {int(ids[i])} (position {i}): " + ", ".join(str(f) for f in fs)
+                        for i, fs in sorted(damaged.items()))
+    warnings.warn(f"read-out store {path}: {len(damaged)} image(s) had damaged chunk files (empty or truncated, "
+                  f"e.g. after a power loss or a full disk); they were removed and these images are read out "
+                  f"again:\n{listing}", stacklevel=3)
+
+
 def open_readout_store(path: str | os.PathLike, image_ids, categories,
                        attrs: Mapping[str, Any]) -> xr.Dataset:
     """Create, or reopen for resuming, one model's read-out store.
 
     The store is written chunked by image, so :func:`write_image` updates
     exactly one image's chunks; the ``done`` flag is written after the values,
-    so an image interrupted half-way is read out again on resume.
+    so an image interrupted half-way is read out again on resume. On resume,
+    images whose chunk files are damaged (:func:`damaged_chunks`: empty or
+    truncated after a power loss) are marked not done, with a warning naming
+    the files, so they are read out again; nothing sound is lost.
 
     Parameters
     ----------
@@ -185,8 +336,10 @@ def open_readout_store(path: str | os.PathLike, image_ids, categories,
     image_ids, categories : sequences of length N
         The items, in order.
     attrs : mapping
-        Provenance: must contain ``config_hash``, ``items_hash``, ``model_id``
-        and ``depth_backend``; these must equal those of an existing store.
+        Provenance, best built by :func:`store_identity`: must contain
+        ``config_hash``, ``items_hash``, ``model_id`` and ``depth_backend``; every
+        key of :data:`IDENTITY_ATTRS` given here or recorded in the store must
+        equal the store's.
 
     Returns
     -------
@@ -196,29 +349,46 @@ def open_readout_store(path: str | os.PathLike, image_ids, categories,
     Raises
     ------
     ValueError
-        If an existing store was written with other items, config, model or
-        depth backend (the message names the store and the fix).
+        If an existing store was written with other settings (the message names
+        each differing setting, what it changes, and the fix), for other images,
+        or is damaged beyond resuming: its metadata missing or unreadable (the
+        message says to delete it).
     """
     path = Path(path)
-    keys = ("config_hash", "items_hash", "model_id", "depth_backend")
-    missing = [k for k in keys if k not in attrs]
+    missing = [k for k in _REQUIRED_ATTRS if k not in attrs]
     if missing:
         raise ValueError(f"open_readout_store: attrs lack {missing}")
     ctx = _quiet()
     try:
+        if path.exists() and not (path / ".zgroup").exists():
+            if path.is_dir() and not any(path.iterdir()):
+                path.rmdir()  # an empty folder holds nothing to lose
+            else:
+                raise ValueError(
+                    f"read-out store {path} exists but is not a complete zarr store (its metadata file .zgroup "
+                    f"is missing: its creation was interrupted, or it was damaged or written by another tool). "
+                    f"Delete it (rm -r {path}) and run again: the read-out starts afresh.")
         if (path / ".zgroup").exists():
-            ds = xr.open_zarr(path, consolidated=False)
+            try:
+                ds = xr.open_zarr(path, consolidated=False)
+            except Exception as e:  # noqa: BLE001 - any failure to read metadata: name the store and the fix
+                raise ValueError(
+                    f"read-out store {path} cannot be opened ({type(e).__name__}: {e}): its metadata is damaged. "
+                    f"Delete it (rm -r {path}) and run again: the read-out starts afresh.") from e
             if ds["value"].dtype != VALUE_DTYPE or list(ds["readout"].values) != list(READOUTS):
                 raise ValueError(
                     f"read-out store {path} was written with another schema (value {ds['value'].dtype}, "
                     f"read-outs {list(ds['readout'].values)}; now {np.dtype(VALUE_DTYPE)}, {list(READOUTS)}); "
-                    f"delete it to start afresh, or give this run another output_dir")
-            diff = {k: (ds.attrs.get(k), attrs[k]) for k in keys if ds.attrs.get(k) != attrs[k]}
-            if diff or list(ds.image.values) != [int(i) for i in image_ids]:
+                    f"delete it to start afresh (rm -r {path}), or give this run another output_dir")
+            msg = _identity_diff(path, ds.attrs, attrs)
+            if msg:
+                raise ValueError(msg)
+            if list(ds.image.values) != [int(i) for i in image_ids]:
                 raise ValueError(
-                    f"read-out store {path} was written for other inputs ({diff or 'other images'}); "
-                    f"delete it to start afresh, or give this run another output_dir")
-            return ds
+                    f"read-out store {path} was written for other images; delete it to start afresh "
+                    f"(rm -r {path}), or give this run another output_dir")
+            _repair(path, ds)
+            return xr.open_zarr(path, consolidated=False)
         tmp = path.with_name(path.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.parent.mkdir(parents=True, exist_ok=True)
@@ -276,16 +446,40 @@ def write_image(path: str | os.PathLike, index: int,
         ctx.__exit__(None, None, None)
 
 
+def _load_store(q: str | os.PathLike) -> xr.Dataset:
+    """A read-out store, loaded; damage is reported with the files, the images and the fix."""
+    q = Path(q)
+    if not (q / ".zgroup").exists():
+        raise ValueError(f"read-out store {q} is missing or incomplete (no .zgroup): run the readout stage of "
+                         f"its model again (delete the folder first if it exists: rm -r {q})")
+    try:
+        return xr.open_zarr(q, consolidated=False).load()
+    except Exception as e:  # noqa: BLE001 - locate the damage, then say what to do
+        try:
+            damaged = damaged_chunks(q)
+        except Exception:  # noqa: BLE001 - the metadata itself is unreadable
+            damaged = {}
+        if not damaged:
+            raise ValueError(f"read-out store {q} cannot be read ({type(e).__name__}: {e}): it is damaged; "
+                             f"delete it (rm -r {q}) and run the readout stage of its model again") from e
+        listing = "; ".join(f"position {i}: {', '.join(f.name for f in fs)}" for i, fs in sorted(damaged.items()))
+        raise ValueError(
+            f"read-out store {q} has damaged chunk files (empty or truncated, e.g. after a power loss) for "
+            f"{len(damaged)} image(s) ({listing}): run the readout stage of its model again (snakemake does so by "
+            f"itself: the store no longer matches its marker); it re-reads exactly these images") from e
+
+
 def _open_shards(p) -> xr.Dataset:
     """One model's read-outs from one store or a list of shard stores (concatenated along image)."""
     shards = [p] if isinstance(p, (str, os.PathLike)) else list(p)
-    parts = [xr.open_zarr(q, consolidated=False).load() for q in shards]
+    parts = [_load_store(q) for q in shards]
     if len(parts) == 1:
         return parts[0]
-    keys = ("config_hash", "items_hash", "model_id", "depth_backend")
     for q, d in zip(shards[1:], parts[1:]):
-        if any(d.attrs.get(k) != parts[0].attrs.get(k) for k in keys):
-            raise ValueError(f"shard {q} was written for other inputs than {shards[0]}; rerun its readout")
+        diff = [k for k in IDENTITY_ATTRS if d.attrs.get(k) != parts[0].attrs.get(k)]
+        if diff:
+            raise ValueError(f"shard {q} was written with other settings than {shards[0]} ({', '.join(diff)}); "
+                             f"delete it (rm -r {q}) and rerun its readout")
     ds = xr.concat(parts, dim="image", data_vars="minimal", coords="minimal", compat="override",
                    combine_attrs="override")
     if not ds.indexes["image"].is_unique:

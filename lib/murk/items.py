@@ -104,8 +104,22 @@ def _read_coco(annotation_file: Path) -> dict[str, Any]:
             f"folder holding annotations/instances_val2017.json, or pass the annotation file "
             f"explicitly (select_items(annotation_file=...))"
         )
-    with open(annotation_file, encoding="utf-8") as f:
-        coco = json.load(f)
+    try:
+        with open(annotation_file, encoding="utf-8") as f:
+            coco = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        from murk.coco import ANNOTATIONS_MD5
+
+        if isinstance(e, json.JSONDecodeError):
+            detail = f" (line {e.lineno}, column {e.colno}: {e.msg})"
+        else:
+            detail = f" (not UTF-8 text: {e.reason})"
+        raise ValueError(
+            f"COCO annotation file {annotation_file} is not valid JSON{detail}. "
+            f"It is truncated or damaged (an interrupted copy or download?). Replace it with the official "
+            f"annotations/{annotation_file.name} from annotations_trainval2017.zip (MD5 {ANNOTATIONS_MD5}); "
+            f"if murk downloaded it (outputs/coco/), delete it and run again to download it afresh"
+        ) from None
     if not isinstance(coco, dict):
         raise ValueError(
             f"{annotation_file} is not a COCO instances file: expected a JSON object with "

@@ -42,7 +42,7 @@ __all__ = ["fmt", "fmt_interval", "fmt_estimate", "fmt_bound", "fmt_crossing", "
            "fmt_visibility", "fmt_visibility_interval", "BOUND_SIGNS",
            "fmt_list", "level_label", "NOT_COMPUTED", "Numbers", "write_numbers", "load_numbers", "cited_keys",
            "INLINE_RE", "INCLUDE_RE", "EMBED_RE", "cell_options", "notebook_cells", "resolve_embeds",
-           "resolve_qmd", "crossref", "render_paper", "markdown_table", "write_text_atomic"]
+           "resolve_qmd", "crossref", "render_paper", "typst_options", "TYPST_HEADER", "markdown_table", "write_text_atomic"]
 
 INLINE_RE = re.compile(r"`\{python\}\s*N\[\s*[\"']([^\"']+)[\"']\s*\]\s*`")
 ANY_INLINE_RE = re.compile(r"`\{python\}[^`]*`")
@@ -610,6 +610,49 @@ def crossref(md: str, prefix_captions: bool = True) -> str:
     return XREF_RE.sub(lambda m: f"[{numbers[m.group(1)]}](#{m.group(1)})", md)
 
 
+#: Typst set/show rules added to pandoc's Typst output (the fallback PDF; Quarto's own Typst
+#: format does the same by default): a table too long for the rest of its page breaks across
+#: pages and repeats its header row (``table.header`` repeats) without splitting a row, its caption
+#: stays with its first rows, table text is set smaller and ragged, and a heading never ends a page alone.
+TYPST_HEADER = """\
+// murk (pandoc + Typst fallback of the paper): long tables break across pages
+#show figure.where(kind: table): set block(breakable: true)
+#show figure.where(kind: table): set text(size: 8pt)
+#show figure.where(kind: table): set par(justify: false)
+#show figure.caption: it => block(sticky: true, it)
+#set table(inset: (x: 4pt, y: 3pt))
+#set table.cell(breakable: false)
+#show heading: set block(sticky: true)
+"""
+
+
+def typst_options(quarto_yml: str | os.PathLike | None = None) -> dict:
+    """The Typst page settings that ``_quarto.yml`` gives (``format: typst:``), for the fallback.
+
+    Parameters
+    ----------
+    quarto_yml : path, optional
+        Default the project's ``_quarto.yml``.
+
+    Returns
+    -------
+    dict
+        ``papersize`` (a Typst paper name; default ``"a4"``) and, where given,
+        ``margin`` (e.g. ``{"x": "2cm", "y": "2.5cm"}``): pandoc variables of its
+        Typst template.
+    """
+    import yaml
+
+    f = Path(quarto_yml) if quarto_yml else paths.project_root() / "_quarto.yml"
+    typ = {}
+    if f.is_file():
+        typ = ((yaml.safe_load(f.read_text(encoding="utf-8")) or {}).get("format") or {}).get("typst") or {}
+    out: dict = {"papersize": str(typ.get("papersize", "a4")).lower()}
+    if isinstance(typ.get("margin"), dict):
+        out["margin"] = {str(k): str(v) for k, v in typ["margin"].items()}
+    return out
+
+
 def _figure_paths(md: str) -> list[str]:
     return re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", md)
 
@@ -626,7 +669,10 @@ def render_paper(qmd: str | os.PathLike | None = None, output_dir: str | os.Path
         Output root (default :func:`murk.paths.output_dir`); the paper goes
         to ``<root>/paper/``.
     pdf : bool
-        Also compile a PDF through Typst.
+        Also compile a PDF through Typst: paper size (and margins, if given) from
+        ``_quarto.yml`` (:func:`typst_options`), long tables breaking across pages
+        with their header repeated, headings kept with what follows
+        (:data:`TYPST_HEADER`).
 
     Returns
     -------
@@ -676,9 +722,18 @@ def render_paper(qmd: str | os.PathLike | None = None, output_dir: str | os.Path
             src = Path(f)
             shutil.copy2(src, fig_dir / src.name)
             md_typ = md_typ.replace(f"]({f})", f"](figures/{src.name})")
+        header = out / "typst-header.typ"
+        header.write_text(TYPST_HEADER, encoding="utf-8")
+        page = out / "typst-page.json"  # JSON is YAML: pandoc reads it as a metadata file
+        page.write_text(json.dumps(typst_options()), encoding="utf-8")
+        # --columns: no source line counts as "too long", so pandoc gives tables auto column
+        # widths (sized by content) instead of equal shares of the text width
         pypandoc.convert_text(md_typ, "typst", format="markdown", outputfile=str(typ),
-                              extra_args=[*common, "--resource-path=" + str(out)])
-        typst.compile(str(typ), output=str(out / "index.pdf"), root=str(out))
+                              extra_args=[*common, "--resource-path=" + str(out), f"--metadata-file={page}",
+                                          f"--include-in-header={header}", "--columns=100000"])
+        tmp_pdf = out / "index.pdf.tmp"
+        typst.compile(str(typ), output=str(tmp_pdf), root=str(out), format="pdf")
+        os.replace(tmp_pdf, out / "index.pdf")  # a reader never sees a half-written PDF
         result["pdf"] = out / "index.pdf"
     return result
 

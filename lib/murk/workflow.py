@@ -1,0 +1,240 @@
+"""What the Snakefile needs besides Snakemake: completion markers that vouch for a store's
+content, and resuming after a killed run without a manual unlock.
+
+Markers
+-------
+A read-out store (``outputs/readout/<model>.zarr``, a shard store, the monitor's
+store) is not a declared output of its Snakemake rule: Snakemake deletes the
+outputs of a failed job, and a store must survive a killed job so the next run
+resumes image by image. The rule declares a marker instead
+(``outputs/readout/<model>.done``), written by :func:`write_marker` after the
+stage finished; it records the store's content digest (:func:`store_digest`).
+When the Snakefile is parsed, :func:`drop_stale_markers` compares each marker with
+its store: a store that was deleted, changed or damaged after its marker was
+written makes the marker stale; it is removed, so the read-out runs again
+(resuming, or re-reading what is needed) and everything downstream follows.
+
+Stale locks
+-----------
+Snakemake locks its working directory (``.snakemake/locks/``) while it runs and
+removes the lock when it ends; a run killed with SIGKILL (a power loss, the
+out-of-memory killer, a pre-empted job) leaves the lock behind, and the next run
+stops with ``LockException`` until ``snakemake --unlock``. :func:`hold_run_lock`
+tells a stale lock from a live run with an OS file lock (``flock``) that every
+Snakemake main process of this workflow holds, shared, for its lifetime, and
+that the kernel releases when the process dies, however it dies: when no
+process holds it, no run is alive and the Snakemake locks are removed; when one
+does, they are left alone and Snakemake's own protection against two concurrent
+runs applies unchanged.
+
+This module imports nothing heavy (the Snakefile imports it on every run).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+from pathlib import Path
+
+__all__ = ["IGNORED_SUFFIXES", "store_digest", "write_marker", "read_marker", "stale_reason", "store_of",
+           "drop_stale_markers", "hold_run_lock"]
+
+#: files inside a store that are not its content: zarr's half-written chunk files of a
+#: killed write (``<chunk>.<uuid>.partial``; :func:`murk.cube.open_readout_store` removes them)
+IGNORED_SUFFIXES = (".partial",)
+
+MARKER_VERSION = 1
+
+
+def store_of(marker: str | os.PathLike) -> Path:
+    """The store a marker vouches for: ``x.done`` -> ``x.zarr`` (same folder)."""
+    return Path(marker).with_suffix(".zarr")
+
+
+def store_digest(store: str | os.PathLike) -> str:
+    """SHA-256 of a store's content: every file's relative path and bytes, in sorted order.
+
+    Parameters
+    ----------
+    store : path
+        A zarr store folder.
+
+    Returns
+    -------
+    str
+        ``"sha256:<hex>"``, or ``"absent"`` when the store does not exist.
+
+    Notes
+    -----
+    Files ending in :data:`IGNORED_SUFFIXES` are skipped; modification times are
+    not part of the digest (copying a store keeps its digest). A study-sized
+    store (1000 images: 6055 files, 28 MB) hashes in about 0.5 s on a loaded
+    2-core machine.
+    """
+    store = Path(store)
+    if not store.exists():
+        return "absent"
+    h = hashlib.sha256()
+    files = sorted(p for p in store.rglob("*") if p.is_file() and not p.name.endswith(IGNORED_SUFFIXES))
+    for p in files:
+        rel = p.relative_to(store).as_posix().encode("utf-8")
+        h.update(len(rel).to_bytes(4, "little") + rel)
+        data = p.read_bytes()
+        h.update(len(data).to_bytes(8, "little") + data)
+    return "sha256:" + h.hexdigest()
+
+
+def write_marker(marker: str | os.PathLike, store: str | os.PathLike | None = None) -> Path:
+    """Write the marker of a finished stage: the store's name and content digest (JSON, atomic).
+
+    Parameters
+    ----------
+    marker : path
+        ``….done``.
+    store : path, optional
+        Default :func:`store_of` the marker. A store that does not exist (a shard
+        beyond the last item) is recorded as ``"absent"``.
+    """
+    marker = Path(marker)
+    store = Path(store) if store is not None else store_of(marker)
+    rec = {"marker_version": MARKER_VERSION, "store": store.name, "digest": store_digest(store)}
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    tmp = marker.with_name(marker.name + ".tmp")
+    tmp.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, marker)
+    return marker
+
+
+def read_marker(marker: str | os.PathLike) -> dict | None:
+    """The marker's record, or None when it is empty or not a murk marker (an old ``touch`` marker)."""
+    try:
+        rec = json.loads(Path(marker).read_text() or "null")
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) and "digest" in rec else None
+
+
+def stale_reason(marker: str | os.PathLike, store: str | os.PathLike | None = None) -> str | None:
+    """Why a marker no longer vouches for its store, or None when it does.
+
+    Returns
+    -------
+    str or None
+        E.g. ``"the store … is missing"``, ``"the store … changed after the marker
+        was written"``, ``"the marker records no content digest"``; None when the
+        marker does not exist (nothing to vouch for) or matches.
+    """
+    marker = Path(marker)
+    if not marker.exists():
+        return None
+    store = Path(store) if store is not None else store_of(marker)
+    rec = read_marker(marker)
+    if rec is None:
+        return f"the marker {marker} records no content digest of {store.name} (written by an older murk)"
+    now = store_digest(store)
+    if now == rec["digest"]:
+        return None
+    if now == "absent":
+        return f"the store {store} is missing"
+    if rec["digest"] == "absent":
+        return f"the store {store} appeared after the marker was written"
+    return f"the store {store} changed after its marker was written (content digest differs)"
+
+
+def drop_stale_markers(folder: str | os.PathLike) -> list[tuple[Path, str]]:
+    """Remove every marker under ``folder`` that no longer vouches for its store.
+
+    Parameters
+    ----------
+    folder : path
+        ``<output root>/readout`` (searched recursively: shard markers live in
+        ``readout/<model>/``).
+
+    Returns
+    -------
+    list of (marker, reason)
+        The markers removed and why (:func:`stale_reason`); the caller prints them.
+    """
+    folder = Path(folder)
+    dropped = []
+    if not folder.is_dir():
+        return dropped
+    for marker in sorted(folder.rglob("*.done")):
+        reason = stale_reason(marker)
+        if reason is not None:
+            marker.unlink(missing_ok=True)
+            dropped.append((marker, reason))
+    return dropped
+
+
+_HELD: dict[str, int] = {}
+
+
+def hold_run_lock(snakemake_dir: str | os.PathLike = ".snakemake") -> list[Path]:
+    """Hold this process's share of the run lock; remove Snakemake's locks when they are stale.
+
+    Called once per Snakemake main process, when the Snakefile is parsed (before
+    Snakemake locks the directory). Takes ``<snakemake_dir>/murk-run.flock``
+    exclusively if it can: then no other Snakemake process of this workflow is
+    alive in this directory, so every lock file in ``<snakemake_dir>/locks/`` was
+    left by a killed run and is removed. Either way the process then holds the
+    file lock shared until it exits (the kernel releases it at exit, also after
+    SIGKILL), which marks this run as alive to later runs.
+
+    Parameters
+    ----------
+    snakemake_dir : path
+        Snakemake's folder in the working directory.
+
+    Returns
+    -------
+    list of Path
+        The stale lock files removed (empty when none, or when another run is alive).
+
+    Notes
+    -----
+    ``flock`` is local to one machine on most network file systems: the check is
+    meant for the machine that runs Snakemake's main process (the jobs that the
+    SLURM executor starts do not call it).
+    """
+    d = Path(snakemake_dir).resolve()
+    key = str(d)
+    if key in _HELD:
+        return []
+    d.mkdir(parents=True, exist_ok=True)
+    fd = os.open(d / "murk-run.flock", os.O_RDWR | os.O_CREAT, 0o644)
+    removed: list[Path] = []
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        pass  # another run is alive: its locks are live, Snakemake's check applies
+    else:
+        locks = d / "locks"
+        if locks.is_dir():
+            removed = sorted(p for p in locks.iterdir() if p.is_file() and p.name.endswith(".lock"))
+            for p in removed:
+                p.unlink(missing_ok=True)
+    fcntl.flock(fd, fcntl.LOCK_SH)  # held (shared) for this process's lifetime
+    _HELD[key] = fd
+    return removed
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m murk.workflow mark MARKER [STORE]``: write a stage's marker (used by the Snakefile)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m murk.workflow", description=main.__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("mark", help="write MARKER with the content digest of STORE (default: MARKER as .zarr)")
+    m.add_argument("marker")
+    m.add_argument("store", nargs="?")
+    args = ap.parse_args(argv)
+    if args.cmd == "mark":
+        write_marker(args.marker, args.store)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

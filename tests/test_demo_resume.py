@@ -1,0 +1,134 @@
+"""A whole `make demo` killed at any moment resumes with the same command (issue 14).
+
+The README's command, `make demo`, runs in a copy of this project with its own `.venv`: a thin
+virtual environment that sees the running test's packages through a `.pth` file and carries an
+up-to-date install stamp, so the Makefile's recipe installs nothing (and the shared environment is
+never re-pointed; a stamp the Makefile no longer accepts makes it install into the thin one, which
+the test reports). The run is the offline demo on two COCO items with one tiny checkpoint (a
+pipeline check). An uninterrupted run gives the reference; a second run is killed twice with
+SIGKILL to its whole process group (and its papermill kernel), at moments chosen from observed
+progress (while the read-out writes its store; while the analyse notebook runs), each time leaving
+Snakemake's lock and incomplete outputs behind; the same `make demo` then completes, without
+`snakemake --unlock`, with a cube identical to the reference's. The paper's PDF is checked for
+lost table rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+import xarray as xr
+
+from _killing import KillableRun
+from _pdf import check_pdf_keeps_every_table_row
+from murk import paths
+
+ROOT = paths.project_root()
+SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"
+MODEL = "murk-tiny/smolvlm"
+DEMO_ARGS = f'--config n_items=2 offline_models=["{MODEL}"] run_name=demo-resume-test'
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not SAMPLE.is_dir(), reason="../shared/coco-val2017-sample not present"),
+              pytest.mark.skipif(shutil.which("make") is None, reason="make not installed")]
+
+_SKIP = {".git", ".venv", ".snakemake", "__pycache__", ".pytest_cache", ".ipynb_checkpoints"}
+
+
+def _ignore(folder: str, names: list[str]) -> set[str]:
+    top = Path(folder).resolve() == ROOT.resolve()
+    return {n for n in names if n in _SKIP or n.endswith(".egg-info") or (top and n.startswith("outputs"))}
+
+
+def thin_venv(project: Path) -> Path:
+    """``project/.venv``: a virtual environment without packages of its own that sees this test's
+    packages, with console scripts for snakemake, jupytext and papermill, and the install stamp the
+    Makefile expects for ``project`` (its recipe then installs nothing)."""
+    venv = project / ".venv"
+    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    shared = sysconfig.get_paths()["purelib"]
+    (site / "murk-test-shared-env.pth").write_text(f"import site; site.addsitedir({shared!r})\n")
+    for name, module in (("snakemake", "snakemake"), ("jupytext", "jupytext"), ("papermill", "papermill")):
+        script = venv / "bin" / name
+        script.write_text(f'#!/bin/sh\nexec "{venv / "bin" / "python"}" -m {module} "$@"\n')
+        script.chmod(0o755)
+    digest = hashlib.sha256((project / "pyproject.toml").read_bytes()).hexdigest()[:16]
+    (venv / ".murk-installed").write_text(f"{digest} {os.path.realpath(project)}\n")
+    return venv
+
+
+def _env(project: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    env.update({"MURK_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "MPLBACKEND": "Agg",
+                "MURK_COCO_DIR": str(SAMPLE), "PYTHONPATH": str(project / "lib")})
+    return env
+
+
+def make_demo(project: Path, faults: Path, *extra: str) -> KillableRun:
+    """`make demo ARGS=...` in ``project``, as a user types it (plus this test's small config)."""
+    args = " ".join([DEMO_ARGS, *extra])
+    return KillableRun(["make", "demo", f"ARGS={args}"], project, _env(project), faults)
+
+
+@pytest.fixture(scope="module")
+def demo_runs(tmp_path_factory):
+    """(reference output root, resumed output root, the resumed runs' outputs)."""
+    base = tmp_path_factory.mktemp("demo-resume")
+    project = base / "murk"
+    shutil.copytree(ROOT, project, ignore=_ignore)
+    thin_venv(project)
+
+    ref = make_demo(project, base / "ref", "output_dir=outputs-ref")
+    assert ref.finish() == 0, ref.text()[-5000:]
+    assert "setting up" not in ref.text(), "the Makefile installed into the test's environment"
+
+    out = project / "outputs"
+    store = out / "readout" / f"{paths.model_slug(MODEL)}.zarr"
+    locks = project / ".snakemake" / "locks"
+    texts = []
+
+    run = make_demo(project, base / "k1")  # kill 1: while the read-out writes its store
+    run.wait_for(lambda: (store / ".zgroup").exists(), "read-out store")
+    run.kill()
+    texts.append(run.text())
+    assert any(locks.glob("*.lock")), "the killed run left no Snakemake lock: the test tests nothing"
+
+    run = make_demo(project, base / "k2")  # kill 2: while the analyse notebook runs
+    nb = out / "notebooks" / "04_analyse.ipynb"
+    run.wait_for(nb.exists, "analyse notebook")
+    run.kill()
+    texts.append(run.text())
+    assert any(locks.glob("*.lock"))
+    assert not (out / "paper" / "index.html").exists()
+
+    run = make_demo(project, base / "final")  # the same command again: it completes
+    assert run.finish() == 0, run.text()[-5000:]
+    texts.append(run.text())
+    return project / "outputs-ref", out, texts
+
+
+def test_killed_make_demo_resumes_to_the_same_cube(demo_runs):
+    ref, out, texts = demo_runs
+    assert all("LockException" not in t and "--unlock" not in t for t in texts)
+    assert "removed the stale Snakemake lock" in texts[1] and "removed the stale Snakemake lock" in texts[2]
+    a = xr.open_zarr(ref / "cube.zarr").load()
+    b = xr.open_zarr(out / "cube.zarr").load()
+    xr.testing.assert_identical(a, b)
+    for f in ("paper/index.html", "paper/index.pdf", "paper_numbers.json"):
+        assert (out / f).is_file(), f
+
+
+# --- the paper's PDF loses no table row (pandoc + Typst fallback) ---
+
+@pytest.mark.skipif(shutil.which("pdftotext") is None, reason="poppler-utils (pdftotext) not installed")
+def test_demo_pdf_keeps_every_table_row(demo_runs):
+    ref, _, _ = demo_runs
+    check_pdf_keeps_every_table_row(ref / "paper" / "index.pdf", (ref / "paper" / "index.md").read_text())

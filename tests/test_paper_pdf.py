@@ -1,0 +1,97 @@
+"""The paper's PDF without Quarto (pandoc + Typst): long tables break across pages with their header
+repeated, no row is lost, the page is A4 as `_quarto.yml` says, and no heading ends a page alone
+(issue 14). A study-sized sweep table (5 models x 2 arms x 9 levels) is rendered through
+:func:`murk.paper.render_paper`; the demo paper itself is checked in ``test_demo_resume.py``.
+"""
+
+import shutil
+
+import pytest
+
+from _pdf import check_pdf_keeps_every_table_row, pdf_words
+from murk import paper
+
+pytestmark = pytest.mark.skipif(shutil.which("pdftotext") is None, reason="poppler-utils (pdftotext) not installed")
+
+MODELS = ["qwen3-2b", "qwen3-4b", "internvl", "smolvlm2", "gemma4"]
+LEVELS = ["clean", "250", "125", "62.5", "31.3", "15.6", "7.8", "3.9", "1.95"]
+
+
+def _sweep_table() -> tuple[str, list[str]]:
+    rows, labels = [], []
+    for m in MODELS:
+        for arm in ("fog", "underwater"):
+            for lvl in LEVELS:
+                label = f"row{len(labels):03d}"
+                labels.append(label)
+                rows.append({"row": label, "model": m, "arm": arm, "V (m)": lvl,
+                             "accuracy": "0.50 (0.41–0.58)", "c_int": "0.31 (0.30–0.32)", "verbal": "n/a",
+                             "abstain": "0.00 (0.00–0.00)", "abstain₂": "0.00 (0.00–0.00)"})
+    return paper.markdown_table(rows), labels
+
+
+def _small_table(k: int) -> str:
+    return paper.markdown_table([{"row": f"s{k:02d}r{j}", "value": f"{0.1 * j:.2f}"} for j in range(8)])
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    """A document whose headings, each followed by a table, land at many heights of their pages
+    (paragraphs of growing length between them), then a study-sized sweep table."""
+    base = tmp_path_factory.mktemp("paper-pdf")
+    src, out = base / "paper", base / "out"
+    src.mkdir()
+    (out / "analysis").mkdir(parents=True)
+    table, labels = _sweep_table()
+    (out / "analysis" / "tbl-sweep.md").write_text(table, encoding="utf-8")
+    (src / "references.bib").write_text("")
+    (src / "paper.css").write_text("")
+    sentence = "A sentence of body text that moves the next heading down the page. "
+    parts = ["---\ntitle: Long tables\n---\n"]
+    for k in range(16):
+        parts.append(f"# Section {k:02d}\n\n: A small table. {{#tbl-s{k:02d}}}\n\n{_small_table(k)}\n"
+                     + sentence * (3 + 5 * (k % 7)) + "\n")
+    parts.append("# Appendix: sweep tables\n\n: Means at every level of the sweep. {#tbl-sweep}\n\n"
+                 "{{< include ../outputs/analysis/tbl-sweep.md >}}\n")
+    (src / "index.qmd").write_text("\n".join(parts), encoding="utf-8")
+    paper.write_numbers({}, out / "paper_numbers.json")
+    res = paper.render_paper(src / "index.qmd", output_dir=out)
+    return res, labels
+
+
+def _pages_of(pages, word: str) -> list[int]:
+    return [k for k, (_, _, words) in enumerate(pages) if any(w[0] == word for w in words)]
+
+
+def test_long_table_breaks_across_pages_with_its_header_and_every_row(rendered):
+    res, labels = rendered
+    md = res["md"].read_text(encoding="utf-8")
+    check_pdf_keeps_every_table_row(res["pdf"], md)  # A4, every row, nothing drawn over anything
+    pages = pdf_words(res["pdf"])
+    found = {lab: _pages_of(pages, lab) for lab in labels}
+    assert all(len(v) == 1 for v in found.values()), {k: v for k, v in found.items() if len(v) != 1}
+    spanned = sorted({v[0] for v in found.values()})
+    assert len(spanned) >= 2, "the table should not fit one page"
+    for k in spanned:  # the header row is repeated on every page the table spans
+        assert any(w[0] == "abstain₂" for w in pages[k][2]), f"no header on page {k + 1}"
+    # the appendix heading stays with the table's first rows
+    assert _pages_of(pages, "Appendix:") == [found[labels[0]][0]]
+
+
+def test_no_heading_ends_a_page_alone(rendered):
+    """Each heading is on the page of its table's caption and first row, wherever it falls."""
+    res, _ = rendered
+    pages = pdf_words(res["pdf"])
+    heading_pages = [k for k, (_, _, words) in enumerate(pages) for w in words if w[0] == "Section"]
+    assert len(heading_pages) == 16 and len(set(heading_pages)) >= 4  # headings on many pages
+    for k in range(16):
+        at = [p for p, (_, _, words) in enumerate(pages)
+              if any(a[0] == "Section" and b[0] == f"{k:02d}" for a, b in zip(words, words[1:]))]
+        assert at and at == _pages_of(pages, f"s{k:02d}r0"), f"Section {k:02d} (page {at}) is apart from its table"
+
+
+def test_typst_options_follow_quarto_yml(tmp_path):
+    assert paper.typst_options()["papersize"] == "a4"  # the project's _quarto.yml
+    f = tmp_path / "_quarto.yml"
+    f.write_text("format:\n  typst:\n    papersize: us-letter\n    margin:\n      x: 2cm\n")
+    assert paper.typst_options(f) == {"papersize": "us-letter", "margin": {"x": "2cm"}}

@@ -1,0 +1,206 @@
+"""The workflow's bookkeeping (murk.workflow, the Snakefile): stale stores are noticed, stale locks
+are removed, refusals write nothing (issue 14).
+
+The unit tests check the markers and the lock; the slow tests run Snakemake on the offline demo
+(one COCO item, one tiny checkpoint: a pipeline check) the way users run it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import xarray as xr
+
+from murk import cube, paths, workflow
+
+ROOT = paths.project_root()
+SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"
+MODEL = "murk-tiny/smolvlm"
+needs_sample = pytest.mark.skipif(not SAMPLE.is_dir(), reason="../shared/coco-val2017-sample not present")
+
+
+def _store(path: Path) -> Path:
+    attrs = {"config_hash": "c", "items_hash": "i", "model_id": "m", "depth_backend": "constant-13.8m"}
+    cube.open_readout_store(path, [11, 12], ["car", "bus"], attrs)
+    r = {k: 0.5 for k in cube.READOUTS}
+    r.update({k: "x" for k in cube.TEXT_READOUTS})
+    cube.write_image(path, 0, {(a, lvl, t): r for a, lvl in cube.CONDITIONS for t in cube.TASKS})
+    return path
+
+
+def test_store_digest_follows_content_not_times(tmp_path):
+    store = _store(tmp_path / "m.zarr")
+    d = workflow.store_digest(store)
+    assert d.startswith("sha256:") and workflow.store_digest(tmp_path / "none.zarr") == "absent"
+    for f in store.rglob("*"):
+        os.utime(f, (1, 1))
+    (store / "value" / "0.0.0.0.0.abc.partial").write_bytes(b"half")  # a killed write's leftover
+    assert workflow.store_digest(store) == d
+    chunk = store / "value" / "0.0.0.0.0"
+    chunk.write_bytes(chunk.read_bytes()[:-1])
+    assert workflow.store_digest(store) != d
+
+
+def test_stale_markers_are_named_and_dropped(tmp_path):
+    folder = tmp_path / "readout"
+    for name in ("ok", "changed", "deleted", "old"):
+        _store(folder / f"{name}.zarr")
+        workflow.write_marker(folder / f"{name}.done")
+    (folder / "old.done").write_text("")  # a marker of an older murk (Snakemake's touch)
+    workflow.write_marker(folder / "shard" / "s2-0005.done")  # a shard beyond the items: no store
+    chunk = folder / "changed.zarr" / "done" / "0"
+    chunk.write_bytes(b"")
+    import shutil
+
+    shutil.rmtree(folder / "deleted.zarr")
+    assert workflow.stale_reason(folder / "ok.done") is None
+    assert workflow.stale_reason(folder / "shard" / "s2-0005.done") is None
+    dropped = dict(workflow.drop_stale_markers(folder))
+    assert set(dropped) == {folder / "changed.done", folder / "deleted.done", folder / "old.done"}
+    assert "changed after its marker" in dropped[folder / "changed.done"]
+    assert "is missing" in dropped[folder / "deleted.done"]
+    assert "no content digest" in dropped[folder / "old.done"]
+    assert (folder / "ok.done").exists() and not (folder / "changed.done").exists()
+    assert json.loads((folder / "ok.done").read_text())["store"] == "ok.zarr"
+
+
+HOLD = """
+import sys, time
+from murk import workflow
+removed = workflow.hold_run_lock(sys.argv[1])
+print(len(removed), flush=True)
+if len(sys.argv) > 2:
+    time.sleep(3600)
+"""
+
+
+def _hold(snake_dir: Path, stay: bool = False) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", HOLD, str(snake_dir), *(["stay"] if stay else [])],
+                            stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+
+
+def test_stale_snakemake_lock_is_removed_only_when_no_run_is_alive(tmp_path):
+    snake = tmp_path / ".snakemake"
+    (snake / "locks").mkdir(parents=True)
+    lock = snake / "locks" / "0.output.lock"
+    lock.write_text("outputs/items.json\n")
+    alive = _hold(snake, stay=True)  # a live run: holds the run lock (no stale locks were there for it)
+    try:
+        assert alive.stdout.readline().strip() == "1"  # it found the lock of a dead run and removed it
+        lock.write_text("outputs/items.json\n")  # the live run's own lock
+        other = _hold(snake)
+        assert other.stdout.readline().strip() == "0" and other.wait() == 0
+        assert lock.exists()  # kept: Snakemake refuses the second run as before
+    finally:
+        alive.kill()
+        alive.wait()
+    after = _hold(snake)  # the live run died (SIGKILL): its lock is stale now
+    assert after.stdout.readline().strip() == "1" and after.wait() == 0
+    assert not lock.exists()
+
+
+# --- through Snakemake, as users run it ---
+
+def _snakemake(out: Path, *args: str, config: tuple[str, ...] = (), timeout: int = 1500) -> subprocess.CompletedProcess:
+    """``snakemake --cores 1 ARGS --config …`` (targets and flags go before --config, which takes the rest)."""
+    env = {**os.environ, "MURK_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "MURK_COCO_DIR": str(SAMPLE),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "MPLBACKEND": "Agg"}
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "1", *args, "--config", f"output_dir={out}", "n_items=1",
+           f'offline_models=["{MODEL}"]', "run_name=workflow-test", *config]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _papermill_readout(out: Path, *params: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "MURK_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "MURK_COCO_DIR": str(SAMPLE),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "MPLBACKEND": "Agg"}
+    cmd = (f"jupytext --to ipynb notebooks/03_readout.py -o - | papermill - {out}/by-hand.ipynb --cwd {ROOT} "
+           f"-p output_dir {out} -p model {MODEL} " + " ".join(params))
+    return subprocess.run(["bash", "-c", cmd], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+
+
+@needs_sample
+@pytest.mark.slow
+def test_failed_select_keeps_the_previous_items(tmp_path):
+    out = tmp_path / "out"
+    r = _snakemake(out, f"{out}/items.json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    before = (out / "items.json").read_bytes(), (out / "items_meta.json").read_bytes()
+    r = _snakemake(out, f"{out}/items.json", config=("n_items=2",))  # other items under the same frozen run
+    assert r.returncode != 0
+    assert "workflow-test" in r.stdout + r.stderr  # the refusal names the frozen record
+    assert ((out / "items.json").read_bytes(), (out / "items_meta.json").read_bytes()) == before
+
+
+@needs_sample
+@pytest.mark.slow
+def test_stale_or_mixed_read_out_store_is_noticed(tmp_path):
+    """A store read out by hand with other settings is refused, naming the setting, and left as it
+    was; a store damaged or deleted after its marker makes Snakemake run its read-out again, which
+    re-reads what is needed and ends with the same values."""
+    out = tmp_path / "out"
+    marker = out / "readout" / f"{paths.model_slug(MODEL)}.done"
+    store = workflow.store_of(marker)
+    r = _snakemake(out, f"{out}/depth/current.json")
+    assert r.returncode == 0, r.stderr[-3000:]
+
+    # by hand with the notebook's default n_verbal_items (0), then Snakemake with the workflow's (2)
+    r = _papermill_readout(out, "-p max_items 0")
+    assert r.returncode == 0, r.stderr[-3000:]
+    digest = workflow.store_digest(store)
+    r = _snakemake(out, str(marker))
+    assert r.returncode != 0
+    assert "n_verbal_items: store 0, this run 1" in r.stdout + r.stderr
+    assert workflow.store_digest(store) == digest and not marker.exists()  # the refusal wrote nothing
+
+    import shutil
+
+    shutil.rmtree(store)
+    r = _snakemake(out, str(marker))
+    assert r.returncode == 0, r.stderr[-3000:]
+    before = xr.open_zarr(store, consolidated=False).load()
+    assert bool(before["done"].all()) and before.attrs["n_verbal_items"] == 1
+    r = _snakemake(out, str(marker), "-n")
+    assert "Nothing to be done" in r.stdout + r.stderr
+
+    chunk = store / "value" / "0.0.0.0.0"  # damaged after the run (a power loss): zero bytes
+    chunk.write_bytes(b"")
+    r = _snakemake(out, str(marker), "-n")
+    assert "changed after its marker was written" in r.stderr and "rule readout" in r.stdout + r.stderr
+    r = _snakemake(out, str(marker))
+    assert r.returncode == 0, r.stderr[-3000:]
+    after = xr.open_zarr(store, consolidated=False).load()
+    xr.testing.assert_identical(after["value"], before["value"])
+
+    shutil.rmtree(store)  # deleted: its marker no longer vouches for anything
+    r = _snakemake(out, str(marker), "-n")
+    assert "is missing: its read-out runs again" in r.stderr and "rule readout" in r.stdout + r.stderr
+
+
+# --- the Makefile's plumbing (make -n prints the recipes and runs none of them) ---
+
+def _make_n(*args: str) -> str:
+    import shutil
+
+    if shutil.which("make") is None:
+        pytest.skip("make not installed")
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    return subprocess.run(["make", "-n", "-C", str(ROOT), *args], capture_output=True, text=True, check=True,
+                          env=env).stdout
+
+
+def test_make_targets_pass_args_and_lab_runs_as_root():
+    lab = _make_n("lab", "ARGS=--no-browser --port 8899")
+    want = "--allow-root --no-browser --port 8899 notebooks/" if os.getuid() == 0 else " --no-browser --port 8899 notebooks/"
+    assert "jupyter lab" in lab and want in lab
+    assert '-m pytest -q -m "not slow" -k cube' in _make_n("test-fast", "ARGS=-k cube")
+    full = _make_n("test")
+    assert "-m pytest -q" in full and "not slow" not in full  # make test stays the whole suite
+    demo = _make_n("demo", "ARGS=--config n_items=2", "VENV=/opt/env")
+    assert "/opt/env/bin/snakemake --cores 1 --config n_items=2" in demo and 'PATH="/opt/env/bin:' in demo
+    cpu = _make_n("env", "TORCH_INDEX=https://download.pytorch.org/whl/cpu")
+    assert "--index-url https://download.pytorch.org/whl/cpu torch==2.14.1 torchvision==0.29.1" in cpu
