@@ -36,11 +36,12 @@ table, meta = items.read_items(output_dir)
 current = depth.current_depth(output_dir)
 threshold_m = monitor.DEFAULT_THRESHOLD_M if threshold_m is None else float(threshold_m)
 store = paths.readout_store(monitor.MONITOR_ID, output_dir)
-attrs = {"config_hash": meta["config_hash"], "items_hash": meta["items_hash"], "model_id": monitor.MONITOR_ID,
-         "model_revision": f"murk {murk.__version__}", "pipeline_check": 0, "n_visual_tokens": -1,
-         "kind": "monitor", "monitor_threshold_m": threshold_m,
-         "depth_backend": current["depth_backend"], "depth_approximate": current["depth_approximate"],
-         "depth_model": current.get("depth_model", ""), "schema_version": cube.SCHEMA_VERSION}
+attrs = cube.store_identity(
+    config_hash=meta["config_hash"], items_hash=meta["items_hash"], model_id=monitor.MONITOR_ID,
+    model_revision=f"murk {murk.__version__}", depth_backend=current["depth_backend"],
+    depth_model=current.get("depth_model", ""), depth_revision=current.get("depth_revision", ""),
+    monitor_threshold_m=threshold_m, pipeline_check=0, n_visual_tokens=-1, kind="monitor",
+    depth_approximate=current["depth_approximate"])
 ds = cube.open_readout_store(store, table["image_id"], table["category"], attrs)
 done = ds["done"].values.copy()
 todo = [i for i in range(len(table)) if not done[i]]
