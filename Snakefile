@@ -100,8 +100,10 @@ rule depth:
 # failed job, and the store must survive a killed job so the next run resumes. The
 # declared output is a marker holding the store's content digest (murk.workflow).
 MARK = "python -m murk.workflow mark {output}"
-READOUT_PARAMS = dict(model=lambda wc: SLUG2MODEL[wc.slug], device=DEVICE, n_verbal=config.get("n_verbal_items", 0))
-READOUT_ARGS = "-p model {params.model} {params.device} -p n_verbal_items {params.n_verbal}"
+READOUT_PARAMS = dict(model=lambda wc: SLUG2MODEL[wc.slug], device=DEVICE, n_verbal=config.get("n_verbal_items", 0),
+                      trust=bool(config.get("trust_remote_code", False)), pickle=bool(config.get("allow_pickle", False)))
+READOUT_ARGS = ("-p model {params.model} {params.device} -p n_verbal_items {params.n_verbal}"
+                " -p trust_remote_code {params.trust} -p allow_pickle {params.pickle}")
 
 # shard_size: null -> one read-out job per model; an integer -> one job per (model, shard),
 # each writing its own store, merged by the analyse stage. Finished shards are never redone.

@@ -74,7 +74,8 @@ if len(span):
         depth_revision=current.get("depth_revision", ""), pipeline_check=int(vlm.is_pipeline_check),
         n_visual_tokens=int(vlm.n_visual_tokens), depth_approximate=current["depth_approximate"],
         ignored_generation_settings=json.dumps(vlm.ignored_generation_settings, sort_keys=True),
-        eos_token_ids=json.dumps(sorted(vlm.eos_token_ids)))
+        eos_token_ids=json.dumps(sorted(vlm.eos_token_ids)),
+        trust_remote_code=int(bool(trust_remote_code)), allow_pickle=int(bool(allow_pickle)))
     if vlm.is_pipeline_check:
         attrs["note"] = "PIPELINE CHECK: tiny randomly initialised checkpoint; numbers carry no meaning"
     elif current["depth_approximate"]:

@@ -37,9 +37,12 @@
 # %% tags=["parameters"]
 models = ["murk-tiny/smolvlm", "murk-tiny/qwen3vl"]   # models whose read-out stores form the cube
 shard_size = None     # the read-outs' shard size (None: one store per model)
+monitor_sensitivity_items = 20   # items on which the monitor is re-run with a wrong depth (0: skip)
 output_dir = None
 
 # %%
+import inspect
+import json
 import os
 import warnings
 from pathlib import Path
@@ -47,9 +50,10 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 from IPython.display import Image, Markdown, display
+from tqdm.auto import tqdm
 
 from murk import analysis, claims, config, cube, depth, figures, items, metrics, monitor, nominal, paper, paths
-from murk import physics, prompts, render
+from murk import physics, prompts, readout, render
 from murk.paper import (fmt, fmt_crossing, fmt_estimate, fmt_interval, fmt_level, fmt_list, fmt_range, fmt_visibility,
                         fmt_visibility_interval)
 
@@ -88,7 +92,15 @@ def not_computed(what: str) -> str:
     return paper.markdown_table([{"note": f"{paper.NOT_COMPUTED}: {what}"}])
 
 
-name = figures.short_name      # display name of a model
+LOW_MASS: list[str] = []       # models whose first token is not the answer (option mass below the threshold)
+DAGGER = "†"                   # their mark in every table, figure legend and sentence
+
+
+def name(m: str) -> str:
+    """Display name of a model, with the † of a model whose median clean option mass is below the threshold."""
+    return figures.short_name(m) + (f" {DAGGER}" if str(m) in LOW_MASS else "")
+
+
 key = paths.model_slug         # a model in numbers keys
 
 
@@ -143,6 +155,44 @@ if PIPELINE_CHECK:
     display(Markdown("**" + full.attrs["note"] + "**"))
 
 # %% [markdown]
+# Is the first generated token the answer? The answer and c_int are the option
+# letters' share of the first-token distribution, so a model that puts little
+# of its first-token probability on the letters (a wrong template or prefill, a
+# first token such as `(`, `**` or `The`, random weights) is answering from a
+# sliver of its distribution. The median option mass on clean images per model
+# and task (`murk.analysis.median_option_mass`) goes into the models table; a
+# model below `murk.readout.OPTION_MASS_MIN` is marked † wherever it appears and
+# its results are not interpreted (the read-out stage warned about it).
+
+# %%
+option_mass = analysis.median_option_mass(ds)            # (model, task = t2, t3)
+LOW_MASS[:] = analysis.low_option_mass(ds)
+
+
+def fmt_mass(x: float) -> str:
+    """An option mass: two decimals, or two significant digits in powers of ten below 0.01."""
+    return "n/a" if not np.isfinite(x) else f"{x:.1e}" if x < 0.01 else f"{x:.2f}"
+
+
+for m in VLMS:
+    for t in ("t2", "t3"):
+        record(f"option_mass.{key(m)}.{t}", fmt_mass(float(option_mass.sel(model=m, task=t))))
+record("option_mass.threshold", f"{readout.OPTION_MASS_MIN:g}")
+record("option_mass.low_models", ", ".join(figures.short_name(m) for m in LOW_MASS))
+low_pc = [m for m in LOW_MASS if bool(ds["pipeline_check"].sel(model=m))]
+record("option_mass.footnote", (
+    f"{DAGGER} Median first-token probability on the option letters on clean images below "
+    f"{readout.OPTION_MASS_MIN:g} (t2 or t3) for {fmt_list(figures.short_name(m) for m in LOW_MASS)}: the answer "
+    f"and internal confidence of {'this model' if len(LOW_MASS) == 1 else 'these models'} rest on a small part of "
+    "the first-token distribution; their results are not interpreted"
+    + (" (expected of random-weight checkpoints: " + fmt_list(figures.short_name(m) for m in low_pc) + ")"
+       if low_pc else "") + "."
+    if LOW_MASS else
+    f"Every model puts a median of at least {readout.OPTION_MASS_MIN:g} of its first-token probability on the "
+    "option letters on clean images (t2 and t3): its first token is the answer."))
+print(option_mass.to_pandas())
+
+# %% [markdown]
 # What was run: the models, the items and the provenance the paper's colophon
 # prints; the depth backend actually used, said in words for Methods.
 
@@ -180,12 +230,14 @@ record("pipeline_check_note", (
 
 # %%
 #| label: tbl-models
-#| tbl-cap: "Models, revisions and visual tokens per image."
+#| tbl-cap: "Models, revisions, visual tokens per image and the median first-token probability on the option letters on clean images (option mass, t2 / t3); † marks a model below the threshold."
 show_table(paper.markdown_table([
-    {"model": f"`{m}`", "revision": f"`{str(rev)[:12] or 'n/a'}`", "visual tokens / image": str(int(nv)),
+    {"model": f"`{m}`" + (f" {DAGGER}" if str(m) in LOW_MASS else ""), "revision": f"`{str(rev)[:12] or 'n/a'}`",
+     "visual tokens / image": str(int(nv)),
+     "option mass (clean, t2 / t3)": f"{numbers[f'option_mass.{key(m)}.t2']} / {numbers[f'option_mass.{key(m)}.t3']}",
      "pipeline check": "yes (tiny random weights)" if bool(p) else "no"}
     for m, rev, nv, p in zip(ds["model"].values, ds["model_revision"].values, ds["n_visual_tokens"].values,
-                             ds["pipeline_check"].values)]), "models")
+                             ds["pipeline_check"].values)]) + f"\n{numbers['option_mass.footnote']}\n", "models")
 
 # %% [markdown]
 # Bad input (a missing or undecodable image, a missing depth map) is recorded per
@@ -280,6 +332,18 @@ record("cfg.chance_t2", f"{CHANCE['t2']:g}")
 record("cfg.chance_t3", f"{CHANCE['t3']:g}")
 record("cfg.confident_threshold", f"{sc.attrs['confident_threshold']:g}")
 record("cfg.confident_max_v_m", fmt_level(sc.attrs["confident_max_visibility_m"]))
+record("cfg.ece_bins", int(inspect.signature(analysis.confidence_scores).parameters["n_bins"].default))
+record("cfg.value_dtype", f"`{np.dtype(cube.VALUE_DTYPE).name}`")
+record("cfg.option_mass_min", f"{readout.OPTION_MASS_MIN:g}")
+record("cfg.monitor_quantile", f"{monitor.QUANTILE:g}")
+record("cfg.monitor_far_fraction", f"{monitor.FAR_FRACTION:.4g}")
+record("cfg.monitor_t_min", f"{monitor.T_RELIABLE[0]:g}")
+record("methods.verbal_grammar", (
+    "The verbalized confidence is the integer from 0 to 100 after “Confidence:” (label variants such as "
+    "“Confidence level:”, Markdown emphasis, a “%” or “/100” allowed; decimals, fractions and values out of range "
+    "are missing; an echoed “0 to 100” is skipped), divided by 100 (`murk.readout.parse_verbal_confidence`); a "
+    f"continuation that reaches the {cfg['readout']['verbal_max_new_tokens']}-token limit with its number at the very "
+    "end counts as missing, because the cut may have removed digits"))
 
 physical = [a for a in cube.PHYSICAL_ARMS if a in sc["arm"].values]
 for m in VLMS:
@@ -412,7 +476,7 @@ display(Markdown("\n\n".join(numbers[f"finding.rq1.{arm}.t2"] for arm in physica
 # %%
 #| label: fig-accuracy-t2
 #| fig-cap: "t2 accuracy against visibility in the fog and underwater arms, clean image at the left edge; bands: bootstrap intervals; dashed: chance; dotted: each model's blank-image accuracy."
-show(figures.plot_signal_vs_visibility(means, "correct", "t2", chance=CHANCE["t2"]), "accuracy_t2")
+show(figures.plot_signal_vs_visibility(means, "correct", "t2", chance=CHANCE["t2"], marked=LOW_MASS), "accuracy_t2")
 
 # %%
 #| label: tbl-crossings
@@ -448,6 +512,80 @@ show_table(paper.markdown_table(rows), "crossings")
 # (spec Table IV), the calibration (ECE, reliability diagrams), the
 # discrimination (AUROC) and the accuracy of confident answers complete the
 # picture.
+
+# %% [markdown]
+# Before reading the verbalized confidence, how often there is one: a
+# continuation is *parsed* when the grammar of `murk.readout.parse_verbal_confidence`
+# finds a confidence in it, and *cut* when it ran to the token limit instead of
+# ending (its `verbal_stop`; a number touching the cut counts as missing, because
+# the cut may have removed digits). The rates per model, arm, level and wording
+# (`murk.analysis.verbal_rates`, pooled over tasks) are kept in
+# `analysis/verbal_rates.nc`; the paper states them next to every verbal mean, and
+# a model that never gives a parseable confidence gets no mean at all.
+
+# %%
+rates = analysis.verbal_rates(ds)                        # (model, arm, level, wording): n_asked, parse_rate, limit_hit_rate
+rates_t = analysis.verbal_rates(ds, by_task=True)        # the same per task (t2, t3_true, t3_false)
+paper.write_text_atomic(TABLE_DIR / "verbal_rates.csv", rates.to_dataframe().to_csv())
+tmp = TABLE_DIR / ".verbal_rates.nc.tmp"
+rates.to_netcdf(tmp)
+os.replace(tmp, TABLE_DIR / "verbal_rates.nc")
+
+
+def pooled_rates(parts: list[xr.Dataset], dims) -> xr.Dataset:
+    """Parse and limit-hit rates of several blocks of verbal rates pooled over ``dims``, weighted by the
+    continuations asked."""
+    n = sum(r["n_asked"].sum(dims) for r in parts)
+    parsed = sum((r["parse_rate"] * r["n_asked"]).fillna(0).sum(dims) for r in parts)
+    cut = sum((r["limit_hit_rate"] * r["n_asked"]).sum(dims, min_count=1) for r in parts)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return xr.Dataset({"n_asked": n, "parse_rate": (parsed / n).where(n > 0),
+                           "limit_hit_rate": (cut / n).where(n > 0)})
+
+
+def rate_text(r) -> str:
+    """``parsed 0.90, cut 0.05`` of one cell of verbal rates (n/a where nothing was asked)."""
+    return f"parsed {fmt(float(r['parse_rate']))}, cut {fmt(float(r['limit_hit_rate']))}"
+
+
+# (model, wording) over the physical arms and every level; the clean image (level 0 of every arm) counted once
+all_rates = pooled_rates([rates.sel(arm=physical[0])] + [rates.sel(arm=a).isel(level=slice(1, None))
+                                                        for a in physical[1:]], ["level"])
+for m in VLMS:
+    k = key(m)
+    for w in rates["wording"].values:
+        for arm in physical:
+            for lab, lvl in (("clean", 0), ("end", END)):
+                cell = rates.sel(model=m, arm=arm, level=lvl, wording=w)
+                record(f"verbal.parse_rate.{k}.{arm}.{w}.{lab}", float(cell["parse_rate"]))
+                record(f"verbal.limit_hit_rate.{k}.{arm}.{w}.{lab}", float(cell["limit_hit_rate"]))
+                record(f"verbal.n_asked.{k}.{arm}.{w}.{lab}", int(cell["n_asked"]))
+        a = all_rates.sel(model=m, wording=w)
+        record(f"verbal.parse_rate.{k}.{w}.all", float(a["parse_rate"]))
+        record(f"verbal.limit_hit_rate.{k}.{w}.all", float(a["limit_hit_rate"]))
+        record(f"verbal.n_asked.{k}.{w}.all", int(a["n_asked"]))
+NO_VERBAL = [m for m in VLMS if int(all_rates["n_asked"].sel(model=m, wording="v1"))
+             and float(all_rates["parse_rate"].sel(model=m, wording="v1")) == 0.0]
+parts = []
+for m in VLMS:
+    a = all_rates.sel(model=m, wording="v1")
+    n, pr, hr = int(a["n_asked"]), float(a["parse_rate"]), float(a["limit_hit_rate"])
+    if not n:
+        parts.append(f"{name(m)} was asked for none")
+        continue
+    cut = (f"{fmt(hr)} were cut by the {cfg['readout']['verbal_max_new_tokens']}-token limit" if np.isfinite(hr)
+           else "whether they were cut by the token limit was not recorded")
+    parts.append(f"{name(m)}: no parseable confidence in {n} continuations, of which {cut}" if pr == 0 else
+                 f"of the {n} continuations of {name(m)}, a share of {fmt(pr)} held a parseable confidence and {cut}")
+record("finding.rq2.verbal_rates", (
+    "Verbalized confidence (main wording, both physical arms, every level and task; a number touching the cut "
+    "counts as missing): " + "; ".join(parts) + "."))
+record("finding.rq2.verbal_parse", (
+    f"{fmt_list(name(m) for m in NO_VERBAL)} gave no parseable confidence: "
+    f"{'its' if len(NO_VERBAL) == 1 else 'their'} verbalized confidence has no mean, and the figure's panels say so."
+    if NO_VERBAL else "Every model produced a parseable verbalized confidence."))
+display(Markdown(numbers["finding.rq2.verbal_rates"] + " " + numbers["finding.rq2.verbal_parse"]))
+rates.sel(wording="v1").to_dataframe()[["n_asked", "parse_rate", "limit_hit_rate"]].unstack("level").round(2)
 
 # %%
 SIGNAL_WORDS = {"c_int": "internal confidence", "verbal_conf": "verbalized confidence",
@@ -517,46 +655,50 @@ for arm in physical:
         + "."))
     for ro in ("c_int", "verbal_conf"):
         record(f"range.{ro}.end.{arm}.t2", fmt_range(means["mean"].sel(**end, readout=ro).values))
-no_verbal = [name(m) for m in VLMS if not np.isfinite(
-    means["mean"].sel(model=m, arm=physical, task="t2", readout="verbal_conf").values).any()]
-record("finding.rq2.verbal_parse", (
-    f"No parseable verbalized confidence was produced by {fmt_list(no_verbal)}; the figure's panels say so."
-    if no_verbal else "Every model produced a parseable verbalized confidence."))
 display(Markdown("\n\n".join(numbers[k] for k in numbers if k.startswith("finding.rq2."))))
 
 # %%
 #| label: fig-confidence-t2
 #| fig-cap: "Internal confidence (solid) against visibility with accuracy (thin dashed) for reference, t2; bands: bootstrap intervals; dashed grey: chance; dotted: blank image."
-show(figures.plot_signal_vs_visibility(means, "c_int", "t2", chance=CHANCE["t2"], reference="correct"), "confidence_t2")
+show(figures.plot_signal_vs_visibility(means, "c_int", "t2", chance=CHANCE["t2"], reference="correct",
+                                      marked=LOW_MASS), "confidence_t2")
 
 # %%
 #| label: fig-verbal-t2
 #| fig-cap: "Verbalized confidence (solid) against visibility with accuracy (thin dashed), t2; a panel names the models whose verbalized confidence could not be parsed."
-show(figures.plot_signal_vs_visibility(means, "verbal_conf", "t2", chance=CHANCE["t2"], reference="correct"), "verbal_t2")
+show(figures.plot_signal_vs_visibility(means, "verbal_conf", "t2", chance=CHANCE["t2"], reference="correct",
+                                      marked=LOW_MASS), "verbal_t2")
 
 # %%
 #| label: fig-blind-spot-t2
 #| fig-cap: "Blind-spot widths W of the four awareness signals with bootstrap intervals, t2; the legend names the marks that occur (crossings, lower and upper bounds); W is undefined where accuracy does not cross."
-show(figures.plot_blind_spot_widths(cross, "t2"), "blind_spot_t2")
+show(figures.plot_blind_spot_widths(cross, "t2", marked=LOW_MASS), "blind_spot_t2")
 
 # %%
 #| label: tbl-end-of-sweep
-#| tbl-cap: "At the end of the sweep: accuracy, mean internal and verbalized confidence and ECE of the internal confidence with bootstrap intervals, t2 (spec Table IV)."
+#| tbl-cap: "At the end of the sweep: accuracy, mean internal and verbalized confidence and ECE of the internal confidence with bootstrap intervals, t2 (spec Table IV); parsed / cut: the shares of the verbal continuations with a parseable confidence and of those cut by the token limit."
+def verbal_mean(r, *mean) -> str:
+    """A verbal mean with its interval, or "no parseable confidence" where none was parsed."""
+    return "no parseable confidence" if float(r["n_asked"]) and float(r["parse_rate"]) == 0 else fmt_estimate(*mean)
+
+
 rows = []
 for m in VLMS:
     for arm in physical:
         cell = dict(model=m, arm=arm, level=END, task="t2")
+        r_ = rates_t.sel(model=m, arm=arm, level=END, task="t2", wording="v1")
         rows.append({"model": name(m), "arm": arm, "V (m)": fmt_level(VIS[END]),
                      "accuracy": fmt_estimate(*est("mean", **cell, readout="correct")),
                      "mean c_int": fmt_estimate(*est("mean", **cell, readout="c_int")),
-                     "mean verbal": fmt_estimate(*est("mean", **cell, readout="verbal_conf")),
+                     "mean verbal": verbal_mean(r_, *est("mean", **cell, readout="verbal_conf")),
+                     "verbal parsed / cut": f"{fmt(float(r_['parse_rate']))} / {fmt(float(r_['limit_hit_rate']))}",
                      "ECE c_int": fmt_estimate(*est("ece", **cell, confidence="c_int"))})
 show_table(paper.markdown_table(rows), "end-of-sweep")
 
 # %%
 #| label: fig-reliability-t2
 #| fig-cap: "Reliability diagrams of the internal confidence over the degraded levels, t2; marker area: share of the answers in the bin; grey: confidence of at least 0.9."
-show(figures.plot_reliability(sc, "t2"), "reliability_t2")
+show(figures.plot_reliability(sc, "t2", marked=LOW_MASS), "reliability_t2")
 
 # %% [markdown]
 # Confident errors: pooled over the murky levels of both arms, how often an
@@ -650,12 +792,12 @@ display(Markdown("\n\n".join(numbers[k] for k in numbers if k.startswith("findin
 # %%
 #| label: fig-abstain-t2
 #| fig-cap: "Abstain rate with the main wording (solid) against visibility with accuracy (thin dashed), t2."
-show(figures.plot_signal_vs_visibility(means, "abstain", "t2", reference="correct"), "abstain_t2")
+show(figures.plot_signal_vs_visibility(means, "abstain", "t2", reference="correct", marked=LOW_MASS), "abstain_t2")
 
 # %%
 #| label: fig-abstain2-t2
 #| fig-cap: "Abstain rates with the main wording (solid) and with “I don't know” (dashed), with accuracy (dotted), one row per model, t2."
-show(figures.plot_abstain_comparison(means, "t2", chance=CHANCE["t2"]), "abstain2_t2")
+show(figures.plot_abstain_comparison(means, "t2", chance=CHANCE["t2"], marked=LOW_MASS), "abstain2_t2")
 
 # %% [markdown]
 # The wording of the verbalized-confidence request (spec Table VI): only the
@@ -664,7 +806,8 @@ show(figures.plot_abstain_comparison(means, "t2", chance=CHANCE["t2"]), "abstain
 
 # %%
 #| label: tbl-verbal-wordings
-#| tbl-cap: "Verbalized confidence under the request wordings v1–v3 on the items asked all three, t2, fog (spec Table VI)."
+#| tbl-cap: "Verbalized confidence under the request wordings v1–v3 on the items asked all three, t2, fog (spec Table VI): mean, and the shares of the continuations with a parseable confidence (parsed) and cut by the token limit (cut)."
+WORDINGS = [w for w in analysis.VERBAL_WORDING_READOUTS if analysis.VERBAL_WORDING_READOUTS[w][0] in ds["readout"].values]
 if "verbal_conf_v2" not in ds["readout"].values:
     md = not_computed("this cube has no verbal wording variants")
 else:
@@ -672,16 +815,27 @@ else:
     for m in VLMS:
         asked = (ds["verbal_text_v2"].sel(model=m, arm="fog", level=0, task="t2") != "").values
         if not asked.any():
-            rows.append({"model": name(m), "V (m)": "–", "items": "0", "t2 accuracy": "–", "v1": "–", "v2": "–",
-                         "v3": "–"})
+            rows.append({"model": name(m), "V (m)": "–", "items": "0", "t2 accuracy": "–"}
+                        | {f"{w}{c}": "–" for w in WORDINGS for c in ("", " parsed", " cut")})
             continue
+        sub = ds.sel(model=[m]).isel(image=np.flatnonzero(asked))
+        r_sub = analysis.verbal_rates(sub, by_task=True).sel(model=m, arm="fog", task="t2")
         for v in (np.inf, 62.5, 15.625, 7.8125, 3.90625, 1.953125):
             lvl = 0 if not np.isfinite(v) else level_of(v)
-            cell = ds["value"].sel(model=m, arm="fog", level=lvl, task="t2").isel(image=np.flatnonzero(asked))
-            mean = lambda ro: fmt(float(cell.sel(readout=ro).mean(skipna=True)))  # noqa: E731
-            rows.append({"model": name(m), "V (m)": fmt_level(VIS[lvl]), "items": str(int(asked.sum())),
-                         "t2 accuracy": mean("correct"), "v1": mean("verbal_conf"), "v2": mean("verbal_conf_v2"),
-                         "v3": mean("verbal_conf_v3")})
+            cell = sub["value"].sel(model=m, arm="fog", level=lvl, task="t2")
+            mean = lambda ro: float(cell.sel(readout=ro).mean(skipna=True))  # noqa: E731
+            row = {"model": name(m), "V (m)": fmt_level(VIS[lvl]), "items": str(int(asked.sum())),
+                   "t2 accuracy": fmt(mean("correct"))}
+            for w in WORDINGS:
+                r_ = r_sub.sel(level=lvl, wording=w)
+                row[w] = ("none parsed" if float(r_["n_asked"]) and float(r_["parse_rate"]) == 0
+                          else fmt(mean(analysis.VERBAL_WORDING_READOUTS[w][0])))
+                row[f"{w} parsed"] = fmt(float(r_["parse_rate"]))
+                row[f"{w} cut"] = fmt(float(r_["limit_hit_rate"]))
+                if lvl == 0:
+                    record(f"verbal.wording.parse_rate.{key(m)}.{w}.clean", float(r_["parse_rate"]))
+                    record(f"verbal.wording.limit_hit_rate.{key(m)}.{w}.clean", float(r_["limit_hit_rate"]))
+            rows.append(row)
     md = paper.markdown_table(rows)
 show_table(md, "verbal-wordings")
 
@@ -718,22 +872,38 @@ if nominal_file.is_file():
     record("nominal.spread_range", fmt_range(tab["spread_p90_p10"], digits=1))
     record("nominal.monotone_share", 100 * tab.attrs["monotone_share"], 0)
     record("nominal.n_images", int(nds.sizes["image"]))
+    REASON_COLS = {"several_roots": "several roots", "outside_0_1": "gain ∉ (0, 1)", "no_root": "no root",
+                   "saturated": "saturated", "undefined": "undefined", "missing_input": "no input"}
+    shown_reasons = [r_ for r_ in REASON_COLS if f"n_{r_}" in tab and int(tab[f"n_{r_}"].sum())]
     md = paper.markdown_table([
         {"ImageNet-C severity": str(s), "median V_eq (gain), m": fmt(r.median_v_eq_gain_m, 0),
          "P90/P10 across images": (fmt(r.spread_p90_p10, 1) + "×") if np.isfinite(r.spread_p90_p10) else "n/a",
          "median V_eq (std ratio), m": fmt(r.median_v_eq_std_ratio_m, 0), "images": str(int(r.n_images))}
+        | {f"removed: {REASON_COLS[r_]}": str(int(r[f"n_{r_}"])) for r_ in shown_reasons}
         for s, r in tab.iterrows()])
     md += (f"\nShare of images whose gain-matched V_eq decreases monotonically over severities "
            f"{tab.index.min()}–{tab.index.max()}: {fmt(100 * tab.attrs['monotone_share'], 0)} % (of "
            f"{tab.attrs['monotone_n']} images with a V_eq at every severity). Depth: {nds.attrs.get('depth_backend')}"
            + (" (approximate: metres rest on the assumed depth scale)." if int(nds.attrs.get("depth_approximate", 0))
               else "."))
-    removed = {k: int(v) for k, v in tab.attrs.get("removed", {}).items() if int(v)}
-    record("nominal.removed", (fmt_list(f"{v} for {k.replace('_', ' ')}" for k, v in removed.items())
-                               if removed else "none"))
-    if "n_pairs" in tab.attrs:
-        md += (f" Of the {tab.attrs['n_pairs']} image–severity pairs, the equivalent visibility is undefined for "
-               f"{numbers['nominal.removed']}.")
+    REASON_WORDS = {"several_roots": "several roots (a non-monotone fog curve crosses the target more than once)",
+                    "outside_0_1": "a gain outside (0, 1)", "no_root": "no root within the bracket",
+                    "saturated": "a saturated rendering", "undefined": "an undefined statistic",
+                    "missing_input": "no input (bad image or depth)"}
+    all_removed = {k: int(v) for k, v in tab.attrs.get("removed", {}).items()}
+    for k, v in all_removed.items():
+        record(f"nominal.removed.{k}", v)
+    removed = {k: v for k, v in all_removed.items() if v}
+    record("nominal.removed.total", sum(all_removed.values()))
+    record("nominal.n_pairs", int(tab.attrs.get("n_pairs", nds["v_eq_gain_m"].size)))
+    record("nominal.removed", (fmt_list(f"{v} for {REASON_WORDS.get(k, k.replace('_', ' '))}"
+                                        for k, v in removed.items()) if removed else "none"))
+    n_curve = int(tab.attrs.get("n_curve_images", -1))
+    record("nominal.curve_non_monotone", (
+        f"{tab.attrs['n_curve_non_monotone']} of {n_curve} images have a gain fog curve that rises somewhere going "
+        "murkier" if n_curve >= 0 else "whether the gain fog curves are monotone was not recorded"))
+    md += (f" Of the {numbers['nominal.n_pairs']} image–severity pairs, the equivalent visibility is undefined for "
+           f"{numbers['nominal.removed']}; {numbers['nominal.curve_non_monotone']}.")
     md += "\n"
 else:
     md = not_computed("the depth stage wrote no nominal equivalence (analysis/nominal_equivalence.nc)")
@@ -791,7 +961,7 @@ display(Markdown(numbers["finding.rq4.t2"]))
 #| label: fig-nominal
 #| fig-cap: "Nominal ImageNet-C severities placed at their median equivalent visibility on each model's fog curve, t2; the severities are numbered above the axes."
 if np.isfinite(veq_median).any():
-    fig = figures.plot_nominal_vs_physical(means, veq_median, "t2", chance=CHANCE["t2"])
+    fig = figures.plot_nominal_vs_physical(means, veq_median, "t2", chance=CHANCE["t2"], marked=LOW_MASS)
 else:
     fig = figures.placeholder(f"nominal equivalence: {paper.NOT_COMPUTED}")
 show(fig, "nominal_t2")
@@ -848,12 +1018,12 @@ display(Markdown("\n\n".join(numbers[k] for k in numbers if k.startswith("findin
 # %%
 #| label: fig-accuracy-t3
 #| fig-cap: "t3 (verification) accuracy against visibility; conventions as for t2."
-show(figures.plot_signal_vs_visibility(means, "correct", "t3", chance=CHANCE["t3"]), "accuracy_t3")
+show(figures.plot_signal_vs_visibility(means, "correct", "t3", chance=CHANCE["t3"], marked=LOW_MASS), "accuracy_t3")
 
 # %%
 #| label: fig-blind-spot-t3
 #| fig-cap: "Blind-spot widths W of the four awareness signals, t3."
-show(figures.plot_blind_spot_widths(cross, "t3"), "blind_spot_t3")
+show(figures.plot_blind_spot_widths(cross, "t3", marked=LOW_MASS), "blind_spot_t3")
 
 # %% [markdown]
 # The same views for t3 and the remaining signals are written as files for
@@ -862,9 +1032,10 @@ show(figures.plot_blind_spot_widths(cross, "t3"), "blind_spot_t3")
 # %%
 for ro, fname in (("c_int", "confidence"), ("verbal_conf", "verbal"), ("abstain", "abstain")):
     figures.save(figures.plot_signal_vs_visibility(means, ro, "t3", chance=CHANCE["t3"] if ro != "abstain" else None,
-                                                   reference="correct"), FIG_DIR, f"{fname}_t3", PIPELINE_CHECK)
-figures.save(figures.plot_reliability(sc, "t3"), FIG_DIR, "reliability_t3", PIPELINE_CHECK)
-figures.save(figures.plot_abstain_comparison(means, "t3", chance=CHANCE["t3"]), FIG_DIR, "abstain2_t3", PIPELINE_CHECK)
+                                                   reference="correct", marked=LOW_MASS), FIG_DIR, f"{fname}_t3", PIPELINE_CHECK)
+figures.save(figures.plot_reliability(sc, "t3", marked=LOW_MASS), FIG_DIR, "reliability_t3", PIPELINE_CHECK)
+figures.save(figures.plot_abstain_comparison(means, "t3", chance=CHANCE["t3"], marked=LOW_MASS), FIG_DIR,
+             "abstain2_t3", PIPELINE_CHECK)
 
 # %% [markdown]
 # Monotonicity: for each series, the adjacent level pairs that move the wrong
@@ -993,9 +1164,9 @@ show(fig, "examples_t2")
 
 # %%
 HAS_MONITOR = monitor.MONITOR_ID in full["model"].values
+mid_band = (VIS[1:] >= 3.9) & (VIS[1:] <= 62.5)   # the monitor's band (issue 9's criterion)
 if HAS_MONITOR:
     vhat = full["value"].sel(model=monitor.MONITOR_ID, task="t2", readout="visibility_hat_m")   # (arm, level, image)
-    mid_band = (VIS[1:] >= 3.9) & (VIS[1:] <= 62.5)
     band = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -1007,6 +1178,21 @@ if HAS_MONITOR:
                          within)
 record("monitor.band", f"{fmt_level(VIS[1:][mid_band].max())}–{fmt_level(VIS[1:][mid_band].min())}" if HAS_MONITOR
        else paper.NOT_COMPUTED)
+OPAQUE = {}   # arm -> share of the monitor's estimates that are upper bounds (opaque), per sweep level
+if HAS_MONITOR:
+    mon_t2 = full["value"].sel(model=monitor.MONITOR_ID, task="t2")
+    # false abstentions: the clean image is as clear as it gets, so every abstention there is a false one
+    a0 = mon_t2.sel(arm="fog", level=0, readout="abstain").values
+    ok0 = np.isfinite(a0)
+    record("monitor.false_abstain_clean", float(np.mean(a0[ok0] == 1)) if ok0.any() else np.nan)
+    record("monitor.false_abstain_clean.count", f"{int(np.sum(a0[ok0] == 1))}/{int(ok0.sum())}")
+    for arm in cube.PHYSICAL_ARMS:
+        code = mon_t2.sel(arm=arm, readout="visibility_hat_censored").isel(level=slice(1, None)).values  # (level, image)
+        with np.errstate(invalid="ignore"):
+            OPAQUE[arm] = np.array([np.mean(c[np.isfinite(c)] == -1) if np.isfinite(c).any() else np.nan for c in code])
+        for k_, v in enumerate(VIS[1:]):
+            record(f"monitor.opaque_share.{arm}.{paper.level_label(v)}", 100 * OPAQUE[arm][k_], 0)
+        record(f"monitor.opaque_share.{arm}.end", 100 * OPAQUE[arm][-1], 0)
 record("monitor.threshold_m", monitor.DEFAULT_THRESHOLD_M, 1)
 if not HAS_MONITOR:
     for arm in cube.PHYSICAL_ARMS:
@@ -1023,7 +1209,7 @@ else:
 
 # %%
 #| label: tbl-monitor-accuracy
-#| tbl-cap: "Accuracy of the monitor's visibility estimate per level; on the ImageNet-C severities, the share of images whose estimate lies within a factor of two of their own gain-matched equivalent visibility."
+#| tbl-cap: "Accuracy of the monitor's visibility estimate per level; upper bounds: the share of estimates where most usable pixels are opaque, so that V̂ only bounds V from above (the monitor then abstains); on the ImageNet-C severities, the share of images whose estimate lies within a factor of two of their own gain-matched equivalent visibility."
 if HAS_MONITOR:
     rows = []
     for arm in cube.PHYSICAL_ARMS:
@@ -1031,7 +1217,8 @@ if HAS_MONITOR:
         for k_, v in enumerate(VIS[1:]):
             rows.append({"arm": arm, "V (m)": fmt_level(v), "median V̂ (m)": fmt_visibility(q[1, k_]),
                          "P10–P90 (m)": fmt_visibility_interval(q[0, k_], q[2, k_]) or "n/a",
-                         "within ×2 (%)": fmt(100 * float(np.nanmean(within[k_])), 0)})
+                         "within ×2 (%)": fmt(100 * float(np.nanmean(within[k_])), 0),
+                         "upper bounds (%)": fmt(100 * OPAQUE[arm][k_], 0)})
     sev = full["value"].sel(model=monitor.MONITOR_ID, arm="imagenet_c", task="t2", readout="visibility_hat_m")
     veq = {}
     if nominal_file.is_file():
@@ -1045,7 +1232,7 @@ if HAS_MONITOR:
             row = {"arm": "imagenet_c", "V (m)": f"severity {s}", "median V̂ (m)": fmt_visibility(medians[-1]),
                    "P10–P90 (m)": (fmt_visibility_interval(*np.nanpercentile(v_s, [10, 90])) if np.isfinite(v_s).any()
                                    else "n/a"),
-                   "within ×2 (%)": "–"}
+                   "within ×2 (%)": "–", "upper bounds (%)": "–"}
             if s in veq:
                 ratio = v_s / veq[s].sel(image=full["image"].values).values
                 ok = np.isfinite(ratio)
@@ -1165,11 +1352,146 @@ else:
 show_table(md, "monitor-gate")
 
 # %% [markdown]
+# The monitor is given the depth map used to render the degradations: an
+# oracle, which a deployed monitor would not have. How much does a wrong depth
+# cost? The first `monitor_sensitivity_items` items are rendered again from the
+# depth cache and estimated with the depth scaled by κ = 0.5 and 2 (a global
+# scale error: V̂ should scale by κ exactly) and with a constant depth (murk's
+# offline backend, an error in the depth's *shape*), against the oracle: the
+# share of V̂ within a factor of two of V over the monitor's band, the median
+# ratio to the oracle's V̂, how often the gate's decision changes, and the clean
+# images below the gate (false abstentions).
+
+# %%
+#| label: tbl-monitor-depth
+#| tbl-cap: "The monitor given a wrong depth, against the rendering depth (oracle), on the first items: share of V̂ within a factor of two of V over the monitor's band, median V̂ over the oracle's V̂, share of (image, level) cells whose gate decision changes, and clean images below the gate."
+try:
+    current = depth.current_depth(output_dir)
+except FileNotFoundError:  # a cube analysed without its depth stage
+    current = None
+n_sens = min(int(monitor_sensitivity_items or 0), len(table)) if current is not None and "file_name" in table else 0
+SENS = {"oracle": ("oracle (rendering depth)", lambda z: z), "kappa_0.5": ("depth × κ = 0.5", lambda z: 0.5 * z),
+        "kappa_2": ("depth × κ = 2", lambda z: 2.0 * z),
+        "constant": (f"constant {depth.CONSTANT_DEPTH_M:g} m", lambda z: np.full(z.shape, depth.CONSTANT_DEPTH_M,
+                                                                                   np.float32))}
+THR = monitor.DEFAULT_THRESHOLD_M
+sens = {}   # (arm, variant) -> dict of V̂ (image, level), codes, clean V̂ and codes
+partner_ = items.shuffled_partner(len(table), cfg["items"].get("shuffle_offset", 37)) if n_sens else None
+for i in tqdm(range(n_sens), desc="monitor depth sensitivity", unit="img") if n_sens else []:
+    try:
+        x = render.item_inputs(table, i, partner_[i], meta["image_dir"], current["path"], cfg)
+    except (FileNotFoundError, ValueError, OSError):  # bad input, recorded as missing in the cube
+        continue
+    for arm, sweep in (("fog", physics.fog_sweep), ("underwater", physics.underwater_sweep)):
+        shown = [x["image"]] + list(sweep(x["image"], x["depth_m"], VIS[1:]))
+        for k_, (_, f) in SENS.items():
+            d = [monitor.estimate_visibility_details(im, f(x["depth_m"]), arm) for im in shown]
+            r = sens.setdefault((arm, k_), {"v": [], "code": []})
+            r["v"].append([e["visibility_m"] for e in d])
+            r["code"].append([e["censored_code"] for e in d])
+rows = []
+for (arm, k_), r in sens.items():
+    v, code = np.asarray(r["v"], float), np.asarray(r["code"], float)         # (image, clean + levels)
+    o = sens[(arm, "oracle")]
+    vo, co = np.asarray(o["v"], float), np.asarray(o["code"], float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        within = np.abs(np.log2(v[:, 1:] / VIS[1:])) <= 1
+        rel = np.nanmedian(v[:, 1:] / vo[:, 1:])
+    gate, gate_o = monitor.gate_decisions(v[:, 1:], THR, code[:, 1:]), monitor.gate_decisions(vo[:, 1:], THR, co[:, 1:])
+    clean_abstain = monitor.gate_decisions(v[:, 0], THR, code[:, 0])
+    record(f"monitor.depth.{k_}.{arm}.share_x2", 100 * float(np.mean(within[:, mid_band])), 0)
+    record(f"monitor.depth.{k_}.{arm}.ratio_to_oracle", float(rel), 2)
+    record(f"monitor.depth.{k_}.{arm}.gate_changed", 100 * float(np.mean(gate != gate_o)), 0)
+    record(f"monitor.depth.{k_}.{arm}.clean_abstain", f"{int(np.sum(clean_abstain))}/{len(v)}")
+    rows.append({"arm": arm, "depth given to the monitor": SENS[k_][0],
+                 f"within ×2, {numbers['monitor.band']} m (%)": numbers[f"monitor.depth.{k_}.{arm}.share_x2"],
+                 "median V̂ / oracle V̂": numbers[f"monitor.depth.{k_}.{arm}.ratio_to_oracle"],
+                 "gate changed (%)": "–" if k_ == "oracle" else numbers[f"monitor.depth.{k_}.{arm}.gate_changed"],
+                 "clean images abstained on": numbers[f"monitor.depth.{k_}.{arm}.clean_abstain"]})
+record("monitor.depth.n_items", len(sens.get(("fog", "oracle"), {"v": []})["v"]))
+record("monitor.depth.what", (
+    f"the offline `{ds.attrs['depth_backend']}` backend, itself a constant depth, so that the constant-depth row "
+    "equals the oracle here" if approximate else f"`{ds.attrs['depth_backend']}`"))
+if rows:
+    parts = []
+    for arm in cube.PHYSICAL_ARMS:
+        n_ = lambda k_, what: numbers[f"monitor.depth.{k_}.{arm}.{what}"]  # noqa: E731
+        parts.append(f"{ARM_WORDS[arm]}, V̂ is within a factor of two of V over {numbers['monitor.band']} m for "
+                     f"{n_('oracle', 'share_x2')} % of the image–level pairs with the oracle depth, "
+                     f"{n_('kappa_0.5', 'share_x2')} % and {n_('kappa_2', 'share_x2')} % with κ = 0.5 and 2 (median V̂ "
+                     f"over the oracle's V̂ {n_('kappa_0.5', 'ratio_to_oracle')} and {n_('kappa_2', 'ratio_to_oracle')}) "
+                     f"and {n_('constant', 'share_x2')} % with the constant depth, which changes the gate's decision "
+                     f"on {n_('constant', 'gate_changed')} % of the cells")
+    # a global depth factor kappa must move V̂ by kappa exactly (only beta * z enters the image formation)
+    scale_exact = all(abs(float(np.nanmedian(np.asarray(sens[(a, f'kappa_{k}')]['v'], float)[:, 1:]
+                                            / np.asarray(sens[(a, 'oracle')]['v'], float)[:, 1:])) / float(k) - 1) < 1e-3
+                      for a in cube.PHYSICAL_ARMS for k in ("0.5", "2"))
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        log_ratio = [np.log(np.asarray(sens[(a, "constant")]["v"], float)[:, 1:]
+                            / np.asarray(sens[(a, "oracle")]["v"], float)[:, 1:]) for a in cube.PHYSICAL_ARMS]
+        shape_changes = any(float(np.nanstd(r_)) > 0.01 for r_ in log_ratio)   # not one global factor
+    record("finding.monitor.depth", (
+        f"on the first {numbers['monitor.depth.n_items']} items (study depth: {numbers['monitor.depth.what']}), "
+        + "; ".join(parts) + ". "
+        + ("A global depth scale κ moves V̂ by κ and every crossing with it, and leaves W unchanged"
+           if scale_exact else "A global depth scale κ does not move V̂ by exactly κ here")
+        + ("; a wrong depth shape biases V̂ by a factor that differs between images and levels."
+           if shape_changes else "; the constant depth moves V̂ by one global factor at most here (the study's depth "
+           "is itself constant, or a constant times it).")))
+    md = paper.markdown_table(rows)
+else:
+    record("finding.monitor.depth", f"{paper.NOT_COMPUTED} (no depth cache, or monitor_sensitivity_items = 0).")
+    md = not_computed("no depth cache, or monitor_sensitivity_items = 0")
+display(Markdown(numbers["finding.monitor.depth"]))
+show_table(md, "monitor-depth")
+
+# %% [markdown]
 # ## Colophon and the numbers file
 #
 # The environment, then every key the paper cites that this run did not compute
 # is filled in as "not computed in this run" (so the paper says so instead of
 # failing), and the numbers file is written.
+
+# %% [markdown]
+# What murk ignored and how it loaded: decoding is greedy whatever a checkpoint's
+# generation configuration asks for, and the read-out stage recorded what it
+# asked for in each store's attributes (`ignored_generation_settings`), with the
+# loading options it was given (`trust_remote_code`, `allow_pickle`; both off
+# unless set by name).
+
+# %%
+def store_attrs(m: str) -> dict:
+    """The attributes of a model's read-out store (its first shard when sharded)."""
+    p = stores[m][0] if isinstance(stores[m], list) else stores[m]
+    with xr.open_zarr(p, consolidated=False) as z:
+        return dict(z.attrs)
+
+
+def setting_value(v) -> str:
+    return json.dumps(v) if isinstance(v, (bool, type(None), dict, list)) else f"{v:g}" if isinstance(v, float) else str(v)
+
+
+gen_parts, load_groups = [], {}
+for m in VLMS:
+    a = store_attrs(m)
+    raw = a.get("ignored_generation_settings")
+    try:
+        ignored = json.loads(raw) if isinstance(raw, str) else raw
+    except json.JSONDecodeError:
+        ignored = None
+    if ignored is None:
+        gen_parts.append(f"`{m}`: not recorded")
+    elif not ignored:
+        gen_parts.append(f"`{m}`: none (its generation configuration is greedy)")
+    else:
+        gen_parts.append(f"`{m}`: " + ", ".join(f"`{k} = {setting_value(v)}`" for k, v in sorted(ignored.items())))
+    opts = (", ".join(f"`{o} = {str(bool(int(a[o]))).lower()}`" for o in ("trust_remote_code", "allow_pickle"))
+            if all(o in a for o in ("trust_remote_code", "allow_pickle")) else "not recorded (an older store)")
+    load_groups.setdefault(opts, []).append(f"`{m}`")
+record("colophon.ignored_generation_settings", "; ".join(gen_parts))
+record("colophon.loading_options", "; ".join(f"{opts} for {fmt_list(ms)}" for opts, ms in load_groups.items()))
+print(numbers["colophon.ignored_generation_settings"], numbers["colophon.loading_options"], sep="\n")
 
 # %%
 for pkg, v in config.package_versions().items():

@@ -7,6 +7,13 @@ abstain option follows the errors while "I don't know" is never chosen (a wordin
 effect); the blank and shuffled controls are at chance; the ImageNet-C severities
 leave accuracy near its clean value and their equivalent visibilities lie far
 above the failure band.
+
+Read-out health (issue 12): model a puts 0.99 of its first-token probability on
+the option letters, gives a parseable verbalized confidence on nine images in ten
+(the tenth ends without one), and is asked the wordings v2/v3 on its first
+``N_VERBAL`` images; model b (a pipeline check) puts 0.3 there (below the 0.5
+threshold: it gets the †) and never gives a parseable confidence: every
+continuation runs to the token limit (``"Confidence: 1"`` cut).
 """
 
 from __future__ import annotations
@@ -23,6 +30,10 @@ MODELS = ["org/synthetic-a", "murk-tiny/synthetic-b"]   # the second is a pipeli
 N_IMAGES = 30
 V_HALF_M = {"fog": 12.0, "underwater": 25.0}
 V_EQ_M = (110.0, 82.0, 67.0, 65.0, 55.0)   # per severity, every image (nominal equivalence)
+OPTION_MASS = (0.99, 0.3)                  # per model: a healthy one, and one below the 0.5 threshold
+N_VERBAL = 10                              # images also asked the wordings v2, v3
+PARSE_RATE_A = 0.9                         # model a: every tenth image has no parseable confidence
+IGNORED_A = {"do_sample": True, "temperature": 0.7, "top_k": 20}   # model a's generation config asked for sampling
 
 
 def accuracy_curve(level: int, v_half: float, chance: float = 0.25) -> float:
@@ -45,10 +56,14 @@ def write_root(root: Path) -> Path:
     rng = np.random.default_rng(0)
     for k, model in enumerate(MODELS):
         store = paths.readout_store(model, root)
+        # model a records what its generation config asked for and its loading options; model b (a store of an
+        # older murk) records neither
+        extra = ({"ignored_generation_settings": json.dumps(IGNORED_A), "trust_remote_code": 0, "allow_pickle": 0}
+                 if k == 0 else {})
         cube.open_readout_store(store, table["image_id"], table["category"], {
             "config_hash": "c" * 64, "items_hash": "i" * 64, "model_id": model, "model_revision": "r",
             "depth_backend": "constant-13.8m", "depth_approximate": 1, "pipeline_check": k,
-            "n_visual_tokens": 64})
+            "n_visual_tokens": 64, "n_verbal_items": N_VERBAL, **extra})
         for i in range(N_IMAGES):
             res = {}
             for arm, lvl in cube.CONDITIONS:
@@ -60,9 +75,18 @@ def write_root(root: Path) -> Path:
                     r = {k_: np.nan for k_ in cube.READOUTS} | {k_: "" for k_ in cube.TEXT_READOUTS}
                     # c_int: 0.9 on correct answers, 0.9 or 1.0 on wrong ones (flat: it never crosses)
                     r.update({"answer": 0.0, "correct": ok, "c_int": 0.9 if ok else float(rng.choice([0.9, 1.0])),
-                              "verbal_conf": 0.9, "abstain": float(not ok and rng.random() < 0.9),
-                              "abstain2": 0.0, "option_mass": 0.99, "verbal_text": "A Confidence: 90",
-                              "top_token": "A"})
+                              "abstain": float(not ok and rng.random() < 0.9),
+                              "abstain2": 0.0, "option_mass": OPTION_MASS[k], "top_token": "A"})
+                    if k == 0:   # parsed on nine images in ten, always ended at end-of-sequence
+                        parsed = i % 10 != 0
+                        r.update({"verbal_conf": 0.9 if parsed else np.nan, "verbal_stop": 0.0,
+                                  "verbal_text": "A Confidence: 90" if parsed else "A"})
+                    else:        # cut by the token limit every time: missing
+                        r.update({"verbal_conf": np.nan, "verbal_stop": 1.0, "verbal_text": "A. car Confidence: 1"})
+                    if i < N_VERBAL:
+                        for w, v in (("v2", 0.8), ("v3", 0.7)):
+                            r.update({f"verbal_conf_{w}": v if k == 0 else np.nan, f"verbal_stop_{w}": float(k),
+                                      f"verbal_text_{w}": f"Confidence: {round(100 * v)}" if k == 0 else "Confidence: 1"})
                     res[(arm, lvl, task)] = r
             cube.write_image(store, i, res)
     veq = np.broadcast_to(np.asarray(V_EQ_M), (N_IMAGES, 5)) * rng.uniform(0.8, 1.25, (N_IMAGES, 5))

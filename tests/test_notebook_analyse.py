@@ -151,8 +151,8 @@ def test_changing_a_plot_argument_and_rerunning_the_cell_changes_the_figure(root
             client.execute_cell(cell, i)
         before = nb.cells[i_fig].outputs[0]["data"]["image/png"]
         file_before = (paths.figures_dir(work) / "accuracy_t2.png").read_bytes()
-        assert 'chance=CHANCE["t2"])' in nb.cells[i_fig].source
-        nb.cells[i_fig].source = nb.cells[i_fig].source.replace('chance=CHANCE["t2"])', 'chance=CHANCE["t2"], band=False)')
+        assert 'marked=LOW_MASS)' in nb.cells[i_fig].source
+        nb.cells[i_fig].source = nb.cells[i_fig].source.replace('marked=LOW_MASS)', 'marked=LOW_MASS, band=False)')
         client.execute_cell(nb.cells[i_fig], i_fig)
         after = nb.cells[i_fig].outputs[0]["data"]["image/png"]
     assert after != before

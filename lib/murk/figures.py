@@ -21,7 +21,8 @@ import xarray as xr  # noqa: E402
 
 from murk.paper import fmt_level  # noqa: E402
 
-__all__ = ["PALETTE", "model_colors", "short_name", "plot_signal_vs_visibility", "save", "SCENE_LEVELS_M",
+__all__ = ["LOW_MASS_MARK", "model_label", "PALETTE", "model_colors", "short_name", "plot_signal_vs_visibility",
+           "save", "SCENE_LEVELS_M",
            "PIPELINE_CHECK_MARK", "stamp_pipeline_check", "level_axis", "placeholder",
            "plot_scene_levels", "plot_reliability", "plot_abstain_comparison", "plot_blind_spot_widths",
            "plot_nominal_vs_physical", "plot_item_grid", "plot_monitor_accuracy"]
@@ -49,6 +50,16 @@ def model_colors(models) -> dict[str, str]:
 def short_name(model: str) -> str:
     """Display name: the last path component of a model id."""
     return str(model).rstrip("/").split("/")[-1]
+
+
+#: the mark of a model whose first token is not the answer (median clean option mass below
+#: :data:`murk.readout.OPTION_MASS_MIN`; :func:`murk.analysis.low_option_mass`)
+LOW_MASS_MARK = "†"
+
+
+def model_label(model: str, marked=()) -> str:
+    """Legend label of a model: :func:`short_name`, with `` †`` (:data:`LOW_MASS_MARK`) when it is in ``marked``."""
+    return short_name(model) + (f" {LOW_MASS_MARK}" if str(model) in {str(m) for m in marked} else "")
 
 
 #: the text of the pipeline-check mark stamped into figures of random-weight checkpoints
@@ -136,7 +147,7 @@ def _legend_below(fig, handles, ncol: int | None = None, rect_bottom: float = 0.
 def plot_signal_vs_visibility(means: xr.Dataset, readout: str, task: str = "t2",
                               arms=("fog", "underwater"), chance: float | None = None,
                               reference: str | None = None, title: str | None = None,
-                              empty_note: str | None = None, band: bool = True):
+                              empty_note: str | None = None, band: bool = True, marked=()):
     """Plot one signal against visibility, one panel per arm, one line per model.
 
     Parameters
@@ -159,6 +170,9 @@ def plot_signal_vs_visibility(means: xr.Dataset, readout: str, task: str = "t2",
     band : bool
         Draw the bootstrap intervals (bands; bars at the clean point), only
         where the point is defined.
+    marked : sequence of str, optional
+        Models labelled with a † (:func:`model_label`): those whose median clean
+        option mass is below the threshold (:func:`murk.analysis.low_option_mass`).
 
     Returns
     -------
@@ -184,7 +198,7 @@ def plot_signal_vs_visibility(means: xr.Dataset, readout: str, task: str = "t2",
                     drawn.update(("reference", str(model)))
             y = m["mean"].values
             if not np.isfinite(y).any():
-                empty.append(short_name(model))
+                empty.append(model_label(model, marked))
                 continue
             drawn.add(str(model))
             if band:
@@ -211,7 +225,7 @@ def plot_signal_vs_visibility(means: xr.Dataset, readout: str, task: str = "t2",
         ax.tick_params(axis="y", labelsize=FONT)
         ax.grid(alpha=0.3)
     axes[0, 0].set_ylabel(READOUT_LABELS.get(readout, readout) + f" ({task})", fontsize=9)
-    handles = [plt.Line2D([], [], color=colors[str(m)], marker="o", ms=3, lw=1.5, label=short_name(m))
+    handles = [plt.Line2D([], [], color=colors[str(m)], marker="o", ms=3, lw=1.5, label=model_label(m, marked))
                for m in means["model"].values if str(m) in drawn]
     if "reference" in drawn:
         handles.append(plt.Line2D([], [], color="0.4", ls="--", lw=0.9, label=READOUT_LABELS.get(reference, reference)))
@@ -227,7 +241,7 @@ def plot_signal_vs_visibility(means: xr.Dataset, readout: str, task: str = "t2",
 
 
 def plot_reliability(scores: xr.Dataset, task: str = "t2", confidence: str = "c_int",
-                     arms=("fog", "underwater")):
+                     arms=("fog", "underwater"), marked=()):
     """Reliability diagram (spec Fig. 5 style), one panel per arm, one line per model.
 
     Parameters
@@ -239,6 +253,9 @@ def plot_reliability(scores: xr.Dataset, task: str = "t2", confidence: str = "c_
     task : {"t2", "t3"}
     confidence : {"c_int", "verbal_conf"}
     arms : sequence of str
+    marked : sequence of str, optional
+        Models labelled with a † (:func:`model_label`): those whose median clean
+        option mass is below the threshold (:func:`murk.analysis.low_option_mass`).
 
     Returns
     -------
@@ -261,7 +278,7 @@ def plot_reliability(scores: xr.Dataset, task: str = "t2", confidence: str = "c_
             y = scores["reliability_accuracy"].sel(**sel).values
             ok = cnt > 0
             if not ok.any():
-                empty.append(short_name(m))
+                empty.append(model_label(m, marked))
                 continue
             share = cnt[ok] / cnt[ok].sum()
             c = colors[m]
@@ -276,7 +293,8 @@ def plot_reliability(scores: xr.Dataset, task: str = "t2", confidence: str = "c_
         ax.set_title(ARM_TITLES.get(arm, arm), fontsize=9)
         ax.grid(alpha=0.3)
     axes[0, 0].set_ylabel(f"accuracy in bin ({task})", fontsize=9)
-    handles = [plt.Line2D([], [], color=colors[m], marker="o", ms=4, lw=1.2, label=short_name(m)) for m in models]
+    handles = [plt.Line2D([], [], color=colors[m], marker="o", ms=4, lw=1.2, label=model_label(m, marked))
+               for m in models]
     handles += [plt.Line2D([], [], color="0.5", ls="--", lw=0.8, label="perfect calibration"),
                 matplotlib.patches.Patch(color="0.9", label="confidence ≥ 0.9")]
     fig.tight_layout()
@@ -285,7 +303,7 @@ def plot_reliability(scores: xr.Dataset, task: str = "t2", confidence: str = "c_
 
 
 def plot_abstain_comparison(means: xr.Dataset, task: str = "t2", arms=("fog", "underwater"),
-                            chance: float | None = None):
+                            chance: float | None = None, marked=()):
     """Abstain rate with the main wording, with "I don't know" and accuracy (spec Fig. 6 style).
 
     One row per model, one column per arm; log-V axis in metres from clear
@@ -302,6 +320,9 @@ def plot_abstain_comparison(means: xr.Dataset, task: str = "t2", arms=("fog", "u
     arms : sequence of str
     chance : float, optional
         Chance accuracy, drawn as a thin grey line.
+    marked : sequence of str, optional
+        Models labelled with a † (:func:`model_label`): those whose median clean
+        option mass is below the threshold (:func:`murk.analysis.low_option_mass`).
 
     Returns
     -------
@@ -346,7 +367,7 @@ def plot_abstain_comparison(means: xr.Dataset, task: str = "t2", arms=("fog", "u
             if i == len(models) - 1:
                 ax.set_xlabel("visibility (m)", fontsize=9)
             if j == 0:
-                ax.set_ylabel(short_name(m), fontsize=FONT, color=c)
+                ax.set_ylabel(model_label(m, marked), fontsize=FONT, color=c)
     handles = [plt.Line2D([], [], color="0.2", ls=ls, marker=mk, ms=3, lw=1.5, label=lab) for _, ls, mk, lab in styles]
     if chance is not None:
         handles.append(plt.Line2D([], [], color="0.6", lw=0.7, label="chance"))
@@ -418,7 +439,7 @@ def plot_scene_levels(image, depth_m, bbox, visibilities_m=SCENE_LEVELS_M, *, bo
 
 
 def plot_blind_spot_widths(crossings: xr.Dataset, task: str = "t2", arms=("fog", "underwater"),
-                           signals=("c_int", "verbal_conf", "abstain", "abstain2")):
+                           signals=("c_int", "verbal_conf", "abstain", "abstain2"), marked=()):
     """Blind-spot widths W with bootstrap intervals (spec Fig. 4), one panel per arm.
 
     Parameters
@@ -427,6 +448,9 @@ def plot_blind_spot_widths(crossings: xr.Dataset, task: str = "t2", arms=("fog",
         ``w``, ``w_lo``, ``w_hi`` (decades) and ``w_lower_bound`` (and
         ``w_upper_bound``) over (model, arm, task, readout).
     task : {"t2", "t3"}
+    marked : sequence of str, optional
+        Models labelled with a † (:func:`model_label`): those whose median clean
+        option mass is below the threshold (:func:`murk.analysis.low_option_mass`).
 
     Returns
     -------
@@ -459,8 +483,8 @@ def plot_blind_spot_widths(crossings: xr.Dataset, task: str = "t2", arms=("fog",
                     kinds.add(kind)
                     ax.plot([w], [y], {"lower": ">", "upper": "<", "point": "o"}[kind], color=colors[model], ms=5)
                 else:
-                    ax.text(0.03, y, f"{short_name(model)}: W undefined", transform=ax.get_yaxis_transform(),
-                            fontsize=7, va="center", color=colors[model])
+                    ax.text(0.03, y, f"{model_label(model, marked)}: W undefined",
+                            transform=ax.get_yaxis_transform(), fontsize=7, va="center", color=colors[model])
                 ticks.append(y)
                 labels.append(READOUT_LABELS.get(sig, sig) if j == 0 else "")
         ax.axvline(0, color="0.3", ls="--", lw=1)
@@ -473,7 +497,7 @@ def plot_blind_spot_widths(crossings: xr.Dataset, task: str = "t2", arms=("fog",
         ax.set_xlabel(r"W = log$_{10}$(V$_\mathrm{acc}$ / V$_\mathrm{aware}$) (decades)", fontsize=9)
         ax.set_title(ARM_TITLES.get(arm, arm), fontsize=9)
         ax.grid(alpha=0.3, axis="x")
-    handles = [plt.Line2D([], [], color=colors[m], lw=1.5, label=short_name(m)) for m in models]
+    handles = [plt.Line2D([], [], color=colors[m], lw=1.5, label=model_label(m, marked)) for m in models]
     names = {"point": ("o", "both cross"), "lower": (">", "lower bound (awareness never crosses)"),
              "upper": ("<", "upper bound (accuracy never crosses)")}
     handles += [plt.Line2D([], [], color="0.3", marker=names[k][0], ls="none", ms=5, label=names[k][1])
@@ -485,7 +509,7 @@ def plot_blind_spot_widths(crossings: xr.Dataset, task: str = "t2", arms=("fog",
 
 
 def plot_nominal_vs_physical(means: xr.Dataset, v_eq_median_m, task: str = "t2", readout: str = "correct",
-                             chance: float | None = None):
+                             chance: float | None = None, marked=()):
     """Nominal ImageNet-C severities placed on the physical axis (spec Fig. 7).
 
     Parameters
@@ -496,6 +520,9 @@ def plot_nominal_vs_physical(means: xr.Dataset, v_eq_median_m, task: str = "t2",
         (spec Table VII, :func:`murk.nominal.table_vii`).
     task, readout : str
     chance : float, optional
+    marked : sequence of str, optional
+        Models labelled with a † (:func:`model_label`): those whose median clean
+        option mass is below the threshold (:func:`murk.analysis.low_option_mass`).
 
     Returns
     -------
@@ -539,7 +566,7 @@ def plot_nominal_vs_physical(means: xr.Dataset, v_eq_median_m, task: str = "t2",
     ax.set_ylabel(f"{READOUT_LABELS.get(readout, readout)} ({task})", fontsize=9)
     ax.tick_params(axis="y", labelsize=FONT)
     ax.grid(alpha=0.3)
-    handles = [plt.Line2D([], [], color=colors[str(m)], marker="o", ms=3, lw=1.3, label=f"{short_name(m)}, fog")
+    handles = [plt.Line2D([], [], color=colors[str(m)], marker="o", ms=3, lw=1.3, label=f"{model_label(m, marked)}, fog")
                for m in means["model"].values]
     handles.append(plt.Line2D([], [], color="0.5", marker="^", mec="k", mew=0.5, ls="none", ms=6,
                               label="ImageNet-C severity"))
