@@ -806,7 +806,7 @@ show(figures.plot_abstain_comparison(means, "t2", chance=CHANCE["t2"], marked=LO
 
 # %%
 #| label: tbl-verbal-wordings
-#| tbl-cap: "Verbalized confidence under the request wordings v1–v3 on the items asked all three, t2, fog (spec Table VI): mean, and the shares of the continuations with a parseable confidence (parsed) and cut by the token limit (cut)."
+#| tbl-cap: "Verbalized confidence under the request wordings v1–v3 on the items asked all three, t2, fog (spec Table VI): mean (none: no parseable confidence), and the shares of the continuations with a parseable confidence (parsed) and cut by the token limit (cut)."
 WORDINGS = [w for w in analysis.VERBAL_WORDING_READOUTS if analysis.VERBAL_WORDING_READOUTS[w][0] in ds["readout"].values]
 if "verbal_conf_v2" not in ds["readout"].values:
     md = not_computed("this cube has no verbal wording variants")
@@ -828,7 +828,7 @@ else:
                    "t2 accuracy": fmt(mean("correct"))}
             for w in WORDINGS:
                 r_ = r_sub.sel(level=lvl, wording=w)
-                row[w] = ("none parsed" if float(r_["n_asked"]) and float(r_["parse_rate"]) == 0
+                row[w] = ("none" if float(r_["n_asked"]) and float(r_["parse_rate"]) == 0
                           else fmt(mean(analysis.VERBAL_WORDING_READOUTS[w][0])))
                 row[f"{w} parsed"] = fmt(float(r_["parse_rate"]))
                 row[f"{w} cut"] = fmt(float(r_["limit_hit_rate"]))
@@ -898,12 +898,15 @@ if nominal_file.is_file():
     record("nominal.n_pairs", int(tab.attrs.get("n_pairs", nds["v_eq_gain_m"].size)))
     record("nominal.removed", (fmt_list(f"{v} for {REASON_WORDS.get(k, k.replace('_', ' '))}"
                                         for k, v in removed.items()) if removed else "none"))
+    record("nominal.removed_sentence", (
+        f"Of the {numbers['nominal.n_pairs']} image–severity pairs, the equivalent visibility is undefined, and left "
+        f"out of the medians, for {numbers['nominal.removed']}" if removed else
+        f"The equivalent visibility is defined for every one of the {numbers['nominal.n_pairs']} image–severity pairs"))
     n_curve = int(tab.attrs.get("n_curve_images", -1))
     record("nominal.curve_non_monotone", (
         f"{tab.attrs['n_curve_non_monotone']} of {n_curve} images have a gain fog curve that rises somewhere going "
         "murkier" if n_curve >= 0 else "whether the gain fog curves are monotone was not recorded"))
-    md += (f" Of the {numbers['nominal.n_pairs']} image–severity pairs, the equivalent visibility is undefined for "
-           f"{numbers['nominal.removed']}; {numbers['nominal.curve_non_monotone']}.")
+    md += f" {numbers['nominal.removed_sentence']}; {numbers['nominal.curve_non_monotone']}."
     md += "\n"
 else:
     md = not_computed("the depth stage wrote no nominal equivalence (analysis/nominal_equivalence.nc)")
@@ -1416,12 +1419,10 @@ if rows:
     parts = []
     for arm in cube.PHYSICAL_ARMS:
         n_ = lambda k_, what: numbers[f"monitor.depth.{k_}.{arm}.{what}"]  # noqa: E731
-        parts.append(f"{ARM_WORDS[arm]}, V̂ is within a factor of two of V over {numbers['monitor.band']} m for "
-                     f"{n_('oracle', 'share_x2')} % of the image–level pairs with the oracle depth, "
-                     f"{n_('kappa_0.5', 'share_x2')} % and {n_('kappa_2', 'share_x2')} % with κ = 0.5 and 2 (median V̂ "
-                     f"over the oracle's V̂ {n_('kappa_0.5', 'ratio_to_oracle')} and {n_('kappa_2', 'ratio_to_oracle')}) "
-                     f"and {n_('constant', 'share_x2')} % with the constant depth, which changes the gate's decision "
-                     f"on {n_('constant', 'gate_changed')} % of the cells")
+        parts.append(f"{ARM_WORDS[arm]}, the median V̂ is {n_('kappa_0.5', 'ratio_to_oracle')} and "
+                     f"{n_('kappa_2', 'ratio_to_oracle')} times the oracle's with κ = 0.5 and 2, and the gate's "
+                     f"decision changes on {n_('kappa_0.5', 'gate_changed')} %, {n_('kappa_2', 'gate_changed')} % and "
+                     f"{n_('constant', 'gate_changed')} % of the cells with κ = 0.5, κ = 2 and the constant depth")
     # a global depth factor kappa must move V̂ by kappa exactly (only beta * z enters the image formation)
     scale_exact = all(abs(float(np.nanmedian(np.asarray(sens[(a, f'kappa_{k}')]['v'], float)[:, 1:]
                                             / np.asarray(sens[(a, 'oracle')]['v'], float)[:, 1:])) / float(k) - 1) < 1e-3
@@ -1443,8 +1444,10 @@ if rows:
 else:
     record("finding.monitor.depth", f"{paper.NOT_COMPUTED} (no depth cache, or monitor_sensitivity_items = 0).")
     md = not_computed("no depth cache, or monitor_sensitivity_items = 0")
-display(Markdown(numbers["finding.monitor.depth"]))
 show_table(md, "monitor-depth")
+
+# %%
+display(Markdown(numbers["finding.monitor.depth"]))
 
 # %% [markdown]
 # ## Colophon and the numbers file
