@@ -114,3 +114,25 @@ def test_abstain_comparison_has_one_row_per_model(n_models):
     m = _means().isel(model=[0] * n_models).assign_coords(model=[f"m{i}" for i in range(n_models)])
     fig = figures.plot_abstain_comparison(m, chance=0.25)
     assert len(fig.axes) == 2 * n_models
+
+
+def test_a_model_below_the_option_mass_threshold_carries_its_dagger_in_every_legend():
+    """Issue 12: a model whose median clean option mass is below the threshold is marked † wherever it is drawn."""
+    marked = ["murk-tiny/model-b"]
+    assert figures.model_label("murk-tiny/model-b", marked) == "model-b †"
+    assert figures.model_label("org/model-a", marked) == "model-a"
+    means = _means(verbal_nan=False)
+    figs = {"signal": figures.plot_signal_vs_visibility(means, "correct", chance=0.25, marked=marked),
+            "nominal": figures.plot_nominal_vs_physical(means, [120, 90, 70, 65, 50], marked=marked),
+            "blind spot": figures.plot_blind_spot_widths(_crossings(0.2), marked=marked)}
+    for what, fig in figs.items():
+        labels = _legend_labels(fig)
+        assert any(lab.startswith("model-b †") for lab in labels), (what, labels)
+        assert not any(lab.startswith("model-a †") for lab in labels), (what, labels)
+    fig = figures.plot_abstain_comparison(means, marked=marked)      # one row per model: the row label
+    assert sorted(ax.get_ylabel() for ax in fig.axes if ax.get_ylabel()) == ["model-a", "model-b †"]
+    # an empty panel's note names the model with its mark
+    fig = figures.plot_signal_vs_visibility(_means(), "verbal_conf", marked=marked)
+    assert "model-b †" in _texts(fig)
+    # without marks, nothing is marked
+    assert "†" not in " ".join(_legend_labels(figures.plot_signal_vs_visibility(means, "correct")))

@@ -158,3 +158,153 @@ def test_changing_a_plot_argument_and_rerunning_the_cell_changes_the_figure(root
     assert after != before
     assert (paths.figures_dir(work) / "accuracy_t2.png").read_bytes() != file_before
     assert base64.b64decode(after) == (paths.figures_dir(work) / "accuracy_t2.png").read_bytes()
+
+
+# --------------------------------------------------------------------------- read-out health (issue 12)
+
+KEY_B = "murk-tiny--synthetic-b"
+
+
+def _table(root, name: str) -> list[dict]:
+    """The rows of analysis/tbl-<name>.md as dicts (header -> cell)."""
+    lines = [ln for ln in (paths.analysis_dir(root) / f"tbl-{name}.md").read_text(encoding="utf-8").splitlines()
+             if ln.startswith("|")]
+    cells = [[c.strip() for c in ln.strip("|").split(" | ")] for ln in lines]
+    return [dict(zip(cells[0], row)) for row in cells[2:]]
+
+
+def test_option_mass_marks_the_model_below_the_threshold(root, numbers, synthetic_paper):
+    assert numbers[f"option_mass.{KEY}.t2"] == "0.99" and numbers[f"option_mass.{KEY}.t3"] == "0.99"
+    assert numbers[f"option_mass.{KEY_B}.t2"] == "0.30" and numbers[f"option_mass.{KEY_B}.t3"] == "0.30"
+    assert numbers["option_mass.threshold"] == "0.5"
+    assert numbers["option_mass.low_models"] == "synthetic-b"
+    foot = numbers["option_mass.footnote"]
+    assert foot.startswith("† ") and "below 0.5" in foot and "synthetic-b" in foot and "synthetic-a" not in foot
+    assert "not interpreted" in foot and "random-weight" in foot            # b is a pipeline check
+    rows = {r["model"]: r for r in _table(root, "models")}
+    assert rows["`murk-tiny/synthetic-b` †"]["option mass (clean, t2 / t3)"] == "0.30 / 0.30"
+    assert rows["`org/synthetic-a`"]["option mass (clean, t2 / t3)"] == "0.99 / 0.99"
+    assert foot in (paths.analysis_dir(root) / "tbl-models.md").read_text(encoding="utf-8")   # under the table
+    # the mark follows the model into the other tables and the generated sentences, never onto model a
+    for name in ("end-of-sweep", "crossings", "verbal-wordings"):
+        models = {r["model"] for r in _table(root, name)}
+        assert models == {"synthetic-a", "synthetic-b †"}, (name, models)
+    assert "synthetic-b †" in numbers["finding.rq1.fog.t2"] and "synthetic-a †" not in numbers["finding.rq1.fog.t2"]
+    html = synthetic_paper[1]["html"].read_text(encoding="utf-8")
+    assert "† Median first-token probability" in html
+
+
+def test_verbal_parse_and_limit_hit_rates(root, numbers):
+    # model a: nine images in ten parsed, never cut; model b: never parsed, always cut
+    for arm in ("fog", "underwater"):
+        for lab in ("clean", "end"):
+            assert numbers[f"verbal.parse_rate.{KEY}.{arm}.v1.{lab}"] == "0.90"
+            assert numbers[f"verbal.limit_hit_rate.{KEY}.{arm}.v1.{lab}"] == "0.00"
+            assert numbers[f"verbal.parse_rate.{KEY_B}.{arm}.v1.{lab}"] == "0.00"
+            assert numbers[f"verbal.limit_hit_rate.{KEY_B}.{arm}.v1.{lab}"] == "1.00"
+            # every image, pooled over the three questions (t2, t3 true, t3 false)
+            assert numbers[f"verbal.n_asked.{KEY}.{arm}.v1.{lab}"] == str(3 * synthetic.N_IMAGES)
+    # the wordings v2/v3 were asked on the first N_VERBAL images only, and always parsed for model a
+    assert numbers[f"verbal.n_asked.{KEY}.fog.v2.clean"] == str(3 * synthetic.N_VERBAL)
+    assert numbers[f"verbal.parse_rate.{KEY}.fog.v3.end"] == "1.00"
+    # pooled over the physical arms and levels, the clean image counted once: 1 + 2 x 8 conditions
+    assert numbers[f"verbal.n_asked.{KEY}.v1.all"] == str(3 * synthetic.N_IMAGES * (1 + 2 * len(physics.SWEEP_M)))
+    assert numbers[f"verbal.parse_rate.{KEY}.v1.all"] == "0.90" and numbers[f"verbal.limit_hit_rate.{KEY_B}.v1.all"] == "1.00"
+    rates = xr.open_dataset(paths.analysis_dir(root) / "verbal_rates.nc")
+    assert set(rates.dims) == {"model", "arm", "level", "wording"}
+    np.testing.assert_allclose(rates["parse_rate"].sel(model=MODELS[0], arm="fog", wording="v1").values, 0.9)
+    # the sentences: a rate for a, "no parseable confidence" for b
+    s = numbers["finding.rq2.verbal_rates"]
+    assert "synthetic-a, a share of 0.90 held a parseable confidence and 0.00 were cut by the 12-token limit" in s
+    assert "synthetic-b †: no parseable confidence in" in s and "1.00 were cut" in s
+    assert numbers["finding.rq2.verbal_parse"].startswith("synthetic-b † gave no parseable confidence")
+
+
+def test_verbal_tables_state_parsed_and_cut(root):
+    t4 = {(r["model"], r["arm"]): r for r in _table(root, "end-of-sweep")}
+    assert t4[("synthetic-b †", "fog")]["mean verbal"] == "no parseable confidence"
+    assert t4[("synthetic-b †", "fog")]["verbal parsed / cut"] == "0.00 / 1.00"
+    assert t4[("synthetic-a", "fog")]["mean verbal"].startswith("0.90 [")
+    assert t4[("synthetic-a", "underwater")]["verbal parsed / cut"] == "0.90 / 0.00"
+    t6 = _table(root, "verbal-wordings")
+    a_clean = next(r for r in t6 if r["model"] == "synthetic-a" and r["V (m)"] == "clean")
+    assert (a_clean["items"], a_clean["v1"], a_clean["v2"], a_clean["v3"]) == ("10", "0.90", "0.80", "0.70")
+    assert (a_clean["v1 parsed"], a_clean["v1 cut"], a_clean["v2 parsed"], a_clean["v3 cut"]) == ("0.90", "0.00",
+                                                                                                  "1.00", "0.00")
+    for r in (r for r in t6 if r["model"] == "synthetic-b †"):
+        assert (r["v1"], r["v2"], r["v3"], r["v2 parsed"], r["v2 cut"]) == ("none", "none", "none", "0.00", "1.00")
+
+
+def test_methods_and_colophon_keys(numbers, synthetic_paper):
+    assert numbers["cfg.ece_bins"] == "10" and numbers["cfg.value_dtype"] == "`float64`"
+    assert numbers["cfg.monitor_quantile"] == "0.3" and numbers["cfg.monitor_far_fraction"] == "0.9875"
+    assert "12-token limit" in numbers["methods.verbal_grammar"] and "missing" in numbers["methods.verbal_grammar"]
+    gen = numbers["colophon.ignored_generation_settings"]
+    assert "`org/synthetic-a`: `do_sample = true`, `temperature = 0.7`, `top_k = 20`" in gen
+    assert "`murk-tiny/synthetic-b`: not recorded" in gen              # a store of an older murk says so
+    load = numbers["colophon.loading_options"]
+    assert "`trust_remote_code = false`, `allow_pickle = false` for `org/synthetic-a`" in load
+    assert "not recorded (an older store) for `murk-tiny/synthetic-b`" in load
+    html = synthetic_paper[1]["html"].read_text(encoding="utf-8")
+    text = " ".join(html.split())
+    for phrase in ("Decoding is greedy", "sampling settings are recorded", "float32", "V ≥ 250 m", "V ≤ 1.95 m",
+                   "one random seed per image shared by its severities", "without a floor", "an oracle",
+                   "0.3 quantile", "do_sample = true"):
+        assert phrase in text, phrase
+    assert "(Guo et al." in text and "@guo2017calibration" not in text       # the ECE bins' citation resolves
+
+
+def test_nominal_removed_pairs_and_the_absent_monitor(root, numbers):
+    assert numbers["nominal.n_pairs"] == str(5 * synthetic.N_IMAGES)
+    assert numbers["nominal.removed.total"] == "0" and numbers["nominal.removed.several_roots"] == "0"
+    assert numbers["nominal.removed_sentence"] == f"The equivalent visibility is defined for every one of the " \
+                                                  f"{5 * synthetic.N_IMAGES} image–severity pairs"
+    assert numbers["nominal.removed_sentence"] in (paths.analysis_dir(root) / "tbl-nominal.md").read_text("utf-8")
+    # no monitor and no depth cache in this root: its numbers say so instead of failing
+    assert numbers["finding.monitor.depth"].startswith(paper.NOT_COMPUTED)
+    assert paper.NOT_COMPUTED in numbers["monitor.false_abstain_clean"]
+    assert "not computed" in (paths.analysis_dir(root) / "tbl-monitor-depth.md").read_text("utf-8")
+
+
+def test_the_demo_cube_health_and_monitor_numbers(demo):
+    """The same keys on the offline demo (two tiny random-weight VLMs, three items, the monitor, constant depth)."""
+    import json
+
+    n = paper.load_numbers(paths.numbers_file(demo))
+    tiny = ("murk-tiny/smolvlm", "murk-tiny/qwen3vl")
+    # random weights put a sliver of the first-token probability on the letters: both are marked
+    assert set(n["option_mass.low_models"].split(", ")) == {"smolvlm", "qwen3vl"}
+    for m in tiny:
+        k = paths.model_slug(m)
+        assert float(n[f"option_mass.{k}.t2"]) < 0.5 and float(n[f"option_mass.{k}.t3"]) < 0.5
+    assert "† Median first-token probability" in n["option_mass.footnote"]
+    # the sentence names exactly the models without a parseable confidence
+    zero = [m.split("/")[1] for m in tiny if n[f"verbal.parse_rate.{paths.model_slug(m)}.v1.all"] == "0.00"]
+    for m in tiny:
+        s = f"{m.split('/')[1]} †: no parseable confidence in"
+        assert (s in n["finding.rq2.verbal_rates"]) == (m.split("/")[1] in zero), m
+    assert all(f"verbal.limit_hit_rate.{paths.model_slug(m)}.fog.v1.end" in n for m in tiny)
+    # the Snakefile passed the loading options by name (workflow.yaml: false), and the store recorded them
+    nb = json.loads((demo / "notebooks" / "03_readout-murk-tiny--smolvlm.ipynb").read_text(encoding="utf-8"))
+    params = nb["metadata"]["papermill"]["parameters"]
+    assert params["trust_remote_code"] is False and params["allow_pickle"] is False
+    assert n["colophon.loading_options"] == ("`trust_remote_code = false`, `allow_pickle = false` for "
+                                             "`murk-tiny/smolvlm` and `murk-tiny/qwen3vl`")
+    assert n["colophon.ignored_generation_settings"].count("`murk-tiny/") == 2
+    # the monitor: false abstentions on clean images, opaque shares per level, the wrong-depth table
+    k_, of = n["monitor.false_abstain_clean.count"].split("/")
+    assert of == "3" and 0 <= int(k_) <= 3
+    for arm in ("fog", "underwater"):
+        shares = [float(n[f"monitor.opaque_share.{arm}.{paper.level_label(v)}"]) for v in physics.SWEEP_M]
+        assert all(0 <= x <= 100 for x in shares) and n[f"monitor.opaque_share.{arm}.end"] == n[
+            f"monitor.opaque_share.{arm}.1.953125"]
+        # a global depth factor kappa moves V_hat by exactly kappa (only beta * z enters the image formation)
+        assert n[f"monitor.depth.kappa_0.5.{arm}.ratio_to_oracle"] == "0.50"
+        assert n[f"monitor.depth.kappa_2.{arm}.ratio_to_oracle"] == "2.00"
+        assert n[f"monitor.depth.oracle.{arm}.ratio_to_oracle"] == "1.00"
+        # the demo's depth is the constant backend: the constant-depth row is the oracle's
+        assert n[f"monitor.depth.constant.{arm}.gate_changed"] == "0"
+    assert n["monitor.depth.n_items"] == "3"
+    assert "moves V̂ by κ" in n["finding.monitor.depth"] and "one global factor" in n["finding.monitor.depth"]
+    assert len(_table(demo, "monitor-depth")) == 8
+    assert n["nominal.removed_sentence"] and n["nominal.curve_non_monotone"].endswith("going murkier")
