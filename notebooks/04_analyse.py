@@ -170,8 +170,13 @@ LOW_MASS[:] = analysis.low_option_mass(ds)
 
 
 def fmt_mass(x: float) -> str:
-    """An option mass: two decimals, or two significant digits in powers of ten below 0.01."""
-    return "n/a" if not np.isfinite(x) else f"{x:.1e}" if x < 0.01 else f"{x:.2f}"
+    """An option mass: two decimals, or two significant digits times a power of ten below 0.01 (7.1×10⁻³)."""
+    if not np.isfinite(x):
+        return "n/a"
+    if x >= 0.01 or x == 0:
+        return f"{x:.2f}"
+    mant, exp = f"{x:.1e}".split("e")
+    return f"{mant}×10" + str(int(exp)).translate(str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"))
 
 
 for m in VLMS:
@@ -1323,7 +1328,7 @@ show_table(md, "monitor-w")
 
 # %%
 #| label: tbl-monitor-gate
-#| tbl-cap: "The gate on the report half of the images (t2, all levels of one arm): coverage and risk of answering everything, of the VLM's abstain option, of the monitor and of the internal confidence at matched coverage."
+#| tbl-cap: "The gate on the report half of the images (t2, all levels of one arm): coverage and risk of answering everything, of the VLM's abstain option, of the monitor and of the internal confidence at matched coverage; n: questions in the report half, V̂ upper bounds: those whose estimate is only an upper bound (opaque), which never pass the monitor's gate."
 if HAS_MONITOR:
     rows = []
     ids = ds["image"].values
@@ -1346,7 +1351,8 @@ if HAS_MONITOR:
             for g, r in gate.items():
                 rows.append({"VLM": name(m), "arm": arm, "gate": g,
                              "coverage": fmt_estimate(r["coverage"], *r.get("coverage_ci", (np.nan, np.nan))),
-                             "risk": fmt_estimate(r["risk"], *r.get("risk_ci", (np.nan, np.nan))), "n": str(r["n"])})
+                             "risk": fmt_estimate(r["risk"], *r.get("risk_ci", (np.nan, np.nan))), "n": str(r["n"]),
+                             "V̂ upper bounds": str(r.get("n_monitor_bound_below", "n/a"))})
                 record(f"monitor.gate.{g}.coverage.{arm}.{key(m)}", r["coverage"])
                 record(f"monitor.gate.{g}.risk.{arm}.{key(m)}", r["risk"])
     md = paper.markdown_table(rows)

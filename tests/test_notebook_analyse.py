@@ -266,6 +266,14 @@ def test_nominal_removed_pairs_and_the_absent_monitor(root, numbers):
     assert "not computed" in (paths.analysis_dir(root) / "tbl-monitor-depth.md").read_text("utf-8")
 
 
+def _mass(text: str) -> float:
+    """An option mass as the numbers file writes it: ``0.30`` or ``7.1×10⁻³``."""
+    if "×10" not in text:
+        return float(text)
+    mant, exp = text.split("×10")
+    return float(mant) * 10.0 ** int(exp.translate(str.maketrans("⁻⁰¹²³⁴⁵⁶⁷⁸⁹", "-0123456789")))
+
+
 def test_the_demo_cube_health_and_monitor_numbers(demo):
     """The same keys on the offline demo (two tiny random-weight VLMs, three items, the monitor, constant depth)."""
     import json
@@ -276,8 +284,9 @@ def test_the_demo_cube_health_and_monitor_numbers(demo):
     assert set(n["option_mass.low_models"].split(", ")) == {"smolvlm", "qwen3vl"}
     for m in tiny:
         k = paths.model_slug(m)
-        assert float(n[f"option_mass.{k}.t2"]) < 0.5 and float(n[f"option_mass.{k}.t3"]) < 0.5
+        assert _mass(n[f"option_mass.{k}.t2"]) < 0.5 and _mass(n[f"option_mass.{k}.t3"]) < 0.5
     assert "† Median first-token probability" in n["option_mass.footnote"]
+    assert _mass("7.1×10⁻³") == pytest.approx(7.1e-3) and _mass("0.30") == 0.3
     # the sentence names exactly the models without a parseable confidence
     zero = [m.split("/")[1] for m in tiny if n[f"verbal.parse_rate.{paths.model_slug(m)}.v1.all"] == "0.00"]
     for m in tiny:
