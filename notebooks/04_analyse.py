@@ -1151,7 +1151,7 @@ for i in range(min(n_examples, len(table)) if current is not None and "file_name
                        f"{' abst.' if c.sel(readout='abstain').item() == 1 else ''}")
         captions.append(cap)
         row_labels.append(f"{row['category']} · {arm}")
-record("examples.model", f"`{model0}`")
+record("examples.model", f"`{model0}`" + (f" {DAGGER}" if model0 in LOW_MASS else ""))
 record("examples.n_items", len(tiles) // 2)
 if tiles:
     fig = figures.plot_item_grid(tiles, row_labels, ["clean" if k_ == 0 else f"V = {fmt_level(VIS[k_])} m"
