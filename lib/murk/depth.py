@@ -232,8 +232,10 @@ def load_depth(folder: Path, image_id: int, shape: tuple[int, int] | None = None
     """
     p = Path(folder) / f"{int(image_id)}.npy"
     if not p.is_file():
-        raise FileNotFoundError(f"depth map {p} missing: run the depth stage first (it writes the maps of the "
-                                f"images it can read; `snakemake --forcerun depth` redoes the missing ones)")
+        raise FileNotFoundError(
+            f"depth map {p} missing (the depth stage writes none for an image it cannot read, or it was deleted): "
+            f"run the depth stage (again: `snakemake --forcerun depth`); a read-out store that recorded the image "
+            f"as missing keeps that record until it is removed (rm -r the store and its .done marker)")
     fix = f"delete {p} and run the depth stage again (`snakemake --forcerun depth`)"
     try:
         z = np.load(p)
