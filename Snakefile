@@ -53,7 +53,7 @@ NB = f"{OUT}/notebooks"
 # output root). It is moved to NB, the audit trail the paper embeds from, only when the notebook ran
 # to its end: a stage that fails or refuses leaves the output root exactly as it was, and its
 # executed notebook (with the error) stays here, where Snakemake's error message points.
-RUNNING = os.path.join(".snakemake", "murk-notebooks", slug(os.path.abspath(OUT)))
+RUNNING = str(murk_workflow.running_notebooks_dir(OUT))
 COCO = f"-p coco_dir {shlex.quote(COCO_DIR)}" if COCO_DIR else ""
 RUN_NAME = f"-p run_name {config['run_name']}" if config.get("run_name") else ""
 DEVICE = f"-p device {config['device']}" if config.get("device") else ""

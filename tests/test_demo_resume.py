@@ -28,7 +28,7 @@ import xarray as xr
 
 from _killing import KillableRun
 from _pdf import check_pdf_keeps_every_table_row
-from murk import paths
+from murk import paths, workflow
 
 ROOT = paths.project_root()
 SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"
@@ -102,7 +102,7 @@ def demo_runs(tmp_path_factory):
     assert any(locks.glob("*.lock")), "the killed run left no Snakemake lock: the test tests nothing"
 
     run = make_demo(project, base / "k2")  # kill 2: while the analyse notebook runs
-    nb = out / "notebooks" / "04_analyse.ipynb"
+    nb = project / workflow.running_notebooks_dir(out) / "04_analyse.ipynb"  # where its rule executes it
     run.wait_for(nb.exists, "analyse notebook")
     run.kill()
     texts.append(run.text())

@@ -47,7 +47,7 @@ import os
 from pathlib import Path
 
 __all__ = ["IGNORED_SUFFIXES", "SELECTION_KEYS", "store_digest", "write_marker", "read_marker", "stale_reason",
-           "store_of", "drop_stale_markers", "foreign_stores", "refuse_foreign_stores", "hold_run_lock"]
+           "store_of", "drop_stale_markers", "foreign_stores", "refuse_foreign_stores", "running_notebooks_dir", "hold_run_lock"]
 
 #: files inside a store that are not its content: zarr's half-written chunk files of a
 #: killed write (``<chunk>.<uuid>.partial``; :func:`murk.cube.open_readout_store` removes them)
@@ -261,6 +261,19 @@ def refuse_foreign_stores(root: str | os.PathLike, config_hash: str, items_hash:
         f"changed settings as a new run into a new output root: make demo ARGS='--config run_name=NEW "
         f"output_dir=outputs-NEW' (a new run_name alone is not enough: the stores in {root} stay those of the old "
         f"selection); (3) delete the stale stores deliberately: rm -r {rm}")
+
+
+def running_notebooks_dir(output_dir: str | os.PathLike, snakemake_dir: str | os.PathLike = ".snakemake") -> Path:
+    """Where the Snakefile's rules execute their notebooks (their logs) for one output root.
+
+    ``<snakemake_dir>/murk-notebooks/<output root's absolute path as a slug>``; a
+    notebook moves from there to ``<output_dir>/notebooks/`` only when it ran to
+    its end, so a stage that fails or refuses leaves the output root as it was.
+    """
+    import re
+
+    name = re.sub(r"[^A-Za-z0-9._-]+", "--", os.path.abspath(output_dir)).strip("-")
+    return Path(snakemake_dir) / "murk-notebooks" / name
 
 
 _HELD: dict[str, int] = {}
