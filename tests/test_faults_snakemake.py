@@ -151,6 +151,20 @@ def test_the_colophon_lists_every_missing_image(faulty_run):
         assert fault == "good" or str(image_id) in html
 
 
+@pytest.mark.skipif(shutil.which("pdftotext") is None, reason="poppler-utils (pdftotext) not installed")
+def test_the_pdf_keeps_every_table_row(faulty_run):
+    """The demo paper's PDF (A4): every table row present, nothing drawn over anything, and every row
+    of the sweep tables and of the missing-input table found as one line of the PDF."""
+    from _pdf import check_pdf_keeps_every_table_row, check_rows_on_lines
+
+    out = faulty_run[0]
+    pdf = out / "paper" / "index.pdf"
+    check_pdf_keeps_every_table_row(pdf, (out / "paper" / "index.md").read_text(encoding="utf-8"))
+    for name in ("tbl-sweep-t2", "tbl-sweep-t3", "tbl-missing"):
+        table = (out / "analysis" / f"{name}.md").read_text(encoding="utf-8")
+        assert check_rows_on_lines(pdf, table) == len(table.splitlines()) - 2, name
+
+
 # --- a refusal writes nothing ---
 
 _SKIP = {".git", ".venv", ".snakemake", "__pycache__", ".pytest_cache", ".ipynb_checkpoints"}
