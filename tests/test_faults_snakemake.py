@@ -1,10 +1,11 @@
 """Bad input and refusals through Snakemake on the offline demo, as users meet them (issue 14).
 
-One offline run of six COCO items with one tiny checkpoint (a pipeline check) carries five faults at
-once: in a private copy of the COCO folder, one image truncated to a third, one deleted, one
-overwritten with 100 random bytes; after the depth stage, one depth map replaced by a 3 x 3 array and
-one deleted. The run completes (rc 0), every faulty image is recorded in ``missing_reason`` naming its
-file (values NaN), the good image is read out, and the paper's colophon lists each one.
+One offline run of seven COCO items with one tiny checkpoint (a pipeline check) carries six faults
+at once: in a private copy of the COCO folder, one image truncated to a third, one deleted, one
+overwritten with 100 random bytes; after the depth stage, one depth map replaced by a 3 x 3 array, one
+deleted, and one made negative (right shape: the rendering itself fails). The run completes (rc 0),
+every faulty image is recorded in ``missing_reason`` naming its file or the failed rendering (values
+NaN), the good image is read out, and the paper's colophon lists each one.
 
 The same output root then serves the refusals: a changed ``data/config.yaml`` (in a copy of the
 project) and a selection of other items under a new run name are refused before anything is written:
@@ -30,7 +31,7 @@ from murk import paths
 ROOT = paths.project_root()
 SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"
 MODEL = "murk-tiny/smolvlm"
-N_ITEMS = 6
+N_ITEMS = 7
 RUN = "faults-test"
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not SAMPLE.is_dir(), reason="../shared/coco-val2017-sample not present")]
@@ -78,8 +79,8 @@ def faulty_run(tmp_path_factory):
     assert len(table) == N_ITEMS
     ids = [int(x["image_id"]) for x in table]
     files = [x["file_name"] for x in table]
-    faults = dict(zip(["truncated", "deleted", "undecodable", "wrong-shape depth", "deleted depth", "good"],
-                      zip(ids, files)))
+    faults = dict(zip(["truncated", "deleted", "undecodable", "wrong-shape depth", "deleted depth",
+                       "negative depth", "good"], zip(ids, files)))
     img = coco / "val2017"
     data = (SAMPLE / "val2017" / files[0]).read_bytes()
     (img / files[0]).unlink()
@@ -95,6 +96,8 @@ def faulty_run(tmp_path_factory):
     cache = out / "depth" / cache
     np.save(cache / f"{ids[3]}.npy", np.full((3, 3), 10.0, np.float32))  # a map of the wrong shape
     (cache / f"{ids[4]}.npy").unlink()  # a deleted map
+    z = np.load(cache / f"{ids[5]}.npy")
+    np.save(cache / f"{ids[5]}.npy", -z)  # the right shape, negative metres: the rendering fails
     r2 = snakemake(out, coco)
     assert r2.returncode == 0, r2.stdout[-2000:] + r2.stderr[-4000:]
     return out, coco, faults, r1.stdout + r1.stderr + r2.stdout + r2.stderr
@@ -105,7 +108,8 @@ def test_bad_input_is_recorded_per_image_and_the_run_completes(faulty_run):
     cube = xr.open_zarr(out / "cube.zarr").load()
     assert set(cube["model"].values) == {MODEL, "murk/visibility-monitor"}
     want = {"truncated": "truncated", "deleted": "not found", "undecodable": "cannot be decoded",
-            "wrong-shape depth": "has shape (3, 3)", "deleted depth": "missing"}
+            "wrong-shape depth": "has shape (3, 3)", "deleted depth": "missing",
+            "negative depth": "depth_m must be non-negative"}
     for model in cube["model"].values:
         reasons = dict(zip(cube["image"].values.tolist(), map(str, cube["missing_reason"].sel(model=model).values)))
         for fault, (image_id, name) in faults.items():
@@ -114,6 +118,9 @@ def test_bad_input_is_recorded_per_image_and_the_run_completes(faulty_run):
                 assert r == "", (model, r)
                 continue
             assert want[fault] in r, (model, fault, r)
+            if fault == "negative depth":  # the monitor (and the batched read-out, issue 16) prefix it
+                assert model != "murk/visibility-monitor" or r.startswith("rendering failed: "), r
+                continue
             named = str(coco / "val2017" / name) if "depth" not in fault else f"{image_id}.npy"
             assert named in r, (model, fault, r)  # the reason names the file
     v = cube["value"].sel(readout="c_int", arm="fog")
