@@ -1,5 +1,7 @@
 # murk: the stages chained. Each rule runs its notebook with papermill and keeps
-# the executed notebook under <output_dir>/notebooks/ as the audit trail.
+# the executed notebook under <output_dir>/notebooks/ as the audit trail (a stage
+# that fails writes nothing there: its executed notebook, with the error, is the
+# rule's log under .snakemake/murk-notebooks/).
 #   snakemake -n            show the plan
 #   snakemake -c1           run (re-running skips finished work; a killed run resumes)
 # profiles/default/config.yaml (Snakemake's workflow profile, used by every run) adds
@@ -47,15 +49,22 @@ def slug(model):
 
 SLUG2MODEL = {slug(m): m for m in MODELS}
 NB = f"{OUT}/notebooks"
+# Each rule's log: its notebook as papermill executes it, in Snakemake's scratch folder (one per
+# output root). It is moved to NB, the audit trail the paper embeds from, only when the notebook ran
+# to its end: a stage that fails or refuses leaves the output root exactly as it was, and its
+# executed notebook (with the error) stays here, where Snakemake's error message points.
+RUNNING = str(murk_workflow.running_notebooks_dir(OUT))
 COCO = f"-p coco_dir {shlex.quote(COCO_DIR)}" if COCO_DIR else ""
 RUN_NAME = f"-p run_name {config['run_name']}" if config.get("run_name") else ""
 DEVICE = f"-p device {config['device']}" if config.get("device") else ""
 
 
 def papermill(notebook, executed, params):
-    """jupytext → papermill: papermill cannot read a .py notebook itself."""
-    return (f"mkdir -p {NB} && jupytext --to ipynb {notebook} -o - "
-            f"| papermill - {executed} --cwd {shlex.quote(os.getcwd())} -p output_dir {OUT} {params}")
+    """jupytext → papermill (papermill cannot read a .py notebook itself) into ``executed`` (the rule's
+    log, under RUNNING); when it ran to its end, the executed notebook moves to NB."""
+    return (f"jupytext --to ipynb {notebook} -o - "
+            f"| papermill - {executed} --cwd {shlex.quote(os.getcwd())} -p output_dir {OUT} {params} "
+            f"&& mkdir -p {NB} && mv {executed} {NB}/")
 
 
 rule all:
@@ -66,14 +75,14 @@ rule all:
 rule select:
     input:
         nb="notebooks/01_select.py",
-        cfg="data/config.yaml",
+        cfg=os.environ.get("MURK_CONFIG") or "data/config.yaml",
     # update(): Snakemake keeps these files while select runs and restores them when it fails
     # (a refused selection leaves the previous one in place instead of deleting it).
     output:
         item_table=update(f"{OUT}/items.json"),
         meta=update(f"{OUT}/items_meta.json"),
     log:
-        f"{NB}/01_select.ipynb",
+        f"{RUNNING}/01_select.ipynb",
     params:
         p=f"-p n_items {config['n_items']} -p seed {config['seed']} -p split {config['split']} {COCO} {RUN_NAME}",
     shell:
@@ -89,7 +98,7 @@ rule depth:
         nominal=update(f"{OUT}/analysis/nominal_equivalence.nc"),
         scene=update(f"{OUT}/figures/scene_levels.png"),
     log:
-        f"{NB}/02_depth.ipynb",
+        f"{RUNNING}/02_depth.ipynb",
     params:
         p=f"-p backend {DEPTH_BACKEND} -p model {config['depth_model']}",
     shell:
@@ -130,7 +139,7 @@ rule readout:
     output:
         f"{OUT}/readout/{{slug}}.done",
     log:
-        f"{NB}/03_readout-{{slug}}.ipynb",
+        f"{RUNNING}/03_readout-{{slug}}.ipynb",
     params:
         **READOUT_PARAMS,
     resources:
@@ -147,7 +156,7 @@ rule readout_shard:
     output:
         f"{OUT}/readout/{{slug}}/s{{size}}-{{shard}}.done",
     log:
-        f"{NB}/03_readout-{{slug}}-s{{size}}-{{shard}}.ipynb",
+        f"{RUNNING}/03_readout-{{slug}}-s{{size}}-{{shard}}.ipynb",
     params:
         **READOUT_PARAMS,
         shard=lambda wc: int(wc.shard),
@@ -166,7 +175,7 @@ rule monitor:
     output:
         f"{OUT}/readout/murk--visibility-monitor.done",
     log:
-        f"{NB}/03b_monitor.ipynb",
+        f"{RUNNING}/03b_monitor.ipynb",
     shell:
         papermill("{input.nb}", "{log}", "") + " && " + MARK
 
@@ -192,7 +201,7 @@ rule analyse:
                                                      "tbl-nominal"]),
         cube=directory(f"{OUT}/cube.zarr"),
     log:
-        f"{NB}/04_analyse.ipynb",
+        f"{RUNNING}/04_analyse.ipynb",
     params:
         models="[" + ", ".join(f'"{m}"' for m in MODELS) + "]",
         shard=f"-p shard_size {SHARD_SIZE}" if SHARD_SIZE else "",

@@ -20,7 +20,13 @@
 #
 # The run is frozen: the first select of `run_name` records both hashes (under
 # `data/frozen/`, or `$MURK_FROZEN_DIR`); a later select of the same run name with
-# another config or other items is refused *before anything is written*.
+# another config or other items is refused *before anything is written*, and so is
+# a selection written into an output root whose stores belong to another one.
+#
+# A selected image missing from the COCO folder (offline) does not stop the run:
+# the selection is defined by the annotations (so its hash stays reproducible),
+# the missing files are named here, and the later stages record each one in
+# `missing_reason`. Only a missing annotation file or image folder refuses.
 
 # %% tags=["parameters"]
 coco_dir = None      # folder in COCO's layout; None: $MURK_COCO_DIR
@@ -35,7 +41,7 @@ from collections import Counter
 
 import matplotlib.pyplot as plt
 
-from murk import coco, config, items, paths
+from murk import coco, config, items, paths, workflow
 
 # %% [markdown]
 # ## The draw
@@ -53,17 +59,21 @@ table[["image_id", "category", "t2_options", "t2_answer_index", "t3_distractor"]
 # %% [markdown]
 # ## Freeze, then write
 #
-# The config hash and the items hash are recorded for the run name, or checked
-# against its record (a mismatch raises here, before any file is written). Only
-# then are the selected images fetched (online) and the three files written.
+# Two checks, both before any file is written: the output root holds no store of
+# another selection (`murk.workflow.refuse_foreign_stores`), and the config hash
+# and items hash match the run name's frozen record (recorded on its first run,
+# `murk.config.freeze_run`). Only then are the selected images fetched (online)
+# and the three files written.
 
 # %%
 if run_name is None:
     run_name = "offline-demo" if paths.offline() else "demo"
 config_hash, items_hash = config.config_hash(cfg), items.items_hash(table)
+workflow.refuse_foreign_stores(paths.output_dir(output_dir), config_hash, items_hash, stage="select")
 config.freeze_run(run_name, config_hash, items_hash, n_items=len(table), seed=seed, annotation_file=ann)
 report = items.selection_report(table, ann, cfg)
-coco.ensure_images(table["file_name"], image_dir, split)  # downloads only the selected images, if online
+# downloads only the selected images, if online; offline, a missing one is named (a warning) and kept
+coco.ensure_images(table["file_name"], image_dir, split, missing_ok=True)
 meta = {"config_hash": config_hash, "items_hash": items_hash, "run_name": run_name,
         "n_items": int(len(table)), "n_items_requested": int(n_items), "seed": int(seed),
         "annotation_file": str(ann), "image_dir": str(image_dir)}

@@ -36,11 +36,13 @@ import numpy as np
 from IPython.display import Image, display
 from tqdm.auto import tqdm
 
-from murk import config, depth, figures, items, nominal, paths, render
+from murk import config, depth, figures, items, nominal, paths, render, workflow
 
 cfg = config.load_config()
 table, meta = items.read_items(output_dir)
 max_side = cfg["render"]["max_side_px"]
+# the figure and table below are outputs too: refuse (before writing) a root whose stores are of another selection
+workflow.refuse_foreign_stores(paths.output_dir(output_dir), meta["config_hash"], meta["items_hash"], stage="depth")
 
 # %% [markdown]
 # ## The loop: read → estimate → write
@@ -69,21 +71,26 @@ for _, row in tqdm(table.iterrows(), total=len(table), desc="depth", unit="img")
         continue
     depth.save_depth(folder, image_id, render.resize_depth(est(img, image_id=image_id), size))
     written.append(image_id)
-depth.write_manifest(folder, est, table["image_id"], written=written)
+depth.write_manifest(folder, est, table["image_id"], written=written, skipped=skipped)
 depth.set_current(folder, est, output_dir)  # the cache the later stages read
-print(f"depth: {len(written)} written, {len(table) - len(written) - len(skipped)} cached, {len(skipped)} skipped")
+print(f"depth: {len(written)} written, {len(table) - len(written) - len(skipped)} cached, {len(skipped)} skipped "
+      f"(recorded as missing by the read-out)")
 for image_id, reason in skipped.items():
     print(f"  image {image_id}: {reason}")
 
 # %% [markdown]
 # Quick look: the median over images of the median scene depth (the spec reports
 # it for Depth Anything V2 on its items); the manifest records it with the
-# backend's provenance.
+# backend's provenance. Only the maps in the cache are read; the images without
+# one are listed with the reason the loop recorded.
 
 # %%
 manifest = depth.read_manifest(folder)
-print({k: v for k, v in manifest.items() if k not in ("image_ids", "per_image")})
-medians = [np.median(depth.load_depth(folder, i)) for i in manifest["image_ids"] if (folder / f"{i}.npy").is_file()]
+print({k: v for k, v in manifest.items() if k not in ("image_ids", "per_image", "skipped")})
+with_map = [i for i in manifest["image_ids"] if depth.has_depth(folder, i)]
+for i in sorted(set(manifest["image_ids"]) - set(with_map)):
+    print(f"no depth map for image {i}: {manifest.get('skipped', {}).get(str(i), 'map file missing')}")
+medians = [np.median(depth.load_depth(folder, i)) for i in with_map]
 fig, ax = plt.subplots(figsize=(5, 3))
 ax.hist(medians, bins=20, color="#4477AA")
 ax.set_xlabel("median scene depth (m)")
@@ -93,26 +100,40 @@ fig.tight_layout()
 # %% [markdown]
 # ## One scene across the sweep
 #
-# The first item whose image can be read, as presented to the models: degraded
-# first (Eq. 1 in linear RGB), then the red box drawn. Saved as
-# `figures/scene_levels.png` and embedded in the paper from this cell.
+# The first item with a readable image and a depth map of its presented size,
+# as presented to the models: degraded first (Eq. 1 in linear RGB), then the red
+# box drawn. Saved as `figures/scene_levels.png` and embedded in the paper from
+# this cell. When no item has both, the figure says so (the run goes on: every
+# item is then recorded as missing by the read-out).
 
 # %%
 #| label: fig-scene
 #| fig-cap: "One scene across the sweep in fog (top) and under water (bottom), degraded first, the box drawn after the degradation."
+scene, passed = None, {}
 for i in range(len(table)):
     row = table.iloc[i]
     try:
         img, size = render.load_presented(Path(meta["image_dir"]) / row["file_name"], max_side)
-        z = depth.load_depth(folder, int(row["image_id"]))
-        break
-    except (FileNotFoundError, ValueError, OSError):
+        z = depth.load_depth(folder, int(row["image_id"]), shape=img.shape[:2])
+    except (FileNotFoundError, ValueError, OSError) as e:
+        passed[int(row["image_id"])] = str(e)
         continue
+    scene = row, img, size, z
+    break
+for image_id, reason in passed.items():
+    print(f"scene figure: image {image_id} passed over: {reason}")
+if scene is not None:
+    row, img, size, z = scene
+    print(f"scene figure: image {int(row['image_id'])} ({row['file_name']})")
+    bbox = render.scale_bbox(row["bbox"], (int(row["width"]), int(row["height"])), size)
+    fig = figures.plot_scene_levels(img, z, bbox, box_width_px=cfg["render"]["box_width_px"],
+                                    depth_label=manifest["depth_backend"],
+                                    approximate=bool(manifest["depth_approximate"]))
 else:
-    raise FileNotFoundError("no item has a readable image and a depth map: check MURK_COCO_DIR")
-bbox = render.scale_bbox(row["bbox"], (int(row["width"]), int(row["height"])), size)
-fig = figures.plot_scene_levels(img, z, bbox, box_width_px=cfg["render"]["box_width_px"],
-                                depth_label=manifest["depth_backend"], approximate=bool(manifest["depth_approximate"]))
+    fig, ax = plt.subplots(figsize=(6, 1.5))
+    ax.axis("off")
+    ax.text(0.5, 0.5, f"No scene to show: none of the {len(table)} items has a readable image and a depth map\n"
+                      f"(each is recorded as missing; see the colophon)", ha="center", va="center")
 png, _ = figures.save(fig, paths.figures_dir(output_dir), "scene_levels")
 display(Image(filename=str(png)))
 

@@ -52,8 +52,9 @@ print(f"{len(todo)} of {len(table)} images to estimate")
 #
 # As in the read-out stage, but the conditions are rendered without the box
 # (`marker=False`) and `murk.monitor.monitor_readouts` turns each into V̂ and its
-# read-outs; they are the same for every task. Bad input is recorded with its
-# reason and the loop goes on.
+# read-outs; they are the same for every task. Bad input (a missing, truncated or
+# undecodable image, a missing depth map or one of another shape) and a failed
+# rendering are recorded per image with their reason, and the loop goes on.
 
 # %%
 partner = items.shuffled_partner(len(table), cfg["items"].get("shuffle_offset", 37))
@@ -62,12 +63,17 @@ for i in tqdm(todo, desc="monitor", unit="img"):
     row = table.iloc[i]
     try:
         x = render.item_inputs(table, i, partner[i], meta["image_dir"], current["path"], cfg)
-        conditions = {(arm, level): shown for arm, level, shown in render.render_conditions(
-            x["image"], x["depth_m"], x["bbox"], x["partner_image"], seed=meta["seed"],
-            image_id=int(row["image_id"]), config=cfg, marker=False)}
     except (FileNotFoundError, ValueError, OSError) as e:  # bad input: record it, keep going, lose nothing
         skipped[int(row["image_id"])] = str(e)
         cube.write_missing(store, i, str(e))
+        continue
+    try:
+        conditions = {(arm, level): shown for arm, level, shown in render.render_conditions(
+            x["image"], x["depth_m"], x["bbox"], x["partner_image"], seed=meta["seed"],
+            image_id=int(row["image_id"]), config=cfg, marker=False)}
+    except (ValueError, OSError) as e:  # the same for a rendering that fails on this image's input
+        skipped[int(row["image_id"])] = f"rendering failed: {e}"
+        cube.write_missing(store, i, f"rendering failed: {e}")
         continue
     out = monitor.monitor_readouts(conditions, {("clean", 0): x["depth_m"], ("shuffled", 0): x["partner_depth_m"]},
                                    threshold_m=threshold_m)

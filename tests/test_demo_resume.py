@@ -27,8 +27,8 @@ import pytest
 import xarray as xr
 
 from _killing import KillableRun
-from _pdf import check_pdf_keeps_every_table_row
-from murk import paths
+from _pdf import check_pdf_keeps_every_table_row, check_rows_on_lines
+from murk import paths, workflow
 
 ROOT = paths.project_root()
 SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"
@@ -102,7 +102,7 @@ def demo_runs(tmp_path_factory):
     assert any(locks.glob("*.lock")), "the killed run left no Snakemake lock: the test tests nothing"
 
     run = make_demo(project, base / "k2")  # kill 2: while the analyse notebook runs
-    nb = out / "notebooks" / "04_analyse.ipynb"
+    nb = project / workflow.running_notebooks_dir(out) / "04_analyse.ipynb"  # where its rule executes it
     run.wait_for(nb.exists, "analyse notebook")
     run.kill()
     texts.append(run.text())
@@ -131,4 +131,8 @@ def test_killed_make_demo_resumes_to_the_same_cube(demo_runs):
 @pytest.mark.skipif(shutil.which("pdftotext") is None, reason="poppler-utils (pdftotext) not installed")
 def test_demo_pdf_keeps_every_table_row(demo_runs):
     ref, _, _ = demo_runs
-    check_pdf_keeps_every_table_row(ref / "paper" / "index.pdf", (ref / "paper" / "index.md").read_text())
+    pdf = ref / "paper" / "index.pdf"
+    check_pdf_keeps_every_table_row(pdf, (ref / "paper" / "index.md").read_text())
+    for t in ("t2", "t3"):  # every sweep-table row, as one line
+        table = (ref / "analysis" / f"tbl-sweep-{t}.md").read_text()
+        assert check_rows_on_lines(pdf, table) == len(table.splitlines()) - 2

@@ -1,14 +1,15 @@
 """The paper's PDF without Quarto (pandoc + Typst): long tables break across pages with their header
 repeated, no row is lost, the page is A4 as `_quarto.yml` says, and no heading ends a page alone
 (issue 14). A study-sized sweep table (5 models x 2 arms x 9 levels) is rendered through
-:func:`murk.paper.render_paper`; the demo paper itself is checked in ``test_demo_resume.py``.
+:func:`murk.paper.render_paper`; the demo papers themselves are checked in ``test_demo_resume.py``
+and ``test_faults_snakemake.py``.
 """
 
 import shutil
 
 import pytest
 
-from _pdf import check_pdf_keeps_every_table_row, pdf_words
+from _pdf import check_pdf_keeps_every_table_row, check_rows_on_lines, pdf_words
 from murk import paper
 
 pytestmark = pytest.mark.skipif(shutil.which("pdftotext") is None, reason="poppler-utils (pdftotext) not installed")
@@ -67,6 +68,8 @@ def test_long_table_breaks_across_pages_with_its_header_and_every_row(rendered):
     res, labels = rendered
     md = res["md"].read_text(encoding="utf-8")
     check_pdf_keeps_every_table_row(res["pdf"], md)  # A4, every row, nothing drawn over anything
+    table, _ = _sweep_table()
+    assert check_rows_on_lines(res["pdf"], table) == len(labels)  # each row whole, on one line
     pages = pdf_words(res["pdf"])
     found = {lab: _pages_of(pages, lab) for lab in labels}
     assert all(len(v) == 1 for v in found.values()), {k: v for k, v in found.items() if len(v) != 1}

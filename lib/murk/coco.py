@@ -14,6 +14,7 @@ import hashlib
 import os
 import shutil
 import urllib.request
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Iterable
@@ -22,12 +23,17 @@ from tqdm.auto import tqdm
 
 from murk import paths
 
-__all__ = ["ANNOTATIONS_URL", "ANNOTATIONS_MD5", "IMAGES_URL", "coco_files", "fetch_annotations", "ensure_images"]
+__all__ = ["ANNOTATIONS_URL", "ANNOTATIONS_MD5", "IMAGES_URL", "MissingImageWarning", "coco_files", "fetch_annotations",
+           "ensure_images"]
 
 ANNOTATIONS_URL = "http://images.cocodataset.org/annotations/annotations_trainval2017.zip"
 #: MD5 published with COCO 2017 (annotations_trainval2017.zip, 252,907,541 bytes)
 ANNOTATIONS_MD5 = "f4bbac642086de4f52a3fdda2de5fa2c"
 IMAGES_URL = "http://images.cocodataset.org/{split}/{file_name}"
+
+
+class MissingImageWarning(UserWarning):
+    """Selected images missing from the COCO folder offline: kept, recorded as missing later."""
 
 
 def _no_network(what: str, dest: Path) -> None:
@@ -108,7 +114,8 @@ def _known_sha256() -> dict[str, str]:
     return out
 
 
-def ensure_images(file_names: Iterable[str], image_dir: Path, split: str = "val2017") -> list[Path]:
+def ensure_images(file_names: Iterable[str], image_dir: Path, split: str = "val2017", *,
+                  missing_ok: bool = False) -> list[Path]:
     """Make sure the selected images exist locally, downloading the missing ones.
 
     Parameters
@@ -117,21 +124,37 @@ def ensure_images(file_names: Iterable[str], image_dir: Path, split: str = "val2
         COCO file names of the selected items.
     image_dir : Path
         ``<coco_dir>/<split>/``.
+    split : str
+        COCO split (the download URL's folder).
+    missing_ok : bool
+        Offline (``MURK_OFFLINE=1``), a missing image is not an error: a
+        :class:`MissingImageWarning` names each missing file and the paths are
+        returned all the same (the selection is defined by the annotations, so it
+        stays reproducible; the later stages record each missing image in
+        ``missing_reason``). Default False: raise.
 
     Returns
     -------
-    list of Path, one per file name.
+    list of Path, one per file name (missing ones included when ``missing_ok``).
 
     Raises
     ------
     FileNotFoundError
-        An image is missing and downloading is forbidden (``MURK_OFFLINE=1``).
+        An image is missing, downloading is forbidden (``MURK_OFFLINE=1``) and
+        ``missing_ok`` is False.
     OSError
         A download failed or its SHA-256 differs from the recorded checksum.
     """
     image_dir = Path(image_dir)
     names = list(file_names)
     missing = [n for n in names if not (image_dir / n).is_file()]
+    if missing and missing_ok and paths.offline():
+        warnings.warn(
+            f"{len(missing)} of {len(names)} selected images are missing from {image_dir} and MURK_OFFLINE=1 "
+            f"forbids downloading them: " + ", ".join(missing) + ". They stay in the selection and are recorded "
+            f"as missing (missing_reason) by the later stages; put the files there to read them out.",
+            MissingImageWarning, stacklevel=2)
+        return [image_dir / n for n in names]
     if missing:
         _no_network(f"{len(missing)} selected images (e.g. {missing[0]})", image_dir)
         known = _known_sha256()

@@ -166,8 +166,9 @@ def freeze_run(
     ValueError
         If ``run_name`` is not a valid name; if the existing record's config
         hash or items hash differs (the message names the record file, the
-        differing hashes and the fix: give a new run name, or delete the
-        record deliberately); if the record file is not a JSON object.
+        differing hashes and the complete fixes: restore the settings, or a
+        new run name *and* a new output root, or delete the record
+        deliberately); if the record file is not a JSON object.
     """
     if not isinstance(run_name, str) or not _RUN_NAME.match(run_name):
         raise ValueError(f"run_name {run_name!r} is not valid: use 1-100 letters, digits, '.', '_' or '-', "
@@ -189,8 +190,13 @@ def freeze_run(
             detail = "; ".join(f"{k} {str(record.get(k))[:12]}… recorded, {given[k][:12]}… now" for k in diff)
             raise ValueError(
                 f"run {run_name!r} is frozen in {path} with other settings ({detail}): the configuration "
-                f"(data/config.yaml) or the selected items changed since its first run, and its outputs must "
-                f"not be mixed with this one's. Give a new run_name, or delete the record {path} deliberately."
+                f"(data/config.yaml) or the selected items (n_items, seed, split, the annotation file) changed since "
+                f"its first run, and its outputs must not be mixed with this one's. Nothing was written. Fix, one of: "
+                f"(1) restore the settings of that run (`git checkout data/config.yaml`, and the same n_items, seed "
+                f"and split); (2) run the changed settings as a new run into a new output root: make demo "
+                f"ARGS='--config run_name=NEW output_dir=outputs-NEW' (a new run_name alone is not enough: the "
+                f"read-out stores of the old output root refuse the new configuration); (3) delete the record "
+                f"{path} deliberately (the old outputs are then no longer protected)."
             )
         return record
     record = {

@@ -204,18 +204,47 @@ def save_depth(folder: Path, image_id: int, depth_m: np.ndarray) -> Path:
     return out
 
 
-def load_depth(folder: Path, image_id: int) -> np.ndarray:
+def has_depth(folder: Path, image_id: int) -> bool:
+    """Whether the cache holds a map for ``image_id`` (the depth stage skips bad images: they have none)."""
+    return (Path(folder) / f"{int(image_id)}.npy").is_file()
+
+
+def load_depth(folder: Path, image_id: int, shape: tuple[int, int] | None = None) -> np.ndarray:
     """Read one cached depth map (float32 (H, W), metres).
+
+    Parameters
+    ----------
+    folder : path
+        The depth cache (:func:`depth_cache_dir`).
+    image_id : int
+        COCO image id.
+    shape : (H, W), optional
+        The presented image's shape: a map of another shape is refused (the cache
+        holds maps at the presented size; another shape means it is stale or damaged).
 
     Raises
     ------
     FileNotFoundError
-        If the depth stage has not produced it (message names the fix).
+        If the depth stage has not produced it (the message names the file and the fix).
+    ValueError
+        If the file cannot be read as a 2-D array, or its shape is not ``shape``
+        (the message names the file and the fix).
     """
     p = Path(folder) / f"{int(image_id)}.npy"
     if not p.is_file():
-        raise FileNotFoundError(f"depth map {p} missing: run the depth stage first")
-    return np.load(p)
+        raise FileNotFoundError(
+            f"depth map {p} missing (the depth stage writes none for an image it cannot read, or it was deleted): "
+            f"run the depth stage (again: `snakemake --forcerun depth`); a read-out store that recorded the image "
+            f"as missing keeps that record until it is removed (rm -r the store and its .done marker)")
+    fix = f"delete {p} and run the depth stage again (`snakemake --forcerun depth`)"
+    try:
+        z = np.load(p)
+    except (OSError, ValueError, EOFError) as e:
+        raise ValueError(f"depth map {p} cannot be read ({e}): {fix}") from e
+    if z.ndim != 2 or (shape is not None and tuple(z.shape) != tuple(shape)):
+        want = f"{tuple(shape)}, the presented image's" if shape is not None else "2-D"
+        raise ValueError(f"depth map {p} has shape {tuple(z.shape)}, not {want}: the cache is stale or damaged; {fix}")
+    return z
 
 
 def median_scene_depth_m(folder: Path, image_ids) -> float:
@@ -244,16 +273,18 @@ def median_scene_depth_m(folder: Path, image_ids) -> float:
     return float(np.median(medians)) if medians else float("nan")
 
 
-def write_manifest(folder: Path, backend: DepthBackend, image_ids, written=None) -> Path:
+def write_manifest(folder: Path, backend: DepthBackend, image_ids, written=None, skipped=None) -> Path:
     """Record the backend, its model id and revision, the images and the median scene
     depth of a depth cache in ``manifest.json``.
 
     Keys: the backend's :meth:`DepthBackend.describe` (``depth_backend``,
     ``depth_approximate``, ``depth_model``, ``depth_revision``), ``image_ids``,
-    ``median_scene_depth_m`` (:func:`median_scene_depth_m`; spec Sec. III) and
+    ``median_scene_depth_m`` (:func:`median_scene_depth_m`; spec Sec. III),
     ``per_image`` (image id -> model id and revision that wrote the map, merged with
     an existing manifest so that maps kept from earlier runs keep their provenance;
-    the ids in *written*, maps written in this run, get *backend*'s).
+    the ids in *written*, maps written in this run, get *backend*'s) and ``skipped``
+    (image id -> why the depth stage wrote no map for it in this run: a missing,
+    truncated or undecodable image; *skipped*, a mapping).
     """
     folder = Path(folder)
     ids = [int(i) for i in image_ids]
@@ -265,7 +296,7 @@ def write_manifest(folder: Path, backend: DepthBackend, image_ids, written=None)
     for i in written or ():
         per_image[str(int(i))] = mine
     m = {**backend.describe(), "image_ids": ids, "median_scene_depth_m": median_scene_depth_m(folder, ids),
-         "per_image": per_image}
+         "per_image": per_image, "skipped": {str(int(k)): str(v) for k, v in (skipped or {}).items()}}
     out = folder / "manifest.json"
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(m, indent=1))

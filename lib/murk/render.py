@@ -355,11 +355,11 @@ def item_inputs(table, i: int, partner: int, image_dir: str | os.PathLike, depth
     row = table.iloc[i]
     img, size = load_presented(Path(image_dir) / row["file_name"], max_side,
                                name=f"image {int(row['image_id'])} ({row['file_name']})")
-    z = depth.load_depth(Path(depth_folder), int(row["image_id"]))
+    z = depth.load_depth(Path(depth_folder), int(row["image_id"]), shape=img.shape[:2])
     prow = table.iloc[int(partner)]
     try:
         pimg, _ = load_presented(Path(image_dir) / prow["file_name"], max_side)
-        pz = depth.load_depth(Path(depth_folder), int(prow["image_id"]))
+        pz = depth.load_depth(Path(depth_folder), int(prow["image_id"]), shape=pimg.shape[:2])
     except (FileNotFoundError, ValueError):  # the shuffled control falls back to a grey image
         pimg, pz = np.full_like(img, int(config["render"].get("blank_grey", 128))), z
     return {"image": img, "depth_m": z, "partner_image": pimg, "partner_depth_m": pz,

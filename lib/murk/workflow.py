@@ -14,6 +14,14 @@ its store: a store that was deleted, changed or damaged after its marker was
 written makes the marker stale; it is removed, so the read-out runs again
 (resuming, or re-reading what is needed) and everything downstream follows.
 
+Stores of another selection
+---------------------------
+A store belongs to one selection (its ``config_hash`` and ``items_hash``
+attributes). The select and depth stages call :func:`refuse_foreign_stores` before
+they write anything: an output root that holds stores of another selection is
+refused, naming the stores and the fixes, so a changed configuration or selection
+never leaves ``outputs/`` mixed.
+
 Stale locks
 -----------
 Snakemake locks its working directory (``.snakemake/locks/``) while it runs and
@@ -38,8 +46,8 @@ import json
 import os
 from pathlib import Path
 
-__all__ = ["IGNORED_SUFFIXES", "store_digest", "write_marker", "read_marker", "stale_reason", "store_of",
-           "drop_stale_markers", "hold_run_lock"]
+__all__ = ["IGNORED_SUFFIXES", "SELECTION_KEYS", "store_digest", "write_marker", "read_marker", "stale_reason",
+           "store_of", "drop_stale_markers", "foreign_stores", "refuse_foreign_stores", "running_notebooks_dir", "hold_run_lock"]
 
 #: files inside a store that are not its content: zarr's half-written chunk files of a
 #: killed write (``<chunk>.<uuid>.partial``; :func:`murk.cube.open_readout_store` removes them)
@@ -167,6 +175,105 @@ def drop_stale_markers(folder: str | os.PathLike) -> list[tuple[Path, str]]:
             marker.unlink(missing_ok=True)
             dropped.append((marker, reason))
     return dropped
+
+
+#: attributes of a store that say which selection and configuration it belongs to
+SELECTION_KEYS = ("config_hash", "items_hash")
+
+
+def foreign_stores(root: str | os.PathLike, config_hash: str, items_hash: str) -> list[tuple[Path, str]]:
+    """The stores under an output root that belong to another selection or configuration.
+
+    Reads only each store's attributes (``.zattrs``): every read-out store under
+    ``<root>/readout/`` (shard and monitor stores included) and ``<root>/cube.zarr``.
+
+    Parameters
+    ----------
+    root : path
+        The output root.
+    config_hash, items_hash : str
+        The selection about to be written (:func:`murk.config.config_hash`,
+        :func:`murk.items.items_hash`).
+
+    Returns
+    -------
+    list of (store, detail)
+        Sorted by path; ``detail`` names the differing hashes (first 12 hex digits),
+        e.g. ``"items_hash fe7dcb16c82a… (this run 0a1b2c3d4e5f…)"``. A store whose
+        attributes cannot be read is listed too (``"attributes unreadable"``).
+    """
+    root = Path(root)
+    given = {"config_hash": str(config_hash), "items_hash": str(items_hash)}
+    found = sorted((root / "readout").rglob("*.zarr")) if (root / "readout").is_dir() else []
+    found += [root / "cube.zarr"] if (root / "cube.zarr").is_dir() else []
+    out = []
+    for store in found:
+        if not store.is_dir():
+            continue
+        try:
+            attrs = json.loads((store / ".zattrs").read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            continue  # no metadata yet (a creation killed half-way): it holds no read-outs
+        except (OSError, ValueError):
+            out.append((store, "attributes unreadable"))
+            continue
+        diff = [f"{k} {str(attrs.get(k))[:12]}… (this run {given[k][:12]}…)" for k in SELECTION_KEYS
+                if str(attrs.get(k)) != given[k]]
+        if diff:
+            out.append((store, ", ".join(diff)))
+    return out
+
+
+def refuse_foreign_stores(root: str | os.PathLike, config_hash: str, items_hash: str, stage: str) -> None:
+    """Refuse, before a stage writes anything, when the output root holds stores of another selection.
+
+    The select stage calls it before it writes ``items.json``, the depth stage
+    before it writes its figure and table: writing a selection that no store of the
+    root matches would leave the root mixed (the read-outs then refuse their stores,
+    the paper stands on the old ones).
+
+    Parameters
+    ----------
+    root : path
+        The output root.
+    config_hash, items_hash : str
+        The selection of this run.
+    stage : str
+        The stage that refuses (named in the message).
+
+    Raises
+    ------
+    ValueError
+        If :func:`foreign_stores` finds any; the message names the root, each store
+        and what differs, and the complete fixes: restore the settings, or run the
+        changed settings as a new run in a new output root, or delete the stale
+        stores deliberately.
+    """
+    stale = foreign_stores(root, config_hash, items_hash)
+    if not stale:
+        return
+    listed = "\n".join(f"  {p}: {d}" for p, d in stale)
+    rm = " ".join(str(p) for p, _ in stale)
+    raise ValueError(
+        f"the {stage} stage refuses to write into the output root {root}: it holds {len(stale)} store(s) of "
+        f"another selection or configuration:\n{listed}\nNothing was written. Fix, one of: (1) restore the "
+        f"settings of that run (`git checkout data/config.yaml`, and the same n_items, seed and split); (2) run the "
+        f"changed settings as a new run into a new output root: make demo ARGS='--config run_name=NEW "
+        f"output_dir=outputs-NEW' (a new run_name alone is not enough: the stores in {root} stay those of the old "
+        f"selection); (3) delete the stale stores deliberately: rm -r {rm}")
+
+
+def running_notebooks_dir(output_dir: str | os.PathLike, snakemake_dir: str | os.PathLike = ".snakemake") -> Path:
+    """Where the Snakefile's rules execute their notebooks (their logs) for one output root.
+
+    ``<snakemake_dir>/murk-notebooks/<output root's absolute path as a slug>``; a
+    notebook moves from there to ``<output_dir>/notebooks/`` only when it ran to
+    its end, so a stage that fails or refuses leaves the output root as it was.
+    """
+    import re
+
+    name = re.sub(r"[^A-Za-z0-9._-]+", "--", os.path.abspath(output_dir)).strip("-")
+    return Path(snakemake_dir) / "murk-notebooks" / name
 
 
 _HELD: dict[str, int] = {}

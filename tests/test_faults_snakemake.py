@@ -1,0 +1,227 @@
+"""Bad input and refusals through Snakemake on the offline demo, as users meet them (issue 14).
+
+One offline run of seven COCO items with one tiny checkpoint (a pipeline check) carries six faults
+at once: in a private copy of the COCO folder, one image truncated to a third, one deleted, one
+overwritten with 100 random bytes; after the depth stage, one depth map replaced by a 3 x 3 array, one
+deleted, and one made negative (right shape: the rendering itself fails). The run completes (rc 0),
+every faulty image is recorded in ``missing_reason`` naming its file or the failed rendering (values
+NaN), the good image is read out, and the paper's colophon lists each one.
+
+The same output root then serves the refusals: a changed ``data/config.yaml`` (in a copy of the
+project) and a selection of other items under a new run name are refused before anything is written:
+the output root stays byte for byte as it was, and the message gives the complete fixes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from murk import paths
+
+ROOT = paths.project_root()
+SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"
+MODEL = "murk-tiny/smolvlm"
+N_ITEMS = 7
+RUN = "faults-test"
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not SAMPLE.is_dir(), reason="../shared/coco-val2017-sample not present")]
+
+
+def _env(coco: Path, project: Path = ROOT) -> dict[str, str]:
+    return {**os.environ, "MURK_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "MURK_COCO_DIR": str(coco),
+            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "MPLBACKEND": "Agg",
+            "PYTHONPATH": str(project / "lib")}
+
+
+def snakemake(out: Path, coco: Path, *targets: str, project: Path = ROOT, n_items: int = N_ITEMS,
+              run_name: str = RUN) -> subprocess.CompletedProcess:
+    """``snakemake --cores 1 [TARGETS] --config …`` in ``project``, offline, on the COCO folder ``coco``."""
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "1", *targets, "--config", f"output_dir={out}",
+           f"n_items={n_items}", f'offline_models=["{MODEL}"]', f"run_name={run_name}"]
+    return subprocess.run(cmd, cwd=project, env=_env(coco, project), capture_output=True, text=True, timeout=1500)
+
+
+def tree(root: Path) -> dict[str, str]:
+    """Every file under ``root``: relative path -> SHA-256 of its bytes."""
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _cells_text(nb: Path) -> str:
+    cells = json.loads(nb.read_text())["cells"]
+    return "".join("".join(o.get("text", "")) for c in cells for o in c.get("outputs", []))
+
+
+@pytest.fixture(scope="module")
+def faulty_run(tmp_path_factory):
+    """(output root, COCO copy, {fault: (image id, file)}, the runs' output)."""
+    base = tmp_path_factory.mktemp("faults")
+    coco, out = base / "coco", base / "out"
+    (coco / "val2017").mkdir(parents=True)
+    (coco / "annotations").mkdir()
+    shutil.copy(SAMPLE / "annotations" / "instances_val2017.json", coco / "annotations")
+    for f in (SAMPLE / "val2017").iterdir():
+        os.symlink(f, coco / "val2017" / f.name)  # the images nobody damages: links to the shared sample
+
+    r = snakemake(out, coco, f"{out}/items.json")  # select on the intact folder: which items
+    assert r.returncode == 0, r.stderr[-4000:]
+    table = json.loads((out / "items.json").read_text())
+    assert len(table) == N_ITEMS
+    ids = [int(x["image_id"]) for x in table]
+    files = [x["file_name"] for x in table]
+    faults = dict(zip(["truncated", "deleted", "undecodable", "wrong-shape depth", "deleted depth",
+                       "negative depth", "good"], zip(ids, files)))
+    img = coco / "val2017"
+    data = (SAMPLE / "val2017" / files[0]).read_bytes()
+    (img / files[0]).unlink()
+    (img / files[0]).write_bytes(data[: len(data) // 3])
+    (img / files[1]).unlink()
+    (img / files[2]).unlink()
+    (img / files[2]).write_bytes(np.random.default_rng(0).bytes(100))
+    shutil.rmtree(out)  # the real run starts from the damaged folder (select keeps the missing image)
+
+    r1 = snakemake(out, coco, f"{out}/depth/current.json")
+    assert r1.returncode == 0, r1.stderr[-4000:]
+    cache = Path(json.loads((out / "depth" / "current.json").read_text())["folder"])
+    cache = out / "depth" / cache
+    np.save(cache / f"{ids[3]}.npy", np.full((3, 3), 10.0, np.float32))  # a map of the wrong shape
+    (cache / f"{ids[4]}.npy").unlink()  # a deleted map
+    z = np.load(cache / f"{ids[5]}.npy")
+    np.save(cache / f"{ids[5]}.npy", -z)  # the right shape, negative metres: the rendering fails
+    r2 = snakemake(out, coco)
+    assert r2.returncode == 0, r2.stdout[-2000:] + r2.stderr[-4000:]
+    return out, coco, faults, r1.stdout + r1.stderr + r2.stdout + r2.stderr
+
+
+def test_bad_input_is_recorded_per_image_and_the_run_completes(faulty_run):
+    out, coco, faults, _ = faulty_run
+    cube = xr.open_zarr(out / "cube.zarr").load()
+    assert set(cube["model"].values) == {MODEL, "murk/visibility-monitor"}
+    want = {"truncated": "truncated", "deleted": "not found", "undecodable": "cannot be decoded",
+            "wrong-shape depth": "has shape (3, 3)", "deleted depth": "missing",
+            "negative depth": "depth_m must be non-negative"}
+    for model in cube["model"].values:
+        reasons = dict(zip(cube["image"].values.tolist(), map(str, cube["missing_reason"].sel(model=model).values)))
+        for fault, (image_id, name) in faults.items():
+            r = reasons[image_id]
+            if fault == "good":
+                assert r == "", (model, r)
+                continue
+            assert want[fault] in r, (model, fault, r)
+            if fault == "negative depth":  # the monitor (and the batched read-out, issue 16) prefix it
+                assert model != "murk/visibility-monitor" or r.startswith("rendering failed: "), r
+                continue
+            named = str(coco / "val2017" / name) if "depth" not in fault else f"{image_id}.npy"
+            assert named in r, (model, fault, r)  # the reason names the file
+    v = cube["value"].sel(readout="c_int", arm="fog")
+    for fault, (image_id, _) in faults.items():
+        got = v.sel(image=image_id)
+        assert (got.notnull().all() if fault == "good" else got.isnull().all()), fault
+    acc = cube["value"].sel(model=MODEL, readout="answer", image=faults["good"][0])
+    assert acc.notnull().any()  # the good image was read out by the VLM
+
+
+def test_the_stages_name_what_they_skipped(faulty_run):
+    out, coco, faults, _ = faulty_run
+    select = _cells_text(out / "notebooks" / "01_select.ipynb")
+    assert "MissingImageWarning" in select and faults["deleted"][1] in select  # the warning names the file
+    depth = _cells_text(out / "notebooks" / "02_depth.ipynb")
+    for fault in ("truncated", "deleted", "undecodable"):
+        assert f"no depth map for image {faults[fault][0]}" in depth
+    assert f"scene figure: image {faults['wrong-shape depth'][0]}" in depth  # the first item with depth
+    nominal = xr.open_dataset(out / "analysis" / "nominal_equivalence.nc").load()
+    nominal.close()
+    miss = dict(zip(nominal["image"].values.tolist(), map(str, nominal["missing_reason"].values)))
+    for fault in ("truncated", "deleted", "undecodable"):  # (the depth maps were damaged after this stage)
+        assert miss[faults[fault][0]] != "", fault
+    assert miss[faults["good"][0]] == ""
+
+
+def test_the_colophon_lists_every_missing_image(faulty_run):
+    out, _, faults, _ = faulty_run
+    html = (out / "paper" / "index.html").read_text(encoding="utf-8")
+    md = (out / "paper" / "index.md").read_text(encoding="utf-8")
+    assert (out / "paper" / "index.pdf").is_file()
+    for fault, (image_id, _) in faults.items():
+        rows = [line for line in md.splitlines() if line.startswith("|") and f"| {image_id} |" in line]
+        assert bool(rows) == (fault != "good"), (fault, rows)  # in the missing table, and only the faulty
+        assert fault == "good" or str(image_id) in html
+
+
+@pytest.mark.skipif(shutil.which("pdftotext") is None, reason="poppler-utils (pdftotext) not installed")
+def test_the_pdf_keeps_every_table_row(faulty_run):
+    """The demo paper's PDF (A4): every table row present, nothing drawn over anything, and every row
+    of the sweep tables and of the missing-input table found as one line of the PDF."""
+    from _pdf import check_pdf_keeps_every_table_row, check_rows_on_lines
+
+    out = faulty_run[0]
+    pdf = out / "paper" / "index.pdf"
+    check_pdf_keeps_every_table_row(pdf, (out / "paper" / "index.md").read_text(encoding="utf-8"))
+    for name in ("tbl-sweep-t2", "tbl-sweep-t3", "tbl-missing"):
+        table = (out / "analysis" / f"{name}.md").read_text(encoding="utf-8")
+        assert check_rows_on_lines(pdf, table) == len(table.splitlines()) - 2, name
+
+
+# --- a refusal writes nothing ---
+
+_SKIP = {".git", ".venv", ".snakemake", "__pycache__", ".pytest_cache", ".ipynb_checkpoints"}
+
+
+def _project_copy(dst: Path) -> Path:
+    def ignore(folder, names):
+        top = Path(folder).resolve() == ROOT.resolve()
+        return {n for n in names if n in _SKIP or n.endswith(".egg-info") or (top and n.startswith("outputs"))}
+
+    shutil.copytree(ROOT, dst, ignore=ignore)
+    return dst
+
+
+def test_changed_config_is_refused_and_writes_nothing(faulty_run, tmp_path):
+    """``data/config.yaml`` edited under the frozen run name: Snakemake re-runs select, which refuses
+    before writing; the output root is byte-identical; both complete fixes are named. The same in a
+    new, empty output root (only the frozen record refuses there): it stays without a file."""
+    out, coco, _, _ = faulty_run
+    project = _project_copy(tmp_path / "murk")
+    cfg = project / "data" / "config.yaml"
+    text = cfg.read_text()
+    assert "shuffle_offset: 37" in text
+    cfg.write_text(text.replace("shuffle_offset: 37", "shuffle_offset: 38"))
+    before = tree(out)
+    new_root = tmp_path / "new-root"
+    msgs = {}
+    for root in (out, new_root):
+        r = snakemake(root, coco, project=project)
+        msgs[root] = r.stdout + r.stderr
+        assert r.returncode != 0, msgs[root][-3000:]
+        assert "Nothing was written" in msgs[root]
+        assert "git checkout data/config.yaml" in msgs[root]  # fix 1: restore the config
+        assert "make demo ARGS='--config run_name=NEW output_dir=outputs-NEW'" in msgs[root]  # fix 2: a new run
+    assert tree(out) == before
+    assert "holds 3 store(s) of another selection" in msgs[out] and "config_hash" in msgs[out]
+    assert "Restored previous version" in msgs[out]  # Snakemake put items.json back (update() outputs)
+    assert f"run {RUN!r} is frozen" in msgs[new_root]  # no stores there: the frozen record refused
+    assert not new_root.exists() or tree(new_root) == {}
+
+
+def test_root_with_stores_of_another_selection_is_refused_before_writing(faulty_run):
+    """Other items under a new run name into the same output root: select refuses (its stores belong to
+    the old selection) before it writes anything, the new run name's frozen record included."""
+    out, coco, _, _ = faulty_run
+    before = tree(out)
+    r = snakemake(out, coco, n_items=N_ITEMS - 1, run_name="faults-test-other")
+    msg = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert f"refuses to write into the output root {out}" in msg and "items_hash" in msg
+    assert str(out / "readout" / f"{paths.model_slug(MODEL)}.zarr") in msg and "rm -r" in msg
+    assert tree(out) == before
+    assert not (Path(os.environ["MURK_FROZEN_DIR"]) / "faults-test-other.json").exists()  # not even the record
