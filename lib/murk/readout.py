@@ -1578,7 +1578,9 @@ def check_option_mass(values: Any, model_id: str, threshold: float = OPTION_MASS
     if low:
         common = ""
         if top_tokens is not None:
-            toks, counts = np.unique(np.asarray(top_tokens, dtype=str), return_counts=True)
+            # str() each: a store's text read-outs come back as numpy StringDType, which casts to no fixed width
+            toks, counts = np.unique(np.asarray([str(t) for t in np.ravel(top_tokens)], dtype=object),
+                                     return_counts=True)
             order = np.argsort(-counts)[:3]
             common = "; most common first tokens " + ", ".join(
                 f"{str(toks[i])!r} ({int(counts[i])})" for i in order)
