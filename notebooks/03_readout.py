@@ -79,7 +79,9 @@ if engine_kind not in ("batched", "per-unit"):
 # run or another shard reuses the store's *k*, and a shard size that would cut a
 # batch is refused (`murk.engine.check_shard_alignment`). On a CPU *k* = 1; on a GPU
 # it is chosen from the free memory and the model's size
-# (`murk.engine.auto_images_per_batch`).
+# (`murk.engine.auto_images_per_batch`), then lowered to a divisor of the shard
+# size. Shards run on GPUs of different memory can choose different *k*: set
+# `images_per_batch` explicitly there, so that every shard reads the same batches.
 
 # %%
 def stored_attr(store, key):
@@ -95,8 +97,12 @@ if len(span):
     vlm = readout.load_vlm(model, device=device, root=output_dir, trust_remote_code=trust_remote_code,
                            allow_pickle=allow_pickle)
     if engine_kind == "batched":
-        k = int(images_per_batch or stored_attr(store, "images_per_batch")
-                or cfg["readout"].get("images_per_batch") or engine.auto_images_per_batch(vlm, config=cfg))
+        k = images_per_batch or stored_attr(store, "images_per_batch") or cfg["readout"].get("images_per_batch")
+        if not k:  # from the free memory, then the largest power of two that divides the shard size
+            k = engine.auto_images_per_batch(vlm, config=cfg)
+            while shard_size and int(shard_size) % k:
+                k //= 2
+        k = int(k)
         engine.check_shard_alignment(shard_size, k)  # a shard must not cut a scheduled batch
         print(f"batched engine: {k} image(s) = {k * engine.N_CONDITIONS} units per scheduled batch")
     attrs = cube.store_identity(
