@@ -1578,8 +1578,8 @@ def check_option_mass(values: Any, model_id: str, threshold: float = OPTION_MASS
     if low:
         common = ""
         if top_tokens is not None:
-            # str() each: a store's text read-outs come back as numpy StringDType, which casts to no fixed width
-            toks, counts = np.unique(np.asarray([str(t) for t in np.ravel(top_tokens)], dtype=object),
+            # zarr 3 reads strings as numpy's variable-width StringDType: go through Python str
+            toks, counts = np.unique(np.array([str(t) for t in np.asarray(top_tokens, dtype=object).ravel()]),
                                      return_counts=True)
             order = np.argsort(-counts)[:3]
             common = "; most common first tokens " + ", ".join(
