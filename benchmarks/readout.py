@@ -56,12 +56,13 @@ The last line is ``tokens_ratio=<x> lm_tokens_ratio=<l> vision_passes_per_condit
 wall_ratio=<y> max_abs_dp=<z> bf16_max_abs_dc_int=<d> bf16_flip_rate=<f>
 bf16_wordings_max_abs_dc_int=<w>``.
 
-Run: ``.venv/bin/python benchmarks/readout.py [--items 2] [--bf16-items 167]`` (about 5-10 min on 2
-busy cores).
+Run: ``.venv/bin/python benchmarks/readout.py [--items 2] [--bf16-items 167]`` (about 15 min on 2
+idle cores; over an hour on 2 cores shared with other CPU-heavy jobs).
 
 Measured 2026-11-30 (3 items, 2 shared cores, trained stand-in tokenizer): ``tokens_ratio=5.08
 vision_passes_per_condition=1 wall_ratio=3.72 max_abs_dp=1.64e-07`` (language-model tokens alone:
-ratio 2.26). For the measurement with the real tokenizer and the bf16 fields see the README.
+ratio 2.26). For the measurement with the real tokenizer, the batched engine and the bf16 fields see
+the README (section Benchmarks, Measured).
 """
 
 from __future__ import annotations
