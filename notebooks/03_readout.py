@@ -15,8 +15,11 @@
 # visibilities; ImageNet-C fog 1–5; blank and shuffled controls) are rendered
 # (Eq. 1 in linear RGB, the 8-px red box drawn after the degradation), and the
 # t2 and t3 questions are asked with three prompts (main with a verbalized
-# confidence, abstain, abstain₂). Results go into this model's zarr store one
-# image at a time: rerunning resumes and never repeats finished images.
+# confidence, abstain, abstain₂). The read-out runs on murk's batched engine
+# (`murk.engine`): the prompts of one (image, condition) unit as one token tree,
+# many units per forward pass, rendering overlapping with the model. Results go
+# into this model's zarr store one image at a time: rerunning resumes and never
+# repeats finished images.
 #
 # `murk-tiny/…` models are tiny randomly initialised checkpoints of the real
 # architectures: their numbers are a **pipeline check**, not results.
@@ -28,6 +31,9 @@ device = None                 # None: cuda if available, else cpu
 shard = None                  # with shard_size: read out only items shard*shard_size ... (own store)
 shard_size = None
 n_verbal_items = 0            # the first n items are also asked verbal wordings v2, v3 (spec Table VI: 300)
+engine_kind = "batched"       # "batched": murk.engine (default); "per-unit": murk.readout.read_item per condition
+images_per_batch = None       # batched engine: images per scheduled batch (x 24 units); None: the store's value
+                              # on resume, else data/config.yaml readout.images_per_batch, else from free memory
 trust_remote_code = False     # run code shipped with a checkpoint (auto_map) only if True, never on a prompt
 allow_pickle = False          # accept pickle weights (pytorch_model.bin) only if True; default: safetensors only
 output_dir = None
@@ -40,7 +46,7 @@ import matplotlib.pyplot as plt
 import xarray as xr
 from tqdm.auto import tqdm
 
-from murk import config, cube, depth, items, paths, prompts, readout, render
+from murk import config, cube, depth, engine, items, paths, prompts, readout, render
 
 cfg = config.load_config()
 table, meta = items.read_items(output_dir)
@@ -49,6 +55,9 @@ span = paths.shard_span(len(table), shard, shard_size, max_items)   # the items 
 store = paths.readout_store(model, output_dir, shard, shard_size)
 print(f"{model}: items {span.start}..{span.stop - 1} of {len(table)} into {store}" if len(span) else
       f"{model}: shard {shard} of size {shard_size} lies beyond the {len(table)} items: nothing to read out")
+if engine_kind not in ("batched", "per-unit"):
+    raise ValueError(f"engine_kind={engine_kind!r}: use 'batched' (murk.engine, the default) or 'per-unit' "
+                     f"(murk.readout.read_item, for comparison)")
 
 # %% [markdown]
 # ## The store and the model
@@ -61,12 +70,41 @@ print(f"{model}: items {span.start}..{span.stop - 1} of {len(table)} into {store
 # store written with other settings is refused with a message naming the
 # setting, never mixed (`murk.cube.open_readout_store`). Images already done are
 # skipped; images whose chunk files were damaged are read again.
+#
+# The batched engine reads the items in a fixed global schedule: batch *b* holds
+# items *b·k* … *(b+1)·k − 1*, all 24 conditions of each (`murk.engine.schedule`).
+# Which images share a forward pass changes a read-out only by floating-point
+# rounding (≤ 1e-6 in float32), but a store must be reproducible bit for bit, so
+# the engine and *k* (`images_per_batch`) belong to the store's identity: a resumed
+# run or another shard reuses the store's *k*, and a shard size that would cut a
+# batch is refused (`murk.engine.check_shard_alignment`). On a CPU *k* = 1; on a GPU
+# it is chosen from the free memory and the model's size
+# (`murk.engine.auto_images_per_batch`), then lowered to a divisor of the shard
+# size. Shards run on GPUs of different memory can choose different *k*: set
+# `images_per_batch` explicitly there, so that every shard reads the same batches.
 
 # %%
-todo, vlm = [], None
+def stored_attr(store, key):
+    """An attribute of an existing store (None without one); a damaged store is named by open_readout_store."""
+    try:
+        return json.loads((store / ".zattrs").read_text()).get(key)
+    except (OSError, ValueError):
+        return None
+
+
+todo, vlm, k = [], None, None
 if len(span):
     vlm = readout.load_vlm(model, device=device, root=output_dir, trust_remote_code=trust_remote_code,
                            allow_pickle=allow_pickle)
+    if engine_kind == "batched":
+        k = images_per_batch or stored_attr(store, "images_per_batch") or cfg["readout"].get("images_per_batch")
+        if not k:  # from the free memory, then the largest power of two that divides the shard size
+            k = engine.auto_images_per_batch(vlm, config=cfg)
+            while shard_size and int(shard_size) % k:
+                k //= 2
+        k = int(k)
+        engine.check_shard_alignment(shard_size, k)  # a shard must not cut a scheduled batch
+        print(f"batched engine: {k} image(s) = {k * engine.N_CONDITIONS} units per scheduled batch")
     attrs = cube.store_identity(
         config_hash=meta["config_hash"], items_hash=meta["items_hash"], model_id=model,
         model_revision=vlm.revision, dtype=vlm.dtype, n_verbal_items=n_verbal_items, n_items=len(table),
@@ -74,8 +112,9 @@ if len(span):
         depth_revision=current.get("depth_revision", ""), pipeline_check=int(vlm.is_pipeline_check),
         n_visual_tokens=int(vlm.n_visual_tokens), depth_approximate=current["depth_approximate"],
         ignored_generation_settings=json.dumps(vlm.ignored_generation_settings, sort_keys=True),
-        eos_token_ids=json.dumps(sorted(vlm.eos_token_ids)),
-        trust_remote_code=int(bool(trust_remote_code)), allow_pickle=int(bool(allow_pickle)))
+        eos_token_ids=json.dumps(sorted(vlm.eos_token_ids)), readout_engine=engine_kind,
+        trust_remote_code=int(bool(trust_remote_code)), allow_pickle=int(bool(allow_pickle)),
+        **({"images_per_batch": k} if k is not None else {}))
     if vlm.is_pipeline_check:
         attrs["note"] = "PIPELINE CHECK: tiny randomly initialised checkpoint; numbers carry no meaning"
     elif current["depth_approximate"]:
@@ -91,38 +130,81 @@ print(f"{len(todo)} of {len(span)} images to read out")
 # %% [markdown]
 # ## The loop: render → read → write
 #
-# For each image not yet done: its inputs at the presented size
+# For each image not yet done, `load` gathers its inputs at the presented size
 # (`murk.render.item_inputs`: the image, its depth, the box, the shuffled
-# control's partner), all 24 conditions rendered (`murk.render.render_conditions`),
-# then every question of every condition read out from one shared prefix per
-# condition (`murk.readout.read_item`: one vision pass and one prefill), and the
-# image written (`murk.cube.write_image`: values first, then its `done` flag).
-# Bad input (a missing or undecodable image, a missing depth map) is recorded
-# with its reason (`murk.cube.write_missing`) and the loop goes on.
+# control's partner) and its 24 conditions (`murk.render.render_conditions`, a
+# generator); the batched engine (`murk.engine.read_images`) consumes them in a
+# worker thread, builds each unit's token tree, and reads every question of every
+# condition of the scheduled batch in one forward pass and one greedy decode loop,
+# while the next batch is being rendered. Each image is written as soon as its
+# batch is read (`murk.cube.write_image`: values first, then its `done` flag).
+#
+# Bad input (a missing or undecodable image, a missing depth map) and a failed
+# rendering (recorded as `rendering failed: <error>`, e.g. a depth map of another
+# shape than its image) are recorded per image with their reason
+# (`murk.cube.write_missing`) and the loop goes on. A resumed run recomputes whole
+# scheduled batches (finished batch-mates are read again, not written), so its
+# store equals an uninterrupted run's. `engine_kind="per-unit"` runs the earlier
+# loop (`murk.readout.read_item`, one condition at a time) for comparison.
 
 # %%
 partner = items.shuffled_partner(len(table), cfg["items"].get("shuffle_offset", 37))
-skipped = {}
-for i in tqdm(todo, desc=f"readout {paths.model_slug(model)}", unit="img"):
+skipped, fallbacks = {}, []
+
+
+def load(i):
+    """Item i's questions and its 24 conditions (the generator: rendered in the engine's worker thread)."""
     row = table.iloc[i]
-    try:
-        x = render.item_inputs(table, i, partner[i], meta["image_dir"], current["path"], cfg)
-        conditions = list(render.render_conditions(x["image"], x["depth_m"], x["bbox"], x["partner_image"],
-                                                   seed=meta["seed"], image_id=int(row["image_id"]), config=cfg))
-    except (FileNotFoundError, ValueError, OSError) as e:  # bad input: record it, keep going, lose nothing
-        skipped[int(row["image_id"])] = str(e)
-        cube.write_missing(store, i - span.start, str(e))
-        continue
-    questions = prompts.questions_for_item(row, cfg)
+    x = render.item_inputs(table, i, partner[i], meta["image_dir"], current["path"], cfg)  # raises on bad input
+    conditions = render.render_conditions(x["image"], x["depth_m"], x["bbox"], x["partner_image"],
+                                          seed=meta["seed"], image_id=int(row["image_id"]), config=cfg)
     verbal = prompts.VERBAL_WORDINGS if i < int(n_verbal_items) else ("v1",)
-    results = {}
-    for arm, level, shown in conditions:
-        for task, r in readout.read_item(vlm, shown, questions, cfg, verbal_variants=verbal).items():
-            results[(arm, level, task)] = r
-    cube.write_image(store, i - span.start, results)
+    return engine.ImageJob(prompts.questions_for_item(row, cfg), conditions, verbal)
+
+
+def record_missing(i, reason):
+    skipped[int(table.iloc[i]["image_id"])] = reason
+    cube.write_missing(store, i - span.start, reason)
+
+
+stats = engine.EngineStats()
+if todo and engine_kind == "batched":
+    batches = engine.plan(todo, span.start, span.stop, k)
+    done_items = {i for i in span if done[i - span.start]}
+    for res in engine.read_images(vlm, batches, load, config=cfg, done=done_items, stats=stats,
+                                  progress=f"readout {paths.model_slug(model)}"):
+        if res.missing_reason is not None:
+            record_missing(res.item, res.missing_reason)
+        else:
+            cube.write_image(store, res.item - span.start, res.results)  # all 24 conditions, then `done`
+        fallbacks += [f"image {int(table.iloc[res.item]['image_id'])} {f}" for f in res.fallbacks]
+elif todo:  # the per-unit engine, for comparison
+    for i in tqdm(todo, desc=f"readout {paths.model_slug(model)} (per-unit)", unit="img"):
+        try:
+            job = load(i)
+        except engine.BAD_INPUT_ERRORS as e:  # bad input: record it, keep going, lose nothing
+            record_missing(i, str(e))
+            continue
+        try:
+            conditions = list(job.conditions)
+        except Exception as e:  # noqa: BLE001 - a failed rendering loses this image only
+            record_missing(i, f"rendering failed: {type(e).__name__}: {e}")
+            continue
+        results = {}
+        for arm, level, shown in tqdm(conditions, desc=f"image {i}", unit="unit", leave=False):
+            for task, r in readout.read_item(vlm, shown, job.questions, cfg,
+                                             verbal_variants=job.verbal_variants).items():
+                results[(arm, level, task)] = r
+        cube.write_image(store, i - span.start, results)
 print(f"readout {model}: every item processed" if not skipped else
       f"readout {model}: {len(skipped)} item(s) skipped, recorded as missing:\n"
-      + "\n".join(f"  image {k}: {v}" for k, v in skipped.items()))
+      + "\n".join(f"  image {k_}: {v}" for k_, v in skipped.items()))
+if stats.batches:
+    print(f"batched engine: {stats.units} units in {stats.batches} batches, {stats.forward_calls} forward calls; "
+          f"the model waited for the CPU {100 * stats.wait_share:.0f} % of the time; "
+          f"{stats.fallback_units} units by the per-unit engine; {stats.oom_splits} out-of-memory splits")
+if fallbacks:
+    print("read by the per-unit engine (the batched one cannot take them):\n  " + "\n  ".join(fallbacks[:20]))
 
 # %% [markdown]
 # ## The option-mass guard

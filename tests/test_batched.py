@@ -230,6 +230,35 @@ def test_read_images_pipeline_cut_anywhere(tiny_vlms, images):
             assert _max_diff({key[2]: res}, {key[2]: run2[r.item].results[key]}) == 0.0
 
 
+def test_bad_input_and_failed_rendering_are_recorded_per_image(tiny_vlms, images):
+    """load() raising bad input (an undecodable image is an OSError) or the conditions' generator raising while
+    rendering loses only that image: its reason is recorded, its batch-mates are read out."""
+    from PIL import UnidentifiedImageError
+
+    vlm = tiny_vlms["smolvlm"]
+    cfg = load_config()
+    good = _loader(images, cfg, conditions=(("clean", 0), ("fog", 4)))
+
+    def rendering(img):
+        yield "clean", 0, img
+        raise ValueError("operands could not be broadcast together with shapes (224,224) (100,100)")
+
+    def load(i):
+        if i == 1:
+            raise UnidentifiedImageError("cannot identify image file 'x.jpg'")
+        if i == 2:
+            return engine.ImageJob(good(i).questions, rendering(images[0]))
+        return good(i)
+
+    res = {r.item: r for r in engine.read_images(vlm, [[0, 1, 2, 3]], load, config=cfg, progress=False)}
+    assert res[1].results is None and "cannot identify image file" in res[1].missing_reason
+    assert res[2].results is None
+    assert res[2].missing_reason == ("rendering failed: ValueError: operands could not be broadcast together "
+                                     "with shapes (224,224) (100,100)")
+    for i in (0, 3):
+        assert res[i].missing_reason is None and len(res[i].results) == 2 * 3
+
+
 def test_out_of_memory_splits_the_batch(tiny_vlms, images, monkeypatch, caplog):
     vlm = tiny_vlms["qwen3vl"]
     cfg = load_config()

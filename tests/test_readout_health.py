@@ -72,6 +72,15 @@ def test_guard_warns_naming_model_and_causes():
         assert check_option_mass(ds, "org/good")["t2"] == pytest.approx(0.9)  # no warning at 0.9
 
 
+def test_guard_on_a_store_read_back_from_zarr(tmp_path):
+    """A store's text read-outs come back from zarr as numpy StringDType: the guard still quotes the tokens."""
+    _cube().sel(model="org/bad", drop=True).to_zarr(tmp_path / "s.zarr", zarr_format=2, consolidated=False)
+    ds = xr.open_zarr(tmp_path / "s.zarr", consolidated=False)
+    with pytest.warns(LowOptionMassWarning, match="'The' \\(") as rec:
+        med = check_option_mass(ds, "org/bad")
+    assert med["t2"] == pytest.approx(1e-4) and "org/bad" in str(rec[0].message)
+
+
 def test_guard_on_a_real_readout_of_random_weights(tiny_vlms, coco_image):
     """Random weights: the first token is rarely a letter, and the guard says so."""
     from murk.config import load_config

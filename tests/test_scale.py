@@ -148,7 +148,8 @@ def test_kill_and_resume(prepared, reference, tmp_path):
 
     run = _readout_run(root, tmp_path / "f4")  # resume to the end
     assert run.finish() == 0, run.text()[-3000:]
-    assert "1/1 [" in (run.faults / "03_readout.ipynb").read_text()  # only the unfinished image was read out again
+    # only the unfinished image was read out again: its 24 units (the bar counts (image, condition) units)
+    assert "24/24 [" in (run.faults / "03_readout.ipynb").read_text()
     ds = _values(root)
     assert bool(ds["done"].all())
     xr.testing.assert_identical(ds["value"], reference[0]["value"])

@@ -103,6 +103,7 @@ __all__ = [
     "auto_images_per_batch",
     "read_units",
     "read_images",
+    "BAD_INPUT_ERRORS",
 ]
 
 #: conditions per image (:data:`murk.cube.CONDITIONS`: clean, 8 fog, 8 underwater, 5 ImageNet-C, blank, shuffled)
@@ -1093,15 +1094,23 @@ class _PreparedImage:
     missing: str | None = None
 
 
+#: what ``load(item)`` may raise for bad input (missing or undecodable image, missing depth map): recorded
+#: as the image's missing reason (PIL's ``UnidentifiedImageError`` is an OSError)
+BAD_INPUT_ERRORS = (FileNotFoundError, ValueError, OSError)
+
+
 def _prepare_image(vlm, item: int, load: Callable[[int], ImageJob], cfg, support) -> _PreparedImage:
     try:
         job = load(item)
-        units = []
-        for arm, level, image in job.conditions:
-            u = Unit(int(item), str(arm), int(level), image, tuple(job.questions), tuple(job.verbal_variants))
-            units.append(_prepare_unit(vlm, u, cfg, support))
-    except (FileNotFoundError, ValueError) as e:  # bad input: recorded by the caller, the run goes on
+    except BAD_INPUT_ERRORS as e:  # bad input: recorded by the caller, the run goes on
         return _PreparedImage(int(item), [], str(e))
+    try:  # all conditions first: a failure anywhere in the rendering loses only this image
+        conditions = [(str(arm), int(level), image) for arm, level, image in job.conditions]
+    except Exception as e:  # noqa: BLE001 - e.g. a depth map of another shape: recorded, the run goes on
+        return _PreparedImage(int(item), [], f"rendering failed: {type(e).__name__}: {e}")
+    units = [_prepare_unit(vlm, Unit(int(item), arm, level, image, tuple(job.questions),
+                                     tuple(job.verbal_variants)), cfg, support)
+             for arm, level, image in conditions]
     return _PreparedImage(int(item), units)
 
 
@@ -1129,9 +1138,13 @@ def read_images(vlm: _ro.VLM, batches: Iterable[Sequence[int]], load: Callable[[
         Scheduled batches of global item indices (:func:`plan`); each is one batch
         of ``len(batch) * N_CONDITIONS`` units.
     load : callable
-        ``load(item) -> ImageJob``; a :class:`FileNotFoundError` or
-        :class:`ValueError` (missing or undecodable image, missing depth) makes the
-        image's result carry ``missing_reason``, and the run goes on.
+        ``load(item) -> ImageJob``; a :class:`FileNotFoundError`,
+        :class:`ValueError` or :class:`OSError` (:data:`BAD_INPUT_ERRORS`: missing
+        or undecodable image, missing depth) makes the image's result carry
+        ``missing_reason`` (the error's message), and the run goes on. An error
+        while the conditions are rendered (consuming ``ImageJob.conditions``, e.g.
+        a depth map of another shape than the image) is recorded likewise, as
+        ``"rendering failed: <type>: <message>"``.
     config : dict, optional
     done : container of int
         Items already written: read again with their batch (so that their
