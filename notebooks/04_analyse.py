@@ -1128,17 +1128,20 @@ try:
     current = depth.current_depth(output_dir)
 except FileNotFoundError:  # a cube analysed without its depth stage: no examples
     current = None
-for i in range(min(n_examples, len(table)) if current is not None and "file_name" in table else 0):
+for i in range(len(table)) if current is not None and "file_name" in table else []:
+    if len(tiles) >= 2 * n_examples:  # the first n_examples items with usable input
+        break
     row = table.iloc[i]
-    try:
+    try:  # inputs and both renderings first: bad input or a failed rendering skips the item (recorded in the cube)
         img, size = render.load_presented(Path(meta["image_dir"]) / row["file_name"], cfg["render"]["max_side_px"])
-        z = depth.load_depth(current["path"], int(row["image_id"]))
-    except (FileNotFoundError, ValueError, OSError):  # bad input, recorded as missing in the cube
+        z = depth.load_depth(current["path"], int(row["image_id"]), shape=img.shape[:2])
+        stacks = {arm: list(sweep(img, z, np.asarray([VIS[k] for k in example_levels if k > 0])))
+                  for arm, sweep in (("fog", physics.fog_sweep), ("underwater", physics.underwater_sweep))}
+    except (FileNotFoundError, ValueError, OSError):
         continue
     bbox = render.scale_bbox(row["bbox"], (int(row["width"]), int(row["height"])), size)
-    for arm, sweep in (("fog", physics.fog_sweep), ("underwater", physics.underwater_sweep)):
-        stack = sweep(img, z, np.asarray([VIS[k] for k in example_levels if k > 0]))
-        shown = [img] + list(stack)
+    for arm, stack in stacks.items():
+        shown = [img] + stack
         tiles.append([render.draw_box(x, bbox, cfg["render"]["box_width_px"]) for x in shown])
         v = ds["value"].sel(model=model0, arm=arm, task="t2", image=int(row["image_id"]))
         cap = []
@@ -1387,12 +1390,13 @@ THR = monitor.DEFAULT_THRESHOLD_M
 sens = {}   # (arm, variant) -> dict of V̂ (image, level), codes, clean V̂ and codes
 partner_ = items.shuffled_partner(len(table), cfg["items"].get("shuffle_offset", 37)) if n_sens else None
 for i in tqdm(range(n_sens), desc="monitor depth sensitivity", unit="img") if n_sens else []:
-    try:
+    try:  # inputs and both renderings first: an image contributes to every row or to none
         x = render.item_inputs(table, i, partner_[i], meta["image_dir"], current["path"], cfg)
-    except (FileNotFoundError, ValueError, OSError):  # bad input, recorded as missing in the cube
+        stacks = {arm: [x["image"]] + list(sweep(x["image"], x["depth_m"], VIS[1:]))
+                  for arm, sweep in (("fog", physics.fog_sweep), ("underwater", physics.underwater_sweep))}
+    except (FileNotFoundError, ValueError, OSError):  # bad input or a failed rendering, recorded as missing in the cube
         continue
-    for arm, sweep in (("fog", physics.fog_sweep), ("underwater", physics.underwater_sweep)):
-        shown = [x["image"]] + list(sweep(x["image"], x["depth_m"], VIS[1:]))
+    for arm, shown in stacks.items():
         for k_, (_, f) in SENS.items():
             d = [monitor.estimate_visibility_details(im, f(x["depth_m"]), arm) for im in shown]
             r = sens.setdefault((arm, k_), {"v": [], "code": []})

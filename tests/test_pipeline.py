@@ -99,7 +99,8 @@ def test_interrupted_readout_resumes(demo):
     r = stages.snakemake(demo)
     assert r.returncode == 0, r.stderr[-3000:]
     nb = (demo / "notebooks" / "03_readout-murk-tiny--smolvlm.ipynb").read_text()
-    assert "1/1 [" in nb and "3/3 [" not in nb  # only the unfinished image was read out again
+    # the bar counts units (image x condition, 24 per image): only the unfinished image was read out again
+    assert "24/24 [" in nb and "72/72 [" not in nb
     after = xr.open_zarr(store, consolidated=False).load()
     assert bool(after["done"].all())
     # greedy decoding of a deterministic model: the re-read image gives the same numbers
