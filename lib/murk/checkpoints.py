@@ -99,6 +99,22 @@ _QWEN3VL_CHAT_TEMPLATE = (
 )
 
 
+def _replace_folder(src: Path, dst: Path) -> None:
+    """Move the finished folder ``src`` to ``dst``, replacing an existing ``dst`` (two renames, no half state).
+
+    Raises
+    ------
+    OSError
+        From :func:`os.replace` (e.g. ``src`` and ``dst`` on different file systems).
+    """
+    if dst.exists():
+        old = dst.with_name(f".{dst.name}.old-{os.getpid()}")
+        os.replace(dst, old)
+        os.replace(src, dst)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(src, dst)
+
 def _byte_level_tokenizer(special: dict[str, str], extra: list[str], named: dict[str, str]):
     """A byte-level BPE over the 256 byte symbols (no merges) plus special tokens.
 
@@ -530,13 +546,7 @@ def build_tiny_checkpoint(arch: str, out_dir: str | os.PathLike, seed: int = 0) 
         processor.save_pretrained(tmp)
         marker = {"arch": arch, "seed": int(seed), "pipeline_check": True}
         (tmp / MARKER_FILE).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
-        if out_dir.exists():
-            old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-            os.replace(out_dir, old)
-            os.replace(tmp, out_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out_dir)
+        _replace_folder(tmp, out_dir)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -1087,13 +1097,7 @@ def build_realformat_checkpoint(family: str, out_dir: str | os.PathLike, seed: i
         if generation_config:
             marker["generation_config_overrides"] = dict(generation_config)
         _write_json(final / MARKER_FILE, marker)
-        if out_dir.exists():
-            old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-            os.replace(out_dir, old)
-            os.replace(final, out_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(final, out_dir)
+        _replace_folder(final, out_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out_dir
