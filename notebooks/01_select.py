@@ -30,9 +30,9 @@
 
 # %% tags=["parameters"]
 coco_dir = None      # folder in COCO's layout; None: $MURK_COCO_DIR
-split = "val2017"    # the study draws from val2017
-n_items = 8          # the study: 1000 (smoke-sized default)
-seed = 1             # the study: 1
+split = None         # None: the run settings' split (data/workflow.yaml: val2017, the study's split)
+n_items = None       # None: the run settings' n_items (data/workflow.yaml, smoke-sized; the study: 1000)
+seed = None          # None: the run settings' seed (the study: 1)
 output_dir = None    # None: $MURK_OUTPUT_DIR or outputs/
 run_name = None      # frozen record name; None: "offline-demo" if MURK_OFFLINE else "demo"
 
@@ -51,6 +51,8 @@ from murk import coco, config, items, paths, workflow
 # spec Table III), then the selection itself (`murk.items.select_items`).
 
 # %%
+# a parameter left at None takes its default from the run settings (data/workflow.yaml), as Snakemake does
+split, n_items, seed = (config.run_default(k, v) for k, v in (("split", split), ("n_items", n_items), ("seed", seed)))
 ann, image_dir = coco.coco_files(coco_dir, split)
 cfg = config.load_config()
 table = items.select_items(ann, n_items=n_items, seed=seed, config=cfg)

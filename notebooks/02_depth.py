@@ -23,8 +23,9 @@
 # which both need the depth.
 
 # %% tags=["parameters"]
-backend = "auto"   # "auto" | "depth-anything-v2" | "folder" | "constant"; auto = constant when MURK_OFFLINE=1
-model = "depth-anything/Depth-Anything-V2-Metric-Outdoor-Small-hf"  # hub id or local folder (folder: the maps)
+backend = None     # "auto" | "depth-anything-v2" | "folder" | "constant"; auto = constant when MURK_OFFLINE=1;
+                   # None: the run settings' depth_backend (data/workflow.yaml: auto)
+model = None       # hub id or local folder (folder: the maps); None: the run settings' depth_model
 output_dir = None
 
 # %%
@@ -54,6 +55,8 @@ workflow.refuse_foreign_stores(paths.output_dir(output_dir), meta["config_hash"]
 # is skipped and listed; the read-out stage records it as missing.
 
 # %%
+# a parameter left at None takes its default from the run settings (data/workflow.yaml), as Snakemake does
+backend, model = config.run_default("depth_backend", backend), config.run_default("depth_model", model)
 est = depth.get_backend(backend, model)
 folder = depth.depth_cache_dir(est.name, output_dir)
 folder.mkdir(parents=True, exist_ok=True)

@@ -25,17 +25,21 @@
 # architectures: their numbers are a **pipeline check**, not results.
 
 # %% tags=["parameters"]
-model = "murk-tiny/smolvlm"   # hub id, local folder, or murk-tiny/smolvlm | murk-tiny/qwen3vl
+model = None                  # hub id, local folder, or murk-tiny/smolvlm | murk-tiny/qwen3vl; None: the
+                              # first model of the run settings (data/workflow.yaml; offline_models if MURK_OFFLINE=1)
 max_items = None              # None: all selected items
-device = None                 # None: cuda if available, else cpu
+device = None                 # None: the run settings' device (null: cuda if available, else cpu)
 shard = None                  # with shard_size: read out only items shard*shard_size ... (own store)
 shard_size = None
-n_verbal_items = 0            # the first n items are also asked verbal wordings v2, v3 (spec Table VI: 300)
+n_verbal_items = None         # the first n items are also asked verbal wordings v2, v3 (spec Table VI: 300);
+                              # None: the run settings' n_verbal_items
 engine_kind = "batched"       # "batched": murk.engine (default); "per-unit": murk.readout.read_item per condition
 images_per_batch = None       # batched engine: images per scheduled batch (x 24 units); None: the store's value
                               # on resume, else data/config.yaml readout.images_per_batch, else from free memory
-trust_remote_code = False     # run code shipped with a checkpoint (auto_map) only if True, never on a prompt
-allow_pickle = False          # accept pickle weights (pytorch_model.bin) only if True; default: safetensors only
+trust_remote_code = None      # run code shipped with a checkpoint (auto_map) only if True, never on a prompt;
+                              # None: the run settings' trust_remote_code (false)
+allow_pickle = None           # accept pickle weights (pytorch_model.bin) only if True; None: the run settings'
+                              # allow_pickle (false: safetensors only)
 output_dir = None
 
 # %%
@@ -49,6 +53,14 @@ from tqdm.auto import tqdm
 from murk import config, cube, depth, engine, items, paths, prompts, readout, render
 
 cfg = config.load_config()
+# a parameter left at None takes its default from the run settings (data/workflow.yaml), as Snakemake does
+if model is None:
+    first = config.run_default("models")[0]
+    model = first["id"] if isinstance(first, dict) else first
+n_verbal_items = int(config.run_default("n_verbal_items", n_verbal_items))
+device = config.run_default("device", device)
+trust_remote_code = bool(config.run_default("trust_remote_code", trust_remote_code))
+allow_pickle = bool(config.run_default("allow_pickle", allow_pickle))
 table, meta = items.read_items(output_dir)
 current = depth.current_depth(output_dir)
 span = paths.shard_span(len(table), shard, shard_size, max_items)   # the items of this job

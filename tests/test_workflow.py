@@ -148,8 +148,9 @@ def test_stale_or_mixed_read_out_store_is_noticed(tmp_path):
     r = _snakemake(out, f"{out}/depth/current.json")
     assert r.returncode == 0, r.stderr[-3000:]
 
-    # by hand with the notebook's default n_verbal_items (0), then Snakemake with the workflow's (2)
-    r = _papermill_readout(out, "-p max_items 1")  # (max_items 0 opens no store: nothing to read out)
+    # by hand with another n_verbal_items (0) than the workflow's (2; the notebook's default is the workflow's),
+    # then Snakemake
+    r = _papermill_readout(out, "-p max_items 1", "-p n_verbal_items 0")  # (max_items 0 opens no store)
     assert r.returncode == 0, r.stderr[-3000:]
     digest = workflow.store_digest(store)
     r = _snakemake(out, str(marker))

@@ -27,7 +27,7 @@ import yaml
 from murk import paths
 
 __all__ = ["load_config", "config_hash", "canonical_json", "frozen_folder", "freeze_run",
-           "settings_table", "git_commit", "package_versions"]
+           "settings_table", "git_commit", "package_versions", "run_settings_file", "run_settings", "run_default"]
 
 
 def load_config(path: str | Path | None = None) -> dict[str, Any]:
@@ -62,6 +62,79 @@ def load_config(path: str | Path | None = None) -> dict[str, Any]:
     if not isinstance(cfg, dict):
         raise ValueError(f"{path} is not a YAML mapping; compare with data/config.yaml")
     return cfg
+
+
+def run_settings_file() -> Path:
+    """The run settings' defaults: ``data/workflow.yaml`` (Snakemake's ``configfile``)."""
+    return paths.data_dir() / "workflow.yaml"
+
+
+def run_settings(path: str | Path | None = None) -> dict[str, Any]:
+    """The default run settings (which models, how many items, where), as Snakemake reads them.
+
+    ``data/workflow.yaml`` is the one source of the defaults that the workflow and the
+    stage notebooks share: a notebook parameter that is also a run setting defaults to
+    ``None``, which :func:`run_default` resolves from this file, so that a notebook run by
+    hand (papermill, JupyterLab) and the same stage run by Snakemake agree.
+
+    Parameters
+    ----------
+    path : str or Path, optional
+        A YAML mapping; default :func:`run_settings_file`.
+
+    Returns
+    -------
+    dict
+        The settings as written (``models`` entries are ids or ``{id, n_items}`` mappings).
+
+    Raises
+    ------
+    FileNotFoundError, ValueError
+        If the file is missing or not a YAML mapping (the message names it).
+    """
+    path = Path(path) if path is not None else run_settings_file()
+    if not path.is_file():
+        raise FileNotFoundError(f"run settings {path} not found: restore it (git checkout data/workflow.yaml)")
+    with open(path, encoding="utf-8") as f:
+        settings = yaml.safe_load(f)
+    if not isinstance(settings, dict):
+        raise ValueError(f"{path} is not a YAML mapping: restore it (git checkout data/workflow.yaml)")
+    return settings
+
+
+def run_default(key: str, value: Any = None) -> Any:
+    """A notebook parameter's value: ``value`` when given, else the run settings' default for ``key``.
+
+    Parameters
+    ----------
+    key : str
+        A key of ``data/workflow.yaml`` (e.g. ``"n_verbal_items"``, ``"depth_backend"``). The key
+        ``"models"`` gives the models of the current mode, as the Snakefile picks them:
+        ``offline_models`` when ``MURK_OFFLINE=1``, else ``models``.
+    value : any, optional
+        The parameter as passed (``None``: not passed).
+
+    Returns
+    -------
+    any
+        ``value``, or the default.
+
+    Raises
+    ------
+    KeyError
+        If the run settings have no such key (the message names the file).
+
+    >>> run_default("seed", 7), run_default("seed")
+    (7, 1)
+    """
+    if value is not None:
+        return value
+    settings = run_settings()
+    if key == "models":
+        key = "offline_models" if paths.offline() else "models"
+    if key not in settings:
+        raise KeyError(f"{run_settings_file()} has no setting {key!r}")
+    return settings[key]
 
 
 def canonical_json(obj: Any) -> str:
