@@ -644,7 +644,7 @@ def lag_finding(signal: str, rq: str, task: str = "t2") -> str:
     out = []
     for case in (claims.LAGS, claims.NOT_REACHED, claims.WITH, claims.LEADS, claims.AT_FIRST_LEVEL, claims.BOUNDED):
         if case in groups:
-            out.append(f"The {what} ({task}) {claims.lag_phrase(case, signal)} for {who(case)}.")
+            out.append(f"The {what} ({task}) {claims.lag_phrase(case, signal)}, for {who(case)}.")
     for verdict in groups:
         if verdict.startswith("undefined"):
             out.append(f"No lag of the {what} ({task}) can be stated for {who(verdict)}: {verdict.split(': ', 1)[1]}.")
@@ -1004,7 +1004,7 @@ if "no collapse" in groups:
     out.append(f"Whether the severities cover the failure band cannot be said for {fmt_list(groups['no collapse'])}: "
                f"{claims.they(len(groups['no collapse']), 'its', 'their')} fog accuracy does not collapse (not observed).")
 if "not computed" in groups:
-    out.append(f"The nominal equivalence was {paper.NOT_COMPUTED}, so the severities cannot be placed on the axis.")
+    out.append("Without the nominal equivalence, whether the severities cover the failure band is not stated.")
 record("finding.rq4.t2", " ".join(out))
 display(Markdown(numbers["finding.rq4.t2"]))
 
@@ -1373,7 +1373,7 @@ if HAS_MONITOR:
         out = []
         for case in (claims.LEADS, claims.AT_FIRST_LEVEL, claims.WITH, claims.LAGS, claims.NOT_REACHED, claims.BOUNDED):
             if case in groups:   # in the abstain rate's direction: it rises
-                out.append(f"{where.capitalize()}, the monitor's abstain rate {claims.lag_phrase(case, 'abstain')} "
+                out.append(f"{where.capitalize()}, the monitor's abstain rate {claims.lag_phrase(case, 'abstain')}, "
                            f"for {fmt_list(groups[case])}.")
         if claims.UNDEFINED in groups:
             n_ = len(by_verdict[claims.UNDEFINED])
