@@ -517,7 +517,7 @@ show_table(paper.markdown_table(rows), "crossings")
 # Does the confidence follow the collapse? For each awareness signal the crossing
 # V_aware is found like V_acc, and W = log10(V_acc / V_aware) compares them: the
 # signal *lags* accuracy when W > 0 (its interval above zero, or a positive lower
-# bound because it never crosses), falls *with* it when the interval holds zero,
+# bound because it never crosses), moves *with* it when the interval holds zero,
 # and *leads* it when W < 0 (`murk.claims.awareness_lag`). Where accuracy itself
 # does not cross, no W is defined and no lag is claimed. The end of the sweep
 # (spec Table IV), the calibration (ECE, reliability diagrams), the
@@ -1305,7 +1305,8 @@ if HAS_MONITOR:
         f"{numbers['monitor.share_x2.fog']} % of the image–level pairs in fog and "
         f"{numbers['monitor.share_x2.underwater']} % under water. On the ImageNet-C severities, whose fog is additive "
         "fractal haze rather than the depth-dependent attenuation the monitor assumes, its median estimate spans "
-        f"{numbers['monitor.imagenet_c_range']} m."))
+        f"{numbers['monitor.imagenet_c_range']} m; the last rows of the monitor's accuracy table compare each "
+        "image's estimate with its own gain-matched equivalent visibility."))
     md = paper.markdown_table(rows)
 else:
     md = not_computed("the monitor stage did not run")
