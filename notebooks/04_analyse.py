@@ -636,7 +636,7 @@ def lag_finding(signal: str, rq: str, task: str = "t2") -> str:
                     verdict = "undefined: neither crossing is defined"
             record(f"verdict.{rq}.{signal}.{arm}.{task}.{key(m)}", verdict)
             case = claims.lag_case(verdict, str(cr["censored_side"].values), lower, upper)
-            record(f"verdict.{rq}.{signal}.{arm}.{task}.{key(m)}.case", case)   # how the sentence says it
+            record(f"lag_case.{rq}.{signal}.{arm}.{task}.{key(m)}", case)   # how the sentence says it
             detail = ARM_WORDS[arm] if verdict.startswith("undefined") else f"{ARM_WORDS[arm]}: {w_text(w, lo, hi, lower, upper)}"
             groups.setdefault(case, {}).setdefault(name(m), []).append(detail)
     what = SIGNAL_WORDS[signal]
@@ -980,12 +980,12 @@ for m in VLMS:
     record(f"verdict.rq4.t2.{key(m)}", verdict)
     if largest is None:
         change = "no change from clean accuracy can be estimated"
-        record(f"verdict.rq4.change.t2.{key(m)}", claims.UNDEFINED)
+        record(f"rq4.largest_change.verdict.t2.{key(m)}", claims.UNDEFINED)
     else:
         d = diffs[largest]
         record(f"rq4.largest_change.t2.{key(m)}", d[0], ci=d[1:])
         record(f"rq4.largest_change.severity.t2.{key(m)}", largest + 1)
-        record(f"verdict.rq4.change.t2.{key(m)}", claims.versus_value(*d, 0.0))   # above / below / at clean
+        record(f"rq4.largest_change.verdict.t2.{key(m)}", claims.versus_value(*d, 0.0))   # above / below / at clean
         change = f"the largest change from clean, {claims.change_words(*d)}, at severity {largest + 1}"
     detail = (f"t2 accuracy {sev_acc} over severities 1–5 against {fmt(float(acc.sel(model=m, arm='fog', level=0, task='t2')))} "
               f"clean, {change}")
