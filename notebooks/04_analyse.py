@@ -986,7 +986,9 @@ for m in VLMS:
         record(f"rq4.largest_change.t2.{key(m)}", d[0], ci=d[1:])
         record(f"rq4.largest_change.severity.t2.{key(m)}", largest + 1)
         record(f"rq4.largest_change.verdict.t2.{key(m)}", claims.versus_value(*d, 0.0))   # above / below / at clean
-        change = f"the largest change from clean, {claims.change_words(*d)}, at severity {largest + 1}"
+        words = claims.change_words(*d)
+        change = (f"the largest change from clean, {words}, at severity {largest + 1}" if not words.startswith("no change")
+                  else f"no change from clean at any severity ({fmt_estimate(*d)} at most)")
     detail = (f"t2 accuracy {sev_acc} over severities 1–5 against {fmt(float(acc.sel(model=m, arm='fog', level=0, task='t2')))} "
               f"clean, {change}")
     if fall in (claims.COLLAPSE, claims.PARTIAL):
@@ -1248,9 +1250,7 @@ if HAS_MONITOR:
             record(f"monitor.opaque_share.{arm}.{paper.level_label(v)}", 100 * OPAQUE[arm][k_], 0)
         record(f"monitor.opaque_share.{arm}.end", 100 * OPAQUE[arm][-1], 0)
 record("monitor.threshold_m", monitor.DEFAULT_THRESHOLD_M, 1)
-if not HAS_MONITOR:   # one sentence each for what the paper would say about it
-    for arm in cube.PHYSICAL_ARMS:
-        record(f"finding.monitor.{arm}", f"The visibility monitor was {paper.NOT_COMPUTED}: nothing is stated about it.")
+if not HAS_MONITOR:   # one sentence each for what the paper would say about it (no per-arm findings)
     record("finding.monitor.accuracy", "The monitor stage did not run for this output root, so the monitor's "
                                        "estimate V̂ was not computed and nothing is stated about its accuracy.")
     record("finding.monitor.awareness", "Nothing is stated about the monitor as an awareness signal or as a gate: "
