@@ -96,9 +96,15 @@ LOW_MASS: list[str] = []       # models whose first token is not the answer (opt
 DAGGER = "†"                   # their mark in every table, figure legend and sentence
 
 
+def plain_name(m: str) -> str:
+    """Display name of a model: the shortest suffix of its id unique among the run's models
+    (`murk.figures.display_names`, as in every figure legend)."""
+    return figures.display_names([*VLMS, str(m)])[str(m)]
+
+
 def name(m: str) -> str:
     """Display name of a model, with the † of a model whose median clean option mass is below the threshold."""
-    return figures.short_name(m) + (f" {DAGGER}" if str(m) in LOW_MASS else "")
+    return figures.display_names([*VLMS, str(m)], LOW_MASS)[str(m)]
 
 
 key = paths.model_slug         # a model in numbers keys
@@ -111,8 +117,7 @@ def crossing_text(v: float, lo: float, hi: float, side) -> str:
     s = fmt_crossing(v, side, 1)
     if s == "n/a" or s[0] in "≤≥":
         return s
-    s = fmt_visibility(v)
-    return f"{s} {fmt_visibility_interval(lo, hi)}".strip()
+    return paper.fmt_visibility_estimate(v, lo, hi)   # the interval at the point's precision
 
 
 def w_text(w: float, lo: float, hi: float, lower: bool, upper: bool) -> str:
@@ -183,14 +188,14 @@ for m in VLMS:
     for t in ("t2", "t3"):
         record(f"option_mass.{key(m)}.{t}", fmt_mass(float(option_mass.sel(model=m, task=t))))
 record("option_mass.threshold", f"{readout.OPTION_MASS_MIN:g}")
-record("option_mass.low_models", ", ".join(figures.short_name(m) for m in LOW_MASS))
+record("option_mass.low_models", ", ".join(plain_name(m) for m in LOW_MASS))
 low_pc = [m for m in LOW_MASS if bool(ds["pipeline_check"].sel(model=m))]
 record("option_mass.footnote", (
     f"{DAGGER} Median first-token probability on the option letters on clean images below "
-    f"{readout.OPTION_MASS_MIN:g} (t2 or t3) for {fmt_list(figures.short_name(m) for m in LOW_MASS)}: the answer "
-    f"and internal confidence of {'this model' if len(LOW_MASS) == 1 else 'these models'} rest on a small part of "
-    "the first-token distribution; their results are not interpreted"
-    + (" (expected of random-weight checkpoints: " + fmt_list(figures.short_name(m) for m in low_pc) + ")"
+    f"{readout.OPTION_MASS_MIN:g} (t2 or t3) for {fmt_list(plain_name(m) for m in LOW_MASS)}: the answer "
+    f"and internal confidence of {claims.they(len(LOW_MASS), 'this model', 'these models')} rest on a small part of "
+    f"the first-token distribution; {claims.they(len(LOW_MASS), 'its', 'their')} results are not interpreted"
+    + (" (expected of random-weight checkpoints: " + fmt_list(plain_name(m) for m in low_pc) + ")"
        if low_pc else "") + "."
     if LOW_MASS else
     f"Every model puts a median of at least {readout.OPTION_MASS_MIN:g} of its first-token probability on the "
@@ -437,8 +442,8 @@ def accuracy_finding(arm: str, task: str) -> str:
                 bands.append((hi_v, lo_v))
             text = (f"{name(m)} (clean {fmt(clean[0])}, V_acc = {v_acc} m, at {fmt_level(VIS[END])} m "
                     f"{fmt_estimate(*end)})")
-        elif verdict == claims.NO_FALL:
-            text = f"{name(m)} (clean {fmt(clean[0])}, at {fmt_level(VIS[END])} m {fmt_estimate(*end)})"
+        elif verdict == claims.NO_FALL:   # V_acc censored: a bound, stated as one
+            text = f"{name(m)} (clean {fmt(clean[0])}, at {fmt_level(VIS[END])} m {fmt_estimate(*end)}, V_acc {v_acc} m)"
         else:
             text = f"{name(m)} ({fmt_estimate(*clean)})"
         groups.setdefault(verdict, []).append(text)
@@ -448,7 +453,8 @@ def accuracy_finding(arm: str, task: str) -> str:
         band = ""
         if bands:
             hi_v, lo_v = max(b[0] for b in bands), min(b[1] for b in bands)
-            band = (f"; over these models, the fall from ten to ninety percent of the clean-to-chance range lies "
+            band = (f"; {'for this model' if len(bands) == 1 else 'over these models'}, the fall from ten to ninety "
+                    "percent of the clean-to-chance range lies "
                     f"between V = {fmt_visibility(hi_v)} and {fmt_visibility(lo_v)} m, a factor of {fmt(hi_v / lo_v, 1)} "
                     "in visibility")
         out.append(f"{where}, {task} accuracy collapses to chance for {fmt_list(groups[claims.COLLAPSE])}{band}.")
@@ -511,7 +517,7 @@ show_table(paper.markdown_table(rows), "crossings")
 # Does the confidence follow the collapse? For each awareness signal the crossing
 # V_aware is found like V_acc, and W = log10(V_acc / V_aware) compares them: the
 # signal *lags* accuracy when W > 0 (its interval above zero, or a positive lower
-# bound because it never crosses), falls *with* it when the interval holds zero,
+# bound because it never crosses), moves *with* it when the interval holds zero,
 # and *leads* it when W < 0 (`murk.claims.awareness_lag`). Where accuracy itself
 # does not cross, no W is defined and no lag is claimed. The end of the sweep
 # (spec Table IV), the calibration (ECE, reliability diagrams), the
@@ -607,7 +613,12 @@ def lag_finding(signal: str, rq: str, task: str = "t2") -> str:
     """The generated sentence on W of one awareness signal over both physical arms.
 
     W is read only where accuracy collapses (RQ1); elsewhere, and where the
-    signal has no values, the sentence says that no lag can be stated.
+    signal has no values, the sentence says that no lag can be stated. The
+    sentence follows the signal's direction (`murk.claims.direction`: a
+    confidence falls, an abstain rate rises) and says a censored crossing as
+    one: a signal that never reaches its mid-way value within the sweep is not
+    said to move, and its W is given as the bound it is
+    (`murk.claims.lag_case`, `murk.claims.lag_phrase`).
     """
     groups: dict[str, dict[str, list[str]]] = {}
     for m in VLMS:
@@ -624,17 +635,16 @@ def lag_finding(signal: str, rq: str, task: str = "t2") -> str:
                 if verdict == claims.UNDEFINED:
                     verdict = "undefined: neither crossing is defined"
             record(f"verdict.{rq}.{signal}.{arm}.{task}.{key(m)}", verdict)
+            case = claims.lag_case(verdict, str(cr["censored_side"].values), lower, upper)
+            record(f"lag_case.{rq}.{signal}.{arm}.{task}.{key(m)}", case)   # how the sentence says it
             detail = ARM_WORDS[arm] if verdict.startswith("undefined") else f"{ARM_WORDS[arm]}: {w_text(w, lo, hi, lower, upper)}"
-            groups.setdefault(verdict, {}).setdefault(name(m), []).append(detail)
+            groups.setdefault(case, {}).setdefault(name(m), []).append(detail)
     what = SIGNAL_WORDS[signal]
     who = lambda v: fmt_list(f"{m} ({'; '.join(d)})" for m, d in groups[v].items())  # noqa: E731
     out = []
-    if claims.LAGS in groups:
-        out.append(f"The {what} ({task}) lags accuracy, falling in murkier conditions than accuracy does, for {who(claims.LAGS)}.")
-    if claims.WITH in groups:
-        out.append(f"The {what} ({task}) falls together with accuracy, no lag observed, for {who(claims.WITH)}.")
-    if claims.LEADS in groups:
-        out.append(f"The {what} ({task}) falls before accuracy does for {who(claims.LEADS)}.")
+    for case in (claims.LAGS, claims.NOT_REACHED, claims.WITH, claims.LEADS, claims.AT_FIRST_LEVEL, claims.BOUNDED):
+        if case in groups:
+            out.append(f"The {what} ({task}) {claims.lag_phrase(case, signal)}, for {who(case)}.")
     for verdict in groups:
         if verdict.startswith("undefined"):
             out.append(f"No lag of the {what} ({task}) can be stated for {who(verdict)}: {verdict.split(': ', 1)[1]}.")
@@ -652,7 +662,8 @@ for signal in ("c_int", "verbal_conf"):
 for arm in physical:
     end = dict(arm=arm, level=END, task="t2")
     record(f"finding.rq2.end.{arm}.t2", (
-        f"At V = {fmt_level(VIS[END])} m {ARM_WORDS[arm]}, over the models "
+        f"At V = {fmt_level(VIS[END])} m {ARM_WORDS[arm]}, "
+        + ("over the models " if len(VLMS) > 1 else f"for {fmt_list(name(m) for m in VLMS)}, ")
         + span_phrase("t2 accuracy", means["mean"].sel(**end, readout="correct").values)
         + f" (chance {fmt(CHANCE['t2'])}), " + span_phrase("the mean internal confidence", means["mean"].sel(**end, readout="c_int").values)
         + ", " + span_phrase("the mean verbalized confidence", means["mean"].sel(**end, readout="verbal_conf").values)
@@ -813,12 +824,14 @@ show(figures.plot_abstain_comparison(means, "t2", chance=CHANCE["t2"], marked=LO
 #| label: tbl-verbal-wordings
 #| tbl-cap: "Verbalized confidence under the request wordings v1–v3 on the items asked all three, t2, fog (spec Table VI): mean (none: no parseable confidence), and the shares of the continuations with a parseable confidence (parsed) and cut by the token limit (cut)."
 WORDINGS = [w for w in analysis.VERBAL_WORDING_READOUTS if analysis.VERBAL_WORDING_READOUTS[w][0] in ds["readout"].values]
+WORDING_MODELS = []   # the models asked all three wordings on some items
 if "verbal_conf_v2" not in ds["readout"].values:
     md = not_computed("this cube has no verbal wording variants")
 else:
     rows = []
     for m in VLMS:
         asked = (ds["verbal_text_v2"].sel(model=m, arm="fog", level=0, task="t2") != "").values
+        WORDING_MODELS += [m] if asked.any() else []
         if not asked.any():
             rows.append({"model": name(m), "V (m)": "–", "items": "0", "t2 accuracy": "–"}
                         | {f"{w}{c}": "–" for w in WORDINGS for c in ("", " parsed", " cut")})
@@ -843,6 +856,14 @@ else:
             rows.append(row)
     md = paper.markdown_table(rows)
 show_table(md, "verbal-wordings")
+unasked = [m for m in VLMS if m not in WORDING_MODELS]
+record("finding.rq3.verbal_wordings", (
+    "No model was asked the verbalized-confidence request in the other wordings in this run (the read-out's "
+    "n_verbal_items was 0), so the wordings are not compared" if not WORDING_MODELS else
+    f"The verbalized confidence under the three request wordings, with the shares of parsed and cut continuations, "
+    f"is compared for {fmt_list(name(m) for m in WORDING_MODELS)}"
+    + (f" ({fmt_list(name(m) for m in unasked)} {'was' if len(unasked) == 1 else 'were'} not asked the other "
+       "wordings)" if unasked else "")) + ".")
 
 # %% [markdown]
 # ## RQ4 · Nominal severities on the physical axis
@@ -918,6 +939,19 @@ else:
 show_table(md, "nominal")
 
 # %%
+# Methods: what changes between neighbouring severities, from the implementation's table of the fog's constants
+record("methods.imagenet_c_severities", nominal.describe_severities())
+if nominal_file.is_file():
+    record("finding.rq4.nominal", (
+        f"By retained contrast gain the ImageNet-C fog severities correspond to median equivalent visibilities of "
+        f"{numbers['nominal.veq_range']} m over the {numbers['nominal.n_images']} images, with a spread across images "
+        f"(ninetieth over tenth percentile) of {numbers['nominal.spread_range']}; the gain-matched visibility "
+        f"decreases monotonically over the five severities for {numbers['nominal.monotone_share']} % of the images. "
+        f"{numbers['nominal.removed_sentence']}; {numbers['nominal.curve_non_monotone']}."))
+else:
+    record("finding.rq4.nominal", (
+        "The nominal equivalence was not run for this output root (the depth stage wrote no "
+        "analysis/nominal_equivalence.nc): the ImageNet-C severities are not placed on the visibility axis."))
 acc = means["mean"].sel(readout="correct")
 nom = acc.sel(arm="imagenet_c", level=slice(1, 5)).mean(["model", "task"])
 fog_ = acc.sel(arm="fog").isel(level=slice(1, None)).mean(["model", "task"])
@@ -928,7 +962,7 @@ for m in VLMS:
     diffs = [paired_difference(image_scores.sel(model=m, arm="imagenet_c", level=s_, task="t2", readout="correct"),
                                image_scores.sel(model=m, arm="fog", level=0, task="t2", readout="correct"))
              for s_ in range(1, 6)]
-    worst = int(np.nanargmin([d[0] for d in diffs])) if np.isfinite([d[0] for d in diffs]).any() else 0
+    largest = claims.largest_change(diffs)   # by magnitude: a severity may lie above clean accuracy too
     sev_acc = fmt_range(acc.sel(model=m, arm="imagenet_c", level=slice(1, 5), task="t2").values)
     cr = cross.sel(model=m, arm="fog", task="t2", readout="correct")
     fall = numbers[f"verdict.rq1.fog.t2.{key(m)}"]
@@ -944,8 +978,19 @@ for m in VLMS:
     else:
         verdict = "reaches the band"
     record(f"verdict.rq4.t2.{key(m)}", verdict)
+    if largest is None:
+        change = "no change from clean accuracy can be estimated"
+        record(f"rq4.largest_change.verdict.t2.{key(m)}", claims.UNDEFINED)
+    else:
+        d = diffs[largest]
+        record(f"rq4.largest_change.t2.{key(m)}", d[0], ci=d[1:])
+        record(f"rq4.largest_change.severity.t2.{key(m)}", largest + 1)
+        record(f"rq4.largest_change.verdict.t2.{key(m)}", claims.versus_value(*d, 0.0))   # above / below / at clean
+        words = claims.change_words(*d)
+        change = (f"the largest change from clean, {words}, at severity {largest + 1}" if not words.startswith("no change")
+                  else f"no change from clean at any severity ({fmt_estimate(*d)} at most)")
     detail = (f"t2 accuracy {sev_acc} over severities 1–5 against {fmt(float(acc.sel(model=m, arm='fog', level=0, task='t2')))} "
-              f"clean, largest change {fmt_estimate(*diffs[worst])} at severity {worst + 1}")
+              f"clean, {change}")
     if fall in (claims.COLLAPSE, claims.PARTIAL):
         detail = f"its fog accuracy starts to fall at V = {fmt_visibility(edge)} m; " + detail
     groups.setdefault(verdict, []).append(f"{name(m)} ({detail})")
@@ -959,9 +1004,9 @@ if "reaches the band" in groups:
                f"{fmt_list(groups['reaches the band'])}.")
 if "no collapse" in groups:
     out.append(f"Whether the severities cover the failure band cannot be said for {fmt_list(groups['no collapse'])}: "
-               f"their fog accuracy does not collapse (not observed).")
+               f"{claims.they(len(groups['no collapse']), 'its', 'their')} fog accuracy does not collapse (not observed).")
 if "not computed" in groups:
-    out.append(f"The nominal equivalence was {paper.NOT_COMPUTED}, so the severities cannot be placed on the axis.")
+    out.append("Without the nominal equivalence, whether the severities cover the failure band is not stated.")
 record("finding.rq4.t2", " ".join(out))
 display(Markdown(numbers["finding.rq4.t2"]))
 
@@ -1205,9 +1250,11 @@ if HAS_MONITOR:
             record(f"monitor.opaque_share.{arm}.{paper.level_label(v)}", 100 * OPAQUE[arm][k_], 0)
         record(f"monitor.opaque_share.{arm}.end", 100 * OPAQUE[arm][-1], 0)
 record("monitor.threshold_m", monitor.DEFAULT_THRESHOLD_M, 1)
-if not HAS_MONITOR:
-    for arm in cube.PHYSICAL_ARMS:
-        record(f"finding.monitor.{arm}", f"The visibility monitor was {paper.NOT_COMPUTED}: nothing is stated about it.")
+if not HAS_MONITOR:   # one sentence each for what the paper would say about it (no per-arm findings)
+    record("finding.monitor.accuracy", "The monitor stage did not run for this output root, so the monitor's "
+                                       "estimate V̂ was not computed and nothing is stated about its accuracy.")
+    record("finding.monitor.awareness", "Nothing is stated about the monitor as an awareness signal or as a gate: "
+                                        "its stage did not run for this output root.")
 
 # %%
 #| label: fig-monitor
@@ -1251,6 +1298,15 @@ if HAS_MONITOR:
                                         if ok.any() else "n/a")
             rows.append(row)
     record("monitor.imagenet_c_range", fmt_range(medians, digits=0))
+    record("finding.monitor.accuracy", (
+        f"At V = {numbers['cfg.sweep_min_m']} m this is the case for {numbers['monitor.opaque_share.fog.end']} % of "
+        f"the images in fog and {numbers['monitor.opaque_share.underwater.end']} % under water. Over the visibilities "
+        f"of {numbers['monitor.band']} m, V̂ is within a factor of two of the true V for "
+        f"{numbers['monitor.share_x2.fog']} % of the image–level pairs in fog and "
+        f"{numbers['monitor.share_x2.underwater']} % under water. On the ImageNet-C severities, whose fog is additive "
+        "fractal haze rather than the depth-dependent attenuation the monitor assumes, its median estimate spans "
+        f"{numbers['monitor.imagenet_c_range']} m; the last rows of the monitor's accuracy table compare each "
+        "image's estimate with its own gain-matched equivalent visibility."))
     md = paper.markdown_table(rows)
 else:
     md = not_computed("the monitor stage did not run")
@@ -1305,6 +1361,8 @@ if HAS_MONITOR:
                     if signal == "abstain" and task == "t2":
                         v_ = (claims.awareness_lag(w, lo, hi, lower, upper) if collapses(m, arm, task)
                               else claims.UNDEFINED)
+                        record(f"verdict.monitor.abstain.{arm}.{task}.{key(m)}", v_)
+                        v_ = claims.lag_case(v_, str(side_m), lower, upper)   # as the sentence says it
                         verdicts.setdefault(arm, {}).setdefault(v_, []).append((name(m), w_text(w, lo, hi, lower, upper)))
                     rows.append({"VLM": name(m), "arm": arm, "task": task, "monitor signal": signal,
                                  "V_acc (m)": crossing_text(va, np.nan, np.nan, side_a),
@@ -1314,16 +1372,20 @@ if HAS_MONITOR:
         where = {"fog": "in fog", "underwater": "under water"}[arm]
         groups = {v: [f"{who} ({w})" for who, w in pairs] for v, pairs in by_verdict.items()}
         out = []
-        if claims.LEADS in groups:
-            out.append(f"The monitor abstains before accuracy falls {where} for {fmt_list(groups[claims.LEADS])}.")
-        if claims.WITH in groups:
-            out.append(f"The monitor's abstention falls together with accuracy {where} for {fmt_list(groups[claims.WITH])}.")
-        if claims.LAGS in groups:
-            out.append(f"The monitor abstains only after accuracy has fallen {where} for {fmt_list(groups[claims.LAGS])}.")
+        for case in (claims.LEADS, claims.AT_FIRST_LEVEL, claims.WITH, claims.LAGS, claims.NOT_REACHED, claims.BOUNDED):
+            if case in groups:   # in the abstain rate's direction: it rises
+                out.append(f"{where.capitalize()}, the monitor's abstain rate {claims.lag_phrase(case, 'abstain')}, "
+                           f"for {fmt_list(groups[case])}.")
         if claims.UNDEFINED in groups:
+            n_ = len(by_verdict[claims.UNDEFINED])
             out.append(f"Against {fmt_list(who for who, _ in by_verdict[claims.UNDEFINED])} nothing is stated {where}: "
-                       "their accuracy does not collapse there, or no crossing is defined.")
+                       f"{claims.they(n_, 'its', 'their')} accuracy does not collapse there, or no crossing is defined.")
         record(f"finding.monitor.{arm}", " ".join(out))
+    record("finding.monitor.awareness", (
+        f"On the clean images it abstains on a share of {numbers['monitor.false_abstain_clean']} "
+        f"({numbers['monitor.false_abstain_clean.count']}): false abstentions, since nothing is clearer; its crossing "
+        f"visibility is {numbers['monitor.v.abstain.fog']} m in fog and {numbers['monitor.v.abstain.underwater']} m "
+        "under water. " + " ".join(numbers[f"finding.monitor.{arm}"] for arm in cube.PHYSICAL_ARMS)).strip())
     md = paper.markdown_table(rows)
 else:
     md = not_computed("the monitor stage did not run")

@@ -63,6 +63,21 @@ def synthetic_paper(tmp_path_factory):
 
 
 @_pytest_tiny.fixture(scope="session")
+def synthetic_bare(tmp_path_factory):
+    """The synthetic design without the sections that need more than the read-outs (tests/synthetic.py ``BARE``:
+    no nominal equivalence, no verbal wordings, no parseable verbal confidence, no monitor; two models whose ids
+    share their last part), analysed through papermill and its paper rendered (HTML): (root, render_paper's result)."""
+    import stages
+    import synthetic
+
+    from murk import paper
+
+    root = synthetic.write_root(tmp_path_factory.mktemp("synthetic_bare") / "out", **synthetic.BARE)
+    stages.run("04_analyse", root, models=synthetic.BARE["models"])
+    return root, paper.render_paper(output_dir=root, pdf=False)
+
+
+@_pytest_tiny.fixture(scope="session")
 def demo(tmp_path_factory):
     """The offline demo (Snakemake, three items, the tiny checkpoints: accuracy at chance) into a temporary root."""
     import stages

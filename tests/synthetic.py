@@ -1,12 +1,25 @@
 """A synthetic output root with known curves (no VLM needed): a collapse, a confidence lag, a wording effect.
 
-Two models, 30 images. Accuracy falls from 1 on the clean image to chance with its
-mid-way at 12 m in fog and 25 m under water; the internal and verbalized
-confidences stay flat (they never cross: W is a lower bound, a lag); the main
-abstain option follows the errors while "I don't know" is never chosen (a wording
-effect); the blank and shuffled controls are at chance; the ImageNet-C severities
-leave accuracy near its clean value and their equivalent visibilities lie far
-above the failure band.
+Two models, 30 images. Accuracy falls from its clean value (1 for model a,
+``CLEAN_B`` for model b) to chance with its mid-way at 12 m in fog and 25 m under
+water; the internal and verbalized confidences stay flat (they never cross: W is
+a lower bound, a lag); the main abstain option rises as accuracy falls — for model
+a it follows the errors, reaching its mid-way value only in murkier conditions
+than accuracy (a lag), for model b it rises exactly as accuracy falls (its
+mid-way at accuracy's: no lag) — while "I don't know" is never chosen (a wording
+effect, and an abstain rate that never rises: W a lower bound); the blank and
+shuffled controls are at chance; the ImageNet-C severities have fixed numbers of
+correct images (``IMAGENET_C_CORRECT``: model a's accuracy falls below its clean
+value, by most at severity 3; model b's lies *above* its clean value, by most at
+severity 2), and their equivalent visibilities lie far above the failure band.
+Model b's accuracy and abstentions are deterministic (the first images are the
+correct ones), so that its curves are the known ones exactly.
+
+A second variant (:data:`BARE`, ``write_root(root, **BARE)``) is the same design
+without the sections that need more than the read-outs: no nominal equivalence,
+no verbal wording variants asked, no parseable verbalized confidence, and two models
+whose ids share their last part (two local folders ``…/run1/final``,
+``…/run2/final``).
 
 Read-out health (issue 12): model a puts 0.99 of its first-token probability on
 the option letters, gives a parseable verbalized confidence on nine images in ten
@@ -34,18 +47,37 @@ OPTION_MASS = (0.99, 0.3)                  # per model: a healthy one, and one b
 N_VERBAL = 10                              # images also asked the wordings v2, v3
 PARSE_RATE_A = 0.9                         # model a: every tenth image has no parseable confidence
 IGNORED_A = {"do_sample": True, "temperature": 0.7, "top_k": 20}   # model a's generation config asked for sampling
+CLEAN_B = 0.8                              # model b's clean accuracy (every arm's clean image)
+#: correct images (of N_IMAGES) at ImageNet-C severities 1-5, per model index, every task
+IMAGENET_C_CORRECT = ((30, 29, 27, 28, 29), (27, 29, 28, 26, 25))
+#: the variant root without nominal equivalence, verbal wordings and parseable verbal confidence
+BARE = {"models": ["runs/run1/final", "runs/run2/final"], "nominal": False, "n_verbal": 0, "parse": False}
 
 
-def accuracy_curve(level: int, v_half: float, chance: float = 0.25) -> float:
-    """Accuracy that falls from 1 (clean) to ``chance`` with its midway at ``v_half`` metres."""
+def accuracy_curve(level: int, v_half: float, chance: float = 0.25, clean: float = 1.0) -> float:
+    """Accuracy that falls from ``clean`` (level 0) to ``chance`` with its midway at ``v_half`` metres."""
     if level == 0:
-        return 1.0
+        return clean
     v = physics.SWEEP_M[level - 1]
-    return chance + (1 - chance) / (1 + (v_half / v) ** 4)
+    return chance + (clean - chance) / (1 + (v_half / v) ** 4)
 
 
-def write_root(root: Path) -> Path:
-    """Write items, two read-out stores and a nominal equivalence under ``root``; returns it."""
+def largest_imagenet_c_change(k: int) -> tuple[int, float]:
+    """The known largest change (by magnitude) of model ``k``'s accuracy at an ImageNet-C severity from its clean
+    accuracy: (severity, change)."""
+    clean = 1.0 if k == 0 else round(CLEAN_B * N_IMAGES) / N_IMAGES
+    changes = [n / N_IMAGES - clean for n in IMAGENET_C_CORRECT[k]]
+    i = max(range(5), key=lambda j: abs(changes[j]))
+    return i + 1, changes[i]
+
+
+def write_root(root: Path, models=None, nominal: bool = True, n_verbal: int = N_VERBAL, parse: bool = True) -> Path:
+    """Write items, two read-out stores and a nominal equivalence under ``root``; returns it.
+
+    ``models`` (default :data:`MODELS`), ``nominal`` (write the nominal equivalence), ``n_verbal`` (images asked
+    the wordings v2, v3) and ``parse`` (model a gives parseable verbalized confidences) make the variants
+    (:data:`BARE`)."""
+    models = MODELS if models is None else list(models)
     root = Path(root)
     ids = list(range(100, 100 + N_IMAGES))
     table = items.pd.DataFrame({"image_id": ids, "category": ["car"] * N_IMAGES})
@@ -54,7 +86,7 @@ def write_root(root: Path) -> Path:
     (root / "items_meta.json").write_text(json.dumps({"config_hash": "c" * 64, "items_hash": "i" * 64,
                                                       "seed": 1, "n_items_requested": N_IMAGES}))
     rng = np.random.default_rng(0)
-    for k, model in enumerate(MODELS):
+    for k, model in enumerate(models):
         store = paths.readout_store(model, root)
         # model a records what its generation config asked for and its loading options; model b (a store of an
         # older murk) records neither
@@ -63,32 +95,43 @@ def write_root(root: Path) -> Path:
         cube.open_readout_store(store, table["image_id"], table["category"], {
             "config_hash": "c" * 64, "items_hash": "i" * 64, "model_id": model, "model_revision": "r",
             "depth_backend": "constant-13.8m", "depth_approximate": 1, "pipeline_check": k,
-            "n_visual_tokens": 64, "n_verbal_items": N_VERBAL, **extra})
+            "n_visual_tokens": 64, "n_verbal_items": n_verbal, **extra})
         for i in range(N_IMAGES):
             res = {}
             for arm, lvl in cube.CONDITIONS:
                 for task in cube.TASKS:
                     chance = 0.25 if task == "t2" else 0.5
-                    p_acc = {"clean": 1.0, "blank": chance, "shuffled": chance}.get(arm) or (
-                        accuracy_curve(lvl, V_HALF_M[arm], chance) if arm != "imagenet_c" else 0.97)
-                    ok = float(rng.random() < p_acc)
+                    top = 1.0 if k == 0 else CLEAN_B
+                    if arm == "imagenet_c":      # fixed numbers of correct images, the first ones
+                        ok = float(i < IMAGENET_C_CORRECT[k][lvl - 1])
+                    elif arm in ("blank", "shuffled"):
+                        ok = float(rng.random() < chance)
+                    else:
+                        p_acc = accuracy_curve(lvl, V_HALF_M.get(arm, 1.0), chance, top) if arm != "clean" else top
+                        ok = float(rng.random() < p_acc) if k == 0 else float(i < round(p_acc * N_IMAGES))
                     r = {k_: np.nan for k_ in cube.READOUTS} | {k_: "" for k_ in cube.TEXT_READOUTS}
                     # c_int: 0.9 on correct answers, 0.9 or 1.0 on wrong ones (flat: it never crosses)
                     r.update({"answer": 0.0, "correct": ok, "c_int": 0.9 if ok else float(rng.choice([0.9, 1.0])),
-                              "abstain": float(not ok and rng.random() < 0.9),
                               "abstain2": 0.0, "option_mass": OPTION_MASS[k], "top_token": "A"})
-                    if k == 0:   # parsed on nine images in ten, always ended at end-of-sequence
+                    if k == 0 or arm in ("imagenet_c", "blank", "shuffled"):   # model a: follows the errors (a lag)
+                        r["abstain"] = float(not ok and rng.random() < 0.9)
+                    else:   # model b: a share (top - p) / (top - chance), mid-way where accuracy's is: no lag
+                        share = min(max((top - p_acc) / (top - chance), 0.0), 1.0)
+                        r["abstain"] = float(i >= N_IMAGES - round(share * N_IMAGES))
+                    if k == 0 and parse:   # parsed on nine images in ten, always ended at end-of-sequence
                         parsed = i % 10 != 0
                         r.update({"verbal_conf": 0.9 if parsed else np.nan, "verbal_stop": 0.0,
                                   "verbal_text": "A Confidence: 90" if parsed else "A"})
                     else:        # cut by the token limit every time: missing
                         r.update({"verbal_conf": np.nan, "verbal_stop": 1.0, "verbal_text": "A. car Confidence: 1"})
-                    if i < N_VERBAL:
+                    if i < n_verbal:
                         for w, v in (("v2", 0.8), ("v3", 0.7)):
                             r.update({f"verbal_conf_{w}": v if k == 0 else np.nan, f"verbal_stop_{w}": float(k),
                                       f"verbal_text_{w}": f"Confidence: {round(100 * v)}" if k == 0 else "Confidence: 1"})
                     res[(arm, lvl, task)] = r
             cube.write_image(store, i, res)
+    if not nominal:
+        return root
     veq = np.broadcast_to(np.asarray(V_EQ_M), (N_IMAGES, 5)) * rng.uniform(0.8, 1.25, (N_IMAGES, 5))
     nds = xr.Dataset({"v_eq_gain_m": (("image", "severity"), veq), "v_eq_std_ratio_m": (("image", "severity"), 1.5 * veq),
                       "gain": (("image", "severity"), np.full((N_IMAGES, 5), 0.5)),

@@ -57,3 +57,56 @@ def test_fall_band_of_a_known_curve():
     # a series that never loses 90 % of its range: the murky end is undefined
     h, l_ = claims.fall_band(v, np.linspace(0.95, 0.6, 8), 1.0, 0.25)
     assert np.isfinite(h) and np.isnan(l_)
+
+
+def test_each_signal_moves_its_own_way():
+    """Issue 20: accuracy and confidence fall going murkier, an abstain rate rises; the words follow."""
+    assert [claims.direction(s) for s in ("correct", "c_int", "verbal_conf")] == ["falls"] * 3
+    assert [claims.direction(s) for s in ("abstain", "abstain2")] == ["rises"] * 2
+    with pytest.raises(KeyError, match="known"):
+        claims.direction("visibility_hat_m")
+    for case in (claims.LAGS, claims.NOT_REACHED, claims.WITH, claims.LEADS, claims.AT_FIRST_LEVEL):
+        rise, fall = claims.lag_phrase(case, "abstain"), claims.lag_phrase(case, "c_int")
+        assert "fall" not in rise.replace("accuracy falls", ""), (case, rise)   # only accuracy falls
+        assert "ris" not in fall, (case, fall)
+        assert any(w in rise for w in ("rise", "rising", "risen")), (case, rise)
+    with pytest.raises(ValueError, match="unknown lag case"):
+        claims.lag_phrase("sideways", "c_int")
+
+
+@pytest.mark.parametrize("verdict, side, lower, upper, case", [
+    (claims.LAGS, "below", True, False, claims.NOT_REACHED),   # never reaches its mid-way value: W >= x
+    (claims.LAGS, "", True, False, claims.LAGS),               # crosses; accuracy at the first level bounds W
+    (claims.LAGS, "", False, False, claims.LAGS),
+    (claims.LEADS, "above", False, True, claims.AT_FIRST_LEVEL),
+    (claims.WITH, "below", True, False, claims.BOUNDED),       # W >= a negative number: nothing to state
+    (claims.WITH, "", False, False, claims.WITH),
+    ("undefined: x", "", False, False, "undefined: x"),
+])
+def test_lag_case(verdict, side, lower, upper, case):
+    assert claims.lag_case(verdict, side, lower, upper) == case
+
+
+def test_a_censored_signal_is_not_said_to_move():
+    """A signal that never reaches its mid-way value within the sweep is said so, not to fall or rise."""
+    for signal, verb in (("c_int", "fall"), ("abstain", "rise")):
+        s = claims.lag_phrase(claims.NOT_REACHED, signal)
+        assert s.startswith(f"does not {verb} to its mid-way value within the sweep") and "lower bound" in s
+
+
+def test_largest_change_is_by_magnitude_with_its_sign():
+    """Issue 20: the spec's SmolVLM case, ImageNet-C accuracy 0.85-0.89 against 0.85 clean: the largest change
+    is the largest rise, not the least negative change."""
+    diffs = [(0.0, -0.02, 0.02), (0.04, 0.01, 0.07), (0.02, -0.01, 0.05), (0.01, -0.02, 0.04), (0.0, -0.03, 0.03)]
+    assert claims.largest_change(diffs) == 1
+    assert claims.largest_change([(-0.02, -0.05, 0.0), (0.01, 0.0, 0.02), (-0.3, -0.4, -0.2)]) == 2
+    assert claims.largest_change([(NAN, NAN, NAN)]) is None and claims.largest_change([]) is None
+    assert claims.change_words(0.04, 0.01, 0.07) == "a rise of 0.04 [0.01, 0.07]"
+    assert claims.change_words(-0.3, -0.4, -0.2) == "a fall of 0.30 [0.20, 0.40]"
+    assert claims.change_words(0.02, -0.01, 0.05).endswith("its interval holding zero")
+    assert claims.change_words(-0.001, -0.01, 0.01).startswith("no change (0.00")   # never "-0.00"
+
+
+def test_they():
+    assert claims.they(1, "its", "their") == "its" and claims.they(2, "its", "their") == "their"
+    assert claims.they(3) == "they"

@@ -136,3 +136,36 @@ def test_a_model_below_the_option_mass_threshold_carries_its_dagger_in_every_leg
     assert "model-b †" in _texts(fig)
     # without marks, nothing is marked
     assert "†" not in " ".join(_legend_labels(figures.plot_signal_vs_visibility(means, "correct")))
+
+
+def test_display_names_are_the_shortest_unique_suffixes():
+    """Issue 20: two checkpoints with the same last part, or two local folders ``…/run1/final``, keep apart."""
+    names = figures.display_names(["murk-tiny/smolvlm", "murk-realformat/smolvlm", "murk-tiny/qwen3vl"],
+                                  marked=["murk-tiny/smolvlm"])
+    assert names == {"murk-tiny/smolvlm": "murk-tiny/smolvlm †", "murk-realformat/smolvlm": "murk-realformat/smolvlm",
+                     "murk-tiny/qwen3vl": "qwen3vl"}
+    folders = figures.display_names(["/data/a/run1/final", "/data/a/run2/final", "/data/b/run1/final/"])
+    assert folders == {"/data/a/run1/final": "a/run1/final", "/data/a/run2/final": "run2/final",
+                       "/data/b/run1/final/": "b/run1/final"}
+    assert figures.display_names(["org/m"]) == {"org/m": "m"} and figures.short_name("org/m") == "m"
+    # an id that is a suffix of another is named in full, and the names stay distinct
+    both = figures.display_names(["smolvlm", "murk-tiny/smolvlm"])
+    assert len(set(both.values())) == 2
+    # Windows folders split too
+    assert figures.display_names(["C:\\runs\\x\\final", "C:\\runs\\y\\final"])["C:\\runs\\x\\final"] == "x/final"
+
+
+def test_legends_tell_models_with_the_same_last_part_apart():
+    models = ["murk-tiny/smolvlm", "murk-realformat/smolvlm"]
+    means = _means(verbal_nan=False).assign_coords(model=models)
+    marked = ["murk-tiny/smolvlm"]
+    assert figures.model_label(models[1], marked, models) == "murk-realformat/smolvlm"
+    figs = {"signal": figures.plot_signal_vs_visibility(means, "correct", chance=0.25, marked=marked),
+            "nominal": figures.plot_nominal_vs_physical(means, [120, 90, 70, 65, 50], marked=marked),
+            "blind spot": figures.plot_blind_spot_widths(_crossings(0.2).assign_coords(model=models), marked=marked)}
+    for what, fig in figs.items():
+        labels = _legend_labels(fig)
+        assert any(lab.startswith("murk-tiny/smolvlm †") for lab in labels), (what, labels)
+        assert any(lab.startswith("murk-realformat/smolvlm") for lab in labels), (what, labels)
+    rows = figures.plot_abstain_comparison(means, marked=marked)
+    assert sorted(ax.get_ylabel() for ax in rows.axes if ax.get_ylabel()) == ["murk-realformat/smolvlm", "murk-tiny/smolvlm †"]

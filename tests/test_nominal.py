@@ -528,3 +528,27 @@ def test_monotone_share_on_the_sample_matches_the_spec():
     assert 0.35 <= share <= 0.65
     old = float(np.mean(np.all(np.diff(np.array(independent), axis=1) < 0, axis=1)))
     assert old < 0.2 < share
+
+
+def test_the_fog_parameter_table_is_the_packages_and_methods_says_what_differs():
+    """Issue 20: Methods' description of the severities comes from IMAGENET_C_FOG_PARAMETERS, which is the
+    table of the installed imagecorruptions' fog (read from its source); only 3 and 4 differ in roughness alone."""
+    import ast
+    import inspect
+
+    from imagecorruptions import corruptions
+
+    src = inspect.getsource(corruptions.fog)
+    table = ast.literal_eval(src.split("c = ", 1)[1].split("[severity - 1]", 1)[0])
+    assert {s: (p["amplitude"], p["wibbledecay"]) for s, p in nm.IMAGENET_C_FOG_PARAMETERS.items()} == {
+        i + 1: (float(a), float(w)) for i, (a, w) in enumerate(table)}
+    diffs = {(a, b): d for a, b, d in nm.severity_differences()}
+    assert diffs[(3, 4)] == ["wibbledecay"] and diffs[(1, 2)] == ["amplitude"]
+    assert diffs[(2, 3)] == diffs[(4, 5)] == ["amplitude", "wibbledecay"]
+    text = nm.describe_severities()
+    assert "3 and 4 only in the fractal's roughness (wibble decay 1.7, 1.5)" in text
+    assert "severities 1 and 2 differ only in the fractal's amplitude (1.5, 2.0)" in text
+    assert "4 and 5 in both" in text and "2 and 3 in both" in text
+    # the sentence follows the table: another table, another sentence
+    other = {1: {"amplitude": 1.0, "wibbledecay": 2.0}, 2: {"amplitude": 1.0, "wibbledecay": 1.5}}
+    assert nm.describe_severities(other) == "severities 1 and 2 differ only in the fractal's roughness (wibble decay 2.0, 1.5)"

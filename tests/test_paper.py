@@ -218,3 +218,21 @@ def test_headings_state_no_finding():
     for h in headings:
         for word in ("collapse", "lag", "depend", "plateau", "floor", "blind", "fail", "robust", "exceed"):
             assert word not in h.lower(), h
+
+
+def test_one_number_style():
+    """Issue 20: no "-0.00"; a visibility's interval at its point's precision ("16.2 [15, 17.3]" was printed)."""
+    assert paper.fmt(-0.001) == "0.00" and paper.fmt(-0.004, 2) == "0.00" and paper.fmt(-0.04, 1) == "0.0"
+    assert paper.fmt(-0.006) == "-0.01" and paper.fmt(-1.0, 0) == "-1"
+    assert paper.fmt_estimate(-0.001, -0.02, 0.01) == "0.00 [-0.02, 0.01]"
+    assert paper.fmt_bound(-0.001, lower=True) == "≥ 0.00"
+    assert paper.fmt_visibility_estimate(16.2, 15.0, 17.31) == "16.2 [15.0, 17.3]"
+    assert paper.fmt_visibility_estimate(1.97, 1.953125, 2.3) == "1.97 [1.95, 2.30]"
+    assert paper.fmt_visibility_estimate(16.2) == "16.2" and paper.fmt_visibility_estimate(float("nan"), 1, 2) == "n/a"
+    assert paper.fmt_visibility_interval(15.0, 17.3) == "[15, 17.3]"   # without a point: each end as a level
+    # every interval of an estimate has the point's decimals
+    for p, lo, hi in ((16.2, 15.0, 17.31), (3.14, 1.96, 4.0), (120.0, 99.96, 180.0)):
+        s = paper.fmt_visibility_estimate(p, lo, hi)
+        point, ci = s.split(" ", 1)
+        decimals = {len(x.split(".")[1]) if "." in x else 0 for x in [point, *ci.strip("[]").split(", ")]}
+        assert len(decimals) == 1, s

@@ -109,7 +109,7 @@ def test_interrupted_readout_resumes(demo):
 
 
 #: phrases the generated sentences use to state a finding, and to say that the cube does not show it
-STATES = {"collapse": "collapses to chance for", "lag": "lags accuracy, falling in murkier conditions",
+STATES = {"collapse": "collapses to chance for", "lag": "within the sweep, so it lags accuracy",
           "wording": "there the abstention depends on the wording", "plateau": "lie above the failure band"}
 DENIES = {"collapse": "so there is no collapse to place on the axis (not observed)",
           "lag": "No lag of the internal confidence (t2) can be stated",

@@ -21,7 +21,8 @@ import numpy as np
 from murk import metrics
 
 __all__ = ["ABOVE", "AT", "BELOW", "UNDEFINED", "versus_value", "accuracy_fall", "awareness_lag",
-           "fall_band"]
+           "fall_band", "DIRECTION", "direction", "lag_case", "lag_phrase", "largest_change", "change_words",
+           "they"]
 
 ABOVE, AT, BELOW, UNDEFINED = "above", "at", "below", "undefined"
 
@@ -167,3 +168,147 @@ def fall_band(visibility_m, values, clean: float, floor: float, fractions=(0.1, 
                                            clean, 2 * target - clean)
         out.append(float("nan") if bool(c) or not np.isfinite(v) else float(v))
     return out[0], out[1]
+
+
+#: Which way each signal moves as the image gets murkier: accuracy and the confidences fall
+#: towards their floor (chance), an abstain rate rises towards its floor of one (spec Sec. III).
+DIRECTION: dict[str, str] = {"correct": "falls", "c_int": "falls", "verbal_conf": "falls", "abstain": "rises",
+                             "abstain2": "rises"}
+_FORMS = {"falls": ("fall", "falling", "fallen"), "rises": ("rise", "rising", "risen")}
+
+
+def direction(signal: str) -> str:
+    """``"falls"`` or ``"rises"``: the way ``signal`` moves going murkier (:data:`DIRECTION`).
+
+    Raises
+    ------
+    KeyError
+        An unknown signal (the message lists the known ones).
+    """
+    if signal not in DIRECTION:
+        raise KeyError(f"no direction known for signal {signal!r}; known: {sorted(DIRECTION)}")
+    return DIRECTION[signal]
+
+
+#: the cases of :func:`lag_case` beyond the verdicts of :func:`awareness_lag`
+NOT_REACHED, AT_FIRST_LEVEL, BOUNDED = "not reached", "at the first level", "bounded"
+
+
+def lag_case(verdict: str, aware_side: str = "", lower_bound: bool = False, upper_bound: bool = False) -> str:
+    """How a verdict of :func:`awareness_lag` is to be said, given the side on which V_aware is censored.
+
+    Parameters
+    ----------
+    verdict : str
+        ``"lags"``, ``"with"``, ``"leads"`` (or anything else, returned unchanged).
+    aware_side : {"", "below", "above", "undefined"}
+        ``censored_side`` of the signal's crossing (:func:`murk.analysis.crossing_table`): ``"below"`` =
+        the signal never reaches its mid-way value within the sweep, ``"above"`` = it has reached it at
+        the first level.
+    lower_bound, upper_bound : bool
+        W is a lower (upper) bound.
+
+    Returns
+    -------
+    str
+        ``"not reached"`` (it lags because it never reaches its mid-way value: W ≥ x),
+        ``"at the first level"`` (it leads because it has passed its mid-way value at the first level:
+        W ≤ x), ``"bounded"`` (W is a bound that holds zero: nothing can be stated), else ``verdict``.
+
+    >>> lag_case("lags", "below", True), lag_case("lags", "", False), lag_case("with", "below", True)
+    ('not reached', 'lags', 'bounded')
+    """
+    if verdict == LAGS and str(aware_side) == "below":
+        return NOT_REACHED
+    if verdict == LEADS and str(aware_side) == "above":
+        return AT_FIRST_LEVEL
+    if verdict == WITH and (lower_bound or upper_bound):
+        return BOUNDED
+    return verdict
+
+
+def lag_phrase(case: str, signal: str) -> str:
+    """The predicate of a generated sentence on W, in the signal's direction (:func:`direction`).
+
+    Parameters
+    ----------
+    case : str
+        A case of :func:`lag_case`.
+    signal : str
+        The awareness signal (``c_int``, ``verbal_conf``, ``abstain``, ``abstain2``).
+
+    Returns
+    -------
+    str
+        E.g. for an abstain rate: ``"lags accuracy, rising only in murkier conditions than those in which
+        accuracy falls"``; ``"does not rise to its mid-way value within the sweep, so it lags accuracy (W a
+        lower bound)"``; ``"rises as accuracy falls, no lag observed"``; ``"rises before accuracy falls"``.
+
+    Raises
+    ------
+    ValueError
+        An unknown case.
+    """
+    verb = direction(signal)
+    base, ing, past = _FORMS[verb]
+    with_ = "falls together with accuracy" if verb == "falls" else "rises as accuracy falls"
+    phrases = {
+        LAGS: f"lags accuracy, {ing} only in murkier conditions than those in which accuracy falls",
+        NOT_REACHED: f"does not {base} to its mid-way value within the sweep, so it lags accuracy (W a lower bound)",
+        WITH: f"{with_}, no lag observed",
+        LEADS: f"{verb} before accuracy falls, in clearer conditions",
+        AT_FIRST_LEVEL: (f"has already {past} past its mid-way value at the first level of the sweep, before "
+                         "accuracy falls (W an upper bound)"),
+        BOUNDED: "is bounded against accuracy on one side only, so neither a lag nor its absence can be stated",
+    }
+    if case not in phrases:
+        raise ValueError(f"unknown lag case {case!r}; known: {sorted(phrases)}")
+    return phrases[case]
+
+
+def largest_change(diffs) -> int | None:
+    """Index of the largest change by magnitude (ties: the first), or None where none is defined.
+
+    Parameters
+    ----------
+    diffs : sequence of (point, lo, hi)
+        Paired differences, e.g. accuracy at each ImageNet-C severity minus clean accuracy.
+
+    >>> largest_change([(-0.02, -0.05, 0.0), (0.12, 0.05, 0.2), (-0.1, -0.2, 0.0)])
+    1
+    """
+    mags = [abs(float(d[0])) if _finite(d[0]) else -1.0 for d in diffs]
+    if not mags or max(mags) < 0:
+        return None
+    return int(np.argmax(mags))
+
+
+def change_words(point: float, lo: float, hi: float) -> str:
+    """A change stated with its sign: ``"a rise of 0.17 [0.03, 0.30]"``, ``"a fall of 0.10 [0.03, 0.20]"`` (the
+    interval of the magnitude), ``"no change (0.00 …)"`` / a change whose interval holds zero marked so.
+
+    The change is "a rise" or "a fall" by the sign of its point; when the interval holds zero the words add
+    that it is not distinguishable from none (:func:`versus_value` against 0).
+
+    >>> change_words(-0.1, -0.2, -0.03), change_words(0.05, -0.01, 0.1)
+    ('a fall of 0.10 [0.03, 0.20]', 'a rise of 0.05 [-0.01, 0.10], its interval holding zero')
+    """
+    from murk.paper import fmt, fmt_estimate
+
+    if not _finite(point):
+        return "no change that can be estimated"
+    p = float(point)
+    if fmt(abs(p)) == fmt(0.0):
+        core = f"no change ({fmt_estimate(p, lo, hi)})"
+        return core
+    if p > 0:
+        core = f"a rise of {fmt_estimate(p, lo, hi)}"
+    else:
+        core = f"a fall of {fmt_estimate(-p, -hi, -lo)}"
+    return core + (", its interval holding zero" if versus_value(p, lo, hi, 0.0) == AT else "")
+
+
+def they(n: int, one: str = "it", many: str = "they") -> str:
+    """``one`` for a single model, ``many`` for more: the pronoun of a sentence about ``n`` models
+    (``they(1, "its", "their")`` -> ``"its"``)."""
+    return one if int(n) == 1 else many

@@ -21,7 +21,8 @@ import xarray as xr  # noqa: E402
 
 from murk.paper import fmt_level  # noqa: E402
 
-__all__ = ["LOW_MASS_MARK", "model_label", "PALETTE", "model_colors", "short_name", "plot_signal_vs_visibility",
+__all__ = ["LOW_MASS_MARK", "model_label", "display_names",
+           "PALETTE", "model_colors", "short_name", "plot_signal_vs_visibility",
            "save", "SCENE_LEVELS_M",
            "PIPELINE_CHECK_MARK", "stamp_pipeline_check", "level_axis", "placeholder",
            "plot_scene_levels", "plot_reliability", "plot_abstain_comparison", "plot_blind_spot_widths",
@@ -48,8 +49,59 @@ def model_colors(models) -> dict[str, str]:
 
 
 def short_name(model: str) -> str:
-    """Display name: the last path component of a model id."""
+    """The last path component of a model id (kept for callers that name one model alone; within a run use
+    :func:`display_names`, which keeps the names unique)."""
     return str(model).rstrip("/").split("/")[-1]
+
+
+def _parts(model: str) -> list[str]:
+    return [p for p in str(model).replace("\\", "/").split("/") if p]
+
+
+def display_names(models, marked=()) -> dict[str, str]:
+    """Display names of a run's models: for each, the shortest suffix of its id that no other model shares.
+
+    The id is split into path components (``/``; a local folder's ``\\`` too), and a model
+    is named by its last ``k`` components with the smallest ``k`` that tells it from every
+    other model of ``models``: ``murk-tiny/smolvlm`` and ``murk-realformat/smolvlm`` keep
+    their first part, ``…/run1/final`` and ``…/run2/final`` become ``run1/final`` and
+    ``run2/final``, while a model whose last part is unique is named by it alone. The same
+    names are used in every figure legend (:func:`model_label`), table and sentence.
+
+    Parameters
+    ----------
+    models : iterable of str
+        The model ids of the run (duplicates are named once).
+    marked : iterable of str, optional
+        Models that carry the `` †`` mark (:data:`LOW_MASS_MARK`: median clean option
+        mass below the threshold).
+
+    Returns
+    -------
+    dict
+        Model id (str) -> display name (str), in the order of ``models``.
+
+    Examples
+    --------
+    >>> names = display_names(["murk-tiny/smolvlm", "murk-realformat/smolvlm", "Qwen/Qwen3-VL-2B-Instruct"],
+    ...                       marked=["murk-tiny/smolvlm"])
+    >>> list(names.values())
+    ['murk-tiny/smolvlm †', 'murk-realformat/smolvlm', 'Qwen3-VL-2B-Instruct']
+    """
+    ids = list(dict.fromkeys(str(m) for m in models))
+    parts = {m: _parts(m) or [m] for m in ids}
+    marks = {str(m) for m in marked}
+    out = {}
+    for m in ids:
+        p = parts[m]
+        for k in range(1, len(p) + 1):
+            suffix = p[-k:]
+            if not any(parts[o][-k:] == suffix for o in ids if o != m):
+                break
+        unique = not any(parts[o][-k:] == p[-k:] for o in ids if o != m)
+        name = "/".join(p[-k:]) if unique else m      # an id that is a suffix of another: the id itself
+        out[m] = name + (f" {LOW_MASS_MARK}" if m in marks else "")
+    return out
 
 
 #: the mark of a model whose first token is not the answer (median clean option mass below
@@ -57,9 +109,10 @@ def short_name(model: str) -> str:
 LOW_MASS_MARK = "†"
 
 
-def model_label(model: str, marked=()) -> str:
-    """Legend label of a model: :func:`short_name`, with `` †`` (:data:`LOW_MASS_MARK`) when it is in ``marked``."""
-    return short_name(model) + (f" {LOW_MASS_MARK}" if str(model) in {str(m) for m in marked} else "")
+def model_label(model: str, marked=(), models=()) -> str:
+    """Legend label of a model: its :func:`display_names` name among ``models`` (the models drawn; default the
+    model alone, i.e. its last path part), with `` †`` (:data:`LOW_MASS_MARK`) when it is in ``marked``."""
+    return display_names([*[str(m) for m in models], str(model)], marked)[str(model)]
 
 
 #: the text of the pipeline-check mark stamped into figures of random-weight checkpoints
@@ -198,7 +251,7 @@ def plot_signal_vs_visibility(means: xr.Dataset, readout: str, task: str = "t2",
                     drawn.update(("reference", str(model)))
             y = m["mean"].values
             if not np.isfinite(y).any():
-                empty.append(model_label(model, marked))
+                empty.append(model_label(model, marked, means["model"].values))
                 continue
             drawn.add(str(model))
             if band:
@@ -225,7 +278,8 @@ def plot_signal_vs_visibility(means: xr.Dataset, readout: str, task: str = "t2",
         ax.tick_params(axis="y", labelsize=FONT)
         ax.grid(alpha=0.3)
     axes[0, 0].set_ylabel(READOUT_LABELS.get(readout, readout) + f" ({task})", fontsize=9)
-    handles = [plt.Line2D([], [], color=colors[str(m)], marker="o", ms=3, lw=1.5, label=model_label(m, marked))
+    handles = [plt.Line2D([], [], color=colors[str(m)], marker="o", ms=3, lw=1.5,
+                          label=model_label(m, marked, means["model"].values))
                for m in means["model"].values if str(m) in drawn]
     if "reference" in drawn:
         handles.append(plt.Line2D([], [], color="0.4", ls="--", lw=0.9, label=READOUT_LABELS.get(reference, reference)))
@@ -278,7 +332,7 @@ def plot_reliability(scores: xr.Dataset, task: str = "t2", confidence: str = "c_
             y = scores["reliability_accuracy"].sel(**sel).values
             ok = cnt > 0
             if not ok.any():
-                empty.append(model_label(m, marked))
+                empty.append(model_label(m, marked, models))
                 continue
             share = cnt[ok] / cnt[ok].sum()
             c = colors[m]
@@ -293,7 +347,7 @@ def plot_reliability(scores: xr.Dataset, task: str = "t2", confidence: str = "c_
         ax.set_title(ARM_TITLES.get(arm, arm), fontsize=9)
         ax.grid(alpha=0.3)
     axes[0, 0].set_ylabel(f"accuracy in bin ({task})", fontsize=9)
-    handles = [plt.Line2D([], [], color=colors[m], marker="o", ms=4, lw=1.2, label=model_label(m, marked))
+    handles = [plt.Line2D([], [], color=colors[m], marker="o", ms=4, lw=1.2, label=model_label(m, marked, models))
                for m in models]
     handles += [plt.Line2D([], [], color="0.5", ls="--", lw=0.8, label="perfect calibration"),
                 matplotlib.patches.Patch(color="0.9", label="confidence ≥ 0.9")]
@@ -367,7 +421,7 @@ def plot_abstain_comparison(means: xr.Dataset, task: str = "t2", arms=("fog", "u
             if i == len(models) - 1:
                 ax.set_xlabel("visibility (m)", fontsize=9)
             if j == 0:
-                ax.set_ylabel(model_label(m, marked), fontsize=FONT, color=c)
+                ax.set_ylabel(model_label(m, marked, models), fontsize=FONT, color=c)
     handles = [plt.Line2D([], [], color="0.2", ls=ls, marker=mk, ms=3, lw=1.5, label=lab) for _, ls, mk, lab in styles]
     if chance is not None:
         handles.append(plt.Line2D([], [], color="0.6", lw=0.7, label="chance"))
@@ -483,7 +537,7 @@ def plot_blind_spot_widths(crossings: xr.Dataset, task: str = "t2", arms=("fog",
                     kinds.add(kind)
                     ax.plot([w], [y], {"lower": ">", "upper": "<", "point": "o"}[kind], color=colors[model], ms=5)
                 else:
-                    ax.text(0.03, y, f"{model_label(model, marked)}: W undefined",
+                    ax.text(0.03, y, f"{model_label(model, marked, models)}: W undefined",
                             transform=ax.get_yaxis_transform(), fontsize=7, va="center", color=colors[model])
                 ticks.append(y)
                 labels.append(READOUT_LABELS.get(sig, sig) if j == 0 else "")
@@ -497,7 +551,7 @@ def plot_blind_spot_widths(crossings: xr.Dataset, task: str = "t2", arms=("fog",
         ax.set_xlabel(r"W = log$_{10}$(V$_\mathrm{acc}$ / V$_\mathrm{aware}$) (decades)", fontsize=9)
         ax.set_title(ARM_TITLES.get(arm, arm), fontsize=9)
         ax.grid(alpha=0.3, axis="x")
-    handles = [plt.Line2D([], [], color=colors[m], lw=1.5, label=model_label(m, marked)) for m in models]
+    handles = [plt.Line2D([], [], color=colors[m], lw=1.5, label=model_label(m, marked, models)) for m in models]
     names = {"point": ("o", "both cross"), "lower": (">", "lower bound (awareness never crosses)"),
              "upper": ("<", "upper bound (accuracy never crosses)")}
     handles += [plt.Line2D([], [], color="0.3", marker=names[k][0], ls="none", ms=5, label=names[k][1])
@@ -566,7 +620,8 @@ def plot_nominal_vs_physical(means: xr.Dataset, v_eq_median_m, task: str = "t2",
     ax.set_ylabel(f"{READOUT_LABELS.get(readout, readout)} ({task})", fontsize=9)
     ax.tick_params(axis="y", labelsize=FONT)
     ax.grid(alpha=0.3)
-    handles = [plt.Line2D([], [], color=colors[str(m)], marker="o", ms=3, lw=1.3, label=f"{model_label(m, marked)}, fog")
+    handles = [plt.Line2D([], [], color=colors[str(m)], marker="o", ms=3, lw=1.3,
+                          label=f"{model_label(m, marked, means['model'].values)}, fog")
                for m in means["model"].values]
     handles.append(plt.Line2D([], [], color="0.5", marker="^", mec="k", mew=0.5, ls="none", ms=6,
                               label="ImageNet-C severity"))

@@ -36,6 +36,9 @@ __all__ = [
     "check_imagenet_c_size",
     "imagenet_c_seed",
     "imagenet_c_fog",
+    "IMAGENET_C_FOG_PARAMETERS",
+    "severity_differences",
+    "describe_severities",
     "luma",
     "contrast_gain",
     "luma_std_ratio",
@@ -48,6 +51,22 @@ __all__ = [
 
 #: ImageNet-C severities used as the nominal control (spec Sec. III).
 IMAGENET_C_SEVERITIES: tuple[int, ...] = (1, 2, 3, 4, 5)
+
+#: The constants of ImageNet-C's fog per severity, as ``imagecorruptions.corruptions.fog`` sets them
+#: (``c = [(1.5, 2), (2., 2), (2.5, 1.7), (2.5, 1.5), (3., 1.4)][severity - 1]``; Hendrycks & Dietterich
+#: 2019): ``amplitude`` ``c[0]`` scales the plasma fractal added to the image, ``wibbledecay`` ``c[1]`` sets
+#: its roughness (the decay of the fractal's random displacements: smaller is rougher). A test checks the
+#: table against the installed package.
+IMAGENET_C_FOG_PARAMETERS: dict[int, dict[str, float]] = {
+    1: {"amplitude": 1.5, "wibbledecay": 2.0},
+    2: {"amplitude": 2.0, "wibbledecay": 2.0},
+    3: {"amplitude": 2.5, "wibbledecay": 1.7},
+    4: {"amplitude": 2.5, "wibbledecay": 1.5},
+    5: {"amplitude": 3.0, "wibbledecay": 1.4},
+}
+
+#: how :func:`describe_severities` names each parameter
+_PARAMETER_WORDS = {"amplitude": "amplitude", "wibbledecay": "roughness (wibble decay)"}
 
 #: Rec. 601 luma weights (R', G', B') applied to sRGB-encoded values.
 LUMA_WEIGHTS_REC601: np.ndarray = np.array([0.299, 0.587, 0.114], dtype=np.float64)
@@ -134,6 +153,67 @@ def imagenet_c_seed(seed: int, image_id: int) -> int:
     int
     """
     return int(seed) * 1_000_003 + int(image_id)
+
+
+def severity_differences(parameters: dict | None = None) -> list[tuple[int, int, list[str]]]:
+    """Which fog parameters differ between neighbouring ImageNet-C severities.
+
+    Parameters
+    ----------
+    parameters : dict, optional
+        Severity (int) -> {parameter name: value}; default :data:`IMAGENET_C_FOG_PARAMETERS`.
+
+    Returns
+    -------
+    list of (int, int, list of str)
+        For each pair of neighbouring severities ``(s, s + 1)``, the names of the parameters whose
+        values differ, in the table's order.
+
+    >>> severity_differences()[2]
+    (3, 4, ['wibbledecay'])
+    """
+    params = IMAGENET_C_FOG_PARAMETERS if parameters is None else parameters
+    sev = sorted(params)
+    return [(a, b, [k for k in params[a] if params[a][k] != params[b].get(k)]) for a, b in zip(sev, sev[1:])]
+
+
+def describe_severities(parameters: dict | None = None) -> str:
+    """The Methods clause on what changes between neighbouring ImageNet-C fog severities, from the table.
+
+    Parameters
+    ----------
+    parameters : dict, optional
+        Default :data:`IMAGENET_C_FOG_PARAMETERS`.
+
+    Returns
+    -------
+    str
+        E.g. ``"severities 1 and 2 differ only in the fractal's amplitude (1.5, 2.0), ..., 3 and 4 only in its
+        roughness (wibble decay 1.7, 1.5), and 4 and 5 in both its amplitude (2.5, 3.0) and its roughness
+        (wibble decay 1.5, 1.4)"``: each pair of neighbours with the parameters that differ and their values.
+    """
+    params = IMAGENET_C_FOG_PARAMETERS if parameters is None else parameters
+    parts = []
+    for i, (a, b, diff) in enumerate(severity_differences(params)):
+        pair = f"severities {a} and {b}" if i == 0 else f"{a} and {b}"
+        if not diff:
+            parts.append(f"{pair} do not differ" if i == 0 else f"{pair} not at all")
+            continue
+        vals = []
+        for k in diff:
+            word = _PARAMETER_WORDS.get(k, k)
+            if "(" in word:   # "roughness (wibble decay)" -> "roughness (wibble decay 1.7, 1.5)"
+                head, tail = word.split(" (", 1)
+                vals.append(f"{head} ({tail.rstrip(')')} {params[a][k]:.1f}, {params[b][k]:.1f})")
+            else:
+                vals.append(f"{word} ({params[a][k]:.1f}, {params[b][k]:.1f})")
+        what = (f"only in the fractal's {vals[0]}" if len(diff) == 1 else
+                "in both the fractal's " + " and its ".join(vals) if len(diff) == 2 else
+                "in the fractal's " + ", ".join(vals))
+        parts.append(f"{pair} {'differ ' if i == 0 else ''}{what}")
+    if not parts:
+        return "there is a single severity"
+    return parts[0] if len(parts) == 1 else "; ".join(parts[:-1]) + "; and " + parts[-1]
 
 
 def _pad_to_square(image: np.ndarray) -> np.ndarray:

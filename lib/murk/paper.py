@@ -39,7 +39,7 @@ from typing import Any, Iterable, Mapping
 from murk import paths
 
 __all__ = ["fmt", "fmt_interval", "fmt_estimate", "fmt_bound", "fmt_crossing", "fmt_range", "fmt_level",
-           "fmt_visibility", "fmt_visibility_interval", "BOUND_SIGNS",
+           "fmt_visibility", "fmt_visibility_interval", "fmt_visibility_estimate", "visibility_digits", "BOUND_SIGNS",
            "fmt_list", "level_label", "NOT_COMPUTED", "Numbers", "write_numbers", "load_numbers", "cited_keys",
            "INLINE_RE", "INCLUDE_RE", "EMBED_RE", "cell_options", "notebook_cells", "resolve_embeds",
            "resolve_qmd", "crossref", "render_paper", "typst_options", "TYPST_HEADER", "markdown_table", "write_text_atomic"]
@@ -64,10 +64,17 @@ def _finite(x) -> bool:
 
 
 def fmt(x: float, digits: int = 2) -> str:
-    """A number as the paper prints it: ``digits`` decimals; NaN (or None) as "n/a"."""
+    """A number as the paper prints it: ``digits`` decimals; NaN (or None) as "n/a".
+
+    A value that rounds to zero prints without a sign (``-0.001`` -> ``0.00``, never ``-0.00``).
+
+    >>> fmt(0.8049), fmt(-0.001), fmt(-0.2, 1)
+    ('0.80', '0.00', '-0.2')
+    """
     if not _finite(x):
         return "n/a"
-    return f"{float(x):.{digits}f}"
+    s = f"{float(x):.{digits}f}"
+    return s[1:] if s.startswith("-") and not any(c in "123456789" for c in s) else s
 
 
 def fmt_interval(lo: float, hi: float, digits: int = 2) -> str:
@@ -254,9 +261,47 @@ def fmt_visibility(v_m: float) -> str:
     return fmt_level(v_m) if _finite(v_m) else "n/a"
 
 
-def fmt_visibility_interval(lo: float, hi: float) -> str:
-    """An interval of visibilities, ``[lo, hi]`` by :func:`fmt_visibility`; ``""`` when undefined."""
-    return f"[{fmt_visibility(lo)}, {fmt_visibility(hi)}]" if _finite(lo) and _finite(hi) else ""
+def fmt_visibility_interval(lo: float, hi: float, digits: int | None = None) -> str:
+    """An interval of visibilities, ``[lo, hi]`` by :func:`fmt_visibility`; ``""`` when undefined.
+
+    With ``digits`` both ends are printed with that many decimals (:func:`fmt`), as
+    :func:`fmt_visibility_estimate` does to give an interval the precision of its point.
+    """
+    if not (_finite(lo) and _finite(hi)):
+        return ""
+    if digits is None:
+        return f"[{fmt_visibility(lo)}, {fmt_visibility(hi)}]"
+    return f"[{fmt(lo, digits)}, {fmt(hi, digits)}]"
+
+
+def visibility_digits(v_m: float) -> int:
+    """Decimals of a visibility as the paper prints it (:func:`fmt_level`'s rule): two below 2 m, else one."""
+    return 2 if _finite(v_m) and abs(float(v_m)) < 2 else 1
+
+
+def fmt_visibility_estimate(v_m: float, lo: float = float("nan"), hi: float = float("nan")) -> str:
+    """A visibility (m) with its bootstrap interval, all three at the point's precision.
+
+    Parameters
+    ----------
+    v_m, lo, hi : float
+        The point (a crossing visibility, m) and its interval; NaN where undefined.
+
+    Returns
+    -------
+    str
+        ``"16.2 [15.0, 17.3]"`` (one decimal, :func:`visibility_digits`; two below 2 m:
+        ``"1.97 [1.95, 2.30]"``), the point alone where the interval is undefined, ``"n/a"``
+        where the point is.
+
+    >>> fmt_visibility_estimate(16.2, 15.0, 17.31), fmt_visibility_estimate(1.97, 1.953125, 2.3)
+    ('16.2 [15.0, 17.3]', '1.97 [1.95, 2.30]')
+    """
+    if not _finite(v_m):
+        return "n/a"
+    d = visibility_digits(v_m)
+    ci = fmt_visibility_interval(lo, hi, d)
+    return f"{fmt(v_m, d)} {ci}".strip()
 
 
 def level_label(visibility_m: float) -> str:
