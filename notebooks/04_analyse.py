@@ -485,7 +485,8 @@ show(figures.plot_signal_vs_visibility(means, "correct", "t2", chance=CHANCE["t2
 
 # %%
 #| label: tbl-crossings
-#| tbl-cap: "Crossing visibilities V_acc (chance floor and, post hoc, blank-image floor) and blind-spot widths W (decades) with bootstrap intervals; ≥ and ≤ mark bounds from censored crossings (spec Table V)."
+#| tbl-cap: "Crossing visibilities V_acc (chance floor and, post hoc, blank-image floor) and blind-spot widths W (decades) of the internal (c_int) and verbalized confidence and of the two abstain rates, with bootstrap intervals; ≥ and ≤ mark bounds from censored crossings (spec Table V)."
+W_COLUMNS = {"c_int": "W c_int", "verbal_conf": "W verbal", "abstain": "W abstain", "abstain2": "W abstain₂"}
 rows = []
 for m in VLMS:
     for arm in physical:
@@ -493,15 +494,16 @@ for m in VLMS:
             c = cross.sel(model=m, arm=arm, task=task)
             acc = c.sel(readout="correct")
             row = {"model": name(m), "arm": arm, "task": task,
-                   "V_acc (m)": crossing_text(float(acc["v_cross_m"]), float(acc["v_lo_m"]), float(acc["v_hi_m"]),
-                                              str(acc["censored_side"].values)),
-                   "V_acc, blank floor (m)": crossing_text(float(c["v_acc_blank_m"]), float(c["v_acc_blank_lo_m"]),
-                                                            float(c["v_acc_blank_hi_m"]), str(c["censored_blank_side"].values))}
+                   "V_acc (m)": paper.estimate_cell(crossing_text(
+                       float(acc["v_cross_m"]), float(acc["v_lo_m"]), float(acc["v_hi_m"]), str(acc["censored_side"].values))),
+                   "V_acc, blank (m)": paper.estimate_cell(crossing_text(
+                       float(c["v_acc_blank_m"]), float(c["v_acc_blank_lo_m"]), float(c["v_acc_blank_hi_m"]),
+                       str(c["censored_blank_side"].values)))}
             for ro in analysis.AWARENESS_SIGNALS:
                 cr = c.sel(readout=ro)
-                row[f"W {figures.READOUT_LABELS[ro]}"] = fmt_estimate(
+                row[W_COLUMNS[ro]] = paper.estimate_cell(fmt_estimate(
                     float(cr["w"]), float(cr["w_lo"]), float(cr["w_hi"]), lower=bool(cr["w_lower_bound"]),
-                    upper=bool(cr["w_upper_bound"]))
+                    upper=bool(cr["w_upper_bound"])))
             rows.append(row)
 show_table(paper.markdown_table(rows), "crossings")
 
@@ -731,14 +733,14 @@ show_table(paper.markdown_table([
 
 # %%
 #| label: tbl-auroc
-#| tbl-cap: "AUROC of the internal confidence as a detector of correct answers, per level, t2, with bootstrap intervals."
+#| tbl-cap: "AUROC of the internal confidence as a detector of correct answers, per arm and level (rows) and model (columns), t2, with bootstrap intervals."
 rows = []
-for m in VLMS:
-    for arm in physical:
-        row = {"model": name(m), "arm": arm}
-        for lvl in sc["level"].values:
-            row[fmt_level(VIS[lvl])] = fmt_estimate(*est("auroc", model=m, arm=arm, level=lvl, task="t2",
-                                                         confidence="c_int"))
+for arm in physical:
+    for lvl in sc["level"].values:
+        row = {"arm": arm, "V (m)": fmt_level(VIS[lvl])}
+        for m in VLMS:
+            row[name(m)] = paper.estimate_cell(fmt_estimate(*est("auroc", model=m, arm=arm, level=lvl, task="t2",
+                                                                 confidence="c_int")))
         rows.append(row)
 show_table(paper.markdown_table(rows), "auroc")
 
@@ -1088,7 +1090,8 @@ def sweep_table(task: str) -> str:
             for lvl in sc["level"].values:
                 row = {"model": name(m), "arm": arm, "V (m)": fmt_level(VIS[lvl])}
                 for ro in analysis.SIGNALS:
-                    row[short[ro]] = fmt_estimate(*est("mean", model=m, arm=arm, level=lvl, task=task, readout=ro))
+                    row[short[ro]] = paper.estimate_cell(fmt_estimate(*est("mean", model=m, arm=arm, level=lvl,
+                                                                           task=task, readout=ro)))
                 rows.append(row)
     return paper.markdown_table(rows)
 
@@ -1102,10 +1105,11 @@ show_table(sweep_table("t3"), "sweep-t3")
 
 # %%
 #| label: tbl-prompts
-#| tbl-cap: "Prompt templates (spec Table II)."
+#| tbl-cap: "Prompt templates (spec Table II), verbatim; a placeholder in braces is filled in per item, ⏎ marks a line break."
 one_line = lambda v: str(v).replace("\n", " ⏎ ")  # noqa: E731
-show_table(paper.markdown_table([{"prompt": r["name"], "template": one_line(r["template"]),
-                                  "example": one_line(r["example"])} for r in prompts.prompt_table(cfg)]), "prompts")
+show_table(paper.markdown_table([{"prompt": r["name"], "template": paper.verbatim(one_line(r["template"])),
+                                  "example": paper.verbatim(one_line(r["example"]))}
+                                 for r in prompts.prompt_table(cfg)]), "prompts")
 
 # %%
 #| label: tbl-config

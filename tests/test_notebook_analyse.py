@@ -317,3 +317,58 @@ def test_the_demo_cube_health_and_monitor_numbers(demo):
     assert "moves V̂ by κ" in n["finding.monitor.depth"] and "one global factor" in n["finding.monitor.depth"]
     assert len(_table(demo, "monitor-depth")) == 8
     assert n["nominal.removed_sentence"] and n["nominal.curve_non_monotone"].endswith("going murkier")
+
+
+def test_every_prompt_of_table_ii_reads_back_exactly_from_the_html_and_the_pdf(synthetic_paper):
+    """Issue 20: placeholders (``<number>``, ``{category}``) and straight quotes of the prompt texts survive
+    pandoc and Typst: each template and example of murk.prompts.prompt_table, as data/config.yaml holds it,
+    is a cell of the HTML's prompts table and a run of the PDF table's column text."""
+    import html as html_lib
+    import shutil
+    from html.parser import HTMLParser
+
+    from murk import config, prompts
+
+    _, res = synthetic_paper
+    rows = prompts.prompt_table(config.load_config())
+    one_line = lambda v: " ".join(str(v).replace("\n", " ⏎ ").split())  # noqa: E731  (as the notebook's cell)
+    assert any("<number>" in r["template"] for r in rows) and any('"' in r["template"] for r in rows)
+
+    class Cells(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.tables, self.cell = [], None
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "table":
+                self.tables.append([])
+            elif tag == "tr" and self.tables:
+                self.tables[-1].append([])
+            elif tag in ("td", "th") and self.tables:
+                self.cell = []
+
+        def handle_endtag(self, tag):
+            if tag in ("td", "th") and self.cell is not None:
+                self.tables[-1][-1].append(" ".join("".join(self.cell).split()))
+                self.cell = None
+
+        def handle_data(self, data):
+            if self.cell is not None:
+                self.cell.append(data)
+
+    parser = Cells()
+    parser.feed(res["html"].read_text(encoding="utf-8"))
+    table = next(t for t in parser.tables if t and t[0] == ["prompt", "template", "example"])
+    body = {r[0]: r[1:] for r in table[1:]}
+    for r in rows:
+        assert body.get(r["name"]) == [one_line(r["template"]), one_line(r["example"])], (r["name"], body.get(r["name"]))
+    assert "&lt;number&gt;" in res["html"].read_text(encoding="utf-8") and html_lib.unescape("&lt;number&gt;") == "<number>"
+
+    if shutil.which("pdftotext") is None:
+        pytest.skip("poppler-utils (pdftotext) not installed")
+    from _pdf import table_column_texts
+
+    cols = table_column_texts(res["pdf"], ["prompt", "template", "example"])
+    missing = [(r["name"], col) for r in rows for col in ("template", "example")
+               if one_line(r[col]) not in cols[col]]
+    assert not missing, (missing, cols["template"][:400])
