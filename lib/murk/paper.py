@@ -42,7 +42,7 @@ __all__ = ["fmt", "fmt_interval", "fmt_estimate", "fmt_bound", "fmt_crossing", "
            "fmt_visibility", "fmt_visibility_interval", "BOUND_SIGNS",
            "fmt_list", "level_label", "NOT_COMPUTED", "Numbers", "write_numbers", "load_numbers", "cited_keys",
            "INLINE_RE", "INCLUDE_RE", "EMBED_RE", "cell_options", "notebook_cells", "resolve_embeds",
-           "resolve_qmd", "crossref", "render_paper", "typst_options", "TYPST_HEADER", "markdown_table", "write_text_atomic",
+           "resolve_qmd", "crossref", "label_numbers", "render_paper", "typst_options", "TYPST_HEADER", "markdown_table", "write_text_atomic",
            "verbatim", "estimate_cell", "CELL_BREAK", "LUA_FILTER"]
 
 INLINE_RE = re.compile(r"`\{python\}\s*N\[\s*[\"']([^\"']+)[\"']\s*\]\s*`")
@@ -580,25 +580,44 @@ LABEL_RE = re.compile(r"\{#((fig|tbl)-[A-Za-z0-9_-]+)\}")
 XREF_RE = re.compile(r"@((fig|tbl)-[A-Za-z0-9_-]+)")
 
 
-def crossref(md: str, prefix_captions: bool = True) -> str:
-    """Number figures and tables the way Quarto does, for the pandoc fallback.
+def label_numbers(md: str) -> dict[str, str]:
+    """``{label: "Table 3"}`` for every ``{#fig-…}`` / ``{#tbl-…}`` label of ``md``: numbered per kind in the
+    order of first citation (``@label``), then the uncited ones in order of appearance (see :func:`crossref`).
 
-    Each ``{#fig-…}`` / ``{#tbl-…}`` label gets its number in order of
-    appearance; captions are prefixed ("Figure 1: …") unless
-    ``prefix_captions`` is False (Typst numbers captions itself), and
-    ``@fig-…`` references become links ("Figure 1").
+    >>> label_numbers("@tbl-b, @tbl-a\\n\\n: A {#tbl-a}\\n\\n: B {#tbl-b}\\n\\n: C {#tbl-c}")
+    {'tbl-b': 'Table 1', 'tbl-a': 'Table 2', 'tbl-c': 'Table 3'}
+    """
+    placed = [label for label, _ in LABEL_RE.findall(md)]
+    cited = [label for label, _ in XREF_RE.findall(md) if label in placed]
+    order = list(dict.fromkeys(cited + placed))
+    count = {"fig": 0, "tbl": 0}
+    numbers: dict[str, str] = {}
+    for label in order:
+        kind = label.split("-", 1)[0]
+        count[kind] += 1
+        numbers[label] = f"{'Figure' if kind == 'fig' else 'Table'} {count[kind]}"
+    return numbers
+
+
+def crossref(md: str, prefix_captions: bool = True) -> str:
+    """Number figures and tables for the pandoc fallback, in the order the text first cites them.
+
+    Each ``{#fig-…}`` / ``{#tbl-…}`` label gets its number in the order of its
+    first reference (``@tbl-…``), as a paper numbers its tables; labels never
+    cited follow in order of appearance. Quarto numbers by placement, so
+    ``paper/index.qmd`` places each embed after its first citation and in that
+    order (``tests/test_paper.py`` checks it): the two renderers then agree.
+    Captions are prefixed ("Figure 1: …") unless ``prefix_captions`` is False,
+    and ``@fig-…`` references become links ("Figure 1"). The fallback's PDF
+    uses the prefixed captions too, with Typst's own (placement) numbering
+    turned off (:data:`TYPST_HEADER`).
 
     Raises
     ------
     KeyError
         A reference to a label that does not exist.
     """
-    numbers: dict[str, str] = {}
-    count = {"fig": 0, "tbl": 0}
-    for label, kind in LABEL_RE.findall(md):
-        if label not in numbers:
-            count[kind] += 1
-            numbers[label] = f"{'Figure' if kind == 'fig' else 'Table'} {count[kind]}"
+    numbers = label_numbers(md)
     missing = sorted({lab for lab, _ in XREF_RE.findall(md) if lab not in numbers})
     if missing:
         raise KeyError(f"cross-references to missing labels: {missing}")
@@ -612,12 +631,16 @@ def crossref(md: str, prefix_captions: bool = True) -> str:
 
 
 #: Typst set/show rules added to pandoc's Typst output (the fallback PDF; Quarto's own Typst
-#: format does the same by default): a table too long for the rest of its page breaks across
+#: format does the same by default): figure and table numbers come from the captions (citation order,
+#: :func:`crossref`), a table too long for the rest of its page breaks across
 #: pages and repeats its header row (``table.header`` repeats) without splitting a row, its caption
 #: stays with its first rows, table text is set smaller, ragged and left-aligned (a table of nine or more columns
 #: a point smaller again), and a heading never ends a page alone.
 TYPST_HEADER = """\
-// murk (pandoc + Typst fallback of the paper): long tables break across pages
+// murk (pandoc + Typst fallback of the paper): captions carry their numbers in citation order
+// (murk.paper.crossref), so Typst's own numbering by placement is off
+#set figure(numbering: none)
+// long tables break across pages
 #show figure.where(kind: table): set block(breakable: true)
 #show figure.where(kind: table): set text(size: 8pt)
 #show figure.where(kind: table): set par(justify: false)
@@ -732,7 +755,7 @@ def render_paper(qmd: str | os.PathLike | None = None, output_dir: str | os.Path
         # its root: copy the cited figures (PDF versions) next to it.
         fig_dir = out / "figures"
         fig_dir.mkdir(exist_ok=True)
-        md_typ = crossref(resolved, prefix_captions=False)
+        md_typ = md  # captions numbered in citation order (crossref); Typst's own numbering is off
         for f in figs:
             src = Path(f)
             shutil.copy2(src, fig_dir / src.name)
