@@ -1520,41 +1520,53 @@ parts = [f"How murky can a scene get before a vision-language model knows that i
          f"axis, the meteorological visibility V in metres, for fog (Koschmieder) and for clear water (Pope–Fry "
          f"absorption), over {numbers['n_items']} COCO images, and summarises each signal against accuracy by the "
          "blind-spot width W, the decades of visibility by which it follows accuracy's collapse."]
-rq1 = []
+rq1 = []   # (arm, sentence template with {what}: the same template in every arm is said once)
 for arm in physical:
     v = verdicts(f"rq1.{arm}.t2")
-    what = "identification (t2) accuracy" if not rq1 else "it"
     if claims.COLLAPSE in v:
-        rq1.append(f"{ARM_PHRASE[arm]}, {what} collapses to chance for "
-                   f"{count_phrase(v[claims.COLLAPSE], n_models, 'model')}")
+        rq1.append((arm, "{what} collapses to chance for " + count_phrase(v[claims.COLLAPSE], n_models, "model")))
     elif claims.PARTIAL in v:
-        rq1.append(f"{ARM_PHRASE[arm]}, {what} falls through its mid-way value, but not to chance, for "
-                   f"{count_phrase(v[claims.PARTIAL], n_models, 'model')}")
+        rq1.append((arm, "{what} falls through its mid-way value, but not to chance, for "
+                    + count_phrase(v[claims.PARTIAL], n_models, "model")))
+    elif claims.NO_SKILL in v and len(v[claims.NO_SKILL]) == n_models:
+        rq1.append((arm, "{what} is not above chance even on the clean image, so no collapse can be placed on the "
+                    "axis"))
     else:
-        rq1.append(f"{ARM_PHRASE[arm]}, no collapse of t2 accuracy is observed within the sweep")
-parts.append(rq1[0][0].upper() + rq1[0][1:] + ("; " + "; ".join(rq1[1:]) if rq1[1:] else "") + ".")
+        rq1.append((arm, "no collapse of {what} is observed within the sweep"))
+if len(rq1) > 1 and len({t for _, t in rq1}) == 1:
+    rq1 = [("both arms" if len(rq1) == 2 else "every arm", rq1[0][1])]
+bits = [f"{ARM_PHRASE.get(arm, 'in ' + arm)}, " + t.format(what="identification (t2) accuracy" if not i else "it")
+        for i, (arm, t) in enumerate(rq1)]
+bits = [b.replace("no collapse of it is", "no collapse is") for b in bits]
+parts.append(bits[0][0].upper() + bits[0][1:] + ("; " + "; ".join(bits[1:]) if bits[1:] else "") + ".")
 LAG_WORDS = {claims.LAGS: "lags it (W > 0)", claims.WITH: "moves with it", claims.LEADS: "moves before it (W < 0)"}
-rq23 = []
+rq23, undefined_signals = [], []
 for signal, rq in (("c_int", "rq2"), ("verbal_conf", "rq2"), ("abstain", "rq3")):
     v = verdicts(f"{rq}.{signal}.{{arm}}.t2", physical)
     defined = {k_: g for k_, g in v.items() if k_ in LAG_WORDS}
     n_def = sum(len(g) for g in defined.values())
     what = SIGNAL_WORDS[signal]
     if not n_def:
-        rq23.append(f"whether the {what} follows the collapse cannot be stated (accuracy does not collapse, or the "
-                    "signal has no values)")
+        undefined_signals.append(what)
         continue
     bits = [f"{LAG_WORDS[k_]} for {len(g)}" for k_, g in defined.items()]
     rq23.append(f"the {what}, which {DIRECTION[signal]} in murkier conditions, " + fmt_list(bits)
                 + f" of the {n_def} model–arm pairs where accuracy collapses and W is defined")
-parts.append("Against accuracy, " + "; ".join(rq23) + ".")
+if rq23:
+    parts.append("Against accuracy, " + "; ".join(rq23) + ".")
+if undefined_signals:
+    parts.append(f"Whether the {fmt_list(undefined_signals)} follow{'s' if len(undefined_signals) == 1 else ''} "
+                 "the collapse of accuracy cannot be stated: accuracy does not collapse, or the signal has no values.")
 wording = verdicts("rq3.wording.{arm}.t2", physical)
 n_w = sum(len(g) for k_, g in wording.items() if k_ != claims.UNDEFINED)
 if n_w:
     dep = len(wording.get(claims.ABOVE, [])) + len(wording.get(claims.BELOW, []))
-    parts.append(f"The abstain rate depends on the wording of the abstain option (“I cannot tell, the image is too "
-                 f"unclear to decide” against “I don't know”, V = {numbers['cfg.mid_level_m']} m) for {dep} of "
-                 f"{n_w} model–arm pairs" + (" and not for the others." if dep < n_w else "."))
+    options = (f"(“I cannot tell, the image is too unclear to decide” against “I don't know”, "
+               f"V = {numbers['cfg.mid_level_m']} m)")
+    parts.append(f"The abstain rate depends on the wording of the abstain option {options} for {dep} of {n_w} "
+                 "model–arm pairs" + (" and not for the others." if dep < n_w else ".") if dep else
+                 f"No dependence of the abstain rate on the wording of the abstain option {options} is observed "
+                 f"({n_w} model–arm pairs).")
 nom = verdicts("rq4.t2")
 if "plateau" in nom or "reaches the band" in nom:
     bits = []
