@@ -490,8 +490,14 @@ display(Markdown("\n\n".join(numbers[f"finding.rq1.{arm}.t2"] for arm in physica
 show(figures.plot_signal_vs_visibility(means, "correct", "t2", chance=CHANCE["t2"], marked=LOW_MASS), "accuracy_t2")
 
 # %%
+#| label: fig-signals-t2
+#| fig-cap: "Accuracy, internal confidence, verbalized confidence and the abstain rate (main wording) against visibility, t2, one row per signal and one column per arm (spec Fig. 3); clean image at the left edge; bands: bootstrap intervals; dashed: chance; dash-dotted: the abstain rate's floor, one; dotted: each model's blank-image value."
+show(figures.plot_signals(means, "t2", chance=CHANCE["t2"], marked=LOW_MASS), "signals_t2")
+
+# %%
 #| label: tbl-crossings
-#| tbl-cap: "Crossing visibilities V_acc (chance floor and, post hoc, blank-image floor) and blind-spot widths W (decades) with bootstrap intervals; ≥ and ≤ mark bounds from censored crossings (spec Table V)."
+#| tbl-cap: "Crossing visibilities V_acc (chance floor and, post hoc, blank-image floor) and blind-spot widths W (decades) of the internal (c_int) and verbalized confidence and of the two abstain rates, with bootstrap intervals; ≥ and ≤ mark bounds from censored crossings (spec Table V)."
+W_COLUMNS = {"c_int": "W c_int", "verbal_conf": "W verbal", "abstain": "W abstain", "abstain2": "W abstain₂"}
 rows = []
 for m in VLMS:
     for arm in physical:
@@ -499,15 +505,16 @@ for m in VLMS:
             c = cross.sel(model=m, arm=arm, task=task)
             acc = c.sel(readout="correct")
             row = {"model": name(m), "arm": arm, "task": task,
-                   "V_acc (m)": crossing_text(float(acc["v_cross_m"]), float(acc["v_lo_m"]), float(acc["v_hi_m"]),
-                                              str(acc["censored_side"].values)),
-                   "V_acc, blank floor (m)": crossing_text(float(c["v_acc_blank_m"]), float(c["v_acc_blank_lo_m"]),
-                                                            float(c["v_acc_blank_hi_m"]), str(c["censored_blank_side"].values))}
+                   "V_acc (m)": paper.estimate_cell(crossing_text(
+                       float(acc["v_cross_m"]), float(acc["v_lo_m"]), float(acc["v_hi_m"]), str(acc["censored_side"].values))),
+                   "V_acc, blank (m)": paper.estimate_cell(crossing_text(
+                       float(c["v_acc_blank_m"]), float(c["v_acc_blank_lo_m"]), float(c["v_acc_blank_hi_m"]),
+                       str(c["censored_blank_side"].values)))}
             for ro in analysis.AWARENESS_SIGNALS:
                 cr = c.sel(readout=ro)
-                row[f"W {figures.READOUT_LABELS[ro]}"] = fmt_estimate(
+                row[W_COLUMNS[ro]] = paper.estimate_cell(fmt_estimate(
                     float(cr["w"]), float(cr["w_lo"]), float(cr["w_hi"]), lower=bool(cr["w_lower_bound"]),
-                    upper=bool(cr["w_upper_bound"]))
+                    upper=bool(cr["w_upper_bound"])))
             rows.append(row)
 show_table(paper.markdown_table(rows), "crossings")
 
@@ -742,14 +749,14 @@ show_table(paper.markdown_table([
 
 # %%
 #| label: tbl-auroc
-#| tbl-cap: "AUROC of the internal confidence as a detector of correct answers, per level, t2, with bootstrap intervals."
+#| tbl-cap: "AUROC of the internal confidence as a detector of correct answers, per arm and level (rows) and model (columns), t2, with bootstrap intervals."
 rows = []
-for m in VLMS:
-    for arm in physical:
-        row = {"model": name(m), "arm": arm}
-        for lvl in sc["level"].values:
-            row[fmt_level(VIS[lvl])] = fmt_estimate(*est("auroc", model=m, arm=arm, level=lvl, task="t2",
-                                                         confidence="c_int"))
+for arm in physical:
+    for lvl in sc["level"].values:
+        row = {"arm": arm, "V (m)": fmt_level(VIS[lvl])}
+        for m in VLMS:
+            row[name(m)] = paper.estimate_cell(fmt_estimate(*est("auroc", model=m, arm=arm, level=lvl, task="t2",
+                                                                 confidence="c_int")))
         rows.append(row)
 show_table(paper.markdown_table(rows), "auroc")
 
@@ -1074,6 +1081,11 @@ display(Markdown("\n\n".join(numbers[k] for k in numbers if k.startswith("findin
 show(figures.plot_signal_vs_visibility(means, "correct", "t3", chance=CHANCE["t3"], marked=LOW_MASS), "accuracy_t3")
 
 # %%
+#| label: fig-signals-t3
+#| fig-cap: "Accuracy, internal confidence, verbalized confidence and the abstain rate against visibility, t3 (verification), with the conventions of the t2 figure (spec Fig. 8)."
+show(figures.plot_signals(means, "t3", chance=CHANCE["t3"], marked=LOW_MASS), "signals_t3")
+
+# %%
 #| label: fig-blind-spot-t3
 #| fig-cap: "Blind-spot widths W of the four awareness signals, t3."
 show(figures.plot_blind_spot_widths(cross, "t3", marked=LOW_MASS), "blind_spot_t3")
@@ -1133,7 +1145,8 @@ def sweep_table(task: str) -> str:
             for lvl in sc["level"].values:
                 row = {"model": name(m), "arm": arm, "V (m)": fmt_level(VIS[lvl])}
                 for ro in analysis.SIGNALS:
-                    row[short[ro]] = fmt_estimate(*est("mean", model=m, arm=arm, level=lvl, task=task, readout=ro))
+                    row[short[ro]] = paper.estimate_cell(fmt_estimate(*est("mean", model=m, arm=arm, level=lvl,
+                                                                           task=task, readout=ro)))
                 rows.append(row)
     return paper.markdown_table(rows)
 
@@ -1147,10 +1160,11 @@ show_table(sweep_table("t3"), "sweep-t3")
 
 # %%
 #| label: tbl-prompts
-#| tbl-cap: "Prompt templates (spec Table II)."
+#| tbl-cap: "Prompt templates (spec Table II), verbatim; a placeholder in braces is filled in per item, ⏎ marks a line break."
 one_line = lambda v: str(v).replace("\n", " ⏎ ")  # noqa: E731
-show_table(paper.markdown_table([{"prompt": r["name"], "template": one_line(r["template"]),
-                                  "example": one_line(r["example"])} for r in prompts.prompt_table(cfg)]), "prompts")
+show_table(paper.markdown_table([{"prompt": r["name"], "template": paper.verbatim(one_line(r["template"])),
+                                  "example": paper.verbatim(one_line(r["example"]))}
+                                 for r in prompts.prompt_table(cfg)]), "prompts")
 
 # %%
 #| label: tbl-config
@@ -1520,6 +1534,181 @@ show_table(md, "monitor-depth")
 
 # %%
 display(Markdown(numbers["finding.monitor.depth"]))
+
+# %% [markdown]
+# ## Abstract and discussion
+#
+# The paper's abstract and its Discussion are generated here from the verdicts
+# recorded above (`verdict.rq1.*` … `verdict.rq4.*`, each decided by
+# `murk.claims` on the bootstrap intervals): they count, per question, the models
+# (and arms) for which the cube shows an effect, and say "not observed" or "cannot
+# be stated" where it does not, so that they change when the cube does. A signal's
+# direction is its own: accuracy and confidence fall in murkier conditions, the
+# abstain rate rises.
+
+# %%
+DIRECTION = {"c_int": "falls", "verbal_conf": "falls", "abstain": "rises", "abstain2": "rises"}
+ARM_PHRASE = {"fog": "in fog", "underwater": "under water"}
+
+
+def verdicts(prefix: str, arms=None) -> dict[str, list[str]]:
+    """The verdicts recorded under ``verdict.<prefix>.[<arm>.]<task>.<model>`` as {verdict: [who]}; ``who`` is a
+    model's display name, with its arm when ``arms`` is given (``undefined: …`` verdicts pooled as "undefined")."""
+    out: dict[str, list[str]] = {}
+    for m in VLMS:
+        for arm in (arms or [None]):
+            k = f"verdict.{prefix.format(arm=arm)}.{key(m)}"
+            if k not in numbers:
+                continue
+            v = numbers[k]
+            v = claims.UNDEFINED if v.startswith("undefined") else v
+            out.setdefault(v, []).append(name(m) + (f" {ARM_PHRASE[arm]}" if arm else ""))
+    return out
+
+
+def count_phrase(group: list[str], total: int, unit: str) -> str:
+    """``2 of 5 models (a and b)``; ``all 3 models``; ``the model a`` for one of one."""
+    if total == 1:
+        return f"the {unit} {group[0]}"
+    what = (("both" if total == 2 else f"all {total}") + f" {unit}s" if len(group) == total
+            else f"{len(group)} of {total} {unit}s")
+    return f"{what} ({fmt_list(group)})"
+
+
+n_models = len(VLMS)
+model_words = f"{'one model' if n_models == 1 else f'{n_models} models'} ({fmt_list(name(m) for m in VLMS)})"
+parts = [f"How murky can a scene get before a vision-language model knows that it cannot see? murk places the "
+         f"accuracy, internal confidence, verbalized confidence and abstention of {model_words} on one physical "
+         f"axis, the meteorological visibility V in metres, for fog (Koschmieder) and for clear water (Pope–Fry "
+         f"absorption), over {numbers['n_items']} COCO images, and summarises each signal against accuracy by the "
+         "blind-spot width W, the decades of visibility by which it follows accuracy's collapse."]
+rq1 = []   # (arm, sentence template with {what}: the same template in every arm is said once)
+for arm in physical:
+    v = verdicts(f"rq1.{arm}.t2")
+    if claims.COLLAPSE in v:
+        rq1.append((arm, "{what} collapses to chance for " + count_phrase(v[claims.COLLAPSE], n_models, "model")))
+    elif claims.PARTIAL in v:
+        rq1.append((arm, "{what} falls through its mid-way value, but not to chance, for "
+                    + count_phrase(v[claims.PARTIAL], n_models, "model")))
+    elif claims.NO_SKILL in v and len(v[claims.NO_SKILL]) == n_models:
+        rq1.append((arm, "{what} is not above chance even on the clean image, so no collapse can be placed on the "
+                    "axis"))
+    else:
+        rq1.append((arm, "no collapse of {what} is observed within the sweep"))
+if len(rq1) > 1 and len({t for _, t in rq1}) == 1:
+    rq1 = [("both arms" if len(rq1) == 2 else "every arm", rq1[0][1])]
+bits = [f"{ARM_PHRASE.get(arm, 'in ' + arm)}, " + t.format(what="identification (t2) accuracy" if not i else "it")
+        for i, (arm, t) in enumerate(rq1)]
+bits = [b.replace("no collapse of it is", "no collapse is") for b in bits]
+parts.append(bits[0][0].upper() + bits[0][1:] + ("; " + "; ".join(bits[1:]) if bits[1:] else "") + ".")
+LAG_WORDS = {claims.LAGS: "lags it (W > 0)", claims.WITH: "moves with it", claims.LEADS: "moves before it (W < 0)"}
+rq23, undefined_signals = [], []
+for signal, rq in (("c_int", "rq2"), ("verbal_conf", "rq2"), ("abstain", "rq3")):
+    v = verdicts(f"{rq}.{signal}.{{arm}}.t2", physical)
+    defined = {k_: g for k_, g in v.items() if k_ in LAG_WORDS}
+    n_def = sum(len(g) for g in defined.values())
+    what = SIGNAL_WORDS[signal]
+    if not n_def:
+        undefined_signals.append(what)
+        continue
+    bits = [f"{LAG_WORDS[k_]} for {len(g)}" for k_, g in defined.items()]
+    rq23.append(f"the {what}, which {DIRECTION[signal]} in murkier conditions, " + fmt_list(bits)
+                + f" of the {n_def} model–arm pairs where accuracy collapses and W is defined")
+if rq23:
+    parts.append("Against accuracy, " + "; ".join(rq23) + ".")
+if undefined_signals:
+    parts.append(f"Whether the {fmt_list(undefined_signals)} follow{'s' if len(undefined_signals) == 1 else ''} "
+                 "the collapse of accuracy cannot be stated: accuracy does not collapse, or the signal has no values.")
+wording = verdicts("rq3.wording.{arm}.t2", physical)
+n_w = sum(len(g) for k_, g in wording.items() if k_ != claims.UNDEFINED)
+if n_w:
+    dep = len(wording.get(claims.ABOVE, [])) + len(wording.get(claims.BELOW, []))
+    options = (f"(“I cannot tell, the image is too unclear to decide” against “I don't know”, "
+               f"V = {numbers['cfg.mid_level_m']} m)")
+    parts.append(f"The abstain rate depends on the wording of the abstain option {options} for {dep} of {n_w} "
+                 "model–arm pairs" + (" and not for the others." if dep < n_w else ".") if dep else
+                 f"No dependence of the abstain rate on the wording of the abstain option {options} is observed "
+                 f"({n_w} model–arm pairs).")
+nom = verdicts("rq4.t2")
+if "plateau" in nom or "reaches the band" in nom:
+    bits = []
+    if "plateau" in nom:
+        bits.append(f"lie above the failure band, on the plateau of accuracy, for {count_phrase(nom['plateau'], n_models, 'model')}")
+    if "reaches the band" in nom:
+        bits.append(f"reach into it for {count_phrase(nom['reaches the band'], n_models, 'model')}")
+    parts.append(f"The ImageNet-C fog severities, equivalent to median visibilities of {numbers['nominal.veq_range']} m, "
+                 + fmt_list(bits) + ".")
+else:
+    parts.append("Whether the ImageNet-C fog severities cover the failure band cannot be said from this run "
+                 "(no collapse in fog, or the nominal equivalence was not computed).")
+PC_MODELS = [m for m in VLMS if bool(ds["pipeline_check"].sel(model=m))]
+if PC_MODELS:
+    parts.append(f"**The results of {fmt_list(name(m) for m in PC_MODELS)} come from random-weight checkpoints "
+                 "(a pipeline check): they test murk end to end and are no finding about any VLM.**")
+record("abstract", " ".join(parts))
+
+# the Discussion: what the verdicts mean, one paragraph per theme
+lag_c = verdicts("rq2.c_int.{arm}.t2", physical)
+lag_v = verdicts("rq2.verbal_conf.{arm}.t2", physical)
+lagging = lag_c.get(claims.LAGS, []) + lag_v.get(claims.LAGS, [])
+following = lag_c.get(claims.WITH, []) + lag_v.get(claims.WITH, [])
+if lagging:
+    record("discussion.confidence", (
+        f"Where a confidence lags accuracy ({fmt_list(sorted(set(lagging)))}), there is a band of visibility in "
+        "which the model still reports the confidence of a clear image while its answers are already near chance: "
+        "a user, or a system that gates on the confidence, is misled exactly where the scene stops supporting the "
+        "answer. W measures the width of that band in decades, independent of the depth scale, so it can be "
+        "compared across arms and models although the visibilities in metres cannot."))
+elif following:
+    record("discussion.confidence", (
+        f"Where a confidence falls together with accuracy ({fmt_list(sorted(set(following)))}), it is usable as a "
+        "signal that the scene has become too murky: the cube shows no band in which the model stays confident "
+        "while its answers have collapsed. This holds for the sweep and the models run, not beyond them."))
+else:
+    record("discussion.confidence", (
+        "No lag of a confidence behind accuracy can be stated from this run: either accuracy does not collapse "
+        "within the sweep, or the confidences have no defined crossing. The question needs models whose accuracy "
+        "starts above chance on the clean image and collapses within the sweep."))
+ab = verdicts("rq3.abstain.{arm}.t2", physical)
+dep = wording.get(claims.ABOVE, []) + wording.get(claims.BELOW, [])
+if ab.get(claims.WITH) or ab.get(claims.LEADS):
+    text = (f"An explicit abstain option rises with or before the collapse of accuracy for "
+            f"{fmt_list(ab.get(claims.WITH, []) + ab.get(claims.LEADS, []))}: offering the option exposes what a "
+            "stated confidence may hide.")
+elif ab.get(claims.LAGS):
+    text = (f"The abstain option rises only after accuracy has fallen for {fmt_list(ab[claims.LAGS])}: offering "
+            "it does not by itself make a model say that it cannot see in time.")
+else:
+    text = "Whether an explicit abstain option follows the collapse cannot be stated from this run."
+text += (f" Its rate depends on the wording for {fmt_list(dep)}, so an abstention benchmark that fixes one wording "
+         "measures the wording as much as the model." if dep else
+         " No dependence on its wording is observed at the level read.")
+record("discussion.abstention", text)
+if "plateau" in nom:
+    record("discussion.nominal", (
+        "The nominal ImageNet-C fog severities, placed on the physical axis by their retained contrast, sit at "
+        f"visibilities where accuracy has not yet started to fall for {fmt_list(nom['plateau'])}: a robustness "
+        f"score over severities {fmt_range(cfg['physics']['imagenet_c_fog_severities'], digits=0)} then measures the plateau, not the failure, and says nothing about where a "
+        "model's awareness of its failure begins. A physical axis in metres places the failure band, and the "
+        "five severities, on one scale."))
+elif "reaches the band" in nom:
+    record("discussion.nominal", (
+        f"The nominal severities reach into the failure band for {fmt_list(nom['reaches the band'])}: there an "
+        "ImageNet-C evaluation does probe the collapse, although on an ordinal scale whose steps are not equal "
+        "in visibility."))
+else:
+    record("discussion.nominal", (
+        "Where the nominal severities lie relative to the failure band cannot be said from this run; the "
+        "physical axis still places them in metres (the equivalent visibilities above)."))
+record("discussion.scope", (
+    (f"The results of {fmt_list(name(m) for m in PC_MODELS)} are a pipeline check: random-weight checkpoints, whose "
+     "verdicts test that each sentence follows the cube, not what any VLM does. " if PC_MODELS else "")
+    + f"The study covers {model_words}, synthetic degradations rendered from a monocular depth estimate and "
+    "multiple-choice questions about one marked object; the visibilities in metres are conditional on the depth "
+    "scale, W is not. A separate visibility estimate (the monitor) is one way to abstain without relying on the "
+    "model's own awareness; its measured accuracy and gate are in the section before."))
+display(Markdown("\n\n".join(numbers[k] for k in ("abstract", "discussion.confidence", "discussion.abstention",
+                                                     "discussion.nominal", "discussion.scope"))))
 
 # %% [markdown]
 # ## Colophon and the numbers file

@@ -169,3 +169,31 @@ def test_legends_tell_models_with_the_same_last_part_apart():
         assert any(lab.startswith("murk-realformat/smolvlm") for lab in labels), (what, labels)
     rows = figures.plot_abstain_comparison(means, marked=marked)
     assert sorted(ax.get_ylabel() for ax in rows.axes if ax.get_ylabel()) == ["murk-realformat/smolvlm", "murk-tiny/smolvlm †"]
+
+
+def test_signals_figure_is_the_spec_fig3_grid():
+    """Issue 20: one figure of accuracy, internal and verbalized confidence and abstain rate against V by arm
+    (spec Fig. 3; Fig. 8 for t3): a panel per signal and arm, models with their †, chance in the accuracy and
+    confidence panels, the abstain floor in the abstain panels, empty panels saying why."""
+    marked = ["murk-tiny/model-b"]
+    fig = figures.plot_signals(_means(), "t2", chance=0.25, marked=marked)
+    assert len(fig.axes) == len(figures.FIG3_SIGNALS) * 2
+    rows = [ax.get_ylabel() for ax in fig.axes if ax.get_ylabel()]
+    assert rows == [f"{figures.READOUT_LABELS[s]} (t2)" for s in figures.FIG3_SIGNALS]
+    assert [ax.get_title() for ax in fig.axes[:2]] == [figures.ARM_TITLES["fog"], figures.ARM_TITLES["underwater"]]
+    labels = _legend_labels(fig)
+    assert "model-b †" in labels and "model-a" in labels and "chance" in labels and "abstain floor (one)" in labels
+    assert _texts(fig).count("no parseable verbalized confidence") == 2   # the verbal row, both arms
+
+    def hlines(ax):
+        return sorted(round(float(ln.get_ydata()[0]), 3) for ln in ax.lines
+                      if len(set(np.asarray(ln.get_ydata(), float))) == 1 and ln.get_linestyle() in ("--", "-."))
+    acc, abstain = fig.axes[0], fig.axes[2 * figures.FIG3_SIGNALS.index("abstain")]
+    assert hlines(acc) == [0.25] and hlines(abstain) == [1.0]
+    # each model's curve is drawn with its band: as many lines as models in a panel with values
+    assert sum(1 for ln in acc.lines if ln.get_marker() == "o") == len(MODELS)
+    fig.canvas.draw()
+    leg = fig.legends[0].get_window_extent()
+    assert all(leg.y1 <= ax.get_window_extent().y0 for ax in fig.axes)
+    with pytest.raises(KeyError, match="signal"):
+        figures.plot_signals(_means(), "t2", signals=["nope"])

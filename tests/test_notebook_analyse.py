@@ -104,7 +104,7 @@ def test_tables_figures_and_their_cells(root):
             pngs = [o["data"]["image/png"] for o in cell["outputs"] if "image/png" in o.get("data", {})]
             assert len(pngs) == 1, label          # one figure per labelled cell
             assert paper.cell_options(cell["source"]).get("fig-cap"), label
-    for name in ("accuracy", "confidence", "verbal", "abstain", "reliability", "abstain2", "blind_spot"):
+    for name in ("accuracy", "confidence", "verbal", "abstain", "reliability", "abstain2", "blind_spot", "signals"):
         for task in ("t2", "t3"):
             for ext in ("png", "pdf"):
                 assert (fdir / f"{name}_{task}.{ext}").is_file(), (name, task, ext)
@@ -129,8 +129,8 @@ def test_paper_from_the_executed_notebook(synthetic_paper, numbers):
     assert "not computed in this run" in html
     # every embedded figure is the notebook's output, with a link back to the notebook
     cells = paper.notebook_cells(root / "notebooks" / "04_analyse.ipynb")
-    png = base64.b64decode(cells["fig-accuracy-t2"]["outputs"][0]["data"]["image/png"])
-    assert (root / "paper" / "embed" / "04_analyse-fig-accuracy-t2.png").read_bytes() == png
+    png = base64.b64decode(cells["fig-signals-t2"]["outputs"][0]["data"]["image/png"])
+    assert (root / "paper" / "embed" / "04_analyse-fig-signals-t2.png").read_bytes() == png
     assert 'href="../notebooks/04_analyse.ipynb"' in html
 
 
@@ -450,3 +450,116 @@ def test_models_with_the_same_last_part_keep_apart_everywhere(bare, synthetic_ba
     for table in ("crossings", "end-of-sweep", "confident"):
         md = (paths.analysis_dir(root) / f"tbl-{table}.md").read_text(encoding="utf-8")
         assert "| run1/final |" in md and "| run2/final † |" in md, (table, md[:400])
+
+
+def test_every_prompt_of_table_ii_reads_back_exactly_from_the_html_and_the_pdf(synthetic_paper):
+    """Issue 20: placeholders (``<number>``, ``{category}``) and straight quotes of the prompt texts survive
+    pandoc and Typst: each template and example of murk.prompts.prompt_table, as data/config.yaml holds it,
+    is a cell of the HTML's prompts table and a run of the PDF table's column text."""
+    import html as html_lib
+    import shutil
+    from html.parser import HTMLParser
+
+    from murk import config, prompts
+
+    _, res = synthetic_paper
+    rows = prompts.prompt_table(config.load_config())
+    one_line = lambda v: " ".join(str(v).replace("\n", " ⏎ ").split())  # noqa: E731  (as the notebook's cell)
+    assert any("<number>" in r["template"] for r in rows) and any('"' in r["template"] for r in rows)
+
+    class Cells(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.tables, self.cell = [], None
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "table":
+                self.tables.append([])
+            elif tag == "tr" and self.tables:
+                self.tables[-1].append([])
+            elif tag in ("td", "th") and self.tables:
+                self.cell = []
+
+        def handle_endtag(self, tag):
+            if tag in ("td", "th") and self.cell is not None:
+                self.tables[-1][-1].append(" ".join("".join(self.cell).split()))
+                self.cell = None
+
+        def handle_data(self, data):
+            if self.cell is not None:
+                self.cell.append(data)
+
+    parser = Cells()
+    parser.feed(res["html"].read_text(encoding="utf-8"))
+    table = next(t for t in parser.tables if t and t[0] == ["prompt", "template", "example"])
+    body = {r[0]: r[1:] for r in table[1:]}
+    for r in rows:
+        assert body.get(r["name"]) == [one_line(r["template"]), one_line(r["example"])], (r["name"], body.get(r["name"]))
+    assert "&lt;number&gt;" in res["html"].read_text(encoding="utf-8") and html_lib.unescape("&lt;number&gt;") == "<number>"
+
+    if shutil.which("pdftotext") is None:
+        pytest.skip("poppler-utils (pdftotext) not installed")
+    from _pdf import table_column_texts
+
+    cols = table_column_texts(res["pdf"], ["prompt", "template", "example"])
+    missing = [(r["name"], col) for r in rows for col in ("template", "example")
+               if one_line(r[col]) not in cols[col]]
+    assert not missing, (missing, cols["template"][:400])
+
+
+
+def test_tables_are_numbered_in_citation_order_in_the_rendered_paper(synthetic_paper):
+    """Issue 20: the first table the text cites is Table 1, and the numbers of the tables, taken in the order
+    the text first cites them, are 1, 2, 3, ... (HTML/Markdown of the fallback and the PDF's captions)."""
+    import re
+
+    _, res = synthetic_paper
+    md = res["md"].read_text(encoding="utf-8")
+    body = re.sub(r"^: .*\{#tbl-[^}]+\}\s*$", "", md, flags=re.M)   # captions are not citations
+    first = list(dict.fromkeys(re.findall(r"\[Table (\d+)\]\(#tbl-", body)))
+    assert first[:1] == ["1"] and [int(x) for x in first] == list(range(1, len(first) + 1)), first
+    assert re.search(r"^: Table 1: Prompt templates", md, flags=re.M)   # the first cited (Methods)
+    if shutil.which("pdftotext") is not None:
+        import subprocess
+
+        text = subprocess.run(["pdftotext", str(res["pdf"]), "-"], capture_output=True, text=True, check=True).stdout
+        assert "Table 1: Prompt templates" in " ".join(text.split())
+
+
+def _expected_abstract_rq1(n: dict, arm: str) -> str:
+    verdicts = [v for k, v in n.items() if k.startswith(f"verdict.rq1.{arm}.t2.")]
+    return ("collapses to chance for" if "collapse" in verdicts else
+            "falls through its mid-way value" if "partial" in verdicts else
+            "is not above chance even on the clean image" if set(verdicts) == {"no skill"} else "no collapse")
+
+
+def test_the_abstract_and_discussion_follow_the_verdicts(numbers, synthetic_paper):
+    """The abstract and the Discussion are generated from the verdicts: on the synthetic cube (a collapse in
+    both arms, a confidence lag) they say so, and the paper prints them under their headings."""
+    _, res = synthetic_paper
+    a = numbers["abstract"]
+    low = a.lower()
+    for arm, words in (("fog", "in fog,"), ("underwater", "under water,")):
+        clause = words if words in low else "in both arms,"   # one clause when both arms say the same
+        assert clause in low, (arm, a)
+        part = low.split(clause, 1)[1].split(";")[0].split(". ")[0]
+        assert _expected_abstract_rq1(numbers, arm) in part, (arm, a)
+    assert "collapses to chance" in a   # the synthetic truth: accuracy collapses
+    lags = [k for k, v in numbers.items() if k.startswith("verdict.rq2.c_int.") and v == "lags"]
+    assert ("lags it (W > 0) for " in a) == bool(lags) and bool(lags)   # the synthetic truth: a lagging confidence
+    assert ("random-weight checkpoints" in a) == ("tiny randomly initialised" in numbers["pipeline_check_note"])
+    assert numbers["discussion.confidence"].startswith("Where a confidence lags accuracy")
+    html = " ".join(res["html"].read_text(encoding="utf-8").split())   # pandoc wraps its lines
+    assert "Abstract" in html and "Related work" in html and "Discussion" in html
+    for k in ("abstract", "discussion.confidence", "discussion.abstention", "discussion.nominal"):
+        assert " ".join(numbers[k].split("(")[0].split())[:60] in html, k
+
+
+def test_the_demo_abstract_says_no_collapse(demo):
+    """On the demo's tiny random-weight checkpoints (accuracy at chance) the same cells say that no collapse
+    is observed, and that the results are a pipeline check: the texts change with the cube."""
+    n = paper.load_numbers(paths.numbers_file(demo))
+    for arm in ("fog", "underwater"):
+        assert _expected_abstract_rq1(n, arm) in n["abstract"]
+    assert "collapses to chance for" not in n["abstract"] and "pipeline check" in n["abstract"]
+    assert n["discussion.confidence"].startswith("No lag of a confidence")

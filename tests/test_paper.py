@@ -63,6 +63,38 @@ def test_crossref_numbers_in_order():
         paper.crossref("@fig-none")
 
 
+
+def test_tables_are_numbered_in_the_order_the_text_first_cites_them():
+    """Issue 20: a table placed late but cited first is Table 1 (the fallback numbers by first citation, then
+    the uncited ones by placement), in the captions and in every reference."""
+    md = ("Methods cite @tbl-late first, then @tbl-early and @fig-b.\n\n"
+          ": Early {#tbl-early}\n\n| a |\n|---|\n\n![A](a.png){#fig-a}\n\n![B](b.png){#fig-b}\n\n"
+          ": Uncited {#tbl-uncited}\n\n| a |\n|---|\n\n: Late {#tbl-late}\n\n| a |\n|---|\n\nAgain @tbl-early.")
+    out = paper.crossref(md)
+    assert ": Table 1: Late {#tbl-late}" in out and ": Table 2: Early {#tbl-early}" in out
+    assert ": Table 3: Uncited {#tbl-uncited}" in out
+    assert "[Figure 1](#fig-b)" in out and "![Figure 2: A](a.png){#fig-a}" in out
+    assert out.count("[Table 2](#tbl-early)") == 2
+
+
+def _first_citations(text: str, kind: str) -> list[str]:
+    return list(dict.fromkeys(re.findall(rf"@({kind}-[A-Za-z0-9_-]+)", text)))
+
+
+def test_the_paper_places_each_table_and_figure_in_the_order_it_is_first_cited():
+    """Quarto numbers by placement and the fallback by first citation: in paper/index.qmd, the embeds of the
+    cited tables and figures come in the order of their first citation, each after it, and every uncited one
+    after all cited ones, so that both renderers give the first cited table number 1."""
+    text = paper.FRONT_RE.sub("", QMD.read_text(encoding="utf-8"))
+    for kind in ("tbl", "fig"):
+        cited = _first_citations(text, kind)
+        placed = [label for _, label in paper.EMBED_RE.findall(text) if label.startswith(kind + "-")]
+        assert cited and set(cited) <= set(placed), set(cited) - set(placed)
+        assert placed[:len(cited)] == cited, (kind, list(zip(placed, cited)))
+        for label in cited:  # the embed after the first citation
+            assert text.index("@" + label) < text.index("#" + label + " >}}"), label
+
+
 def test_formatting():
     nan = float("nan")
     assert paper.fmt(0.8049) == "0.80"

@@ -14,11 +14,16 @@ from murk import paper
 
 pytestmark = pytest.mark.skipif(shutil.which("pdftotext") is None, reason="poppler-utils (pdftotext) not installed")
 
-MODELS = ["qwen3-2b", "qwen3-4b", "internvl", "smolvlm2", "gemma4"]
+#: the study's five models (data/study.yaml) as the paper names them, the longest with the † mark
+MODELS = ["Qwen3-VL-2B-Instruct", "Qwen3-VL-4B-Instruct", "InternVL3_5-2B-HF", "SmolVLM2-2.2B-Instruct †",
+          "gemma-4-E2B-it"]
 LEVELS = ["clean", "250", "125", "62.5", "31.3", "15.6", "7.8", "3.9", "1.95"]
+SIGNALS = ["accuracy", "c_int", "verbal", "abstain", "abstain₂"]   # the sweep tables' columns (04_analyse.py)
 
 
 def _sweep_table() -> tuple[str, list[str]]:
+    """A study-sized sweep table as the analyse notebook writes it (spec Table IX): model x arm x level,
+    five signals, each an estimate with its interval at its widest."""
     rows, labels = [], []
     for m in MODELS:
         for arm in ("fog", "underwater"):
@@ -26,9 +31,21 @@ def _sweep_table() -> tuple[str, list[str]]:
                 label = f"row{len(labels):03d}"
                 labels.append(label)
                 rows.append({"row": label, "model": m, "arm": arm, "V (m)": lvl,
-                             "accuracy": "0.50 (0.41–0.58)", "c_int": "0.31 (0.30–0.32)", "verbal": "n/a",
-                             "abstain": "0.00 (0.00–0.00)", "abstain₂": "0.00 (0.00–0.00)"})
+                             **{s: paper.estimate_cell(paper.fmt_estimate(0.99, 0.97, 1.0)) for s in SIGNALS}})
     return paper.markdown_table(rows), labels
+
+
+def _crossings_table() -> str:
+    """A study-sized crossings table as the analyse notebook writes it (spec Table V), with the widest cells."""
+    rows = []
+    for m in MODELS:
+        for arm in ("fog", "underwater"):
+            for task in ("t2", "t3"):
+                v = paper.estimate_cell("125 [62.5, 250]")
+                w = paper.estimate_cell(paper.fmt_estimate(-0.05, -0.12, -0.03))
+                rows.append({"model": m, "arm": arm, "task": task, "V_acc (m)": v, "V_acc, blank (m)": v,
+                             **{f"W {s}": w for s in ("c_int", "verbal", "abstain", "abstain₂")}})
+    return paper.markdown_table(rows)
 
 
 def _small_table(k: int) -> str:
@@ -45,6 +62,7 @@ def rendered(tmp_path_factory):
     (out / "analysis").mkdir(parents=True)
     table, labels = _sweep_table()
     (out / "analysis" / "tbl-sweep.md").write_text(table, encoding="utf-8")
+    (out / "analysis" / "tbl-crossings.md").write_text(_crossings_table(), encoding="utf-8")
     (src / "references.bib").write_text("")
     (src / "paper.css").write_text("")
     sentence = "A sentence of body text that moves the next heading down the page. "
@@ -53,7 +71,9 @@ def rendered(tmp_path_factory):
         parts.append(f"# Section {k:02d}\n\n: A small table. {{#tbl-s{k:02d}}}\n\n{_small_table(k)}\n"
                      + sentence * (3 + 5 * (k % 7)) + "\n")
     parts.append("# Appendix: sweep tables\n\n: Means at every level of the sweep. {#tbl-sweep}\n\n"
-                 "{{< include ../outputs/analysis/tbl-sweep.md >}}\n")
+                 "{{< include ../outputs/analysis/tbl-sweep.md >}}\n\n"
+                 ": Crossing visibilities and blind-spot widths. {#tbl-crossings}\n\n"
+                 "{{< include ../outputs/analysis/tbl-crossings.md >}}\n")
     (src / "index.qmd").write_text("\n".join(parts), encoding="utf-8")
     paper.write_numbers({}, out / "paper_numbers.json")
     res = paper.render_paper(src / "index.qmd", output_dir=out)
@@ -69,7 +89,7 @@ def test_long_table_breaks_across_pages_with_its_header_and_every_row(rendered):
     md = res["md"].read_text(encoding="utf-8")
     check_pdf_keeps_every_table_row(res["pdf"], md)  # A4, every row, nothing drawn over anything
     table, _ = _sweep_table()
-    assert check_rows_on_lines(res["pdf"], table) == len(labels)  # each row whole, on one line
+    assert check_rows_on_lines(res["pdf"], table) == len(labels)  # each row whole, on one line, cells apart
     pages = pdf_words(res["pdf"])
     found = {lab: _pages_of(pages, lab) for lab in labels}
     assert all(len(v) == 1 for v in found.values()), {k: v for k, v in found.items() if len(v) != 1}
@@ -79,6 +99,32 @@ def test_long_table_breaks_across_pages_with_its_header_and_every_row(rendered):
         assert any(w[0] == "abstain₂" for w in pages[k][2]), f"no header on page {k + 1}"
     # the appendix heading stays with the table's first rows
     assert _pages_of(pages, "Appendix:") == [found[labels[0]][0]]
+
+
+def test_study_sized_crossings_fit_the_page_without_cells_running_together(rendered):
+    """Five models, both arms, both tasks: every row on one line, no model name running into its arm
+    (issue 20: "InternVL3_5-2B-underwater"), every interval under its estimate."""
+    res, _ = rendered
+    table = _crossings_table()
+    assert check_rows_on_lines(res["pdf"], table) == len(MODELS) * 4
+    words = [w[0] for _, _, ws in pdf_words(res["pdf"]) for w in ws]
+    assert words.count("[−0.12,") == len(MODELS) * 4 * 4  # each W interval, as its own words (Typst: a minus)
+
+
+def test_the_run_together_check_can_fail(tmp_path):
+    """A table whose columns cannot fit (one unbreakable word per cell, wider than the page shares):
+    check_rows_on_lines reports cells running together or lost rows."""
+    src, out = tmp_path / "paper", tmp_path / "out"
+    src.mkdir()
+    out.mkdir()
+    (src / "references.bib").write_text("")
+    (src / "paper.css").write_text("")
+    wide = paper.markdown_table([{f"c{j}": f"Cell{k}{j}-" + "x" * 14 for j in range(9)} for k in range(3)])
+    (src / "index.qmd").write_text(f"---\ntitle: Wide\n---\n\n: Too wide. {{#tbl-w}}\n\n{wide}\n", encoding="utf-8")
+    paper.write_numbers({}, out / "paper_numbers.json")
+    res = paper.render_paper(src / "index.qmd", output_dir=out)
+    with pytest.raises(AssertionError, match="run together|not found as one line"):
+        check_rows_on_lines(res["pdf"], wide)
 
 
 def test_no_heading_ends_a_page_alone(rendered):

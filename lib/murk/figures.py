@@ -26,7 +26,7 @@ __all__ = ["LOW_MASS_MARK", "model_label", "display_names",
            "save", "SCENE_LEVELS_M",
            "PIPELINE_CHECK_MARK", "stamp_pipeline_check", "level_axis", "placeholder",
            "plot_scene_levels", "plot_reliability", "plot_abstain_comparison", "plot_blind_spot_widths",
-           "plot_nominal_vs_physical", "plot_item_grid", "plot_monitor_accuracy"]
+           "plot_nominal_vs_physical", "plot_item_grid", "plot_monitor_accuracy", "plot_signals", "FIG3_SIGNALS"]
 
 #: Paul Tol, "muted" qualitative scheme (colour-blind safe, nine colours)
 PALETTE = ("#332288", "#CC6677", "#117733", "#DDCC77", "#88CCEE", "#882255", "#44AA99", "#999933", "#AA4499")
@@ -233,51 +233,74 @@ def plot_signal_vs_visibility(means: xr.Dataset, readout: str, task: str = "t2",
     blank-image value; the legend (below) names every mark drawn.
     """
     colors = model_colors(list(means["model"].values))
-    vis = means["visibility_m"].values
-    x_clean = vis[1] * 2.0  # clean drawn one factor 2 left of the first level
     why = empty_note or EMPTY_NOTES.get(readout, "no values")
     fig, axes = plt.subplots(1, len(arms), figsize=(3.6 * len(arms), 3.1), sharey=True, squeeze=False)
-    has_blank = "blank" in means["arm"].values
     drawn: set[str] = set()
     for ax, arm in zip(axes[0], arms):
-        empty = []
-        for model in means["model"].values:
-            m = means.sel(model=model, arm=arm, task=task, readout=readout)
-            c = colors[str(model)]
-            if reference is not None:  # drawn even where the signal itself is empty: the context stays
-                r = means["mean"].sel(model=model, arm=arm, task=task, readout=reference).values
-                if np.isfinite(r[1:]).any():
-                    ax.plot(vis[1:], r[1:], "--", color=c, lw=0.9, alpha=0.8)
-                    drawn.update(("reference", str(model)))
-            y = m["mean"].values
-            if not np.isfinite(y).any():
-                empty.append(model_label(model, marked, means["model"].values))
-                continue
-            drawn.add(str(model))
-            if band:
-                ok = np.isfinite(y[1:]) & np.isfinite(m["lo"].values[1:]) & np.isfinite(m["hi"].values[1:])
-                ax.fill_between(vis[1:], m["lo"].values[1:], m["hi"].values[1:], where=ok, color=c, alpha=0.2,
-                                lw=0)
-            ax.plot(vis[1:], y[1:], "-o", color=c, ms=3, lw=1.5)
-            m0, lo0, hi0 = (float(m[k].values[0]) for k in ("mean", "lo", "hi"))
-            if np.isfinite(m0):
-                yerr = [[max(m0 - lo0, 0.0)], [max(hi0 - m0, 0.0)]] if band and np.isfinite(lo0 + hi0) else None
-                ax.errorbar([x_clean], [m0], yerr=yerr, fmt="s", color=c, ms=4, capsize=2)
-            if has_blank:
-                b = float(means["mean"].sel(model=model, arm="blank", level=0, task=task, readout=readout))
-                if np.isfinite(b):
-                    ax.axhline(b, color=c, ls=":", lw=1)
-                    drawn.add("blank")
-        if chance is not None:
-            ax.axhline(chance, color="0.3", ls="--", lw=1)
-        _empty_note(ax, empty, why)
-        level_axis(ax, vis[1:], x_clean)
-        ax.set_xlabel("visibility (m)", fontsize=9)
+        _signal_panel(ax, means, readout, task, arm, colors, drawn, chance=chance, reference=reference, band=band,
+                      marked=marked, why=why)
         ax.set_title(ARM_TITLES.get(arm, arm), fontsize=9)
-        ax.set_ylim(-0.02, 1.02)
-        ax.tick_params(axis="y", labelsize=FONT)
-        ax.grid(alpha=0.3)
     axes[0, 0].set_ylabel(READOUT_LABELS.get(readout, readout) + f" ({task})", fontsize=9)
+    handles = _signal_handles(means, colors, drawn, marked, reference=reference, chance=chance)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    _legend_below(fig, handles, ncol=min(len(handles), 4))
+    return fig
+
+
+def _signal_panel(ax, means: xr.Dataset, readout: str, task: str, arm: str, colors: dict, drawn: set, *,
+                  chance: float | None = None, reference: str | None = None, band: bool = True, marked=(),
+                  why: str = "no values", floor: float | None = None) -> None:
+    """One panel: ``readout`` of every model against V in one arm (clean at the left edge), bootstrap bands,
+    blank-image values dotted, the chance line dashed, an abstain rate's floor (one) dash-dotted; what is
+    drawn is added to ``drawn`` (model ids, "reference", "blank", "floor") for the legend."""
+    vis = means["visibility_m"].values
+    x_clean = vis[1] * 2.0  # clean drawn one factor 2 left of the first level
+    has_blank = "blank" in means["arm"].values
+    empty = []
+    for model in means["model"].values:
+        m = means.sel(model=model, arm=arm, task=task, readout=readout)
+        c = colors[str(model)]
+        if reference is not None:  # drawn even where the signal itself is empty: the context stays
+            r = means["mean"].sel(model=model, arm=arm, task=task, readout=reference).values
+            if np.isfinite(r[1:]).any():
+                ax.plot(vis[1:], r[1:], "--", color=c, lw=0.9, alpha=0.8)
+                drawn.update(("reference", str(model)))
+        y = m["mean"].values
+        if not np.isfinite(y).any():
+            empty.append(model_label(model, marked, means["model"].values))
+            continue
+        drawn.add(str(model))
+        if band:
+            ok = np.isfinite(y[1:]) & np.isfinite(m["lo"].values[1:]) & np.isfinite(m["hi"].values[1:])
+            ax.fill_between(vis[1:], m["lo"].values[1:], m["hi"].values[1:], where=ok, color=c, alpha=0.2,
+                            lw=0)
+        ax.plot(vis[1:], y[1:], "-o", color=c, ms=3, lw=1.5)
+        m0, lo0, hi0 = (float(m[k].values[0]) for k in ("mean", "lo", "hi"))
+        if np.isfinite(m0):
+            yerr = [[max(m0 - lo0, 0.0)], [max(hi0 - m0, 0.0)]] if band and np.isfinite(lo0 + hi0) else None
+            ax.errorbar([x_clean], [m0], yerr=yerr, fmt="s", color=c, ms=4, capsize=2)
+        if has_blank:
+            b = float(means["mean"].sel(model=model, arm="blank", level=0, task=task, readout=readout))
+            if np.isfinite(b):
+                ax.axhline(b, color=c, ls=":", lw=1)
+                drawn.add("blank")
+    if chance is not None:
+        ax.axhline(chance, color="0.3", ls="--", lw=1)
+    if floor is not None:
+        ax.axhline(floor, color="0.3", ls="-.", lw=1)
+        drawn.add("floor")
+    _empty_note(ax, empty, why)
+    level_axis(ax, vis[1:], x_clean)
+    ax.set_xlabel("visibility (m)", fontsize=9)
+    ax.set_ylim(-0.02, 1.02)
+    ax.tick_params(axis="y", labelsize=FONT)
+    ax.grid(alpha=0.3)
+
+
+def _signal_handles(means, colors, drawn, marked, *, reference=None, chance=None) -> list:
+    """Legend handles of :func:`_signal_panel`'s marks that were drawn (models with their †)."""
     handles = [plt.Line2D([], [], color=colors[str(m)], marker="o", ms=3, lw=1.5,
                           label=model_label(m, marked, means["model"].values))
                for m in means["model"].values if str(m) in drawn]
@@ -285,12 +308,73 @@ def plot_signal_vs_visibility(means: xr.Dataset, readout: str, task: str = "t2",
         handles.append(plt.Line2D([], [], color="0.4", ls="--", lw=0.9, label=READOUT_LABELS.get(reference, reference)))
     if chance is not None:
         handles.append(plt.Line2D([], [], color="0.3", ls="--", lw=1, label="chance"))
+    if "floor" in drawn:
+        handles.append(plt.Line2D([], [], color="0.3", ls="-.", lw=1, label="abstain floor (one)"))
     if "blank" in drawn:
         handles.append(plt.Line2D([], [], color="0.4", ls=":", lw=1, label="blank image"))
-    if title:
-        fig.suptitle(title, fontsize=9)
+    return handles
+
+
+#: the signals of the spec's Fig. 3 (and Fig. 8 for t3), one row of panels each
+FIG3_SIGNALS = ("correct", "c_int", "verbal_conf", "abstain")
+
+
+def plot_signals(means: xr.Dataset, task: str = "t2", signals=FIG3_SIGNALS, arms=("fog", "underwater"),
+                 chance: float | None = None, band: bool = True, marked=()):
+    """The spec's Fig. 3 (t2) and Fig. 8 (t3): accuracy, internal and verbalized confidence and the abstain
+    rate against visibility, one row of panels per signal and one column per arm, one line per model.
+
+    Parameters
+    ----------
+    means : Dataset from :func:`murk.analysis.condition_means`
+        (``mean``, ``lo``, ``hi`` over model, arm, level, task, readout; ``visibility_m`` over level, m).
+    task : {"t2", "t3"}
+    signals : sequence of str
+        Read-outs, one row each (default :data:`FIG3_SIGNALS`).
+    arms : sequence of str
+        One column each.
+    chance : float, optional
+        Chance of the task, drawn dashed in the accuracy and confidence panels (0.25 for t2, 0.5 for t3:
+        ``analysis.chance`` of ``data/config.yaml``); an abstain rate's panel instead marks its floor, one
+        (the value its crossing is measured against).
+    band : bool
+        Bootstrap bands (bars at the clean point) where the point is defined.
+    marked : sequence of str
+        Models labelled with a † (:func:`model_label`).
+
+    Returns
+    -------
+    matplotlib Figure: panels as :func:`plot_signal_vs_visibility` (bands: bootstrap intervals; dotted:
+    each model's blank-image value; a panel names the models without values), one legend below.
+
+    Raises
+    ------
+    KeyError
+        A signal, arm or task not in ``means``.
+    """
+    colors = model_colors(list(means["model"].values))
+    signals, arms = list(signals), list(arms)
+    for what, values, dim in (("signal", signals, "readout"), ("arm", arms, "arm"), ("task", [task], "task")):
+        absent = [v for v in values if v not in means[dim].values]
+        if absent:
+            raise KeyError(f"plot_signals: {what} {absent} not in the means (has {list(means[dim].values)})")
+    fig, axes = plt.subplots(len(signals), len(arms), figsize=(3.6 * len(arms), 1.85 * len(signals) + 0.5),
+                             sharey=True, squeeze=False)
+    drawn: set[str] = set()
+    for i, ro in enumerate(signals):
+        abstain = ro.startswith("abstain")
+        for j, arm in enumerate(arms):
+            ax = axes[i, j]
+            _signal_panel(ax, means, ro, task, arm, colors, drawn, chance=None if abstain else chance, band=band,
+                          marked=marked, why=EMPTY_NOTES.get(ro, "no values"), floor=1.0 if abstain else None)
+            if i == 0:
+                ax.set_title(ARM_TITLES.get(arm, arm), fontsize=9)
+            if i < len(signals) - 1:  # the levels are named under the bottom row only
+                ax.set_xlabel("")
+                ax.tick_params(axis="x", labelbottom=False)
+        axes[i, 0].set_ylabel(READOUT_LABELS.get(ro, ro) + f" ({task})", fontsize=9)
     fig.tight_layout()
-    _legend_below(fig, handles, ncol=min(len(handles), 4))
+    _legend_below(fig, _signal_handles(means, colors, drawn, marked, chance=chance), ncol=4)
     return fig
 
 

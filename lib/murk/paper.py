@@ -42,7 +42,8 @@ __all__ = ["fmt", "fmt_interval", "fmt_estimate", "fmt_bound", "fmt_crossing", "
            "fmt_visibility", "fmt_visibility_interval", "fmt_visibility_estimate", "visibility_digits", "BOUND_SIGNS",
            "fmt_list", "level_label", "NOT_COMPUTED", "Numbers", "write_numbers", "load_numbers", "cited_keys",
            "INLINE_RE", "INCLUDE_RE", "EMBED_RE", "cell_options", "notebook_cells", "resolve_embeds",
-           "resolve_qmd", "crossref", "render_paper", "typst_options", "TYPST_HEADER", "markdown_table", "write_text_atomic"]
+           "resolve_qmd", "crossref", "label_numbers", "render_paper", "typst_options", "TYPST_HEADER", "markdown_table", "write_text_atomic",
+           "verbatim", "estimate_cell", "CELL_BREAK", "LUA_FILTER"]
 
 INLINE_RE = re.compile(r"`\{python\}\s*N\[\s*[\"']([^\"']+)[\"']\s*\]\s*`")
 ANY_INLINE_RE = re.compile(r"`\{python\}[^`]*`")
@@ -624,25 +625,44 @@ LABEL_RE = re.compile(r"\{#((fig|tbl)-[A-Za-z0-9_-]+)\}")
 XREF_RE = re.compile(r"@((fig|tbl)-[A-Za-z0-9_-]+)")
 
 
-def crossref(md: str, prefix_captions: bool = True) -> str:
-    """Number figures and tables the way Quarto does, for the pandoc fallback.
+def label_numbers(md: str) -> dict[str, str]:
+    """``{label: "Table 3"}`` for every ``{#fig-…}`` / ``{#tbl-…}`` label of ``md``: numbered per kind in the
+    order of first citation (``@label``), then the uncited ones in order of appearance (see :func:`crossref`).
 
-    Each ``{#fig-…}`` / ``{#tbl-…}`` label gets its number in order of
-    appearance; captions are prefixed ("Figure 1: …") unless
-    ``prefix_captions`` is False (Typst numbers captions itself), and
-    ``@fig-…`` references become links ("Figure 1").
+    >>> label_numbers("@tbl-b, @tbl-a\\n\\n: A {#tbl-a}\\n\\n: B {#tbl-b}\\n\\n: C {#tbl-c}")
+    {'tbl-b': 'Table 1', 'tbl-a': 'Table 2', 'tbl-c': 'Table 3'}
+    """
+    placed = [label for label, _ in LABEL_RE.findall(md)]
+    cited = [label for label, _ in XREF_RE.findall(md) if label in placed]
+    order = list(dict.fromkeys(cited + placed))
+    count = {"fig": 0, "tbl": 0}
+    numbers: dict[str, str] = {}
+    for label in order:
+        kind = label.split("-", 1)[0]
+        count[kind] += 1
+        numbers[label] = f"{'Figure' if kind == 'fig' else 'Table'} {count[kind]}"
+    return numbers
+
+
+def crossref(md: str, prefix_captions: bool = True) -> str:
+    """Number figures and tables for the pandoc fallback, in the order the text first cites them.
+
+    Each ``{#fig-…}`` / ``{#tbl-…}`` label gets its number in the order of its
+    first reference (``@tbl-…``), as a paper numbers its tables; labels never
+    cited follow in order of appearance. Quarto numbers by placement, so
+    ``paper/index.qmd`` places each embed after its first citation and in that
+    order (``tests/test_paper.py`` checks it): the two renderers then agree.
+    Captions are prefixed ("Figure 1: …") unless ``prefix_captions`` is False,
+    and ``@fig-…`` references become links ("Figure 1"). The fallback's PDF
+    uses the prefixed captions too, with Typst's own (placement) numbering
+    turned off (:data:`TYPST_HEADER`).
 
     Raises
     ------
     KeyError
         A reference to a label that does not exist.
     """
-    numbers: dict[str, str] = {}
-    count = {"fig": 0, "tbl": 0}
-    for label, kind in LABEL_RE.findall(md):
-        if label not in numbers:
-            count[kind] += 1
-            numbers[label] = f"{'Figure' if kind == 'fig' else 'Table'} {count[kind]}"
+    numbers = label_numbers(md)
     missing = sorted({lab for lab, _ in XREF_RE.findall(md) if lab not in numbers})
     if missing:
         raise KeyError(f"cross-references to missing labels: {missing}")
@@ -656,19 +676,33 @@ def crossref(md: str, prefix_captions: bool = True) -> str:
 
 
 #: Typst set/show rules added to pandoc's Typst output (the fallback PDF; Quarto's own Typst
-#: format does the same by default): a table too long for the rest of its page breaks across
+#: format does the same by default): figure and table numbers come from the captions (citation order,
+#: :func:`crossref`), a table too long for the rest of its page breaks across
 #: pages and repeats its header row (``table.header`` repeats) without splitting a row, its caption
-#: stays with its first rows, table text is set smaller and ragged, and a heading never ends a page alone.
+#: stays with its first rows, table text is set smaller, ragged and left-aligned (a table of nine or more columns
+#: a point smaller again), and a heading never ends a page alone.
 TYPST_HEADER = """\
-// murk (pandoc + Typst fallback of the paper): long tables break across pages
+// murk (pandoc + Typst fallback of the paper): captions carry their numbers in citation order
+// (murk.paper.crossref), so Typst's own numbering by placement is off
+#set figure(numbering: none)
+// long tables break across pages
 #show figure.where(kind: table): set block(breakable: true)
 #show figure.where(kind: table): set text(size: 8pt)
 #show figure.where(kind: table): set par(justify: false)
+// cells left-aligned (pandoc centres the table, and cells of alignment auto would inherit the centring)
+#show table.cell: set align(left)
 #show figure.caption: it => block(sticky: true, it)
+// a table of nine or more columns (the crossings, spec Table V) is set a point smaller
+#show table: it => if type(it.columns) == array and it.columns.len() >= 9 { set text(size: 7pt); it } else { it }
 #set table(inset: (x: 4pt, y: 3pt))
 #set table.cell(breakable: false)
 #show heading: set block(sticky: true)
 """
+
+
+#: the Lua filter that both Quarto (``filters:`` in ``_quarto.yml``) and :func:`render_paper` run: a raw
+#: ``<br>`` (:data:`CELL_BREAK`) becomes a line break of every output format
+LUA_FILTER = "linebreak.lua"
 
 
 def typst_options(quarto_yml: str | os.PathLike | None = None) -> dict:
@@ -749,6 +783,10 @@ def render_paper(qmd: str | os.PathLike | None = None, output_dir: str | os.Path
     md_path.write_text(md, encoding="utf-8")
     bib = qmd.parent / "references.bib"
     common = ["--standalone", "--citeproc", f"--bibliography={bib}", f"--resource-path={qmd.parent}:{root}"]
+    lua = qmd.parent / LUA_FILTER
+    if not lua.is_file():
+        lua = paths.project_root() / "paper" / LUA_FILTER
+    common.insert(0, f"--lua-filter={lua}")  # before --citeproc, as Quarto runs its filters
     html = out / "index.html"
     pypandoc.convert_file(str(md_path), "html5", format="markdown", outputfile=str(html),
                           extra_args=[*common, "--embed-resources", "--mathml", "--toc",
@@ -762,7 +800,7 @@ def render_paper(qmd: str | os.PathLike | None = None, output_dir: str | os.Path
         # its root: copy the cited figures (PDF versions) next to it.
         fig_dir = out / "figures"
         fig_dir.mkdir(exist_ok=True)
-        md_typ = crossref(resolved, prefix_captions=False)
+        md_typ = md  # captions numbered in citation order (crossref); Typst's own numbering is off
         for f in figs:
             src = Path(f)
             shutil.copy2(src, fig_dir / src.name)
@@ -799,6 +837,56 @@ def markdown_table(rows: list[Mapping[str, str]], columns: list[str] | None = No
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("-" * max(3, width[c]) for c in columns) + "|"]
     lines += ["| " + " | ".join(esc(r.get(c, "")) for c in columns) + " |" for r in rows]
     return "\n".join(lines) + "\n"
+
+
+#: the line break inside a table cell: raw HTML, which Jupyter and the HTML show as a break and which the Lua
+#: filter ``paper/linebreak.lua`` (run by Quarto, ``_quarto.yml``, and by :func:`render_paper`) turns into a
+#: line break of every output format (Typst ``\\``)
+CELL_BREAK = "<br>"
+
+
+def estimate_cell(text: str) -> str:
+    """A table cell holding an estimate with its interval, the interval on a second line:
+    ``"0.99 [0.97, 1.00]"`` -> ``"0.99<br>[0.97, 1.00]"`` (:data:`CELL_BREAK`).
+
+    A column of such cells is as wide as its interval, so that a table of many estimates (the sweep tables,
+    the crossings) fits the page width without its rows wrapping at random places; a cell without an
+    interval (``"n/a"``, ``"≤ 1.95"``) is returned unchanged.
+
+    >>> estimate_cell("≥ 0.80 [0.70, 0.90]"), estimate_cell("n/a")
+    ('≥ 0.80<br>[0.70, 0.90]', 'n/a')
+    """
+    return re.sub(r" \[(?=[^\[\]]*\]\s*$)", CELL_BREAK + "[", str(text), count=1)
+
+
+def verbatim(text: str) -> str:
+    """A text shown exactly as written (a prompt, a template with ``<number>`` or ``{category}`` placeholders):
+    a Markdown code span, so that neither pandoc (raw HTML such as ``<number>``, smart quotes, emphasis)
+    nor Typst (smart quotes, markup) changes a character.
+
+    The span's fence is one backtick longer than the longest run of backticks in ``text`` (CommonMark and
+    pandoc), padded with a space where ``text`` starts or ends with a backtick; ``|`` is left to
+    :func:`markdown_table` to escape. A newline has no place in a table cell: replace it first.
+
+    Raises
+    ------
+    ValueError
+        ``text`` holds a newline.
+
+    Examples
+    --------
+    >>> verbatim('as "Confidence: <number>".'), verbatim("a `b`")
+    ('`as "Confidence: <number>".`', '`` a `b` ``')
+    """
+    text = str(text)
+    if "\n" in text:
+        raise ValueError(f"verbatim text for a table cell holds a newline: {text[:60]!r}")
+    if not text:
+        return ""
+    runs = [len(r) for r in re.findall(r"`+", text)]
+    fence = "`" * (max(runs, default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def write_text_atomic(path: Path, text: str) -> Path:
