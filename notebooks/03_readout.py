@@ -26,7 +26,7 @@
 
 # %% tags=["parameters"]
 model = "murk-tiny/smolvlm"   # hub id, local folder, or murk-tiny/smolvlm | murk-tiny/qwen3vl
-max_items = None              # None: all selected items
+max_items = None              # None: all selected items; N: the first N (a model entry's n_items)
 device = None                 # None: cuda if available, else cpu
 shard = None                  # with shard_size: read out only items shard*shard_size ... (own store)
 shard_size = None
@@ -107,7 +107,8 @@ if len(span):
         print(f"batched engine: {k} image(s) = {k * engine.N_CONDITIONS} units per scheduled batch")
     attrs = cube.store_identity(
         config_hash=meta["config_hash"], items_hash=meta["items_hash"], model_id=model,
-        model_revision=vlm.revision, dtype=vlm.dtype, n_verbal_items=n_verbal_items, n_items=len(table),
+        model_revision=vlm.revision, dtype=vlm.dtype, n_verbal_items=n_verbal_items,
+        n_items=len(paths.shard_span(len(table), max_items=max_items)),   # this model's items (its n_items)
         depth_backend=current["depth_backend"], depth_model=current.get("depth_model", ""),
         depth_revision=current.get("depth_revision", ""), pipeline_check=int(vlm.is_pipeline_check),
         n_visual_tokens=int(vlm.n_visual_tokens), depth_approximate=current["depth_approximate"],

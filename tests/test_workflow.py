@@ -204,3 +204,51 @@ def test_make_targets_pass_args_and_lab_runs_as_root():
     assert "/opt/env/bin/snakemake --cores 1 --config n_items=2" in demo and 'PATH="/opt/env/bin:' in demo
     cpu = _make_n("env", "TORCH_INDEX=https://download.pytorch.org/whl/cpu")
     assert "--index-url https://download.pytorch.org/whl/cpu torch==2.14.1 torchvision==0.29.1" in cpu
+
+
+def test_model_entries_plain_ids_and_mappings():
+    got = workflow.model_entries(["org/a", {"id": "org/b", "n_items": 4}, {"id": "org/c"}], 6, "models")
+    assert got == [("org/a", 6), ("org/b", 4), ("org/c", 6)]
+    assert [e.id for e in got] == ["org/a", "org/b", "org/c"] and got[1].n_items == 4
+    # more than the run has: all of them (as n_verbal_items)
+    assert workflow.model_entries([{"id": "org/b", "n_items": 600}], 8) == [("org/b", 8)]
+    assert workflow.model_entries(["org/a"], None) == [("org/a", None)]
+
+
+def test_model_entries_from_text():
+    """papermill -p models '[...]' passes a string: it is parsed as YAML/JSON, not iterated over."""
+    assert workflow.model_entries('["org/a", "org/b"]', 3) == [("org/a", 3), ("org/b", 3)]
+    assert workflow.model_entries('[org/a, {id: org/b, n_items: 2}]', 3) == [("org/a", 3), ("org/b", 2)]
+    assert workflow.model_entries('[{"id": "org/b", "n_items": 2}]', 3) == [("org/b", 2)]
+    assert workflow.model_entries("org/a", 3) == [("org/a", 3)]
+    for bad in ('["org/a", ', "org/a, org/b"):
+        with pytest.raises(ValueError, match=r"-y 'models: \[") as e:
+            workflow.model_entries(bad, 3)
+        assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("entries, match", [
+    ([{"id": "org/a", "n": 3}], r"unknown key\(s\) n; the keys are id and n_items"),
+    ([{"n_items": 3}], "has no id"),
+    ([{"id": "org/a", "n_items": 0}], "n_items must be a whole number of items >= 1"),
+    ([{"id": "org/a", "n_items": 2.5}], "n_items must be a whole number"),
+    ([{"id": "org/a", "n_items": True}], "n_items must be a whole number"),
+    (["org/a", {"id": "org/a", "n_items": 2}], r"lists org/a twice \(entries 1 and 2\)"),
+    ([], "is empty"),
+    ({"id": "org/a"}, "must be a list of models"),
+    ([3], "neither a model id nor a mapping"),
+])
+def test_model_entries_refusals_name_the_setting_and_the_fix(entries, match):
+    with pytest.raises(ValueError, match=match) as e:
+        workflow.model_entries(entries, 6, "offline_models (data/workflow.yaml)")
+    assert "offline_models (data/workflow.yaml)" in str(e.value)
+
+
+def test_study_settings_express_the_spec_design():
+    """data/study.yaml: 1000 items, three models on all of them, two on the first 600 and 400 (spec Sec. I)."""
+    import yaml
+
+    study = yaml.safe_load((ROOT / "data" / "study.yaml").read_text())
+    got = workflow.model_entries(study["models"], study["n_items"], "models (data/study.yaml)")
+    assert study["n_items"] == 1000 and sorted(n for _, n in got) == [400, 600, 1000, 1000, 1000]
+    assert dict(got)["google/gemma-4-E2B-it"] == 600 and dict(got)["Qwen/Qwen3-VL-4B-Instruct"] == 400
