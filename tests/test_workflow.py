@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -252,3 +253,43 @@ def test_study_settings_express_the_spec_design():
     got = workflow.model_entries(study["models"], study["n_items"], "models (data/study.yaml)")
     assert study["n_items"] == 1000 and sorted(n for _, n in got) == [400, 600, 1000, 1000, 1000]
     assert dict(got)["google/gemma-4-E2B-it"] == 600 and dict(got)["Qwen/Qwen3-VL-4B-Instruct"] == 400
+
+
+def _plan(tmp_path, settings: dict, *config: str):
+    """``snakemake -n -p`` with a configfile of ``settings`` (offline), as a user writes one."""
+    import yaml
+
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump(settings, sort_keys=False))
+    env = {**os.environ, "MURK_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    return subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--forceall", "--configfile", str(cfg),
+                           "--config", f"output_dir={tmp_path / 'out'}", *config],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_per_model_item_counts_plan_their_reads_and_shards(tmp_path):
+    """Model entries with n_items (a configfile): each read-out gets its item count, each model
+    ceil(n / shard_size) shards, and the analyse stage the same entries."""
+    settings = {"n_items": 5, "offline_models": ["murk-tiny/smolvlm", {"id": "murk-tiny/qwen3vl", "n_items": 3},
+                                                 {"id": "murk-tiny/gemma", "n_items": 2}]}
+    r = _plan(tmp_path, settings, "shard_size=2")
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout + r.stderr
+    jobs = [b for b in out.split("\nrule ")[1:] if b.startswith("readout_shard:")]
+    shards = sorted(re.search(r"readout/([^/]+)/s2-(\d+)\.done", b).groups() for b in jobs)
+    assert shards == [("murk-tiny--gemma", "0000"), ("murk-tiny--qwen3vl", "0000"), ("murk-tiny--qwen3vl", "0001"),
+                      ("murk-tiny--smolvlm", "0000"), ("murk-tiny--smolvlm", "0001"), ("murk-tiny--smolvlm", "0002")]
+    for b in jobs:
+        slug = re.search(r"readout/([^/]+)/s2-", b).group(1)
+        assert f"-p max_items {dict(smolvlm=5, qwen3vl=3, gemma=2)[slug.split('--')[1]]} " in b
+    assert ('-y \'models: [{"id": "murk-tiny/smolvlm", "n_items": 5}, {"id": "murk-tiny/qwen3vl", "n_items": 3}, '
+            '{"id": "murk-tiny/gemma", "n_items": 2}]\'') in out
+
+
+def test_a_bad_model_entry_is_refused_by_snakemake_naming_the_setting(tmp_path):
+    r = _plan(tmp_path, {"offline_models": [{"id": "murk-tiny/qwen3vl", "items": 3}]})
+    assert r.returncode != 0
+    err = r.stdout + r.stderr
+    assert "offline_models (data/workflow.yaml, --configfile or --config), entry 1" in err
+    assert "unknown key(s) items; the keys are id and n_items" in err
