@@ -145,7 +145,8 @@ flat = [p for v in stores.values() for p in (v if isinstance(v, list) else [v])]
 missing = [str(p) for p in flat if not Path(p).exists()]
 if missing:
     raise FileNotFoundError(f"read-out stores missing: {missing}; run the readout stage for these models")
-full = cube.merge_models(stores, paths.cube_store(output_dir), attrs={"git_commit": config.git_commit()}).load()
+full = cube.merge_models(stores, paths.cube_store(output_dir), attrs={"git_commit": config.git_commit()},
+                         images=(table["image_id"], table["category"])).load()
 for e in ENTRIES:  # an entry that gives its n_items must find a store of that many items
     if e.n_items is not None and int(full["n_items"].sel(model=e.id)) != min(e.n_items, len(table)):
         raise ValueError(f"the read-out store of {e.id} holds {int(full['n_items'].sel(model=e.id))} items, its "

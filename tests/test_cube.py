@@ -147,3 +147,16 @@ def test_merge_models_of_different_sizes(tmp_path):
         assert str(d["missing_reason"].sel(model="org/all", image=20).values) == "image file missing"
         run = cube.images_run(d).transpose("model", "image").values
         np.testing.assert_array_equal(run, [[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0]])
+
+
+def test_merge_models_over_the_selection(tmp_path):
+    """With the selection given, the cube's images are the selection's, even where no model ran on the last ones;
+    a store with an image outside the selection is refused."""
+    ids, cats = [30, 10, 40], ["car", "bus", "dog"]
+    stores = {"org/two": _sized_store(tmp_path / "b.zarr", ids[:2], cats[:2], "org/two", 1.0)}
+    ds = cube.merge_models(stores, tmp_path / "cube.zarr", images=(ids, cats))
+    assert list(ds["image"].values) == ids and list(ds["category"].values) == cats
+    assert int(ds["n_items"].sel(model="org/two")) == 2
+    assert [str(r) for r in ds["missing_reason"].sel(model="org/two").values] == ["", "", cube.NOT_RUN]
+    with pytest.raises(ValueError, match="not in the selection"):
+        cube.merge_models(stores, tmp_path / "cube2.zarr", images=([30, 40], ["car", "dog"]))

@@ -515,7 +515,7 @@ def write_missing(path: str | os.PathLike, index: int, reason: str) -> None:
 
 
 def merge_models(stores: Mapping[str, str | os.PathLike], out: str | os.PathLike,
-                 attrs: Mapping[str, Any] | None = None) -> xr.Dataset:
+                 attrs: Mapping[str, Any] | None = None, images=None) -> xr.Dataset:
     """Merge per-model read-out stores into the cube (atomic replace of ``out``).
 
     Parameters
@@ -527,6 +527,10 @@ def merge_models(stores: Mapping[str, str | os.PathLike], out: str | os.PathLike
         moved into place, so a reader never sees a half-written cube.
     attrs : mapping, optional
         Extra global attributes (e.g. git commit).
+    images : (image_ids, categories), optional
+        The selection (``items.json``: its ``image_id`` and ``category`` columns,
+        in order): the cube's ``image`` axis. Default: the union of the stores'
+        images, the longest store's first.
 
     Returns
     -------
@@ -536,8 +540,9 @@ def merge_models(stores: Mapping[str, str | os.PathLike], out: str | os.PathLike
     Raises
     ------
     ValueError
-        If the stores disagree on items, config or depth backend, or a store
-        has images not yet read out.
+        If the stores disagree on items, config or depth backend, a store
+        has images not yet read out, or (with ``images``) holds an image that is
+        not in the selection.
 
     Notes
     -----
@@ -581,6 +586,16 @@ def merge_models(stores: Mapping[str, str | os.PathLike], out: str | os.PathLike
     # an image a model was not asked about is NaN, "" and missing_reason NOT_RUN.
     order: list[int] = []
     category: dict[int, str] = {}
+    if images is not None:
+        for img, cat in zip(*images):
+            order.append(int(img))
+            category[int(img)] = str(cat)
+        for (model, _), ds in zip(models, parts):
+            extra = [int(i) for i in ds["image"].values if int(i) not in category]
+            if extra:
+                raise ValueError(f"the read-out store of {model} holds {len(extra)} image(s) that are not in the "
+                                 f"selection (e.g. {extra[:3]}): it belongs to another selection; delete it and run "
+                                 f"its read-out again")
     for ds in sorted(parts, key=lambda d: -d.sizes["image"]):
         for img, cat in zip(ds["image"].values.tolist(), ds["category"].values.tolist()):
             if img not in category:
