@@ -137,8 +137,10 @@ def w_text(w: float, lo: float, hi: float, lower: bool, upper: bool) -> str:
 
 # %%
 ENTRIES = workflow.model_entries(models, None, "the analyse notebook's parameter models")   # n None: not given
-stores = {e.id: paths.readout_stores(e.id, min(e.n_items or len(table), len(table)), shard_size, output_dir)
-          for e in ENTRIES}
+# each model's n: its entry's n_items, at most the selection (a root whose items.json lists no items, a cube
+# analysed without its select stage, takes the images of its stores)
+N_ENTRY = {e.id: min(e.n_items, len(table) or e.n_items) if e.n_items else len(table) for e in ENTRIES}
+stores = {e.id: paths.readout_stores(e.id, N_ENTRY[e.id], shard_size, output_dir) for e in ENTRIES}
 if paths.readout_store(monitor.MONITOR_ID, output_dir).exists():
     stores[monitor.MONITOR_ID] = paths.readout_store(monitor.MONITOR_ID, output_dir)  # never sharded
 flat = [p for v in stores.values() for p in (v if isinstance(v, list) else [v])]
@@ -146,9 +148,9 @@ missing = [str(p) for p in flat if not Path(p).exists()]
 if missing:
     raise FileNotFoundError(f"read-out stores missing: {missing}; run the readout stage for these models")
 full = cube.merge_models(stores, paths.cube_store(output_dir), attrs={"git_commit": config.git_commit()},
-                         images=(table["image_id"], table["category"])).load()
+                         images=(table["image_id"], table["category"]) if len(table) else None).load()
 for e in ENTRIES:  # an entry that gives its n_items must find a store of that many items
-    if e.n_items is not None and int(full["n_items"].sel(model=e.id)) != min(e.n_items, len(table)):
+    if e.n_items is not None and int(full["n_items"].sel(model=e.id)) != N_ENTRY[e.id]:
         raise ValueError(f"the read-out store of {e.id} holds {int(full['n_items'].sel(model=e.id))} items, its "
                          f"entry in models asks for n_items: {e.n_items}: run its read-out with that n_items "
                          f"(snakemake does), or give the entry the store's n_items")
