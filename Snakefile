@@ -6,6 +6,7 @@
 #   snakemake -c1           run (re-running skips finished work; a killed run resumes)
 # profiles/default/config.yaml (Snakemake's workflow profile, used by every run) adds
 # --rerun-incomplete, so the jobs a killed run left unfinished simply run again.
+import json
 import os
 import shlex
 import sys
@@ -29,7 +30,16 @@ if workflow.is_main_process:
     for _marker, _why in murk_workflow.drop_stale_markers(os.path.join(OUT, "readout")):
         print(f"murk: {_why}: its read-out runs again", file=sys.stderr)
 OFFLINE = os.environ.get("MURK_OFFLINE", "0").lower() in {"1", "true", "yes"}
-MODELS = config["offline_models"] if OFFLINE else config["models"]
+# A model entry is an id, or {id: ..., n_items: N}: read out on the first N items only
+# (murk.workflow.model_entries, the one parser; its refusals name the setting and the fix).
+_MODELS_KEY = "offline_models" if OFFLINE else "models"
+try:
+    MODEL_ENTRIES = murk_workflow.model_entries(config.get(_MODELS_KEY), int(config["n_items"]),
+                                                f"{_MODELS_KEY} (data/workflow.yaml, --configfile or --config)")
+except ValueError as _e:
+    raise WorkflowError(str(_e)) from None
+MODELS = [e.id for e in MODEL_ENTRIES]
+N_OF = {e.id: e.n_items for e in MODEL_ENTRIES}   # model -> its number of items
 # Mode-dependent settings are resolved here, so that they are params of the rules:
 # switching MURK_OFFLINE or MURK_COCO_DIR re-runs the stages they affect.
 COCO_DIR = config.get("coco_dir") or os.environ.get("MURK_COCO_DIR") or ""
@@ -109,21 +119,22 @@ rule depth:
 # failed job, and the store must survive a killed job so the next run resumes. The
 # declared output is a marker holding the store's content digest (murk.workflow).
 MARK = "python -m murk.workflow mark {output}"
-READOUT_PARAMS = dict(model=lambda wc: SLUG2MODEL[wc.slug], device=DEVICE, n_verbal=config.get("n_verbal_items", 0),
+READOUT_PARAMS = dict(model=lambda wc: SLUG2MODEL[wc.slug], n=lambda wc: N_OF[SLUG2MODEL[wc.slug]], device=DEVICE, n_verbal=config.get("n_verbal_items", 0),
                       trust=bool(config.get("trust_remote_code", False)), pickle=bool(config.get("allow_pickle", False)))
-READOUT_ARGS = ("-p model {params.model} {params.device} -p n_verbal_items {params.n_verbal}"
+READOUT_ARGS = ("-p model {params.model} -p max_items {params.n} {params.device} -p n_verbal_items {params.n_verbal}"
                 " -p trust_remote_code {params.trust} -p allow_pickle {params.pickle}")
 
 # shard_size: null -> one read-out job per model; an integer -> one job per (model, shard),
 # each writing its own store, merged by the analyse stage. Finished shards are never redone.
+# A model on the first N items has ceil(N / shard_size) shards, each over its own items.
 SHARD_SIZE = config.get("shard_size")
-N_SHARDS = -(-int(config["n_items"]) // int(SHARD_SIZE)) if SHARD_SIZE else 1
 
 
 def readout_done(slug):
     if not SHARD_SIZE:
         return [f"{OUT}/readout/{slug}.done"]
-    return [f"{OUT}/readout/{slug}/s{SHARD_SIZE}-{k:04d}.done" for k in range(N_SHARDS)]
+    n_shards = -(-int(N_OF[SLUG2MODEL[slug]]) // int(SHARD_SIZE))
+    return [f"{OUT}/readout/{slug}/s{SHARD_SIZE}-{k:04d}.done" for k in range(n_shards)]
 
 
 wildcard_constraints:
@@ -203,7 +214,7 @@ rule analyse:
     log:
         f"{RUNNING}/04_analyse.ipynb",
     params:
-        models="[" + ", ".join(f'"{m}"' for m in MODELS) + "]",
+        models=json.dumps([{"id": e.id, "n_items": e.n_items} for e in MODEL_ENTRIES]),
         shard=f"-p shard_size {SHARD_SIZE}" if SHARD_SIZE else "",
     shell:
         papermill("{input.nb}", "{log}", "-y 'models: {params.models}' {params.shard}")

@@ -27,7 +27,8 @@
 # %% tags=["parameters"]
 model = None                  # hub id, local folder, or murk-tiny/smolvlm | murk-tiny/qwen3vl; None: the
                               # first model of the run settings (data/workflow.yaml; offline_models if MURK_OFFLINE=1)
-max_items = None              # None: all selected items
+max_items = None              # N: the first N items (a model entry's n_items); None: the model's n_items in the
+                              # run settings if it is listed there, else all selected items
 device = None                 # None: the run settings' device (null: cuda if available, else cpu)
 shard = None                  # with shard_size: read out only items shard*shard_size ... (own store)
 shard_size = None
@@ -50,18 +51,19 @@ import matplotlib.pyplot as plt
 import xarray as xr
 from tqdm.auto import tqdm
 
-from murk import config, cube, depth, engine, items, paths, prompts, readout, render
+from murk import config, cube, depth, engine, items, paths, prompts, readout, render, workflow
 
 cfg = config.load_config()
+table, meta = items.read_items(output_dir)
 # a parameter left at None takes its default from the run settings (data/workflow.yaml), as Snakemake does
-if model is None:
-    first = config.run_default("models")[0]
-    model = first["id"] if isinstance(first, dict) else first
+listed = workflow.model_entries(config.run_default("models"), len(table), "the run settings' models")
+model = model or listed[0].id
+if max_items is None:  # a model listed with n_items is read out on its first n_items, as Snakemake does
+    max_items = next((e.n_items for e in listed if e.id == model and e.n_items < len(table)), None)
 n_verbal_items = int(config.run_default("n_verbal_items", n_verbal_items))
 device = config.run_default("device", device)
 trust_remote_code = bool(config.run_default("trust_remote_code", trust_remote_code))
 allow_pickle = bool(config.run_default("allow_pickle", allow_pickle))
-table, meta = items.read_items(output_dir)
 current = depth.current_depth(output_dir)
 span = paths.shard_span(len(table), shard, shard_size, max_items)   # the items of this job
 store = paths.readout_store(model, output_dir, shard, shard_size)
@@ -119,7 +121,8 @@ if len(span):
         print(f"batched engine: {k} image(s) = {k * engine.N_CONDITIONS} units per scheduled batch")
     attrs = cube.store_identity(
         config_hash=meta["config_hash"], items_hash=meta["items_hash"], model_id=model,
-        model_revision=vlm.revision, dtype=vlm.dtype, n_verbal_items=n_verbal_items, n_items=len(table),
+        model_revision=vlm.revision, dtype=vlm.dtype, n_verbal_items=n_verbal_items,
+        n_items=len(paths.shard_span(len(table), max_items=max_items)),   # this model's items (its n_items)
         depth_backend=current["depth_backend"], depth_model=current.get("depth_model", ""),
         depth_revision=current.get("depth_revision", ""), pipeline_check=int(vlm.is_pipeline_check),
         n_visual_tokens=int(vlm.n_visual_tokens), depth_approximate=current["depth_approximate"],

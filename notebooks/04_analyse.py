@@ -35,7 +35,8 @@
 # (`paper_numbers.json`) is written by the last cell.
 
 # %% tags=["parameters"]
-models = ["murk-tiny/smolvlm", "murk-tiny/qwen3vl"]   # models whose read-out stores form the cube
+models = ["murk-tiny/smolvlm", "murk-tiny/qwen3vl"]   # models whose read-out stores form the cube: ids, or
+                      # {id: ..., n_items: N} for a model read out on the first N items (papermill -y 'models: [...]')
 shard_size = None     # the read-outs' shard size (None: one store per model)
 monitor_sensitivity_items = 20   # items on which the monitor is re-run with a wrong depth (0: skip)
 output_dir = None
@@ -53,6 +54,7 @@ from IPython.display import Image, Markdown, display
 from tqdm.auto import tqdm
 
 from murk import analysis, claims, config, cube, depth, figures, items, metrics, monitor, nominal, paper, paths
+from murk import workflow
 from murk import physics, prompts, readout, render
 from murk.paper import (fmt, fmt_crossing, fmt_estimate, fmt_interval, fmt_level, fmt_list, fmt_range, fmt_visibility,
                         fmt_visibility_interval)
@@ -131,18 +133,32 @@ def w_text(w: float, lo: float, hi: float, lower: bool, upper: bool) -> str:
 # The read-out stores of the models (one per model, or one per shard) and, when
 # it ran, the visibility monitor's store are merged into `cube.zarr`
 # (`murk.cube.merge_models`, atomic; stores written for other items, another
-# config or another depth backend are refused). The VLMs are analysed below;
-# the monitor has its own section.
+# config or another depth backend are refused). A model read out on the first N
+# items only (its entry `{id: ..., n_items: N}`, `murk.workflow.model_entries`)
+# has a shorter store: in the cube its other images are "not run" (NaN,
+# `missing_reason` `cube.NOT_RUN`, never bad input), the coordinate `n_items`
+# holds each model's n, and every statistic of the model is over its own images.
+# The VLMs are analysed below; the monitor has its own section.
 
 # %%
-stores = {m: paths.readout_stores(m, len(table), shard_size, output_dir) for m in models}
+ENTRIES = workflow.model_entries(models, None, "the analyse notebook's parameter models")   # n None: not given
+# each model's n: its entry's n_items, at most the selection (a root whose items.json lists no items, a cube
+# analysed without its select stage, takes the images of its stores)
+N_ENTRY = {e.id: min(e.n_items, len(table) or e.n_items) if e.n_items else len(table) for e in ENTRIES}
+stores = {e.id: paths.readout_stores(e.id, N_ENTRY[e.id], shard_size, output_dir) for e in ENTRIES}
 if paths.readout_store(monitor.MONITOR_ID, output_dir).exists():
     stores[monitor.MONITOR_ID] = paths.readout_store(monitor.MONITOR_ID, output_dir)  # never sharded
 flat = [p for v in stores.values() for p in (v if isinstance(v, list) else [v])]
 missing = [str(p) for p in flat if not Path(p).exists()]
 if missing:
     raise FileNotFoundError(f"read-out stores missing: {missing}; run the readout stage for these models")
-full = cube.merge_models(stores, paths.cube_store(output_dir), attrs={"git_commit": config.git_commit()}).load()
+full = cube.merge_models(stores, paths.cube_store(output_dir), attrs={"git_commit": config.git_commit()},
+                         images=(table["image_id"], table["category"]) if len(table) else None).load()
+for e in ENTRIES:  # an entry that gives its n_items must find a store of that many items
+    if e.n_items is not None and int(full["n_items"].sel(model=e.id)) != N_ENTRY[e.id]:
+        raise ValueError(f"the read-out store of {e.id} holds {int(full['n_items'].sel(model=e.id))} items, its "
+                         f"entry in models asks for n_items: {e.n_items}: run its read-out with that n_items "
+                         f"(snakemake does), or give the entry the store's n_items")
 ds = full.sel(model=[m for m in full["model"].values if m != monitor.MONITOR_ID])
 VLMS = [str(m) for m in ds["model"].values]
 PIPELINE_CHECK = bool(ds["pipeline_check"].any())
@@ -212,6 +228,16 @@ record("n_items", int(ds.sizes["image"]))
 record("n_items_requested", int(meta.get("n_items_requested", ds.sizes["image"])))
 record("n_models", len(VLMS))
 record("models", fmt_list(f"`{m}`" for m in VLMS))
+N_OF = {str(m): int(n) for m, n in zip(ds["model"].values, ds["n_items"].values)}   # each model's own images
+for m in VLMS:
+    record(f"n_items.{key(m)}", N_OF[m])
+_by_n = sorted(VLMS, key=lambda m: -N_OF[m])
+record("methods.n_items_per_model", (
+    "Each model is read out on the first n items of the selection: "
+    + fmt_list(f"{'all ' if N_OF[m] == ds.sizes['image'] else ''}{N_OF[m]} for {name(m)}" for m in _by_n)
+    + "; each model's statistics are over its own items, and where models are compared, over the items they share"
+    if any(N_OF[m] < ds.sizes["image"] for m in VLMS) else
+    f"{'Every model is' if len(VLMS) > 1 else 'The model is'} read out on all {ds.sizes['image']} items"))
 record("n_conditions", len(cube.CONDITIONS))
 record("config_hash", ds.attrs["config_hash"][:12])
 record("items_hash", ds.attrs["items_hash"][:12])
@@ -240,10 +266,10 @@ record("pipeline_check_note", (
 
 # %%
 #| label: tbl-models
-#| tbl-cap: "Models, revisions, visual tokens per image and the median first-token probability on the option letters on clean images (option mass, t2 / t3); † marks a model below the threshold."
+#| tbl-cap: "Models, the items each was read out on (the first n of the selection), revisions, visual tokens per image and the median first-token probability on the option letters on clean images (option mass, t2 / t3); † marks a model below the threshold."
 show_table(paper.markdown_table([
-    {"model": f"`{m}`" + (f" {DAGGER}" if str(m) in LOW_MASS else ""), "revision": f"`{str(rev)[:12] or 'n/a'}`",
-     "visual tokens / image": str(int(nv)),
+    {"model": f"`{m}`" + (f" {DAGGER}" if str(m) in LOW_MASS else ""), "items (n)": str(N_OF[str(m)]),
+     "revision": f"`{str(rev)[:12] or 'n/a'}`", "visual tokens / image": str(int(nv)),
      "option mass (clean, t2 / t3)": f"{numbers[f'option_mass.{key(m)}.t2']} / {numbers[f'option_mass.{key(m)}.t3']}",
      "pipeline check": "yes (tiny random weights)" if bool(p) else "no"}
     for m, rev, nv, p in zip(ds["model"].values, ds["model_revision"].values, ds["n_visual_tokens"].values,
@@ -251,7 +277,8 @@ show_table(paper.markdown_table([
 
 # %% [markdown]
 # Bad input (a missing or undecodable image, a missing depth map) is recorded per
-# image and stage; the colophon lists it.
+# image and stage; the colophon lists it. An image a model was not asked about
+# (beyond its `n_items`, `cube.NOT_RUN`) is not bad input and is not listed.
 
 # %%
 #| label: tbl-missing
@@ -261,7 +288,7 @@ if "missing_reason" in full:
     reasons = full["missing_reason"].transpose("model", "image").values
     for mi, m in enumerate(full["model"].values):
         for ii, img in enumerate(full["image"].values):
-            if str(reasons[mi, ii]):
+            if str(reasons[mi, ii]) and str(reasons[mi, ii]) != cube.NOT_RUN:
                 rows.append({"model": f"`{m}`", "image": str(int(img)), "reason": str(reasons[mi, ii])})
 record("n_missing_items", len({r["image"] for r in rows}))
 show_table(paper.markdown_table(rows or [{"model": "all", "image": "–", "reason": "none: every item was read out"}]),
@@ -300,9 +327,13 @@ def est(var: str, **sel) -> tuple[float, float, float]:
 
 
 def paired_difference(a: xr.DataArray, b: xr.DataArray) -> tuple[float, float, float]:
-    """Mean over images of a - b with its paired bootstrap interval (the same resamples as every score)."""
-    d = (a - b).expand_dims(k=[0])
-    m = analysis.condition_means(d, A["bootstrap_resamples"], A["bootstrap_seed"], A["ci_level"], counts=counts)
+    """Mean over images of a - b with its paired bootstrap interval, over the images the models of ``a`` and
+    ``b`` (their scalar ``model`` coordinates) were run on: a model's own images, with the draw of its scores."""
+    ms = sorted({str(x["model"].values) for x in (a, b) if "model" in x.coords and x["model"].ndim == 0})
+    keep = np.flatnonzero(analysis.common_images(ds, ms) if ms else np.ones(a.sizes["image"], bool))
+    d = (a - b).isel(image=keep).expand_dims(k=[0])
+    cnt = analysis.resample_counts(keep.size, A["bootstrap_resamples"], A["bootstrap_seed"])
+    m = analysis.condition_means(d, A["bootstrap_resamples"], A["bootstrap_seed"], A["ci_level"], counts=cnt)
     return tuple(float(m[v].sel(k=0)) for v in ("mean", "lo", "hi"))
 
 
@@ -1329,34 +1360,65 @@ show_table(md, "monitor-accuracy")
 # %% [markdown]
 # The monitor as an awareness signal: its abstain rate and its confidence cross
 # like any signal (floors one and zero), and W against each VLM's V_acc says
-# whether it abstains before the VLM's accuracy falls (W < 0).
+# whether it abstains before the VLM's accuracy falls (W < 0). The monitor runs
+# on every item; against a VLM read out on the first N items only, both
+# crossings and the paired bootstrap are over the images they share
+# (`murk.analysis.common_images`), with the draw of that VLM's own scores.
 
 # %%
 #| label: tbl-monitor-w
 #| tbl-cap: "The monitor as an awareness signal: its crossing visibility and W = log10(V_acc / V_aware) against each VLM, with paired bootstrap intervals."
 if HAS_MONITOR:
     mscores = analysis.image_scores(full.sel(model=[monitor.MONITOR_ID, *VLMS]))
-    boot = metrics.bootstrap_resample_means(mscores, "image", counts=counts)   # paired with every score
     lo_q, hi_q = (1 - A["ci_level"]) / 2, 1 - (1 - A["ci_level"]) / 2
     mon = full["value"].sel(model=monitor.MONITOR_ID, task="t2")               # (arm, level, image, readout)
+    PAIRED = {}   # the images the monitor shares with a VLM -> (positions, draw, bootstrap means over them)
+    MON_CROSS = {}   # (arm, signal, shared images) -> the monitor's crossing over them
+
+    def paired(m: str):
+        """The images the monitor and VLM ``m`` were both run on (positions), their draw, the resampled means."""
+        keep = analysis.common_images(full, [monitor.MONITOR_ID, m])
+        if keep.tobytes() not in PAIRED:
+            idx = np.flatnonzero(keep)
+            cnt = counts if keep.all() else analysis.resample_counts(idx.size, A["bootstrap_resamples_crossing"],
+                                                                     A["bootstrap_seed"])
+            PAIRED[keep.tobytes()] = (idx, cnt, metrics.bootstrap_resample_means(mscores.isel(image=idx), "image",
+                                                                                counts=cnt))
+        return PAIRED[keep.tobytes()]
+
+    def monitor_crossing(arm: str, signal: str, m: str):
+        """The monitor's V_aware over the images it shares with ``m``: awareness_crossing's result and the
+        crossings of the resamples."""
+        idx, cnt, boot = paired(m)
+        k = (arm, signal, idx.tobytes())
+        if k not in MON_CROSS:
+            # its censored estimates are bounds, so its crossing may be one too
+            # (murk.monitor.awareness_crossing: the cube's read-outs are the conservative curve)
+            mi = mon.isel(image=idx)
+            ac = monitor.awareness_crossing(
+                VIS[1:], mi.sel(arm=arm, readout="visibility_hat_m").transpose("level", "image").values,
+                mi.sel(arm=arm, readout="visibility_hat_censored").transpose("level", "image").values, signal,
+                threshold_m=float(full.attrs.get("monitor_threshold_m", monitor.DEFAULT_THRESHOLD_M)),
+                present=mi.sel(arm=arm, readout="c_int").transpose("level", "image").notnull().values,
+                counts=cnt, ci=A["ci_level"])
+            b_m = boot.sel(model=monitor.MONITOR_ID, arm=arm, task="t2", readout=signal).transpose(..., "level")
+            vmb, _ = metrics.crossing_visibility(VIS[1:], b_m.isel(level=slice(1, None)).values,
+                                                 b_m.isel(level=0).values, monitor.SIGNAL_FLOOR[signal])
+            MON_CROSS[k] = (ac, vmb)
+        return MON_CROSS[k]
+
     rows, verdicts = [], {}
     for arm in cube.PHYSICAL_ARMS:
         for signal in ("c_int", "abstain"):
-            # V_aware of the monitor: its censored estimates are bounds, so its crossing may be one too
-            # (murk.monitor.awareness_crossing: the cube's read-outs are the conservative curve)
-            ac = monitor.awareness_crossing(
-                VIS[1:], mon.sel(arm=arm, readout="visibility_hat_m").transpose("level", "image").values,
-                mon.sel(arm=arm, readout="visibility_hat_censored").transpose("level", "image").values, signal,
-                threshold_m=float(full.attrs.get("monitor_threshold_m", monitor.DEFAULT_THRESHOLD_M)),
-                present=mon.sel(arm=arm, readout="c_int").transpose("level", "image").notnull().values,
-                counts=counts, ci=A["ci_level"])
-            vm, side_m = ac["v_cross_m"], ac["censored_side"]
-            record(f"monitor.v.{signal}.{arm}", crossing_text(vm, ac["v_lo_m"], ac["v_hi_m"], side_m))
-            b_m = boot.sel(model=monitor.MONITOR_ID, arm=arm, task="t2", readout=signal).transpose(..., "level")
-            vmb, _ = metrics.crossing_visibility(VIS[1:], b_m.isel(level=slice(1, None)).values, b_m.isel(level=0).values,
-                                                 monitor.SIGNAL_FLOOR[signal])
+            ac, _ = monitor_crossing(arm, signal, monitor.MONITOR_ID)   # over every image (the monitor's own)
+            record(f"monitor.v.{signal}.{arm}", crossing_text(ac["v_cross_m"], ac["v_lo_m"], ac["v_hi_m"],
+                                                              ac["censored_side"]))
             for task in ("t2", "t3"):
                 for m in VLMS:
+                    _, _, boot = paired(m)
+                    ac, vmb = monitor_crossing(arm, signal, m)
+                    vm, side_m = ac["v_cross_m"], ac["censored_side"]
+                    # the VLM's V_acc over its own images: the monitor runs on every item, so these are the shared ones
                     cr = cross.sel(model=m, arm=arm, task=task, readout="correct")
                     va, side_a = float(cr["v_cross_m"]), str(cr["censored_side"].values)
                     b_a = boot.sel(model=m, arm=arm, task=task, readout="correct").transpose(..., "level")
@@ -1410,19 +1472,20 @@ show_table(md, "monitor-w")
 #| tbl-cap: "The gate on the report half of the images (t2, all levels of one arm): coverage and risk of answering everything, of the VLM's abstain option, of the monitor and of the internal confidence at matched coverage; n: questions in the report half, V̂ upper bounds: those whose estimate is only an upper bound (opaque), which never pass the monitor's gate."
 if HAS_MONITOR:
     rows = []
-    ids = ds["image"].values
     for m in VLMS:
+        sub = full.isel(image=np.flatnonzero(analysis.common_images(full, [monitor.MONITOR_ID, m])))  # shared images
+        ids = sub["image"].values
         for arm in cube.PHYSICAL_ARMS:
-            v = ds["value"].sel(model=m, arm=arm, task="t2")
+            v = sub["value"].sel(model=m, arm=arm, task="t2")
             flat = lambda da: da.transpose("level", "image").values.ravel()  # noqa: E731
             img = np.broadcast_to(ids, (v.sizes["level"], ids.size)).ravel()
             split = monitor.split_images(img, seed=A["bootstrap_seed"])
             try:
                 gate = monitor.compare_at_equal_coverage(
-                    flat(full["value"].sel(model=monitor.MONITOR_ID, task="t2", readout="visibility_hat_m", arm=arm)),
+                    flat(sub["value"].sel(model=monitor.MONITOR_ID, task="t2", readout="visibility_hat_m", arm=arm)),
                     flat(v.sel(readout="c_int")), flat(v.sel(readout="abstain")), flat(v.sel(readout="correct")),
                     split, image_ids=img, n_resamples=A["bootstrap_resamples"], seed=A["bootstrap_seed"],
-                    censored_monitor=flat(full["value"].sel(model=monitor.MONITOR_ID, task="t2", arm=arm,
+                    censored_monitor=flat(sub["value"].sel(model=monitor.MONITOR_ID, task="t2", arm=arm,
                                                             readout="visibility_hat_censored")))
             except ValueError as e:  # e.g. too few images for two halves
                 rows.append({"VLM": name(m), "arm": arm, "gate": f"n/a ({e})"})

@@ -57,8 +57,11 @@ def synthetic_paper(tmp_path_factory):
 
     from murk import paper
 
+    import json
+
     root = synthetic.write_root(tmp_path_factory.mktemp("synthetic") / "out")
-    stages.run("04_analyse", root, models=synthetic.MODELS)
+    # the models as JSON text, as `papermill -p models '[...]'` passes them (issue 20): parsed, not iterated over
+    stages.run("04_analyse", root, models=json.dumps(synthetic.MODELS))
     return root, paper.render_paper(output_dir=root, pdf=True)
 
 
@@ -79,13 +82,15 @@ def synthetic_bare(tmp_path_factory):
 
 @_pytest_tiny.fixture(scope="session")
 def demo(tmp_path_factory):
-    """The offline demo (Snakemake, three items, the tiny checkpoints: accuracy at chance) into a temporary root."""
+    """The offline demo, study-shaped (Snakemake; four items; three tiny checkpoints, two of them on the first
+    three and the first two items, set in a configfile: tests/stages.py DEMO_MODELS; accuracy at chance) into a
+    temporary root."""
     import stages
 
     if not stages.SAMPLE.is_dir():
         _pytest_tiny.skip("../shared/coco-val2017-sample not present")
     out = tmp_path_factory.mktemp("demo")
-    r = stages.snakemake(out)
+    r = stages.snakemake_demo(out)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
     return out
 

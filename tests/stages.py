@@ -70,3 +70,27 @@ def snakemake(out: str | os.PathLike, *args: str, n_items: int = 3, run_name: st
     cmd = [sys.executable, "-m", "snakemake", "--cores", "1", "--config", f"output_dir={out}", f"n_items={n_items}",
            f"run_name={run_name}", *args]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+
+
+#: the study-shaped demo of the session fixture ``demo`` (tests/conftest.py): three models, two of them on
+#: subsets of different sizes (the spec runs two of its five models on the first 600 and 400 items), set in
+#: the run settings as a configfile would (``murk.workflow.model_entries``)
+DEMO_N_ITEMS = 4
+DEMO_MODELS = [{"id": "murk-tiny/smolvlm"}, {"id": "murk-tiny/qwen3vl", "n_items": 3},
+               {"id": "murk-tiny/gemma", "n_items": 2}]
+#: model -> its number of items in the demo
+DEMO_N = {m["id"]: m.get("n_items", DEMO_N_ITEMS) for m in DEMO_MODELS}
+
+
+def demo_configfile(out: str | os.PathLike) -> Path:
+    """Write the demo's run settings (``offline_models`` with item counts) beside the output root ``out``."""
+    import yaml
+
+    path = Path(out).with_name(Path(out).name + "-workflow.yaml")
+    path.write_text(yaml.safe_dump({"offline_models": DEMO_MODELS}, sort_keys=False))
+    return path
+
+
+def snakemake_demo(out: str | os.PathLike, *args: str):
+    """:func:`snakemake` with the study-shaped demo's settings (:data:`DEMO_MODELS`, :data:`DEMO_N_ITEMS`)."""
+    return snakemake(out, "--configfile", str(demo_configfile(out)), *args, n_items=DEMO_N_ITEMS)

@@ -265,3 +265,50 @@ def test_both_censored_w_prints_no_interval():
     from murk import paper
     assert paper.fmt_estimate(float(cr["w"]), float(cr["w_lo"]), float(cr["w_hi"]),
                               str(cr["w_censored_side"].values)) == "n/a"
+
+
+def _subset_cube(n_sub: int = 25) -> tuple[xr.Dataset, xr.Dataset]:
+    """A three-model cube whose last model was run on the first ``n_sub`` images only (``NOT_RUN`` after),
+    and that model's images alone (the cube of its store)."""
+    full = _cube(n_models=3, seed=5)
+    m = str(full["model"].values[-1])
+    run = np.arange(full.sizes["image"]) < n_sub
+    value = full["value"].copy()
+    value.loc[dict(model=m)] = value.sel(model=m).where(xr.DataArray(run, dims="image"))
+    reason = xr.DataArray(np.full((3, full.sizes["image"]), "", dtype=object), dims=("model", "image"))
+    reason[-1, ~run] = cube.NOT_RUN
+    merged = full.assign(value=value, missing_reason=reason)
+    alone = full.sel(model=[m]).isel(image=slice(0, n_sub)).assign(
+        missing_reason=(("model", "image"), np.full((1, n_sub), "", dtype=object)))
+    return merged, alone
+
+
+def test_image_groups_and_common_images():
+    merged, _ = _subset_cube(25)
+    groups = analysis.image_groups(merged)
+    assert [g[0] for g in groups] == [["org/m0", "org/m1"], ["org/m2"]]
+    assert groups[0][1].all() and groups[1][1].sum() == 25 and groups[1][1][:25].all()
+    np.testing.assert_array_equal(analysis.common_images(merged, ["org/m0", "org/m2"]), groups[1][1])
+    assert analysis.common_images(merged, "org/m1").all()
+
+
+def test_a_subset_model_is_analysed_on_its_own_images():
+    """Point estimates and intervals of a model run on the first 25 of 40 images equal those of its 25 images
+    analysed alone; the models run on all images are unchanged by its presence."""
+    merged, alone = _subset_cube(25)
+    res = analysis.analyse(merged, 200, 400, seed=3)["scores"]
+    ref = analysis.analyse(alone, 200, 400, seed=3)["scores"]
+    whole = analysis.analyse(merged.sel(model=["org/m0", "org/m1"]), 200, 400, seed=3)["scores"]
+    assert list(res["model"].values) == ["org/m0", "org/m1", "org/m2"]
+    for var in ("mean", "n", "v_cross_m", "w", "ece", "auroc", "coverage", "risk", "confident_accuracy",
+                "mono_raw", "reliability_count", "censored_side", "w_censored_side"):
+        own, other = res[var].sel(model=["org/m2"]), res[var].sel(model=["org/m0", "org/m1"])
+        assert own.dims == ref[var].dims and other.dims == whole[var].dims
+        if own.dtype.kind in "fc":   # equal up to the rounding of another memory layout
+            np.testing.assert_allclose(own.values, ref[var].values, rtol=1e-12, atol=1e-14)
+        else:
+            np.testing.assert_array_equal(own.values, ref[var].values)
+        xr.testing.assert_identical(other, whole[var])
+    # n counts the model's own images, and its intervals are not those of a 40-image draw
+    assert int(res["n"].sel(model="org/m2", arm="fog", level=1, task="t2", readout="correct")) == 25
+    assert np.isfinite(res["mean"].sel(model="org/m2", stat="lo")).any()

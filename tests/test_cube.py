@@ -111,3 +111,52 @@ def test_t3_image_scores():
     s = cube.t3_image_scores(da)
     assert list(s["task"].values) == ["t2", "t3"]
     assert float(s.sel(task="t3")) == 0.5
+
+
+def _sized_store(path, ids, cats, model, value, bad=None):
+    """A finished store of ``model`` over ``ids``; position ``bad`` recorded as bad input."""
+    cube.open_readout_store(path, ids, cats, {**ATTRS, "model_id": model})
+    for i in range(len(ids)):
+        if i == bad:
+            cube.write_missing(path, i, "image file missing")
+        else:
+            cube.write_image(path, i, _all_results(value + i))
+    return path
+
+
+def test_merge_models_of_different_sizes(tmp_path):
+    """Stores of 4, 2 and 3 items (the first N of the selection) merge: selection order, not-run fill, n_items."""
+    ids, cats = [30, 10, 40, 20], ["car", "bus", "dog", "cat"]   # the selection's order is not sorted
+    stores = {"org/all": _sized_store(tmp_path / "a.zarr", ids, cats, "org/all", 1.0, bad=3),
+              "org/two": _sized_store(tmp_path / "b.zarr", ids[:2], cats[:2], "org/two", 10.0),
+              "org/three": _sized_store(tmp_path / "c.zarr", ids[:3], cats[:3], "org/three", 20.0)}
+    merged = cube.merge_models(stores, tmp_path / "cube.zarr")
+    ds = xr.open_zarr(tmp_path / "cube.zarr").load()
+    for d in (merged, ds):
+        assert list(d["image"].values) == ids and list(d["category"].values) == cats
+        assert list(d["model"].values) == ["org/all", "org/two", "org/three"]
+        assert list(d["n_items"].values) == [4, 2, 3]
+        two = d.sel(model="org/two")
+        assert float(two["value"].sel(image=10, arm="fog", level=2, task="t2", readout="c_int")) == 11.0
+        assert two["value"].sel(image=[40, 20]).isnull().all()
+        assert (two["verbal_text"].sel(image=[40, 20]) == "").all()
+        assert str(two["verbal_text"].sel(image=10, arm="fog", level=2, task="t2").values) == "fog2t2"
+        assert [str(r) for r in two["missing_reason"].values] == ["", "", cube.NOT_RUN, cube.NOT_RUN]
+        assert [str(r) for r in d["missing_reason"].sel(model="org/three").values] == ["", "", "", cube.NOT_RUN]
+        # bad input stays bad input, and counts as run
+        assert str(d["missing_reason"].sel(model="org/all", image=20).values) == "image file missing"
+        run = cube.images_run(d).transpose("model", "image").values
+        np.testing.assert_array_equal(run, [[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0]])
+
+
+def test_merge_models_over_the_selection(tmp_path):
+    """With the selection given, the cube's images are the selection's, even where no model ran on the last ones;
+    a store with an image outside the selection is refused."""
+    ids, cats = [30, 10, 40], ["car", "bus", "dog"]
+    stores = {"org/two": _sized_store(tmp_path / "b.zarr", ids[:2], cats[:2], "org/two", 1.0)}
+    ds = cube.merge_models(stores, tmp_path / "cube.zarr", images=(ids, cats))
+    assert list(ds["image"].values) == ids and list(ds["category"].values) == cats
+    assert int(ds["n_items"].sel(model="org/two")) == 2
+    assert [str(r) for r in ds["missing_reason"].sel(model="org/two").values] == ["", "", cube.NOT_RUN]
+    with pytest.raises(ValueError, match="not in the selection"):
+        cube.merge_models(stores, tmp_path / "cube2.zarr", images=([30, 40], ["car", "dog"]))

@@ -277,13 +277,16 @@ def _mass(text: str) -> float:
 
 
 def test_the_demo_cube_health_and_monitor_numbers(demo):
-    """The same keys on the offline demo (two tiny random-weight VLMs, three items, the monitor, constant depth)."""
+    """The same keys on the offline demo (three tiny random-weight VLMs, two on subsets of its four items, the
+    monitor, constant depth)."""
     import json
 
+    import stages
+
     n = paper.load_numbers(paths.numbers_file(demo))
-    tiny = ("murk-tiny/smolvlm", "murk-tiny/qwen3vl")
-    # random weights put a sliver of the first-token probability on the letters: both are marked
-    assert set(n["option_mass.low_models"].split(", ")) == {"smolvlm", "qwen3vl"}
+    tiny = tuple(stages.DEMO_N)
+    # random weights put a sliver of the first-token probability on the letters: all are marked
+    assert set(n["option_mass.low_models"].replace(" and ", ", ").split(", ")) == {m.split("/")[1] for m in tiny}
     for m in tiny:
         k = paths.model_slug(m)
         assert _mass(n[f"option_mass.{k}.t2"]) < 0.5 and _mass(n[f"option_mass.{k}.t3"]) < 0.5
@@ -300,11 +303,11 @@ def test_the_demo_cube_health_and_monitor_numbers(demo):
     params = nb["metadata"]["papermill"]["parameters"]
     assert params["trust_remote_code"] is False and params["allow_pickle"] is False
     assert n["colophon.loading_options"] == ("`trust_remote_code = false`, `allow_pickle = false` for "
-                                             "`murk-tiny/smolvlm` and `murk-tiny/qwen3vl`")
-    assert n["colophon.ignored_generation_settings"].count("`murk-tiny/") == 2
+                                             + paper.fmt_list(f"`{m}`" for m in tiny))
+    assert n["colophon.ignored_generation_settings"].count("`murk-tiny/") == len(tiny)
     # the monitor: false abstentions on clean images, opaque shares per level, the wrong-depth table
     k_, of = n["monitor.false_abstain_clean.count"].split("/")
-    assert of == "3" and 0 <= int(k_) <= 3
+    assert of == str(stages.DEMO_N_ITEMS) and 0 <= int(k_) <= stages.DEMO_N_ITEMS
     for arm in ("fog", "underwater"):
         shares = [float(n[f"monitor.opaque_share.{arm}.{paper.level_label(v)}"]) for v in physics.SWEEP_M]
         assert all(0 <= x <= 100 for x in shares) and n[f"monitor.opaque_share.{arm}.end"] == n[
@@ -315,7 +318,7 @@ def test_the_demo_cube_health_and_monitor_numbers(demo):
         assert n[f"monitor.depth.oracle.{arm}.ratio_to_oracle"] == "1.00"
         # the demo's depth is the constant backend: the constant-depth row is the oracle's
         assert n[f"monitor.depth.constant.{arm}.gate_changed"] == "0"
-    assert n["monitor.depth.n_items"] == "3"
+    assert n["monitor.depth.n_items"] == str(stages.DEMO_N_ITEMS)
     assert "moves V̂ by κ" in n["finding.monitor.depth"] and "one global factor" in n["finding.monitor.depth"]
     assert len(_table(demo, "monitor-depth")) == 8
     assert n["nominal.removed_sentence"] and n["nominal.curve_non_monotone"].endswith("going murkier")

@@ -37,23 +37,30 @@ def test_products(demo):
     ds = xr.open_zarr(demo / "cube.zarr")
     assert ds["value"].dims == cube.DIMS
     assert ds["visibility_m"].attrs["units"] == "m"
-    assert ds.sizes["image"] == 3 and ds.sizes["model"] == 3  # two tiny VLMs and the visibility monitor
-    assert list(ds["kind"].values) == ["vlm", "vlm", "monitor"]
+    # three tiny VLMs (two on subsets: stages.DEMO_MODELS) and the visibility monitor
+    assert ds.sizes["image"] == stages.DEMO_N_ITEMS and ds.sizes["model"] == 4
+    assert list(ds["kind"].values) == ["vlm", "vlm", "vlm", "monitor"]
+    assert dict(zip(ds["model"].values, ds["n_items"].values.tolist())) == {
+        **stages.DEMO_N, "murk/visibility-monitor": stages.DEMO_N_ITEMS}
     vhat = ds["value"].sel(model="murk/visibility-monitor", arm="fog", task="t2", readout="visibility_hat_m")
     assert bool((vhat.isel(level=slice(1, None)) > 0).all())
     assert ds.attrs["pipeline_check"] == 1
     assert ds.attrs["depth_backend"].startswith("constant")
     v = ds["value"].load()
-    # every condition that exists was read out; probabilities are probabilities
-    for arm, lvl in cube.CONDITIONS:
-        arm = "fog" if arm == "clean" else arm
-        cell = v.sel(model=["murk-tiny/smolvlm", "murk-tiny/qwen3vl"], arm=arm, level=lvl,
-                     readout=["answer", "correct", "c_int", "abstain", "abstain2", "option_mass"])
-        assert cell.notnull().all(), (arm, lvl)
-    c = v.sel(model=["murk-tiny/smolvlm", "murk-tiny/qwen3vl"], readout="c_int")
+    # every condition that exists was read out on a model's first n items, and none after them (not run);
+    # probabilities are probabilities
+    reason = ds["missing_reason"].load()
+    for m, n in stages.DEMO_N.items():
+        for arm, lvl in cube.CONDITIONS:
+            arm = "fog" if arm == "clean" else arm
+            cell = v.sel(model=m, arm=arm, level=lvl,
+                         readout=["answer", "correct", "c_int", "abstain", "abstain2", "option_mass"])
+            assert cell.isel(image=slice(0, n)).notnull().all() and cell.isel(image=slice(n, None)).isnull().all()
+        assert [str(r) for r in reason.sel(model=m).values] == [""] * n + [cube.NOT_RUN] * (stages.DEMO_N_ITEMS - n)
+    c = v.sel(model=list(stages.DEMO_N), readout="c_int")
     assert float(c.min()) >= 0.25 - 1e-6 and float(c.max()) <= 1 + 1e-6
     numbers = json.loads((demo / "paper_numbers.json").read_text())
-    assert numbers["n_items"] == "3" and "Pipeline check" in numbers["pipeline_check_note"]
+    assert numbers["n_items"] == str(stages.DEMO_N_ITEMS) and "Pipeline check" in numbers["pipeline_check_note"]
     assert len(list((demo / "figures").glob("*.png"))) >= 2
     html = (demo / "paper" / "index.html").read_text(encoding="utf-8")
     assert "Pipeline check" in html and "`{python}" not in html
@@ -62,7 +69,7 @@ def test_products(demo):
     text = _text(html)
     lost = [k for k in cited if _plain(numbers[k]) not in text]
     assert lost == [], f"cited numbers missing from the HTML: {lost}"
-    for nb in ("01_select", "02_depth", "03_readout-murk-tiny--smolvlm", "03_readout-murk-tiny--qwen3vl", "04_analyse"):
+    for nb in ("01_select", "02_depth", *(f"03_readout-{paths.model_slug(m)}" for m in stages.DEMO_N), "04_analyse"):
         assert (demo / "notebooks" / f"{nb}.ipynb").is_file(), nb
     # the paper's figures and tables are the executed notebooks' cell outputs, each linked to its notebook
     embedded = paper.EMBED_RE.findall((ROOT / "paper" / "index.qmd").read_text(encoding="utf-8"))
@@ -79,7 +86,7 @@ def test_products(demo):
 
 
 def test_second_run_does_nothing(demo):
-    r = stages.snakemake(demo, "--dry-run")
+    r = stages.snakemake_demo(demo, "--dry-run")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Nothing to be done" in r.stdout + r.stderr
 
@@ -96,11 +103,11 @@ def test_interrupted_readout_resumes(demo):
     shutil.rmtree(demo / "cube.zarr")
     for f in ("paper_numbers.json", "paper/index.html"):
         (demo / f).unlink()
-    r = stages.snakemake(demo)
+    r = stages.snakemake_demo(demo)
     assert r.returncode == 0, r.stderr[-3000:]
     nb = (demo / "notebooks" / "03_readout-murk-tiny--smolvlm.ipynb").read_text()
     # the bar counts units (image x condition, 24 per image): only the unfinished image was read out again
-    assert "24/24 [" in nb and "72/72 [" not in nb
+    assert "24/24 [" in nb and f"{24 * stages.DEMO_N_ITEMS}/{24 * stages.DEMO_N_ITEMS} [" not in nb
     after = xr.open_zarr(store, consolidated=False).load()
     assert bool(after["done"].all())
     # greedy decoding of a deterministic model: the re-read image gives the same numbers
@@ -131,7 +138,7 @@ def test_generated_claims_follow_the_cube(demo, synthetic_paper):
         k = paths.model_slug(m)
         assert syn[f"verdict.rq1.fog.t2.{k}"] == "collapse" and syn[f"verdict.rq2.c_int.fog.t2.{k}"] == "lags"
         assert syn[f"verdict.rq3.wording.fog.t2.{k}"] == "above" and syn[f"verdict.rq4.t2.{k}"] == "plateau"
-    for m in ("murk-tiny/smolvlm", "murk-tiny/qwen3vl"):
+    for m in stages.DEMO_N:
         k = paths.model_slug(m)
         assert demo_n[f"verdict.rq1.fog.t2.{k}"] == "no skill"
         assert demo_n[f"verdict.rq2.c_int.fog.t2.{k}"].startswith("undefined")
@@ -156,3 +163,48 @@ def test_generated_claims_follow_the_cube(demo, synthetic_paper):
             assert (_plain(phrase) in text) == cube_says, (name, finding)
     # the demo's controls are stated with their condition (at, above or below chance), never as an assumption
     assert "chance" in demo_n["finding.controls.blank.t2"] and "(" in demo_n["finding.controls.blank.t2"]
+
+
+def _table_rows(root, name: str) -> list[dict]:
+    """The rows of analysis/tbl-<name>.md (a pipe table) as dicts, Markdown marks removed."""
+    lines = [ln for ln in (root / "analysis" / f"tbl-{name}.md").read_text(encoding="utf-8").splitlines()
+             if ln.startswith("|")]
+    cells = [[c.strip().replace("`", "") for c in ln.strip("|").split("|")] for ln in lines]
+    return [dict(zip(cells[0], row)) for row in cells[2:]]
+
+
+def test_models_on_subsets_of_the_items(demo):
+    """The study's design on the demo (issue 20): three models, two on subsets of different sizes, set in the run
+    settings. The models table and Methods give each n; no not-run image is listed as bad input; a subset model's
+    estimates equal those of its own images analysed alone."""
+    from murk import analysis, config
+
+    numbers = paper.load_numbers(paths.numbers_file(demo))
+    rows = {r["model"].removesuffix(" †"): r for r in _table_rows(demo, "models")}
+    assert {m: int(rows[m]["items (n)"]) for m in stages.DEMO_N} == stages.DEMO_N
+    for m, n in stages.DEMO_N.items():
+        assert numbers[f"n_items.{paths.model_slug(m)}"] == str(n)
+        # the Snakefile gave each read-out its item count
+        nb = json.loads((demo / "notebooks" / f"03_readout-{paths.model_slug(m)}.ipynb").read_text(encoding="utf-8"))
+        assert nb["metadata"]["papermill"]["parameters"]["max_items"] == n
+    html = (demo / "paper" / "index.html").read_text(encoding="utf-8")
+    methods = _plain(numbers["methods.n_items_per_model"])
+    assert methods in _text(html)
+    assert f"all {stages.DEMO_N_ITEMS} for smolvlm" in methods and "3 for qwen3vl" in methods and "2 for gemma" in methods
+    # not-run images are not bad input: neither in the colophon's table nor in its count
+    assert numbers["n_missing_items"] == "0"
+    assert cube.NOT_RUN not in (demo / "analysis" / "tbl-missing.md").read_text(encoding="utf-8")
+    assert [r["reason"] for r in _table_rows(demo, "missing")] == ["none: every item was read out"]
+    # the subset models' scores equal those of their stores analysed alone (the notebook's settings)
+    A = config.load_config()["analysis"]
+    sc = xr.open_dataset(demo / "analysis" / "scores.nc").load()
+    for m in ("murk-tiny/qwen3vl", "murk-tiny/gemma"):
+        alone = cube.merge_models({m: paths.readout_store(m, demo)}, demo.parent / f"alone-{paths.model_slug(m)}.zarr")
+        assert alone.sizes["image"] == stages.DEMO_N[m]
+        ref = analysis.analyse(alone, A["bootstrap_resamples"], A["bootstrap_resamples_crossing"], A["bootstrap_seed"],
+                               A["ci_level"], A["chance"])["scores"]
+        for var in ("mean", "n", "v_cross_m", "w", "ece", "auroc", "coverage", "risk", "confident_accuracy"):
+            got = sc[var].sel(model=[m]).values
+            assert got.shape == ref[var].values.shape, var
+            np.testing.assert_allclose(got, ref[var].values, rtol=1e-12, atol=1e-14, err_msg=f"{m} {var}")
+        assert int(sc["n"].sel(model=m, arm="fog", level=0, task="t2", readout="correct")) == stages.DEMO_N[m]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -205,3 +206,91 @@ def test_make_targets_pass_args_and_lab_runs_as_root():
     assert "/opt/env/bin/snakemake --cores 1 --config n_items=2" in demo and 'PATH="/opt/env/bin:' in demo
     cpu = _make_n("env", "TORCH_INDEX=https://download.pytorch.org/whl/cpu")
     assert "--index-url https://download.pytorch.org/whl/cpu torch==2.14.1 torchvision==0.29.1" in cpu
+
+
+def test_model_entries_plain_ids_and_mappings():
+    got = workflow.model_entries(["org/a", {"id": "org/b", "n_items": 4}, {"id": "org/c"}], 6, "models")
+    assert got == [("org/a", 6), ("org/b", 4), ("org/c", 6)]
+    assert [e.id for e in got] == ["org/a", "org/b", "org/c"] and got[1].n_items == 4
+    # more than the run has: all of them (as n_verbal_items)
+    assert workflow.model_entries([{"id": "org/b", "n_items": 600}], 8) == [("org/b", 8)]
+    assert workflow.model_entries(["org/a"], None) == [("org/a", None)]
+
+
+def test_model_entries_from_text():
+    """papermill -p models '[...]' passes a string: it is parsed as YAML/JSON, not iterated over."""
+    assert workflow.model_entries('["org/a", "org/b"]', 3) == [("org/a", 3), ("org/b", 3)]
+    assert workflow.model_entries('[org/a, {id: org/b, n_items: 2}]', 3) == [("org/a", 3), ("org/b", 2)]
+    assert workflow.model_entries('[{"id": "org/b", "n_items": 2}]', 3) == [("org/b", 2)]
+    assert workflow.model_entries("org/a", 3) == [("org/a", 3)]
+    for bad in ('["org/a", ', "org/a, org/b"):
+        with pytest.raises(ValueError, match=r"-y 'models: \[") as e:
+            workflow.model_entries(bad, 3)
+        assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("entries, match", [
+    ([{"id": "org/a", "n": 3}], r"unknown key\(s\) n; the keys are id and n_items"),
+    ([{"n_items": 3}], "has no id"),
+    ([{"id": "org/a", "n_items": 0}], "n_items must be a whole number of items >= 1"),
+    ([{"id": "org/a", "n_items": 2.5}], "n_items must be a whole number"),
+    ([{"id": "org/a", "n_items": True}], "n_items must be a whole number"),
+    (["org/a", {"id": "org/a", "n_items": 2}], r"lists org/a twice \(entries 1 and 2\)"),
+    ([], "is empty"),
+    ({"id": "org/a"}, "must be a list of models"),
+    ([3], "neither a model id nor a mapping"),
+])
+def test_model_entries_refusals_name_the_setting_and_the_fix(entries, match):
+    with pytest.raises(ValueError, match=match) as e:
+        workflow.model_entries(entries, 6, "offline_models (data/workflow.yaml)")
+    assert "offline_models (data/workflow.yaml)" in str(e.value)
+
+
+def test_study_settings_express_the_spec_design():
+    """data/study.yaml: 1000 items, three models on all of them, two on the first 600 and 400 (spec Sec. I)."""
+    import yaml
+
+    study = yaml.safe_load((ROOT / "data" / "study.yaml").read_text())
+    got = workflow.model_entries(study["models"], study["n_items"], "models (data/study.yaml)")
+    assert study["n_items"] == 1000 and sorted(n for _, n in got) == [400, 600, 1000, 1000, 1000]
+    assert dict(got)["google/gemma-4-E2B-it"] == 600 and dict(got)["Qwen/Qwen3-VL-4B-Instruct"] == 400
+
+
+def _plan(tmp_path, settings: dict, *config: str):
+    """``snakemake -n -p`` with a configfile of ``settings`` (offline), as a user writes one."""
+    import yaml
+
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump(settings, sort_keys=False))
+    env = {**os.environ, "MURK_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    return subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--forceall", "--configfile", str(cfg),
+                           "--config", f"output_dir={tmp_path / 'out'}", *config],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_per_model_item_counts_plan_their_reads_and_shards(tmp_path):
+    """Model entries with n_items (a configfile): each read-out gets its item count, each model
+    ceil(n / shard_size) shards, and the analyse stage the same entries."""
+    settings = {"n_items": 5, "offline_models": ["murk-tiny/smolvlm", {"id": "murk-tiny/qwen3vl", "n_items": 3},
+                                                 {"id": "murk-tiny/gemma", "n_items": 2}]}
+    r = _plan(tmp_path, settings, "shard_size=2")
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout + r.stderr
+    jobs = [b for b in out.split("\nrule ")[1:] if b.startswith("readout_shard:")]
+    shards = sorted(re.search(r"readout/([^/]+)/s2-(\d+)\.done", b).groups() for b in jobs)
+    assert shards == [("murk-tiny--gemma", "0000"), ("murk-tiny--qwen3vl", "0000"), ("murk-tiny--qwen3vl", "0001"),
+                      ("murk-tiny--smolvlm", "0000"), ("murk-tiny--smolvlm", "0001"), ("murk-tiny--smolvlm", "0002")]
+    for b in jobs:
+        slug = re.search(r"readout/([^/]+)/s2-", b).group(1)
+        assert f"-p max_items {dict(smolvlm=5, qwen3vl=3, gemma=2)[slug.split('--')[1]]} " in b
+    assert ('-y \'models: [{"id": "murk-tiny/smolvlm", "n_items": 5}, {"id": "murk-tiny/qwen3vl", "n_items": 3}, '
+            '{"id": "murk-tiny/gemma", "n_items": 2}]\'') in out
+
+
+def test_a_bad_model_entry_is_refused_by_snakemake_naming_the_setting(tmp_path):
+    r = _plan(tmp_path, {"offline_models": [{"id": "murk-tiny/qwen3vl", "items": 3}]})
+    assert r.returncode != 0
+    err = r.stdout + r.stderr
+    assert "offline_models (data/workflow.yaml, --configfile or --config), entry 1" in err
+    assert "unknown key(s) items; the keys are id and n_items" in err

@@ -6,6 +6,9 @@ over images (spec Sec. III), *paired*: one matrix of draw counts
 model, arm, level, task and read-out, so differences and crossings are
 consistent. Per-condition values use its first 1000 rows, crossing points all
 2000 (NumPy fills the draw row by row, so these are the same resamples).
+A model read out on fewer images (the first N of the selection) is analysed
+on its own images with its own draw (:func:`image_groups`); where models are
+compared, the paired sample is their common images (:func:`common_images`).
 Resampled statistics are products of the data with that matrix: there is no
 Python loop over resamples.
 
@@ -20,7 +23,9 @@ selective_abstain   coverage and risk of answering through the abstain options
 monotonicity_table  wrong-way moves per signal series, raw and > 2 SE
 confident_errors    accuracy of answers with c_int >= 0.9 in the murky levels
 reliability_table   reliability-diagram data per model, arm and task
-analyse             all of the above from one draw, plus the ``scores`` dataset
+analyse             all of the above from one draw per set of images, plus the ``scores`` dataset
+image_groups        the models grouped by the images they were read out on (per-model item counts)
+common_images       the images a set of models shares (the paired sample where models are compared)
 median_option_mass  median first-token option mass on clean images per model and task (the guard)
 verbal_rates        parse rate and token-limit-hit rate of the verbal confidence per wording
 """
@@ -38,7 +43,7 @@ __all__ = ["SIGNALS", "AWARENESS_SIGNALS", "CONFIDENCES", "DIRECTION", "STATS", 
            "question_scores", "resample_counts", "condition_means", "floor_of", "crossing_table",
            "confidence_scores", "selective_abstain", "monotonicity_table", "confident_errors",
            "reliability_table", "scores_dataset", "analyse", "median_option_mass", "low_option_mass",
-           "verbal_rates", "VERBAL_WORDING_READOUTS"]
+           "verbal_rates", "VERBAL_WORDING_READOUTS", "image_groups", "common_images"]
 
 #: read-outs summarised per condition
 SIGNALS = ("correct", "c_int", "verbal_conf", "abstain", "abstain2")
@@ -621,9 +626,54 @@ def scores_dataset(means: xr.Dataset, crossings: xr.Dataset, confidence: xr.Data
     return out
 
 
+def image_groups(ds: xr.Dataset) -> list[tuple[list[str], np.ndarray]]:
+    """The models of a cube grouped by the images they were read out on.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        The cube (:func:`murk.cube.merge_models`).
+
+    Returns
+    -------
+    list of (models, images)
+        One entry per distinct set of images, in the order of the cube's models:
+        the model ids (str, cube order) and a bool mask over ``image`` (shape
+        (n_images,)) of the images they were run on (:func:`murk.cube.images_run`:
+        all but those with ``missing_reason`` :data:`murk.cube.NOT_RUN`). A cube
+        whose models all ran on every image gives one group with an all-True mask.
+    """
+    run = cube.images_run(ds).transpose("model", "image").values
+    groups: dict[bytes, tuple[list[str], np.ndarray]] = {}
+    for m, mask in zip(ds["model"].values, run):
+        groups.setdefault(mask.tobytes(), ([], mask.copy()))[0].append(str(m))
+    return list(groups.values())
+
+
+def common_images(ds: xr.Dataset, models) -> np.ndarray:
+    """The images every one of ``models`` was read out on: where models are compared, the paired sample.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        The cube.
+    models : str or sequence of str
+        Model ids of the cube.
+
+    Returns
+    -------
+    numpy.ndarray
+        bool, shape (n_images,): True where no model of ``models`` has
+        ``missing_reason`` :data:`murk.cube.NOT_RUN`.
+    """
+    models = [models] if isinstance(models, str) else list(models)
+    run = cube.images_run(ds.sel(model=models)).transpose("model", "image").values
+    return run.all(axis=0)
+
+
 def analyse(ds: xr.Dataset, n_resamples: int = 1000, n_resamples_crossing: int = 2000, seed: int = 0,
             ci_level: float = 0.95, chance: dict | None = None) -> dict[str, xr.Dataset]:
-    """Every statistic of the study from one paired bootstrap draw.
+    """Every statistic of the study from one paired bootstrap draw per set of images.
 
     Parameters
     ----------
@@ -646,7 +696,24 @@ def analyse(ds: xr.Dataset, n_resamples: int = 1000, n_resamples_crossing: int =
         ``means``, ``crossings``, ``confidence``, ``selective``,
         ``monotonicity``, ``confident``, ``reliability`` and ``scores``
         (:func:`scores_dataset`).
+
+    Notes
+    -----
+    Every statistic of a model is over the images it was read out on
+    (:func:`image_groups`): a model on the first N items of the selection (its
+    entry's ``n_items``) is analysed on those N images with its own draw,
+    ``bootstrap_counts(N, B, seed)``, so its point estimates and intervals equal
+    those of its store analysed alone. Models run on the same images share one
+    draw (paired, as before); the results are in the cube's model order.
     """
+    groups = image_groups(ds)
+    if len(groups) > 1 or not groups[0][1].all():
+        per_group = [analyse(ds.sel(model=models) if mask.all() else
+                             ds.sel(model=models).isel(image=np.flatnonzero(mask)), n_resamples,
+                             n_resamples_crossing, seed, ci_level, chance) for models, mask in groups]
+        order = [str(m) for m in ds["model"].values]
+        return {k: xr.concat([r[k] for r in per_group], dim="model", combine_attrs="override").sel(model=order)
+                for k in per_group[0]}
     counts = metrics.bootstrap_counts(ds.sizes["image"], max(n_resamples, n_resamples_crossing), seed)
     scores = image_scores(ds)
     res = {

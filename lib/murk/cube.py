@@ -56,7 +56,7 @@ __all__ = [
     "SCHEMA_VERSION", "DIMS", "ARMS", "PHYSICAL_ARMS", "CONTROL_ARMS", "TASKS", "READOUTS",
     "TEXT_READOUTS", "VALUE_DTYPE", "CONDITIONS", "IDENTITY_ATTRS", "level_coords", "empty_model_dataset",
     "store_identity", "open_readout_store", "damaged_chunks", "write_image", "merge_models", "open_cube",
-    "t3_image_scores",
+    "t3_image_scores", "NOT_RUN", "images_run",
 ]
 
 SCHEMA_VERSION = 3  # 2: value float64, read-out visibility_hat_censored (issue 13); 3: verbal_stop read-outs (issue 12)
@@ -76,6 +76,9 @@ VALUE_DTYPE = np.float64
 #: text read-outs, stored as separate string variables (``verbal_text_v2/v3``: empty when not asked)
 TEXT_READOUTS = ("verbal_text", "top_token", "verbal_text_v2", "verbal_text_v3")
 N_LEVELS = 1 + len(physics.SWEEP_M)
+#: ``missing_reason`` of an image a model was not asked about (its entry's ``n_items`` stops
+#: before it, spec: two models on the first 600 and 400 items): not bad input, never counted as such
+NOT_RUN = "not run"
 IMAGENET_C_SEVERITIES = (1, 2, 3, 4, 5)
 
 
@@ -387,9 +390,12 @@ def open_readout_store(path: str | os.PathLike, image_ids, categories,
             msg = _identity_diff(path, ds.attrs, attrs)
             if msg:
                 raise ValueError(msg)
-            if list(ds.image.values) != [int(i) for i in image_ids]:
+            have, want = [int(i) for i in ds.image.values], [int(i) for i in image_ids]
+            if have != want:
+                n_differ = (f" (it holds the first {len(have)} items, this run asks for {len(want)}: the model's "
+                            f"n_items changed)" if have[:len(want)] == want or want[:len(have)] == have else "")
                 raise ValueError(
-                    f"read-out store {path} was written for other images; delete it to start afresh "
+                    f"read-out store {path} was written for other images{n_differ}; delete it to start afresh "
                     f"(rm -r {path}), or give this run another output_dir")
             _repair(path, ds)
             return xr.open_zarr(path, consolidated=False)
@@ -509,7 +515,7 @@ def write_missing(path: str | os.PathLike, index: int, reason: str) -> None:
 
 
 def merge_models(stores: Mapping[str, str | os.PathLike], out: str | os.PathLike,
-                 attrs: Mapping[str, Any] | None = None) -> xr.Dataset:
+                 attrs: Mapping[str, Any] | None = None, images=None) -> xr.Dataset:
     """Merge per-model read-out stores into the cube (atomic replace of ``out``).
 
     Parameters
@@ -521,6 +527,10 @@ def merge_models(stores: Mapping[str, str | os.PathLike], out: str | os.PathLike
         moved into place, so a reader never sees a half-written cube.
     attrs : mapping, optional
         Extra global attributes (e.g. git commit).
+    images : (image_ids, categories), optional
+        The selection (``items.json``: its ``image_id`` and ``category`` columns,
+        in order): the cube's ``image`` axis. Default: the union of the stores'
+        images, the longest store's first.
 
     Returns
     -------
@@ -530,11 +540,24 @@ def merge_models(stores: Mapping[str, str | os.PathLike], out: str | os.PathLike
     Raises
     ------
     ValueError
-        If the stores disagree on items, config or depth backend, or a store
-        has images not yet read out.
+        If the stores disagree on items, config or depth backend, a store
+        has images not yet read out, or (with ``images``) holds an image that is
+        not in the selection.
+
+    Notes
+    -----
+    Stores of different sizes (a model read out on the first N items of the
+    selection, its entry's ``n_items``) are merged over the union of their
+    images, in the selection's order (the longest store's; a shorter store holds
+    the first items): where a model was not asked about an image its read-outs
+    are NaN, its text read-outs ``""`` and its ``missing_reason`` is
+    :data:`NOT_RUN` (not bad input). The coordinate ``n_items`` (model, int64)
+    records how many images each model was read out on; :func:`images_run` says
+    which.
     """
     parts, models = [], []
     common = ("config_hash", "items_hash", "depth_backend")
+    text_vars = (*TEXT_READOUTS, "missing_reason")
     first_attrs = None
     ctx = _quiet()
     try:
@@ -550,11 +573,40 @@ def merge_models(stores: Mapping[str, str | os.PathLike], out: str | os.PathLike
             models.append((model, ds.attrs))
             if "missing_reason" not in ds:  # stores written before bad-input records existed
                 ds["missing_reason"] = ("image", np.full(ds.sizes["image"], "", dtype=object))
+            for name in text_vars:  # object strings: numpy's StringDType cannot be outer-joined with a fill
+                if name in ds:
+                    ds[name] = ds[name].copy(data=np.asarray(ds[name].values, dtype=object))
             parts.append(ds.drop_vars("done"))
     finally:
         ctx.__exit__(None, None, None)
     if not parts:
         raise ValueError("merge_models: no read-out stores given")
+    # Stores of different sizes (a model read out on the first N items): the images in the
+    # selection's order (the longest store's, which the shorter ones begin with), not sorted ids;
+    # an image a model was not asked about is NaN, "" and missing_reason NOT_RUN.
+    order: list[int] = []
+    category: dict[int, str] = {}
+    if images is not None:
+        for img, cat in zip(*images):
+            order.append(int(img))
+            category[int(img)] = str(cat)
+        for (model, _), ds in zip(models, parts):
+            extra = [int(i) for i in ds["image"].values if int(i) not in category]
+            if extra:
+                raise ValueError(f"the read-out store of {model} holds {len(extra)} image(s) that are not in the "
+                                 f"selection (e.g. {extra[:3]}): it belongs to another selection; delete it and run "
+                                 f"its read-out again")
+    for ds in sorted(parts, key=lambda d: -d.sizes["image"]):
+        for img, cat in zip(ds["image"].values.tolist(), ds["category"].values.tolist()):
+            if img not in category:
+                order.append(img)
+                category[img] = str(cat)
+    n_run = [int(ds.sizes["image"]) for ds in parts]
+    fill = {"value": np.nan, "missing_reason": NOT_RUN, **{name: "" for name in TEXT_READOUTS}}
+    parts = [ds if ds["image"].values.tolist() == order else
+             ds.drop_vars("category").reindex(image=order, fill_value=fill).assign_coords(
+                 category=("image", [category[i] for i in order]))
+             for ds in parts]
     cube = xr.concat(parts, dim="model", combine_attrs="drop", join="outer")
     cube["value"] = cube["value"].astype(VALUE_DTYPE)  # stores of older versions held float32
     cube = cube.assign_coords(
@@ -563,7 +615,10 @@ def merge_models(stores: Mapping[str, str | os.PathLike], out: str | os.PathLike
         pipeline_check=("model", [bool(a.get("pipeline_check", 0)) for _, a in models]),
         n_visual_tokens=("model", [int(a.get("n_visual_tokens", -1)) for _, a in models]),
         kind=("model", [str(a.get("kind", "vlm")) for _, a in models]),
+        n_items=("model", np.asarray(n_run, dtype=np.int64)),
     )
+    cube["n_items"].attrs.update(long_name="images the model was read out on (the first n_items of the selection; "
+                                           "the others have missing_reason 'not run')")
     cube = cube.transpose(*DIMS)
     cube.attrs = {k: first_attrs[k] for k in first_attrs if k in (*common, "depth_approximate", "depth_model")}
     cube.attrs["schema_version"] = SCHEMA_VERSION
@@ -587,6 +642,30 @@ def merge_models(stores: Mapping[str, str | os.PathLike], out: str | os.PathLike
     os.replace(tmp, out)
     shutil.rmtree(old, ignore_errors=True)
     return cube
+
+
+def images_run(ds: xr.Dataset) -> xr.DataArray:
+    """Which images each model was asked about (its own images).
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        The cube (:func:`merge_models`), or a selection of it.
+
+    Returns
+    -------
+    xarray.DataArray
+        bool, dims of ``missing_reason`` (model, image): False where
+        ``missing_reason`` is :data:`NOT_RUN` (the model's ``n_items`` stopped
+        before the image). Images with bad input count as run (they are the
+        model's missing values, not a smaller sample). All True for a cube
+        without ``missing_reason``.
+    """
+    if "missing_reason" not in ds:
+        dims = [d for d in ("model", "image") if d in ds.dims]
+        return xr.DataArray(np.ones([ds.sizes[d] for d in dims], dtype=bool), dims=dims,
+                            coords={d: ds[d] for d in dims})
+    return ds["missing_reason"] != NOT_RUN
 
 
 def open_cube(path: str | os.PathLike) -> xr.Dataset:
