@@ -35,9 +35,10 @@
 # (`paper_numbers.json`) is written by the last cell.
 
 # %% tags=["parameters"]
-models = ["murk-tiny/smolvlm", "murk-tiny/qwen3vl"]   # models whose read-out stores form the cube: ids, or
-                      # {id: ..., n_items: N} for a model read out on the first N items (papermill -y 'models: [...]')
-shard_size = None     # the read-outs' shard size (None: one store per model)
+models = None         # models whose read-out stores form the cube: ids, or {id: ..., n_items: N} for a model
+                      # read out on the first N items (papermill -y 'models: [...]'); None: the run settings'
+                      # models (data/workflow.yaml; offline_models if MURK_OFFLINE=1)
+shard_size = None     # the read-outs' shard size (None: the run settings' shard_size; null: one store per model)
 monitor_sensitivity_items = 20   # items on which the monitor is re-run with a wrong depth (0: skip)
 output_dir = None
 
@@ -141,6 +142,8 @@ def w_text(w: float, lo: float, hi: float, lower: bool, upper: bool) -> str:
 # The VLMs are analysed below; the monitor has its own section.
 
 # %%
+# a parameter left at None takes its default from the run settings (data/workflow.yaml), as Snakemake does
+models, shard_size = config.run_default("models", models), config.run_default("shard_size", shard_size)
 ENTRIES = workflow.model_entries(models, None, "the analyse notebook's parameter models")   # n None: not given
 # each model's n: its entry's n_items, at most the selection (a root whose items.json lists no items, a cube
 # analysed without its select stage, takes the images of its stores)

@@ -23,6 +23,7 @@ MIRRORED = {
     "02_depth": {"backend": "depth_backend", "model": "depth_model"},
     "03_readout": {"model": "models", "device": "device", "n_verbal_items": "n_verbal_items",
                    "trust_remote_code": "trust_remote_code", "allow_pickle": "allow_pickle"},
+    "04_analyse": {"models": "models", "shard_size": "shard_size"},
 }
 
 
