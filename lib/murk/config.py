@@ -342,7 +342,8 @@ def git_commit() -> str:
         return "unknown"
 
 
-def package_versions(packages=("torch", "transformers", "numpy", "xarray", "zarr", "snakemake")) -> dict[str, str]:
+def package_versions(packages=("torch", "transformers", "numpy", "xarray", "zarr", "snakemake",
+                              "imagecorruptions-imaug")) -> dict[str, str]:
     """Installed versions of ``packages`` and of Python, for the colophon.
 
     Returns
