@@ -14,6 +14,7 @@ import sys
 from snakemake.exceptions import WorkflowError
 
 from murk import workflow as murk_workflow
+from murk.paths import model_slug
 
 configfile: "data/workflow.yaml"
 
@@ -52,12 +53,14 @@ if DEPTH_BACKEND == "auto":
     DEPTH_BACKEND = "constant" if OFFLINE else "depth-anything-v2"
 
 
-def slug(model):
-    import re
-    return re.sub(r"[^A-Za-z0-9._-]+", "--", model).strip("-")
-
-
-SLUG2MODEL = {slug(m): m for m in MODELS}
+# one slug function for markers, stores, notebooks and numbers keys (murk.paths.model_slug)
+SLUG2MODEL = {}
+for _m in MODELS:
+    _s = model_slug(_m)
+    if _s in SLUG2MODEL:
+        raise WorkflowError(f"models {SLUG2MODEL[_s]!r} and {_m!r} would share the read-out store "
+                            f"readout/{_s}.zarr: give one of them another path or name")
+    SLUG2MODEL[_s] = _m
 NB = f"{OUT}/notebooks"
 # Each rule's log: its notebook as papermill executes it, in Snakemake's scratch folder (one per
 # output root). It is moved to NB, the audit trail the paper embeds from, only when the notebook ran

@@ -294,3 +294,18 @@ def test_a_bad_model_entry_is_refused_by_snakemake_naming_the_setting(tmp_path):
     err = r.stdout + r.stderr
     assert "offline_models (data/workflow.yaml, --configfile or --config), entry 1" in err
     assert "unknown key(s) items; the keys are id and n_items" in err
+
+
+def test_two_folders_with_the_same_last_part_get_their_own_stores(tmp_path):
+    """One slug function (murk.paths.model_slug) for the Snakefile's markers and the notebooks' stores and
+    numbers keys: two checkpoints ``…/run1/final`` and ``…/run2/final`` never share a store or a key."""
+    a, b = str(tmp_path / "run1" / "final"), str(tmp_path / "run2" / "final")
+    assert paths.model_slug(a) != paths.model_slug(b)
+    assert paths.readout_store(a, tmp_path) != paths.readout_store(b, tmp_path)
+    assert paths.model_slug("murk-tiny/smolvlm") == "murk-tiny--smolvlm"   # hub-style ids as before
+    r = _plan(tmp_path, {"offline_models": [a, b]})
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout + r.stderr
+    for m in (a, b):  # the marker the rule writes is the one of the store the notebook writes
+        assert f"readout/{paths.model_slug(m)}.done" in out
+        assert workflow.store_of(paths.readout_store(m, tmp_path).with_suffix(".done")) == paths.readout_store(m, tmp_path)

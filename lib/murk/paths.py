@@ -150,15 +150,19 @@ def paper_out_dir(root: str | os.PathLike | None = None) -> Path:
 
 
 def model_slug(model: str) -> str:
-    """File-system-safe name of a model id or folder.
+    """File-system-safe name of a model id or folder: the name of its store, its notebook and its numbers keys.
 
-    ``"HuggingFaceTB/SmolVLM-256M-Instruct"`` -> ``"HuggingFaceTB--SmolVLM-256M-Instruct"``;
-    a local folder gives its last path component.
+    The whole id or path is kept, so that two models never share a slug: ``"HuggingFaceTB/SmolVLM-256M-Instruct"``
+    -> ``"HuggingFaceTB--SmolVLM-256M-Instruct"``; ``"/data/run1/final"`` -> ``"data--run1--final"`` and
+    ``"/data/run2/final"`` -> ``"data--run2--final"`` (a folder's ``.`` and ``..`` components and its
+    separators, ``/`` or ``\\``, are dropped). The one slug function: the Snakefile names its markers with it.
+
+    >>> model_slug("murk-tiny/smolvlm"), model_slug("./ckpt/run1/final/")
+    ('murk-tiny--smolvlm', 'ckpt--run1--final')
     """
-    p = Path(model)
-    if p.is_absolute() or model.startswith("."):
-        model = p.name
-    return re.sub(r"[^A-Za-z0-9._-]+", "--", model).strip("-")
+    parts = [x for x in re.split(r"[\\/]+", str(model)) if x not in ("", ".", "..")]
+    slugs = (re.sub(r"[^A-Za-z0-9._-]+", "--", x).strip("-") for x in parts)
+    return "--".join(x for x in slugs if x)
 
 
 def offline() -> bool:
