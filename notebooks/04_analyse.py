@@ -914,11 +914,13 @@ record("finding.rq3.verbal_wordings", (
 # (`murk.nominal.nominal_equivalence`; the luma std ratio frozen before the pilot
 # is the check). Here: the median V_eq and its spread across images (spec
 # Table VII), each model's accuracy at the severities against its clean
-# accuracy (paired differences), and whether the severities reach the failure
-# band, i.e. lie at or below the model's V_acc. The severities *sit on the
-# plateau* for a model when no severity lowers its accuracy (every interval of
-# the difference reaches zero or above) and every severity's V_eq lies above its
-# V_acc interval; they cannot be placed for a model whose accuracy does not
+# accuracy (paired differences; the largest change by magnitude is stated with
+# its sign and severity), and whether the severities reach the failure band. The
+# severities *sit on the plateau* for a model when every severity's median V_eq
+# lies above the visibility at which the model's fog accuracy starts to fall
+# (where it has lost a tenth of its clean-to-chance range, `murk.claims.fall_band`;
+# the upper end of the V_acc interval where that is undefined), and *reach into
+# the band* otherwise; they cannot be placed for a model whose accuracy does not
 # collapse.
 
 # %%
@@ -1613,7 +1615,6 @@ display(Markdown(numbers["finding.monitor.depth"]))
 # abstain rate rises.
 
 # %%
-DIRECTION = {"c_int": "falls", "verbal_conf": "falls", "abstain": "rises", "abstain2": "rises"}
 ARM_PHRASE = {"fog": "in fog", "underwater": "under water"}
 
 
@@ -1646,7 +1647,10 @@ model_words = f"{'one model' if n_models == 1 else f'{n_models} models'} ({fmt_l
 parts = [f"How murky can a scene get before a vision-language model knows that it cannot see? murk places the "
          f"accuracy, internal confidence, verbalized confidence and abstention of {model_words} on one physical "
          f"axis, the meteorological visibility V in metres, for fog (Koschmieder) and for clear water (Pope–Fry "
-         f"absorption), over {numbers['n_items']} COCO images, and summarises each signal against accuracy by the "
+         f"absorption), over {numbers['n_items']} COCO images"
+         + (" (" + fmt_list(f"{name(m)} on the first {N_OF[m]}" for m in VLMS if N_OF[m] < ds.sizes["image"]) + ")"
+            if any(N_OF[m] < ds.sizes["image"] for m in VLMS) else "")
+         + ", and summarises each signal against accuracy by the "
          "blind-spot width W, the decades of visibility by which it follows accuracy's collapse."]
 rq1 = []   # (arm, sentence template with {what}: the same template in every arm is said once)
 for arm in physical:
@@ -1678,7 +1682,7 @@ for signal, rq in (("c_int", "rq2"), ("verbal_conf", "rq2"), ("abstain", "rq3"))
         undefined_signals.append(what)
         continue
     bits = [f"{LAG_WORDS[k_]} for {len(g)}" for k_, g in defined.items()]
-    rq23.append(f"the {what}, which {DIRECTION[signal]} in murkier conditions, " + fmt_list(bits)
+    rq23.append(f"the {what}, which {claims.direction(signal)} in murkier conditions, " + fmt_list(bits)
                 + f" of the {n_def} model–arm pairs where accuracy collapses and W is defined")
 if rq23:
     parts.append("Against accuracy, " + "; ".join(rq23) + ".")
@@ -1769,7 +1773,8 @@ else:
 record("discussion.scope", (
     (f"The results of {fmt_list(name(m) for m in PC_MODELS)} are a pipeline check: random-weight checkpoints, whose "
      "verdicts test that each sentence follows the cube, not what any VLM does. " if PC_MODELS else "")
-    + f"The study covers {model_words}, synthetic degradations rendered from a monocular depth estimate and "
+    + f"The study covers {model_words}, synthetic degradations rendered from "
+    + ("an approximate constant depth" if approximate else "a monocular depth estimate") + " and "
     "multiple-choice questions about one marked object; the visibilities in metres are conditional on the depth "
     "scale, W is not. A separate visibility estimate (the monitor) is one way to abstain without relying on the "
     "model's own awareness; its measured accuracy and gate are in the section before."))
