@@ -51,7 +51,7 @@ def test_by_hand_examples_run_as_printed(demo, tmp_path):
                MPLBACKEND="Agg", PATH=f"{Path(sys.executable).parent}:{env['PATH']}")
     r = subprocess.run(["bash", "-e", "-c", block], cwd=work, env=env, capture_output=True, text=True, timeout=1500)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
-    for nb in ("03_readout-mine.ipynb", "04_analyse-mine.ipynb"):
+    for nb in ("03_readout-mine.ipynb", "04_analyse.ipynb"):  # the analyse notebook where the paper embeds from
         assert (work / "outputs" / "notebooks" / nb).is_file(), nb
     models = re.search(r"-y 'models: \[(.*?)\]'", block).group(1).split(", ")
     cube_ = xr.open_zarr(work / "outputs" / "cube.zarr")
