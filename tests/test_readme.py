@@ -56,3 +56,14 @@ def test_by_hand_examples_run_as_printed(demo, tmp_path):
     models = re.search(r"-y 'models: \[(.*?)\]'", block).group(1).split(", ")
     cube_ = xr.open_zarr(work / "outputs" / "cube.zarr")
     assert [m for m in cube_["model"].values if m != monitor.MONITOR_ID] == models
+    # the paper rendered afterwards (make paper's converter) takes its text and its embedded tables from this run
+    r = subprocess.run([sys.executable, "-m", "murk.paper", "--output-dir", str(work / "outputs")], cwd=work, env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    html = (work / "outputs" / "paper" / "index.html").read_text(encoding="utf-8")
+    models_table = html[html.index('id="tbl-models"'):][:20000]
+    models_table = models_table[:models_table.index("</table>")]
+    for m in ("murk-tiny/gemma",):  # the demo's third model is in the demo's table, not in this run's
+        assert m not in models_table
+    for m in models:
+        assert m in models_table
