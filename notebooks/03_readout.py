@@ -56,10 +56,11 @@ from murk import config, cube, depth, engine, items, paths, prompts, readout, re
 cfg = config.load_config()
 table, meta = items.read_items(output_dir)
 # a parameter left at None takes its default from the run settings (data/workflow.yaml), as Snakemake does
-listed = workflow.model_entries(config.run_default("models"), len(table), "the run settings' models")
-model = model or listed[0].id
-if max_items is None:  # a model listed with n_items is read out on its first n_items, as Snakemake does
-    max_items = next((e.n_items for e in listed if e.id == model and e.n_items < len(table)), None)
+if model is None or max_items is None:  # (Snakemake passes both)
+    listed = workflow.model_entries(config.run_default("models"), len(table), "the run settings' models")
+    model = model or listed[0].id
+    if max_items is None:  # a model listed with n_items is read out on its first n_items, as Snakemake does
+        max_items = next((e.n_items for e in listed if e.id == model and e.n_items < len(table)), None)
 n_verbal_items = int(config.run_default("n_verbal_items", n_verbal_items))
 device = config.run_default("device", device)
 trust_remote_code = bool(config.run_default("trust_remote_code", trust_remote_code))

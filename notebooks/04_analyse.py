@@ -319,7 +319,18 @@ for name_, obj in (("scores", sc), ("condition_means", means), ("crossings", cro
     tmp = TABLE_DIR / f".{name_}.nc.tmp"
     obj.to_netcdf(tmp)
     os.replace(tmp, TABLE_DIR / f"{name_}.nc")
-counts = analysis.resample_counts(ds.sizes["image"], A["bootstrap_resamples_crossing"], A["bootstrap_seed"])
+_DRAWS: dict[int, np.ndarray] = {}
+
+
+def draw(n: int) -> np.ndarray:
+    """The bootstrap draw over ``n`` images (resamples × images; its first rows are the per-condition draw),
+    made once per sample size: a model's own images, or the images two models share (the first n)."""
+    if n not in _DRAWS:
+        _DRAWS[n] = analysis.resample_counts(n, A["bootstrap_resamples_crossing"], A["bootstrap_seed"])
+    return _DRAWS[n]
+
+
+counts = draw(ds.sizes["image"])
 image_scores = analysis.image_scores(ds)   # (model, arm, level, task = t2 | t3, image, readout)
 
 
@@ -335,8 +346,8 @@ def paired_difference(a: xr.DataArray, b: xr.DataArray) -> tuple[float, float, f
     ms = sorted({str(x["model"].values) for x in (a, b) if "model" in x.coords and x["model"].ndim == 0})
     keep = np.flatnonzero(analysis.common_images(ds, ms) if ms else np.ones(a.sizes["image"], bool))
     d = (a - b).isel(image=keep).expand_dims(k=[0])
-    cnt = analysis.resample_counts(keep.size, A["bootstrap_resamples"], A["bootstrap_seed"])
-    m = analysis.condition_means(d, A["bootstrap_resamples"], A["bootstrap_seed"], A["ci_level"], counts=cnt)
+    m = analysis.condition_means(d, A["bootstrap_resamples"], A["bootstrap_seed"], A["ci_level"],
+                                 counts=draw(keep.size))
     return tuple(float(m[v].sel(k=0)) for v in ("mean", "lo", "hi"))
 
 
@@ -1385,8 +1396,7 @@ if HAS_MONITOR:
         keep = analysis.common_images(full, [monitor.MONITOR_ID, m])
         if keep.tobytes() not in PAIRED:
             idx = np.flatnonzero(keep)
-            cnt = counts if keep.all() else analysis.resample_counts(idx.size, A["bootstrap_resamples_crossing"],
-                                                                     A["bootstrap_seed"])
+            cnt = draw(idx.size)
             PAIRED[keep.tobytes()] = (idx, cnt, metrics.bootstrap_resample_means(mscores.isel(image=idx), "image",
                                                                                 counts=cnt))
         return PAIRED[keep.tobytes()]

@@ -251,7 +251,7 @@ def fmt_level(visibility_m: float) -> str:
     v = float(visibility_m)
     if not math.isfinite(v):
         return "clean"
-    q = Decimal("0.01") if abs(v) < 2 else Decimal("0.1")
+    q = Decimal("0.01") if visibility_digits(v) == 2 else Decimal("0.1")
     s = str(Decimal(repr(v)).quantize(q, rounding=ROUND_HALF_UP))
     return s[:-2] if s.endswith(".0") else s
 
