@@ -26,10 +26,6 @@ OUT = config["output_dir"]
 if workflow.is_main_process:
     for _lock in murk_workflow.hold_run_lock(os.path.join(os.getcwd(), ".snakemake")):
         print(f"murk: removed the stale Snakemake lock {_lock} of a killed run (no run is alive)", file=sys.stderr)
-    # A read-out store's marker vouches for the store's content; a store deleted, changed or
-    # damaged after its marker was written drops the marker, so its read-out runs again.
-    for _marker, _why in murk_workflow.drop_stale_markers(os.path.join(OUT, "readout")):
-        print(f"murk: {_why}: its read-out runs again", file=sys.stderr)
 OFFLINE = os.environ.get("MURK_OFFLINE", "0").lower() in {"1", "true", "yes"}
 # A model entry is an id, or {id: ..., n_items: N}: read out on the first N items only
 # (murk.workflow.model_entries, the one parser; its refusals name the setting and the fix).
@@ -122,6 +118,42 @@ rule depth:
 # failed job, and the store must survive a killed job so the next run resumes. The
 # declared output is a marker holding the store's content digest (murk.workflow).
 MARK = "python -m murk.workflow mark {output}"
+
+# A marker vouches for its store's content. A store deleted, changed or damaged after its marker
+# was written, or a marker deleted (the README's repair step), forces that read-out while
+# Snakemake builds its job graph (murk.workflow.rerun_reason, force_rerun): the store is re-read
+# (only what is missing or damaged) and the cube and paper after it are made again, also when
+# they are newer. A dry run (make plan) lists those jobs and changes nothing on disk.
+DOWNSTREAM = [f"{OUT}/cube.zarr", f"{OUT}/paper_numbers.json"]
+_FORCED = set()
+
+
+def rerun_if_stale(marker_of):
+    """An input function (no inputs) of a rule whose output is a marker: forces the job when the
+    marker no longer vouches for its store."""
+    def check(wildcards):
+        marker = marker_of(wildcards)
+        if not workflow.is_main_process or marker in _FORCED:
+            return []
+        why = murk_workflow.rerun_reason(marker, DOWNSTREAM)
+        if why is None:
+            return []
+        _FORCED.add(marker)
+        plan = workflow.dryrun
+        if murk_workflow.force_rerun(workflow, marker):
+            print(f"murk: {why}: its read-out {'would run' if plan else 'runs'} again, and the cube and "
+                  f"paper after it", file=sys.stderr)
+        elif not plan:  # a Snakemake without a DAG to force: drop what vouches for the old state
+            for f in [marker, f"{OUT}/paper_numbers.json"]:
+                if os.path.isfile(f):
+                    os.remove(f)
+            print(f"murk: {why}: its marker and the numbers file were removed, so the read-out and "
+                  f"everything after it run again", file=sys.stderr)
+        else:
+            print(f"murk: {why}: a real run re-reads it", file=sys.stderr)
+        return []
+    return check
+
 READOUT_PARAMS = dict(model=lambda wc: SLUG2MODEL[wc.slug], n=lambda wc: N_OF[SLUG2MODEL[wc.slug]], device=DEVICE, n_verbal=config.get("n_verbal_items", 0),
                       trust=bool(config.get("trust_remote_code", False)), pickle=bool(config.get("allow_pickle", False)))
 READOUT_ARGS = ("-p model {params.model} -p max_items {params.n} {params.device} -p n_verbal_items {params.n_verbal}"
@@ -150,6 +182,7 @@ rule readout:
         nb="notebooks/03_readout.py",
         item_table=rules.select.output.item_table,
         depth=rules.depth.output.current,
+        stale=rerun_if_stale(lambda wc: f"{OUT}/readout/{wc.slug}.done"),
     output:
         f"{OUT}/readout/{{slug}}.done",
     log:
@@ -167,6 +200,7 @@ rule readout_shard:
         nb="notebooks/03_readout.py",
         item_table=rules.select.output.item_table,
         depth=rules.depth.output.current,
+        stale=rerun_if_stale(lambda wc: f"{OUT}/readout/{wc.slug}/s{wc.size}-{wc.shard}.done"),
     output:
         f"{OUT}/readout/{{slug}}/s{{size}}-{{shard}}.done",
     log:
@@ -186,6 +220,7 @@ rule monitor:
         nb="notebooks/03b_monitor.py",
         item_table=rules.select.output.item_table,
         depth=rules.depth.output.current,
+        stale=rerun_if_stale(lambda wc: f"{OUT}/readout/murk--visibility-monitor.done"),
     output:
         f"{OUT}/readout/murk--visibility-monitor.done",
     log:

@@ -47,9 +47,9 @@ def test_store_digest_follows_content_not_times(tmp_path):
     assert workflow.store_digest(store) != d
 
 
-def test_stale_markers_are_named_and_dropped(tmp_path):
+def test_stale_markers_are_named_and_nothing_is_deleted(tmp_path):
     folder = tmp_path / "readout"
-    for name in ("ok", "changed", "deleted", "old"):
+    for name in ("ok", "changed", "deleted", "old", "repaired"):
         _store(folder / f"{name}.zarr")
         workflow.write_marker(folder / f"{name}.done")
     (folder / "old.done").write_text("")  # a marker of an older murk (Snakemake's touch)
@@ -59,14 +59,21 @@ def test_stale_markers_are_named_and_dropped(tmp_path):
     import shutil
 
     shutil.rmtree(folder / "deleted.zarr")
-    assert workflow.stale_reason(folder / "ok.done") is None
-    assert workflow.stale_reason(folder / "shard" / "s2-0005.done") is None
-    dropped = dict(workflow.drop_stale_markers(folder))
-    assert set(dropped) == {folder / "changed.done", folder / "deleted.done", folder / "old.done"}
-    assert "changed after its marker" in dropped[folder / "changed.done"]
-    assert "is missing" in dropped[folder / "deleted.done"]
-    assert "no content digest" in dropped[folder / "old.done"]
-    assert (folder / "ok.done").exists() and not (folder / "changed.done").exists()
+    shutil.rmtree(folder / "repaired.zarr")  # the README's repair step: the store and its marker
+    (folder / "repaired.done").unlink()
+    cube_zarr = tmp_path / "cube.zarr"
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    why = {m: workflow.rerun_reason(folder / f"{m}.done", [cube_zarr]) for m in
+           ("ok", "changed", "deleted", "old", "repaired")}
+    assert why["ok"] is None and workflow.rerun_reason(folder / "shard" / "s2-0005.done", [cube_zarr]) is None
+    assert "changed after its marker" in why["changed"]
+    assert "is missing" in why["deleted"]
+    assert "no content digest" in why["old"]
+    assert why["repaired"] is None  # nothing downstream yet: Snakemake runs it anyway, no message
+    cube_zarr.mkdir()
+    assert "marker" in workflow.rerun_reason(folder / "repaired.done", [cube_zarr]) \
+        and "is missing too" in workflow.rerun_reason(folder / "repaired.done", [cube_zarr])
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before  # a plan deletes nothing
     assert json.loads((folder / "ok.done").read_text())["store"] == "ok.zarr"
 
 
@@ -107,20 +114,21 @@ def test_stale_snakemake_lock_is_removed_only_when_no_run_is_alive(tmp_path):
 
 # --- through Snakemake, as users run it ---
 
-def _snakemake(out: Path, *args: str, config: tuple[str, ...] = (), timeout: int = 1500) -> subprocess.CompletedProcess:
+def _snakemake(out: Path, *args: str, config: tuple[str, ...] = (), timeout: int = 1500,
+               model: str = MODEL) -> subprocess.CompletedProcess:
     """``snakemake --cores 1 ARGS --config …`` (targets and flags go before --config, which takes the rest)."""
     env = {**os.environ, "MURK_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "MURK_COCO_DIR": str(SAMPLE),
            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "MPLBACKEND": "Agg"}
     cmd = [sys.executable, "-m", "snakemake", "--cores", "1", *args, "--config", f"output_dir={out}", "n_items=1",
-           f'offline_models=["{MODEL}"]', "run_name=workflow-test", *config]
+           f'offline_models=["{model}"]', "run_name=workflow-test", *config]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def _papermill_readout(out: Path, *params: str) -> subprocess.CompletedProcess:
+def _papermill_readout(out: Path, *params: str, model: str = MODEL) -> subprocess.CompletedProcess:
     env = {**os.environ, "MURK_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "MURK_COCO_DIR": str(SAMPLE),
            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "MPLBACKEND": "Agg"}
     cmd = (f"jupytext --to ipynb notebooks/03_readout.py -o - | papermill - {out}/by-hand.ipynb --cwd {ROOT} "
-           f"-p output_dir {out} -p model {MODEL} " + " ".join(params))
+           f"-p output_dir {out} -p model {model} " + " ".join(params))
     return subprocess.run(["bash", "-c", cmd], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
 
 
@@ -137,24 +145,50 @@ def test_failed_select_keeps_the_previous_items(tmp_path):
     assert ((out / "items.json").read_bytes(), (out / "items_meta.json").read_bytes()) == before
 
 
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _cube(root: Path) -> xr.Dataset:
+    return xr.open_zarr(root / "cube.zarr", consolidated=False).load()
+
+
+def _plan_lists_the_rerun(out: Path, r: subprocess.CompletedProcess, why: str) -> None:
+    """A dry run (make plan) names the stale store, lists the read-out and everything after it."""
+    text = r.stdout + r.stderr
+    assert r.returncode == 0, text[-3000:]
+    assert why in r.stderr and "would run again, and the cube and paper after it" in r.stderr, r.stderr[-3000:]
+    for rule in ("readout", "analyse", "paper"):
+        assert re.search(rf"^(local)?rule {rule}:", text, re.M), (rule, text[-3000:])
+    assert "Forced execution" in text
+
+
 @needs_sample
 @pytest.mark.slow
-def test_stale_or_mixed_read_out_store_is_noticed(tmp_path):
-    """A store read out by hand with other settings is refused, naming the setting, and left as it
-    was; a store damaged or deleted after its marker makes Snakemake run its read-out again, which
-    re-reads what is needed and ends with the same values."""
+def test_stale_store_of_a_local_checkpoint_folder_is_re_read_and_the_paper_re_made(tmp_path):
+    """A local checkpoint folder as the model (one slug for the Snakefile's marker and the notebook's
+    store): a store read out by hand with other settings is refused, naming the setting, and left as it
+    was; on the finished root, a chunk emptied after the run (a power loss) and then the README's repair
+    step (``rm -r`` the store and its ``.done``) each make the default target re-read the store and
+    re-make the cube and the paper, with the cube of the uninterrupted run; the dry run before each
+    leaves the root byte-identical."""
+    from murk.checkpoints import build_tiny_checkpoint
+
+    folder = build_tiny_checkpoint("smolvlm", tmp_path / "ckpt" / "run1" / "final", seed=0)
+    model = str(folder)
     out = tmp_path / "out"
-    marker = out / "readout" / f"{paths.model_slug(MODEL)}.done"
+    marker = out / "readout" / f"{paths.model_slug(model)}.done"
     store = workflow.store_of(marker)
-    r = _snakemake(out, f"{out}/depth/current.json")
+    assert store == paths.readout_store(model, out)  # the Snakefile's name is the notebook's
+    r = _snakemake(out, f"{out}/depth/current.json", model=model)
     assert r.returncode == 0, r.stderr[-3000:]
 
     # by hand with another n_verbal_items (0) than the workflow's (2; the notebook's default is the workflow's),
     # then Snakemake
-    r = _papermill_readout(out, "-p max_items 1", "-p n_verbal_items 0")  # (max_items 0 opens no store)
+    r = _papermill_readout(out, "-p max_items 1", "-p n_verbal_items 0", model=model)
     assert r.returncode == 0, r.stderr[-3000:]
     digest = workflow.store_digest(store)
-    r = _snakemake(out, str(marker))
+    r = _snakemake(out, model=model)
     assert r.returncode != 0
     assert "n_verbal_items: store 0, this run 1" in r.stdout + r.stderr
     assert workflow.store_digest(store) == digest and not marker.exists()  # the refusal wrote nothing
@@ -162,25 +196,65 @@ def test_stale_or_mixed_read_out_store_is_noticed(tmp_path):
     import shutil
 
     shutil.rmtree(store)
-    r = _snakemake(out, str(marker))
+    r = _snakemake(out, model=model)  # the default target: read-outs, monitor, cube, paper
     assert r.returncode == 0, r.stderr[-3000:]
-    before = xr.open_zarr(store, consolidated=False).load()
-    assert bool(before["done"].all()) and before.attrs["n_verbal_items"] == 1
-    r = _snakemake(out, str(marker), "-n")
-    assert "Nothing to be done" in r.stdout + r.stderr
+    assert workflow.read_marker(marker)["digest"] == workflow.store_digest(store) != "absent"
+    first = _cube(out)
+    assert bool(xr.open_zarr(store, consolidated=False)["done"].all())
+    assert "Nothing to be done" in (r := _snakemake(out, "-n", model=model)).stdout + r.stderr
 
     chunk = store / "value" / "0.0.0.0.0"  # damaged after the run (a power loss): zero bytes
     chunk.write_bytes(b"")
-    r = _snakemake(out, str(marker), "-n")
-    assert "changed after its marker was written" in r.stderr and "rule readout" in r.stdout + r.stderr
-    r = _snakemake(out, str(marker))
+    before = _tree(out)
+    _plan_lists_the_rerun(out, _snakemake(out, "-n", model=model), "changed after its marker was written")
+    assert _tree(out) == before  # make plan changes nothing on disk
+    paper_time = (out / "paper" / "index.html").stat().st_mtime
+    r = _snakemake(out, model=model)
     assert r.returncode == 0, r.stderr[-3000:]
-    after = xr.open_zarr(store, consolidated=False).load()
-    xr.testing.assert_identical(after["value"], before["value"])
+    assert "runs again, and the cube and paper after it" in r.stderr
+    xr.testing.assert_identical(_cube(out), first)
+    assert (out / "paper" / "index.html").stat().st_mtime > paper_time
 
-    shutil.rmtree(store)  # deleted: its marker no longer vouches for anything
-    r = _snakemake(out, str(marker), "-n")
-    assert "is missing: its read-out runs again" in r.stderr and "rule readout" in r.stdout + r.stderr
+    shutil.rmtree(store)  # the README's repair step
+    marker.unlink()
+    before = _tree(out)
+    _plan_lists_the_rerun(out, _snakemake(out, "-n", model=model), "is missing too")
+    assert _tree(out) == before
+    r = _snakemake(out, model=model)
+    assert r.returncode == 0, r.stderr[-3000:]
+    xr.testing.assert_identical(_cube(out), first)
+    assert "Nothing to be done" in (r := _snakemake(out, "-n", model=model)).stdout + r.stderr
+
+
+@needs_sample
+@pytest.mark.slow
+def test_deleted_and_damaged_stores_of_the_demo_are_re_read_by_make_demo(demo, tmp_path):
+    """On a copy of the finished study-shaped demo: one store deleted and another's chunk cut short make
+    the default target (what ``make demo`` runs) re-read both stores and re-make the cube and the paper,
+    with the cube of the uninterrupted run; ``make plan`` before leaves the root byte-identical."""
+    import shutil
+
+    import stages
+
+    out = tmp_path / "out"
+    shutil.copytree(demo, out, symlinks=True)
+    assert "Nothing to be done" in (r := stages.snakemake_demo(out, "-n")).stdout + r.stderr
+    first = _cube(out)
+    deleted = paths.readout_store("murk-tiny/qwen3vl", out)
+    damaged = paths.readout_store("murk-tiny/gemma", out)
+    shutil.rmtree(deleted)
+    chunk = damaged / "value" / "0.0.0.0.0"
+    chunk.write_bytes(chunk.read_bytes()[: len(chunk.read_bytes()) // 2])
+    before = _tree(out)
+    r = stages.snakemake_demo(out, "-n")
+    _plan_lists_the_rerun(out, r, f"the store {deleted} is missing")
+    assert f"the store {damaged} changed after its marker" in r.stderr
+    assert _tree(out) == before
+    r = stages.snakemake_demo(out)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    assert len(re.findall(r"^(local)?rule readout:", r.stdout + r.stderr, re.M)) == 2  # those two, no other
+    xr.testing.assert_identical(_cube(out), first)
+    assert "Nothing to be done" in (r := stages.snakemake_demo(out, "-n")).stdout + r.stderr
 
 
 # --- the Makefile's plumbing (make -n prints the recipes and runs none of them) ---

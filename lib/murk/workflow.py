@@ -9,10 +9,12 @@ outputs of a failed job, and a store must survive a killed job so the next run
 resumes image by image. The rule declares a marker instead
 (``outputs/readout/<model>.done``), written by :func:`write_marker` after the
 stage finished; it records the store's content digest (:func:`store_digest`).
-When the Snakefile is parsed, :func:`drop_stale_markers` compares each marker with
-its store: a store that was deleted, changed or damaged after its marker was
-written makes the marker stale; it is removed, so the read-out runs again
-(resuming, or re-reading what is needed) and everything downstream follows.
+While Snakemake builds its job graph, :func:`rerun_reason` compares each marker
+with its store: a store that was deleted, changed or damaged after its marker was
+written (or a marker deleted, as the README's repair step does) makes the Snakefile
+force that read-out (:func:`force_rerun`), so it runs again (resuming, or
+re-reading what is needed) and everything downstream follows, also when the cube
+and the paper are newer; a dry run lists it and changes nothing.
 
 Stores of another selection
 ---------------------------
@@ -59,7 +61,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 __all__ = ["ModelEntry", "model_entries", "IGNORED_SUFFIXES", "SELECTION_KEYS", "store_digest", "write_marker", "read_marker", "stale_reason",
-           "store_of", "drop_stale_markers", "foreign_stores", "refuse_foreign_stores", "running_notebooks_dir", "hold_run_lock"]
+           "store_of", "rerun_reason", "force_rerun", "foreign_stores", "refuse_foreign_stores", "running_notebooks_dir", "hold_run_lock"]
 
 #: files inside a store that are not its content: zarr's half-written chunk files of a
 #: killed write (``<chunk>.<uuid>.partial``; :func:`murk.cube.open_readout_store` removes them)
@@ -280,30 +282,79 @@ def stale_reason(marker: str | os.PathLike, store: str | os.PathLike | None = No
     return f"the store {store} changed after its marker was written (content digest differs)"
 
 
-def drop_stale_markers(folder: str | os.PathLike) -> list[tuple[Path, str]]:
-    """Remove every marker under ``folder`` that no longer vouches for its store.
+def rerun_reason(marker: str | os.PathLike, downstream: list[str | os.PathLike] = (),
+                 store: str | os.PathLike | None = None) -> str | None:
+    """Why a stage whose output is ``marker`` must run again although Snakemake would skip it.
+
+    Snakemake does not re-make a missing or outdated intermediate file when the files
+    after it (the cube, the numbers file, the paper) are present and newer: a store
+    deleted or damaged after its marker was written, or the README's repair step
+    (``rm -r`` the store and its marker), would otherwise be announced and then
+    ignored by the default target. The Snakefile forces the read-out of every marker
+    this function names (:func:`force_rerun`), so the store is re-read (only the
+    damaged or missing images, where the store allows: see
+    :func:`murk.cube.open_readout_store`) and everything downstream runs again.
 
     Parameters
     ----------
-    folder : path
-        ``<output root>/readout`` (searched recursively: shard markers live in
-        ``readout/<model>/``).
+    marker : path
+        A stage's marker (``<root>/readout/<slug>.done``, a shard's, the monitor's).
+    downstream : list of path
+        Files or folders made from the store (e.g. ``<root>/cube.zarr``,
+        ``<root>/paper_numbers.json``). A missing marker is a reason only when one
+        of them exists (otherwise Snakemake runs the stage anyway, and saying so
+        on every fresh run would be noise).
+    store : path, optional
+        Default :func:`store_of` the marker.
 
     Returns
     -------
-    list of (marker, reason)
-        The markers removed and why (:func:`stale_reason`); the caller prints them.
+    str or None
+        :func:`stale_reason` for a marker that exists and no longer vouches for
+        its store; for a missing marker with something downstream, e.g. ``"the
+        marker … is missing (its store … is missing too)"``; None otherwise.
     """
-    folder = Path(folder)
-    dropped = []
-    if not folder.is_dir():
-        return dropped
-    for marker in sorted(folder.rglob("*.done")):
-        reason = stale_reason(marker)
-        if reason is not None:
-            marker.unlink(missing_ok=True)
-            dropped.append((marker, reason))
-    return dropped
+    marker = Path(marker)
+    store = Path(store) if store is not None else store_of(marker)
+    if marker.exists():
+        return stale_reason(marker, store)
+    if any(Path(d).exists() for d in downstream):
+        state = "is kept: it resumes" if store.exists() else "is missing too"
+        return f"the marker {marker} is missing (its store {store} {state})"
+    return None
+
+
+def force_rerun(workflow: Any, marker: str) -> bool:
+    """Make Snakemake run the job whose output is ``marker`` and every job after it.
+
+    Called from an input function of the marker's rule (input functions run while
+    Snakemake builds its job graph, after the DAG object exists and before it decides
+    what needs to run): the marker joins the DAG's forced files, as ``snakemake
+    --forcerun <marker>`` would, so the job runs with the reason "Forced execution"
+    and the jobs downstream with "Input files updated by another job". A dry run
+    (``snakemake -n``, ``make plan``) lists them and changes nothing on disk.
+
+    Parameters
+    ----------
+    workflow : snakemake.workflow.Workflow
+        The Snakefile's ``workflow`` object.
+    marker : str
+        The marker, spelled exactly as the rule's output names it.
+
+    Returns
+    -------
+    bool
+        True when forced; False when this Snakemake has no DAG with ``forcefiles``
+        (the Snakefile then deletes the marker and the numbers file instead, outside
+        a dry run). ``tests/test_workflow.py`` pins the behaviour of the Snakemake
+        version murk installs.
+    """
+    dag = getattr(workflow, "dag", None)
+    forced = getattr(dag, "forcefiles", None)
+    if not isinstance(forced, set):
+        return False
+    forced.add(marker)
+    return True
 
 
 #: attributes of a store that say which selection and configuration it belongs to
