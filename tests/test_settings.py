@@ -86,6 +86,7 @@ def test_values_as_snakemake_and_papermill_pass_them_are_normalised():
     assert check_setting("n_items", " 12 ") == 12 and check_setting("seed", 0) == 0
     assert check_setting("n_verbal_items", 0) == 0 and check_setting("device", "cuda:1") == "cuda:1"
     assert check_setting("output_dir", "~/murk-out") == os.path.expanduser("~/murk-out")
+    assert check_setting("output_dir", 2025) == "2025"  # a folder named by digits arrives as a number
     # a model entry's n_items arrives as text from --config (YAML scalars stay text)
     assert check_setting("models", [{"id": "a/b", "n_items": "2"}, "c/d"]) == [{"id": "a/b", "n_items": 2}, "c/d"]
 

@@ -318,6 +318,8 @@ def check_setting(key: str, value: Any, origin: str = DEFAULT_FILE) -> Any:
         if isinstance(value, str) and value.strip().lower() in _BOOL_WORDS:
             return _BOOL_WORDS[value.strip().lower()]
         raise _refuse(key, value, origin, f"got {'the text ' + repr(value) if isinstance(value, str) else repr(value)}")
+    if s.kind == "path" and isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)  # a folder named by digits: --config passes it as a number
     if not isinstance(value, str):
         raise _refuse(key, value, origin, f"got {'a number' if isinstance(value, (int, float)) else type(value).__name__}")
     v = value.strip()
