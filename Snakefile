@@ -13,12 +13,28 @@ import sys
 
 from snakemake.exceptions import WorkflowError
 
+from murk import settings as murk_settings
 from murk import workflow as murk_workflow
 from murk.paths import model_slug
 
 configfile: "data/workflow.yaml"
 
-OUT = config["output_dir"]
+# The run settings are checked before anything runs, also in a dry run (murk.settings.SCHEMA, the keys,
+# types and ranges data/workflow.yaml documents): an unknown key, a wrong type or range, an empty model
+# list or an output_dir that is a file is refused here, naming it as it was typed (--config n_items=abc).
+OFFLINE = os.environ.get("MURK_OFFLINE", "0").lower() in {"1", "true", "yes"}
+try:
+    _RUN = murk_settings.check_run_settings(
+        config, murk_settings.setting_origins(list(config), workflow.config_settings.config,
+                                              workflow.config_settings.configfiles), OFFLINE, os.getcwd())
+except ValueError as _e:
+    raise WorkflowError(str(_e)) from None
+config.update(_RUN.settings)   # normalised: trust_remote_code=true is True, shard_size=null is None
+# OUT: Snakemake's paths (relative to its working directory, as given); OUT_ABS: the same folder, absolute,
+# given to the notebooks and murk.paper (murk.paths.output_dir takes a relative path from the project root).
+OUT, OUT_ABS = _RUN.output_dir, _RUN.output_root
+if workflow.is_main_process:
+    murk_settings.announce(_RUN)   # the output root and the models that run (once, on stderr)
 
 # Resuming after a killed run (SIGKILL, power loss, OOM killer): Snakemake's lock is left
 # behind; it is removed here when no run of this workflow is alive (murk.workflow.hold_run_lock),
@@ -26,15 +42,9 @@ OUT = config["output_dir"]
 if workflow.is_main_process:
     for _lock in murk_workflow.hold_run_lock(os.path.join(os.getcwd(), ".snakemake")):
         print(f"murk: removed the stale Snakemake lock {_lock} of a killed run (no run is alive)", file=sys.stderr)
-OFFLINE = os.environ.get("MURK_OFFLINE", "0").lower() in {"1", "true", "yes"}
 # A model entry is an id, or {id: ..., n_items: N}: read out on the first N items only
-# (murk.workflow.model_entries, the one parser; its refusals name the setting and the fix).
-_MODELS_KEY = "offline_models" if OFFLINE else "models"
-try:
-    MODEL_ENTRIES = murk_workflow.model_entries(config.get(_MODELS_KEY), int(config["n_items"]),
-                                                f"{_MODELS_KEY} (data/workflow.yaml, --configfile or --config)")
-except ValueError as _e:
-    raise WorkflowError(str(_e)) from None
+# (murk.workflow.model_entries, the one parser, applied by murk.settings.check_run_settings above).
+MODEL_ENTRIES = _RUN.model_entries
 MODELS = [e.id for e in MODEL_ENTRIES]
 N_OF = {e.id: e.n_items for e in MODEL_ENTRIES}   # model -> its number of items
 # Mode-dependent settings are resolved here, so that they are params of the rules:
@@ -72,7 +82,7 @@ def papermill(notebook, executed, params):
     """jupytext → papermill (papermill cannot read a .py notebook itself) into ``executed`` (the rule's
     log, under RUNNING); when it ran to its end, the executed notebook moves to NB."""
     return (f"jupytext --to ipynb {notebook} -o - "
-            f"| papermill - {executed} --cwd {shlex.quote(os.getcwd())} -p output_dir {OUT} {params} "
+            f"| papermill - {executed} --cwd {shlex.quote(os.getcwd())} -p output_dir {shlex.quote(OUT_ABS)} {params} "
             f"&& mkdir -p {NB} && mv {executed} {NB}/")
 
 
@@ -271,4 +281,4 @@ rule paper:
     output:
         html=f"{OUT}/paper/index.html",
     shell:
-        "python -m murk.paper --output-dir {OUT}"
+        "python -m murk.paper --output-dir {OUT_ABS:q}"

@@ -366,7 +366,7 @@ def test_a_bad_model_entry_is_refused_by_snakemake_naming_the_setting(tmp_path):
     r = _plan(tmp_path, {"offline_models": [{"id": "murk-tiny/qwen3vl", "items": 3}]})
     assert r.returncode != 0
     err = r.stdout + r.stderr
-    assert "offline_models (data/workflow.yaml, --configfile or --config), entry 1" in err
+    assert "run.yaml (--configfile): offline_models, entry 1" in err  # the file that set it (murk.settings)
     assert "unknown key(s) items; the keys are id and n_items" in err
 
 

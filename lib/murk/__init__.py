@@ -8,6 +8,7 @@ Modules
 -------
 paths     the one place that knows the layout (data/, outputs/, COCO folder)
 config    the frozen study configuration (data/config.yaml) and its hash
+settings  the run settings' schema (data/workflow.yaml): checked before anything runs
 physics   Eq. (1) of the spec: fog (Koschmieder) and underwater (Pope-Fry)
 nominal   the ImageNet-C fog control
 items     COCO item selection, distractors, hashes

@@ -123,18 +123,36 @@ def run_default(key: str, value: Any = None) -> Any:
     ------
     KeyError
         If the run settings have no such key (the message names the file).
+    murk.settings.SettingsError
+        A ValueError, if the value (given, or the default) is not of the setting's type
+        and range (:data:`murk.settings.SCHEMA`): the message names the parameter as
+        papermill takes it (``-p n_items abc``), or the file, and the accepted form.
+
+    Notes
+    -----
+    A value of a setting of :data:`murk.settings.SCHEMA` is returned normalised by
+    :func:`murk.settings.check_setting`, as the Snakefile normalises it: papermill's
+    ``-p trust_remote_code false`` (the text ``"false"``) gives False, ``-p n_items 8``
+    gives 8. The model lists are returned as given (:func:`murk.workflow.model_entries`
+    checks them where they are used).
 
     >>> run_default("seed", 7), run_default("seed")
     (7, 1)
     """
+    from murk import settings as _settings
+
     if value is not None:
-        return value
-    settings = run_settings()
-    if key == "models":
-        key = "offline_models" if paths.offline() else "models"
-    if key not in settings:
-        raise KeyError(f"{run_settings_file()} has no setting {key!r}")
-    return settings[key]
+        origin = _settings.PAPERMILL
+    else:
+        settings = run_settings()
+        if key == "models":
+            key = "offline_models" if paths.offline() else "models"
+        if key not in settings:
+            raise KeyError(f"{run_settings_file()} has no setting {key!r}")
+        value, origin = settings[key], _settings.DEFAULT_FILE
+    if key in _settings.SCHEMA and _settings.SCHEMA[key].kind != "models":
+        return _settings.check_setting(key, value, origin)
+    return value
 
 
 def canonical_json(obj: Any) -> str:

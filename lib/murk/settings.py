@@ -1,0 +1,556 @@
+"""The run settings' schema: every key of ``data/workflow.yaml``, its type and range, checked before anything runs.
+
+The run settings (which models, how many items, where; ``data/workflow.yaml``, a
+``--configfile`` such as ``data/study.yaml``, ``--config key=value`` on the command
+line) are read by the Snakefile and, for a notebook run by hand, by
+:func:`murk.config.run_default`. :data:`SCHEMA` is their one description:
+:func:`check_run_settings` checks a whole configuration when the Snakefile is
+parsed, before any job and also in a dry run (``make plan``), and
+:func:`check_setting` checks one value (a notebook parameter that mirrors a run
+setting). A key that is not a run setting is refused with the nearest known key
+(``n_itmes`` -> "did you mean n_items?"), a value of the wrong type or out of range
+is refused naming the key, the value as it was typed and the accepted form, and an
+empty model list is refused at the start instead of three stages later.
+
+What arrives
+------------
+Snakemake's ``--config key=value`` tries ``int``, ``float``, the words ``True`` and
+``False``, then YAML with every scalar kept as text (``yaml.BaseLoader``): so
+``n_items=abc`` arrives as the text ``"abc"``, ``trust_remote_code=true`` as the
+text ``"true"`` (only ``True`` and ``False`` become booleans), ``shard_size=null``
+as the text ``"null"``, ``shard_size=`` as None, and the ``n_items`` of a model entry
+``offline_models=[{id: x, n_items: 2}]`` as the text ``"2"``. papermill's ``-p``
+turns ``True``, ``False``, ``None`` and numbers into Python values and keeps the
+rest as text. A configfile is YAML (``true``, ``yes``, ``null`` are YAML's). The
+checks accept these spellings and nothing looser: a whole number written as
+digits, ``true``/``false`` in any case, ``null``/``~``/``none`` for a setting that
+may be null; ``yes``, ``1`` or ``2.0`` for a boolean or a count are refused.
+
+Paths
+-----
+A relative ``output_dir`` (or ``coco_dir``) is taken from the folder Snakemake runs
+in (its working directory: the project folder for ``make demo``), as Snakemake
+takes the rules' files. :func:`check_run_settings` returns that folder's absolute
+path, which the Snakefile gives the notebooks and ``murk.paper``:
+:func:`murk.paths.output_dir` would take a relative path from the project root
+(the folder of this package's checkout), which is another folder when Snakemake
+runs elsewhere or with another checkout's environment.
+
+This module imports nothing heavy (the Snakefile imports it on every run).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, NamedTuple, Sequence
+
+__all__ = ["Setting", "SCHEMA", "COMMAND_LINE", "PAPERMILL", "DEFAULT_FILE", "SettingsError", "RunSettings",
+           "check_setting", "setting_origins", "check_run_settings", "announce"]
+
+#: origin of a value given on Snakemake's command line (``--config key=value``, also ``make demo ARGS='--config …'``)
+COMMAND_LINE = "--config"
+#: origin of a notebook parameter given by hand (``papermill … -p key value``)
+PAPERMILL = "papermill"
+#: the run settings' defaults, the Snakefile's ``configfile:`` (relative to the project folder)
+DEFAULT_FILE = "data/workflow.yaml"
+
+_NULL_WORDS = {"", "null", "~", "none"}
+_BOOL_WORDS = {"true": True, "false": False}
+_INT_TEXT = re.compile(r"^[+-]?[0-9]+$")
+# the text forms of a COCO split and a frozen run name (murk.config.freeze_run's rule)
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_DEVICE = re.compile(r"^(cpu|mps|cuda(:[0-9]+)?|xpu(:[0-9]+)?)$")
+# characters the Snakefile cannot put into its file patterns and shell commands: Snakemake reads
+# {…} as wildcards, and the rules' commands hold the output root unquoted
+_PATH_BAD = re.compile(r"[\s{}'\"$;&|<>()`*?\[\]!#\\]")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One run setting: its key, kind, range and accepted form.
+
+    Attributes
+    ----------
+    key : str
+        The key, as in ``data/workflow.yaml``.
+    kind : {"int", "bool", "name", "text", "path", "choice", "device", "models"}
+        ``int``: a whole number (``minimum`` and above); ``bool``: true or false;
+        ``name``: letters, digits, ``.``, ``_``, ``-`` (1-100, not a number);
+        ``text``: any non-empty text; ``path``: a folder path; ``choice``: one of
+        ``choices``; ``device``: a torch device (``cpu``, ``cuda``, ``cuda:N``,
+        ``mps``); ``models``: a model list (:func:`murk.workflow.model_entries`).
+    form : str
+        The accepted form in words (used in refusals).
+    example : str
+        A valid value as a user types it (used in refusals: ``--config key=<example>``).
+    nullable : bool
+        Whether null is accepted (its meaning is in ``form``).
+    minimum : int, optional
+        Least value of an ``int``.
+    choices : tuple of str
+        The values of a ``choice``.
+    """
+
+    key: str
+    kind: str
+    form: str
+    example: str
+    nullable: bool = False
+    minimum: int | None = None
+    choices: tuple[str, ...] = ()
+
+
+_MODELS_FORM = ("a list of models: hub ids or folders, or {id: <hub id or folder>, n_items: N} for the first "
+                "N items (murk.workflow.model_entries)")
+
+#: The run settings, in the order of ``data/workflow.yaml`` (a test checks that the two list the same keys).
+SCHEMA: dict[str, Setting] = {s.key: s for s in (
+    Setting("output_dir", "path", "a folder path (created if missing; a relative path is taken from the folder "
+            "snakemake runs in, the project folder for make)", "outputs-NEW"),
+    Setting("coco_dir", "path", "null ($MURK_COCO_DIR, else outputs/coco) or a folder in COCO's layout "
+            "(annotations/, val2017/)", "../shared/coco-val2017-sample", nullable=True),
+    Setting("split", "name", "the name of a COCO split, whose annotations are annotations/instances_<split>.json "
+            "(the study: val2017)", "val2017"),
+    Setting("n_items", "int", "a whole number of items >= 1 (the study: 1000)", "8", minimum=1),
+    Setting("seed", "int", "a whole number >= 0 (the selection's seed; the study: 1)", "1", minimum=0),
+    Setting("run_name", "name", "null (offline-demo, or demo online) or a name of 1-100 letters, digits, '.', '_' "
+            "or '-' that starts with a letter or digit and is not a number (its frozen record "
+            "data/frozen/<run_name>.json)", "study-2025", nullable=True),
+    Setting("depth_backend", "choice", "one of auto (constant when MURK_OFFLINE=1, else depth-anything-v2), "
+            "depth-anything-v2, folder or constant", "auto",
+            choices=("auto", "depth-anything-v2", "folder", "constant")),
+    Setting("depth_model", "text", "a hub id or folder of a Depth Anything V2 metric checkpoint (with "
+            "depth_backend folder: a folder of <image_id>.npy maps in metres)",
+            "depth-anything/Depth-Anything-V2-Metric-Outdoor-Small-hf"),
+    Setting("device", "device", "null (cuda if available, else cpu), cpu, cuda, cuda:N or mps", "cuda:0",
+            nullable=True),
+    Setting("shard_size", "int", "null (one read-out job per model) or a whole number of items >= 1 per "
+            "read-out job", "100", nullable=True, minimum=1),
+    Setting("n_verbal_items", "int", "a whole number of items >= 0 also asked the verbal wordings v2 and v3 "
+            "(0: none; the study: 300)", "2", minimum=0),
+    Setting("trust_remote_code", "bool", "true or false (true runs code shipped with a checkpoint: only for "
+            "checkpoints you trust)", "true"),
+    Setting("allow_pickle", "bool", "true or false (true also accepts pickle weights, pytorch_model.bin)", "true"),
+    Setting("models", "models", _MODELS_FORM + ", read out when MURK_OFFLINE is not set",
+            "[HuggingFaceTB/SmolVLM-256M-Instruct]"),
+    Setting("offline_models", "models", _MODELS_FORM + ", read out when MURK_OFFLINE=1",
+            "[murk-tiny/smolvlm]"),
+)}
+
+
+class SettingsError(ValueError):
+    """Run settings refused: the message names each key, its value as typed and the accepted form.
+
+    Attributes
+    ----------
+    problems : list of str
+        One line per refused setting.
+    """
+
+    def __init__(self, message: str, problems: Sequence[str] = ()):
+        super().__init__(message)
+        self.problems = list(problems) or [message]
+
+
+class RunSettings(NamedTuple):
+    """A checked configuration (:func:`check_run_settings`).
+
+    Attributes
+    ----------
+    settings : dict
+        Every setting with its value normalised (``"true"`` -> True, ``"null"`` ->
+        None, digits -> int, a model entry's ``n_items`` -> int); keys as given.
+    output_dir : str
+        ``output_dir`` as Snakemake's paths use it: ``~`` expanded, normalised
+        (``outputs/`` -> ``outputs``), relative to Snakemake's working directory
+        when given relative.
+    output_root : str
+        The same folder, absolute: what the notebooks (``-p output_dir``) and
+        ``python -m murk.paper --output-dir`` are given.
+    models_key : str
+        ``"offline_models"`` when ``MURK_OFFLINE=1``, else ``"models"``.
+    model_entries : list of murk.workflow.ModelEntry
+        The models that run, each with its number of items.
+    notes : list of str
+        Lines for the start of the run (:func:`announce`): the models that run, the
+        output root, and why a given model list is not used.
+    """
+
+    settings: dict
+    output_dir: str
+    output_root: str
+    models_key: str
+    model_entries: list
+    notes: list
+
+
+# ----------------------------------------------------------------------------- how values were typed
+
+def _as_typed(value: Any, origin: str) -> str:
+    """A value as the user typed it at ``origin``."""
+    import yaml
+
+    if origin == COMMAND_LINE:
+        if value is None:
+            return ""
+        if isinstance(value, (list, tuple, dict)):
+            return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
+        return str(value)
+    if value is not None and not isinstance(value, (list, tuple, dict)) and origin == PAPERMILL:
+        return str(value)
+    return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix("\n...").strip()
+
+
+def _where(key: str, value: Any, origin: str) -> str:
+    """``--config n_items=abc`` / ``-p n_items abc`` / ``n_items: abc in data/study.yaml``."""
+    typed = _as_typed(value, origin)
+    if origin == COMMAND_LINE:
+        return f"--config {key}={typed}"
+    if origin == PAPERMILL:
+        return f"-y '{key}: {typed}'" if isinstance(value, (list, tuple, dict)) else f"-p {key} {typed}"
+    return f"{key}: {typed} in {origin}"
+
+
+def _fix(key: str, origin: str) -> str:
+    """The accepted form of ``key`` written the way it was given."""
+    ex = SCHEMA[key].example
+    if origin == COMMAND_LINE:
+        return f"e.g. --config {key}={ex}" if SCHEMA[key].kind != "models" else f"e.g. --config '{key}={ex}'"
+    if origin == PAPERMILL:
+        return f"e.g. -y '{key}: {ex}'" if SCHEMA[key].kind == "models" else f"e.g. -p {key} {ex}"
+    return f"e.g. {key}: {ex} in {origin}"
+
+
+def _refuse(key: str, value: Any, origin: str, why: str = "") -> SettingsError:
+    s = SCHEMA[key]
+    got = f" ({why})" if why else ""
+    return SettingsError(f"{_where(key, value, origin)}: {key} must be {s.form}{got}; {_fix(key, origin)}")
+
+
+def _unknown(key: str, value: Any, origin: str, known: Sequence[str]) -> SettingsError:
+    near = difflib.get_close_matches(str(key), list(known), n=1, cutoff=0.6)
+    hint = f"did you mean {near[0]}?" if near else f"the run settings are {', '.join(known)}"
+    return SettingsError(f"{_where(key, value, origin)}: {key} is not a run setting: {hint} "
+                         f"(each run setting is listed and explained in {DEFAULT_FILE})")
+
+
+# ----------------------------------------------------------------------------- one value
+
+def _is_number(text: str) -> bool:
+    """Whether papermill would pass ``text`` on as a number (``2025``, ``1e3``, ``nan``)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_null(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and value.strip().lower() in _NULL_WORDS)
+
+
+def check_setting(key: str, value: Any, origin: str = DEFAULT_FILE) -> Any:
+    """Check one run setting and return its value normalised.
+
+    Parameters
+    ----------
+    key : str
+        A key of :data:`SCHEMA`.
+    value : any
+        The value as it arrived: from YAML, from Snakemake's ``--config`` parser,
+        or from papermill's ``-p`` (see the module's notes for what each passes).
+    origin : str
+        Where it was given, for the message: :data:`COMMAND_LINE`
+        (``--config key=value``), :data:`PAPERMILL` (``-p key value``), or the name
+        of the YAML file that set it (e.g. ``"data/study.yaml (--configfile)"``).
+
+    Returns
+    -------
+    any
+        ``int`` for a whole number (digits given as text become an int), ``bool``
+        for a boolean (``"true"``/``"false"`` in any case become one), ``None`` for a
+        null (``null``, ``~``, ``none``, the empty text) where the setting may be
+        null, a ``str`` otherwise (a path with ``~`` expanded); a model list is
+        returned as given, with its entries' ``n_items`` given as digits made ints
+        (:func:`murk.workflow.model_entries` checks the list).
+
+    Raises
+    ------
+    SettingsError
+        A ValueError whose message names the key, the value as it was typed
+        (``--config n_items=abc``), the accepted form and an example, for: a key
+        that is not a run setting (with the nearest known key, :mod:`difflib`), a
+        null where none is accepted, a wrong type (a number, a boolean or a list
+        where another is expected; a boolean given as other text than
+        true/false, e.g. ``yes``), a number out of range (``shard_size=0``, a
+        negative seed), a name or device not of its form, a path with characters
+        the workflow cannot quote (blanks, ``{}``, quotes, ``$``, ...).
+    """
+    if key not in SCHEMA:
+        raise _unknown(key, value, origin, list(SCHEMA))
+    s = SCHEMA[key]
+    if s.kind == "models":
+        return _models_value(value)
+    if _is_null(value):
+        if s.nullable:
+            return None
+        raise _refuse(key, value, origin, "it is not set" if value is None or value == "" else "null is not accepted")
+    if s.kind == "int":
+        v = value
+        if isinstance(v, str) and _INT_TEXT.match(v.strip()):
+            v = int(v.strip())
+        if isinstance(v, bool) or not isinstance(v, int):
+            kind = ("a boolean" if isinstance(v, bool) else "a number with a fraction" if isinstance(v, float)
+                    else "a list" if isinstance(v, (list, tuple)) else "a mapping" if isinstance(v, dict)
+                    else "text" if isinstance(v, str) else type(v).__name__)
+            raise _refuse(key, value, origin, f"got {kind}")
+        if s.minimum is not None and v < s.minimum:
+            raise _refuse(key, value, origin, f"got {v}, below {s.minimum}")
+        return int(v)
+    if s.kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _BOOL_WORDS:
+            return _BOOL_WORDS[value.strip().lower()]
+        raise _refuse(key, value, origin, f"got {'the text ' + repr(value) if isinstance(value, str) else repr(value)}")
+    if s.kind == "path" and isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)  # a folder named by digits: --config passes it as a number
+    if not isinstance(value, str):
+        raise _refuse(key, value, origin, f"got {'a number' if isinstance(value, (int, float)) else type(value).__name__}")
+    v = value.strip()
+    if s.kind == "name":
+        if not _NAME.match(v) or _is_number(v):
+            raise _refuse(key, value, origin)
+        return v
+    if s.kind == "choice":
+        if v not in s.choices:
+            near = difflib.get_close_matches(v, list(s.choices), n=1, cutoff=0.6)
+            raise _refuse(key, value, origin, f"did you mean {near[0]}?" if near else "")
+        return v
+    if s.kind == "device":
+        if not _DEVICE.match(v):
+            raise _refuse(key, value, origin)
+        return v
+    if not v:
+        raise _refuse(key, value, origin, "it is empty")
+    if s.kind == "path":
+        bad = sorted(set(_PATH_BAD.findall(v)))
+        if bad:
+            shown = ", ".join("a blank" if c.isspace() else repr(c) for c in bad)
+            raise _refuse(key, value, origin, f"it holds {shown}, which the workflow's commands cannot carry: "
+                          f"choose a path without them")
+        return os.path.expanduser(v)
+    return v
+
+
+def _models_value(value: Any) -> Any:
+    """A model list with its mapping entries' ``n_items`` given as digits (``--config``) made ints."""
+    if isinstance(value, (list, tuple)):
+        out = []
+        for e in value:
+            if isinstance(e, dict) and isinstance(e.get("n_items"), str) and _INT_TEXT.match(e["n_items"].strip()):
+                e = {**e, "n_items": int(e["n_items"].strip())}
+            out.append(e)
+        return out
+    return value
+
+
+# ----------------------------------------------------------------------------- a whole configuration
+
+def _shown(path: str | os.PathLike, cwd: str) -> str:
+    p = Path(path)
+    try:
+        return p.resolve().relative_to(Path(cwd).resolve()).as_posix()
+    except ValueError:
+        return str(p)
+
+
+def setting_origins(keys: Sequence[str], overrides: Mapping[str, Any] | None = None,
+                    configfiles: Sequence[str | os.PathLike] = (), default_file: str = DEFAULT_FILE,
+                    cwd: str | os.PathLike | None = None) -> dict[str, str]:
+    """Where each setting's value came from, in the words of the command.
+
+    Snakemake reads the Snakefile's ``configfile:`` (``data/workflow.yaml``), then
+    each ``--configfile`` in order, then ``--config``; the last one that sets a key wins.
+
+    Parameters
+    ----------
+    keys : sequence of str
+        The keys of the configuration.
+    overrides : mapping, optional
+        ``--config`` as Snakemake parsed it (``workflow.config_settings.config``).
+    configfiles : sequence of path
+        The ``--configfile`` files (``workflow.config_settings.configfiles``); read
+        here (YAML; JSON is YAML) to see which keys each sets.
+    default_file : str
+        The Snakefile's ``configfile:``.
+    cwd : path, optional
+        Snakemake's working directory (default the current one): files are shown relative to it.
+
+    Returns
+    -------
+    dict
+        key -> :data:`COMMAND_LINE`, ``"<file> (--configfile)"``, or ``default_file``.
+    """
+    import yaml
+
+    cwd = str(cwd or os.getcwd())
+    default_abs = (Path(cwd) / default_file).resolve()
+    origin = {k: default_file for k in keys}
+    for f in configfiles:
+        if Path(cwd, f).resolve() == default_abs:
+            continue  # data/workflow.yaml given again (make study): still the defaults
+        try:
+            with open(Path(cwd, f), encoding="utf-8") as fh:
+                data = yaml.safe_load(fh)
+        except (OSError, yaml.YAMLError):
+            continue  # Snakemake has read it; it says what is wrong with a file it cannot read
+        for k in data if isinstance(data, dict) else ():
+            if k in origin:
+                origin[k] = f"{_shown(f, cwd)} (--configfile)"
+    for k in overrides or {}:
+        if k in origin:
+            origin[k] = COMMAND_LINE
+    return origin
+
+
+def _output_folder(value: str, origin: str, cwd: str) -> tuple[str, str]:
+    """(output_dir for Snakemake's paths, its absolute path), or SettingsError when it cannot be a folder."""
+    rel = os.path.normpath(value)
+    root = os.path.normpath(os.path.join(cwd, rel))
+    p = Path(root)
+    if p.exists() and not p.is_dir():
+        raise SettingsError(f"{_where('output_dir', value, origin)}: the output root {root} is a file, not a folder: "
+                            f"give the path of a folder (it is created if missing), {_fix('output_dir', origin)}")
+    for up in p.parents:
+        if up.exists():
+            if not up.is_dir():
+                raise SettingsError(f"{_where('output_dir', value, origin)}: the output root {root} lies inside "
+                                    f"{up}, which is a file, not a folder: give the path of a folder, "
+                                    f"{_fix('output_dir', origin)}")
+            break
+    return rel, root
+
+
+def check_run_settings(config: Mapping[str, Any], origins: Mapping[str, str] | None = None,
+                       offline: bool | None = None, cwd: str | os.PathLike | None = None) -> RunSettings:
+    """Check a whole run configuration, as the Snakefile has it, before anything runs.
+
+    Parameters
+    ----------
+    config : mapping
+        Snakemake's ``config``: ``data/workflow.yaml`` updated by each
+        ``--configfile`` and by ``--config``.
+    origins : mapping, optional
+        key -> where it was given (:func:`setting_origins`); default every key from
+        :data:`DEFAULT_FILE`.
+    offline : bool, optional
+        ``MURK_OFFLINE=1`` (default: read from the environment,
+        :func:`murk.paths.offline`): the run reads ``offline_models``, else ``models``.
+    cwd : path, optional
+        Snakemake's working directory (default the current one): a relative
+        ``output_dir`` is taken from it.
+
+    Returns
+    -------
+    RunSettings
+        The normalised settings, the output root (as given and absolute), the models
+        that run and the lines to print at the start.
+
+    Raises
+    ------
+    SettingsError
+        Listing every refused setting, one line each (:func:`check_setting`), and:
+        a run setting that is missing (``data/workflow.yaml`` lacks it); an
+        ``output_dir`` that is a file or lies inside one; a model list that
+        :func:`murk.workflow.model_entries` refuses (``offline_models=[]``, an
+        entry with an unknown key, a model listed twice, ...), both lists being
+        checked whichever the run reads.
+    """
+    from murk import paths, workflow
+
+    cwd = str(cwd or os.getcwd())
+    offline = paths.offline() if offline is None else bool(offline)
+    origins = dict(origins or {})
+    origin = lambda k: origins.get(k, DEFAULT_FILE)  # noqa: E731
+    problems: list[str] = []
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        try:
+            out[key] = check_setting(key, value, origin(key))
+        except SettingsError as e:
+            problems.append(str(e))
+    for key in SCHEMA:
+        if key not in config:
+            problems.append(f"{key} is not set: {DEFAULT_FILE} lists every run setting (restore it: git checkout "
+                            f"{DEFAULT_FILE}); {_fix(key, COMMAND_LINE)}")
+    rel = root = ""
+    if isinstance(out.get("output_dir"), str):
+        try:
+            rel, root = _output_folder(out["output_dir"], origin("output_dir"), cwd)
+            out["output_dir"] = rel
+        except SettingsError as e:
+            problems.append(str(e))
+    n_items = out.get("n_items") if isinstance(out.get("n_items"), int) else None
+    models_key = "offline_models" if offline else "models"
+    entries: dict[str, list] = {}
+    for key in ("models", "offline_models"):
+        if key in out:
+            o = origin(key)
+            try:
+                entries[key] = workflow.model_entries(out[key], n_items, key)
+            except ValueError as e:
+                fix = f"; {_fix(key, o)}" if o == COMMAND_LINE else ""  # the parser's example is YAML, as in a file
+                problems.append(f"{_where(key, config[key], o)}: {e}{fix}")
+    if problems:
+        n = len(problems)
+        raise SettingsError(f"murk: {'this run setting is' if n == 1 else f'these {n} run settings are'} refused "
+                            f"before any job ran (nothing was written):\n" + "\n".join(f"  - {p}" for p in problems),
+                            problems)
+    chosen = entries[models_key]
+    notes = [f"murk: output root {root}" + (f" (output_dir={config['output_dir']})" if rel != root else ""),
+             f"murk: {len(chosen)} model{'s' if len(chosen) != 1 else ''} to read out ({models_key}"
+             f"{', since MURK_OFFLINE=1' if offline else ''}): "
+             + ", ".join(f"{e.id} ({e.n_items} item{'s' if e.n_items != 1 else ''})" for e in chosen)]
+    other = "models" if offline else "offline_models"
+    if origin(other) != DEFAULT_FILE:
+        o = origin(other)
+        given = f"--config {other}=…" if o == COMMAND_LINE else f"{other} in {o}"
+        if offline:
+            notes.append(f"murk: {given} is not used: with MURK_OFFLINE=1 a run reads offline_models (local folders "
+                         f"or murk's tiny checkpoints, no network); give the models as --config "
+                         f"'offline_models=[…]', or run without MURK_OFFLINE=1 to read out models")
+        else:
+            notes.append(f"murk: {given} is not used: offline_models are read only with MURK_OFFLINE=1; this run "
+                         f"reads models")
+    return RunSettings(out, rel, root, models_key, chosen, notes)
+
+
+_ANNOUNCED: set[str] = set()
+
+
+def announce(run: RunSettings, file=None) -> list[str]:
+    """Print the start lines of a run (:attr:`RunSettings.notes`) once per process, to stderr.
+
+    Parameters
+    ----------
+    run : RunSettings
+        From :func:`check_run_settings`.
+    file : file, optional
+        Default ``sys.stderr``.
+
+    Returns
+    -------
+    list of str
+        The lines printed (empty when this process printed them already).
+    """
+    lines = [n for n in run.notes if n not in _ANNOUNCED]
+    for n in lines:
+        print(n, file=file or sys.stderr)
+    _ANNOUNCED.update(lines)
+    return lines
