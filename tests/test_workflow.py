@@ -223,6 +223,24 @@ def test_killed_runs_stale_locks_are_removed_while_another_root_is_alive(tmp_pat
     assert unlock.done() == 0 and unlock.out["notes"] == []
 
 
+def test_a_run_on_another_root_started_after_the_kill_removes_the_stale_locks(tmp_path):
+    snake = tmp_path / ".snakemake"
+    snake.mkdir()
+    killed = _Run(snake, tmp_path / "a", "stay")
+    watcher = _Run(snake, tmp_path / "w", "stay")  # keeps the checkout "not alone" throughout
+    a_files = _snake_locks(snake, 0, f"{tmp_path}/a/items.json")
+    killed.kill()
+    try:
+        other = _Run(snake, tmp_path / "b", "stay")
+        try:
+            assert sorted(other.out["removed"]) == sorted(f.name for f in a_files)
+            assert _Run(snake, tmp_path / "b").done() == 3
+        finally:
+            other.kill()
+    finally:
+        watcher.kill()
+
+
 def test_two_runs_started_at_once_on_one_root_one_is_refused(tmp_path):
     snake = tmp_path / ".snakemake"
     go = tmp_path / "go"
@@ -460,3 +478,141 @@ def test_two_folders_with_the_same_last_part_get_their_own_stores(tmp_path):
     for m in (a, b):  # the marker the rule writes is the one of the store the notebook writes
         assert f"readout/{paths.model_slug(m)}.done" in out
         assert workflow.store_of(paths.readout_store(m, tmp_path).with_suffix(".done")) == paths.readout_store(m, tmp_path)
+
+
+# --- locks per output root, through Snakemake ---
+
+def _lock_block() -> str:
+    """The lock block of the real Snakefile, as it stands there."""
+    m = re.search(r"\nif workflow\.is_main_process:\n    try:\n.*?raise WorkflowError\(str\(_e\)\) from None\n",
+                  (ROOT / "Snakefile").read_text(), re.S)
+    assert m and "snakefile_run_lock" in m.group(0), "Snakefile: the run lock block moved"
+    return m.group(0)
+
+
+# A tiny workflow around the Snakefile's lock block: one job that runs until its root holds `release`.
+TINY = '''import os, sys
+from snakemake.exceptions import WorkflowError
+from murk import workflow as murk_workflow
+OUT = config["output_dir"]
+{block}
+rule all:
+    input: f"{{OUT}}/done.txt"
+rule slow:
+    output: f"{{OUT}}/done.txt"
+    params: root=OUT
+    shell: "echo $$ > {{params.root}}/job.pid; while [ ! -e {{params.root}}/release ]; do sleep 0.1; done; echo ok > {{output}}"
+'''
+
+
+def _tiny(work: Path, root: str, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "lib"), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", *args, "--config", f"output_dir={root}"],
+                            cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.1)
+
+
+def _finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
+    out, _ = proc.communicate(timeout=timeout)
+    return proc.returncode, out
+
+
+@pytest.mark.slow
+def test_killed_run_reruns_while_another_root_runs_and_a_live_root_is_refused(tmp_path):
+    """Two output roots of one checkout through Snakemake: a live run on b (its job held until b/release),
+    a run on a killed with SIGKILL mid-job. The rerun on a succeeds while b runs; a second run on b is refused
+    (before and after Snakemake's end of the a-run removed the locks folder), a dry run and the plan are
+    allowed, --unlock is refused; b's run then finishes. Two runs started at once on c: one is refused."""
+    import signal
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "Snakefile").write_text(TINY.format(block=_lock_block()))
+    live = _tiny(work, "b")
+    try:
+        _wait_for(work / "b" / "job.pid", live)
+        killed = _tiny(work, "a")
+        _wait_for(work / "a" / "job.pid", killed)
+        job = int((work / "a" / "job.pid").read_text())
+        os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait()
+        try:
+            os.kill(job, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        locks = work / ".snakemake" / "locks"
+        stale = {f.name for f in locks.glob("*.lock") if "a/done.txt" in f.read_text()}
+        assert stale, "the killed run left no Snakemake lock: the test tests nothing"
+        b_locks = {f.name: f.read_text() for f in locks.glob("*.lock") if "b/done.txt" in f.read_text()}
+        assert b_locks
+
+        rc, out = _finish(_tiny(work, "b"))  # a second run on the live root, its Snakemake locks in place
+        assert rc != 0 and "is in use by a live run" in out and f"pid {live.pid}" in out and str(work / "b") in out
+        assert "--unlock" not in out and not (work / "b" / "done.txt").exists()
+        rc, out = _finish(_tiny(work, "a", "-n"))  # make plan on the killed root: allowed, removes nothing
+        assert rc == 0 and "belong to killed runs" in out
+        rc, out = _finish(_tiny(work, "b", "-n"))  # a dry run on the live root: allowed, its locks stay
+        assert rc == 0 and f"alive on the output root {work / 'b'}" in out
+        rc, out = _finish(_tiny(work, "a", "--unlock"))  # would remove the live run's locks: refused
+        assert rc != 0 and "--unlock refused" in out and f"pid {live.pid}" in out
+        assert {f.name: f.read_text() for f in locks.glob("*.lock") if f.name in b_locks} == b_locks
+        assert stale <= {f.name for f in locks.glob("*.lock")}
+
+        (work / "a" / "release").touch()
+        rc, out = _finish(_tiny(work, "a"))  # the killed run's rerun, while b runs
+        assert rc == 0, out[-3000:]
+        removed = set(re.findall(r"removed the stale Snakemake lock \S*/(\d+\.\w+\.lock)", out))
+        assert removed == stale, out[-3000:]
+        assert "LockException" not in out and "--unlock" not in out
+        assert (work / "a" / "done.txt").read_text().strip() == "ok" and live.poll() is None
+        rc, out = _finish(_tiny(work, "b"))  # Snakemake removed the locks folder at the end of the a-run
+        assert rc != 0 and "is in use by a live run" in out and not (work / "b" / "done.txt").exists()
+    finally:
+        (work / "b").mkdir(exist_ok=True)
+        (work / "b" / "release").touch()
+    rc, out = _finish(live)
+    assert rc == 0, out[-3000:]
+    assert (work / "b" / "done.txt").read_text().strip() == "ok"
+
+    both = [_tiny(work, "c"), _tiny(work, "c")]  # started at once on one root
+    try:
+        deadline = time.monotonic() + 120
+        while all(p.poll() is None for p in both):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        refused = [p for p in both if p.poll() is not None]
+        assert len(refused) == 1
+        rc, out = _finish(refused[0])
+        assert rc != 0 and "is in use by a live run" in out
+    finally:
+        (work / "c").mkdir(exist_ok=True)
+        (work / "c" / "release").touch()
+    winner = [p for p in both if p is not refused[0]][0]
+    assert _finish(winner)[0] == 0 and (work / "c" / "done.txt").exists()
+
+
+@needs_sample
+def test_the_snakefile_refuses_a_run_on_a_live_root_and_plans_alongside(tmp_path):
+    """The real Snakefile: a run on an output root held by a live run is refused before anything runs;
+    a dry run on it (make plan) shows its plan and names the live run."""
+    out = tmp_path / "out"
+    holder = _Run(ROOT / ".snakemake", out, "stay")
+    try:
+        r = _snakemake(out, f"{out}/items.json")
+        text = r.stdout + r.stderr
+        assert r.returncode != 0 and "is in use by a live run" in text and f"pid {holder.p.pid}" in text, text[-3000:]
+        assert "--unlock" not in text and not out.exists()
+        r = _snakemake(out, "-n", f"{out}/items.json")
+        text = r.stdout + r.stderr
+        assert r.returncode == 0, text[-3000:]
+        assert f"alive on the output root {out}" in text and "rule select" in text
+    finally:
+        holder.kill()
