@@ -36,12 +36,17 @@ OUT, OUT_ABS = _RUN.output_dir, _RUN.output_root
 if workflow.is_main_process:
     murk_settings.announce(_RUN)   # the output root and the models that run (once, on stderr)
 
-# Resuming after a killed run (SIGKILL, power loss, OOM killer): Snakemake's lock is left
-# behind; it is removed here when no run of this workflow is alive (murk.workflow.hold_run_lock),
-# and kept (so Snakemake refuses a second concurrent run) when one is.
+# One run per output root (murk.runlock): this run holds its root's lock for its lifetime; a second
+# run on a root in use is refused, naming the live run. The Snakemake locks a killed run left behind
+# (SIGKILL, power loss, OOM killer) are removed whatever runs on other roots are alive; a live run's
+# are kept. A dry run (make plan) takes no lock and removes nothing; --unlock is refused while a run is alive.
 if workflow.is_main_process:
-    for _lock in murk_workflow.hold_run_lock(os.path.join(os.getcwd(), ".snakemake")):
-        print(f"murk: removed the stale Snakemake lock {_lock} of a killed run (no run is alive)", file=sys.stderr)
+    try:
+        for _note in murk_workflow.snakefile_run_lock(OUT, os.path.join(os.getcwd(), ".snakemake"),
+                                                      dry_run=workflow.output_settings.dryrun, argv=sys.argv):
+            print(f"murk: {_note}", file=sys.stderr)
+    except murk_workflow.RootInUse as _e:
+        raise WorkflowError(str(_e)) from None
 # A model entry is an id, or {id: ..., n_items: N}: read out on the first N items only
 # (murk.workflow.model_entries, the one parser, applied by murk.settings.check_run_settings above).
 MODEL_ENTRIES = _RUN.model_entries

@@ -12,12 +12,13 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import xarray as xr
 
-from murk import cube, paths, workflow
+from murk import cube, paths, runlock, workflow
 
 ROOT = paths.project_root()
 SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"
@@ -110,6 +111,174 @@ def test_stale_snakemake_lock_is_removed_only_when_no_run_is_alive(tmp_path):
     after = _hold(snake)  # the live run died (SIGKILL): its lock is stale now
     assert after.stdout.readline().strip() == "1" and after.wait() == 0
     assert not lock.exists()
+
+
+HOLD_ROOT = """
+import json, sys, time
+from murk import runlock
+snake, root, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+try:
+    if mode == "unlock":
+        notes = runlock.snakefile_run_lock(root, snake, dry_run=False, argv=["snakemake", "--unlock"])
+        print(json.dumps({"notes": notes}), flush=True)
+    else:
+        lock = runlock.hold_root_lock(root, snake, dry_run=mode == "dry", argv=["snakemake", "--config", "x"])
+        print(json.dumps({"removed": [p.name for p in lock.removed], "stale": [p.name for p in lock.stale],
+                          "live": lock.live, "held": lock.held}), flush=True)
+except runlock.RootInUse as e:
+    print(json.dumps({"refused": str(e)}), flush=True)
+    sys.exit(3)
+if mode == "stay":
+    time.sleep(3600)
+"""
+
+
+class _Run:
+    """A process that takes an output root's lock as a Snakemake main process does (murk.runlock)."""
+
+    def __init__(self, snake: Path, root: Path | str, mode: str = "once"):
+        self.p = subprocess.Popen([sys.executable, "-c", HOLD_ROOT, str(snake), str(root), mode],
+                                  stdout=subprocess.PIPE, text=True, env=os.environ.copy(), cwd=snake.parent)
+        self.out = json.loads(self.p.stdout.readline())
+
+    def kill(self):  # as a power loss or the OOM killer would
+        self.p.send_signal(9)
+        self.p.wait()
+
+    def done(self) -> int:
+        return self.p.wait(timeout=60)
+
+
+def _snake_locks(snake: Path, n: int, *paths: str) -> tuple[Path, Path]:
+    """Write a run's Snakemake lock files as Snakemake does (persistence/file.py: one path a line)."""
+    locks = snake / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    files = []
+    for kind in ("input", "output"):
+        f = locks / f"{n}.{kind}.lock"
+        f.write_text("\n".join(["notebooks/01_select.py", *paths] if kind == "input" else paths) + "\n")
+        files.append(f)
+    return tuple(files)
+
+
+def test_second_run_on_a_live_root_is_refused_naming_it_and_other_roots_run(tmp_path):
+    work = tmp_path / "work"
+    snake = work / ".snakemake"
+    snake.mkdir(parents=True)
+    a, b = work / "outputs-a", work / "outputs-b"
+    live = _Run(snake, a, "stay")
+    try:
+        assert live.out["held"] and live.out["removed"] == []
+        second = _Run(snake, a)
+        assert second.done() == 3
+        msg = second.out["refused"]
+        assert str(a) in msg and f"pid {live.p.pid}" in msg and "output_dir=outputs-NEW" in msg
+        assert "--unlock" not in msg and "Nothing was changed" in msg
+        (tmp_path / "link").symlink_to(a, target_is_directory=True)  # another spelling of the same root
+        (a).mkdir()
+        assert _Run(snake, tmp_path / "link").done() == 3
+        other = _Run(snake, b)  # another output root of the checkout runs alongside
+        assert other.done() == 0 and other.out["held"]
+        dry = _Run(snake, a, "dry")  # a dry run alongside the live run: allowed, takes nothing
+        assert dry.done() == 0 and not dry.out["held"] and dry.out["live"]["pid"] == live.p.pid
+        assert runlock.root_holder(a, snake)["pid"] == live.p.pid
+        assert [r["pid"] for r in runlock.live_runs(snake)] == [live.p.pid]
+    finally:
+        live.kill()
+    assert runlock.root_holder(a, snake) is None  # the kernel released it with the killed process
+    after = _Run(snake, a)
+    assert after.done() == 0 and after.out["held"]
+
+
+def test_killed_runs_stale_locks_are_removed_while_another_root_is_alive(tmp_path):
+    work = tmp_path / "work"
+    snake = work / ".snakemake"
+    snake.mkdir(parents=True)
+    a, b = work / "outputs-a", work / "outputs-b"
+    live_b = _Run(snake, b, "stay")
+    killed_a = _Run(snake, "outputs-a", "stay")  # a relative root: the same root as its absolute path
+    b_files = _snake_locks(snake, 0, f"{b}/items.json", f"{b}/readout/m.done")  # absolute paths
+    a_files = _snake_locks(snake, 1, "outputs-a/items.json", "outputs-a/readout/m.done")  # relative
+    shared = snake / "locks" / "2.input.lock"  # names no output root: blocks no run
+    shared.write_text("notebooks/01_select.py\ndata/config.yaml\n")
+    killed_a.kill()
+    try:
+        dry = _Run(snake, a, "dry")  # make plan: reports, removes nothing
+        assert dry.done() == 0 and sorted(dry.out["stale"]) == sorted(f.name for f in a_files)
+        assert dry.out["live"] is None and all(f.exists() for f in (*a_files, *b_files, shared))
+        dry_b = _Run(snake, b, "dry")  # a dry run on the live root: its locks stay
+        assert dry_b.done() == 0 and dry_b.out["live"]["pid"] == live_b.p.pid
+        assert all(f.exists() for f in b_files)
+        unlock = _Run(snake, a, "unlock")  # snakemake --unlock would remove the live run's locks
+        assert unlock.done() == 3 and str(b) in unlock.out["refused"] and f"pid {live_b.p.pid}" in unlock.out["refused"]
+        assert all(f.exists() for f in (*a_files, *b_files))
+        rerun = _Run(snake, a, "stay")  # the killed run's rerun, while the run on b is alive
+        try:
+            assert sorted(rerun.out["removed"]) == sorted(f.name for f in a_files)
+            assert not any(f.exists() for f in a_files)
+            assert all(f.exists() for f in b_files) and shared.exists()  # the live run's locks are kept
+            assert _Run(snake, b).done() == 3  # and its root is still refused to a second run
+            a2 = _snake_locks(snake, 3, "outputs-a/items.json")  # the rerun's own locks, once it wrote them
+            assert _Run(snake, work / "outputs-c").done() == 0 and all(f.exists() for f in (*a2, *b_files))
+        finally:
+            rerun.kill()
+    finally:
+        live_b.kill()
+    last = _Run(snake, work / "outputs-c")  # no run alive: every lock file is a dead run's
+    assert last.done() == 0 and not any((snake / "locks").glob("*.lock"))
+    unlock = _Run(snake, a, "unlock")
+    assert unlock.done() == 0 and unlock.out["notes"] == []
+
+
+def test_a_run_on_another_root_started_after_the_kill_removes_the_stale_locks(tmp_path):
+    snake = tmp_path / ".snakemake"
+    snake.mkdir()
+    killed = _Run(snake, tmp_path / "a", "stay")
+    watcher = _Run(snake, tmp_path / "w", "stay")  # keeps the checkout "not alone" throughout
+    a_files = _snake_locks(snake, 0, f"{tmp_path}/a/items.json")
+    killed.kill()
+    try:
+        other = _Run(snake, tmp_path / "b", "stay")
+        try:
+            assert sorted(other.out["removed"]) == sorted(f.name for f in a_files)
+            assert _Run(snake, tmp_path / "b").done() == 3
+        finally:
+            other.kill()
+    finally:
+        watcher.kill()
+
+
+def test_two_runs_started_at_once_on_one_root_one_is_refused(tmp_path):
+    snake = tmp_path / ".snakemake"
+    go = tmp_path / "go"
+    code = ("import os, sys, time\n"
+            "while not os.path.exists(sys.argv[4]): time.sleep(0.001)\n") + HOLD_ROOT
+    for attempt in range(3):
+        root = tmp_path / f"out{attempt}"
+        procs = [subprocess.Popen([sys.executable, "-c", code, str(snake), str(root), "stay", str(go)],
+                                  stdout=subprocess.PIPE, text=True) for _ in range(2)]
+        time.sleep(0.5)
+        go.touch()
+        try:
+            outs = [json.loads(p.stdout.readline()) for p in procs]
+            assert sorted("refused" in o for o in outs) == [False, True]
+            assert [o["held"] for o in outs if "refused" not in o] == [True]
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
+            go.unlink()
+
+
+def test_lock_file_paths_belong_to_the_deepest_root(tmp_path):
+    f = tmp_path / "0.output.lock"
+    f.write_text(f"out/items.json\n{tmp_path}/out/sub/cube.zarr\nnotebooks/x.py\n\n")
+    roots = [tmp_path / "out", tmp_path / "out" / "sub", tmp_path / "outx"]
+    assert runlock.lock_file_roots(f, roots, tmp_path) == {tmp_path / "out", tmp_path / "out" / "sub"}
+    f.write_text("outx-not/items.json\n")
+    assert runlock.lock_file_roots(f, roots, tmp_path) == set()
+    assert runlock.root_lock_files(tmp_path / "a--b", tmp_path)[0] != runlock.root_lock_files(tmp_path / "a" / "b",
+                                                                                               tmp_path)[0]
 
 
 # --- through Snakemake, as users run it ---
@@ -383,3 +552,141 @@ def test_two_folders_with_the_same_last_part_get_their_own_stores(tmp_path):
     for m in (a, b):  # the marker the rule writes is the one of the store the notebook writes
         assert f"readout/{paths.model_slug(m)}.done" in out
         assert workflow.store_of(paths.readout_store(m, tmp_path).with_suffix(".done")) == paths.readout_store(m, tmp_path)
+
+
+# --- locks per output root, through Snakemake ---
+
+def _lock_block() -> str:
+    """The lock block of the real Snakefile, as it stands there."""
+    m = re.search(r"\nif workflow\.is_main_process:\n    try:\n.*?raise WorkflowError\(str\(_e\)\) from None\n",
+                  (ROOT / "Snakefile").read_text(), re.S)
+    assert m and "snakefile_run_lock" in m.group(0), "Snakefile: the run lock block moved"
+    return m.group(0)
+
+
+# A tiny workflow around the Snakefile's lock block: one job that runs until its root holds `release`.
+TINY = '''import os, sys
+from snakemake.exceptions import WorkflowError
+from murk import workflow as murk_workflow
+OUT = config["output_dir"]
+{block}
+rule all:
+    input: f"{{OUT}}/done.txt"
+rule slow:
+    output: f"{{OUT}}/done.txt"
+    params: root=OUT
+    shell: "echo $$ > {{params.root}}/job.pid; while [ ! -e {{params.root}}/release ]; do sleep 0.1; done; echo ok > {{output}}"
+'''
+
+
+def _tiny(work: Path, root: str, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "lib"), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", *args, "--config", f"output_dir={root}"],
+                            cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.1)
+
+
+def _finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
+    out, _ = proc.communicate(timeout=timeout)
+    return proc.returncode, out
+
+
+@pytest.mark.slow
+def test_killed_run_reruns_while_another_root_runs_and_a_live_root_is_refused(tmp_path):
+    """Two output roots of one checkout through Snakemake: a live run on b (its job held until b/release),
+    a run on a killed with SIGKILL mid-job. The rerun on a succeeds while b runs; a second run on b is refused
+    (before and after Snakemake's end of the a-run removed the locks folder), a dry run and the plan are
+    allowed, --unlock is refused; b's run then finishes. Two runs started at once on c: one is refused."""
+    import signal
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "Snakefile").write_text(TINY.format(block=_lock_block()))
+    live = _tiny(work, "b")
+    try:
+        _wait_for(work / "b" / "job.pid", live)
+        killed = _tiny(work, "a")
+        _wait_for(work / "a" / "job.pid", killed)
+        job = int((work / "a" / "job.pid").read_text())
+        os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait()
+        try:
+            os.kill(job, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        locks = work / ".snakemake" / "locks"
+        stale = {f.name for f in locks.glob("*.lock") if "a/done.txt" in f.read_text()}
+        assert stale, "the killed run left no Snakemake lock: the test tests nothing"
+        b_locks = {f.name: f.read_text() for f in locks.glob("*.lock") if "b/done.txt" in f.read_text()}
+        assert b_locks
+
+        rc, out = _finish(_tiny(work, "b"))  # a second run on the live root, its Snakemake locks in place
+        assert rc != 0 and "is in use by a live run" in out and f"pid {live.pid}" in out and str(work / "b") in out
+        assert "--unlock" not in out and not (work / "b" / "done.txt").exists()
+        rc, out = _finish(_tiny(work, "a", "-n"))  # make plan on the killed root: allowed, removes nothing
+        assert rc == 0 and "belong to killed runs" in out
+        rc, out = _finish(_tiny(work, "b", "-n"))  # a dry run on the live root: allowed, its locks stay
+        assert rc == 0 and f"alive on the output root {work / 'b'}" in out
+        rc, out = _finish(_tiny(work, "a", "--unlock"))  # would remove the live run's locks: refused
+        assert rc != 0 and "--unlock refused" in out and f"pid {live.pid}" in out
+        assert {f.name: f.read_text() for f in locks.glob("*.lock") if f.name in b_locks} == b_locks
+        assert stale <= {f.name for f in locks.glob("*.lock")}
+
+        (work / "a" / "release").touch()
+        rc, out = _finish(_tiny(work, "a"))  # the killed run's rerun, while b runs
+        assert rc == 0, out[-3000:]
+        removed = set(re.findall(r"removed the stale Snakemake lock \S*/(\d+\.\w+\.lock)", out))
+        assert removed == stale, out[-3000:]
+        assert "LockException" not in out and "--unlock" not in out
+        assert (work / "a" / "done.txt").read_text().strip() == "ok" and live.poll() is None
+        rc, out = _finish(_tiny(work, "b"))  # Snakemake removed the locks folder at the end of the a-run
+        assert rc != 0 and "is in use by a live run" in out and not (work / "b" / "done.txt").exists()
+    finally:
+        (work / "b").mkdir(exist_ok=True)
+        (work / "b" / "release").touch()
+    rc, out = _finish(live)
+    assert rc == 0, out[-3000:]
+    assert (work / "b" / "done.txt").read_text().strip() == "ok"
+
+    both = [_tiny(work, "c"), _tiny(work, "c")]  # started at once on one root
+    try:
+        deadline = time.monotonic() + 120
+        while all(p.poll() is None for p in both):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        refused = [p for p in both if p.poll() is not None]
+        assert len(refused) == 1
+        rc, out = _finish(refused[0])
+        assert rc != 0 and "is in use by a live run" in out
+    finally:
+        (work / "c").mkdir(exist_ok=True)
+        (work / "c" / "release").touch()
+    winner = [p for p in both if p is not refused[0]][0]
+    assert _finish(winner)[0] == 0 and (work / "c" / "done.txt").exists()
+
+
+@needs_sample
+def test_the_snakefile_refuses_a_run_on_a_live_root_and_plans_alongside(tmp_path):
+    """The real Snakefile: a run on an output root held by a live run is refused before anything runs;
+    a dry run on it (make plan) shows its plan and names the live run."""
+    out = tmp_path / "out"
+    holder = _Run(ROOT / ".snakemake", out, "stay")
+    try:
+        r = _snakemake(out, f"{out}/items.json")
+        text = r.stdout + r.stderr
+        assert r.returncode != 0 and "is in use by a live run" in text and f"pid {holder.p.pid}" in text, text[-3000:]
+        assert "--unlock" not in text and not out.exists()
+        r = _snakemake(out, "-n", f"{out}/items.json")
+        text = r.stdout + r.stderr
+        assert r.returncode == 0, text[-3000:]
+        assert f"alive on the output root {out}" in text and "rule select" in text
+    finally:
+        holder.kill()

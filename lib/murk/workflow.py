@@ -1,5 +1,5 @@
 """What the Snakefile needs besides Snakemake: completion markers that vouch for a store's
-content, and resuming after a killed run without a manual unlock.
+content, and resuming after a killed run without a manual unlock (locks per output root).
 
 Markers
 -------
@@ -26,16 +26,17 @@ never leaves ``outputs/`` mixed.
 
 Stale locks
 -----------
-Snakemake locks its working directory (``.snakemake/locks/``) while it runs and
-removes the lock when it ends; a run killed with SIGKILL (a power loss, the
-out-of-memory killer, a pre-empted job) leaves the lock behind, and the next run
-stops with ``LockException`` until ``snakemake --unlock``. :func:`hold_run_lock`
-tells a stale lock from a live run with an OS file lock (``flock``) that every
-Snakemake main process of this workflow holds, shared, for its lifetime, and
-that the kernel releases when the process dies, however it dies: when no
-process holds it, no run is alive and the Snakemake locks are removed; when one
-does, they are left alone and Snakemake's own protection against two concurrent
-runs applies unchanged.
+Snakemake locks the files of a run (``.snakemake/locks/``) and removes the locks
+when it ends; a run killed with SIGKILL (a power loss, the out-of-memory killer, a
+pre-empted job) leaves them behind, and Snakemake then stops the next run with
+``LockException`` and suggests ``--unlock``, which removes the locks of every run,
+live ones too. murk keeps a lock per output root (:mod:`murk.runlock`, an OS file
+lock the kernel releases when the process dies, however it dies), held by the
+Snakemake main process for its lifetime: a second run on a root in use is
+refused, naming the root and the live run; a Snakemake lock file whose paths lie
+under roots that no live run holds is a dead run's and is removed, whatever other
+runs of the checkout are alive; a live run's locks are kept. :func:`hold_run_lock`
+is the entry point of earlier versions (the checkout-wide part only).
 
 Model entries
 -------------
@@ -53,15 +54,18 @@ This module imports nothing heavy (the Snakefile imports it on every run).
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from murk import runlock
+from murk.runlock import RootInUse, hold_root_lock, snakefile_run_lock
+
 __all__ = ["ModelEntry", "model_entries", "IGNORED_SUFFIXES", "SELECTION_KEYS", "store_digest", "write_marker", "read_marker", "stale_reason",
-           "store_of", "rerun_reason", "force_rerun", "foreign_stores", "refuse_foreign_stores", "running_notebooks_dir", "hold_run_lock"]
+           "store_of", "rerun_reason", "force_rerun", "foreign_stores", "refuse_foreign_stores", "running_notebooks_dir", "hold_run_lock",
+           "hold_root_lock", "snakefile_run_lock", "RootInUse"]
 
 #: files inside a store that are not its content: zarr's half-written chunk files of a
 #: killed write (``<chunk>.<uuid>.partial``; :func:`murk.cube.open_readout_store` removes them)
@@ -456,56 +460,36 @@ def running_notebooks_dir(output_dir: str | os.PathLike, snakemake_dir: str | os
     return Path(snakemake_dir) / "murk-notebooks" / name
 
 
-_HELD: dict[str, int] = {}
+def hold_run_lock(snakemake_dir: str | os.PathLike = ".snakemake", output_dir: str | os.PathLike | None = None, *,
+                  dry_run: bool = False) -> list[Path]:
+    """Hold this process's run lock (and the output root's); remove the stale Snakemake locks of dead runs.
 
-
-def hold_run_lock(snakemake_dir: str | os.PathLike = ".snakemake") -> list[Path]:
-    """Hold this process's share of the run lock; remove Snakemake's locks when they are stale.
-
-    Called once per Snakemake main process, when the Snakefile is parsed (before
-    Snakemake locks the directory). Takes ``<snakemake_dir>/murk-run.flock``
-    exclusively if it can: then no other Snakemake process of this workflow is
-    alive in this directory, so every lock file in ``<snakemake_dir>/locks/`` was
-    left by a killed run and is removed. Either way the process then holds the
-    file lock shared until it exits (the kernel releases it at exit, also after
-    SIGKILL), which marks this run as alive to later runs.
+    A compatible wrapper of :func:`murk.runlock.hold_root_lock` (the Snakefile calls
+    :func:`murk.runlock.snakefile_run_lock`).
 
     Parameters
     ----------
     snakemake_dir : path
         Snakemake's folder in the working directory.
+    output_dir : path, optional
+        The run's output root: its lock is taken too (a live run on it raises
+        :class:`murk.runlock.RootInUse`). None: the checkout-wide lock only; then a
+        Snakemake lock file that names no recorded root is removed only when no other
+        run of the checkout is alive.
+    dry_run : bool
+        Take no lock and remove nothing.
 
     Returns
     -------
     list of Path
-        The stale lock files removed (empty when none, or when another run is alive).
+        The stale lock files removed.
 
-    Notes
-    -----
-    ``flock`` is local to one machine on most network file systems: the check is
-    meant for the machine that runs Snakemake's main process (the jobs that the
-    SLURM executor starts do not call it).
+    Raises
+    ------
+    murk.runlock.RootInUse
+        If a live run holds the output root's lock.
     """
-    d = Path(snakemake_dir).resolve()
-    key = str(d)
-    if key in _HELD:
-        return []
-    d.mkdir(parents=True, exist_ok=True)
-    fd = os.open(d / "murk-run.flock", os.O_RDWR | os.O_CREAT, 0o644)
-    removed: list[Path] = []
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        pass  # another run is alive: its locks are live, Snakemake's check applies
-    else:
-        locks = d / "locks"
-        if locks.is_dir():
-            removed = sorted(p for p in locks.iterdir() if p.is_file() and p.name.endswith(".lock"))
-            for p in removed:
-                p.unlink(missing_ok=True)
-    fcntl.flock(fd, fcntl.LOCK_SH)  # held (shared) for this process's lifetime
-    _HELD[key] = fd
-    return removed
+    return runlock.hold_root_lock(output_dir, snakemake_dir, dry_run=dry_run).removed
 
 
 def main(argv: list[str] | None = None) -> int:

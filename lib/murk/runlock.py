@@ -1,0 +1,497 @@
+"""Locks per output root: one live run per output root, a killed run's stale locks removed.
+
+Several output roots per checkout are a documented use (``snakemake --config
+output_dir=outputs-NEW``), and their runs share one Snakemake working directory
+(``.snakemake/``). Snakemake locks it with lock files (``.snakemake/locks/<n>.input.lock``
+and ``<n>.output.lock``, one path a line: the input files of every job of the run's DAG
+and the output files of every job it will run; ``snakemake/persistence/file.py``,
+``_write_locks``). A run killed with SIGKILL (a power loss, the out-of-memory killer, a
+pre-empted job) leaves its lock files behind; Snakemake then refuses every run whose
+files they name and suggests ``snakemake --unlock``, which removes *every* lock file,
+those of live runs too.
+
+murk keeps its own lock per output root, an OS file lock (``flock``) that the kernel
+releases when the process ends, however it ends:
+
+- ``.snakemake/murk-roots/<root>.flock``, held exclusively by the Snakemake main
+  process of the one run on that root for its lifetime, and ``<root>.json`` beside it,
+  the record of that run (the root's real path, the pid, the start time, the command).
+  ``<root>`` is the root's real path as a slug plus a hash of it (distinct roots never
+  share a lock).
+- ``.snakemake/murk-run.flock``, held shared by every run of the checkout: when a run
+  can take it exclusively, no other run of the checkout is alive.
+
+At start (:func:`hold_root_lock`, called when the Snakefile is parsed, before Snakemake
+reads its locks):
+
+1. A second run on a root whose lock is held is refused (:class:`RootInUse`), naming the
+   root and the live run; nothing is changed.
+2. Each of Snakemake's lock files is assigned to the output roots its paths lie under
+   (the roots of every murk run recorded in ``murk-roots/``). A lock file whose roots are
+   all free (no live run holds their lock) belongs to dead runs and is removed, whatever
+   other runs of the checkout are alive; a lock file of a root that is held belongs to the
+   live run and is kept. A lock file that names no recorded root (only the notebooks and
+   the configuration, which no run writes, so it blocks no run) is removed only when no
+   run of the checkout is alive.
+3. A dry run (``snakemake -n``, ``make plan``) and the inspecting modes (``--summary``,
+   ``--dag``, ...) take no lock and remove nothing: they run alongside a live run, and
+   report what they see (:func:`snakefile_run_lock`). ``snakemake --unlock`` is refused
+   while any run of the checkout is alive (it would remove that run's locks).
+
+The steps that read and remove lock files run one process at a time (``murk-locks.flock``),
+after the run took its root lock and before Snakemake writes its own lock files, so a
+lock file that a live run writes is never taken for a dead run's.
+
+Notes
+-----
+``flock`` is local to one machine on most network file systems: the locks protect the
+runs whose Snakemake main process runs on this machine (the jobs that the SLURM executor
+starts do not parse the Snakefile as a main process and take no lock). Snakemake itself
+removes the whole ``.snakemake/locks/`` folder when any run ends, so the Snakemake lock
+files of another live run may vanish then; its murk root lock stays held, and still
+refuses a second run on its root.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import NamedTuple, Sequence
+
+__all__ = ["RootInUse", "RunLock", "ROOTS_DIR", "RUN_FLOCK", "INSPECT_FLAGS", "root_key", "root_lock_files",
+           "root_holder", "live_runs", "lock_file_roots", "stale_snakemake_locks", "hold_root_lock",
+           "refuse_unlock", "snakefile_run_lock"]
+
+#: folder (in Snakemake's ``.snakemake/``) of the root locks and their records
+ROOTS_DIR = "murk-roots"
+#: the checkout-wide lock every run holds shared (name kept from murk's first run lock)
+RUN_FLOCK = "murk-run.flock"
+#: serialises reading and removing Snakemake's lock files
+CLEANUP_FLOCK = "murk-locks.flock"
+#: seconds a run retries a root lock held by another process before it refuses (another
+#: process's check of the lock holds it for microseconds; a live run holds it for its lifetime)
+ACQUIRE_WAIT_S = 1.0
+#: Snakemake's command-line flags that only inspect the workflow: treated like a dry run
+INSPECT_FLAGS = ("--summary", "-S", "--detailed-summary", "-D", "--dag", "--rulegraph", "--filegraph", "--d3dag",
+                 "--list-rules", "-l", "--list-target-rules", "--lt", "--lint", "--list-changes", "--lc",
+                 "--list-input-changes", "--li", "--list-params-changes", "--lp", "--list-untracked", "--lu",
+                 "--print-compilation")
+
+#: fds of the locks this process holds (kept open for its lifetime; the kernel releases them at exit)
+_HELD: dict[str, int] = {}
+#: the roots this process holds, per Snakemake folder
+_HELD_ROOTS: dict[str, set] = {}
+
+
+class RootInUse(RuntimeError):
+    """A run was refused: its output root is in use by a live run (or ``--unlock`` while runs are alive).
+
+    Attributes
+    ----------
+    root : Path or None
+        The output root (real path); None for a refused ``--unlock``.
+    holders : list of dict
+        The records of the live runs (keys ``root``, ``pid``, ``started``, ``command``).
+    """
+
+    def __init__(self, message: str, root: Path | None, holders: list[dict]):
+        super().__init__(message)
+        self.root = root
+        self.holders = holders
+
+
+class RunLock(NamedTuple):
+    """What :func:`hold_root_lock` did and found.
+
+    Attributes
+    ----------
+    root : Path or None
+        The output root (real path), None for the checkout-wide lock only.
+    removed : list of Path
+        Snakemake lock files of dead runs that were removed.
+    stale : list of Path
+        Snakemake lock files of dead runs found but kept (a dry run removes nothing).
+    live : dict or None
+        In a dry run, the record of the live run on this root, if one is alive.
+    held : bool
+        Whether this process now holds the root's lock (False in a dry run).
+    """
+
+    root: Path | None
+    removed: list
+    stale: list
+    live: dict | None
+    held: bool
+
+
+def root_key(output_dir: str | os.PathLike) -> Path:
+    """The identity of an output root: its real path (symbolic links resolved, relative to the working directory)."""
+    return Path(os.path.realpath(os.fspath(output_dir)))
+
+
+def _slug(root: Path) -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]+", "--", str(root)).strip("-")[-120:]
+    return f"{name}-{hashlib.sha256(str(root).encode('utf-8')).hexdigest()[:12]}"
+
+
+def root_lock_files(output_dir: str | os.PathLike, snakemake_dir: str | os.PathLike = ".snakemake") -> tuple[Path, Path]:
+    """The lock file and the record of an output root: ``<snakemake_dir>/murk-roots/<slug>.flock`` and ``.json``."""
+    base = Path(snakemake_dir) / ROOTS_DIR / _slug(root_key(output_dir))
+    return base.with_name(base.name + ".flock"), base.with_name(base.name + ".json")
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        rec = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def _is_held(flock_path: Path) -> bool:
+    """Whether another process holds ``flock_path`` exclusively (a missing file: no)."""
+    try:
+        fd = os.open(flock_path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing releases the probe's shared lock
+    return False
+
+
+def root_holder(output_dir: str | os.PathLike, snakemake_dir: str | os.PathLike = ".snakemake") -> dict | None:
+    """The record of the live run that holds an output root's lock, or None when no run holds it.
+
+    Returns
+    -------
+    dict or None
+        Keys ``root`` (str, real path), ``pid`` (int), ``started`` (str, UTC), ``command``
+        (str); ``{"root": …}`` only when the record is unreadable. This process's own root
+        lock counts as held.
+    """
+    flock, record = root_lock_files(output_dir, snakemake_dir)
+    root = root_key(output_dir)
+    if str(root) in _HELD_ROOTS.get(str(Path(snakemake_dir).resolve()), set()) or _is_held(flock):
+        return _read_json(record) or {"root": str(root)}
+    return None
+
+
+
+def _records(snakemake_dir: Path) -> list[dict]:
+    folder = snakemake_dir / ROOTS_DIR
+    if not folder.is_dir():
+        return []
+    return [r for r in (_read_json(p) for p in sorted(folder.glob("*.json"))) if r and isinstance(r.get("root"), str)]
+
+
+def live_runs(snakemake_dir: str | os.PathLike = ".snakemake") -> list[dict]:
+    """The records of the runs alive now, one per held output root (see :func:`root_holder`)."""
+    d = Path(snakemake_dir)
+    out = []
+    for rec in _records(d):
+        held = root_holder(rec["root"], d)
+        if held is not None:
+            out.append(held)
+    return out
+
+
+def lock_file_roots(lock_file: str | os.PathLike, roots: Sequence[str | os.PathLike],
+                    workdir: str | os.PathLike) -> set[Path]:
+    """The output roots that the paths of one Snakemake lock file lie under.
+
+    Parameters
+    ----------
+    lock_file : path
+        ``.snakemake/locks/<n>.input.lock`` or ``<n>.output.lock``: one path a line, as
+        the Snakefile names it (relative to Snakemake's working directory, or absolute).
+    roots : sequence of path
+        Real paths of the output roots; a path lying under two (nested roots) belongs
+        to the deeper one.
+    workdir : path
+        Snakemake's working directory (the folder holding ``.snakemake/``).
+
+    Returns
+    -------
+    set of Path
+        Empty when no path lies under a root (or the file cannot be read).
+    """
+    ordered = sorted({Path(r) for r in roots}, key=lambda r: len(str(r)), reverse=True)
+    try:
+        lines = Path(lock_file).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return set()
+    found: set[Path] = set()
+    for line in lines:
+        p = line.strip()
+        if not p:
+            continue
+        ap = os.path.realpath(os.path.join(os.fspath(workdir), p))
+        for r in ordered:
+            rs = str(r)
+            if ap == rs or ap.startswith(rs.rstrip(os.sep) + os.sep):
+                found.add(r)
+                break
+    return found
+
+
+def stale_snakemake_locks(snakemake_dir: str | os.PathLike = ".snakemake", own_root: str | os.PathLike | None = None,
+                          alone: bool = False) -> list[tuple[Path, str]]:
+    """Snakemake's lock files that belong to dead runs, with why.
+
+    Parameters
+    ----------
+    snakemake_dir : path
+        Snakemake's folder (``<workdir>/.snakemake``); its ``locks/`` is read.
+    own_root : path, optional
+        The root whose lock the caller holds and whose Snakemake lock files it has not
+        written yet: its lock files are a dead run's.
+    alone : bool
+        Whether no other run of the checkout is alive (the caller took ``murk-run.flock``
+        exclusively): then lock files that name no recorded root are stale too.
+
+    Returns
+    -------
+    list of (Path, str)
+        The lock files and a reason, e.g. ``"no run is alive on /abs/outputs-a"``.
+    """
+    d = Path(snakemake_dir).resolve()
+    locks = d / "locks"
+    if not locks.is_dir():
+        return []
+    own = root_key(own_root) if own_root is not None else None
+    roots = {Path(r["root"]) for r in _records(d)} | ({own} if own is not None else set())
+    held: dict[Path, bool] = {}
+
+    def is_free(r: Path) -> bool:
+        if r == own:
+            return True
+        if r not in held:
+            held[r] = root_holder(r, d) is not None
+        return not held[r]
+
+    out = []
+    for f in sorted(locks.glob("*.lock")):
+        if not f.is_file():
+            continue
+        owners = lock_file_roots(f, sorted(roots), d.parent)
+        if owners:
+            if all(is_free(r) for r in owners):
+                out.append((f, "no run is alive on " + ", ".join(sorted(map(str, owners)))))
+        elif alone:
+            out.append((f, "no run of this workflow is alive"))
+    return out
+
+
+def _command(argv: Sequence[str] | None) -> str:
+    if not argv:
+        return ""
+    text = " ".join(["snakemake", *map(str, argv[1:])])
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _describe(rec: dict) -> str:
+    bits = [f"pid {rec['pid']}" if rec.get("pid") else "pid unknown"]
+    if rec.get("started"):
+        bits.append(f"started {rec['started']}")
+    cmd = f": {rec['command']}" if rec.get("command") else ""
+    return ", ".join(bits) + cmd
+
+
+def _take_root(flock: Path) -> int | None:
+    """Take ``flock`` exclusively (retrying for :data:`ACQUIRE_WAIT_S`); its fd, or None when a live run holds it."""
+    fd = os.open(flock, os.O_RDWR | os.O_CREAT, 0o644)
+    deadline = time.monotonic() + ACQUIRE_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                return None
+            time.sleep(0.05)
+
+
+def _refusal(root: Path, rec: dict) -> RootInUse:
+    return RootInUse(
+        f"murk: the output root {root} is in use by a live run of this workflow ({_describe(rec)}). A second run on "
+        f"the same output root is refused: the two would write the same files. Nothing was changed. Wait until that "
+        f"run ends, or run into another output root: make demo ARGS='--config output_dir=outputs-NEW' (snakemake "
+        f"--config output_dir=outputs-NEW). murk's lock of a run ends with its process, however it ends (a killed "
+        f"run's locks are removed by the next run): there is nothing to unlock.", root, [rec])
+
+
+def hold_root_lock(output_dir: str | os.PathLike | None, snakemake_dir: str | os.PathLike = ".snakemake", *,
+                   dry_run: bool = False, argv: Sequence[str] | None = None) -> RunLock:
+    """Take an output root's lock for this process's lifetime and remove the stale Snakemake locks of dead runs.
+
+    Called once per Snakemake main process, when the Snakefile is parsed (before
+    Snakemake reads its locks); a second call in the same process returns at once.
+
+    Parameters
+    ----------
+    output_dir : path or None
+        The run's output root (``output_dir`` of the run settings), relative to the
+        working directory or absolute. None: only the checkout-wide lock is taken.
+    snakemake_dir : path
+        Snakemake's folder in the working directory (``<checkout>/.snakemake``).
+    dry_run : bool
+        A dry run (``snakemake -n``) or an inspecting mode: no lock is taken and
+        nothing is removed; the result lists the stale lock files and the live run on
+        the root, if any.
+    argv : sequence of str, optional
+        The command line (``sys.argv``), kept in the root's record for messages.
+
+    Returns
+    -------
+    RunLock
+        The root, the lock files removed (or, in a dry run, found stale), the live run.
+
+    Raises
+    ------
+    RootInUse
+        If another live process holds the root's lock (not in a dry run). Nothing is
+        changed then.
+    """
+    d = Path(snakemake_dir).resolve()
+    root = root_key(output_dir) if output_dir is not None else None
+    key = f"{d}|{root}"
+    if key in _HELD:
+        return RunLock(root, [], [], None, True)
+    if dry_run:
+        live = root_holder(root, d) if root is not None else None
+        alone = not _is_held_by_others(d / RUN_FLOCK)
+        stale = [p for p, _ in stale_snakemake_locks(d, None, alone)]
+        return RunLock(root, [], stale, live, False)
+
+    d.mkdir(parents=True, exist_ok=True)
+    fd_root = None
+    if root is not None:
+        flock, record = root_lock_files(root, d)
+        flock.parent.mkdir(parents=True, exist_ok=True)
+        fd_root = _take_root(flock)
+        if fd_root is None:
+            raise _refusal(root, root_holder(root, d) or _read_json(record) or {"root": str(root)})
+        rec = {"root": str(root), "pid": os.getpid(), "command": _command(argv),
+               "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+        tmp = record.with_name(record.name + f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(tmp, record)
+        _HELD_ROOTS.setdefault(str(d), set()).add(str(root))
+    removed: list[Path] = []
+    fd_clean = os.open(d / CLEANUP_FLOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd_clean, fcntl.LOCK_EX)  # one process at a time reads and removes lock files
+        fd_run = _HELD.get(f"{d}|run")
+        if fd_run is None:
+            fd_run = os.open(d / RUN_FLOCK, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd_run, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                alone = True
+            except BlockingIOError:
+                alone = False
+        else:
+            alone = False
+        for p, _why in stale_snakemake_locks(d, root, alone):
+            p.unlink(missing_ok=True)
+            removed.append(p)
+        fcntl.flock(fd_run, fcntl.LOCK_SH)  # held (shared) for this process's lifetime: a run is alive
+        _HELD[f"{d}|run"] = fd_run
+    finally:
+        os.close(fd_clean)  # releases the cleanup lock
+    if fd_root is not None:
+        _HELD[key] = fd_root
+    return RunLock(root, removed, [], None, fd_root is not None)
+
+
+def _is_held_by_others(flock_path: Path) -> bool:
+    """Whether any process holds ``flock_path`` (shared or exclusive); this process's own holds excluded."""
+    if f"{flock_path.parent}|run" in _HELD:
+        return True  # this process is a run itself
+    try:
+        fd = os.open(flock_path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def refuse_unlock(snakemake_dir: str | os.PathLike = ".snakemake") -> None:
+    """Refuse ``snakemake --unlock`` while any run of the checkout is alive (it would remove that run's locks).
+
+    Raises
+    ------
+    RootInUse
+        Naming each live run (root, pid, start, command) and what to do instead.
+    """
+    d = Path(snakemake_dir).resolve()
+    live = live_runs(d)
+    if not live and not _is_held_by_others(d / RUN_FLOCK):
+        return
+    listed = "\n".join(f"  {r.get('root', '?')}: {_describe(r)}" for r in live) or "  (a run of an older murk)"
+    raise RootInUse(
+        f"murk: snakemake --unlock refused: it would remove the Snakemake locks of the run(s) of this workflow alive "
+        f"now:\n{listed}\nNothing was changed. No unlock is needed: the locks of a killed run are removed when the next "
+        f"run starts; run the command that was killed again (e.g. make demo), or use another output root "
+        f"(--config output_dir=outputs-NEW) while these runs go on.", None, live)
+
+
+def snakefile_run_lock(output_dir: str | os.PathLike, snakemake_dir: str | os.PathLike, *, dry_run: bool,
+                       argv: Sequence[str] = ()) -> list[str]:
+    """The Snakefile's lock step: what a Snakemake main process does at parse time, as messages to print.
+
+    Parameters
+    ----------
+    output_dir : path
+        The run's ``output_dir``.
+    snakemake_dir : path
+        ``<working directory>/.snakemake``.
+    dry_run : bool
+        Snakemake's ``-n`` / ``--dry-run`` (``workflow.output_settings.dryrun``).
+    argv : sequence of str
+        ``sys.argv``: ``--unlock`` (refused while a run is alive) and the inspecting
+        flags of :data:`INSPECT_FLAGS` (treated like a dry run) are read from it.
+
+    Returns
+    -------
+    list of str
+        One line each (without the ``murk:`` prefix): the stale lock files removed, or
+        in a dry run the stale lock files found and the live run on the root.
+
+    Raises
+    ------
+    RootInUse
+        A second run on a root in use, or ``--unlock`` while a run is alive.
+    """
+    args = list(map(str, argv[1:]))
+    if "--unlock" in args:
+        refuse_unlock(snakemake_dir)
+        return []
+    inspect = dry_run or any(a in INSPECT_FLAGS for a in args)
+    lock = hold_root_lock(output_dir, snakemake_dir, dry_run=inspect, argv=argv)
+    notes = [f"removed the stale Snakemake lock {p} of a killed run (no live run holds its output root)"
+             for p in lock.removed]
+    what = "this dry run" if dry_run else "this command"
+    if lock.live is not None:
+        notes.append(f"a run of this workflow is alive on the output root {lock.root} ({_describe(lock.live)}): "
+                     f"{what} only shows the files as they are now; a second run on this root is refused until "
+                     f"that run ends")
+    if lock.stale:
+        names = ", ".join(p.name for p in lock.stale)
+        notes.append(f"the Snakemake lock file(s) {names} in {Path(snakemake_dir) / 'locks'} belong to killed runs: "
+                     f"the next run removes them ({what} removes nothing)")
+    return notes
