@@ -309,3 +309,54 @@ def test_custom_code_of_a_known_model_type_is_not_run_and_says_which_class_was_u
     # the checkpoints without auto_map say nothing
     assert load_vlm(str(tiny_checkpoint_dirs["qwen3vl"]), device="cpu").custom_code_not_run == {}
     assert readout.custom_code_note({}) == ""
+
+
+# ----------------------------------------------------------------- the same for a hub id (a Hugging Face cache)
+HUB_ID = "murk-test/tiny-vlm"
+
+
+def _hub_snapshot(src: Path, cache: Path, monkeypatch) -> Path:
+    """``src`` as the cached snapshot of :data:`HUB_ID` (the hub cache layout: blobs linked from a snapshot)."""
+    import huggingface_hub.constants as hf_constants
+
+    repo = cache / f"models--{HUB_ID.replace('/', '--')}"
+    commit = "0" * 40
+    snap = repo / "snapshots" / commit
+    (repo / "blobs").mkdir(parents=True)
+    snap.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    for i, f in enumerate(sorted(p for p in src.iterdir() if p.is_file())):
+        blob = repo / "blobs" / f"{i:064x}"
+        shutil.copy(f, blob)
+        (snap / f.name).symlink_to(blob)
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("MURK_OFFLINE", "1")
+    return snap
+
+
+def test_a_truncated_weights_file_of_a_hub_snapshot_is_named(tiny_checkpoint_dirs, tmp_path, monkeypatch):
+    src = _copy(tiny_checkpoint_dirs["qwen3vl"], tmp_path / "src")
+    (src / checkpoints.MARKER_FILE).unlink()  # a hub checkpoint, not one of murk's
+    snap = _hub_snapshot(src, tmp_path / "hub", monkeypatch)
+    assert load_vlm(HUB_ID, device="cpu").model_id == HUB_ID  # the snapshot loads as a hub id
+    blob = (snap / "model.safetensors").resolve()
+    data = blob.read_bytes()
+    blob.write_bytes(data[: len(data) // 2])
+    with pytest.raises(OSError) as err:
+        load_vlm(HUB_ID, device="cpu", command="snakemake")
+    msg = str(err.value)
+    assert "\n" not in msg and f"{snap / 'model.safetensors'} is truncated" in msg
+    assert f"hf download {HUB_ID} model.safetensors --force-download" in msg and "transformers version" not in msg
+
+
+def test_custom_code_of_a_hub_snapshot_is_reported(tiny_checkpoint_dirs, tmp_path, monkeypatch):
+    src = _copy(tiny_checkpoint_dirs["smolvlm"], tmp_path / "src")
+    (src / checkpoints.MARKER_FILE).unlink()
+    tok = json.loads((src / "tokenizer_config.json").read_text())
+    tok["auto_map"] = {"AutoTokenizer": ["tok_x.XTokenizer", None]}
+    (src / "tokenizer_config.json").write_text(json.dumps(tok))
+    _hub_snapshot(src, tmp_path / "hub", monkeypatch)
+    vlm = load_vlm(HUB_ID, device="cpu")
+    assert vlm.custom_code_not_run == {"tokenizer_config.json AutoTokenizer":
+                                       f"tok_x.XTokenizer -> {type(vlm.tokenizer).__name__}"}

@@ -225,3 +225,40 @@ def test_root_with_stores_of_another_selection_is_refused_before_writing(faulty_
     assert str(out / "readout" / f"{paths.model_slug(MODEL)}.zarr") in msg and "rm -r" in msg
     assert tree(out) == before
     assert not (Path(os.environ["MURK_FROZEN_DIR"]) / "faults-test-other.json").exists()  # not even the record
+
+
+def test_checkpoints_that_cannot_be_read_out_are_refused_in_snakemakes_words(faulty_run, tmp_path):
+    """Three local checkpoints as offline_models on the finished root (issue 21): a truncated
+    model.safetensors, pickle weights only, a text-only language model. Each read-out refuses in one line
+    naming the file (or what the checkpoint is) and the fix in the words a Snakemake user types; nothing
+    in the output root changes."""
+    import torch
+    from safetensors.torch import load_file
+
+    from test_checkpoint_input import _text_only  # a tiny random LlamaForCausalLM, saved offline
+
+    out, coco, _, _ = faulty_run
+    built = out / "checkpoints" / paths.model_slug(MODEL)
+    trunc = shutil.copytree(built, tmp_path / "ckpt-truncated")
+    data = (trunc / "model.safetensors").read_bytes()
+    (trunc / "model.safetensors").write_bytes(data[: len(data) // 2])
+    pickled = shutil.copytree(built, tmp_path / "ckpt-pickled")
+    torch.save(load_file(pickled / "model.safetensors"), pickled / "pytorch_model.bin")
+    (pickled / "model.safetensors").unlink()
+    llama = _text_only("llama", tmp_path / "ckpt-llama")
+    before = tree(out)
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "1", "--keep-going", "--config", f"output_dir={out}",
+           f"n_items={N_ITEMS}", f'offline_models=["{trunc}", "{pickled}", "{llama}"]', f"run_name={RUN}"]
+    r = subprocess.run(cmd, cwd=ROOT, env=_env(coco), capture_output=True, text=True, timeout=1500)
+    msg = r.stdout + r.stderr
+    assert r.returncode != 0, msg[-3000:]
+    lines = {k: [ln for ln in msg.splitlines() if f"cannot load model '{p}'" in ln]
+             for k, p in (("trunc", trunc), ("pickled", pickled), ("llama", llama))}
+    assert all(lines.values()), msg[-6000:]
+    assert f"{trunc / 'model.safetensors'} is truncated" in lines["trunc"][0]
+    assert "transformers version" not in lines["trunc"][0]
+    assert "pytorch_model.bin" in lines["pickled"][0] and "--config allow_pickle=true" in lines["pickled"][0]
+    assert "murk.readout.load_vlm" not in lines["pickled"][0]
+    assert "a text-only language model (model_type 'llama', architectures LlamaForCausalLM)" in lines["llama"][0]
+    assert "--config offline_models=" in lines["llama"][0]
+    assert tree(out) == before  # a refusal writes nothing and loses nothing

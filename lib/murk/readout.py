@@ -523,7 +523,8 @@ def _model_words(command: str) -> str:
     if command == "papermill":
         return ("rerun the read-out notebook with -p model <an image-text-to-text model: hub id or folder>, "
                 "e.g. one of data/study.yaml's models")
-    return "pass murk.readout.load_vlm an image-text-to-text model (hub id or folder), e.g. one of data/study.yaml's models"
+    return ("pass murk.readout.load_vlm an image-text-to-text model (hub id or folder), e.g. one of "
+            "data/study.yaml's models")
 
 
 def custom_code_note(not_run: Mapping[str, str]) -> str:
@@ -866,16 +867,13 @@ def load_vlm(
     try:
         # the config first: custom code named in config.json (auto_map) is refused before anything else loads
         net_config = AutoConfig.from_pretrained(source, **kwargs)
-        folder = Path(source) if local else _snapshot_folder(model, kwargs)
-        declared = declared_custom_code(folder) if folder is not None else {}
-        if not declared and getattr(net_config, "auto_map", None):
-            declared = {"config.json": {str(k): str(v) for k, v in net_config.auto_map.items()}}
-        runs_custom_model = bool(trust_remote_code) and "AutoModelForImageTextToText" in declared.get("config.json", {})
+        config_map = dict(getattr(net_config, "auto_map", None) or {})
+        runs_custom_model = bool(trust_remote_code) and "AutoModelForImageTextToText" in config_map
         kind = None if runs_custom_model else model_kind(net_config)
         if kind is not None:
             where = Path(source) / "config.json" if local else f"the config.json of {model}"
             custom = (" (its auto_map names no AutoModelForImageTextToText class)"
-                      if trust_remote_code and "config.json" in declared else "")
+                      if trust_remote_code and config_map else "")
             raise _LoadError(
                 f"cannot load model {model!r}: {where} describes {kind}{custom}; murk reads out image-text-to-text "
                 f"models (one image and a question in, text out: a VLM that transformers' "
@@ -934,7 +932,14 @@ def load_vlm(
             + (_weights_fix(model, CheckpointFileError(weights[0] if weights else Path(source), ""),
                             Path(source), local, model in OFFLINE_MODELS) if local else
                f"download the weights of {model} again: hf download {model} --force-download"))
-    not_run = {} if trust_remote_code else _custom_code_not_run(declared, net, net_config, processor)
+    not_run: dict[str, str] = {}
+    if not trust_remote_code:  # the files are all local now (a hub id's: in its snapshot folder)
+        folder = Path(source) if local else _snapshot_folder(model, kwargs)
+        declared = declared_custom_code(folder) if folder is not None else {}
+        if config_map and "config.json" not in declared:
+            declared["config.json"] = {str(k): str(v[-1] if isinstance(v, (list, tuple)) else v).split("--")[-1]
+                                       for k, v in sorted(config_map.items())}
+        not_run = _custom_code_not_run(declared, net, net_config, processor)
     if not_run:
         logging.getLogger("murk").warning("%s: %s", model, custom_code_note(not_run))
     net.to(device)
