@@ -1841,11 +1841,12 @@ for m in VLMS:
         not_run = {}
     for where, what in sorted(not_run.items()):
         custom, _, used = what.partition(" -> ")
-        not_run_parts.append(f"`{m}`: {where} names the custom class `{custom}`, not run; "
+        file, _, auto = where.partition(" ")
+        not_run_parts.append(f"`{m}`'s {file} names `{custom}` ({auto}), not run: "
                              + (f"the built-in `{used}` was used instead" if used else "not used by murk"))
 record("colophon.ignored_generation_settings", "; ".join(gen_parts))
 record("colophon.loading_options", "; ".join(f"{opts} for {fmt_list(ms)}" for opts, ms in load_groups.items())
-       + ("; custom code declared but not run (trust_remote_code false): " + "; ".join(not_run_parts)
+       + ("; custom code declared but not run (`trust_remote_code = false`): " + "; ".join(not_run_parts)
           if not_run_parts else ""))
 print(numbers["colophon.ignored_generation_settings"], numbers["colophon.loading_options"], sep="\n")
 

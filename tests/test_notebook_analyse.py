@@ -250,9 +250,10 @@ def test_methods_and_colophon_keys(numbers, synthetic_paper):
     # custom code a checkpoint declared and the read-out did not run: which class was used instead
     (where, what), = synthetic.CUSTOM_CODE_NOT_RUN_A.items()
     custom, used = what.split(" -> ")
-    assert (f"`org/synthetic-a`: {where} names the custom class `{custom}`, not run; the built-in `{used}` was "
+    file, auto = where.split(" ")
+    assert (f"`org/synthetic-a`'s {file} names `{custom}` ({auto}), not run: the built-in `{used}` was "
             f"used instead") in load
-    assert load.count("custom code declared but not run") == 1 and "synthetic-b`: config.json" not in load
+    assert load.count("custom code declared but not run") == 1 and "synthetic-b`'s" not in load
     html = synthetic_paper[1]["html"].read_text(encoding="utf-8")
     text = " ".join(html.split())
     for phrase in ("Decoding is greedy", "sampling settings are recorded", "float32", "V ≥ 250 m", "V ≤ 1.95 m",

@@ -1321,9 +1321,13 @@ def model_kind(config: Any) -> str | None:
     from transformers import AutoModelForImageTextToText
     from transformers.models.auto import modeling_auto as ma
 
-    if type(config) in AutoModelForImageTextToText._model_mapping:
-        return None
     mt = str(getattr(config, "model_type", "") or "")
+    try:  # the test AutoModelForImageTextToText itself applies (its configuration classes)
+        if type(config) in AutoModelForImageTextToText._model_mapping:
+            return None
+    except (AttributeError, TypeError):  # a transformers without that private mapping: by model_type
+        if mt in ma.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+            return None
     vision = ("MODEL_FOR_IMAGE_MAPPING_NAMES", "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
               "MODEL_FOR_DEPTH_ESTIMATION_MAPPING_NAMES", "MODEL_FOR_OBJECT_DETECTION_MAPPING_NAMES",
               "MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING_NAMES", "MODEL_FOR_IMAGE_SEGMENTATION_MAPPING_NAMES",
