@@ -172,7 +172,7 @@ def rerun_if_stale(marker_of):
 READOUT_PARAMS = dict(model=lambda wc: SLUG2MODEL[wc.slug], n=lambda wc: N_OF[SLUG2MODEL[wc.slug]], device=DEVICE, n_verbal=config.get("n_verbal_items", 0),
                       trust=bool(config.get("trust_remote_code", False)), pickle=bool(config.get("allow_pickle", False)))
 READOUT_ARGS = ("-p model {params.model} -p max_items {params.n} {params.device} -p n_verbal_items {params.n_verbal}"
-                " -p trust_remote_code {params.trust} -p allow_pickle {params.pickle}")
+                " -p trust_remote_code {params.trust} -p allow_pickle {params.pickle} -p run_by snakemake")
 
 # shard_size: null -> one read-out job per model; an integer -> one job per (model, shard),
 # each writing its own store, merged by the analyse stage. Finished shards are never redone.

@@ -41,6 +41,8 @@ trust_remote_code = None      # run code shipped with a checkpoint (auto_map) on
                               # None: the run settings' trust_remote_code (false)
 allow_pickle = None           # accept pickle weights (pytorch_model.bin) only if True; None: the run settings'
                               # allow_pickle (false: safetensors only)
+run_by = "papermill"          # what runs this notebook: "papermill" (by hand) or "snakemake" (the Snakefile passes
+                              # it): a refusal's fix is given in the words of that command
 output_dir = None
 
 # %%
@@ -79,7 +81,14 @@ if engine_kind not in ("batched", "per-unit"):
 #
 # The model is loaded once (`murk.readout.load_vlm`: a hub id, a local folder or
 # a tiny offline checkpoint; decoding is greedy whatever its generation config
-# says, and what that config asked for is recorded). The store's identity is
+# says, and what that config asked for is recorded). A checkpoint that cannot be
+# read out is refused in one line naming the file and the fix, in the words of
+# the command that runs this notebook (`run_by`): a missing, truncated or damaged
+# weights file or shard, a text-only or vision-only model, pickle weights or
+# custom code not allowed. Custom code a checkpoint declares for an architecture
+# transformers knows is not run unless `trust_remote_code` is set: the built-in
+# class is used, and that is printed here and kept in the store's attributes
+# (`custom_code_not_run`), whence the paper's colophon lists it. The store's identity is
 # every setting that changes its content (`murk.cube.store_identity`: config,
 # items, model and revision, dtype, `n_verbal_items`, depth backend and model): a
 # store written with other settings is refused with a message naming the
@@ -110,7 +119,9 @@ def stored_attr(store, key):
 todo, vlm, k = [], None, None
 if len(span):
     vlm = readout.load_vlm(model, device=device, root=output_dir, trust_remote_code=trust_remote_code,
-                           allow_pickle=allow_pickle)
+                           allow_pickle=allow_pickle, command=run_by)
+    if vlm.custom_code_not_run:  # never silently: said here, kept in the store's attributes and the colophon
+        print(f"WARNING {model}: {readout.custom_code_note(vlm.custom_code_not_run)}")
     if engine_kind == "batched":
         k = images_per_batch or stored_attr(store, "images_per_batch") or cfg["readout"].get("images_per_batch")
         if not k:  # from the free memory, then the largest power of two that divides the shard size
@@ -130,6 +141,7 @@ if len(span):
         ignored_generation_settings=json.dumps(vlm.ignored_generation_settings, sort_keys=True),
         eos_token_ids=json.dumps(sorted(vlm.eos_token_ids)), readout_engine=engine_kind,
         trust_remote_code=int(bool(trust_remote_code)), allow_pickle=int(bool(allow_pickle)),
+        custom_code_not_run=json.dumps(vlm.custom_code_not_run, sort_keys=True),
         **({"images_per_batch": k} if k is not None else {}))
     if vlm.is_pipeline_check:
         attrs["note"] = "PIPELINE CHECK: tiny randomly initialised checkpoint; numbers carry no meaning"

@@ -1803,7 +1803,8 @@ display(Markdown("\n\n".join(numbers[k] for k in ("abstract", "discussion.confid
 # generation configuration asks for, and the read-out stage recorded what it
 # asked for in each store's attributes (`ignored_generation_settings`), with the
 # loading options it was given (`trust_remote_code`, `allow_pickle`; both off
-# unless set by name).
+# unless set by name), and any custom code a checkpoint declared that was not
+# run, with the built-in class used instead (`custom_code_not_run`).
 
 # %%
 def store_attrs(m: str) -> dict:
@@ -1817,7 +1818,7 @@ def setting_value(v) -> str:
     return json.dumps(v) if isinstance(v, (bool, type(None), dict, list)) else f"{v:g}" if isinstance(v, float) else str(v)
 
 
-gen_parts, load_groups = [], {}
+gen_parts, load_groups, not_run_parts = [], {}, []
 for m in VLMS:
     a = store_attrs(m)
     raw = a.get("ignored_generation_settings")
@@ -1834,8 +1835,19 @@ for m in VLMS:
     opts = (", ".join(f"`{o} = {str(bool(int(a[o]))).lower()}`" for o in ("trust_remote_code", "allow_pickle"))
             if all(o in a for o in ("trust_remote_code", "allow_pickle")) else "not recorded (an older store)")
     load_groups.setdefault(opts, []).append(f"`{m}`")
+    try:
+        not_run = json.loads(a.get("custom_code_not_run") or "{}")
+    except json.JSONDecodeError:
+        not_run = {}
+    for where, what in sorted(not_run.items()):
+        custom, _, used = what.partition(" -> ")
+        file, _, auto = where.partition(" ")
+        not_run_parts.append(f"`{m}`'s {file} names `{custom}` ({auto}), not run: "
+                             + (f"the built-in `{used}` was used instead" if used else "not used by murk"))
 record("colophon.ignored_generation_settings", "; ".join(gen_parts))
-record("colophon.loading_options", "; ".join(f"{opts} for {fmt_list(ms)}" for opts, ms in load_groups.items()))
+record("colophon.loading_options", "; ".join(f"{opts} for {fmt_list(ms)}" for opts, ms in load_groups.items())
+       + ("; custom code declared but not run (`trust_remote_code = false`): " + "; ".join(not_run_parts)
+          if not_run_parts else ""))
 print(numbers["colophon.ignored_generation_settings"], numbers["colophon.loading_options"], sep="\n")
 
 # %%

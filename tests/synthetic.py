@@ -48,6 +48,9 @@ N_VERBAL = 10                              # images also asked the wordings v2, 
 PARSE_RATE_A = 0.9                         # model a: every tenth image has no parseable confidence
 IGNORED_A = {"do_sample": True, "temperature": 0.7, "top_k": 20}   # model a's generation config asked for sampling
 CLEAN_B = 0.8                              # model b's clean accuracy (every arm's clean image)
+#: custom code model a's checkpoint declared (auto_map) and its read-out did not run (VLM.custom_code_not_run)
+CUSTOM_CODE_NOT_RUN_A = {"config.json AutoModelForImageTextToText":
+                         "modeling_synth.SynthForConditionalGeneration -> Qwen3VLForConditionalGeneration"}
 #: correct images (of N_IMAGES) at ImageNet-C severities 1-5, per model index, every task
 IMAGENET_C_CORRECT = ((30, 29, 27, 28, 29), (27, 29, 28, 26, 25))
 #: the variant root without nominal equivalence, verbal wordings and parseable verbal confidence
@@ -88,10 +91,10 @@ def write_root(root: Path, models=None, nominal: bool = True, n_verbal: int = N_
     rng = np.random.default_rng(0)
     for k, model in enumerate(models):
         store = paths.readout_store(model, root)
-        # model a records what its generation config asked for and its loading options; model b (a store of an
-        # older murk) records neither
-        extra = ({"ignored_generation_settings": json.dumps(IGNORED_A), "trust_remote_code": 0, "allow_pickle": 0}
-                 if k == 0 else {})
+        # model a records what its generation config asked for, its loading options and the custom code its
+        # checkpoint declared that was not run; model b (a store of an older murk) records none of them
+        extra = ({"ignored_generation_settings": json.dumps(IGNORED_A), "trust_remote_code": 0, "allow_pickle": 0,
+                  "custom_code_not_run": json.dumps(CUSTOM_CODE_NOT_RUN_A)} if k == 0 else {})
         cube.open_readout_store(store, table["image_id"], table["category"], {
             "config_hash": "c" * 64, "items_hash": "i" * 64, "model_id": model, "model_revision": "r",
             "depth_backend": "constant-13.8m", "depth_approximate": 1, "pipeline_check": k,

@@ -225,3 +225,64 @@ def test_root_with_stores_of_another_selection_is_refused_before_writing(faulty_
     assert str(out / "readout" / f"{paths.model_slug(MODEL)}.zarr") in msg and "rm -r" in msg
     assert tree(out) == before
     assert not (Path(os.environ["MURK_FROZEN_DIR"]) / "faults-test-other.json").exists()  # not even the record
+
+
+def test_checkpoints_that_cannot_be_read_out_are_refused_in_snakemakes_words(faulty_run, tmp_path):
+    """Four local checkpoints as offline_models on the finished root (issue 21): a truncated
+    model.safetensors, pickle weights only, a text-only language model: each read-out refuses in one line
+    naming the file (or what the checkpoint is) and the fix in the words a Snakemake user types. The
+    fourth declares custom code (auto_map) for its known model_type: it is read out with the built-in
+    class, and its executed notebook and store say which class was used instead of which. Nothing the
+    root held changes (the fourth model's new files are removed again, for the tests after this one)."""
+    import torch
+    from safetensors.torch import load_file
+
+    from test_checkpoint_input import _text_only  # a tiny random LlamaForCausalLM, saved offline
+
+    out, coco, _, _ = faulty_run
+    built = out / "checkpoints" / paths.model_slug(MODEL)
+    trunc = shutil.copytree(built, tmp_path / "ckpt-truncated")
+    data = (trunc / "model.safetensors").read_bytes()
+    (trunc / "model.safetensors").write_bytes(data[: len(data) // 2])
+    pickled = shutil.copytree(built, tmp_path / "ckpt-pickled")
+    torch.save(load_file(pickled / "model.safetensors"), pickled / "pytorch_model.bin")
+    (pickled / "model.safetensors").unlink()
+    llama = _text_only("llama", tmp_path / "ckpt-llama")
+    automap = shutil.copytree(built, tmp_path / "ckpt-automap")
+    cfg = json.loads((automap / "config.json").read_text())
+    cfg["auto_map"] = {"AutoModelForImageTextToText": "modeling_murk_x.XForConditionalGeneration"}
+    (automap / "config.json").write_text(json.dumps(cfg))
+    before = tree(out)
+    models = json.dumps([str(p) for p in (trunc, pickled, llama, automap)])
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "1", "--keep-going", "--config", f"output_dir={out}",
+           f"n_items={N_ITEMS}", f"offline_models={models}", f"run_name={RUN}"]
+    r = subprocess.run(cmd, cwd=ROOT, env=_env(coco), capture_output=True, text=True, timeout=1500)
+    msg = r.stdout + r.stderr
+    assert r.returncode != 0, msg[-3000:]
+    lines = {k: [ln for ln in msg.splitlines() if f"cannot load model '{p}'" in ln]
+             for k, p in (("trunc", trunc), ("pickled", pickled), ("llama", llama))}
+    assert all(lines.values()), msg[-6000:]
+    assert f"{trunc / 'model.safetensors'} is truncated" in lines["trunc"][0]
+    assert "transformers version" not in lines["trunc"][0]
+    assert "pytorch_model.bin" in lines["pickled"][0] and "--config allow_pickle=true" in lines["pickled"][0]
+    assert "murk.readout.load_vlm" not in lines["pickled"][0]
+    assert "a text-only language model (model_type 'llama', architectures LlamaForCausalLM)" in lines["llama"][0]
+    assert "--config offline_models=" in lines["llama"][0]
+    # custom code not run: said in the executed notebook and kept in the store's attributes
+    store = paths.readout_store(str(automap), out)
+    note = json.loads(xr.open_zarr(store, consolidated=False).attrs["custom_code_not_run"])
+    assert note == {"config.json AutoModelForImageTextToText":
+                    "modeling_murk_x.XForConditionalGeneration -> SmolVLMForConditionalGeneration"}
+    new = sorted(set(tree(out)) - set(before))
+    nbs = [out / k for k in new if k.startswith("notebooks/03_readout")]
+    assert len(nbs) == 1, new
+    said = _cells_text(nbs[0])
+    assert ("WARNING" in said and "modeling_murk_x.XForConditionalGeneration: the built-in transformers class "
+            "SmolVLMForConditionalGeneration was used instead" in said)
+    after = tree(out)
+    assert {k: v for k, v in after.items() if k in before} == before  # a refusal loses nothing already computed
+    assert all(k.startswith(("notebooks/03_readout", "readout/")) for k in new), new
+    shutil.rmtree(store)
+    for k in new:
+        (out / k).unlink(missing_ok=True)
+    assert tree(out) == before

@@ -247,11 +247,18 @@ def test_methods_and_colophon_keys(numbers, synthetic_paper):
     load = numbers["colophon.loading_options"]
     assert "`trust_remote_code = false`, `allow_pickle = false` for `org/synthetic-a`" in load
     assert "not recorded (an older store) for `murk-tiny/synthetic-b`" in load
+    # custom code a checkpoint declared and the read-out did not run: which class was used instead
+    (where, what), = synthetic.CUSTOM_CODE_NOT_RUN_A.items()
+    custom, used = what.split(" -> ")
+    file, auto = where.split(" ")
+    assert (f"`org/synthetic-a`'s {file} names `{custom}` ({auto}), not run: the built-in `{used}` was "
+            f"used instead") in load
+    assert load.count("custom code declared but not run") == 1 and "synthetic-b`'s" not in load
     html = synthetic_paper[1]["html"].read_text(encoding="utf-8")
     text = " ".join(html.split())
     for phrase in ("Decoding is greedy", "sampling settings are recorded", "float32", "V ≥ 250 m", "V ≤ 1.95 m",
                    "one random seed per image shared by its severities", "without a floor", "an oracle",
-                   "0.3 quantile", "do_sample = true"):
+                   "0.3 quantile", "do_sample = true", "modeling_synth.SynthForConditionalGeneration"):
         assert phrase in text, phrase
     assert "(Guo et al." in text and "@guo2017calibration" not in text       # the ECE bins' citation resolves
 
@@ -302,6 +309,7 @@ def test_the_demo_cube_health_and_monitor_numbers(demo):
     nb = json.loads((demo / "notebooks" / "03_readout-murk-tiny--smolvlm.ipynb").read_text(encoding="utf-8"))
     params = nb["metadata"]["papermill"]["parameters"]
     assert params["trust_remote_code"] is False and params["allow_pickle"] is False
+    assert params["run_by"] == "snakemake"  # its refusals speak Snakemake's words (--config allow_pickle=true)
     assert n["colophon.loading_options"] == ("`trust_remote_code = false`, `allow_pickle = false` for "
                                              + paper.fmt_list(f"`{m}`" for m in tiny))
     assert n["colophon.ignored_generation_settings"].count("`murk-tiny/") == len(tiny)

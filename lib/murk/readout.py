@@ -51,8 +51,8 @@ from typing import Any
 import numpy as np
 
 from murk import paths
-from murk.checkpoints import (INTERNVL_NAMED_TOKENS, OFFLINE_MODELS, ensure_offline_checkpoint,
-                              is_tiny_checkpoint)
+from murk.checkpoints import (INTERNVL_NAMED_TOKENS, OFFLINE_MODELS, CheckpointFileError, check_weight_files,
+                              declared_custom_code, ensure_offline_checkpoint, is_tiny_checkpoint, model_kind)
 from murk.config import load_config
 from murk.prompts import Question, render_prompt
 
@@ -65,6 +65,9 @@ __all__ = [
     "LowOptionMassWarning",
     "VLM",
     "load_vlm",
+    "LOAD_COMMANDS",
+    "setting_words",
+    "custom_code_note",
     "vlm_from_parts",
     "present_image",
     "option_token_ids",
@@ -145,6 +148,12 @@ class VLM:
     ignored_generation_settings : dict
         Non-greedy settings of the checkpoint's ``generation_config.json`` that murk
         does not apply (e.g. ``{"do_sample": True, "temperature": 0.7, ...}``).
+    custom_code_not_run : dict of str -> str
+        Custom code the checkpoint declares (``auto_map``) that was not run because
+        ``trust_remote_code`` was false, and the built-in transformers class used instead:
+        ``{"config.json AutoModelForImageTextToText": "modeling_x.XForConditionalGeneration ->
+        Qwen3VLForConditionalGeneration"}``; empty when none was declared or it was run
+        (:func:`custom_code_note` says it in one line).
     """
 
     model: Any
@@ -161,6 +170,7 @@ class VLM:
     max_side_px: int = _DEFAULT_MAX_SIDE
     eos_token_ids: tuple[int, ...] = ()
     ignored_generation_settings: dict[str, Any] = field(default_factory=dict)
+    custom_code_not_run: dict[str, str] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- images
@@ -463,6 +473,79 @@ class _LoadError(OSError):
     """A one-line loading error that names the model, what failed and the fix."""
 
 
+#: the commands that run a read-out (:func:`load_vlm`'s ``command``): a fix is given in the words of the
+#: command the user ran (the Snakefile passes ``-p run_by snakemake`` to the read-out notebook)
+LOAD_COMMANDS = ("python", "papermill", "snakemake")
+
+
+def setting_words(name: str, value: Any, command: str = "python") -> str:
+    """How a user of ``command`` sets the loading option ``name`` to ``value``, in the words they type.
+
+    Parameters
+    ----------
+    name : str
+        A loading option of :func:`load_vlm` that is also a run setting (``data/workflow.yaml``):
+        ``trust_remote_code`` or ``allow_pickle``.
+    value : bool
+    command : {"python", "papermill", "snakemake"}
+        What runs the read-out (:data:`LOAD_COMMANDS`).
+
+    Returns
+    -------
+    str
+        E.g. ``"rerun with --config allow_pickle=true (make demo ARGS='--config allow_pickle=true')"``
+        (Snakemake), ``"rerun the read-out notebook with -p allow_pickle True (papermill) ..."``,
+        ``"pass allow_pickle=True to murk.readout.load_vlm"`` (Python).
+
+    Raises
+    ------
+    ValueError
+        If ``command`` is not one of :data:`LOAD_COMMANDS`.
+    """
+    yaml_value = json.dumps(value) if isinstance(value, bool) else str(value)
+    if command == "snakemake":
+        return (f"rerun with --config {name}={yaml_value} (make demo ARGS='--config {name}={yaml_value}'), or set "
+                f"{name}: {yaml_value} in data/workflow.yaml")
+    if command == "papermill":
+        return (f"rerun the read-out notebook with -p {name} {value} (papermill), or set {name}: {yaml_value} "
+                f"in data/workflow.yaml")
+    if command == "python":
+        return f"pass {name}={value!r} to murk.readout.load_vlm"
+    raise ValueError(f"command={command!r}: use one of {', '.join(LOAD_COMMANDS)}")
+
+
+def _model_words(command: str) -> str:
+    """How a user of ``command`` names another model (an image-text-to-text one)."""
+    if command == "snakemake":
+        key = "offline_models" if paths.offline() else "models"
+        return (f"list an image-text-to-text model in {key} (data/workflow.yaml, or "
+                f"make demo ARGS='--config {key}=[\"org/model\"]'), e.g. one of data/study.yaml's models")
+    if command == "papermill":
+        return ("rerun the read-out notebook with -p model <an image-text-to-text model: hub id or folder>, "
+                "e.g. one of data/study.yaml's models")
+    return ("pass murk.readout.load_vlm an image-text-to-text model (hub id or folder), e.g. one of "
+            "data/study.yaml's models")
+
+
+def custom_code_note(not_run: Mapping[str, str]) -> str:
+    """One line saying which custom code was not run and which built-in class was used instead ('' if none).
+
+    Parameters
+    ----------
+    not_run : dict of str -> str
+        :attr:`VLM.custom_code_not_run`.
+    """
+    if not not_run:
+        return ""
+    parts = []
+    for where, what in not_run.items():
+        custom, _, used = what.partition(" -> ")
+        parts.append(f"{where} names {custom}: " + (f"the built-in transformers class {used} was used instead"
+                                                     if used else "not used by murk"))
+    return ("custom code declared by the checkpoint was not run (trust_remote_code is false): "
+            + "; ".join(parts))
+
+
 def _one_line(text: Any) -> str:
     return " ".join(str(text).split())
 
@@ -502,19 +585,95 @@ def _check_json(model: str, folder: Path, names: Sequence[str]) -> None:
                                  f"fix: repair or re-download that file") from err
 
 
-def _check_folder(model: str, folder: Path, allow_pickle: bool) -> None:
-    """Refuse a local checkpoint folder whose JSON files are broken or whose weights are pickles only."""
+def _weights_fix(model: str, err: CheckpointFileError, folder: Path, local: bool, rebuilt: bool) -> str:
+    """The fix for a missing, truncated or damaged weights file ``err.path`` of ``folder``
+    (``rebuilt``: a checkpoint murk builds on first use, :data:`murk.checkpoints.OFFLINE_MODELS`)."""
+    if err.lfs_pointer:
+        return f"fetch the weights: run git lfs pull in {folder} (it was cloned without Git LFS)"
+    if rebuilt:
+        return (f"delete the folder {folder} (rm -r {folder}) and rerun the same command: murk builds this "
+                f"pipeline-check checkpoint again")
+    if local:
+        return (f"copy or download {err.path.name} into {folder} again (a hub checkpoint: hf download <org/name> "
+                f"--local-dir {folder}; a model of yours: save it again with save_pretrained)")
+    try:
+        name = err.path.relative_to(folder).as_posix()
+    except ValueError:
+        name = err.path.name
+    return (f"download it again: hf download {model} {name} --force-download (this needs the network: with "
+            f"MURK_OFFLINE=1 only the Hugging Face cache is read)")
+
+
+def _weights_error(model: str, err: CheckpointFileError, folder: Path, local: bool, rebuilt: bool) -> _LoadError:
+    return _LoadError(f"cannot load model {model!r}: {err.path} {err.problem}; "
+                      f"fix: {_weights_fix(model, err, folder, local, rebuilt)}")
+
+
+def _check_folder(model: str, folder: Path) -> None:
+    """Refuse a local checkpoint folder whose JSON files are broken or that has no ``config.json``."""
     _check_json(model, folder, _JSON_FILES)
     if not (folder / "config.json").is_file():
         raise _LoadError(f"cannot load model {model!r}: {folder / 'config.json'} is missing; fix: point to a "
                          f"checkpoint folder written by save_pretrained (or a Hugging Face snapshot)")
-    has_safe = any(folder.glob("*.safetensors")) or (folder / "model.safetensors.index.json").is_file()
+
+
+def _check_weights(model: str, folder: Path, allow_pickle: bool, command: str = "python",
+                   rebuilt: bool = False) -> tuple[Path, ...]:
+    """Refuse a local checkpoint folder whose weights are damaged, missing or pickles only; return its
+    safetensors weights files (:func:`murk.checkpoints.check_weight_files`)."""
+    try:
+        weights = check_weight_files(folder)
+    except CheckpointFileError as err:
+        raise _weights_error(model, err, folder, True, rebuilt) from None
     pickles = [n for n in _PICKLE_WEIGHTS if (folder / n).is_file()]
-    if not has_safe and pickles and not allow_pickle:
+    if not weights and pickles and not allow_pickle:
         raise _LoadError(
             f"cannot load model {model!r}: {folder} holds weights only as {pickles[0]} (a pickle, which can run "
             f"code when loaded) and murk loads safetensors only; fix: convert the weights to safetensors "
-            f"(model.save_pretrained), or, if you trust the files, pass allow_pickle=True to murk.readout.load_vlm")
+            f"(load them once and save_pretrained), or, if you trust the files, "
+            f"{setting_words('allow_pickle', True, command)}")
+    if not weights and not pickles:
+        raise _LoadError(
+            f"cannot load model {model!r}: {folder} holds no weights (no model.safetensors, "
+            f"model.safetensors.index.json or pytorch_model.bin); fix: copy the weights files into that folder "
+            f"(or download the checkpoint again: hf download <org/name> --local-dir {folder})")
+    return weights
+
+
+def _snapshot_folder(model: str, kwargs: Mapping[str, Any]) -> Path | None:
+    """The local folder of a hub id's snapshot (from the Hugging Face cache), or None."""
+    try:
+        from transformers.utils import cached_file
+
+        f = cached_file(model, "config.json", local_files_only=True, _raise_exceptions_for_missing_entries=False,
+                        **{k: v for k, v in kwargs.items() if k == "revision"})
+    except Exception:  # noqa: BLE001 - only a better message depends on it
+        return None
+    return Path(f).parent if f else None
+
+
+_ROLE_OF_AUTO = {"AutoConfig": "config", "AutoProcessor": "processor", "AutoTokenizer": "tokenizer",
+                 "AutoImageProcessor": "image_processor", "AutoVideoProcessor": "video_processor",
+                 "AutoFeatureExtractor": "feature_extractor"}
+
+
+def _custom_code_not_run(declared: Mapping[str, Mapping[str, str]], net: Any, net_config: Any,
+                         processor: Any) -> dict[str, str]:
+    """``{"<file> <auto class>": "<custom class> -> <built-in class used>"}`` (see :attr:`VLM.custom_code_not_run`)."""
+    out = {}
+    for fname, amap in declared.items():
+        for auto, custom in amap.items():
+            if auto.startswith("AutoModel"):
+                used = net
+            elif auto == "AutoConfig":
+                used = net_config
+            elif auto == "AutoProcessor":
+                used = processor
+            else:
+                role = _ROLE_OF_AUTO.get(auto)
+                used = getattr(processor, role, None) if role else None
+            out[f"{fname} {auto}"] = f"{custom} -> {type(used).__name__}" if used is not None else custom
+    return out
 
 
 def _internvl_names_missing(err: Exception) -> bool:
@@ -618,6 +777,7 @@ def load_vlm(
     *,
     trust_remote_code: bool = False,
     allow_pickle: bool = False,
+    command: str = "python",
 ) -> VLM:
     """Load a VLM (processor + model) for the read-outs.
 
@@ -646,22 +806,37 @@ def load_vlm(
     allow_pickle : bool, keyword only
         Accept weights stored as pickles (``pytorch_model.bin``), which can run
         code when loaded. Default False: safetensors only (``use_safetensors=True``).
+    command : {"python", "papermill", "snakemake"}, keyword only
+        What runs this load (:data:`LOAD_COMMANDS`): a refusal's fix is given in its words
+        (``allow_pickle=True`` to this function; ``-p allow_pickle True`` to the read-out
+        notebook; ``--config allow_pickle=true`` to Snakemake; :func:`setting_words`).
 
     Returns
     -------
     VLM
         With a greedy ``generation_config`` (the checkpoint's non-greedy settings are
         kept in :attr:`VLM.ignored_generation_settings`, not applied) and, in bfloat16,
-        the output head computed in float32 (:func:`_float32_head`).
+        the output head computed in float32 (:func:`_float32_head`). Custom code the
+        checkpoint declares (``auto_map``) for a ``model_type`` transformers knows is not
+        run unless ``trust_remote_code``: the built-in classes are used, a warning is
+        logged (logger ``murk``) and :attr:`VLM.custom_code_not_run` says which.
 
     Raises
     ------
     OSError
-        One line naming the model, what failed (a file that is not valid JSON, a
-        missing ``config.json``, pickle-only weights, custom code, tokenizer files
-        without InternVL's image-token names and without those tokens) and the fix.
+        One line naming the model, what failed and the fix: a file that is not valid
+        JSON, a missing ``config.json``; a weights file that is missing, truncated or
+        damaged, a shard named by ``model.safetensors.index.json`` that is absent or
+        lacks its tensors, weights the model expects that no file holds
+        (:func:`murk.checkpoints.check_weight_files`); a checkpoint that is not an
+        image-text-to-text model (a text-only language model, a vision-only model:
+        its ``model_type`` and ``architectures``, :func:`murk.checkpoints.model_kind`);
+        pickle-only weights, custom code (fixes in the words of ``command``);
+        tokenizer files without InternVL's image-token names and without those tokens.
         With ``MURK_OFFLINE=1`` nothing is downloaded (``local_files_only=True``,
         ``HF_HUB_OFFLINE=1``), so a missing id fails at once.
+    ValueError
+        If ``command`` is not one of :data:`LOAD_COMMANDS`.
     """
     import torch
     from transformers import AutoConfig, AutoModelForImageTextToText
@@ -676,6 +851,8 @@ def load_vlm(
     elif isinstance(dtype, str):
         dtype = getattr(torch, dtype)
 
+    if command not in LOAD_COMMANDS:
+        raise ValueError(f"command={command!r}: use one of {', '.join(LOAD_COMMANDS)}")
     kwargs: dict[str, Any] = {"trust_remote_code": bool(trust_remote_code)}
     if paths.offline():
         os.environ["HF_HUB_OFFLINE"] = "1"
@@ -684,14 +861,29 @@ def load_vlm(
     source, local, built = _resolve_source(model, root)
     if not local and (model.startswith((".", "/", "~")) or model.count("/") > 1):
         raise _not_found(model, FileNotFoundError(f"no folder {model}"))
+    weights: tuple[Path, ...] = ()
     if local:
-        _check_folder(model, Path(source), allow_pickle)
+        _check_folder(model, Path(source))
     try:
         # the config first: custom code named in config.json (auto_map) is refused before anything else loads
         net_config = AutoConfig.from_pretrained(source, **kwargs)
+        config_map = dict(getattr(net_config, "auto_map", None) or {})
+        runs_custom_model = bool(trust_remote_code) and "AutoModelForImageTextToText" in config_map
+        kind = None if runs_custom_model else model_kind(net_config)
+        if kind is not None:
+            where = Path(source) / "config.json" if local else f"the config.json of {model}"
+            custom = (" (its auto_map names no AutoModelForImageTextToText class)"
+                      if trust_remote_code and config_map else "")
+            raise _LoadError(
+                f"cannot load model {model!r}: {where} describes {kind}{custom}; murk reads out image-text-to-text "
+                f"models (one image and a question in, text out: a VLM that transformers' "
+                f"AutoModelForImageTextToText loads); fix: {_model_words(command)}")
+        if local:  # the weights files' headers only (kB): a missing or damaged one is named before anything loads
+            weights = _check_weights(model, Path(source), allow_pickle, command, model in OFFLINE_MODELS)
         processor = _load_processor(model, source, kwargs)
-        net = AutoModelForImageTextToText.from_pretrained(
-            source, config=net_config, dtype=dtype, use_safetensors=None if allow_pickle else True, **kwargs)
+        net, info = AutoModelForImageTextToText.from_pretrained(
+            source, config=net_config, dtype=dtype, use_safetensors=None if allow_pickle else True,
+            output_loading_info=True, **kwargs)
     except _LoadError:
         raise
     except Exception as err:  # transformers raises OSError, ValueError, KeyError, AttributeError...
@@ -701,13 +893,27 @@ def load_vlm(
                      else f"the repository https://huggingface.co/{model}")
             raise _LoadError(
                 f"cannot load model {model!r}: it needs code shipped with the checkpoint, which murk does not run "
-                f"unless asked; fix: read that code in {where}, then pass trust_remote_code=True to "
-                f"murk.readout.load_vlm (the readout stage's trust_remote_code parameter)") from err
+                f"unless asked; fix: read that code in {where}; if you trust it, "
+                f"{setting_words('trust_remote_code', True, command)}") from err
+        folder = Path(source) if local else _snapshot_folder(model, kwargs)
+        if folder is not None and (type(err).__name__ == "SafetensorError" or isinstance(err, FileNotFoundError)):
+            try:
+                check_weight_files(folder)
+            except CheckpointFileError as bad:
+                raise _weights_error(model, bad, folder, local, model in OFFLINE_MODELS) from err
+        if type(err).__name__ == "SafetensorError":
+            where = folder if folder is not None else f"the hub snapshot of {model}"
+            fix = (_weights_fix(model, CheckpointFileError(Path("model.safetensors"), ""), Path(source), local,
+                                model in OFFLINE_MODELS)
+                   if folder is None or local else f"download the weights of {model} again: hf download {model} "
+                   f"--force-download (this needs the network)")
+            raise _LoadError(f"cannot load model {model!r}: a weights file in {where} is damaged "
+                             f"({_one_line(msg)}); fix: {fix}") from err
         if "safetensors" in msg and not allow_pickle:
             raise _LoadError(
                 f"cannot load model {model!r}: no safetensors weights ({_one_line(msg)[:200]}); fix: use a "
-                f"revision with safetensors weights, or, if you trust the files, pass allow_pickle=True to "
-                f"murk.readout.load_vlm") from err
+                f"revision with safetensors weights, or, if you trust its pickle weights, "
+                f"{setting_words('allow_pickle', True, command)}") from err
         if local:
             _check_json(model, Path(source), _BIG_JSON_FILES)
         if local or not isinstance(err, (OSError, ValueError)):
@@ -716,9 +922,31 @@ def load_vlm(
                              f"fix: check its config.json, tokenizer and processor files (a transformers "
                              f"version that knows this architecture is needed)") from err
         raise _not_found(model, err) from err
+    missing = sorted((info or {}).get("missing_keys") or ())
+    if missing:
+        files = ", ".join(str(w) for w in weights) if weights else (
+            f"the weights of {source}" if local else f"the weights of {model}")
+        raise _LoadError(
+            f"cannot load model {model!r}: {files} lack {len(missing)} of the model's weights (e.g. {missing[0]}): "
+            f"the checkpoint is incomplete and those weights would be random; fix: "
+            + (_weights_fix(model, CheckpointFileError(weights[0] if weights else Path(source), ""),
+                            Path(source), local, model in OFFLINE_MODELS) if local else
+               f"download the weights of {model} again: hf download {model} --force-download"))
+    not_run: dict[str, str] = {}
+    if not trust_remote_code:  # the files are all local now (a hub id's: in its snapshot folder)
+        folder = Path(source) if local else _snapshot_folder(model, kwargs)
+        declared = declared_custom_code(folder) if folder is not None else {}
+        if config_map and "config.json" not in declared:
+            declared["config.json"] = {str(k): str(v[-1] if isinstance(v, (list, tuple)) else v).split("--")[-1]
+                                       for k, v in sorted(config_map.items())}
+        not_run = _custom_code_not_run(declared, net, net_config, processor)
+    if not_run:
+        logging.getLogger("murk").warning("%s: %s", model, custom_code_note(not_run))
     net.to(device)
     revision = getattr(net.config, "_commit_hash", None) or "local"
-    return vlm_from_parts(net, processor, model, str(revision), bool(built), str(device), dtype, cfg)
+    vlm = vlm_from_parts(net, processor, model, str(revision), bool(built), str(device), dtype, cfg)
+    vlm.custom_code_not_run = not_run
+    return vlm
 
 
 def vlm_from_parts(net: Any, processor: Any, model_id: str, revision: str, is_pipeline_check: bool,
