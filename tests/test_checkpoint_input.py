@@ -320,7 +320,7 @@ def _hub_snapshot(src: Path, cache: Path, monkeypatch) -> Path:
     import huggingface_hub.constants as hf_constants
 
     repo = cache / f"models--{HUB_ID.replace('/', '--')}"
-    commit = "0" * 40
+    commit = "0123456789abcdef" * 2 + "01234567"
     snap = repo / "snapshots" / commit
     (repo / "blobs").mkdir(parents=True)
     snap.mkdir(parents=True)
@@ -339,7 +339,9 @@ def test_a_truncated_weights_file_of_a_hub_snapshot_is_named(tiny_checkpoint_dir
     src = _copy(tiny_checkpoint_dirs["qwen3vl"], tmp_path / "src")
     (src / checkpoints.MARKER_FILE).unlink()  # a hub checkpoint, not one of murk's
     snap = _hub_snapshot(src, tmp_path / "hub", monkeypatch)
-    assert load_vlm(HUB_ID, device="cpu").model_id == HUB_ID  # the snapshot loads as a hub id
+    vlm = load_vlm(HUB_ID, device="cpu")
+    assert vlm.model_id == HUB_ID  # the snapshot loads as a hub id
+    assert vlm.revision == snap.name  # its commit (transformers 5 sets no config._commit_hash): the store identity
     blob = (snap / "model.safetensors").resolve()
     data = blob.read_bytes()
     blob.write_bytes(data[: len(data) // 2])

@@ -125,7 +125,7 @@ class VLM:
     model_id : str
         What was asked for: hub id, local folder or ``murk-tiny/...`` / ``murk-realformat/...`` id.
     revision : str
-        Commit hash of the hub snapshot (``config._commit_hash``), else ``"local"``.
+        Commit hash of the hub snapshot (its cache folder's name, :func:`hub_revision`), else ``"local"``.
     is_pipeline_check : bool
         True for a checkpoint murk built (tiny or real-format: random weights, results are meaningless).
     device : str
@@ -652,6 +652,34 @@ def _snapshot_folder(model: str, kwargs: Mapping[str, Any]) -> Path | None:
     return Path(f).parent if f else None
 
 
+def hub_revision(model: str, kwargs: Mapping[str, Any] = {}) -> str | None:
+    """The commit hash of the hub snapshot a hub id loads from, or None.
+
+    transformers 5 no longer sets ``config._commit_hash``; the Hugging Face cache
+    names each snapshot folder after its commit (``models--<org>--<name>/snapshots/<40
+    hex digits>/``), so the folder that holds the id's ``config.json`` tells the
+    revision. It is part of a store's identity (``model_revision``): two snapshots of
+    one id never share a store.
+
+    Parameters
+    ----------
+    model : str
+        A hub id.
+    kwargs : mapping
+        The loading keyword arguments (``revision`` is honoured).
+
+    Returns
+    -------
+    str or None
+        40 lowercase hex digits, or None when the id is not in the cache or the
+        folder is not named by a commit.
+    """
+    import re
+
+    folder = _snapshot_folder(model, kwargs)
+    return folder.name if folder is not None and re.fullmatch(r"[0-9a-f]{40}", folder.name) else None
+
+
 _ROLE_OF_AUTO = {"AutoConfig": "config", "AutoProcessor": "processor", "AutoTokenizer": "tokenizer",
                  "AutoImageProcessor": "image_processor", "AutoVideoProcessor": "video_processor",
                  "AutoFeatureExtractor": "feature_extractor"}
@@ -943,7 +971,7 @@ def load_vlm(
     if not_run:
         logging.getLogger("murk").warning("%s: %s", model, custom_code_note(not_run))
     net.to(device)
-    revision = getattr(net.config, "_commit_hash", None) or "local"
+    revision = getattr(net.config, "_commit_hash", None) or (None if local else hub_revision(model, kwargs)) or "local"
     vlm = vlm_from_parts(net, processor, model, str(revision), bool(built), str(device), dtype, cfg)
     vlm.custom_code_not_run = not_run
     return vlm
