@@ -283,7 +283,9 @@ rule paper:
         css="paper/paper.css",
         numbers=rules.analyse.output.numbers,
         depth=rules.depth.output.current,
+    # update(): a refused render (a numbers file and notebooks of two analyses, murk.paper) keeps the
+    # previous paper in place instead of Snakemake deleting it
     output:
-        html=f"{OUT}/paper/index.html",
+        html=update(f"{OUT}/paper/index.html"),
     shell:
         "python -m murk.paper --output-dir {OUT_ABS:q}"

@@ -40,6 +40,7 @@ run_name = None      # frozen record name; None: "offline-demo" if MURK_OFFLINE 
 from collections import Counter
 
 import matplotlib.pyplot as plt
+from IPython.display import display
 
 from murk import coco, config, items, paths, workflow
 
@@ -76,11 +77,20 @@ config.freeze_run(run_name, config_hash, items_hash, n_items=len(table), seed=se
 report = items.selection_report(table, ann, cfg)
 # downloads only the selected images, if online; offline, a missing one is named (a warning) and kept
 coco.ensure_images(table["file_name"], image_dir, split, missing_ok=True)
-meta = {"config_hash": config_hash, "items_hash": items_hash, "run_name": run_name,
+meta = {"config_hash": config_hash, "items_hash": items_hash, "run_id": workflow.run_id(config_hash, items_hash),
+        "run_name": run_name,
         "n_items": int(len(table)), "n_items_requested": int(n_items), "seed": int(seed),
         "annotation_file": str(ann), "image_dir": str(image_dir)}
 items.save_selection(table, meta, report, output_dir)
 print(f"run {run_name!r}: {len(table)} items; config hash {config_hash[:12]}, items hash {items_hash[:12]}")
+
+# %% [markdown]
+# The run's identity (`murk.workflow.run_id`: a digest of the two hashes), which
+# every later artifact of this selection carries and every later stage checks.
+
+# %%
+#| label: murk-identity
+display(workflow.identity_bundle(run_id=meta["run_id"]), raw=True)
 
 # %% [markdown]
 # ## Checks of the selection

@@ -44,6 +44,8 @@ table, meta = items.read_items(output_dir)
 max_side = cfg["render"]["max_side_px"]
 # the figure and table below are outputs too: refuse (before writing) a root whose stores are of another selection
 workflow.refuse_foreign_stores(paths.output_dir(output_dir), meta["config_hash"], meta["items_hash"], stage="depth")
+RUN_ID = workflow.run_id(meta["config_hash"], meta["items_hash"])   # this selection's identity (items_meta.json)
+figures.set_identity(run_id=RUN_ID)   # into the scene figure's file metadata
 
 # %% [markdown]
 # ## The loop: read → estimate → write
@@ -75,7 +77,7 @@ for _, row in tqdm(table.iterrows(), total=len(table), desc="depth", unit="img")
     depth.save_depth(folder, image_id, render.resize_depth(est(img, image_id=image_id), size))
     written.append(image_id)
 depth.write_manifest(folder, est, table["image_id"], written=written, skipped=skipped)
-depth.set_current(folder, est, output_dir)  # the cache the later stages read
+depth.set_current(folder, est, output_dir, run_id=RUN_ID)  # the cache the later stages read, for this run
 print(f"depth: {len(written)} written, {len(table) - len(written) - len(skipped)} cached, {len(skipped)} skipped "
       f"(recorded as missing by the read-out)")
 for image_id, reason in skipped.items():
@@ -153,7 +155,7 @@ current = depth.current_depth(output_dir)
 attrs = {"config_hash": meta["config_hash"], "items_hash": meta["items_hash"],
          "depth_backend": current["depth_backend"], "depth_approximate": int(current["depth_approximate"]),
          "depth_model": current.get("depth_model", ""), "depth_revision": current.get("depth_revision", ""),
-         "git_commit": config.git_commit()}
+         "run_id": RUN_ID, "git_commit": config.git_commit()}
 nominal_ds = nominal.nominal_equivalence(
     table, meta["image_dir"], current["path"], max_side=max_side, seed=meta["seed"],
     severities=cfg["physics"].get("imagenet_c_fog_severities", nominal.IMAGENET_C_SEVERITIES),
@@ -164,3 +166,11 @@ tmp = out.with_name(".nominal_equivalence.nc.tmp")
 nominal_ds.to_netcdf(tmp)
 os.replace(tmp, out)
 nominal.table_vii(nominal_ds)[["median_v_eq_gain_m", "spread_p90_p10", "median_v_eq_std_ratio_m", "n_images"]]
+
+# %% [markdown]
+# The run's identity (`murk.workflow.run_id`), as `depth/current.json`, the
+# nominal equivalence and the scene figure's file record it.
+
+# %%
+#| label: murk-identity
+display(workflow.identity_bundle(run_id=RUN_ID), raw=True)

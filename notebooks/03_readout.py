@@ -51,6 +51,7 @@ import warnings
 
 import matplotlib.pyplot as plt
 import xarray as xr
+from IPython.display import display
 from tqdm.auto import tqdm
 
 from murk import config, cube, depth, engine, items, paths, prompts, readout, render, workflow
@@ -68,6 +69,8 @@ device = config.run_default("device", device)
 trust_remote_code = bool(config.run_default("trust_remote_code", trust_remote_code))
 allow_pickle = bool(config.run_default("allow_pickle", allow_pickle))
 current = depth.current_depth(output_dir)
+RUN_ID = workflow.run_id(meta["config_hash"], meta["items_hash"])   # this selection's identity (items_meta.json)
+workflow.refuse_other_depth(current, RUN_ID, "readout", paths.depth_dir(output_dir) / "current.json")
 span = paths.shard_span(len(table), shard, shard_size, max_items)   # the items of this job
 store = paths.readout_store(model, output_dir, shard, shard_size)
 print(f"{model}: items {span.start}..{span.stop - 1} of {len(table)} into {store}" if len(span) else
@@ -140,7 +143,7 @@ if len(span):
         n_visual_tokens=int(vlm.n_visual_tokens), depth_approximate=current["depth_approximate"],
         ignored_generation_settings=json.dumps(vlm.ignored_generation_settings, sort_keys=True),
         eos_token_ids=json.dumps(sorted(vlm.eos_token_ids)), readout_engine=engine_kind,
-        trust_remote_code=int(bool(trust_remote_code)), allow_pickle=int(bool(allow_pickle)),
+        trust_remote_code=int(bool(trust_remote_code)), allow_pickle=int(bool(allow_pickle)), run_id=RUN_ID,
         custom_code_not_run=json.dumps(vlm.custom_code_not_run, sort_keys=True),
         **({"images_per_batch": k} if k is not None else {}))
     if vlm.is_pipeline_check:
@@ -268,3 +271,10 @@ if len(span):
     ax.set_title(f"{model} (fog, t2)")
     ax.legend()
     fig.tight_layout()
+
+# %% [markdown]
+# The run's identity (`murk.workflow.run_id`), as the store's attributes record it.
+
+# %%
+#| label: murk-identity
+display(workflow.identity_bundle(run_id=RUN_ID, model=model), raw=True)

@@ -26,14 +26,17 @@ output_dir = None
 import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
+from IPython.display import display
 from tqdm.auto import tqdm
 
 import murk
-from murk import config, cube, depth, items, monitor, paths, physics, render
+from murk import config, cube, depth, items, monitor, paths, physics, render, workflow
 
 cfg = config.load_config()
 table, meta = items.read_items(output_dir)
 current = depth.current_depth(output_dir)
+RUN_ID = workflow.run_id(meta["config_hash"], meta["items_hash"])   # this selection's identity (items_meta.json)
+workflow.refuse_other_depth(current, RUN_ID, "monitor", paths.depth_dir(output_dir) / "current.json")
 threshold_m = monitor.DEFAULT_THRESHOLD_M if threshold_m is None else float(threshold_m)
 store = paths.readout_store(monitor.MONITOR_ID, output_dir)
 attrs = cube.store_identity(
@@ -41,7 +44,7 @@ attrs = cube.store_identity(
     model_revision=f"murk {murk.__version__}", depth_backend=current["depth_backend"],
     depth_model=current.get("depth_model", ""), depth_revision=current.get("depth_revision", ""),
     monitor_threshold_m=threshold_m, pipeline_check=0, n_visual_tokens=-1, kind="monitor",
-    depth_approximate=current["depth_approximate"])
+    depth_approximate=current["depth_approximate"], run_id=RUN_ID)
 ds = cube.open_readout_store(store, table["image_id"], table["category"], attrs)
 done = ds["done"].values.copy()
 todo = [i for i in range(len(table)) if not done[i]]
@@ -104,3 +107,10 @@ ax.set_xlabel("true V (m)")
 ax.set_ylabel("median V̂ (m)")
 ax.legend()
 fig.tight_layout()
+
+# %% [markdown]
+# The run's identity (`murk.workflow.run_id`), as the store's attributes record it.
+
+# %%
+#| label: murk-identity
+display(workflow.identity_bundle(run_id=RUN_ID), raw=True)

@@ -43,6 +43,7 @@ monitor_sensitivity_items = 20   # items on which the monitor is re-run with a w
 output_dir = None
 
 # %%
+import hashlib
 import inspect
 import json
 import os
@@ -155,7 +156,9 @@ flat = [p for v in stores.values() for p in (v if isinstance(v, list) else [v])]
 missing = [str(p) for p in flat if not Path(p).exists()]
 if missing:
     raise FileNotFoundError(f"read-out stores missing: {missing}; run the readout stage for these models")
-full = cube.merge_models(stores, paths.cube_store(output_dir), attrs={"git_commit": config.git_commit()},
+RUN_ID = workflow.run_id(meta["config_hash"], meta["items_hash"])   # this selection's identity (items_meta.json)
+workflow.refuse_other_run(flat, RUN_ID, "analyse", paths.items_file(output_dir))   # before anything is written
+full = cube.merge_models(stores, paths.cube_store(output_dir), attrs={"git_commit": config.git_commit(), "run_id": RUN_ID},
                          images=(table["image_id"], table["category"]) if len(table) else None).load()
 for e in ENTRIES:  # an entry that gives its n_items must find a store of that many items
     if e.n_items is not None and int(full["n_items"].sel(model=e.id)) != N_ENTRY[e.id]:
@@ -177,6 +180,32 @@ def level_of(v_m: float) -> int:
 print(full)
 if PIPELINE_CHECK:
     display(Markdown("**" + full.attrs["note"] + "**"))
+
+# %% [markdown]
+# What this analysis is: the run's identity (`murk.workflow.run_id`, the
+# selection) and the analysis identity (`murk.workflow.analysis_id`: the run, the
+# models and item counts given here, the content of every store read and the
+# settings). The numbers file, every figure file's metadata and the output below
+# record both; the paper is rendered only from a numbers file and this executed
+# notebook of one analysis identity (`python -m murk.paper` refuses a mix).
+
+# %%
+#| label: murk-identity
+_root = paths.output_dir(output_dir)
+_inputs = {os.path.relpath(p, _root): workflow.store_digest(p) for p in flat}
+_nominal_file = TABLE_DIR / "nominal_equivalence.nc"
+if _nominal_file.is_file():
+    _inputs[os.path.relpath(_nominal_file, _root)] = "sha256:" + hashlib.sha256(_nominal_file.read_bytes()).hexdigest()
+ANALYSIS_MODELS = [e.id if e.n_items is None else {"id": e.id, "n_items": e.n_items} for e in ENTRIES]
+ANALYSIS_ID = workflow.analysis_id(RUN_ID, [(e.id, N_ENTRY[e.id]) for e in ENTRIES], _inputs, {
+    "shard_size": shard_size, "monitor_sensitivity_items": monitor_sensitivity_items,
+    "git_commit": full.attrs.get("git_commit", "unknown")})
+figures.set_identity(run_id=RUN_ID, analysis_id=ANALYSIS_ID)   # into every figure file's metadata
+record("run_id", RUN_ID)
+record("analysis_id", ANALYSIS_ID)
+record("analysis.models", json.dumps(ANALYSIS_MODELS))   # what the analysis was given (the paper's refusal names it)
+display(workflow.identity_bundle(run_id=RUN_ID, analysis_id=ANALYSIS_ID, models=ANALYSIS_MODELS,
+                                 inputs=_inputs), raw=True)
 
 # %% [markdown]
 # Is the first generated token the answer? The answer and c_int are the option

@@ -197,3 +197,18 @@ def test_signals_figure_is_the_spec_fig3_grid():
     assert all(leg.y1 <= ax.get_window_extent().y0 for ax in fig.axes)
     with pytest.raises(KeyError, match="signal"):
         figures.plot_signals(_means(), "t2", signals=["nope"])
+
+
+def test_figure_files_carry_the_identities(tmp_path):
+    """Issue 21: each figure file records the run and analysis identities (PNG text chunks, PDF Subject/Keywords)."""
+    ids = {"run_id": "r-111111111111", "analysis_id": "a-aaaaaaaaaaaa"}
+    try:
+        figures.set_identity(**ids)
+        png, pdf = figures.save(figures.placeholder("x"), tmp_path, "with")
+    finally:
+        figures.set_identity()
+    plain, _ = figures.save(figures.placeholder("x"), tmp_path, "without")
+    assert figures.file_identity(png) == ids and figures.file_identity(plain) == {}
+    assert b"r-111111111111" in pdf.read_bytes() and b"a-aaaaaaaaaaaa" in pdf.read_bytes()
+    assert figures.file_identity(figures.save(figures.placeholder("x"), tmp_path, "given",
+                                              identity={"run_id": "r-2"})[0]) == {"run_id": "r-2"}

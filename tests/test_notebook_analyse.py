@@ -94,8 +94,11 @@ def test_numbers_keys(numbers):
 def test_tables_figures_and_their_cells(root):
     adir, fdir = paths.analysis_dir(root), paths.figures_dir(root)
     cells = paper.notebook_cells(root / "notebooks" / "04_analyse.ipynb")
+    assert set(cells) - {label for label in cells if label.startswith(("tbl-", "fig-"))} == {"murk-identity"}
     for label, cell in cells.items():
         kind, name = label.split("-", 1)
+        if kind == "murk":   # the identity cell (workflow.IDENTITY_LABEL), neither a table nor a figure
+            continue
         if kind == "tbl":
             md = "".join(o["data"]["text/markdown"] for o in cell["outputs"] if "text/markdown" in o.get("data", {}))
             assert md.lstrip().startswith("|"), label
@@ -574,3 +577,45 @@ def test_the_demo_abstract_says_no_collapse(demo):
         assert _expected_abstract_rq1(n, arm) in n["abstract"]
     assert "collapses to chance for" not in n["abstract"] and "pipeline check" in n["abstract"]
     assert n["discussion.confidence"].startswith("No lag of a confidence")
+
+
+def test_one_analysis_identity_in_every_artifact_and_a_mixed_paper_refused(root, numbers, synthetic_paper, tmp_path):
+    """Issue 21: the numbers file, the executed notebook (the cell the paper reads), the cube, every figure file and
+    the rendered paper carry the run identity of items_meta.json and one analysis identity; a copy of the root whose
+    numbers file is of another analysis is refused by `python -m murk.paper`, writing nothing."""
+    import json
+    import subprocess
+    import sys
+
+    from murk import figures, workflow
+
+    run = workflow.run_id("c" * 64, "i" * 64)                  # tests/synthetic.py's items_meta.json
+    assert numbers["run_id"] == run and re.fullmatch(r"a-[0-9a-f]{12}", numbers["analysis_id"])
+    assert json.loads(numbers["analysis.models"]) == MODELS
+    ident = paper.notebook_identity(paths.notebooks_out_dir(root) / "04_analyse.ipynb")
+    assert ident["run_id"] == run and ident["analysis_id"] == numbers["analysis_id"] and ident["models"] == MODELS
+    assert set(ident["inputs"]) >= {str(paths.readout_store(m, root).relative_to(root)) for m in MODELS}
+    assert xr.open_zarr(paths.cube_store(root)).attrs["run_id"] == run
+    ids = {"run_id": run, "analysis_id": numbers["analysis_id"]}
+    for png in sorted(paths.figures_dir(root).glob("*.png")):
+        assert figures.file_identity(png) == ids, png
+    embedded = sorted((paths.paper_out_dir(root) / "embed").glob("04_analyse-fig-*.png"))
+    assert embedded and all(figures.file_identity(f) == ids for f in embedded)
+    html = synthetic_paper[1]["html"].read_text(encoding="utf-8")
+    assert f'<meta name="murk-analysis-id" content="{numbers["analysis_id"]}">' in html[:html.index("</head>")]
+    assert f"Run identity {run}; analysis identity {numbers['analysis_id']}" in " ".join(html.split())
+    # the numbers of another analysis beside this notebook: refused, naming both, nothing written
+    copy = tmp_path / "out"
+    shutil.copytree(root, copy)
+    other = dict(numbers, analysis_id="a-000000000000", **{"analysis.models": json.dumps(MODELS[:1])})
+    paper.write_numbers(other, paths.numbers_file(copy))
+    before = {p: p.read_bytes() for p in sorted(copy.rglob("*")) if p.is_file()}
+    r = subprocess.run([sys.executable, "-m", "murk.paper", "--output-dir", str(copy)], capture_output=True,
+                       text=True, timeout=600, cwd=tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert {p: p.read_bytes() for p in sorted(copy.rglob("*")) if p.is_file()} == before
+    for s in ("a-000000000000", numbers["analysis_id"], str(paths.numbers_file(copy)),
+              str(paths.notebooks_out_dir(copy) / "04_analyse.ipynb"),
+              "papermill - out/notebooks/04_analyse.ipynb -y 'models: [org/synthetic-a]' -p output_dir out",
+              f"rm {paths.numbers_file(copy)}, then make paper"):
+        assert s in r.stderr, (s, r.stderr)

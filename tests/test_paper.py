@@ -268,3 +268,80 @@ def test_one_number_style():
         point, ci = s.split(" ", 1)
         decimals = {len(x.split(".")[1]) if "." in x else 0 for x in [point, *ci.strip("[]").split(", ")]}
         assert len(decimals) == 1, s
+
+
+def _identity_notebook(path, ids, cells=None):
+    """An executed-notebook stand-in whose cell ``murk-identity`` records ``ids`` (workflow.identity_bundle)."""
+    import nbformat
+
+    from murk import workflow
+
+    _notebook(path, cells or {})
+    nb = nbformat.read(path, as_version=4)
+    cell = nbformat.v4.new_code_cell(f"#| label: {workflow.IDENTITY_LABEL}\ndisplay(...)")
+    cell.outputs = [nbformat.v4.new_output("display_data", data=workflow.identity_bundle(**ids))]
+    nb.cells.insert(0, cell)
+    nbformat.write(nb, path)
+    return path
+
+
+def _tree(root):
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_make_paper_refuses_numbers_and_notebook_of_two_analyses(tmp_path, capsys, monkeypatch):
+    """Issue 21: a numbers file of one analysis and an executed analyse notebook of another are refused by
+    `python -m murk.paper` (what `make paper` runs) before anything is written, naming both files, both analysis
+    identities and the fix: the README's papermill command writing outputs/notebooks/04_analyse.ipynb, or rm the
+    numbers file and make paper."""
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "out"
+    paper.write_numbers({"run_id": "r-111111111111", "analysis_id": "a-aaaaaaaaaaaa",
+                         "analysis.models": '["murk-tiny/smolvlm", {"id": "murk-tiny/qwen3vl", "n_items": 3}]'},
+                        paths.numbers_file(root))
+    nb = _identity_notebook(root / "notebooks" / "04_analyse.ipynb",
+                            {"run_id": "r-111111111111", "analysis_id": "a-bbbbbbbbbbbb", "models": ["murk-tiny/smolvlm"]})
+    before = _tree(root)
+    assert paper.main(["--output-dir", str(root), "--no-pdf"]) == 2
+    err = capsys.readouterr().err
+    assert _tree(root) == before and not (root / "paper").exists()     # nothing written
+    assert str(paths.numbers_file(root)) in err and str(nb) in err
+    assert "a-aaaaaaaaaaaa" in err and "a-bbbbbbbbbbbb" in err
+    cmd = ("jupytext --to ipynb notebooks/04_analyse.py -o - | papermill - out/notebooks/04_analyse.ipynb "
+           "-y 'models: [murk-tiny/smolvlm, {id: murk-tiny/qwen3vl, n_items: 3}]' -p output_dir out")
+    assert cmd in err, err
+    assert f"rm {paths.numbers_file(root)}, then make paper ARGS='--config output_dir={root}'" in err
+    with pytest.raises(paper.MixedPaperError):                         # render_paper refuses the same
+        paper.render_paper(output_dir=root, pdf=False)
+    assert _tree(root) == before
+    # a notebook that records no analysis identity (an older murk) cannot vouch for the numbers either
+    _notebook(nb, {})
+    with pytest.raises(paper.MixedPaperError, match="none recorded"):
+        paper.refuse_mixed_paper(root)
+    # a depth notebook of another run than the numbers
+    _identity_notebook(nb, {"run_id": "r-111111111111", "analysis_id": "a-aaaaaaaaaaaa"})
+    assert paper.refuse_mixed_paper(root) == {"run_id": "r-111111111111", "analysis_id": "a-aaaaaaaaaaaa"}
+    _identity_notebook(root / "notebooks" / "02_depth.ipynb", {"run_id": "r-222222222222"})
+    with pytest.raises(paper.MixedPaperError, match="r-111111111111.*\n.*r-222222222222"):
+        paper.refuse_mixed_paper(root)
+
+
+def test_the_rendered_paper_carries_the_identities(tmp_path):
+    """One analysis identity in numbers file and notebook: the paper renders, with both identities in its HTML head
+    and in its text (the colophon's N["run_id"], N["analysis_id"])."""
+    root, src = tmp_path / "out", tmp_path / "paper"
+    src.mkdir()
+    (src / "references.bib").write_text("")
+    (src / "paper.css").write_text("")
+    (src / "index.qmd").write_text('---\ntitle: Ids\n---\n\nSee @tbl-x. Run `{python} N["run_id"]`, analysis '
+                                   '`{python} N["analysis_id"]`.\n\n'
+                                   '{{< embed ../outputs/notebooks/04_analyse.ipynb#tbl-x >}}\n', encoding="utf-8")
+    ids = {"run_id": "r-111111111111", "analysis_id": "a-aaaaaaaaaaaa"}
+    paper.write_numbers(ids, paths.numbers_file(root))
+    _identity_notebook(root / "notebooks" / "04_analyse.ipynb", ids, {
+        "tbl-x": ({"tbl-cap": "X"}, [{"output_type": "display_data", "data": {"text/markdown": "| x |\n|---|\n| 1 |\n"}}])})
+    html = paper.render_paper(src / "index.qmd", output_dir=root, pdf=False)["html"].read_text(encoding="utf-8")
+    head = html[:html.index("</head>")]
+    assert '<meta name="murk-run-id" content="r-111111111111">' in head
+    assert '<meta name="murk-analysis-id" content="a-aaaaaaaaaaaa">' in head
+    assert "Run r-111111111111, analysis a-aaaaaaaaaaaa." in " ".join(html.split())

@@ -9,6 +9,7 @@ given.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 import xarray as xr
 
-from murk import monitor, paths
+from murk import figures, monitor, paper, paths, workflow
 
 import stages
 
@@ -56,6 +57,38 @@ def test_by_hand_examples_run_as_printed(demo, tmp_path):
     models = re.search(r"-y 'models: \[(.*?)\]'", block).group(1).split(", ")
     cube_ = xr.open_zarr(work / "outputs" / "cube.zarr")
     assert [m for m in cube_["model"].values if m != monitor.MONITOR_ID] == models
+    out = work / "outputs"
+    # one run identity in every artifact of the run (issue 21), and one analysis identity in numbers and notebook
+    run = json.loads((out / "items_meta.json").read_text())["run_id"]
+    assert run == workflow.run_id_of(json.loads((out / "items_meta.json").read_text()))
+    assert json.loads((out / "depth" / "current.json").read_text())["run_id"] == run
+    for store in sorted((out / "readout").glob("*.zarr")):
+        assert json.loads((store / ".zattrs").read_text())["run_id"] == run, store
+    assert cube_.attrs["run_id"] == run
+    numbers = paper.load_numbers(paths.numbers_file(out))
+    assert numbers["run_id"] == run
+    for nb in ("01_select", "02_depth", "03_readout-mine", "03b_monitor", "04_analyse"):
+        assert paper.notebook_identity(out / "notebooks" / f"{nb}.ipynb")["run_id"] == run, nb
+    assert paper.notebook_identity(out / "notebooks" / "04_analyse.ipynb")["analysis_id"] == numbers["analysis_id"]
+    assert figures.file_identity(out / "figures" / "scene_levels.png") == {"run_id": run}
+    assert figures.file_identity(out / "figures" / "accuracy_t2.png") == {"run_id": run,
+                                                                          "analysis_id": numbers["analysis_id"]}
+    # the demo's own analyse notebook (three models) beside the by-hand numbers (two): the mixed paper of the
+    # issue. make paper's converter refuses it, writing nothing, and names both identities and the README's command
+    mine = out / "notebooks" / "04_analyse.ipynb"
+    kept = mine.read_bytes()
+    shutil.copy2(demo / "notebooks" / "04_analyse.ipynb", mine)
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    r = subprocess.run([sys.executable, "-m", "murk.paper", "--output-dir", str(out)], cwd=work, env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 2, r.stdout[-3000:] + r.stderr[-3000:]
+    assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
+    demo_id = paper.notebook_identity(mine)["analysis_id"]
+    assert demo_id != numbers["analysis_id"] and demo_id in r.stderr and numbers["analysis_id"] in r.stderr
+    analyse_cmd = next(c for c in re.sub(r"\s*\\\n\s*", " ", block).splitlines() if "04_analyse.py" in c)
+    assert analyse_cmd.strip() in r.stderr, (analyse_cmd, r.stderr)      # the fix: the README's command as printed
+    assert "rm " + str(paths.numbers_file(out)) + ", then make paper" in r.stderr
+    mine.write_bytes(kept)
     # the paper rendered afterwards (make paper's converter) takes its text and its embedded tables from this run
     r = subprocess.run([sys.executable, "-m", "murk.paper", "--output-dir", str(work / "outputs")], cwd=work, env=env,
                        capture_output=True, text=True, timeout=900)
@@ -67,3 +100,4 @@ def test_by_hand_examples_run_as_printed(demo, tmp_path):
         assert m not in models_table
     for m in models:
         assert m in models_table
+    assert f'<meta name="murk-analysis-id" content="{numbers["analysis_id"]}">' in html[:html.index("</head>")]

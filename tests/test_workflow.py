@@ -690,3 +690,61 @@ def test_the_snakefile_refuses_a_run_on_a_live_root_and_plans_alongside(tmp_path
         assert f"alive on the output root {out}" in text and "rule select" in text
     finally:
         holder.kill()
+
+
+# --- one identity per run (issue 21) ---
+def test_run_id_is_a_short_digest_of_the_selection():
+    a = workflow.run_id("c" * 64, "i" * 64)
+    assert re.fullmatch(r"r-[0-9a-f]{12}", a)
+    assert a == workflow.run_id("c" * 64, "i" * 64)                     # the same selection, the same identity
+    assert len({a, workflow.run_id("d" * 64, "i" * 64), workflow.run_id("c" * 64, "j" * 64),
+                workflow.run_id("i" * 64, "c" * 64)}) == 4             # each hash counts, in its place
+    assert workflow.run_id_of({"config_hash": "c" * 64, "items_hash": "i" * 64, "run_id": "r-ignored"}) == a
+    assert workflow.run_id_of({"config_hash": "c" * 64}) is None and workflow.run_id_of(None) is None
+    with pytest.raises(ValueError, match="items_hash.*select stage"):
+        workflow.run_id("c" * 64, "")
+
+
+def test_analysis_id_changes_with_models_items_inputs_and_settings():
+    base = dict(run="r-000000000000", models=[("a", 4), ("b", 3)], digests={"readout/a.zarr": "sha256:1"},
+                settings={"shard_size": None})
+    a = workflow.analysis_id(**base)
+    assert re.fullmatch(r"a-[0-9a-f]{12}", a) and a == workflow.analysis_id(**base)
+    others = [dict(base, run="r-000000000001"), dict(base, models=[("a", 4)]), dict(base, models=[("a", 4), ("b", 2)]),
+              dict(base, models=[("b", 3), ("a", 4)]), dict(base, digests={"readout/a.zarr": "sha256:2"}),
+              dict(base, settings={"shard_size": 2})]
+    ids = [workflow.analysis_id(**o) for o in others]
+    assert a not in ids and len(set(ids)) == len(ids)
+
+
+def test_a_stage_refuses_stores_of_another_run_naming_both_identities(tmp_path):
+    this = workflow.run_id("c" * 64, "i" * 64)
+    ok = tmp_path / "readout" / "a.zarr"
+    other = tmp_path / "readout" / "b.zarr"
+    lying = tmp_path / "readout" / "c.zarr"
+    for p, attrs in ((ok, {"config_hash": "c" * 64, "items_hash": "i" * 64}),
+                     (other, {"config_hash": "c" * 64, "items_hash": "j" * 64}),
+                     (lying, {"config_hash": "c" * 64, "items_hash": "i" * 64, "run_id": "r-0123456789ab"})):
+        p.mkdir(parents=True)
+        (p / ".zattrs").write_text(json.dumps(attrs))
+    workflow.refuse_other_run([ok, tmp_path / "readout" / "absent.zarr"], this, "analyse")   # nothing to refuse
+    before = sorted((p, p.stat().st_mtime_ns) for p in tmp_path.rglob("*"))
+    with pytest.raises(ValueError) as e:
+        workflow.refuse_other_run([ok, other, lying], this, "analyse", tmp_path / "items.json")
+    msg = str(e.value)
+    other_id = workflow.run_id("c" * 64, "j" * 64)
+    assert this in msg and other_id in msg and "r-0123456789ab" in msg and str(tmp_path / "items.json") in msg
+    assert str(other) in msg and str(lying) in msg and f"{ok}:" not in msg
+    assert "rm -r" in msg and "make demo" in msg and "nothing was written" in msg
+    assert sorted((p, p.stat().st_mtime_ns) for p in tmp_path.rglob("*")) == before
+    # a depth cache written for another run is refused too; one without a run identity (older) is accepted
+    workflow.refuse_other_depth({"depth_backend": "constant"}, this, "readout")
+    workflow.refuse_other_depth({"run_id": this}, this, "readout")
+    with pytest.raises(ValueError, match=f"{other_id}.*{this}.*depth stage"):
+        workflow.refuse_other_depth({"run_id": other_id}, this, "readout", "out/depth/current.json")
+
+
+def test_identity_bundle_is_json_and_text():
+    b = workflow.identity_bundle(run_id="r-1", analysis_id="a-2", models=["m"])
+    assert b[workflow.IDENTITY_MIME] == {"run_id": "r-1", "analysis_id": "a-2", "models": ["m"]}
+    assert b["text/plain"] == "murk identity: run_id r-1, analysis_id a-2"

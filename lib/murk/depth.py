@@ -334,16 +334,20 @@ def is_cached(folder: Path, image_id: int, backend: DepthBackend) -> bool:
         backend.model_id, backend.revision)
 
 
-def set_current(folder: Path, backend: DepthBackend, root: str | os.PathLike | None = None) -> Path:
+def set_current(folder: Path, backend: DepthBackend, root: str | os.PathLike | None = None,
+                run_id: str | None = None) -> Path:
     """Make ``folder`` the depth cache the later stages of this output root read.
 
     Writes ``outputs/depth/current.json`` (atomically): the backend's provenance
-    (:meth:`DepthBackend.describe`) and the cache folder's name.
+    (:meth:`DepthBackend.describe`), the cache folder's name and, when given, the
+    identity of the run it was written for (``run_id``, :func:`murk.workflow.run_id`),
+    which the read-out stages check against ``items_meta.json``.
     """
     pointer = paths.depth_dir(root) / "current.json"
     pointer.parent.mkdir(parents=True, exist_ok=True)
     tmp = pointer.with_name(".current.json.tmp")
-    tmp.write_text(json.dumps({**backend.describe(), "folder": Path(folder).name}, indent=1, sort_keys=True))
+    rec = {**backend.describe(), "folder": Path(folder).name, **({"run_id": str(run_id)} if run_id else {})}
+    tmp.write_text(json.dumps(rec, indent=1, sort_keys=True))
     os.replace(tmp, pointer)
     return pointer
 

@@ -23,7 +23,7 @@ from murk.paper import fmt_level  # noqa: E402
 
 __all__ = ["LOW_MASS_MARK", "model_label", "display_names",
            "PALETTE", "model_colors", "short_name", "plot_signal_vs_visibility",
-           "save", "SCENE_LEVELS_M",
+           "save", "set_identity", "file_identity", "SCENE_LEVELS_M",
            "PIPELINE_CHECK_MARK", "stamp_pipeline_check", "level_axis", "placeholder",
            "plot_scene_levels", "plot_reliability", "plot_abstain_comparison", "plot_blind_spot_widths",
            "plot_nominal_vs_physical", "plot_item_grid", "plot_monitor_accuracy", "plot_signals", "FIG3_SIGNALS"]
@@ -132,7 +132,64 @@ def stamp_pipeline_check(fig, text: str = PIPELINE_CHECK_MARK):
     return fig
 
 
-def save(fig, folder: str | Path, name: str, pipeline_check: bool = False) -> list[Path]:
+#: the identities written into every figure file's metadata by :func:`save` (set by :func:`set_identity`)
+_IDENTITY: dict[str, str] = {}
+#: PNG text keys of the identities (``run_id`` -> ``murk-run-id``)
+_PNG_KEY = "murk-{}"
+
+
+def set_identity(**ids: str) -> dict[str, str]:
+    """Set the identities that :func:`save` writes into the metadata of every figure file from now on.
+
+    Parameters
+    ----------
+    **ids : str
+        E.g. ``run_id="r-…"`` (:func:`murk.workflow.run_id`) and ``analysis_id="a-…"``
+        (:func:`murk.workflow.analysis_id`); a stage notebook sets them once, before
+        its first figure. No argument clears them.
+
+    Returns
+    -------
+    dict
+        The identities now set.
+    """
+    _IDENTITY.clear()
+    _IDENTITY.update({str(k): str(v) for k, v in ids.items()})
+    return dict(_IDENTITY)
+
+
+def _metadata(ext: str, ids: dict[str, str]) -> dict[str, str]:
+    if not ids:
+        return {}
+    if ext == "png":  # PNG text chunks, one per identity: murk-run-id, murk-analysis-id
+        return {_PNG_KEY.format(k.replace("_", "-")): v for k, v in ids.items()}
+    text = "murk " + "; ".join(f"{k} {v}" for k, v in ids.items())
+    return {"Subject": text, "Keywords": text}  # PDF: the document information's standard keys
+
+
+def file_identity(path: str | Path) -> dict[str, str]:
+    """The identities recorded in a PNG figure file's metadata by :func:`save`.
+
+    Parameters
+    ----------
+    path : path
+        A PNG written by :func:`save` (or the same image embedded from an executed notebook).
+
+    Returns
+    -------
+    dict
+        ``{"run_id": "r-…", "analysis_id": "a-…"}`` as recorded (empty when none is).
+    """
+    from PIL import Image
+
+    with Image.open(path) as im:
+        text = dict(getattr(im, "text", {}) or im.info)
+    prefix = _PNG_KEY.format("")
+    return {k[len(prefix):].replace("-", "_"): str(v) for k, v in text.items() if str(k).startswith(prefix)}
+
+
+def save(fig, folder: str | Path, name: str, pipeline_check: bool = False,
+         identity: dict[str, str] | None = None) -> list[Path]:
     """Save ``fig`` as ``<name>.png`` (200 dpi) and ``<name>.pdf``, then close it.
 
     Parameters
@@ -145,6 +202,11 @@ def save(fig, folder: str | Path, name: str, pipeline_check: bool = False) -> li
     pipeline_check : bool
         Stamp :data:`PIPELINE_CHECK_MARK` into the image (results of tiny
         random-weight checkpoints, :func:`stamp_pipeline_check`).
+    identity : dict of str, optional
+        The run's (and analysis') identities, written into each file's metadata:
+        PNG text chunks ``murk-run-id``, ``murk-analysis-id`` (:func:`file_identity`
+        reads them), the PDF's ``Subject`` and ``Keywords``. Default: those set by
+        :func:`set_identity` (none unless set).
 
     Returns
     -------
@@ -154,10 +216,11 @@ def save(fig, folder: str | Path, name: str, pipeline_check: bool = False) -> li
     folder.mkdir(parents=True, exist_ok=True)
     if pipeline_check:
         stamp_pipeline_check(fig)
+    ids = dict(_IDENTITY if identity is None else identity)
     out = []
     for ext in ("png", "pdf"):
         p = folder / f"{name}.{ext}"
-        fig.savefig(p, dpi=200 if ext == "png" else None, bbox_inches="tight")
+        fig.savefig(p, dpi=200 if ext == "png" else None, bbox_inches="tight", metadata=_metadata(ext, ids) or None)
         out.append(p)
     plt.close(fig)
     return out

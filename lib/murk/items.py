@@ -713,7 +713,7 @@ def save_selection(table: pd.DataFrame, meta: dict[str, Any], report: dict[str, 
     """Write what stage *select* produces under the output root, each file atomically.
 
     ``items.json`` (:func:`save_items`), ``items_meta.json`` (``meta``: config
-    hash, items hash, run name, n_items, seed, annotation file, image folder)
+    hash, items hash, the run identity ``run_id`` (:func:`murk.workflow.run_id`), run name, n_items, seed, annotation file, image folder)
     and ``items_report.json`` (``report``, :func:`selection_report`).
 
     Returns

@@ -43,7 +43,8 @@ __all__ = ["fmt", "fmt_interval", "fmt_estimate", "fmt_bound", "fmt_crossing", "
            "fmt_list", "level_label", "NOT_COMPUTED", "Numbers", "write_numbers", "load_numbers", "cited_keys",
            "INLINE_RE", "INCLUDE_RE", "EMBED_RE", "cell_options", "notebook_cells", "resolve_embeds",
            "resolve_qmd", "crossref", "label_numbers", "render_paper", "typst_options", "TYPST_HEADER", "markdown_table", "write_text_atomic",
-           "verbatim", "estimate_cell", "CELL_BREAK", "LUA_FILTER"]
+           "verbatim", "estimate_cell", "CELL_BREAK", "LUA_FILTER", "notebook_identity", "MixedPaperError",
+           "refuse_mixed_paper", "stamp_html"]
 
 INLINE_RE = re.compile(r"`\{python\}\s*N\[\s*[\"']([^\"']+)[\"']\s*\]\s*`")
 ANY_INLINE_RE = re.compile(r"`\{python\}[^`]*`")
@@ -475,6 +476,164 @@ def notebook_cells(path: str | os.PathLike) -> dict[str, Any]:
     return cells
 
 
+def notebook_identity(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The identities an executed stage notebook records (its cell labelled ``murk-identity``).
+
+    Parameters
+    ----------
+    path : path
+        An executed notebook (``outputs/notebooks/04_analyse.ipynb``, ``02_depth.ipynb``, ...).
+
+    Returns
+    -------
+    dict or None
+        The JSON output of that cell (:func:`murk.workflow.identity_bundle`): ``run_id``
+        and, for the analyse notebook, ``analysis_id`` and ``models``; None when the
+        notebook has no such cell or output (written by an older murk, or the cell failed).
+
+    Raises
+    ------
+    FileNotFoundError
+        If the notebook does not exist.
+    """
+    from murk import workflow
+
+    cell = notebook_cells(path).get(workflow.IDENTITY_LABEL)
+    if cell is None:
+        return None
+    found = _outputs(cell, workflow.IDENTITY_MIME)
+    return dict(found[0]) if found and isinstance(found[0], dict) else None
+
+
+class MixedPaperError(ValueError):
+    """The numbers file and the executed notebooks the paper embeds from are of different identities."""
+
+
+def _analyse_command(root: Path, nb: Path, models: str | None) -> str:
+    """The by-hand analyse command of the README that writes ``nb`` for the output root ``root``."""
+    def shown(p: Path) -> str:
+        try:
+            return p.relative_to(Path.cwd()).as_posix()
+        except ValueError:
+            return p.as_posix()
+
+    y = f" -y 'models: {models}'" if models else ""
+    od = "" if root == paths.output_dir() else f" -p output_dir {shown(root)}"
+    return f"jupytext --to ipynb notebooks/04_analyse.py -o - | papermill - {shown(nb)}{y}{od}"
+
+
+def refuse_mixed_paper(output_dir: str | os.PathLike | None = None) -> dict[str, str]:
+    """Refuse, before anything is written, a paper whose text and embeds would come from two analyses.
+
+    The paper takes its numbers and sentences from ``paper_numbers.json`` and its
+    tables and figures from the executed ``notebooks/04_analyse.ipynb`` (and the scene
+    figure from ``notebooks/02_depth.ipynb``). The analyse notebook writes its analysis
+    identity (:func:`murk.workflow.analysis_id`) into both; the depth notebook records
+    the run identity (:func:`murk.workflow.run_id`) that the numbers file records too.
+
+    Parameters
+    ----------
+    output_dir : path, optional
+        The output root (default :func:`murk.paths.output_dir`).
+
+    Returns
+    -------
+    dict
+        ``run_id`` and ``analysis_id`` of the paper (empty strings where the numbers
+        file records none and no executed notebook contradicts it; ``{}`` without a
+        numbers file, which :func:`load_numbers` then reports).
+
+    Raises
+    ------
+    MixedPaperError
+        (a ValueError) If ``04_analyse.ipynb`` exists and its analysis identity is not
+        the numbers file's (or either records none), or ``02_depth.ipynb`` exists and
+        records another run identity than the numbers file. The one message names both
+        files, both identities and the fix: re-run the analyse stage so that it writes
+        both (the README's papermill command, which writes
+        ``outputs/notebooks/04_analyse.ipynb``), or remove the numbers file and run
+        ``make paper`` (Snakemake then re-runs the analyse stage).
+    """
+    root = paths.output_dir(output_dir)
+    numbers_path = paths.numbers_file(root)
+    if not numbers_path.is_file():
+        return {}
+    numbers = load_numbers(numbers_path)
+    got = {"run_id": str(numbers.get("run_id", "")), "analysis_id": str(numbers.get("analysis_id", ""))}
+    nb_dir = paths.notebooks_out_dir(root)
+    nb = nb_dir / "04_analyse.ipynb"
+
+    def said(x: str) -> str:
+        return x or "none recorded (written by an older murk)"
+
+    if nb.is_file():
+        ident = notebook_identity(nb) or {}
+        have = str(ident.get("analysis_id") or "")
+        if not (have and got["analysis_id"] and have == got["analysis_id"]):
+            models = numbers.get("analysis.models")
+            try:
+                import yaml
+
+                models_yaml = (yaml.safe_dump(json.loads(models), default_flow_style=True, width=10 ** 6).strip()
+                               if models else None)
+            except (ValueError, TypeError):
+                models_yaml = None
+            nb_models = ident.get("models")
+            nb_note = f", models {json.dumps(nb_models)}" if nb_models else ""
+            num_note = f", models {models}" if models else ""
+            make_paper = "make paper" if root == paths.output_dir() else f"make paper ARGS='--config output_dir={root}'"
+            raise MixedPaperError(
+                f"make paper (python -m murk.paper) refuses to render the paper of {root}: its numbers file and the "
+                f"executed analyse notebook it embeds tables and figures from come from different analyses (the "
+                f"text would say one thing and the tables and figures another):\n"
+                f"  {numbers_path}: analysis identity {said(got['analysis_id'])}{num_note}\n"
+                f"  {nb}: analysis identity {said(have)}{nb_note}\n"
+                f"Nothing was written. Fix: re-run the analyse stage so that it writes both, one of:\n"
+                f"  (1) by hand, as the README shows, writing the executed notebook to {nb}:\n"
+                f"      {_analyse_command(root, nb, models_yaml)}\n"
+                f"  (2) rm {numbers_path}, then {make_paper} (Snakemake re-runs the analyse stage with the run "
+                f"settings' models).")
+    depth_nb = nb_dir / "02_depth.ipynb"
+    if depth_nb.is_file() and got["run_id"]:
+        have = str((notebook_identity(depth_nb) or {}).get("run_id") or "")
+        if have != got["run_id"]:
+            raise MixedPaperError(
+                f"make paper (python -m murk.paper) refuses to render the paper of {root}: the executed depth "
+                f"notebook it embeds the scene figure from is of another run than its numbers file:\n"
+                f"  {numbers_path}: run identity {got['run_id']}\n"
+                f"  {depth_nb}: run identity {said(have)}\n"
+                f"Nothing was written. Fix: run the depth and analyse stages of this output root again (make demo; "
+                f"by hand notebooks/02_depth.py, then {_analyse_command(root, nb, None)}).")
+    return got
+
+
+def stamp_html(path: str | os.PathLike, ids: Mapping[str, str]) -> Path:
+    """Write the identities into a rendered HTML page's head: ``<meta name="murk-run-id" content="r-…">``.
+
+    Parameters
+    ----------
+    path : path
+        The HTML file (rewritten atomically).
+    ids : mapping
+        ``run_id``, ``analysis_id`` (:func:`refuse_mixed_paper`); empty values are left out.
+
+    Returns
+    -------
+    Path
+        ``path``.
+    """
+    import html as _html
+
+    path = Path(path)
+    tags = "".join(f'<meta name="murk-{k.replace("_", "-")}" content="{_html.escape(str(v), quote=True)}">\n'
+                   for k, v in ids.items() if v)
+    if not tags:
+        return path
+    text = path.read_text(encoding="utf-8")
+    text = text.replace("</head>", tags + "</head>", 1) if "</head>" in text else tags + text
+    return write_text_atomic(path, text)
+
+
 def _outputs(cell, mime: str) -> list[Any]:
     return [o["data"][mime] for o in cell.get("outputs", [])
             if o.get("output_type") in ("display_data", "execute_result") and mime in o.get("data", {})]
@@ -762,11 +921,15 @@ def render_paper(qmd: str | os.PathLike | None = None, output_dir: str | os.Path
     ------
     FileNotFoundError
         A figure the paper cites does not exist.
+    MixedPaperError
+        The numbers file and the executed notebooks are of different identities
+        (:func:`refuse_mixed_paper`; nothing is written).
     """
     import pypandoc
 
     qmd = Path(qmd) if qmd else paths.project_root() / "paper" / "index.qmd"
     root = paths.output_dir(output_dir)
+    ids = refuse_mixed_paper(root)   # before anything is written
     numbers = load_numbers(paths.numbers_file(root))
     missing: list[str] = []
     resolved = resolve_qmd(qmd.read_text(encoding="utf-8"), numbers, qmd.parent, root, missing=missing)
@@ -791,6 +954,7 @@ def render_paper(qmd: str | os.PathLike | None = None, output_dir: str | os.Path
     pypandoc.convert_file(str(md_path), "html5", format="markdown", outputfile=str(html),
                           extra_args=[*common, "--embed-resources", "--mathml", "--toc",
                                       "--metadata=lang:en", f"--css={qmd.parent / 'paper.css'}"])
+    stamp_html(html, ids)
     result = {"md": md_path, "html": html, "missing": missing}
     if pdf:
         import typst
@@ -903,10 +1067,15 @@ def main(argv: list[str] | None = None) -> int:
 
     Quarto renders ``paper/index.qmd`` per ``_quarto.yml`` (HTML and Typst PDF)
     and the result is copied to ``<output root>/paper/``; without Quarto,
-    :func:`render_paper` converts the same source with pandoc and Typst.
+    :func:`render_paper` converts the same source with pandoc and Typst. First, a
+    numbers file and executed notebooks of different identities are refused
+    (:func:`refuse_mixed_paper`): the message goes to stderr, nothing is written and
+    the exit status is 2. The rendered HTML carries the run and analysis identities
+    in ``<meta name="murk-run-id">`` and ``<meta name="murk-analysis-id">``.
     """
     import argparse
     import subprocess
+    import sys
 
     ap = argparse.ArgumentParser(prog="python -m murk.paper", description=main.__doc__)
     ap.add_argument("--output-dir", default=None, help="output root (default: outputs/ or $MURK_OUTPUT_DIR)")
@@ -914,6 +1083,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fallback", action="store_true", help="use pandoc + Typst even where Quarto is installed")
     args = ap.parse_args(argv)
     root = paths.output_dir(args.output_dir)
+    try:
+        ids = refuse_mixed_paper(root)   # the numbers and the embeds of one analysis, or nothing is written
+    except MixedPaperError as e:
+        print(f"murk: {e}", file=sys.stderr)
+        return 2
     quarto = shutil.which("quarto")
     if quarto and not args.fallback:
         env = {**os.environ, "MURK_OUTPUT_DIR": str(root)}
@@ -923,6 +1097,8 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         for f in src.rglob("index.*"):
             shutil.copy2(f, out / f.name)
+        if (out / "index.html").is_file():
+            stamp_html(out / "index.html", ids)
         print(f"rendered with Quarto: {out}")
         return 0
     res = render_paper(output_dir=root, pdf=not args.no_pdf)

@@ -49,6 +49,21 @@ the first 400 of its 1000 items). :func:`model_entries` is the one parser of
 these lists: the Snakefile (store names, the read-out's item count, the shards)
 and the analyse notebook use it.
 
+Run and analysis identities
+---------------------------
+Every artifact of a run carries the run's identity, :func:`run_id`: a short
+digest of the inputs that made it, the selection (the frozen config's hash and
+the items' hash that ``items_meta.json`` records). The select stage writes it
+into ``items_meta.json``, the depth stage into ``depth/current.json``, each
+read-out store, the cube, the numbers file, the executed notebooks and the
+figures' file metadata carry it, and the paper prints it. What the analyse
+stage produced has its own identity, :func:`analysis_id` (the run identity, the
+models and item counts it was given and the content of the stores it read): the
+numbers file and the executed analyse notebook both record it, so that
+``python -m murk.paper`` (``make paper``) refuses a numbers file and a notebook
+of two different analyse runs. :func:`refuse_other_run` is the stage-side check:
+a stage refuses an input store of another run identity, naming both.
+
 This module imports nothing heavy (the Snakefile imports it on every run).
 """
 
@@ -65,7 +80,8 @@ from murk.runlock import RootInUse, hold_root_lock, snakefile_run_lock
 
 __all__ = ["ModelEntry", "model_entries", "IGNORED_SUFFIXES", "SELECTION_KEYS", "store_digest", "write_marker", "read_marker", "stale_reason",
            "store_of", "rerun_reason", "force_rerun", "foreign_stores", "refuse_foreign_stores", "running_notebooks_dir", "hold_run_lock",
-           "hold_root_lock", "snakefile_run_lock", "RootInUse"]
+           "hold_root_lock", "snakefile_run_lock", "RootInUse",
+           "run_id", "run_id_of", "analysis_id", "refuse_other_run", "refuse_other_depth", "identity_bundle", "IDENTITY_MIME", "IDENTITY_LABEL"]
 
 #: files inside a store that are not its content: zarr's half-written chunk files of a
 #: killed write (``<chunk>.<uuid>.partial``; :func:`murk.cube.open_readout_store` removes them)
@@ -445,6 +461,214 @@ def refuse_foreign_stores(root: str | os.PathLike, config_hash: str, items_hash:
         f"changed settings as a new run into a new output root: make demo ARGS='--config run_name=NEW "
         f"output_dir=outputs-NEW' (a new run_name alone is not enough: the stores in {root} stay those of the old "
         f"selection); (3) delete the stale stores deliberately: rm -r {rm}")
+
+
+#: version of the identity digests below (a change of what enters them changes every identity)
+IDENTITY_VERSION = 1
+#: the mime type of the identity output that each executed stage notebook carries (:func:`identity_bundle`)
+IDENTITY_MIME = "application/vnd.murk.identity+json"
+#: the label of the notebook cell whose output it is (``#| label: murk-identity``)
+IDENTITY_LABEL = "murk-identity"
+
+
+def _short_digest(prefix: str, payload: Any) -> str:
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return f"{prefix}-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def run_id(config_hash: str, items_hash: str) -> str:
+    """The identity of a run: a short digest of the selection that made it.
+
+    Parameters
+    ----------
+    config_hash : str
+        :func:`murk.config.config_hash` of the frozen configuration (64 hex digits).
+    items_hash : str
+        :func:`murk.items.items_hash` of the selected items (64 hex digits).
+
+    Returns
+    -------
+    str
+        ``"r-"`` and 12 hex digits (48 bits of SHA-256 over both hashes and
+        :data:`IDENTITY_VERSION`), e.g. ``"r-3f0c9a1b2d4e"``. Equal for equal
+        hashes on every machine; any change of the config or of the items changes it.
+
+    Raises
+    ------
+    ValueError
+        If a hash is empty or not a str (an ``items_meta.json`` or a store written
+        without them): the message names the missing hash.
+
+    Examples
+    --------
+    >>> run_id("c" * 64, "i" * 64) == run_id("c" * 64, "i" * 64) != run_id("c" * 64, "j" * 64)
+    True
+    """
+    for name, h in (("config_hash", config_hash), ("items_hash", items_hash)):
+        if not isinstance(h, str) or not h:
+            raise ValueError(f"a run identity needs the {name} of the selection, got {h!r}: run the select stage "
+                             f"(make demo, or notebooks/01_select.py) to write items_meta.json with both hashes")
+    return _short_digest("r", {"v": IDENTITY_VERSION, "config_hash": config_hash, "items_hash": items_hash})
+
+
+def run_id_of(attrs: Any) -> str | None:
+    """The run identity of a record that holds the selection's hashes (:data:`SELECTION_KEYS`).
+
+    Parameters
+    ----------
+    attrs : mapping
+        ``items_meta.json``, a store's or the cube's attributes, ``depth/current.json``.
+
+    Returns
+    -------
+    str or None
+        :func:`run_id` of its ``config_hash`` and ``items_hash`` (computed, not the
+        recorded ``run_id``, so a store written before run identities existed has
+        one too); None when either hash is absent.
+    """
+    if not hasattr(attrs, "get"):
+        return None
+    ch, ih = attrs.get("config_hash"), attrs.get("items_hash")
+    if not (isinstance(ch, str) and ch and isinstance(ih, str) and ih):
+        return None
+    return run_id(ch, ih)
+
+
+def analysis_id(run: str, models: Any, digests: Any, settings: Any = None) -> str:
+    """The identity of what one analyse run produced (its numbers file, figures, tables, executed notebook).
+
+    Parameters
+    ----------
+    run : str
+        :func:`run_id` of the selection analysed.
+    models : sequence of (str, int)
+        The models the analyse notebook was given and the number of items of each
+        (:class:`ModelEntry`), in the given order (the order of tables and legends).
+    digests : mapping of str to str
+        The content of every input it read: a name (a store's folder name, a file's
+        name) -> its digest (:func:`store_digest` for a store, ``"sha256:<hex>"`` of a
+        file's bytes, ``"absent"``).
+    settings : mapping, optional
+        Other parameters that change the outputs (e.g. ``shard_size``,
+        ``monitor_sensitivity_items``, the code's ``git_commit``); JSON-serialisable.
+
+    Returns
+    -------
+    str
+        ``"a-"`` and 12 hex digits (SHA-256 of all of the above), e.g.
+        ``"a-5b1e07c2d9f4"``: equal for two analyses of the same inputs with the same
+        settings, different when the models, their item counts, a store's content or a
+        setting differ.
+    """
+    payload = {"v": IDENTITY_VERSION, "run_id": str(run),
+               "models": [[str(m), None if n is None else int(n)] for m, n in models],
+               "inputs": {str(k): str(v) for k, v in dict(digests).items()},
+               "settings": {str(k): v for k, v in dict(settings or {}).items()}}
+    return _short_digest("a", payload)
+
+
+def identity_bundle(**ids: Any) -> dict[str, Any]:
+    """The output that records a stage's identities in its executed notebook.
+
+    Display it raw in the notebook cell labelled :data:`IDENTITY_LABEL`
+    (``IPython.display.display(workflow.identity_bundle(run_id=...), raw=True)``):
+    the notebook file then holds the identities as JSON under :data:`IDENTITY_MIME`
+    (read back by :func:`murk.paper.notebook_identity`) and as one line of text.
+
+    Parameters
+    ----------
+    **ids : str
+        E.g. ``run_id="r-…"``, ``analysis_id="a-…"``, ``models=[...]``.
+
+    Returns
+    -------
+    dict
+        A mime bundle: ``{IDENTITY_MIME: ids, "text/plain": "murk identity: run_id r-…, …"}``.
+    """
+    text = "murk identity: " + ", ".join(f"{k} {v}" for k, v in ids.items() if isinstance(v, str))
+    return {IDENTITY_MIME: dict(ids), "text/plain": text}
+
+
+def refuse_other_run(stores: Any, run: str, stage: str, source: str | os.PathLike = "items.json") -> None:
+    """Refuse, before a stage reads them, input stores of another run identity than this run's.
+
+    Parameters
+    ----------
+    stores : iterable of path
+        The stores the stage is about to read (read-out, shard and monitor stores).
+        Only their attributes (``.zattrs``) are read; a store without them is left
+        to the stage's own checks.
+    run : str
+        This run's :func:`run_id` (from ``items_meta.json``, beside ``source``).
+    stage : str
+        The stage that refuses (named in the message).
+    source : path
+        Where this run's identity comes from (named in the message).
+
+    Raises
+    ------
+    ValueError
+        If a store's identity (:func:`run_id_of` its attributes) differs, or it
+        records a ``run_id`` that is not the one of its hashes. The message names
+        each store with both identities and the fixes: re-run the read-out of
+        that store for this selection (delete it, then ``make demo``), or analyse
+        it in the output root of its own run. Nothing was written.
+    """
+    bad = []
+    for store in stores:
+        store = Path(store)
+        try:
+            attrs = json.loads((store / ".zattrs").read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError):
+            bad.append((store, "attributes unreadable"))
+            continue
+        have = run_id_of(attrs)
+        recorded = attrs.get("run_id")
+        if have is None:
+            bad.append((store, "no run identity (its attributes lack config_hash or items_hash)"))
+        elif have != run or (recorded is not None and recorded != have):
+            bad.append((store, f"run identity {recorded if recorded not in (None, have) else have}"))
+    if not bad:
+        return
+    listed = "\n".join(f"  {p}: {d}" for p, d in bad)
+    rm = " ".join(str(p) for p, _ in bad)
+    raise ValueError(
+        f"the {stage} stage refuses {len(bad)} store(s) of another run: this run's identity is {run} ({source}), "
+        f"and\n{listed}\nA result is never made of two runs; nothing was written. Fix, one of: (1) read these "
+        f"stores out again for this run: rm -r {rm}, then make demo (or the read-out by hand, as the README shows); "
+        f"(2) analyse them in the output root of their own run (-p output_dir DIR, or --config output_dir=DIR).")
+
+
+def refuse_other_depth(current: Any, run: str, stage: str, pointer: str | os.PathLike = "depth/current.json") -> None:
+    """Refuse a depth cache written for another run (``depth/current.json`` records its ``run_id``).
+
+    Parameters
+    ----------
+    current : mapping
+        :func:`murk.depth.current_depth`; one written before run identities existed
+        (no ``run_id``) is accepted.
+    run : str
+        This run's :func:`run_id` (``items_meta.json``).
+    stage : str
+        The stage that refuses.
+    pointer : path
+        The file named in the message.
+
+    Raises
+    ------
+    ValueError
+        Naming the file, both identities and the fix (run the depth stage for this
+        selection first: ``make demo`` runs it, by hand ``notebooks/02_depth.py``).
+    """
+    have = current.get("run_id") if hasattr(current, "get") else None
+    if have is None or have == run:
+        return
+    raise ValueError(
+        f"the {stage} stage refuses the depth cache {pointer}: it was written for the run {have}, this run (items.json) "
+        f"is {run}. Nothing was written. Fix: run the depth stage for this selection first (make demo does; by hand, "
+        f"notebooks/02_depth.py with the same output_dir), then this stage again.")
 
 
 def running_notebooks_dir(output_dir: str | os.PathLike, snakemake_dir: str | os.PathLike = ".snakemake") -> Path:
