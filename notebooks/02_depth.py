@@ -66,7 +66,7 @@ for _, row in tqdm(table.iterrows(), total=len(table), desc="depth", unit="img")
     if depth.is_cached(folder, image_id, est):
         continue
     try:
-        img = render.load_image(Path(meta["image_dir"]) / row["file_name"])
+        img = render.load_image(Path(meta["image_dir"]) / row["file_name"], (int(row["width"]), int(row["height"])))
         size = render.presented_size(img.shape[1], img.shape[0], max_side,
                                      name=f"image {image_id} ({row['file_name']})")
     except (FileNotFoundError, ValueError, OSError) as e:  # bad input (incl. too small): skip, list, go on
@@ -116,7 +116,8 @@ scene, passed = None, {}
 for i in range(len(table)):
     row = table.iloc[i]
     try:
-        img, size = render.load_presented(Path(meta["image_dir"]) / row["file_name"], max_side)
+        img, size = render.load_presented(Path(meta["image_dir"]) / row["file_name"], max_side,
+                                          expected_size=(int(row["width"]), int(row["height"])))
         z = depth.load_depth(folder, int(row["image_id"]), shape=img.shape[:2])
     except (FileNotFoundError, ValueError, OSError) as e:
         passed[int(row["image_id"])] = str(e)

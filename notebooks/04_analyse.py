@@ -1239,7 +1239,8 @@ for i in range(len(table)) if current is not None and "file_name" in table else 
         break
     row = table.iloc[i]
     try:  # inputs and both renderings first: bad input or a failed rendering skips the item (recorded in the cube)
-        img, size = render.load_presented(Path(meta["image_dir"]) / row["file_name"], cfg["render"]["max_side_px"])
+        img, size = render.load_presented(Path(meta["image_dir"]) / row["file_name"], cfg["render"]["max_side_px"],
+                                          expected_size=(int(row["width"]), int(row["height"])))
         z = depth.load_depth(current["path"], int(row["image_id"]), shape=img.shape[:2])
         stacks = {arm: list(sweep(img, z, np.asarray([VIS[k] for k in example_levels if k > 0])))
                   for arm, sweep in (("fog", physics.fog_sweep), ("underwater", physics.underwater_sweep))}

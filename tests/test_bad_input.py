@@ -61,13 +61,101 @@ def test_grey_cmyk_alpha_images_become_rgb(tmp_path):
         assert im.shape == (13, 21, 3) and im.dtype == np.uint8, mode
 
 
-def test_exif_rotation_is_not_applied(tmp_path):
-    """COCO's boxes refer to the stored pixels, so an EXIF orientation tag is ignored."""
-    p = tmp_path / "rot.jpg"
+def _exif(orientation):
     exif = Image.Exif()
-    exif[0x0112] = 6  # "rotate 90 CW" on display
-    Image.new("RGB", (40, 10), (200, 0, 0)).save(p, exif=exif)
-    assert render.load_image(p).shape == (10, 40, 3)
+    exif[render.EXIF_ORIENTATION_TAG] = orientation
+    return exif
+
+
+def test_exif_orientation_is_ignored_where_the_stored_size_agrees_with_the_annotation(tmp_path):
+    """COCO's boxes refer to the stored pixels: where the stored size is the annotation's, an EXIF orientation
+    tag (here 6, "rotate 90 CW on display", and 3, "rotate 180") changes nothing (issue 8's rule, kept)."""
+    a = np.random.default_rng(0).integers(0, 255, (10, 40, 3), dtype=np.uint8)
+    for orientation in (6, 3):
+        p = tmp_path / f"rot{orientation}.png"
+        Image.fromarray(a).save(p, exif=_exif(orientation))
+        for expected in (None, (40, 10)):
+            got = render.load_image(p, expected)
+            assert got.shape == (10, 40, 3) and (got == a).all(), (orientation, expected)
+        assert render.inspect_image(p, (40, 10)) == ""
+
+
+def test_an_image_stored_rotated_is_used_transposed_where_that_makes_it_agree(tmp_path):
+    """The file holds the annotated image rotated by 90 degrees with EXIF orientation 6 (as phones write
+    them): its stored size is the annotation's transposed, so the orientation is applied (the box then lies on
+    the target) and a warning (and inspect_image, for the select stage's record) says so with both sizes."""
+    a = np.random.default_rng(1).integers(0, 255, (40, 80, 3), dtype=np.uint8)  # annotation: 80 x 40 px
+    p = tmp_path / "phone.png"
+    Image.fromarray(a).transpose(Image.Transpose.ROTATE_90).save(p, exif=_exif(6))  # stored 40 x 80, shown upright
+    with pytest.warns(render.TransposedImageWarning) as w:
+        got = render.load_image(p, (80, 40))
+    assert got.shape == (40, 80, 3) and (got == a).all()  # exactly the annotated pixels
+    note = render.inspect_image(p, (80, 40))
+    for part in (str(p), "stored 40 x 80 px", "EXIF orientation 6", "80 x 40 px", "used transposed"):
+        assert part in note and part in str(w[0].message), part
+    with pytest.warns(render.TransposedImageWarning):
+        img, size = render.load_presented(p, 448, expected_size=(80, 40))
+    assert size == (80, 40) and (img == a).all()
+
+
+@pytest.mark.parametrize("orientation,stored,annotated", [
+    (6, (30, 50), (50, 31)),   # rotated, but the transpose does not agree either
+    (1, (30, 50), (50, 30)),   # transposed without an EXIF tag that says which way: no guess
+    (3, (40, 40), (20, 20)),   # another size
+])
+def test_an_image_whose_size_disagrees_with_its_annotation_is_refused_with_both_sizes(tmp_path, orientation,
+                                                                                      stored, annotated):
+    p = tmp_path / "x.png"
+    Image.new("RGB", stored, (9, 9, 9)).save(p, exif=_exif(orientation))
+    for f in (lambda: render.load_image(p, annotated), lambda: render.inspect_image(p, annotated),
+              lambda: render.load_presented(p, 448, expected_size=annotated)):
+        with pytest.raises(ValueError) as e:
+            f()
+        msg = str(e.value)
+        assert str(p) in msg and f"stored {stored[0]} x {stored[1]} px" in msg
+        assert f"EXIF orientation {orientation}" in msg and f"{annotated[0]} x {annotated[1]} px" in msg
+        assert "recorded as missing" in msg and "original COCO file" in msg
+
+
+def test_an_image_over_pillows_pixel_limit_is_a_value_error_naming_file_and_size(tmp_path, monkeypatch):
+    """PIL's DecompressionBombError is no OSError/ValueError: uncaught it stopped every stage (issue 21). It is
+    now a ValueError (each stage records it per image) naming the file and its pixel size; the header check
+    (the select stage's inspect_image) says the same without decoding."""
+    p = tmp_path / "big.png"
+    Image.new("RGB", (300, 200), (1, 2, 3)).save(p)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 20_000)  # 60,000 pixels > 2 x 20,000: Pillow refuses
+    with pytest.raises(Image.DecompressionBombError):
+        Image.open(p)
+    for f in (lambda: render.load_image(p), lambda: render.load_image(p, (300, 200)),
+              lambda: render.inspect_image(p, (300, 200)), lambda: render.load_presented(p, 448)):
+        with pytest.raises(ValueError) as e:
+            f()
+        msg = str(e.value)
+        assert str(p) in msg and "300 x 200 px (60,000 pixels)" in msg and "decompression-bomb limit of 40,000" in msg
+        assert "recorded as missing" in msg
+    monkeypatch.undo()
+    assert render.load_image(p, (300, 200)).shape == (200, 300, 3)
+
+
+def test_item_inputs_record_an_over_limit_image_and_fall_back_for_its_partner(tmp_path, monkeypatch):
+    """The read-out and monitor stages' loader: the item's own over-limit image raises (recorded by the stage),
+    an over-limit partner gives the grey shuffled control, as any other bad partner does."""
+    import pandas as pd
+
+    Image.new("RGB", (300, 200), (1, 2, 3)).save(tmp_path / "big.png")
+    Image.new("RGB", (64, 48), (100, 150, 200)).save(tmp_path / "ok.png")
+    depth_dir = tmp_path / "depth"
+    depth_dir.mkdir()
+    for iid in (1, 2):
+        np.save(depth_dir / f"{iid}.npy", np.full((48, 64) if iid == 2 else (200, 300), 10.0, np.float32))
+    table = pd.DataFrame([{"image_id": 1, "file_name": "big.png", "width": 300, "height": 200, "bbox": [1, 1, 50, 50]},
+                          {"image_id": 2, "file_name": "ok.png", "width": 64, "height": 48, "bbox": [1, 1, 20, 20]}])
+    cfg = {"render": {"max_side_px": 448, "blank_grey": 128}}
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 20_000)
+    with pytest.raises(ValueError, match="decompression-bomb"):
+        render.item_inputs(table, 0, 1, tmp_path, depth_dir, cfg)
+    x = render.item_inputs(table, 1, 0, tmp_path, depth_dir, cfg)
+    assert (x["partner_image"] == 128).all() and x["image"].shape == (48, 64, 3)
 
 
 def test_image_smaller_than_the_box_marker():
