@@ -329,3 +329,115 @@ def test_store_identity_normalises_dtype_and_verbal_count():
     assert a["dtype"] == "bfloat16" and a["n_verbal_items"] == 8
     # stage-specific identity attributes are passed by the stage (monitor; read-out engine and its schedule)
     assert set(cube.IDENTITY_ATTRS) - {"monitor_threshold_m", "readout_engine", "images_per_batch"} <= set(a)
+
+
+# --- annotations the select stage cannot use (issue 21) ---
+
+def _coco_copy(tmp_path, edit):
+    """The sample's annotation file, edited by ``edit(coco)``, written under tmp_path."""
+    coco = json.loads((SAMPLE / "annotations" / "instances_val2017.json").read_text())
+    edit(coco)
+    ann = tmp_path / "annotations" / "instances_val2017.json"
+    ann.parent.mkdir(parents=True, exist_ok=True)
+    ann.write_text(json.dumps(coco))
+    return ann
+
+
+def _first_candidate():
+    return items.candidate_ids(SAMPLE / "annotations" / "instances_val2017.json")[0]
+
+
+@needs_sample
+def test_an_unknown_category_id_is_refused_in_one_line_naming_file_annotation_and_fix(tmp_path):
+    """Was a bare ``KeyError: 9999`` (when the annotation became a target); now refused whatever the draw."""
+    def edit(coco):
+        iid = int(_first_candidate())
+        coco["annotations"].append({"id": 900000001, "image_id": iid, "category_id": 9999,
+                                    "bbox": [10.0, 10.0, 100.0, 100.0], "iscrowd": 0, "area": 1e4})
+
+    ann = _coco_copy(tmp_path, edit)
+    for f in (lambda: items.select_items(ann, n_items=3, seed=1), lambda: items.candidate_ids(ann)):
+        with pytest.raises(ValueError) as e:
+            f()
+        msg = str(e.value)
+        assert "\n" not in msg and str(ann) in msg and "annotation 900000001" in msg and "category_id 9999" in msg
+        assert "add each such category to 'categories'" in msg and "remove" in msg and "run select again" in msg
+
+
+@needs_sample
+@pytest.mark.parametrize("bbox", [None, "12 13 40 50", [1.0, 2.0, 3.0], [1.0, "2", 30.0, 40.0], [1.0, 2.0, float("nan"), 4.0],
+                                  [True, 2.0, 3.0, 4.0]])
+def test_a_box_that_is_not_four_numbers_is_refused_naming_the_annotation(tmp_path, bbox):
+    def edit(coco):
+        coco["annotations"][5]["bbox"] = bbox
+
+    ann = _coco_copy(tmp_path, edit)
+    aid = json.loads(ann.read_text())["annotations"][5]["id"]
+    with pytest.raises(ValueError) as e:
+        items.select_items(ann, n_items=3, seed=1)
+    msg = str(e.value)
+    assert "\n" not in msg and str(ann) in msg and f"annotation {aid} has bbox" in msg
+    assert "[x, y, width, height]" in msg and "run select again" in msg
+
+
+@needs_sample
+def test_boxes_of_zero_size_or_outside_the_image_are_never_a_target_and_named(tmp_path):
+    """Kept as annotations (their category stays present in the image), never a target, one warning naming
+    them; the rest of the selection is unchanged where the edited image is not drawn."""
+    sample = SAMPLE / "annotations" / "instances_val2017.json"
+    with _no_bad_box_warning():  # the official boxes: none is refused or dropped
+        base = items.select_items(sample, n_items=37, seed=1)
+    target = int(base["annotation_id"].iloc[0])
+
+    def edit(coco):
+        im = {i["id"]: i for i in coco["images"]}
+        for a in coco["annotations"]:
+            if a["id"] == target:  # the first item's target, moved half out of its image
+                x, y, w, h = a["bbox"]
+                a["bbox"] = [im[a["image_id"]]["width"] - w / 2, y, w, h]
+        coco["annotations"][0]["bbox"][2] = 0.0       # a box of zero width
+        coco["annotations"][1]["bbox"][3] = -5.0      # and one of negative height
+
+    ann = _coco_copy(tmp_path, edit)
+    coco = json.loads(ann.read_text())
+    zero, negative = coco["annotations"][0]["id"], coco["annotations"][1]["id"]
+    with pytest.warns(items.BadBoxWarning) as w:
+        got = items.select_items(ann, n_items=1000, seed=1)
+    msg = str(w[0].message)
+    assert str(ann) in msg and "never a target" in msg and "correct their bbox" in msg
+    assert f"{zero}, {negative}" in msg and "2 with a box of zero or negative width or height" in msg
+    assert f"1 with a box reaching outside its image (annotation ids {target})" in msg
+    assert target not in set(got["annotation_id"].tolist())
+
+
+class _no_bad_box_warning:
+    def __enter__(self):
+        import warnings
+
+        self._ctx = warnings.catch_warnings()
+        self._ctx.__enter__()
+        warnings.simplefilter("error", items.BadBoxWarning)
+
+    def __exit__(self, *exc):
+        return self._ctx.__exit__(*exc)
+
+
+def test_image_checks_records_transposed_and_unreadable_images_from_their_headers(tmp_path, monkeypatch):
+    """The select stage's record (items_report.json): which images every stage uses transposed and which it
+    records as missing, each with its reason; an image used as stored is not listed."""
+    import pandas as pd
+
+    a = np.zeros((40, 80, 3), np.uint8)
+    Image.fromarray(a).save(tmp_path / "ok.png")
+    Image.fromarray(a).transpose(Image.Transpose.ROTATE_90).save(tmp_path / "phone.png", exif=_exif(6))
+    Image.fromarray(a).save(tmp_path / "small.png")
+    Image.new("RGB", (300, 200)).save(tmp_path / "big.png")
+    rows = [(1, "ok.png", 80, 40), (2, "phone.png", 80, 40), (3, "small.png", 160, 80), (4, "big.png", 300, 200),
+            (5, "gone.png", 80, 40)]
+    table = pd.DataFrame(rows, columns=["image_id", "file_name", "width", "height"])
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 20_000)
+    got = items.image_checks(table, tmp_path)
+    assert list(got["transposed"]) == ["2"] and "used transposed" in got["transposed"]["2"]
+    assert list(got["unreadable"]) == ["3", "4", "5"]
+    assert "stored 80 x 40 px" in got["unreadable"]["3"] and "160 x 80 px" in got["unreadable"]["3"]
+    assert "300 x 200 px (60,000 pixels)" in got["unreadable"]["4"] and "not found" in got["unreadable"]["5"]
