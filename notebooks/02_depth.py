@@ -37,7 +37,7 @@ import numpy as np
 from IPython.display import Image, display
 from tqdm.auto import tqdm
 
-from murk import config, depth, figures, items, nominal, paths, render, workflow
+from murk import config, depth, figures, items, nominal, paper, paths, render, workflow
 
 cfg = config.load_config()
 table, meta = items.read_items(output_dir)
@@ -159,9 +159,5 @@ nominal_ds = nominal.nominal_equivalence(
     table, meta["image_dir"], current["path"], max_side=max_side, seed=meta["seed"],
     severities=cfg["physics"].get("imagenet_c_fog_severities", nominal.IMAGENET_C_SEVERITIES),
     attrs=attrs, progress=True)
-out = paths.analysis_dir(output_dir) / "nominal_equivalence.nc"
-out.parent.mkdir(parents=True, exist_ok=True)
-tmp = out.with_name(".nominal_equivalence.nc.tmp")
-nominal_ds.to_netcdf(tmp)
-os.replace(tmp, out)
+paper.write_netcdf_atomic(nominal_ds, paths.analysis_dir(output_dir) / "nominal_equivalence.nc")
 nominal.table_vii(nominal_ds)[["median_v_eq_gain_m", "spread_p90_p10", "median_v_eq_std_ratio_m", "n_images"]]

@@ -316,9 +316,7 @@ means, cross, sc = res["means"], res["crossings"], res["scores"]
 sc.attrs.update({k: str(ds.attrs[k]) for k in ("config_hash", "items_hash", "depth_backend") if k in ds.attrs})
 sc.attrs["git_commit"] = str(full.attrs.get("git_commit", "unknown"))
 for name_, obj in (("scores", sc), ("condition_means", means), ("crossings", cross)):
-    tmp = TABLE_DIR / f".{name_}.nc.tmp"
-    obj.to_netcdf(tmp)
-    os.replace(tmp, TABLE_DIR / f"{name_}.nc")
+    paper.write_netcdf_atomic(obj, TABLE_DIR / f"{name_}.nc")
 _DRAWS: dict[int, np.ndarray] = {}
 
 
@@ -590,9 +588,7 @@ show_table(paper.markdown_table(rows), "crossings")
 rates = analysis.verbal_rates(ds)                        # (model, arm, level, wording): n_asked, parse_rate, limit_hit_rate
 rates_t = analysis.verbal_rates(ds, by_task=True)        # the same per task (t2, t3_true, t3_false)
 paper.write_text_atomic(TABLE_DIR / "verbal_rates.csv", rates.to_dataframe().to_csv())
-tmp = TABLE_DIR / ".verbal_rates.nc.tmp"
-rates.to_netcdf(tmp)
-os.replace(tmp, TABLE_DIR / "verbal_rates.nc")
+paper.write_netcdf_atomic(rates, TABLE_DIR / "verbal_rates.nc")
 
 
 def pooled_rates(parts: list[xr.Dataset], dims) -> xr.Dataset:

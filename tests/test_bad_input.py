@@ -10,7 +10,7 @@ import pytest
 import xarray as xr
 from PIL import Image
 
-from murk import cube, items, paths, render
+from murk import cube, diskfull, items, paths, render
 
 import stages  # tests/stages.py: the stage notebooks through papermill
 
@@ -179,10 +179,21 @@ def test_disk_full_while_writing_the_cube_keeps_the_previous_cube(tmp_path, monk
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(xr.Dataset, "to_zarr", full)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(OSError, match="No space left") as e:  # still an OSError (errno 28), now with the story
         cube.merge_models({"m": store}, out)
     monkeypatch.undo()
     xr.testing.assert_identical(xr.open_zarr(out).load(), before)
+    assert isinstance(e.value, diskfull.DiskFullError) and e.value.errno == errno.ENOSPC
+    _check_full_disk_message(str(e.value), tmp_path, out)
+    assert f"the previous cube {out}" in str(e.value) and not (tmp_path / "cube.zarr.tmp").exists()
+
+
+def _check_full_disk_message(msg, root, written):
+    """One line naming the output root and the file, what is safe, and the command that resumes."""
+    assert "\n" not in msg and "[Errno 28]" not in msg and "Traceback" not in msg
+    assert f"output root {root} " in msg and f"while writing {written}" in msg and "No space left on device" in msg
+    assert "Safe: " in msg and "free space on that disk" in msg and "`make demo`" in msg
+    assert "run the same command again" in msg and "redoes nothing finished" in msg
 
 
 def test_out_of_memory_halves_the_batch_and_goes_on(tiny_vlms, coco_image, monkeypatch, caplog):
@@ -441,3 +452,121 @@ def test_image_checks_records_transposed_and_unreadable_images_from_their_header
     assert list(got["unreadable"]) == ["3", "4", "5"]
     assert "stored 80 x 40 px" in got["unreadable"]["3"] and "160 x 80 px" in got["unreadable"]["3"]
     assert "300 x 200 px (60,000 pixels)" in got["unreadable"]["4"] and "not found" in got["unreadable"]["5"]
+
+
+
+# --- a full disk while any stage writes (issue 21) ---
+
+def _enospc(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def _root(tmp_path):
+    """An output root (it holds items.json, as after stage select)."""
+    root = tmp_path / "out"
+    root.mkdir()
+    (root / "items.json").write_text("[]")
+    return root
+
+
+def test_disk_full_while_writing_a_store_image_keeps_the_images_written_before(tmp_path, monkeypatch):
+    root = _root(tmp_path)
+    store = root / "readout" / "m.zarr"
+    _two_image_store(store)
+    before = xr.open_zarr(store, consolidated=False).load()
+    monkeypatch.setattr(xr.Dataset, "to_zarr", _enospc)
+    for write in (lambda: cube.write_image(store, 1, _full_results(0.9)),
+                  lambda: cube.write_missing(store, 1, "x")):
+        with pytest.raises(diskfull.DiskFullError) as e:
+            write()
+        _check_full_disk_message(str(e.value), root, store)
+        assert "keeps every image written before this one" in str(e.value) and "position 1" in str(e.value)
+    with pytest.raises(diskfull.DiskFullError) as e:  # a new store: nothing half-made is left
+        cube.open_readout_store(root / "readout" / "n.zarr", [11], ["car"], ATTRS14)
+    assert "no store was created" in str(e.value)
+    monkeypatch.undo()
+    assert not (root / "readout" / "n.zarr").exists() and not (root / "readout" / "n.zarr.tmp").exists()
+    xr.testing.assert_identical(xr.open_zarr(store, consolidated=False).load(), before)
+
+
+def test_disk_full_in_the_depth_cache_figures_numbers_tables_and_selection(tmp_path, monkeypatch):
+    """Each writer: one message naming the root, the file and what is kept; its temporary file is removed
+    and the previous file is kept as it was."""
+    import matplotlib.pyplot as plt
+
+    from murk import depth, figures, paper
+
+    root = _root(tmp_path)
+    folder = root / "depth" / "constant"
+    depth.save_depth(folder, 7, np.ones((4, 4), np.float32))
+    old = (folder / "7.npy").read_bytes()
+
+    def short_write(*args, **kwargs):  # numpy's own report of a full disk carries no errno
+        raise OSError("64 requested and 17 written")
+
+    monkeypatch.setattr(np, "save", short_write)
+    with pytest.raises(diskfull.DiskFullError) as e:
+        depth.save_depth(folder, 7, np.zeros((4, 4), np.float32))
+    _check_full_disk_message(str(e.value), root, folder / "7.npy")
+    assert "depth maps already written are kept" in str(e.value)
+    monkeypatch.undo()
+    assert (folder / "7.npy").read_bytes() == old and not list(folder.glob(".*.tmp"))
+
+    fig = plt.figure()
+    figures.save(fig, root / "figures", "f")
+    png = (root / "figures" / "f.png").read_bytes()
+    fig = plt.figure()
+    monkeypatch.setattr(fig, "savefig", _enospc)
+    with pytest.raises(diskfull.DiskFullError) as e:
+        figures.save(fig, root / "figures", "f")
+    _check_full_disk_message(str(e.value), root, root / "figures" / "f.png")
+    assert (root / "figures" / "f.png").read_bytes() == png and not list((root / "figures").glob(".*"))
+
+    paper.write_numbers({"a": "1"}, root / "paper_numbers.json")
+    ds = xr.Dataset({"v": ("x", np.arange(3.0))})
+    paper.write_netcdf_atomic(ds, root / "analysis" / "t.nc")
+    monkeypatch.setattr(type(root), "write_text", _enospc)
+    monkeypatch.setattr(xr.Dataset, "to_netcdf", _enospc)
+    for f, target in ((lambda: paper.write_numbers({"a": "2"}, root / "paper_numbers.json"), root / "paper_numbers.json"),
+                      (lambda: paper.write_text_atomic(root / "analysis" / "t.md", "x"), root / "analysis" / "t.md"),
+                      (lambda: paper.write_netcdf_atomic(ds, root / "analysis" / "t.nc"), root / "analysis" / "t.nc"),
+                      (lambda: items.save_selection(_tiny_items(), {}, {}, root), root / "items_meta.json")):
+        with pytest.raises(diskfull.DiskFullError) as e:
+            f()
+        _check_full_disk_message(str(e.value), root, target)
+    monkeypatch.undo()
+    assert json.loads((root / "paper_numbers.json").read_text()) == {"a": "1"}
+    assert not list(root.rglob("*.tmp"))
+
+
+def _tiny_items():
+    return items._table([{"image_id": 1, "file_name": "a.jpg", "width": 64, "height": 48, "annotation_id": 2,
+                          "category_id": 3, "category": "car", "supercategory": "vehicle", "bbox": [1.0, 1.0, 9.0, 9.0],
+                          "t2_options": ["car", "bus", "cat", "dog"], "t2_answer_index": 0, "t3_distractor": "bus"}])
+
+
+def test_the_paper_command_prints_one_line_on_a_full_disk(tmp_path, monkeypatch, capsys):
+    """``python -m murk.paper`` (make paper): pandoc's error on a full disk becomes murk's one line, exit 1."""
+    from murk import paper
+
+    root = _root(tmp_path)
+
+    def pandoc_full(*args, **kwargs):
+        raise RuntimeError("Pandoc died with exitcode \"1\" during conversion: index.html: withBinaryFile: "
+                           "resource exhausted (No space left on device)")
+
+    monkeypatch.setattr(paper, "render_paper", pandoc_full)
+    monkeypatch.setattr(paper.shutil, "which", lambda name: None)
+    assert paper.main(["--output-dir", str(root), "--fallback"]) == 1
+    err = capsys.readouterr().err
+    _check_full_disk_message(err.strip(), root, root / "paper")
+    assert "numbers, tables, figures and the cube are kept" in err
+
+
+def test_other_errors_pass_the_guard_unchanged(tmp_path):
+    with pytest.raises(PermissionError):
+        with diskfull.guard(tmp_path / "x"):
+            raise PermissionError(errno.EACCES, "Permission denied")
+    with pytest.raises(ValueError, match="plain"):
+        with diskfull.guard(tmp_path / "x"):
+            raise ValueError("plain")

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from murk import paths
+from murk import diskfull, paths
 from murk.config import canonical_json, load_config
 
 __all__ = [
@@ -742,7 +742,7 @@ def save_items(table: pd.DataFrame, path: str | os.PathLike | None = None) -> Pa
     text = json.dumps(_records(table, COLUMNS), ensure_ascii=False, indent=1)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with diskfull.guard(path, _SELECT_KEPT, root=path.parent), os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text + "\n")
             f.flush()
             os.fsync(f.fileno())
@@ -846,9 +846,15 @@ def save_selection(table: pd.DataFrame, meta: dict[str, Any], report: dict[str, 
     for name, obj in (("items_meta.json", meta), ("items_report.json", report)):
         f = out.with_name(name)
         tmp = f.with_name(f".{name}.tmp")
-        tmp.write_text(json.dumps(obj, indent=1, sort_keys=True, default=_py), encoding="utf-8")
+        with diskfull.guard(f, _SELECT_KEPT, cleanup=[tmp], root=out.parent):
+            tmp.write_text(json.dumps(obj, indent=1, sort_keys=True, default=_py), encoding="utf-8")
         os.replace(tmp, f)
     return out
+
+
+#: what a full disk while the selection is written keeps (:mod:`murk.diskfull`)
+_SELECT_KEPT = ("each selection file is written whole or not at all, and under Snakemake (make demo) the previous "
+                "items.json and items_meta.json are restored; nothing of the later stages is touched")
 
 
 def image_checks(table: pd.DataFrame, image_dir: str | os.PathLike) -> dict[str, dict[str, str]]:
