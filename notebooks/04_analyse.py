@@ -279,8 +279,10 @@ show_table(paper.markdown_table([
                              ds["pipeline_check"].values)]) + f"\n{numbers['option_mass.footnote']}\n", "models")
 
 # %% [markdown]
-# Bad input (a missing or undecodable image, a missing depth map) is recorded per
-# image and stage; the colophon lists it. An image a model was not asked about
+# Bad input (a missing or undecodable image, a missing depth map, an image over
+# Pillow's pixel limit or of another size than its annotation) is recorded per
+# image and stage; the colophon lists it, and the images used transposed (stored
+# rotated, with an EXIF orientation that makes their size agree). An image a model was not asked about
 # (beyond its `n_items`, `cube.NOT_RUN`) is not bad input and is not listed.
 
 # %%
@@ -294,6 +296,11 @@ if "missing_reason" in full:
             if str(reasons[mi, ii]) and str(reasons[mi, ii]) != cube.NOT_RUN:
                 rows.append({"model": f"`{m}`", "image": str(int(img)), "reason": str(reasons[mi, ii])})
 record("n_missing_items", len({r["image"] for r in rows}))
+# images stored rotated that every stage used transposed (the select stage's record, murk.items.image_checks)
+_report = paths.items_file(output_dir).with_name("items_report.json")
+_transposed = json.loads(_report.read_text()).get("image_checks", {}).get("transposed", {}) if _report.is_file() else {}
+record("colophon.transposed_images", "; ".join(
+    f"image {k} (stored {v.split(' is stored ', 1)[-1].split(':', 1)[0]})" for k, v in _transposed.items()) or "none")
 show_table(paper.markdown_table(rows or [{"model": "all", "image": "–", "reason": "none: every item was read out"}]),
            "missing")
 
