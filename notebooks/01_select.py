@@ -30,7 +30,7 @@
 # annotation's (`murk.items.image_checks`, from the file headers): an image stored
 # rotated, whose EXIF orientation (5-8) alone makes the sizes agree, is used
 # transposed by every stage and listed in the paper's colophon; one of another
-# size, over Pillow's pixel limit or undecodable is named here and recorded as
+# size, over Pillow's pixel limit or unreadable is named here and recorded as
 # missing by the later stages. Only a missing annotation file or image folder, an
 # annotation of a category the file does not declare, or a box that is not four
 # numbers refuses (`murk.items.select_items`); boxes of zero size or outside their

@@ -287,7 +287,7 @@ show_table(paper.markdown_table([
 
 # %%
 #| label: tbl-missing
-#| tbl-cap: "Items that could not be read out (missing or undecodable image, missing depth), by model."
+#| tbl-cap: "Items that could not be read out (missing or undecodable image, image over the pixel limit or of another size than its annotation, missing depth), by model."
 rows = []
 if "missing_reason" in full:
     reasons = full["missing_reason"].transpose("model", "image").values

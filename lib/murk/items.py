@@ -864,7 +864,9 @@ def image_checks(table: pd.DataFrame, image_dir: str | os.PathLike) -> dict[str,
     when it reads the pixels: an image is used as stored when its stored size is its
     annotation's ``width`` x ``height``; used transposed when only its EXIF
     orientation (5-8) makes them agree; otherwise (another size, over Pillow's pixel
-    limit, undecodable or missing) each stage records it as missing. The select
+    limit, a header Pillow cannot read, or missing) each stage records it as
+    missing. A file damaged only after its header (a truncated JPEG) passes here
+    and is recorded by the stages that decode it. The select
     stage keeps this record in ``items_report.json`` and prints it, and the paper's
     colophon lists the images used transposed (the missing ones are listed from the
     stores' ``missing_reason``).
