@@ -26,7 +26,15 @@
 # A selected image missing from the COCO folder (offline) does not stop the run:
 # the selection is defined by the annotations (so its hash stays reproducible),
 # the missing files are named here, and the later stages record each one in
-# `missing_reason`. Only a missing annotation file or image folder refuses.
+# `missing_reason`. Each selected image's stored size is compared with its
+# annotation's (`murk.items.image_checks`, from the file headers): an image stored
+# rotated, whose EXIF orientation (5-8) alone makes the sizes agree, is used
+# transposed by every stage and listed in the paper's colophon; one of another
+# size, over Pillow's pixel limit or unreadable is named here and recorded as
+# missing by the later stages. Only a missing annotation file or image folder, an
+# annotation of a category the file does not declare, or a box that is not four
+# numbers refuses (`murk.items.select_items`); boxes of zero size or outside their
+# image are never a target (a warning names them).
 
 # %% tags=["parameters"]
 coco_dir = None      # folder in COCO's layout; None: $MURK_COCO_DIR
@@ -77,12 +85,17 @@ config.freeze_run(run_name, config_hash, items_hash, n_items=len(table), seed=se
 report = items.selection_report(table, ann, cfg)
 # downloads only the selected images, if online; offline, a missing one is named (a warning) and kept
 coco.ensure_images(table["file_name"], image_dir, split, missing_ok=True)
+# each image's stored size against its annotation (headers only): used as stored, transposed, or recorded missing
+report["image_checks"] = items.image_checks(table, image_dir)
 meta = {"config_hash": config_hash, "items_hash": items_hash, "run_id": workflow.run_id(config_hash, items_hash),
         "run_name": run_name,
         "n_items": int(len(table)), "n_items_requested": int(n_items), "seed": int(seed),
         "annotation_file": str(ann), "image_dir": str(image_dir)}
 items.save_selection(table, meta, report, output_dir)
 print(f"run {run_name!r}: {len(table)} items; config hash {config_hash[:12]}, items hash {items_hash[:12]}")
+for kind, notes in report["image_checks"].items():
+    for image_id, note in notes.items():
+        print(f"image {image_id} {'used transposed' if kind == 'transposed' else 'recorded as missing'}: {note}")
 
 # %% [markdown]
 # The run's identity (`murk.workflow.run_id`: a digest of the two hashes), which

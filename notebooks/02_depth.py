@@ -37,7 +37,7 @@ import numpy as np
 from IPython.display import Image, display
 from tqdm.auto import tqdm
 
-from murk import config, depth, figures, items, nominal, paths, render, workflow
+from murk import config, depth, figures, items, nominal, paper, paths, render, workflow
 
 cfg = config.load_config()
 table, meta = items.read_items(output_dir)
@@ -68,7 +68,7 @@ for _, row in tqdm(table.iterrows(), total=len(table), desc="depth", unit="img")
     if depth.is_cached(folder, image_id, est):
         continue
     try:
-        img = render.load_image(Path(meta["image_dir"]) / row["file_name"])
+        img = render.load_image(Path(meta["image_dir"]) / row["file_name"], (int(row["width"]), int(row["height"])))
         size = render.presented_size(img.shape[1], img.shape[0], max_side,
                                      name=f"image {image_id} ({row['file_name']})")
     except (FileNotFoundError, ValueError, OSError) as e:  # bad input (incl. too small): skip, list, go on
@@ -118,7 +118,8 @@ scene, passed = None, {}
 for i in range(len(table)):
     row = table.iloc[i]
     try:
-        img, size = render.load_presented(Path(meta["image_dir"]) / row["file_name"], max_side)
+        img, size = render.load_presented(Path(meta["image_dir"]) / row["file_name"], max_side,
+                                          expected_size=(int(row["width"]), int(row["height"])))
         z = depth.load_depth(folder, int(row["image_id"]), shape=img.shape[:2])
     except (FileNotFoundError, ValueError, OSError) as e:
         passed[int(row["image_id"])] = str(e)
@@ -160,11 +161,7 @@ nominal_ds = nominal.nominal_equivalence(
     table, meta["image_dir"], current["path"], max_side=max_side, seed=meta["seed"],
     severities=cfg["physics"].get("imagenet_c_fog_severities", nominal.IMAGENET_C_SEVERITIES),
     attrs=attrs, progress=True)
-out = paths.analysis_dir(output_dir) / "nominal_equivalence.nc"
-out.parent.mkdir(parents=True, exist_ok=True)
-tmp = out.with_name(".nominal_equivalence.nc.tmp")
-nominal_ds.to_netcdf(tmp)
-os.replace(tmp, out)
+paper.write_netcdf_atomic(nominal_ds, paths.analysis_dir(output_dir) / "nominal_equivalence.nc")
 nominal.table_vii(nominal_ds)[["median_v_eq_gain_m", "spread_p90_p10", "median_v_eq_std_ratio_m", "n_images"]]
 
 # %% [markdown]

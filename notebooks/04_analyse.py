@@ -308,13 +308,15 @@ show_table(paper.markdown_table([
                              ds["pipeline_check"].values)]) + f"\n{numbers['option_mass.footnote']}\n", "models")
 
 # %% [markdown]
-# Bad input (a missing or undecodable image, a missing depth map) is recorded per
-# image and stage; the colophon lists it. An image a model was not asked about
+# Bad input (a missing or undecodable image, a missing depth map, an image over
+# Pillow's pixel limit or of another size than its annotation) is recorded per
+# image and stage; the colophon lists it, and the images used transposed (stored
+# rotated, with an EXIF orientation that makes their size agree). An image a model was not asked about
 # (beyond its `n_items`, `cube.NOT_RUN`) is not bad input and is not listed.
 
 # %%
 #| label: tbl-missing
-#| tbl-cap: "Items that could not be read out (missing or undecodable image, missing depth), by model."
+#| tbl-cap: "Items that could not be read out (missing or undecodable image, image over the pixel limit or of another size than its annotation, missing depth), by model."
 rows = []
 if "missing_reason" in full:
     reasons = full["missing_reason"].transpose("model", "image").values
@@ -323,6 +325,11 @@ if "missing_reason" in full:
             if str(reasons[mi, ii]) and str(reasons[mi, ii]) != cube.NOT_RUN:
                 rows.append({"model": f"`{m}`", "image": str(int(img)), "reason": str(reasons[mi, ii])})
 record("n_missing_items", len({r["image"] for r in rows}))
+# images stored rotated that every stage used transposed (the select stage's record, murk.items.image_checks)
+_report = paths.items_file(output_dir).with_name("items_report.json")
+_transposed = json.loads(_report.read_text()).get("image_checks", {}).get("transposed", {}) if _report.is_file() else {}
+record("colophon.transposed_images", "; ".join(
+    f"image {k} (stored {v.split(' is stored ', 1)[-1].split(':', 1)[0]})" for k, v in _transposed.items()) or "none")
 show_table(paper.markdown_table(rows or [{"model": "all", "image": "–", "reason": "none: every item was read out"}]),
            "missing")
 
@@ -345,9 +352,7 @@ means, cross, sc = res["means"], res["crossings"], res["scores"]
 sc.attrs.update({k: str(ds.attrs[k]) for k in ("config_hash", "items_hash", "depth_backend") if k in ds.attrs})
 sc.attrs["git_commit"] = str(full.attrs.get("git_commit", "unknown"))
 for name_, obj in (("scores", sc), ("condition_means", means), ("crossings", cross)):
-    tmp = TABLE_DIR / f".{name_}.nc.tmp"
-    obj.to_netcdf(tmp)
-    os.replace(tmp, TABLE_DIR / f"{name_}.nc")
+    paper.write_netcdf_atomic(obj, TABLE_DIR / f"{name_}.nc")
 _DRAWS: dict[int, np.ndarray] = {}
 
 
@@ -619,9 +624,7 @@ show_table(paper.markdown_table(rows), "crossings")
 rates = analysis.verbal_rates(ds)                        # (model, arm, level, wording): n_asked, parse_rate, limit_hit_rate
 rates_t = analysis.verbal_rates(ds, by_task=True)        # the same per task (t2, t3_true, t3_false)
 paper.write_text_atomic(TABLE_DIR / "verbal_rates.csv", rates.to_dataframe().to_csv())
-tmp = TABLE_DIR / ".verbal_rates.nc.tmp"
-rates.to_netcdf(tmp)
-os.replace(tmp, TABLE_DIR / "verbal_rates.nc")
+paper.write_netcdf_atomic(rates, TABLE_DIR / "verbal_rates.nc")
 
 
 def pooled_rates(parts: list[xr.Dataset], dims) -> xr.Dataset:
@@ -1268,7 +1271,8 @@ for i in range(len(table)) if current is not None and "file_name" in table else 
         break
     row = table.iloc[i]
     try:  # inputs and both renderings first: bad input or a failed rendering skips the item (recorded in the cube)
-        img, size = render.load_presented(Path(meta["image_dir"]) / row["file_name"], cfg["render"]["max_side_px"])
+        img, size = render.load_presented(Path(meta["image_dir"]) / row["file_name"], cfg["render"]["max_side_px"],
+                                          expected_size=(int(row["width"]), int(row["height"])))
         z = depth.load_depth(current["path"], int(row["image_id"]), shape=img.shape[:2])
         stacks = {arm: list(sweep(img, z, np.asarray([VIS[k] for k in example_levels if k > 0])))
                   for arm, sweep in (("fog", physics.fog_sweep), ("underwater", physics.underwater_sweep))}

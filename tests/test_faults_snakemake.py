@@ -1,11 +1,14 @@
 """Bad input and refusals through Snakemake on the offline demo, as users meet them (issue 14).
 
-One offline run of seven COCO items with one tiny checkpoint (a pipeline check) carries six faults
+One offline run of nine COCO items with one tiny checkpoint (a pipeline check) carries eight faults
 at once: in a private copy of the COCO folder, one image truncated to a third, one deleted, one
-overwritten with 100 random bytes; after the depth stage, one depth map replaced by a 3 x 3 array, one
-deleted, and one made negative (right shape: the rendering itself fails). The run completes (rc 0),
-every faulty image is recorded in ``missing_reason`` naming its file or the failed rendering (values
-NaN), the good image is read out, and the paper's colophon lists each one.
+overwritten with 100 random bytes, one replaced by a genuine 20000 x 20000 px PNG (over Pillow's
+decompression-bomb limit, issue 21), and one stored rotated by 90 degrees with EXIF orientation 6 while
+its annotation keeps the unrotated size (issue 21); after the depth stage, one depth map replaced by a
+3 x 3 array, one deleted, and one made negative (right shape: the rendering itself fails). The run
+completes (rc 0), every faulty image is recorded in ``missing_reason`` naming its file or the failed
+rendering (values NaN), the rotated one is used transposed and recorded so, the good image is read out,
+and the paper's colophon lists each one.
 
 The same output root then serves the refusals: a changed ``data/config.yaml`` (in a copy of the
 project) and a selection of other items under a new run name are refused before anything is written:
@@ -22,16 +25,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import struct
+import zlib
+
 import numpy as np
 import pytest
 import xarray as xr
+from PIL import Image
 
 from murk import paths
 
 ROOT = paths.project_root()
 SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"
 MODEL = "murk-tiny/smolvlm"
-N_ITEMS = 7
+N_ITEMS = 9
 RUN = "faults-test"
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not SAMPLE.is_dir(), reason="../shared/coco-val2017-sample not present")]
@@ -62,6 +69,22 @@ def _cells_text(nb: Path) -> str:
     return "".join("".join(o.get("text", "")) for c in cells for o in c.get("outputs", []))
 
 
+def _big_png(width: int, height: int) -> bytes:
+    """A valid 1-bit grey PNG of ``width`` x ``height`` px, all black (a few kB: its rows compress to nothing)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    z = zlib.compressobj(9)
+    row = b"\0" * (1 + -(-width // 8))  # filter byte + the packed bits
+    idat = b"".join(z.compress(row) for _ in range(height)) + z.flush()
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0))
+            + chunk(b"IDAT", idat) + chunk(b"IEND", b""))
+
+
+#: faults whose image is read out all the same (the rotated one: used transposed, recorded in the colophon)
+READ_OUT = ("good", "rotated")
+
+
 @pytest.fixture(scope="module")
 def faulty_run(tmp_path_factory):
     """(output root, COCO copy, {fault: (image id, file)}, the runs' output)."""
@@ -80,7 +103,7 @@ def faulty_run(tmp_path_factory):
     ids = [int(x["image_id"]) for x in table]
     files = [x["file_name"] for x in table]
     faults = dict(zip(["truncated", "deleted", "undecodable", "wrong-shape depth", "deleted depth",
-                       "negative depth", "good"], zip(ids, files)))
+                       "negative depth", "good", "over pixel limit", "rotated"], zip(ids, files)))
     img = coco / "val2017"
     data = (SAMPLE / "val2017" / files[0]).read_bytes()
     (img / files[0]).unlink()
@@ -88,6 +111,13 @@ def faulty_run(tmp_path_factory):
     (img / files[1]).unlink()
     (img / files[2]).unlink()
     (img / files[2]).write_bytes(np.random.default_rng(0).bytes(100))
+    (img / files[7]).unlink()
+    (img / files[7]).write_bytes(_big_png(20000, 20000))  # 4e8 pixels: Pillow refuses to open it
+    (img / files[8]).unlink()  # the annotated image stored rotated 90 degrees, EXIF orientation 6 ("show it upright")
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    with Image.open(SAMPLE / "val2017" / files[8]) as im:
+        im.transpose(Image.Transpose.ROTATE_90).save(img / files[8], quality=95, exif=exif)
     shutil.rmtree(out)  # the real run starts from the damaged folder (select keeps the missing image)
 
     r1 = snakemake(out, coco, f"{out}/depth/current.json")
@@ -109,13 +139,14 @@ def test_bad_input_is_recorded_per_image_and_the_run_completes(faulty_run):
     assert set(cube["model"].values) == {MODEL, "murk/visibility-monitor"}
     want = {"truncated": "truncated", "deleted": "not found", "undecodable": "cannot be decoded",
             "wrong-shape depth": "has shape (3, 3)", "deleted depth": "missing",
-            "negative depth": "depth_m must be non-negative"}
+            "negative depth": "depth_m must be non-negative",
+            "over pixel limit": "is 20000 x 20000 px (400,000,000 pixels), over Pillow's decompression-bomb limit"}
     for model in cube["model"].values:
         reasons = dict(zip(cube["image"].values.tolist(), map(str, cube["missing_reason"].sel(model=model).values)))
         for fault, (image_id, name) in faults.items():
             r = reasons[image_id]
-            if fault == "good":
-                assert r == "", (model, r)
+            if fault in READ_OUT:
+                assert r == "", (model, fault, r)
                 continue
             assert want[fault] in r, (model, fault, r)
             if fault == "negative depth":  # the monitor (and the batched read-out, issue 16) prefix it
@@ -126,9 +157,34 @@ def test_bad_input_is_recorded_per_image_and_the_run_completes(faulty_run):
     v = cube["value"].sel(readout="c_int", arm="fog")
     for fault, (image_id, _) in faults.items():
         got = v.sel(image=image_id)
-        assert (got.notnull().all() if fault == "good" else got.isnull().all()), fault
-    acc = cube["value"].sel(model=MODEL, readout="answer", image=faults["good"][0])
-    assert acc.notnull().any()  # the good image was read out by the VLM
+        assert (got.notnull().all() if fault in READ_OUT else got.isnull().all()), fault
+    for fault in READ_OUT:
+        acc = cube["value"].sel(model=MODEL, readout="answer", image=faults[fault][0])
+        assert acc.notnull().any()  # the good image, and the rotated one used transposed, were read out by the VLM
+
+
+def test_the_rotated_image_is_used_transposed_and_recorded_so(faulty_run):
+    """Select records it (stored size, EXIF orientation, the annotation's size), the depth stage wrote its map
+    at the annotation's presented size (so the box lies on the target), and the paper's colophon names it."""
+    out, coco, faults, _ = faulty_run
+    image_id, name = faults["rotated"]
+    checks = json.loads((out / "items_report.json").read_text())["image_checks"]
+    note = checks["transposed"][str(image_id)]
+    rec = next(x for x in json.loads((out / "items.json").read_text()) if int(x["image_id"]) == image_id)
+    w, h = int(rec["width"]), int(rec["height"])
+    assert str(coco / "val2017" / name) in note and f"stored {h} x {w} px with EXIF orientation 6" in note
+    assert f"its annotation is {w} x {h} px: used transposed" in note and list(checks["transposed"]) == [str(image_id)]
+    named = {str(faults[f][0]) for f in ("deleted", "undecodable", "over pixel limit")}  # from the headers alone
+    assert named <= set(checks["unreadable"]) <= named | {str(faults["truncated"][0])}  # (its header is intact)
+    select = _cells_text(out / "notebooks" / "01_select.ipynb")
+    assert f"image {image_id} used transposed" in select
+    assert f"image {faults['over pixel limit'][0]} recorded as missing" in select
+    current = json.loads((out / "depth" / "current.json").read_text())
+    z = np.load(out / "depth" / current["folder"] / f"{image_id}.npy")
+    s = min(1.0, 448 / max(w, h))
+    assert z.shape == (max(1, round(h * s)), max(1, round(w * s)))  # the annotation's frame, not the stored one
+    md = (out / "paper" / "index.md").read_text(encoding="utf-8")
+    assert f"image {image_id} (stored {h} x {w} px with EXIF orientation 6" in md
 
 
 def test_the_stages_name_what_they_skipped(faulty_run):
@@ -136,15 +192,17 @@ def test_the_stages_name_what_they_skipped(faulty_run):
     select = _cells_text(out / "notebooks" / "01_select.ipynb")
     assert "MissingImageWarning" in select and faults["deleted"][1] in select  # the warning names the file
     depth = _cells_text(out / "notebooks" / "02_depth.ipynb")
-    for fault in ("truncated", "deleted", "undecodable"):
+    for fault in ("truncated", "deleted", "undecodable", "over pixel limit"):
         assert f"no depth map for image {faults[fault][0]}" in depth
     assert f"scene figure: image {faults['wrong-shape depth'][0]}" in depth  # the first item with depth
     nominal = xr.open_dataset(out / "analysis" / "nominal_equivalence.nc").load()
     nominal.close()
     miss = dict(zip(nominal["image"].values.tolist(), map(str, nominal["missing_reason"].values)))
-    for fault in ("truncated", "deleted", "undecodable"):  # (the depth maps were damaged after this stage)
+    for fault in ("truncated", "deleted", "undecodable", "over pixel limit"):  # (depth damaged after this stage)
         assert miss[faults[fault][0]] != "", fault
-    assert miss[faults["good"][0]] == ""
+    assert "decompression-bomb" in miss[faults["over pixel limit"][0]]
+    for fault in READ_OUT:
+        assert miss[faults[fault][0]] == "", fault
 
 
 def test_the_colophon_lists_every_missing_image(faulty_run):
@@ -154,8 +212,8 @@ def test_the_colophon_lists_every_missing_image(faulty_run):
     assert (out / "paper" / "index.pdf").is_file()
     for fault, (image_id, _) in faults.items():
         rows = [line for line in md.splitlines() if line.startswith("|") and f"| {image_id} |" in line]
-        assert bool(rows) == (fault != "good"), (fault, rows)  # in the missing table, and only the faulty
-        assert fault == "good" or str(image_id) in html
+        assert bool(rows) == (fault not in READ_OUT), (fault, rows)  # in the missing table, and only the faulty
+        assert fault in READ_OUT or str(image_id) in html
 
 
 @pytest.mark.skipif(shutil.which("pdftotext") is None, reason="poppler-utils (pdftotext) not installed")
@@ -285,4 +343,27 @@ def test_checkpoints_that_cannot_be_read_out_are_refused_in_snakemakes_words(fau
     shutil.rmtree(store)
     for k in new:
         (out / k).unlink(missing_ok=True)
+
+
+def test_an_unknown_category_id_is_refused_in_one_line_and_writes_nothing(faulty_run, tmp_path):
+    """The same COCO folder with one annotation of a category its file does not declare (was a bare
+    ``KeyError: 9999``): select (re-run: another COCO folder) refuses in one line naming the annotation file,
+    the annotation id and the fix; the output root stays byte for byte as it was."""
+    out, coco, _, _ = faulty_run
+    coco2 = tmp_path / "coco"
+    (coco2 / "annotations").mkdir(parents=True)
+    os.symlink(coco / "val2017", coco2 / "val2017")
+    ann = json.loads((coco / "annotations" / "instances_val2017.json").read_text())
+    first = json.loads((out / "items.json").read_text())[0]
+    ann["annotations"].append({"id": 987654321, "image_id": int(first["image_id"]), "category_id": 9999,
+                               "bbox": [1.0, 1.0, 60.0, 60.0], "area": 3600.0, "iscrowd": 0})
+    (coco2 / "annotations" / "instances_val2017.json").write_text(json.dumps(ann))
+    before = tree(out)
+    r = snakemake(out, coco2)
+    msg = r.stdout + r.stderr
+    assert r.returncode != 0, msg[-3000:]
+    line = next(x for x in msg.splitlines() if "annotation 987654321" in x)
+    assert str(coco2 / "annotations" / "instances_val2017.json") in line and "category_id 9999" in line
+    assert "add each such category to 'categories'" in line and "run select again" in line
+    assert "KeyError" not in msg
     assert tree(out) == before

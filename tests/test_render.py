@@ -200,6 +200,9 @@ def test_stage_records_a_too_small_image_and_goes_on(tmp_path, monkeypatch):
     meta = json.loads((out / "items_meta.json").read_text())
     meta["image_dir"] = str(img_dir)
     (out / "items_meta.json").write_text(json.dumps(meta))
+    # its annotation says so too (a genuinely thin image; a size disagreeing with the annotation is another case)
+    table.loc[0, ["width", "height"]] = [640, 20]
+    items.save_items(table, out / "items.json")
     stages.run("02_depth", out, backend="constant")
     stages.run("03b_monitor", out)
     store = paths.readout_store("murk/visibility-monitor", out)

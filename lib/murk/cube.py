@@ -50,7 +50,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import xarray as xr
 
-from murk import physics
+from murk import diskfull, physics
 
 __all__ = [
     "SCHEMA_VERSION", "DIMS", "ARMS", "PHYSICAL_ARMS", "CONTROL_ARMS", "TASKS", "READOUTS",
@@ -360,6 +360,8 @@ def open_readout_store(path: str | os.PathLike, image_ids, categories,
         each differing setting, what it changes, and the fix), for other images,
         or is damaged beyond resuming: its metadata missing or unreadable (the
         message says to delete it).
+    murk.diskfull.DiskFullError
+        The disk is full while a new store is created (nothing is left of it).
     """
     path = Path(path)
     missing = [k for k in _REQUIRED_ATTRS if k not in attrs]
@@ -406,7 +408,9 @@ def open_readout_store(path: str | os.PathLike, image_ids, categories,
         ds.attrs.update({k: _attr(v) for k, v in attrs.items()})
         enc = {name: {"chunks": tuple(1 if d == "image" else ds[name].sizes[d] for d in ds[name].dims)}
                for name in ["value", "done", "missing_reason", *TEXT_READOUTS]}
-        ds.to_zarr(tmp, mode="w", encoding=enc, consolidated=False, zarr_format=2)
+        with diskfull.guard(path, "no store was created (the half-made one is removed); every other file is kept",
+                            cleanup=[tmp]):
+            ds.to_zarr(tmp, mode="w", encoding=enc, consolidated=False, zarr_format=2)
         os.replace(tmp, path)  # a store exists only once fully initialised
         return xr.open_zarr(path, consolidated=False)
     finally:
@@ -435,6 +439,12 @@ def write_image(path: str | os.PathLike, index: int,
         ``(arm, level, task) -> {readout: value}`` with every key of
         :data:`READOUTS` and :data:`TEXT_READOUTS`; the arm ``"clean"`` is
         written to level 0 of ``fog``, ``underwater`` and ``imagenet_c``.
+
+    Raises
+    ------
+    murk.diskfull.DiskFullError
+        The disk is full: the message names the output root, says that the images
+        written before are kept and this one is read again, and how to resume.
     """
     value = np.full((len(ARMS), N_LEVELS, len(TASKS), 1, len(READOUTS)), np.nan, dtype=VALUE_DTYPE)
     texts = {name: np.full(value.shape[:-1], "", dtype=object) for name in TEXT_READOUTS}
@@ -450,10 +460,17 @@ def write_image(path: str | os.PathLike, index: int,
     ds = xr.Dataset({"value": (DIMS[1:], value), **{n: (DIMS[1:-1], v) for n, v in texts.items()}})
     ctx = _quiet()
     try:
-        ds.to_zarr(path, region=region, consolidated=False)
-        xr.Dataset({"done": ("image", np.ones(1, dtype=bool))}).to_zarr(path, region=region, consolidated=False)
+        with diskfull.guard(path, _STORE_KEPT.format(path=path, index=index)):
+            ds.to_zarr(path, region=region, consolidated=False)
+            xr.Dataset({"done": ("image", np.ones(1, dtype=bool))}).to_zarr(path, region=region, consolidated=False)
     finally:
         ctx.__exit__(None, None, None)
+
+
+#: what a full disk while an image is written keeps (:mod:`murk.diskfull`)
+_STORE_KEPT = ("the store {path} keeps every image written before this one; this image (position {index}) is not "
+               "marked done, so the resumed read-out reads it again (a chunk file the full disk cut short is found "
+               "and removed then)")
 
 
 def _load_store(q: str | os.PathLike) -> xr.Dataset:
@@ -502,14 +519,16 @@ def write_missing(path: str | os.PathLike, index: int, reason: str) -> None:
 
     Used for bad input (a missing or truncated image, a missing depth map): the
     run goes on, nothing already computed is lost, and the reason is kept in
-    ``missing_reason`` of the store, the cube and the paper's colophon.
+    ``missing_reason`` of the store, the cube and the paper's colophon. A full
+    disk raises :class:`murk.diskfull.DiskFullError`, as :func:`write_image`.
     """
     region = {"image": slice(index, index + 1)}
     ctx = _quiet()
     try:
-        xr.Dataset({"missing_reason": ("image", np.array([str(reason)], dtype=object))}).to_zarr(
-            path, region=region, consolidated=False)
-        xr.Dataset({"done": ("image", np.ones(1, dtype=bool))}).to_zarr(path, region=region, consolidated=False)
+        with diskfull.guard(path, _STORE_KEPT.format(path=path, index=index)):
+            xr.Dataset({"missing_reason": ("image", np.array([str(reason)], dtype=object))}).to_zarr(
+                path, region=region, consolidated=False)
+            xr.Dataset({"done": ("image", np.ones(1, dtype=bool))}).to_zarr(path, region=region, consolidated=False)
     finally:
         ctx.__exit__(None, None, None)
 
@@ -543,6 +562,8 @@ def merge_models(stores: Mapping[str, str | os.PathLike], out: str | os.PathLike
         If the stores disagree on items, config or depth backend, a store
         has images not yet read out, or (with ``images``) holds an image that is
         not in the selection.
+    murk.diskfull.DiskFullError
+        The disk is full while the cube is written: the previous cube is kept.
 
     Notes
     -----
@@ -634,7 +655,9 @@ def merge_models(stores: Mapping[str, str | os.PathLike], out: str | os.PathLike
         cube[name] = cube[name].copy(data=np.asarray(cube[name].values, dtype=object))
     for v in cube.variables.values():  # encodings of the source stores do not apply
         v.encoding = {}
-    cube.to_zarr(tmp, mode="w", consolidated=True, zarr_format=2)
+    with diskfull.guard(out, f"the previous cube {out}, if any, is kept as it was (the new one, being written to "
+                             f"{tmp}, is removed), and so is every read-out store", cleanup=[tmp]):
+        cube.to_zarr(tmp, mode="w", consolidated=True, zarr_format=2)
     old = out.with_name(out.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
     if out.exists():

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from murk import paths
+from murk import diskfull, paths
 
 __all__ = ["DEPTH_MIN_M", "DEPTH_MAX_M", "CONSTANT_DEPTH_M", "DepthBackend", "get_backend",
            "depth_cache_dir", "load_depth", "save_depth", "write_manifest", "read_manifest",
@@ -198,7 +198,7 @@ def save_depth(folder: Path, image_id: int, depth_m: np.ndarray) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / f"{int(image_id)}.npy"
     tmp = folder / f".{int(image_id)}.npy.tmp"
-    with open(tmp, "wb") as f:
+    with diskfull.guard(out, "the depth maps already written are kept (the depth stage skips them when it runs again)", cleanup=[tmp]), open(tmp, "wb") as f:
         np.save(f, depth_m.astype(np.float32))
     os.replace(tmp, out)
     return out
@@ -299,7 +299,8 @@ def write_manifest(folder: Path, backend: DepthBackend, image_ids, written=None,
          "per_image": per_image, "skipped": {str(int(k)): str(v) for k, v in (skipped or {}).items()}}
     out = folder / "manifest.json"
     tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(m, indent=1))
+    with diskfull.guard(out, "the depth maps already written are kept (the depth stage skips them when it runs again)", cleanup=[tmp]):
+        tmp.write_text(json.dumps(m, indent=1))
     os.replace(tmp, out)
     return out
 
@@ -347,7 +348,8 @@ def set_current(folder: Path, backend: DepthBackend, root: str | os.PathLike | N
     pointer.parent.mkdir(parents=True, exist_ok=True)
     tmp = pointer.with_name(".current.json.tmp")
     rec = {**backend.describe(), "folder": Path(folder).name, **({"run_id": str(run_id)} if run_id else {})}
-    tmp.write_text(json.dumps(rec, indent=1, sort_keys=True))
+    with diskfull.guard(pointer, "the depth maps already written are kept (the depth stage skips them when it runs again)", cleanup=[tmp]):
+        tmp.write_text(json.dumps(rec, indent=1, sort_keys=True))
     os.replace(tmp, pointer)
     return pointer
 

@@ -9,6 +9,7 @@ safe "muted" scheme).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import matplotlib
@@ -211,18 +212,32 @@ def save(fig, folder: str | Path, name: str, pipeline_check: bool = False,
     Returns
     -------
     [png, pdf] paths
+
+    Raises
+    ------
+    murk.diskfull.DiskFullError
+        The disk is full: each figure file is written whole (a temporary file,
+        renamed), so the previous figure is kept.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     if pipeline_check:
         stamp_pipeline_check(fig)
+    from murk import diskfull
+
     ids = dict(_IDENTITY if identity is None else identity)
     out = []
-    for ext in ("png", "pdf"):
-        p = folder / f"{name}.{ext}"
-        fig.savefig(p, dpi=200 if ext == "png" else None, bbox_inches="tight", metadata=_metadata(ext, ids) or None)
-        out.append(p)
-    plt.close(fig)
+    try:
+        for ext in ("png", "pdf"):
+            p = folder / f"{name}.{ext}"
+            tmp = folder / f".{name}.{ext}.tmp"  # written whole, then renamed: a full disk leaves the old figure
+            with diskfull.guard(p, cleanup=[tmp]):
+                fig.savefig(tmp, format=ext, dpi=200 if ext == "png" else None, bbox_inches="tight",
+                            metadata=_metadata(ext, ids) or None)
+            os.replace(tmp, p)
+            out.append(p)
+    finally:
+        plt.close(fig)
     return out
 
 

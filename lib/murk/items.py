@@ -42,10 +42,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from murk import paths
+from murk import diskfull, paths
 from murk.config import canonical_json, load_config
 
 __all__ = [
+    "BadBoxWarning",
+    "BOX_BORDER_TOLERANCE_PX",
     "COLUMNS",
     "HASH_COLUMNS",
     "select_items",
@@ -57,6 +59,7 @@ __all__ = [
     "shuffled_partner",
     "read_items",
     "save_selection",
+    "image_checks",
 ]
 
 #: Columns of the items table, in order.
@@ -135,6 +138,113 @@ def _read_coco(annotation_file: Path) -> dict[str, Any]:
     return coco
 
 
+# ----------------------------------------------------------------------------- checks of the annotations
+
+
+class BadBoxWarning(UserWarning):
+    """Annotations whose box cannot mark a target (zero or negative size, outside the image): never a target."""
+
+
+#: How far (px) a box may reach past the image border and still count as inside it: COCO's boxes are
+#: rounded to 1/100 px from the polygons, which lie inside the image (none of the shared sample's boxes,
+#: val2017 or train2017, reaches past the border at all).
+BOX_BORDER_TOLERANCE_PX = 1.0
+
+
+def _ids(values, n: int = 5) -> str:
+    values = list(values)
+    return ", ".join(str(v) for v in values[:n]) + (f" and {len(values) - n} more" if len(values) > n else "")
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)) \
+        and bool(np.isfinite(v))
+
+
+def _check_annotations(annotation_file: Path, anns: pd.DataFrame, cat_ids: np.ndarray,
+                       images: pd.DataFrame) -> np.ndarray:
+    """Refuse what no selection can be drawn from, and mark the boxes that cannot mark a target.
+
+    Per case, what a user needs:
+
+    * **An unknown category id** (an annotation whose ``category_id`` is not in the
+      file's ``categories``) is refused: the category's name is what t2 and t3 ask
+      about, and its presence in an image decides which categories may be shown there
+      as distractors, so no correct item can be made without it. The official files
+      never have one: the file was edited or merged by hand. The message names the
+      file, the annotation ids and the fix.
+    * **A box that is not four finite numbers** (``null``, text, a list of another
+      length) is refused: the file was not written by COCO's tools (a converter
+      bug, which rarely hits one annotation alone), and dropping such boxes would
+      change the selection without a word.
+    * **A box of zero or negative width or height, or outside its image** (by more
+      than :data:`BOX_BORDER_TOLERANCE_PX`) is kept as an annotation (its category
+      still counts as present in the image, so it is never a distractor there) but
+      is never a target, with one :class:`BadBoxWarning` naming the file, the
+      annotation ids and the fix: such boxes occur in real data sets (the marker
+      cannot be drawn around them), and refusing them would make a whole split
+      unusable for a few annotations. (Before issue 21 a box with a negative side was
+      already never a target, by the 48-px side rule; a box outside the image could
+      be, with its marker drawn off the target.)
+
+    Returns
+    -------
+    numpy.ndarray
+        bool (n_annotations,), aligned with ``anns``: the box can mark a target.
+
+    Raises
+    ------
+    ValueError
+        For an unknown category id or a box that is not four finite numbers.
+
+    Warns
+    -----
+    BadBoxWarning
+        For boxes of zero or negative size or outside their image.
+    """
+    known = set(int(c) for c in cat_ids)
+    unknown = [(int(a), c) for a, c in zip(anns["id"], anns["category_id"])
+               if not (_is_number(c) and float(c) == int(c) and int(c) in known)]
+    if unknown:
+        cats = sorted({str(c) for _, c in unknown})
+        raise ValueError(
+            f"{annotation_file}: annotation {unknown[0][0]} has category_id {unknown[0][1]!r}, which is not among "
+            f"the file's categories ({len(unknown)} such annotation(s): ids {_ids(a for a, _ in unknown)}; category "
+            f"id(s) {_ids(cats)}): add each such category to 'categories' (id, name, supercategory) or remove "
+            f"those annotations, then run select again. The official annotations/{annotation_file.name} has none")
+    bad = [int(a) for a, b in zip(anns["id"], anns["bbox"])
+           if not (isinstance(b, (list, tuple)) and len(b) == 4 and all(_is_number(v) for v in b))]
+    if bad:
+        first = anns.loc[anns["id"] == bad[0], "bbox"].iloc[0]
+        raise ValueError(
+            f"{annotation_file}: annotation {bad[0]} has bbox {first!r}, not four finite numbers [x, y, width, "
+            f"height] in px ({len(bad)} such annotation(s): ids {_ids(bad)}): write each box in COCO's format or "
+            f"remove those annotations, then run select again")
+    xywh = np.array([[float(v) for v in b] for b in anns["bbox"]], dtype=float).reshape(-1, 4)
+    img_w = images["width"].reindex(anns["image_id"]).to_numpy(dtype=float)
+    img_h = images["height"].reindex(anns["image_id"]).to_numpy(dtype=float)
+    tol = BOX_BORDER_TOLERANCE_PX
+    degenerate = (xywh[:, 2] <= 0) | (xywh[:, 3] <= 0)
+    with np.errstate(invalid="ignore"):
+        outside = ~degenerate & ((xywh[:, 0] < -tol) | (xywh[:, 1] < -tol) | (xywh[:, 0] + xywh[:, 2] > img_w + tol)
+                                 | (xywh[:, 1] + xywh[:, 3] > img_h + tol))
+    if degenerate.any() or outside.any():
+        ids = anns["id"].to_numpy()
+        parts = []
+        if degenerate.any():
+            parts.append(f"{int(degenerate.sum())} with a box of zero or negative width or height "
+                         f"(annotation ids {_ids(ids[degenerate])})")
+        if outside.any():
+            parts.append(f"{int(outside.sum())} with a box reaching outside its image "
+                         f"(annotation ids {_ids(ids[outside])})")
+        warnings.warn(
+            f"{annotation_file}: " + " and ".join(parts) + " are never a target (their categories still count "
+            f"as present in their images, so they are never distractors there); to make them eligible, correct "
+            f"their bbox ([x, y, width, height] px, inside the image's width and height)",
+            BadBoxWarning, stacklevel=4)
+    return ~(degenerate | outside)
+
+
 # ----------------------------------------------------------------------------- selection
 
 
@@ -181,12 +291,15 @@ def _candidate_pool(annotation_file: str | os.PathLike | None, config: dict[str,
     cat_ids = cats["id"].to_numpy()
 
     # boxable instances
-    wh = np.array([[float(b[2]), float(b[3])] for b in anns["bbox"]], dtype=float).reshape(-1, 2)
+    usable_box = _check_annotations(annotation_file, anns, cat_ids, images)
+    xywh = np.array([[float(v) for v in b] for b in anns["bbox"]], dtype=float).reshape(-1, 4)
+    wh = xywh[:, 2:]
     img_w = images["width"].reindex(anns["image_id"]).to_numpy(dtype=float)
     img_h = images["height"].reindex(anns["image_id"]).to_numpy(dtype=float)
     area_frac = wh[:, 0] * wh[:, 1] / (img_w * img_h)
     boxable = (
         (anns["iscrowd"].to_numpy() == 0)
+        & usable_box
         & (area_frac >= min_frac)
         & (area_frac <= max_frac)
         & (wh.min(axis=1) >= min_side)
@@ -245,7 +358,8 @@ def select_items(
         Images with at least one annotation (crowd or not) of a category whose
         supercategory is in ``config['items']['supercategories']``
         (``vehicle``, ``outdoor``) **and** at least one *boxable* instance of
-        any category. An instance is boxable if ``iscrowd == 0``, its box area
+        any category. An instance is boxable if ``iscrowd == 0``, its box lies
+        inside the image (to :data:`BOX_BORDER_TOLERANCE_PX`), its box area
         ``w * h`` lies in ``[min_box_area_fraction, max_box_area_fraction]``
         (3 % and 50 %, bounds included) of the image area ``width * height``
         (from the ``images`` table), and ``min(w, h) >= min_box_side_px``
@@ -322,12 +436,18 @@ def select_items(
     ValueError
         If the file lacks ``images``, ``annotations`` or ``categories``; if
         ``n_items < 1``; if an image has fewer than three absent categories
-        that are ever a target (distractor weight > 0).
+        that are ever a target (distractor weight > 0); if an annotation's
+        ``category_id`` is not among the file's categories, or its ``bbox`` is
+        not four finite numbers (one line naming the file, the annotation ids
+        and the fix; why these refuse: :func:`_check_annotations`).
 
     Warns
     -----
     UserWarning
         If there are fewer candidates than ``n_items``.
+    BadBoxWarning
+        For annotations whose box has a zero or negative side or reaches outside
+        its image by more than :data:`BOX_BORDER_TOLERANCE_PX`: never a target.
     """
     if int(n_items) < 1:
         raise ValueError(f"n_items must be at least 1, got {n_items}")
@@ -622,7 +742,7 @@ def save_items(table: pd.DataFrame, path: str | os.PathLike | None = None) -> Pa
     text = json.dumps(_records(table, COLUMNS), ensure_ascii=False, indent=1)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with diskfull.guard(path, _SELECT_KEPT, root=path.parent), os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text + "\n")
             f.flush()
             os.fsync(f.fileno())
@@ -726,8 +846,55 @@ def save_selection(table: pd.DataFrame, meta: dict[str, Any], report: dict[str, 
     for name, obj in (("items_meta.json", meta), ("items_report.json", report)):
         f = out.with_name(name)
         tmp = f.with_name(f".{name}.tmp")
-        tmp.write_text(json.dumps(obj, indent=1, sort_keys=True, default=_py), encoding="utf-8")
+        with diskfull.guard(f, _SELECT_KEPT, cleanup=[tmp], root=out.parent):
+            tmp.write_text(json.dumps(obj, indent=1, sort_keys=True, default=_py), encoding="utf-8")
         os.replace(tmp, f)
+    return out
+
+
+#: what a full disk while the selection is written keeps (:mod:`murk.diskfull`)
+_SELECT_KEPT = ("each selection file is written whole or not at all, and under Snakemake (make demo) the previous "
+                "items.json and items_meta.json are restored; nothing of the later stages is touched")
+
+
+def image_checks(table: pd.DataFrame, image_dir: str | os.PathLike) -> dict[str, dict[str, str]]:
+    """Check each selected image's file against its annotation, from the file headers only.
+
+    The rule is :func:`murk.render.load_image`'s, which every later stage applies
+    when it reads the pixels: an image is used as stored when its stored size is its
+    annotation's ``width`` x ``height``; used transposed when only its EXIF
+    orientation (5-8) makes them agree; otherwise (another size, over Pillow's pixel
+    limit, a header Pillow cannot read, or missing) each stage records it as
+    missing. A file damaged only after its header (a truncated JPEG) passes here
+    and is recorded by the stages that decode it. The select
+    stage keeps this record in ``items_report.json`` and prints it, and the paper's
+    colophon lists the images used transposed (the missing ones are listed from the
+    stores' ``missing_reason``).
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        The items (columns ``image_id``, ``file_name``, ``width``, ``height``).
+    image_dir : path
+        The COCO image folder.
+
+    Returns
+    -------
+    dict
+        ``{"transposed": {image id (str): note}, "unreadable": {image id (str): reason}}``,
+        in item order; both empty when every image is used as stored.
+    """
+    from murk import render
+
+    out: dict[str, dict[str, str]] = {"transposed": {}, "unreadable": {}}
+    for row in table.itertuples(index=False):
+        try:
+            note = render.inspect_image(Path(image_dir) / str(row.file_name), (int(row.width), int(row.height)))
+        except (FileNotFoundError, ValueError) as e:
+            out["unreadable"][str(int(row.image_id))] = str(e)
+            continue
+        if note:
+            out["transposed"][str(int(row.image_id))] = note
     return out
 
 

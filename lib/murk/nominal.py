@@ -641,8 +641,10 @@ def nominal_equivalence(items, image_dir, depth_dir, *, max_side: int = 448, see
     ImageNet-C fog is rendered at each severity with the per-image seed
     :func:`imagenet_c_seed`, shared by the severities (the images of the cube's
     ``imagenet_c`` arm, before the box is drawn) and :func:`equivalent_visibility` is
-    solved with both statistics. An item whose image or depth cannot be read, or
-    whose presented image is under 32 px on a side (:class:`ImageTooSmallError`), is
+    solved with both statistics. An item whose image or depth cannot be read (the
+    image missing, undecodable, over Pillow's pixel limit or of another size than
+    its annotation: :func:`murk.render.load_image`, which also applies its EXIF
+    orientation where only that makes the sizes agree), or whose presented image is under 32 px on a side (:class:`ImageTooSmallError`), is
     recorded in ``missing_reason`` and the loop goes on.
 
     Parameters
@@ -700,7 +702,7 @@ def nominal_equivalence(items, image_dir, depth_dir, *, max_side: int = 448, see
     for i, row in enumerate(rows):
         image_id = int(row.image_id)
         try:
-            img = render.load_image(Path(image_dir) / row.file_name)
+            img = render.load_image(Path(image_dir) / row.file_name, (int(row.width), int(row.height)))
             z = _depth.load_depth(Path(depth_dir), image_id)
             size = render.presented_size(img.shape[1], img.shape[0], max_side,
                                          name=f"image {image_id} ({row.file_name})")

@@ -36,13 +36,14 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from murk import paths
+from murk import diskfull, paths
 
 __all__ = ["fmt", "fmt_interval", "fmt_estimate", "fmt_bound", "fmt_crossing", "fmt_range", "fmt_level",
            "fmt_visibility", "fmt_visibility_interval", "fmt_visibility_estimate", "visibility_digits", "BOUND_SIGNS",
            "fmt_list", "level_label", "NOT_COMPUTED", "Numbers", "write_numbers", "load_numbers", "cited_keys",
            "INLINE_RE", "INCLUDE_RE", "EMBED_RE", "cell_options", "notebook_cells", "resolve_embeds",
            "resolve_qmd", "crossref", "label_numbers", "render_paper", "typst_options", "TYPST_HEADER", "markdown_table", "write_text_atomic",
+           "write_netcdf_atomic",
            "verbatim", "estimate_cell", "CELL_BREAK", "LUA_FILTER", "notebook_identity", "MixedPaperError",
            "refuse_mixed_paper", "stamp_html"]
 
@@ -412,7 +413,8 @@ def write_numbers(numbers: Mapping[str, str], path: str | os.PathLike | None = N
     path = Path(path) if path else paths.numbers_file()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(dict(numbers), indent=1, sort_keys=True, ensure_ascii=False), encoding="utf-8")
+    with diskfull.guard(path, cleanup=[tmp]):
+        tmp.write_text(json.dumps(dict(numbers), indent=1, sort_keys=True, ensure_ascii=False), encoding="utf-8")
     os.replace(tmp, path)
     return path
 
@@ -1053,11 +1055,30 @@ def verbatim(text: str) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
+def write_netcdf_atomic(ds, path: str | os.PathLike) -> Path:
+    """Write an xarray Dataset as netCDF atomically (temporary sibling + rename).
+
+    Raises
+    ------
+    murk.diskfull.DiskFullError
+        The disk is full: the temporary file is removed, the previous file kept.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with diskfull.guard(path, cleanup=[tmp]):
+        ds.to_netcdf(tmp)
+    os.replace(tmp, path)
+    return path
+
+
 def write_text_atomic(path: Path, text: str) -> Path:
-    """Write a text file atomically (temporary sibling + rename)."""
+    """Write a text file atomically (temporary sibling + rename); a full disk raises
+    :class:`murk.diskfull.DiskFullError` and keeps the previous file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
+    with diskfull.guard(path, cleanup=[tmp]):
+        tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
     return path
 
@@ -1101,7 +1122,14 @@ def main(argv: list[str] | None = None) -> int:
             stamp_html(out / "index.html", ids)
         print(f"rendered with Quarto: {out}")
         return 0
-    res = render_paper(output_dir=root, pdf=not args.no_pdf)
+    try:
+        with diskfull.guard(paths.paper_out_dir(root), "the numbers, tables, figures and the cube are kept; the "
+                                                       "paper's files are each written whole or not at all",
+                            root=root):
+            res = render_paper(output_dir=root, pdf=not args.no_pdf)
+    except diskfull.DiskFullError as e:  # one line instead of pandoc's or Typst's traceback
+        print(e, file=sys.stderr)
+        return 1
     print("converted without Quarto (pandoc + Typst): "
           + ", ".join(str(p) for k, p in res.items() if k != "missing"))
     return 0

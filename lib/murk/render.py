@@ -8,6 +8,8 @@ target's position stays visible at every level.
 from __future__ import annotations
 
 import os
+import re
+import warnings
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -16,7 +18,8 @@ from PIL import Image
 
 from murk import cube, nominal, physics
 
-__all__ = ["ImageTooSmallError", "MIN_SIDE_PX", "load_image", "to_rgb8", "presented_size", "resize_image",
+__all__ = ["ImageTooSmallError", "MIN_SIDE_PX", "EXIF_ORIENTATION_TAG", "TRANSPOSING_ORIENTATIONS",
+           "TransposedImageWarning", "inspect_image", "load_image", "to_rgb8", "presented_size", "resize_image",
            "resize_depth", "scale_bbox", "draw_box", "render_conditions", "load_presented", "item_inputs"]
 
 #: The error raised for a presented image under :data:`MIN_SIDE_PX` px on a side (a
@@ -63,31 +66,166 @@ def to_rgb8(im: Image.Image, name: str = "image") -> np.ndarray:
     return np.asarray(im.convert("RGB"), dtype=np.uint8).copy()
 
 
-def load_image(path: str | os.PathLike) -> np.ndarray:
-    """Read a COCO JPEG (or any image Pillow reads) as uint8 (H, W, 3) sRGB in its stored pixel frame.
+#: EXIF tag of the orientation (TIFF/EXIF 2.3: 1 = as stored, 2-4 = mirrored / rotated 180 degrees,
+#: 5-8 = transposed, i.e. rotated by 90 degrees, as phones write them)
+EXIF_ORIENTATION_TAG = 0x0112
+#: the orientations whose display frame is the stored frame transposed (width and height swapped)
+TRANSPOSING_ORIENTATIONS = (5, 6, 7, 8)
 
-    EXIF orientation is deliberately not applied: COCO's boxes refer to the
-    stored pixels. Grey, CMYK and alpha images are converted to RGB; 16-bit and
-    float images are scaled to 8 bits (:func:`to_rgb8`), not clipped.
+
+class TransposedImageWarning(UserWarning):
+    """An image used transposed by its EXIF orientation, because only so its size agrees with its annotation."""
+
+
+def _bomb_reason(path: Path, e: Exception) -> str:
+    """The missing reason of an image Pillow refuses as a decompression bomb, with its pixel size."""
+    size = None
+    tb = e.__traceback__
+    while tb is not None:  # the header Pillow read before refusing (``_open_core``'s ``im``), if reachable
+        im = tb.tb_frame.f_locals.get("im")
+        if isinstance(im, Image.Image):
+            size = im.size
+        tb = tb.tb_next
+    m = re.search(r"\((\d+) pixels\)", str(e))
+    pixels = size[0] * size[1] if size else (int(m.group(1)) if m else None)
+    what = (f"{size[0]} x {size[1]} px ({pixels:,} pixels)" if size else
+            f"{pixels:,} pixels" if pixels else "over the limit")
+    limit = 2 * Image.MAX_IMAGE_PIXELS if Image.MAX_IMAGE_PIXELS else None
+    return (f"image {path} is {what}, over Pillow's decompression-bomb limit"
+            + (f" of {limit:,} pixels (2 x PIL.Image.MAX_IMAGE_PIXELS)" if limit else "")
+            + ": not decoded, recorded as missing; replace it with the original COCO file (at most 640 px a side)")
+
+
+def _open(path: Path) -> Image.Image:
+    """``Image.open`` with murk's messages (the header only; the caller loads the pixels)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"image {path} not found: check MURK_COCO_DIR / the image folder, "
+                                f"or unset MURK_OFFLINE and rerun the select stage, which downloads the selected images")
+    try:
+        return Image.open(path)
+    except Image.DecompressionBombError as e:  # not an OSError: it used to stop the stage and every rerun
+        raise ValueError(_bomb_reason(path, e)) from None
+    except (OSError, SyntaxError) as e:
+        raise ValueError(f"image {path} cannot be decoded ({e}); re-download it") from e
+
+
+def _orientation(im: Image.Image) -> int:
+    try:
+        return int(im.getexif().get(EXIF_ORIENTATION_TAG, 1) or 1)
+    except Exception:  # noqa: BLE001 - an unreadable EXIF block is no orientation
+        return 1
+
+
+def _frame(im: Image.Image, path: Path, expected_size: tuple[int, int] | None) -> tuple[bool, str]:
+    """(transpose?, note) of an opened image against its annotation's (width, height); raises on a mismatch."""
+    stored = tuple(int(v) for v in im.size)
+    orientation = _orientation(im)
+    if expected_size is None:
+        return False, ""
+    want = (int(expected_size[0]), int(expected_size[1]))
+    if stored == want:  # COCO's boxes refer to the stored pixels: the EXIF orientation is not applied
+        return False, ""
+    if orientation in TRANSPOSING_ORIENTATIONS and stored[::-1] == want:
+        return True, (f"image {path} is stored {stored[0]} x {stored[1]} px with EXIF orientation {orientation}; "
+                      f"its annotation is {want[0]} x {want[1]} px: used transposed (EXIF orientation applied), "
+                      f"so that the box lies on the target")
+    raise ValueError(
+        f"image {path} is stored {stored[0]} x {stored[1]} px (EXIF orientation {orientation}) but its annotation "
+        f"says {want[0]} x {want[1]} px: its box would not lie on the target, so it is recorded as missing; "
+        f"replace it with the original COCO file")
+
+
+def inspect_image(path: str | os.PathLike, expected_size: tuple[int, int] | None = None) -> str:
+    """Check an image against its annotation from its header only (no pixel is decoded).
+
+    The rule of :func:`load_image`, without loading the pixels: the select stage
+    records what it finds for every selected image before any other stage runs.
+
+    Parameters
+    ----------
+    path : path
+        The image file.
+    expected_size : (width, height) px, optional
+        The annotation's ``width`` and ``height`` (COCO ``images`` table).
+
+    Returns
+    -------
+    str
+        ``""`` when the image is used as stored; otherwise the note that it is used
+        transposed (stored size, EXIF orientation, annotation size).
+
+    Raises
+    ------
+    FileNotFoundError, ValueError
+        As :func:`load_image` (missing, not decodable, over Pillow's pixel limit,
+        size disagreeing with the annotation).
+    """
+    path = Path(path)
+    with _open(path) as im:
+        return _frame(im, path, expected_size)[1]
+
+
+def load_image(path: str | os.PathLike, expected_size: tuple[int, int] | None = None) -> np.ndarray:
+    """Read a COCO JPEG (or any image Pillow reads) as uint8 (H, W, 3) sRGB in its annotation's pixel frame.
+
+    Grey, CMYK and alpha images are converted to RGB; 16-bit and float images are
+    scaled to 8 bits (:func:`to_rgb8`), not clipped.
+
+    **Orientation rule.** COCO's annotations (``width``, ``height``, ``bbox``)
+    refer to the stored pixels, so the image is used as stored whenever its stored
+    size equals the annotation's size, whatever its EXIF orientation says (also
+    for orientations 2-4, mirrors and the 180-degree turn, which keep the size,
+    and for a square image). Only when the stored size is the annotation's size
+    transposed *and* the EXIF orientation is one of 5-8 (the file was stored
+    rotated by 90 degrees, as phones and re-downloaded originals write them) is the
+    orientation applied (:func:`PIL.ImageOps.exif_transpose`): then the box lies on
+    the target, and a :class:`TransposedImageWarning` says so (the select stage
+    records it, :func:`inspect_image`). Any other disagreement is an error: the box
+    would be drawn elsewhere than on the target. Without ``expected_size`` the
+    image is returned as stored.
+
+    Parameters
+    ----------
+    path : path
+        The image file.
+    expected_size : (width, height) px, optional
+        The annotation's ``width`` and ``height``; None skips the check.
+
+    Returns
+    -------
+    uint8 ndarray (H, W, 3)
+        ``H, W = expected_size[::-1]`` when given.
 
     Raises
     ------
     FileNotFoundError
         If the file is missing (message names it and the fix).
     ValueError
-        If the file cannot be decoded (truncated or not an image), or has no
-        defined 8-bit scale.
+        If the file cannot be decoded (truncated or not an image), has no defined
+        8-bit scale, is over Pillow's decompression-bomb limit
+        (``PIL.Image.MAX_IMAGE_PIXELS``; the message names the file and its pixel
+        size), or its size disagrees with ``expected_size`` in a way no EXIF
+        transpose explains (the message gives both sizes and the orientation).
+        Each is a ValueError so that every stage records the image in
+        ``missing_reason`` and goes on.
     """
+    from PIL import ImageOps
+
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"image {path} not found: check MURK_COCO_DIR / the image folder, "
-                                f"or unset MURK_OFFLINE and rerun the select stage, which downloads the selected images")
-    try:
-        with Image.open(path) as im:
+    with _open(path) as im:
+        transpose, note = _frame(im, path, expected_size)
+        try:
             im.load()
-            return to_rgb8(im, f"image {path}")
-    except (OSError, SyntaxError) as e:
-        raise ValueError(f"image {path} cannot be decoded ({e}); re-download it") from e
+            if transpose:
+                im = ImageOps.exif_transpose(im)
+            rgb = to_rgb8(im, f"image {path}")
+        except Image.DecompressionBombError as e:
+            raise ValueError(_bomb_reason(path, e)) from None
+        except (OSError, SyntaxError) as e:
+            raise ValueError(f"image {path} cannot be decoded ({e}); re-download it") from e
+    if note:
+        warnings.warn(note, TransposedImageWarning, stacklevel=2)
+    return rgb
 
 
 def presented_size(width: int, height: int, max_side: int = 448, *, min_side: int | None = MIN_SIDE_PX,
@@ -301,9 +439,12 @@ def _conditions(image, depth_m, bbox, partner_image, seed, image_id, config, mar
         yield arm, level, box(out) if marker else out
 
 
-def load_presented(path: str | os.PathLike, max_side: int = 448, name: str | None = None
-                   ) -> tuple[np.ndarray, tuple[int, int]]:
+def load_presented(path: str | os.PathLike, max_side: int = 448, name: str | None = None,
+                   expected_size: tuple[int, int] | None = None) -> tuple[np.ndarray, tuple[int, int]]:
     """Read an image and scale it to the size presented to the models.
+
+    ``expected_size`` (the annotation's width and height, px) applies the
+    orientation rule of :func:`load_image`; pass it wherever the item's box is drawn.
 
     Returns
     -------
@@ -316,7 +457,7 @@ def load_presented(path: str | os.PathLike, max_side: int = 448, name: str | Non
         See :func:`load_image`; :class:`ImageTooSmallError` (a ValueError, naming
         ``name`` or the file) for a presented side under :data:`MIN_SIDE_PX`.
     """
-    img = load_image(path)
+    img = load_image(path, expected_size)
     size = presented_size(img.shape[1], img.shape[0], max_side, name=name or Path(path).name)
     return resize_image(img, size), size
 
@@ -346,19 +487,22 @@ def item_inputs(table, i: int, partner: int, image_dir: str | os.PathLike, depth
     Raises
     ------
     FileNotFoundError, ValueError
-        The item's own image or depth map is missing or cannot be decoded (the
-        caller records it as missing and goes on).
+        The item's own image or depth map is missing or cannot be decoded, the
+        image is over Pillow's pixel limit or disagrees with its annotation's size
+        (:func:`load_image`; the caller records it as missing and goes on).
     """
     from murk import depth
 
     max_side = int(config["render"]["max_side_px"])
     row = table.iloc[i]
     img, size = load_presented(Path(image_dir) / row["file_name"], max_side,
-                               name=f"image {int(row['image_id'])} ({row['file_name']})")
+                               name=f"image {int(row['image_id'])} ({row['file_name']})",
+                               expected_size=(int(row["width"]), int(row["height"])))
     z = depth.load_depth(Path(depth_folder), int(row["image_id"]), shape=img.shape[:2])
     prow = table.iloc[int(partner)]
     try:
-        pimg, _ = load_presented(Path(image_dir) / prow["file_name"], max_side)
+        pimg, _ = load_presented(Path(image_dir) / prow["file_name"], max_side,
+                                 expected_size=(int(prow["width"]), int(prow["height"])))
         pz = depth.load_depth(Path(depth_folder), int(prow["image_id"]), shape=pimg.shape[:2])
     except (FileNotFoundError, ValueError):  # the shuffled control falls back to a grey image
         pimg, pz = np.full_like(img, int(config["render"].get("blank_grey", 128))), z

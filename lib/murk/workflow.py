@@ -261,7 +261,11 @@ def write_marker(marker: str | os.PathLike, store: str | os.PathLike | None = No
     rec = {"marker_version": MARKER_VERSION, "store": store.name, "digest": store_digest(store)}
     marker.parent.mkdir(parents=True, exist_ok=True)
     tmp = marker.with_name(marker.name + ".tmp")
-    tmp.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
+    from murk import diskfull
+
+    with diskfull.guard(marker, "the store is complete and kept; only its marker is not written, so the next run "
+                                "re-runs its read-out, which finds every image done and writes the marker", cleanup=[tmp]):
+        tmp.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
     os.replace(tmp, marker)
     return marker
 
