@@ -91,6 +91,18 @@ def papermill(notebook, executed, params):
             f"&& mkdir -p {NB} && mv {executed} {NB}/")
 
 
+# A failed job's update() outputs are restored by Snakemake with a new modification time, which would
+# make the next run redo everything after them; their recorded times are put back on error
+# (murk.workflow.file_states, restore_times): a refusal changes nothing, its time stamps included.
+_UPDATED = [f"{OUT}/{f}" for f in ("items.json", "items_meta.json", "depth/current.json",
+                                    "analysis/nominal_equivalence.nc", "figures/scene_levels.png", "paper/index.html")]
+_STATES = murk_workflow.file_states(_UPDATED) if workflow.is_main_process else {}
+
+
+onerror:
+    murk_workflow.restore_times(_STATES)
+
+
 rule all:
     input:
         f"{OUT}/paper/index.html",

@@ -552,3 +552,22 @@ def test_the_fog_parameter_table_is_the_packages_and_methods_says_what_differs()
     # the sentence follows the table: another table, another sentence
     other = {1: {"amplitude": 1.0, "wibbledecay": 2.0}, 2: {"amplitude": 1.0, "wibbledecay": 1.5}}
     assert nm.describe_severities(other) == "severities 1 and 2 differ only in the fractal's roughness (wibble decay 2.0, 1.5)"
+
+
+def test_negative_depth_map_is_recorded_not_fatal(tmp_path):
+    """Issue 21: a cached depth map of negative metres (the right shape) made the depth stage raise when it ran
+    again (the fog cannot be rendered on it): that image is recorded as missing, the others computed."""
+    import pandas as pd
+    from PIL import Image
+
+    from murk import depth as dp
+
+    for iid in (1, 2):
+        Image.fromarray(_textured(48, 64)).save(tmp_path / f"{iid}.png")
+    dp.save_depth(tmp_path, 1, np.full((48, 64), -13.8, np.float32))
+    dp.save_depth(tmp_path, 2, np.full((48, 64), 13.8, np.float32))
+    items = pd.DataFrame([{"image_id": i, "file_name": f"{i}.png", "width": 64, "height": 48} for i in (1, 2)])
+    ds = nm.nominal_equivalence(items, tmp_path, tmp_path, max_side=448, seed=1)
+    assert "fog rendering failed" in str(ds["missing_reason"].values[0]) and "non-negative" in str(ds["missing_reason"].values[0])
+    assert (ds["reason"].values[0] == "missing_input").all() and np.isnan(ds["gain"].values[0]).all()
+    assert ds["missing_reason"].values[1] == "" and np.isfinite(ds["gain"].values[1]).all()

@@ -714,10 +714,15 @@ def nominal_equivalence(items, image_dir, depth_dir, *, max_side: int = 448, see
         except (FileNotFoundError, ValueError) as e:  # bad input: this image stays NaN, recorded
             missing[i] = str(e)
             continue
+        try:
+            evaluate = _FogStatistics(img, z, physics.FOG_AIRLIGHT)  # renderings shared
+            evaluate(float(grid[0]))  # a depth map the fog cannot be rendered on (e.g. negative metres) fails here
+        except ValueError as e:  # bad input: this image stays NaN, recorded
+            missing[i] = f"fog rendering failed: {e}"
+            continue
         data["gain"][i] = contrast_gain(img, degraded)
         data["std_ratio"][i] = luma_std_ratio(img, degraded)
         saturated = _saturated(degraded)
-        evaluate = _FogStatistics(img, z, physics.FOG_AIRLIGHT)  # renderings shared
         monotone[i] = curve_is_monotone(evaluate.curve("gain", grid))
         for j in range(len(severities)):
             data["v_eq_gain_m"][i, j], reason[i, j] = _solve(

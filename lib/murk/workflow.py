@@ -79,7 +79,7 @@ from murk import runlock
 from murk.runlock import RootInUse, hold_root_lock, snakefile_run_lock
 
 __all__ = ["ModelEntry", "model_entries", "IGNORED_SUFFIXES", "SELECTION_KEYS", "store_digest", "write_marker", "read_marker", "stale_reason",
-           "store_of", "rerun_reason", "force_rerun", "foreign_stores", "refuse_foreign_stores", "running_notebooks_dir", "hold_run_lock",
+           "store_of", "rerun_reason", "force_rerun", "file_states", "restore_times", "foreign_stores", "refuse_foreign_stores", "running_notebooks_dir", "hold_run_lock",
            "hold_root_lock", "snakefile_run_lock", "RootInUse",
            "run_id", "run_id_of", "analysis_id", "refuse_other_run", "refuse_other_depth", "identity_bundle", "IDENTITY_MIME", "IDENTITY_LABEL"]
 
@@ -673,6 +673,55 @@ def refuse_other_depth(current: Any, run: str, stage: str, pointer: str | os.Pat
         f"the {stage} stage refuses the depth cache {pointer}: it was written for the run {have}, this run (items.json) "
         f"is {run}. Nothing was written. Fix: run the depth stage for this selection first (make demo does; by hand, "
         f"notebooks/02_depth.py with the same output_dir), then this stage again.")
+
+
+def file_states(files: list[str | os.PathLike]) -> dict[str, tuple[str, int]]:
+    """SHA-256 and modification time (ns) of each existing file: what a failed job's restore must give back.
+
+    Snakemake restores an ``update()`` output of a failed job (a refused select or
+    depth, a refused paper) by copying its backup over it, which gives the file a new
+    modification time: the next run would then redo every job after it although
+    nothing changed. The Snakefile records these states when it is parsed and, on
+    error, :func:`restore_times` puts the old times back on files whose content is
+    the one recorded.
+
+    Parameters
+    ----------
+    files : list of path
+        The ``update()`` outputs of the workflow.
+
+    Returns
+    -------
+    dict
+        ``{path: (sha256 hex, st_mtime_ns)}`` for the files that exist.
+    """
+    out = {}
+    for f in files:
+        p = Path(f)
+        if p.is_file():
+            out[str(p)] = (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+    return out
+
+
+def restore_times(states: dict[str, tuple[str, int]]) -> list[Path]:
+    """Put back the recorded modification time of each file whose content is the recorded one.
+
+    Returns
+    -------
+    list of Path
+        The files whose time was put back (their content unchanged, their time had changed).
+    """
+    fixed = []
+    for f, (digest, mtime_ns) in states.items():
+        p = Path(f)
+        try:
+            st = p.stat()
+            if st.st_mtime_ns != mtime_ns and hashlib.sha256(p.read_bytes()).hexdigest() == digest:
+                os.utime(p, ns=(st.st_atime_ns, mtime_ns))
+                fixed.append(p)
+        except OSError:
+            continue
+    return fixed
 
 
 def running_notebooks_dir(output_dir: str | os.PathLike, snakemake_dir: str | os.PathLike = ".snakemake") -> Path:
