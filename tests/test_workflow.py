@@ -748,3 +748,24 @@ def test_identity_bundle_is_json_and_text():
     b = workflow.identity_bundle(run_id="r-1", analysis_id="a-2", models=["m"])
     assert b[workflow.IDENTITY_MIME] == {"run_id": "r-1", "analysis_id": "a-2", "models": ["m"]}
     assert b["text/plain"] == "murk identity: run_id r-1, analysis_id a-2"
+
+
+def test_a_restored_update_output_gets_its_time_back(tmp_path):
+    """Snakemake restores a failed job's update() output by copying its backup (a new modification time):
+    restore_times puts the recorded time back, only where the content is the recorded one."""
+    import shutil
+
+    same, changed = tmp_path / "items.json", tmp_path / "items_meta.json"
+    same.write_text("[1]")
+    changed.write_text("{}")
+    for p in (same, changed):
+        os.utime(p, ns=(10**18, 10**18))
+    states = workflow.file_states([same, changed, tmp_path / "absent.json"])
+    assert set(states) == {str(same), str(changed)}
+    backup = tmp_path / "backup"
+    shutil.copy(same, backup)
+    shutil.copy(backup, same)  # what Snakemake's restore does: same bytes, a new time
+    changed.write_text('{"x": 1}')  # rewritten by a job that ran: keeps its new time
+    assert same.stat().st_mtime_ns != 10**18
+    assert workflow.restore_times(states) == [same]
+    assert same.stat().st_mtime_ns == 10**18 and changed.stat().st_mtime_ns != 10**18
