@@ -166,18 +166,11 @@ def rerun_if_stale(marker_of):
         if why is None:
             return []
         _FORCED.add(marker)
-        plan = workflow.dryrun
-        if murk_workflow.force_rerun(workflow, marker):
-            print(f"murk: {why}: its read-out {'would run' if plan else 'runs'} again, and the cube and "
-                  f"paper after it", file=sys.stderr)
-        elif not plan:  # a Snakemake without a DAG to force: drop what vouches for the old state
-            for f in [marker, f"{OUT}/paper_numbers.json"]:
-                if os.path.isfile(f):
-                    os.remove(f)
-            print(f"murk: {why}: its marker and the numbers file were removed, so the read-out and "
-                  f"everything after it run again", file=sys.stderr)
-        else:
-            print(f"murk: {why}: a real run re-reads it", file=sys.stderr)
+        if not murk_workflow.force_rerun(workflow, marker):  # a Snakemake whose DAG murk cannot force
+            raise WorkflowError(f"murk: {why}; re-read it and re-make what follows with "
+                                f"make demo ARGS='--forcerun {marker}' (snakemake --forcerun {marker})")
+        print(f"murk: {why}: its read-out {'would run' if workflow.dryrun else 'runs'} again, and the cube and "
+              f"paper after it", file=sys.stderr)
         return []
     return check
 

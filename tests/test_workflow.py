@@ -769,3 +769,11 @@ def test_a_restored_update_output_gets_its_time_back(tmp_path):
     assert same.stat().st_mtime_ns != 10**18
     assert workflow.restore_times(states) == [same]
     assert same.stat().st_mtime_ns == 10**18 and changed.stat().st_mtime_ns != 10**18
+
+
+def test_force_rerun_adds_the_marker_to_the_dags_forced_files():
+    from types import SimpleNamespace
+
+    wf = SimpleNamespace(dag=SimpleNamespace(forcefiles=set()))
+    assert workflow.force_rerun(wf, "out/readout/m.done") and wf.dag.forcefiles == {"out/readout/m.done"}
+    assert not workflow.force_rerun(SimpleNamespace(dag=None), "out/readout/m.done")  # the Snakefile then refuses

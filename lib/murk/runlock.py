@@ -153,19 +153,24 @@ def _read_json(path: Path) -> dict | None:
     return rec if isinstance(rec, dict) else None
 
 
-def _is_held(flock_path: Path) -> bool:
-    """Whether another process holds ``flock_path`` exclusively (a missing file: no)."""
+def _blocked(flock_path: Path, probe: int) -> bool:
+    """Whether taking ``flock_path`` with ``probe`` (``LOCK_SH`` or ``LOCK_EX``) would block (a missing file: no)."""
     try:
         fd = os.open(flock_path, os.O_RDONLY)
     except FileNotFoundError:
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, probe | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
     finally:
-        os.close(fd)  # closing releases the probe's shared lock
+        os.close(fd)  # closing releases the probe's lock
     return False
+
+
+def _is_held(flock_path: Path) -> bool:
+    """Whether another process holds ``flock_path`` exclusively (a missing file: no)."""
+    return _blocked(flock_path, fcntl.LOCK_SH)
 
 
 def root_holder(output_dir: str | os.PathLike, snakemake_dir: str | os.PathLike = ".snakemake") -> dict | None:
@@ -417,17 +422,7 @@ def _is_held_by_others(flock_path: Path) -> bool:
     """Whether any process holds ``flock_path`` (shared or exclusive); this process's own holds excluded."""
     if f"{flock_path.parent}|run" in _HELD:
         return True  # this process is a run itself
-    try:
-        fd = os.open(flock_path, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    return _blocked(flock_path, fcntl.LOCK_EX)
 
 
 def refuse_unlock(snakemake_dir: str | os.PathLike = ".snakemake") -> None:

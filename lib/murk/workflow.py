@@ -369,9 +369,9 @@ def force_rerun(workflow: Any, marker: str) -> bool:
     -------
     bool
         True when forced; False when this Snakemake has no DAG with ``forcefiles``
-        (the Snakefile then deletes the marker and the numbers file instead, outside
-        a dry run). ``tests/test_workflow.py`` pins the behaviour of the Snakemake
-        version murk installs.
+        (the Snakefile then refuses, giving the ``--forcerun`` command that does the
+        same). ``tests/test_workflow.py`` pins the behaviour of the Snakemake version
+        murk installs.
     """
     dag = getattr(workflow, "dag", None)
     forced = getattr(dag, "forcefiles", None)
