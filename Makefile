@@ -60,13 +60,13 @@ paper: env
 study: env
 	$(SNAKE) --configfile data/workflow.yaml data/study.yaml $(ARGS)
 
-## lab: JupyterLab on the stage notebooks (jupytext opens the .py files as notebooks)
+## lab: JupyterLab on the stage notebooks, opened as notebooks (the project's settings: lab/jupyter-lab)
 lab: env
 	@want="$(PINS_HASH) $(CURDIR)"; \
 	if [ "$$(cat $(LAB_STAMP) 2>/dev/null)" != "$$want" ]; then \
 	  $(BIN)/python -m pip install --quiet -e '.[test,lab]' && echo "$$want" > $(LAB_STAMP); \
 	fi
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter lab $(LAB_ROOT) $(ARGS) notebooks/
+	PATH="$(abspath $(BIN)):$$PATH" lab/jupyter-lab $(LAB_ROOT) $(ARGS) notebooks/
 
 clean-outputs:
 	rm -rf outputs .snakemake
