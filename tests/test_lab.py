@@ -1,0 +1,150 @@
+"""`make lab` as users drive it (issue 22): the real JupyterLab server, started the way `make lab` starts it.
+
+`make lab` runs ``lab/jupyter-lab`` on ``notebooks/``; this test runs the same script on a copy of the
+notebooks (the tracked files are never written) and asks the server, through its REST API, what a browser
+would get: the default viewer of a ``.py`` file (``GET /lab/api/settings/...``) and what a save writes
+(``GET`` then ``PUT /api/contents/...``, the request that Lab's save and autosave send).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from murk import paths
+
+ROOT = paths.project_root()
+LAUNCHER = ROOT / "lab" / "jupyter-lab"
+DOCMANAGER = "@jupyterlab/docmanager-extension:plugin"
+#: jupytext's notebook view of a text file (its JupyterLab extension registers this factory)
+JUPYTEXT_FACTORY = "Jupytext Notebook"
+NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("*.py"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_make_lab_runs_the_launcher_this_test_runs():
+    """The Makefile's lab recipe starts JupyterLab through lab/jupyter-lab (the one place its settings live)."""
+    make = (ROOT / "Makefile").read_text()
+    recipe = make.split("\nlab:", 1)[1].split("\n\n", 1)[0]
+    assert re.search(r"^\t.*\blab/jupyter-lab\b.*\bnotebooks/", recipe, re.M), recipe
+    assert "jupyter lab" not in recipe, "make lab must start JupyterLab through lab/jupyter-lab, as this test does"
+
+
+@pytest.fixture(scope="module")
+def lab_server(tmp_path_factory):
+    """lab/jupyter-lab serving a copy of notebooks/ on a free port with a token: (base URL, token, copy)."""
+    pytest.importorskip("jupyterlab", reason="JupyterLab is not installed: pip install -e '.[lab]' (make lab does)")
+    tmp = tmp_path_factory.mktemp("lab")
+    copy = tmp / "notebooks"
+    shutil.copytree(ROOT / "notebooks", copy, ignore=shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints"))
+    port, token = _free_port(), secrets.token_hex(16)
+    env = dict(os.environ,
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+               # the developer's own Jupyter config, runtime files and Lab settings stay out of it
+               JUPYTER_CONFIG_DIR=str(tmp / "jupyter-config"), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
+               JUPYTERLAB_SETTINGS_DIR=str(tmp / "user-settings"),
+               JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"))
+    env.pop("JUPYTER_CONFIG_PATH", None)
+    args = [str(LAUNCHER), "--no-browser", f"--port={port}", "--ServerApp.port_retries=0",
+            "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={token}", str(copy)]
+    if os.geteuid() == 0:
+        args.insert(1, "--allow-root")  # as make lab adds it
+    log = open(tmp / "server.log", "w")
+    proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"lab/jupyter-lab exited with {proc.returncode}:\n{(tmp / 'server.log').read_text()}")
+            try:
+                _request(base, token, "GET", "/api/status")
+                break
+            except (urllib.error.URLError, ConnectionError):
+                if time.monotonic() > deadline:
+                    pytest.fail(f"JupyterLab did not answer in 120 s:\n{(tmp / 'server.log').read_text()}")
+                time.sleep(0.5)
+        yield base, token, copy
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+
+
+def _request(base: str, token: str, method: str, path: str, body=None, raw: bool = False):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(base + path, method=method, data=data,
+                                 headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        text = r.read().decode()
+    return text if raw else json.loads(text)
+
+
+@pytest.mark.slow
+def test_python_files_open_as_notebooks(lab_server):
+    base, token, _ = lab_server
+    plugin = _request(base, token, "GET", f"/lab/api/settings/{DOCMANAGER}")
+    default = plugin["schema"]["properties"]["defaultViewers"]["default"]
+    assert default.get("python") == JUPYTEXT_FACTORY, (
+        f"default viewer of .py files: {default.get('python')!r}; lab/labconfig/default_setting_overrides.json "
+        "was not read")
+    assert "defaultViewers" not in plugin["settings"], "the user settings of this test's server are empty"
+    # the factory's provider, jupytext's JupyterLab extension, is loaded into the page
+    page = _request(base, token, "GET", "/lab", raw=True)
+    config = json.loads(re.search(r'<script id="jupyter-config-data" type="application/json">(.*?)</script>',
+                                  page, re.S).group(1))
+    names = [e["name"] for e in config["federated_extensions"]]
+    assert "jupyterlab-jupytext" in names, names
+    assert "@jupyter-widgets/jupyterlab-manager" in names, f"ipywidgets' extension (tqdm bars): {names}"
+    assert "jupyterlab-jupytext" not in config.get("disabledExtensions", [])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_a_save_leaves_the_notebook_byte_identical(lab_server, name):
+    """Open (GET as a notebook), attach the kernel as Lab does, save (PUT): the file is unchanged."""
+    base, token, copy = lab_server
+    before = (ROOT / "notebooks" / name).read_bytes()
+    model = _request(base, token, "GET", f"/api/contents/{name}?type=notebook&content=1")
+    assert model["type"] == "notebook" and model["format"] == "json", (model["type"], model["format"])
+    nb = model["content"]
+    assert len(nb["cells"]) > 3 and any(c["cell_type"] == "markdown" for c in nb["cells"])
+    # what the browser adds when the notebook's kernel starts: the kernelspec from the server, language_info
+    specs = _request(base, token, "GET", "/api/kernelspecs")
+    kernel = nb["metadata"]["kernelspec"]["name"]
+    assert kernel in specs["kernelspecs"], f"{name} asks for kernel {kernel!r}: {sorted(specs['kernelspecs'])}"
+    spec = specs["kernelspecs"][kernel]["spec"]
+    nb["metadata"]["kernelspec"] = {"display_name": spec["display_name"], "language": spec["language"],
+                                    "name": kernel}
+    nb["metadata"]["language_info"] = {"name": "python", "version": ".".join(map(str, sys.version_info[:3])),
+                                       "mimetype": "text/x-python", "file_extension": ".py"}
+    _request(base, token, "PUT", f"/api/contents/{name}", {"type": "notebook", "format": "json", "content": nb})
+    after = (copy / name).read_bytes()
+    assert after == before, (
+        f"saving notebooks/{name} in JupyterLab rewrites it:\n"
+        + "\n".join(difflib.unified_diff(before.decode().splitlines(), after.decode().splitlines(),
+                                         "tracked", "saved", lineterm=""))[:3000])
