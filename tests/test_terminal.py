@@ -139,6 +139,25 @@ def test_a_stage_run_shows_its_bar_on_the_terminal_and_nothing_alarming(tmp_path
     assert sorted(p.name for p in out.parent.iterdir()) == ["toy.ipynb"]  # the converted input is removed
 
 
+def test_without_murk_execute_the_bar_is_a_widget_and_stays_off_the_terminal(tmp_path, capfd, monkeypatch):
+    """As in JupyterLab (a kernel that murk.execute did not start; ipywidgets installed): the notebook's bar is
+    tqdm's widget, and the kernel's terminal (here the test's standard error) gets no bar."""
+    import nbformat
+    import papermill
+    import jupytext
+
+    pytest.importorskip("ipywidgets")
+    monkeypatch.delenv(progress.ENV, raising=False)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "lib"), os.environ.get("PYTHONPATH", "")]))
+    src, out = tmp_path / "toy.ipynb", tmp_path / "toy-out.ipynb"
+    nbformat.write(jupytext.reads(NOTEBOOK, fmt="py:percent"), src)
+    papermill.execute_notebook(str(src), str(out), cwd=str(tmp_path), progress_bar=False)
+    outs = [o for c in json.loads(out.read_text())["cells"] for o in c.get("outputs", [])]
+    widgets = [o for o in outs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert len(widgets) == 1 and "".join(widgets[0]["data"]["text/plain"]).startswith("toy:")
+    assert "toy:" not in capfd.readouterr().err
+
+
 def test_a_failed_cell_is_named_with_its_error_and_the_executed_notebook(tmp_path):
     r, out = _run(tmp_path, "-p", "fail", "True")
     assert r.returncode == 1
