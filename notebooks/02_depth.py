@@ -38,6 +38,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import Image, display
+
 from murk import config, depth, figures, items, nominal, paper, paths, progress, render, workflow
 
 cfg = config.load_config()

@@ -63,6 +63,7 @@ import warnings
 import matplotlib.pyplot as plt
 import xarray as xr
 from IPython.display import display
+
 from murk import config, cube, depth, engine, items, paths, progress, prompts, readout, render, workflow
 
 cfg = config.load_config()

@@ -29,6 +29,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
 from IPython.display import display
+
 import murk
 from murk import config, cube, depth, items, monitor, paths, physics, progress, render, workflow
 

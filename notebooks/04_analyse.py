@@ -57,6 +57,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 from IPython.display import Image, Markdown, display
+
 from murk import analysis, claims, config, cube, depth, figures, items, metrics, monitor, nominal, paper, paths
 from murk import workflow
 from murk import physics, progress, prompts, readout, render
