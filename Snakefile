@@ -84,10 +84,12 @@ DEVICE = f"-p device {config['device']}" if config.get("device") else ""
 
 
 def papermill(notebook, executed, params):
-    """jupytext → papermill (papermill cannot read a .py notebook itself) into ``executed`` (the rule's
-    log, under RUNNING); when it ran to its end, the executed notebook moves to NB."""
-    return (f"jupytext --to ipynb {notebook} -o - "
-            f"| papermill - {executed} --cwd {shlex.quote(os.getcwd())} -p output_dir {shlex.quote(OUT_ABS)} {params} "
+    """papermill, through murk.execute, into ``executed`` (the rule's log, under RUNNING); when it ran to its
+    end, the executed notebook moves to NB. murk.execute converts the .py notebook beside ``executed``, draws
+    the stage's progress bars on the terminal (murk.progress) and, for a cell that raised, prints the error,
+    the cell and the path of ``executed``."""
+    return (f"python -m murk.execute {notebook} {executed} --cwd {shlex.quote(os.getcwd())} "
+            f"-p output_dir {shlex.quote(OUT_ABS)} {params} "
             f"&& mkdir -p {NB} && mv {executed} {NB}/")
 
 

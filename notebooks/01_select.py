@@ -37,12 +37,19 @@
 # image are never a target (a warning names them).
 
 # %% tags=["parameters"]
-coco_dir = None      # folder in COCO's layout; None: $MURK_COCO_DIR
-split = None         # None: the run settings' split (data/workflow.yaml: val2017, the study's split)
-n_items = None       # None: the run settings' n_items (data/workflow.yaml, smoke-sized; the study: 1000)
-seed = None          # None: the run settings' seed (the study: 1)
-output_dir = None    # None: $MURK_OUTPUT_DIR or outputs/
-run_name = None      # frozen record name; None: "offline-demo" if MURK_OFFLINE else "demo"
+# (one parameter a line, its comment above it: papermill reads `name = value` lines)
+# folder in COCO's layout; None: $MURK_COCO_DIR
+coco_dir = None
+# None: the run settings' split (data/workflow.yaml: val2017, the study's split)
+split = None
+# None: the run settings' n_items (data/workflow.yaml, smoke-sized; the study: 1000)
+n_items = None
+# None: the run settings' seed (the study: 1)
+seed = None
+# None: $MURK_OUTPUT_DIR or outputs/
+output_dir = None
+# frozen record name; None: "offline-demo" if MURK_OFFLINE else "demo"
+run_name = None
 
 # %%
 from collections import Counter
@@ -86,7 +93,7 @@ report = items.selection_report(table, ann, cfg)
 # downloads only the selected images, if online; offline, a missing one is named (a warning) and kept
 coco.ensure_images(table["file_name"], image_dir, split, missing_ok=True)
 # each image's stored size against its annotation (headers only): used as stored, transposed, or recorded missing
-report["image_checks"] = items.image_checks(table, image_dir)
+report["image_checks"] = items.image_checks(table, image_dir, progress=True)
 meta = {"config_hash": config_hash, "items_hash": items_hash, "run_id": workflow.run_id(config_hash, items_hash),
         "run_name": run_name,
         "n_items": int(len(table)), "n_items_requested": int(n_items), "seed": int(seed),

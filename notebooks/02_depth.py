@@ -23,9 +23,12 @@
 # which both need the depth.
 
 # %% tags=["parameters"]
-backend = None     # "auto" | "depth-anything-v2" | "folder" | "constant"; auto = constant when MURK_OFFLINE=1;
-                   # None: the run settings' depth_backend (data/workflow.yaml: auto)
-model = None       # hub id or local folder (folder: the maps); None: the run settings' depth_model
+# (one parameter a line, its comment above it: papermill reads `name = value` lines)
+# "auto", "depth-anything-v2", "folder" or "constant" ("auto": "constant" when MURK_OFFLINE=1);
+# None: the run settings' depth_backend (data/workflow.yaml: auto)
+backend = None
+# hub id or local folder (folder: the maps); None: the run settings' depth_model
+model = None
 output_dir = None
 
 # %%
@@ -35,9 +38,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import Image, display
-from tqdm.auto import tqdm
 
-from murk import config, depth, figures, items, nominal, paper, paths, render, workflow
+from murk import config, depth, figures, items, nominal, paper, paths, progress, render, workflow
 
 cfg = config.load_config()
 table, meta = items.read_items(output_dir)
@@ -63,7 +65,7 @@ est = depth.get_backend(backend, model)
 folder = depth.depth_cache_dir(est.name, output_dir)
 folder.mkdir(parents=True, exist_ok=True)
 written, skipped = [], {}
-for _, row in tqdm(table.iterrows(), total=len(table), desc="depth", unit="img"):
+for _, row in progress.bar(table.iterrows(), total=len(table), desc="depth", unit="img"):
     image_id = int(row["image_id"])
     if depth.is_cached(folder, image_id, est):
         continue

@@ -25,24 +25,35 @@
 # architectures: their numbers are a **pipeline check**, not results.
 
 # %% tags=["parameters"]
-model = None                  # hub id, local folder, or murk-tiny/smolvlm | murk-tiny/qwen3vl; None: the
-                              # first model of the run settings (data/workflow.yaml; offline_models if MURK_OFFLINE=1)
-max_items = None              # N: the first N items (a model entry's n_items); None: the model's n_items in the
-                              # run settings if it is listed there, else all selected items
-device = None                 # None: the run settings' device (null: cuda if available, else cpu)
-shard = None                  # with shard_size: read out only items shard*shard_size ... (own store)
+# (one parameter a line, its comment above it: papermill reads `name = value` lines)
+# hub id, local folder, or murk-tiny/smolvlm, murk-tiny/qwen3vl; None: the first model of the run settings
+# (data/workflow.yaml; offline_models if MURK_OFFLINE=1)
+model = None
+# N: the first N items (a model entry's n_items); None: the model's n_items in the run settings if it is
+# listed there, else all selected items
+max_items = None
+# None: the run settings' device (null: cuda if available, else cpu)
+device = None
+# with shard_size: read out only items shard*shard_size ... (own store)
+shard = None
 shard_size = None
-n_verbal_items = None         # the first n items are also asked verbal wordings v2, v3 (spec Table VI: 300);
-                              # None: the run settings' n_verbal_items
-engine_kind = "batched"       # "batched": murk.engine (default); "per-unit": murk.readout.read_item per condition
-images_per_batch = None       # batched engine: images per scheduled batch (x 24 units); None: the store's value
-                              # on resume, else data/config.yaml readout.images_per_batch, else from free memory
-trust_remote_code = None      # run code shipped with a checkpoint (auto_map) only if True, never on a prompt;
-                              # None: the run settings' trust_remote_code (false)
-allow_pickle = None           # accept pickle weights (pytorch_model.bin) only if True; None: the run settings'
-                              # allow_pickle (false: safetensors only)
-run_by = "papermill"          # what runs this notebook: "papermill" (by hand) or "snakemake" (the Snakefile passes
-                              # it): a refusal's fix is given in the words of that command
+# the first n items are also asked verbal wordings v2, v3 (spec Table VI: 300); None: the run settings'
+# n_verbal_items
+n_verbal_items = None
+# "batched": murk.engine (default); "per-unit": murk.readout.read_item per condition
+engine_kind = "batched"
+# batched engine: images per scheduled batch (x 24 units); None: the store's value on resume, else
+# data/config.yaml readout.images_per_batch, else from free memory
+images_per_batch = None
+# run code shipped with a checkpoint (auto_map) only if True, never on a prompt; None: the run settings'
+# trust_remote_code (false)
+trust_remote_code = None
+# accept pickle weights (pytorch_model.bin) only if True; None: the run settings' allow_pickle (false:
+# safetensors only)
+allow_pickle = None
+# what runs this notebook: "papermill" (by hand) or "snakemake" (the Snakefile passes it): a refusal's fix is
+# given in the words of that command
+run_by = "papermill"
 output_dir = None
 
 # %%
@@ -52,9 +63,8 @@ import warnings
 import matplotlib.pyplot as plt
 import xarray as xr
 from IPython.display import display
-from tqdm.auto import tqdm
 
-from murk import config, cube, depth, engine, items, paths, prompts, readout, render, workflow
+from murk import config, cube, depth, engine, items, paths, progress, prompts, readout, render, workflow
 
 cfg = config.load_config()
 table, meta = items.read_items(output_dir)
@@ -210,7 +220,7 @@ if todo and engine_kind == "batched":
             cube.write_image(store, res.item - span.start, res.results)  # all 24 conditions, then `done`
         fallbacks += [f"image {int(table.iloc[res.item]['image_id'])} {f}" for f in res.fallbacks]
 elif todo:  # the per-unit engine, for comparison
-    for i in tqdm(todo, desc=f"readout {paths.model_slug(model)} (per-unit)", unit="img"):
+    for i in progress.bar(todo, desc=f"readout {paths.model_slug(model)} (per-unit)", unit="img"):
         try:
             job = load(i)
         except engine.BAD_INPUT_ERRORS as e:  # bad input: record it, keep going, lose nothing
@@ -222,7 +232,7 @@ elif todo:  # the per-unit engine, for comparison
             record_missing(i, f"rendering failed: {type(e).__name__}: {e}")
             continue
         results = {}
-        for arm, level, shown in tqdm(conditions, desc=f"image {i}", unit="unit", leave=False):
+        for arm, level, shown in progress.bar(conditions, desc=f"image {i}", unit="unit", leave=False):
             for task, r in readout.read_item(vlm, shown, job.questions, cfg,
                                              verbal_variants=job.verbal_variants).items():
                 results[(arm, level, task)] = r

@@ -19,7 +19,9 @@
 # `murk/visibility-monitor`; the analyse stage compares it with each VLM.
 
 # %% tags=["parameters"]
-threshold_m = None   # abstain threshold in metres; None: murk.monitor.DEFAULT_THRESHOLD_M
+# (one parameter a line, its comment above it: papermill reads `name = value` lines)
+# abstain threshold in metres; None: murk.monitor.DEFAULT_THRESHOLD_M
+threshold_m = None
 output_dir = None
 
 # %%
@@ -27,10 +29,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
 from IPython.display import display
-from tqdm.auto import tqdm
 
 import murk
-from murk import config, cube, depth, items, monitor, paths, physics, render, workflow
+from murk import config, cube, depth, items, monitor, paths, physics, progress, render, workflow
 
 cfg = config.load_config()
 table, meta = items.read_items(output_dir)
@@ -62,7 +63,7 @@ print(f"{len(todo)} of {len(table)} images to estimate")
 # %%
 partner = items.shuffled_partner(len(table), cfg["items"].get("shuffle_offset", 37))
 skipped = {}
-for i in tqdm(todo, desc="monitor", unit="img"):
+for i in progress.bar(todo, desc="monitor", unit="img"):
     row = table.iloc[i]
     try:
         x = render.item_inputs(table, i, partner[i], meta["image_dir"], current["path"], cfg)

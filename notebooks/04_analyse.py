@@ -35,11 +35,15 @@
 # (`paper_numbers.json`) is written by the last cell.
 
 # %% tags=["parameters"]
-models = None         # models whose read-out stores form the cube: ids, or {id: ..., n_items: N} for a model
-                      # read out on the first N items (papermill -y 'models: [...]'); None: the run settings'
-                      # models (data/workflow.yaml; offline_models if MURK_OFFLINE=1)
-shard_size = None     # the read-outs' shard size (None: the run settings' shard_size; null: one store per model)
-monitor_sensitivity_items = 20   # items on which the monitor is re-run with a wrong depth (0: skip)
+# (one parameter a line, its comment above it: papermill reads `name = value` lines)
+# models whose read-out stores form the cube: ids, or {id: ..., n_items: N} for a model read out on the first
+# N items (papermill -y 'models: [...]'); None: the run settings' models (data/workflow.yaml; offline_models if
+# MURK_OFFLINE=1)
+models = None
+# the read-outs' shard size (None: the run settings' shard_size; null: one store per model)
+shard_size = None
+# items on which the monitor is re-run with a wrong depth (0: skip)
+monitor_sensitivity_items = 20
 output_dir = None
 
 # %%
@@ -53,11 +57,10 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 from IPython.display import Image, Markdown, display
-from tqdm.auto import tqdm
 
 from murk import analysis, claims, config, cube, depth, figures, items, metrics, monitor, nominal, paper, paths
 from murk import workflow
-from murk import physics, prompts, readout, render
+from murk import physics, progress, prompts, readout, render
 from murk.paper import (fmt, fmt_crossing, fmt_estimate, fmt_interval, fmt_level, fmt_list, fmt_range, fmt_visibility,
                         fmt_visibility_interval)
 
@@ -1576,7 +1579,7 @@ SENS = {"oracle": ("oracle (rendering depth)", lambda z: z), "kappa_0.5": ("dept
 THR = monitor.DEFAULT_THRESHOLD_M
 sens = {}   # (arm, variant) -> dict of V̂ (image, level), codes, clean V̂ and codes
 partner_ = items.shuffled_partner(len(table), cfg["items"].get("shuffle_offset", 37)) if n_sens else None
-for i in tqdm(range(n_sens), desc="monitor depth sensitivity", unit="img") if n_sens else []:
+for i in progress.bar(range(n_sens), desc="analyse: monitor depth sensitivity", unit="img") if n_sens else []:
     try:  # inputs and both renderings first: an image contributes to every row or to none
         x = render.item_inputs(table, i, partner_[i], meta["image_dir"], current["path"], cfg)
         stacks = {arm: [x["image"]] + list(sweep(x["image"], x["depth_m"], VIS[1:]))

@@ -8,7 +8,6 @@ a library shortcut.
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 from pathlib import Path
 
@@ -49,13 +48,12 @@ def run(stage: str, output_dir: str | os.PathLike, suffix: str = "", **params) -
 
 
 def command(stage: str, output_dir: str | os.PathLike, suffix: str = "", **params) -> list[str]:
-    """The shell command of :func:`run`, for a subprocess (e.g. to kill it): jupytext | papermill."""
+    """The command of :func:`run`, for a subprocess (e.g. to kill it): papermill through ``murk.execute``, as
+    the Snakefile's rules run it (the .py notebook converted to a file beside the executed one, no pipe)."""
     out = executed_path(stage, output_dir, suffix)
     out.parent.mkdir(parents=True, exist_ok=True)
-    args = " ".join(f"-p {k} {shlex.quote(str(v))}" for k, v in {"output_dir": output_dir, **params}.items()
-                    if v is not None)
-    return ["bash", "-c", f"{BIN}/jupytext --to ipynb notebooks/{stage}.py -o - 2>/dev/null "
-                          f"| {BIN}/papermill - {shlex.quote(str(out))} --cwd {shlex.quote(str(ROOT))} {args}"]
+    args = [a for k, v in {"output_dir": output_dir, **params}.items() if v is not None for a in ("-p", k, str(v))]
+    return [sys.executable, "-m", "murk.execute", f"notebooks/{stage}.py", str(out), "--cwd", str(ROOT), *args]
 
 
 SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"

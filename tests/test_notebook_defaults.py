@@ -60,3 +60,23 @@ def test_run_default_resolves_from_workflow_yaml(monkeypatch):
     assert config.run_default("models") == settings["models"]
     with pytest.raises(KeyError, match="workflow.yaml"):
         config.run_default("no_such_setting")
+
+
+@pytest.mark.parametrize("stage", sorted(p.stem for p in (ROOT / "notebooks").glob("*.py")))
+def test_papermill_reads_every_parameter_of_every_notebook(stage, tmp_path, caplog):
+    """papermill's own parser (papermill.inspect_notebook, PythonTranslator.inspect) reads each assignment of the
+    parameters cell, with its default, and warns nothing: a line it cannot parse (a comment with ``=`` on a
+    parameter line) made it print ``Unable to parse line`` and ``Passed unknown parameter`` on every run."""
+    import logging
+
+    import nbformat
+    import papermill
+
+    src = tmp_path / f"{stage}.ipynb"
+    nbformat.write(jupytext.read(ROOT / "notebooks" / f"{stage}.py"), src)
+    with caplog.at_level(logging.DEBUG, logger="papermill"):
+        found = papermill.inspect_notebook(str(src))
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    expected = parameters(stage)
+    assert list(found) == list(expected)
+    assert {k: ast.literal_eval(v["default"]) for k, v in found.items()} == expected

@@ -19,9 +19,8 @@ import zipfile
 from pathlib import Path
 from typing import Iterable
 
-from tqdm.auto import tqdm
-
 from murk import paths
+from murk.progress import bar as progress_bar
 
 __all__ = ["ANNOTATIONS_URL", "ANNOTATIONS_MD5", "IMAGES_URL", "MissingImageWarning", "coco_files", "fetch_annotations",
            "ensure_images"]
@@ -49,7 +48,7 @@ def _download(url: str, dest: Path, desc: str) -> Path:
     try:
         with urllib.request.urlopen(url, timeout=60) as r, open(tmp, "wb") as f:
             total = int(r.headers.get("Content-Length") or 0) or None
-            with tqdm(total=total, unit="B", unit_scale=True, desc=desc, leave=False) as bar:
+            with progress_bar(total=total, unit="B", unit_scale=True, desc=desc, leave=False) as bar:
                 for chunk in iter(lambda: r.read(1 << 20), b""):
                     f.write(chunk)
                     bar.update(len(chunk))
@@ -159,7 +158,7 @@ def ensure_images(file_names: Iterable[str], image_dir: Path, split: str = "val2
         _no_network(f"{len(missing)} selected images (e.g. {missing[0]})", image_dir)
         known = _known_sha256()
         ledger = image_dir.parent / f"{split}.sha256"
-        for name in tqdm(missing, desc="COCO images", unit="img"):
+        for name in progress_bar(missing, desc="select: COCO images", unit="img"):
             p = _download(IMAGES_URL.format(split=split, file_name=name), image_dir / name, name)
             digest = _digest(p, "sha256")
             if name in known and known[name] != digest:

@@ -1156,7 +1156,7 @@ def read_images(vlm: _ro.VLM, batches: Iterable[Sequence[int]], load: Callable[[
     length_bucket : int
         Row lengths are padded to multiples of this many tokens.
     progress : bool or str
-        A tqdm bar in units per second (a str is its description).
+        A progress bar in units per second (:func:`murk.progress.bar`; a str is its description).
     stats : EngineStats, optional
         Counters to add to (model and wait seconds included).
 
@@ -1165,7 +1165,7 @@ def read_images(vlm: _ro.VLM, batches: Iterable[Sequence[int]], load: Callable[[
     ImageResult
         In schedule order, one per item of ``batches`` not in ``done``.
     """
-    from tqdm.auto import tqdm
+    from murk.progress import bar as progress_bar
 
     cfg = load_config() if config is None else config
     st = stats if stats is not None else EngineStats()
@@ -1264,8 +1264,8 @@ def read_images(vlm: _ro.VLM, batches: Iterable[Sequence[int]], load: Callable[[
                threading.Thread(target=model_loop, name="murk-model", daemon=True)]
     for t in threads:
         t.start()
-    bar = tqdm(total=total, unit="unit", desc=progress if isinstance(progress, str) else "readout",
-               disable=not progress, smoothing=0.1)
+    bar = progress_bar(total=total, unit="unit", desc=progress if isinstance(progress, str) else "readout",
+                       disable=not progress, smoothing=0.1)
     try:
         while True:
             got = results.get()

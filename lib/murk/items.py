@@ -857,7 +857,8 @@ _SELECT_KEPT = ("each selection file is written whole or not at all, and under S
                 "items.json and items_meta.json are restored; nothing of the later stages is touched")
 
 
-def image_checks(table: pd.DataFrame, image_dir: str | os.PathLike) -> dict[str, dict[str, str]]:
+def image_checks(table: pd.DataFrame, image_dir: str | os.PathLike,
+                 progress: bool = False) -> dict[str, dict[str, str]]:
     """Check each selected image's file against its annotation, from the file headers only.
 
     The rule is :func:`murk.render.load_image`'s, which every later stage applies
@@ -877,6 +878,8 @@ def image_checks(table: pd.DataFrame, image_dir: str | os.PathLike) -> dict[str,
         The items (columns ``image_id``, ``file_name``, ``width``, ``height``).
     image_dir : path
         The COCO image folder.
+    progress : bool
+        A progress bar (:func:`murk.progress.bar`, ``select: image headers``).
 
     Returns
     -------
@@ -885,9 +888,11 @@ def image_checks(table: pd.DataFrame, image_dir: str | os.PathLike) -> dict[str,
         in item order; both empty when every image is used as stored.
     """
     from murk import render
+    from murk.progress import bar as progress_bar
 
     out: dict[str, dict[str, str]] = {"transposed": {}, "unreadable": {}}
-    for row in table.itertuples(index=False):
+    for row in progress_bar(table.itertuples(index=False), total=len(table), desc="select: image headers",
+                            unit="img", disable=not progress):
         try:
             note = render.inspect_image(Path(image_dir) / str(row.file_name), (int(row.width), int(row.height)))
         except (FileNotFoundError, ValueError) as e:

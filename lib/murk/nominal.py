@@ -683,10 +683,9 @@ def nominal_equivalence(items, image_dir, depth_dir, *, max_side: int = 448, see
     """
     import pandas as pd
     import xarray as xr
-    from tqdm.auto import tqdm
-
     from murk import depth as _depth
     from murk import render
+    from murk.progress import bar as progress_bar
 
     table = pd.DataFrame(items)
     severities = [int(s) for s in severities]
@@ -697,8 +696,8 @@ def nominal_equivalence(items, image_dir, depth_dir, *, max_side: int = 448, see
     monotone = np.zeros(len(table), dtype=bool)
     missing = np.full(len(table), "", dtype=object)
     grid = _bracket_grid(EQUIVALENCE_BRACKET_M if bracket_m is None else bracket_m)
-    rows = tqdm(table.itertuples(index=False), total=len(table), desc="nominal", unit="img",
-                disable=not progress)
+    rows = progress_bar(table.itertuples(index=False), total=len(table), desc="depth: nominal equivalence",
+                        unit="img", disable=not progress)
     for i, row in enumerate(rows):
         image_id = int(row.image_id)
         try:

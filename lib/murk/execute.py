@@ -1,0 +1,191 @@
+"""Run a stage notebook with papermill, quietly: ``python -m murk.execute NOTEBOOK OUTPUT [papermill options]``.
+
+This is papermill's own command line (its options and parameter parsing: ``-p name
+value``, ``-y YAML``, ``--cwd``, ...), run with three changes that make a
+successful run print nothing alarming and a failed one say what failed:
+
+- a ``.py`` notebook (jupytext percent) is converted to ``<OUTPUT without .ipynb>.input.ipynb``
+  beside the executed notebook and removed afterwards (papermill cannot read a ``.py``
+  notebook; reading it from a pipe, papermill warns ``the file is not specified
+  with any extension : -``);
+- the kernel is managed by :class:`QuietKernelManager`: its connection is
+  encrypted with CurveZMQ keys the manager provisions (ipykernel otherwise warns
+  ``Kernel is running over TCP without encryption``), and it is not sent SIGINT
+  at shutdown when it is idle (jupyter_client interrupts every kernel before
+  shutting it down, and ipykernel 7 logs ``ERROR | KeyboardInterrupt caught in
+  kernel`` for it);
+- papermill's cell-count bar is off: the stage's own loops draw their bars on the
+  terminal (:mod:`murk.progress`, through :data:`murk.progress.ENV`), and papermill
+  logs at WARNING (its ``Input Notebook:`` lines repeat Snakemake's job header);
+  the kernel ignores tqdm's ``IProgress not found`` warning (:data:`IPROGRESS_WARNING`):
+  libraries' ``tqdm.auto`` bars (transformers' ``Loading weights``) fall back to
+  text in a headless notebook without ipywidgets, which is what it should show.
+
+A cell that raises ends the run with exit status 1 and, on standard error, the
+exception's name and message, the cell (its ``In [n]`` and source) and the path of
+the executed notebook, which holds the whole traceback.
+
+The Snakefile's rules run every stage this way; so does ``tests/stages.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from jupyter_client.manager import AsyncKernelManager
+
+from murk import progress
+
+#: lines of a failed cell's source printed on the terminal (the executed notebook has it all)
+SOURCE_LINES = 15
+
+#: the kernel's warnings filter (PYTHONWARNINGS) for tqdm.auto's ``TqdmWarning: IProgress not found`` (no ipywidgets)
+IPROGRESS_WARNING = "ignore:IProgress not found:Warning"
+
+_kernel_idle = False   # set between cells by the engine's hooks (one notebook per process)
+
+
+class QuietKernelManager(AsyncKernelManager):
+    """jupyter_client's kernel manager with an encrypted connection and no interrupt of an idle kernel at shutdown.
+
+    ``transport_encryption`` is ``"auto"`` where pyzmq has CurveZMQ (the manager then
+    gives keys to a kernel whose kernelspec declares ``supported_encryption: curve``,
+    as ipykernel's does since 7). ``shutdown_kernel`` interrupts the kernel first
+    (SIGINT, so that a busy kernel can take the shutdown request); a kernel between
+    cells is skipped, so ipykernel logs no KeyboardInterrupt. A busy kernel (a
+    timeout, papermill interrupted) is interrupted as before.
+    """
+
+    def __init__(self, **kwargs):
+        import zmq
+
+        super().__init__(**kwargs)
+        if zmq.has("curve"):
+            self.transport_encryption = "auto"
+
+    async def _async_interrupt_kernel(self) -> None:
+        if self.shutting_down and _kernel_idle:
+            return
+        await super()._async_interrupt_kernel()
+
+
+def _engine():
+    """papermill's nbclient engine, with :class:`QuietKernelManager` and merged stream outputs."""
+    from papermill.engines import NBClientEngine
+
+    def busy(**_):
+        global _kernel_idle
+        _kernel_idle = False
+
+    def idle(**_):
+        global _kernel_idle
+        _kernel_idle = True
+
+    class QuietEngine(NBClientEngine):
+        @classmethod
+        def execute_managed_notebook(cls, nb_man, kernel_name, **kwargs):
+            # coalesce_streams: a text progress bar's redraws (\r) collapse to its last line in the notebook
+            kwargs = {"kernel_manager_class": QuietKernelManager, "coalesce_streams": True,
+                      "on_cell_execute": busy, "on_cell_executed": idle, "on_notebook_start": idle, **kwargs}
+            return super().execute_managed_notebook(nb_man, kernel_name, **kwargs)
+
+    return QuietEngine
+
+
+def input_notebook(notebook: str | os.PathLike, output: str | os.PathLike) -> Path:
+    """The notebook papermill reads: ``notebook`` itself if it is an ``.ipynb``, else its conversion.
+
+    A jupytext notebook (``.py``) is written as ``<output without .ipynb>.input.ipynb``
+    beside ``output``.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``notebook`` does not exist.
+    """
+    notebook = Path(notebook)
+    if not notebook.is_file():
+        raise FileNotFoundError(f"notebook {notebook} not found")
+    if notebook.suffix == ".ipynb":
+        return notebook
+    import jupytext
+    import nbformat
+
+    out = Path(output)
+    src = out.with_name((out.name[:-len(".ipynb")] if out.name.endswith(".ipynb") else out.name) + ".input.ipynb")
+    src.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(jupytext.read(notebook), src)
+    return src
+
+
+def failure_report(err, notebook: str | os.PathLike, output: str | os.PathLike) -> str:
+    """The terminal's lines for a cell that raised: its exception, the cell, the executed notebook.
+
+    Parameters
+    ----------
+    err : papermill.PapermillExecutionError
+        What papermill raised (``ename``, ``evalue``, ``exec_count``, ``source``).
+    notebook, output : path
+        The notebook run and its executed copy.
+
+    Returns
+    -------
+    str
+        Lines ending in a newline.
+    """
+    src = (err.source or "").rstrip("\n").splitlines()
+    shown = src[:SOURCE_LINES] + ([f"... ({len(src) - SOURCE_LINES} more lines)"] if len(src) > SOURCE_LINES else [])
+    cell = "\n".join("    " + line for line in shown)
+    return (f"murk: {notebook} failed in cell In [{err.exec_count}]:\n{cell}\n"
+            f"{err.ename}: {err.evalue}\n"
+            f"murk: the executed notebook, with the traceback: {output}\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m murk.execute NOTEBOOK OUTPUT [papermill options]``; returns the exit status."""
+    import click
+    from papermill.cli import papermill as papermill_cli
+    from papermill.engines import papermill_engines
+    from papermill.exceptions import PapermillExecutionError
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) < 2 or args[0].startswith("-") or args[1].startswith("-"):
+        print("usage: python -m murk.execute NOTEBOOK OUTPUT [papermill options, e.g. -p name value]\n"
+              "  NOTEBOOK: notebooks/<stage>.py (or an .ipynb); OUTPUT: the executed notebook (.ipynb)",
+              file=sys.stderr)
+        return 2
+    notebook, output, rest = args[0], args[1], args[2:]
+    try:
+        src = input_notebook(notebook, output)
+    except FileNotFoundError as e:
+        print(f"murk: {e}", file=sys.stderr)
+        return 2
+    os.environ[progress.ENV] = "terminal"   # inherited by the kernel: its loops draw their bars here too
+    # a headless notebook wants text bars, which is what tqdm.auto falls back to without ipywidgets (imported by
+    # transformers and huggingface_hub): its warning to install ipywidgets is not for this run
+    os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), IPROGRESS_WARNING]))
+    papermill_engines.register("murk-quiet", _engine())
+    try:
+        papermill_cli.main([str(src), str(output), "--engine", "murk-quiet", "--no-progress-bar",
+                            "--log-level", "WARNING", *rest], prog_name="python -m murk.execute",
+                           standalone_mode=False)
+    except PapermillExecutionError as e:
+        sys.stderr.write(failure_report(e, notebook, output))
+        return 1
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    except click.ClickException as e:
+        e.show()
+        return e.exit_code
+    except click.exceptions.Abort:
+        return 130
+    finally:
+        if Path(src) != Path(notebook):
+            Path(src).unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,250 @@
+"""The terminal of a run (issue 22): each stage's progress on it, no alarming noise, a failure said plainly.
+
+A stage notebook runs in a Jupyter kernel through ``python -m murk.execute`` (papermill's command line with
+murk's kernel manager), and its loops draw their bars with :func:`murk.progress.bar`: in the notebook, and on
+the terminal of the run. These tests drive the real tools: a real kernel, papermill, and the session's
+default-target Snakemake run (the ``demo`` fixture, whose terminal text tests/conftest.py keeps beside its
+root).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import stages
+from murk import execute, paths, progress, workflow
+
+ROOT = paths.project_root()
+
+#: what a successful run must never print (issue 22): each was printed by every `make demo` before
+NOISE = ("ERROR", "KeyboardInterrupt", "Unable to parse", "not specified with any extension", "without encryption",
+         "Passed unknown parameter", "IProgress not found", "Traceback")
+
+NOTEBOOK = '''\
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% tags=["parameters"]
+# images in the loop
+n = 3
+# raise in the last cell
+fail = False
+
+# %%
+import tqdm.auto  # as transformers and huggingface_hub import it
+
+from murk import progress
+
+for i in progress.bar(range(n), desc="toy", unit="img"):
+    pass
+print("loop done")
+
+# %%
+if fail:
+    table = None
+    raise FileNotFoundError("items.json not found under out/: run the select stage first")
+'''
+
+
+def _lines(text: str) -> list[str]:
+    """The lines a terminal shows: a bar's redraws (\\r) are lines of their own."""
+    return [ln for ln in re.split(r"[\r\n]+", text) if ln.strip()]
+
+
+def _bar_lines(text: str, desc: str) -> list[str]:
+    """A bar's lines for ``desc``: its count, elapsed and left time, and rate (tqdm's format)."""
+    pat = re.compile(rf"^{re.escape(desc)}: +\d+%\|.*\| (\d+)/(\d+) \[\d\d:\d\d<\d\d:\d\d, +[\d.]+(img|unit|s)")
+    return [ln for ln in _lines(text) if pat.match(ln)]
+
+
+def _run(tmp_path: Path, *params: str, pytest_env: bool = False,
+         ipywidgets: bool = True) -> tuple[subprocess.CompletedProcess, Path]:
+    nb = tmp_path / "toy.py"
+    nb.write_text(NOTEBOOK)
+    out = tmp_path / "run" / "toy.ipynb"
+    env = {k: v for k, v in os.environ.items() if pytest_env or k != "PYTEST_CURRENT_TEST"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "lib"), env.get("PYTHONPATH", "")])
+    if not ipywidgets:  # an environment without ipywidgets (the lab extra not installed)
+        (tmp_path / "blocked" / "ipywidgets").mkdir(parents=True)
+        (tmp_path / "blocked" / "ipywidgets" / "__init__.py").write_text("raise ImportError('not installed')\n")
+        env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "blocked"), env["PYTHONPATH"]])
+    r = subprocess.run([sys.executable, "-m", "murk.execute", str(nb), str(out), *params], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    return r, out
+
+
+# --- murk.progress outside a kernel ---
+
+def test_a_bar_outside_a_kernel_is_one_tqdm_bar_on_stderr(capsys):
+    seen = list(progress.bar(range(4), desc="loop", unit="img"))
+    assert seen == [0, 1, 2, 3]
+    err = capsys.readouterr().err
+    assert _bar_lines(err, "loop")[-1].startswith("loop: 100%")
+    assert " 4/4 [" in _bar_lines(err, "loop")[-1]
+    assert progress.terminal_stream() is None  # not a kernel: no second bar
+
+
+def test_a_bar_without_iterable_counts_updates_and_closes_once(capsys):
+    with progress.bar(desc="readout x", total=48, unit="unit") as bar:
+        bar.update(24)
+        bar.update(24)
+        assert (bar.n, bar.total) == (48, 48)
+        with pytest.raises(TypeError, match="update"):
+            iter(bar).__next__()
+    bar.close()
+    assert " 48/48 [" in capsys.readouterr().err
+
+
+def test_a_disabled_bar_writes_nothing(capsys):
+    assert list(progress.bar([1, 2], desc="quiet", disable=True)) == [1, 2]
+    assert capsys.readouterr().err == ""
+
+
+# --- a real kernel through murk.execute ---
+
+@pytest.mark.parametrize("pytest_env,ipywidgets", [(False, True), (True, True), (False, False)],
+                         ids=["fd-captured", "fd-not-captured", "without-ipywidgets"])
+def test_a_stage_run_shows_its_bar_on_the_terminal_and_nothing_alarming(tmp_path, pytest_env, ipywidgets):
+    """The kernel's bar reaches papermill's stderr whether ipykernel redirects file descriptors 1 and 2 into the
+    notebook (as for users) or not (ipykernel does not under pytest); the notebook keeps its own bar as text,
+    with or without ipywidgets, and no ``IProgress not found`` warning."""
+    r, out = _run(tmp_path, "-p", "n", "5", pytest_env=pytest_env, ipywidgets=ipywidgets)
+    assert r.returncode == 0, r.stderr
+    terminal = r.stdout + r.stderr
+    assert _bar_lines(terminal, "toy")[-1].startswith("toy: 100%"), terminal
+    assert " 5/5 [" in _bar_lines(terminal, "toy")[-1]
+    assert not [ln for ln in _lines(terminal) if any(n in ln for n in NOISE)], terminal
+    nb = json.loads(out.read_text())
+    texts = [(o.get("name"), "".join(o.get("text", ""))) for c in nb["cells"] for o in c.get("outputs", [])]
+    assert ("stdout", "loop done\n") in texts
+    bar_text = [t for name, t in texts if name == "stderr"]
+    assert len(bar_text) == 1 and _bar_lines(bar_text[0], "toy") == [bar_text[0].strip()], texts  # its last line
+    assert " 5/5 [" in bar_text[0]
+    assert not any("widget" in k for c in nb["cells"] for o in c.get("outputs", []) for k in o.get("data", {}))
+    assert nb["metadata"]["papermill"]["parameters"] == {"n": 5}
+    assert sorted(p.name for p in out.parent.iterdir()) == ["toy.ipynb"]  # the converted input is removed
+
+
+def test_without_murk_execute_the_bar_is_a_widget_and_stays_off_the_terminal(tmp_path, capfd, monkeypatch):
+    """As in JupyterLab (a kernel that murk.execute did not start; ipywidgets installed): the notebook's bar is
+    tqdm's widget, and the kernel's terminal (here the test's standard error) gets no bar."""
+    import nbformat
+    import papermill
+    import jupytext
+
+    pytest.importorskip("ipywidgets")
+    monkeypatch.delenv(progress.ENV, raising=False)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "lib"), os.environ.get("PYTHONPATH", "")]))
+    src, out = tmp_path / "toy.ipynb", tmp_path / "toy-out.ipynb"
+    nbformat.write(jupytext.reads(NOTEBOOK, fmt="py:percent"), src)
+    papermill.execute_notebook(str(src), str(out), cwd=str(tmp_path), progress_bar=False)
+    outs = [o for c in json.loads(out.read_text())["cells"] for o in c.get("outputs", [])]
+    widgets = [o for o in outs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert len(widgets) == 1 and "".join(widgets[0]["data"]["text/plain"]).startswith("toy:")
+    assert "toy:" not in capfd.readouterr().err
+
+
+def test_a_failed_cell_is_named_with_its_error_and_the_executed_notebook(tmp_path):
+    r, out = _run(tmp_path, "-p", "fail", "True")
+    assert r.returncode == 1
+    assert f"murk: {tmp_path / 'toy.py'} failed in cell In [" in r.stderr
+    assert "    raise FileNotFoundError(" in r.stderr  # the cell
+    assert "FileNotFoundError: items.json not found under out/: run the select stage first" in r.stderr
+    assert f"murk: the executed notebook, with the traceback: {out}" in r.stderr
+    assert "Traceback (most recent call last)" not in r.stderr  # not murk.execute's own stack
+    nb = json.loads(out.read_text())
+    errors = [o for c in nb["cells"] for o in c.get("outputs", []) if o["output_type"] == "error"]
+    assert [e["ename"] for e in errors] == ["FileNotFoundError"]
+
+
+def test_murk_execute_refuses_a_missing_notebook(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "murk.execute", str(tmp_path / "nope.py"), str(tmp_path / "o.ipynb")],
+                       capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(ROOT / "lib")})
+    assert r.returncode == 2 and f"notebook {tmp_path / 'nope.py'} not found" in r.stderr
+    assert not (tmp_path / "o.ipynb").exists() and not (tmp_path / "o.input.ipynb").exists()
+
+
+@pytest.mark.parametrize("idle", [True, False], ids=["idle", "busy"])
+def test_the_kernel_manager_interrupts_only_a_busy_kernel_at_shutdown(monkeypatch, idle):
+    """jupyter_client's shutdown sends SIGINT first (ipykernel 7 then logs ``ERROR | KeyboardInterrupt caught
+    in kernel``); QuietKernelManager skips it for a kernel between cells, and encrypts the connection."""
+    monkeypatch.setattr(execute, "_kernel_idle", idle)
+    sent = []
+
+    async def go():
+        km = execute.QuietKernelManager(kernel_name="python3")
+        await km.start_kernel()
+        signal_kernel = km._async_signal_kernel
+
+        async def record(signum):
+            sent.append(signum)
+            await signal_kernel(signum)
+
+        km._async_signal_kernel = record
+        keys = km.curve_secretkey is not None
+        await km.shutdown_kernel()
+        return keys
+
+    assert asyncio.run(go()) is True  # CurveZMQ keys provisioned: no "TCP without encryption"
+    assert sent == ([] if idle else [signal.SIGINT])
+
+
+# --- the session's default-target run (tests/conftest.py `demo`) ---
+
+#: the bars each stage of the demo draws (tests/stages.py DEMO_MODELS; the monitor; the analyse notebook's
+#: monitor depth sensitivity), with their counts
+def _demo_bars():
+    bars = {"select: image headers": stages.DEMO_N_ITEMS, "depth": stages.DEMO_N_ITEMS,
+            "depth: nominal equivalence": stages.DEMO_N_ITEMS, "monitor": stages.DEMO_N_ITEMS,
+            "analyse: monitor depth sensitivity": stages.DEMO_N_ITEMS}
+    for model, n in stages.DEMO_N.items():
+        bars[f"readout {paths.model_slug(model)}"] = n * 24  # 24 conditions (units) per image
+    return bars
+
+
+def test_the_demo_terminal_shows_each_stage_progress_and_no_noise(demo):
+    text = demo.with_name(demo.name + "-terminal.txt").read_text()
+    for desc, total in _demo_bars().items():
+        lines = _bar_lines(text, desc)
+        assert lines, f"no progress line of {desc!r} on the terminal:\n{text[-4000:]}"
+        assert f" {total}/{total} [" in lines[-1], lines[-1]
+    noise = [ln for ln in _lines(text) if any(n in ln for n in NOISE)]
+    assert not noise, "\n".join(noise)
+
+
+@pytest.mark.skipif(not stages.SAMPLE.is_dir(), reason="../shared/coco-val2017-sample not present")
+def test_a_failing_stage_prints_its_error_and_executed_notebook(tmp_path):
+    """One rule (select) that fails in its notebook: an annotation folder without annotations."""
+    coco = tmp_path / "coco"
+    (coco / "annotations").mkdir(parents=True)
+    out = tmp_path / "out"
+    env = {**os.environ, "MURK_COCO_DIR": str(coco)}
+    r = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "--config", f"output_dir={out}",
+                        "n_items=2", "run_name=terminal-test", "--", f"{out}/items.json"],
+                       cwd=ROOT, env={**env, "MURK_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
+                                      "PATH": f"{stages.BIN}:{os.environ['PATH']}"},
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode != 0
+    text = r.stdout + r.stderr
+    executed = workflow.running_notebooks_dir(str(out)) / "01_select.ipynb"   # the rule's log, as Snakemake names it
+    assert "murk: notebooks/01_select.py failed in cell In [" in text, text[-3000:]
+    err = [ln for ln in text.splitlines() if ln.startswith("FileNotFoundError: ")]
+    assert err and str(coco) in err[0], text[-3000:]
+    assert f"murk: the executed notebook, with the traceback: {executed}" in text
+    assert (ROOT / executed).is_file() and "FileNotFoundError" in (ROOT / executed).read_text()
+    assert not out.exists() or not any(out.iterdir())  # a refusal writes nothing
