@@ -105,6 +105,17 @@ onerror:
     murk_workflow.restore_times(_STATES)
 
 
+# On a SLURM cluster: say so at once when the executor may never see a job end (murk.slurm.status_problem:
+# sacct reads a cancelled job as running; squeue forgets finished jobs after the cluster's MinJobAge).
+onstart:
+    if getattr(workflow.executor_plugin, "name", "").endswith("slurm"):
+        from murk import slurm as murk_slurm
+        _why = murk_slurm.status_problem(getattr(workflow.executor_settings, "status_command", None),
+                                         murk_slurm.min_job_age())
+        if _why:
+            print(f"murk: WARNING {_why}", file=sys.stderr)
+
+
 rule all:
     input:
         f"{OUT}/paper/index.html",

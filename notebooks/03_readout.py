@@ -64,7 +64,7 @@ import matplotlib.pyplot as plt
 import xarray as xr
 from IPython.display import display
 
-from murk import config, cube, depth, engine, items, paths, progress, prompts, readout, render, workflow
+from murk import config, cube, depth, engine, items, paths, progress, prompts, readout, render, runlock, workflow
 
 cfg = config.load_config()
 table, meta = items.read_items(output_dir)
@@ -83,6 +83,7 @@ RUN_ID = workflow.run_id(meta["config_hash"], meta["items_hash"])   # this selec
 workflow.refuse_other_depth(current, RUN_ID, "readout", paths.depth_dir(output_dir) / "current.json")
 span = paths.shard_span(len(table), shard, shard_size, max_items)   # the items of this job
 store = paths.readout_store(model, output_dir, shard, shard_size)
+runlock.hold_store_lock(store, run_by)   # one writer per store: a second (a restarted driver's) is refused
 print(f"{model}: items {span.start}..{span.stop - 1} of {len(table)} into {store}" if len(span) else
       f"{model}: shard {shard} of size {shard_size} lies beyond the {len(table)} items: nothing to read out")
 if engine_kind not in ("batched", "per-unit"):

@@ -63,7 +63,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple, Sequence
 
-__all__ = ["RootInUse", "RunLock", "ROOTS_DIR", "RUN_FLOCK", "INSPECT_FLAGS", "root_key", "root_lock_files",
+__all__ = ["RootInUse", "StoreInUse", "RunLock", "store_lock_files", "store_holder", "hold_store_lock", "ROOTS_DIR", "RUN_FLOCK", "INSPECT_FLAGS", "root_key", "root_lock_files",
            "root_holder", "live_runs", "lock_file_roots", "stale_snakemake_locks", "hold_root_lock",
            "refuse_unlock", "snakefile_run_lock"]
 
@@ -490,3 +490,117 @@ def snakefile_run_lock(output_dir: str | os.PathLike, snakemake_dir: str | os.Pa
         notes.append(f"the Snakemake lock file(s) {names} in {Path(snakemake_dir) / 'locks'} belong to killed runs: "
                      f"the next run removes them ({what} removes nothing)")
     return notes
+
+
+# --- one writer per read-out store ------------------------------------------------------------------------------
+#
+# A read-out job (the 03_readout notebook, locally or as a SLURM job) holds ``<store>.writer.flock`` beside its
+# store exclusively for its lifetime, and ``<store>.writer.json`` records it (host, pid, SLURM job id, start,
+# command). A restarted driver whose old job still runs (a SIGKILLed Snakemake leaves its SLURM jobs running)
+# starts a second job on the same store: that one is refused before it writes anything, naming the store and the
+# live writer. The lock ends with the writer's process, however it ends (also ``scancel``: SLURM kills the job's
+# processes). ``flock`` locks are seen across the nodes of a cluster on NFS (v4, or v3 with lockd) and on Lustre
+# mounted with ``flock``; on a file system without them the lock only covers writers on one node.
+
+#: suffixes of a store's writer lock and record, beside the store (``s1-0000.zarr.writer.flock``)
+STORE_FLOCK_SUFFIX = ".writer.flock"
+STORE_RECORD_SUFFIX = ".writer.json"
+
+
+class StoreInUse(RuntimeError):
+    """A read-out was refused: another live process writes its store.
+
+    Attributes
+    ----------
+    store : Path
+        The read-out store.
+    holder : dict
+        The live writer's record (keys ``store``, ``host``, ``pid``, ``slurm_job_id``, ``started``, ``command``;
+        only ``store`` when its record is unreadable).
+    """
+
+    def __init__(self, message: str, store: Path, holder: dict):
+        super().__init__(message)
+        self.store = store
+        self.holder = holder
+
+
+def store_lock_files(store: str | os.PathLike) -> tuple[Path, Path]:
+    """The writer lock and record of a read-out store: ``<store>.writer.flock`` and ``<store>.writer.json``."""
+    s = Path(store)
+    return s.with_name(s.name + STORE_FLOCK_SUFFIX), s.with_name(s.name + STORE_RECORD_SUFFIX)
+
+
+def store_holder(store: str | os.PathLike) -> dict | None:
+    """The record of the live process writing a read-out store, or None when no process holds its lock.
+
+    This process's own hold counts as live.
+    """
+    flock, record = store_lock_files(store)
+    if f"store|{os.path.realpath(store)}" in _HELD or _is_held(flock):
+        return _read_json(record) or {"store": str(store)}
+    return None
+
+
+def _describe_writer(rec: dict) -> str:
+    bits = []
+    if rec.get("slurm_job_id"):
+        bits.append(f"SLURM job {rec['slurm_job_id']}")
+    if rec.get("host") or rec.get("pid"):
+        bits.append(f"pid {rec.get('pid', '?')} on {rec.get('host', '?')}")
+    if rec.get("started"):
+        bits.append(f"started {rec['started']}")
+    text = ", ".join(bits) or "its record is unreadable"
+    return text + (f": {rec['command']}" if rec.get("command") else "")
+
+
+def hold_store_lock(store: str | os.PathLike, command: str = "") -> Path:
+    """Take a read-out store's writer lock for this process's lifetime (one writer per store).
+
+    Call it before the store is opened or written. A second call in the same process returns at once.
+
+    Parameters
+    ----------
+    store : path
+        The read-out store (``outputs/readout/<slug>.zarr`` or a shard's ``<slug>/s<size>-<k>.zarr``); its
+        folder must exist or is created. The store itself need not exist yet.
+    command : str
+        What runs the read-out (e.g. ``snakemake``, ``papermill``), kept in the record for messages.
+
+    Returns
+    -------
+    Path
+        The lock file held (``<store>.writer.flock``).
+
+    Raises
+    ------
+    StoreInUse
+        Another live process holds the lock (retried for :data:`ACQUIRE_WAIT_S`). The message names the store,
+        the live writer (SLURM job id, host, pid, start) and what to do; this process wrote nothing (the lock
+        file is only opened).
+    """
+    flock, record = store_lock_files(store)
+    key = f"store|{os.path.realpath(store)}"
+    if key in _HELD:
+        return flock
+    flock.parent.mkdir(parents=True, exist_ok=True)
+    fd = _take_root(flock)
+    if fd is None:
+        rec = _read_json(record) or {"store": str(store)}
+        job = rec.get("slurm_job_id")
+        fix = (f"wait until it ends, or end it (scancel {job}) and run again" if job else
+               f"wait until it ends, or end it (kill {rec['pid']} on {rec.get('host', 'that machine')}) and run again"
+               if rec.get("pid") else "wait until it ends and run again")
+        raise StoreInUse(
+            f"murk: the read-out store {store} is being written by another live read-out ({_describe_writer(rec)}). "
+            f"A second writer is refused: the two would write the same images. Nothing was written. This happens "
+            f"when a driver was restarted while its old job still runs; {fix}: a read-out resumes image by image.",
+            Path(store), rec)
+    rec = {"store": str(store), "host": os.uname().nodename, "pid": os.getpid(),
+           "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""), "command": command,
+           "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    tmp = record.with_name(record.name + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, record)
+    _HELD[key] = fd
+    return flock

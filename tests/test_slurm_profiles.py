@@ -1,0 +1,75 @@
+"""The SLURM profiles (issue 22): CPU-only by default, every rule sized for a small node, GPUs by choice,
+account and partition added on the command line without losing the profile's per-rule resources."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from murk import paths
+
+ROOT = paths.project_root()
+CPU, GPU = (yaml.safe_load((ROOT / "profiles" / p / "config.yaml").read_text()) for p in ("slurm", "slurm-gpu"))
+#: the rules that run as cluster jobs (every rule of the Snakefile but the target rule `all`)
+RULES = sorted(set(re.findall(r"^rule (\w+):", (ROOT / "Snakefile").read_text(), re.M)) - {"all"})
+#: a small node: 2 CPUs, 8 GB (MB as SLURM counts them)
+SMALL_CPUS, SMALL_MEM_MB = 2, 8000
+
+
+def test_every_rule_has_its_memory_cpus_and_time_in_both_profiles():
+    assert RULES and "readout_shard" in RULES
+    for profile in (CPU, GPU):
+        rows = profile["set-resources"]
+        assert sorted(rows) == RULES
+        for rule in RULES:
+            assert {"mem_mb", "runtime", "cpus_per_task"} <= set(rows[rule]), rule
+    # no default-resources block: the command line's --default-resources (account, partition) replaces nothing
+    assert "default-resources" not in CPU and "default-resources" not in GPU
+
+
+def test_cpu_profile_fits_a_small_node_and_asks_no_gpu():
+    for rule, row in CPU["set-resources"].items():
+        assert row["cpus_per_task"] <= SMALL_CPUS and row["mem_mb"] <= SMALL_MEM_MB, rule
+        assert not row.get("gpu") and "gres" not in row, rule
+    # the Snakefile's gpu=1 of the read-outs (one per GPU locally) is overridden here
+    assert CPU["set-resources"]["readout_shard"]["gpu"] == 0 == CPU["set-resources"]["readout"]["gpu"]
+    assert CPU["slurm-status-command"] == "squeue"
+
+
+def test_gpu_profile_is_the_cpu_profile_plus_gpu_rows():
+    gpu_rules = {"depth", "readout", "readout_shard"}
+    assert {k: v for k, v in GPU.items() if k != "set-resources"} == {k: v for k, v in CPU.items()
+                                                                      if k != "set-resources"}
+    for rule in RULES:
+        if rule in gpu_rules:
+            assert GPU["set-resources"][rule]["gpu"] == 1, rule
+        else:
+            assert GPU["set-resources"][rule] == CPU["set-resources"][rule], rule
+
+
+@pytest.mark.parametrize("profile,gpu", [("profiles/slurm", 0), ("profiles/slurm-gpu", 1)])
+def test_account_and_partition_on_the_command_line_keep_the_profile(profile, gpu, tmp_path):
+    """The README's command with --default-resources: each job gets the account and partition and keeps its
+    rule's memory, CPUs, time and GPUs (Snakemake's dry run prints each job's resources)."""
+    env = {**os.environ, "MURK_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
+           "MURK_COCO_DIR": str(ROOT.parent / "shared" / "coco-val2017-sample"),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    r = subprocess.run([sys.executable, "-m", "snakemake", "--profile", profile, "-n", "--forceall",
+                        "--config", "n_items=6", "shard_size=2", f"output_dir={tmp_path / 'out'}",
+                        "--default-resources", "slurm_account=ACCT", "slurm_partition=PART"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = (CPU if gpu == 0 else GPU)["set-resources"]
+    blocks = [b for b in (r.stdout + r.stderr).split("\nrule ")[1:] if not b.startswith("all:")]
+    assert sum(b.startswith("readout_shard:") for b in blocks) == 2 * 3  # two offline models x three shards
+    for b in blocks:
+        rule = b.split(":", 1)[0]
+        res = dict(kv.split("=", 1) for kv in re.search(r"resources: (.*)", b).group(1).split(", "))
+        assert res["slurm_account"] == "ACCT" and res["slurm_partition"] == "PART", rule
+        for key in ("mem_mb", "runtime", "cpus_per_task"):
+            assert res[key] == str(rows[rule][key]), (rule, key, res)
+        assert res.get("gpu", "0") == str(rows[rule].get("gpu", 0)), rule
