@@ -677,6 +677,7 @@ def test_killed_run_reruns_while_another_root_runs_and_a_live_root_is_refused(tm
 
 
 @needs_sample
+@pytest.mark.slow  # the real Snakefile run through Snakemake (end to end: out of `make test-fast`)
 def test_the_snakefile_refuses_a_run_on_a_live_root_and_plans_alongside(tmp_path):
     """The real Snakefile: a run on an output root held by a live run is refused before anything runs;
     a dry run on it (make plan) shows its plan and names the live run."""
