@@ -18,7 +18,7 @@ TORCH_PINS = $(shell grep -oE '"torch(vision)?==[^"]+"' pyproject.toml | tr -d '
 ARGS ?=
 # pytest-xdist workers of make test and make test-fast (0: one process); their groups: tests/conftest.py
 TEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 SNAKE := PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(or $(CORES),1)
 # JupyterLab refuses to start as root (containers) unless told
 LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)

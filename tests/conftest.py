@@ -134,61 +134,14 @@ def realformat_vlms(realformat_checkpoint_dirs):
     return {fam: load_vlm(str(d), device="cpu") for fam, d in realformat_checkpoint_dirs.items()}
 
 
-
-# --- parallel runs: `make test` runs pytest-xdist workers (`-n 2 --dist loadgroup`) ---
-#: session fixtures that run the analyse notebook (a minute each): every test that uses one, and every test that
-#: shares one with those, runs on one worker, so that each of them runs once per session (the demo, run once
-#: for all workers, is not one of them: fixture ``demo``)
-SHARED_RUNS = ("synthetic_paper", "synthetic_bare")
-
-
+# --- parallel runs: `make test` runs pytest-xdist workers (`-n 2 --dist loadfile`): each module on one worker
+# (its module-scoped fixtures run once, its tests in their order); the demo runs once for all workers (``demo``)
 @_pytest_tiny.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Group the tests for pytest-xdist's ``--dist loadgroup`` (an ``xdist_group`` mark; no effect without it):
-    tests that share a fixture of :data:`SHARED_RUNS`, or a module-scoped fixture of their module (a module's
-    prepared run, its tests in their order), form one group. Without xdist only the marks are added."""
-    parent: dict[str, str] = {}
-
-    def find(k: str) -> str:
-        while parent.setdefault(k, k) != k:
-            k = parent[k]
-        return k
-
-    keys = {}
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        ks = []
-        for name in getattr(item, "fixturenames", ()):
-            defs = info.name2fixturedefs.get(name) if info else None
-            if name in SHARED_RUNS:
-                ks.append(f"run-{name}")
-            elif defs and defs[-1].scope == "module" and item.nodeid.startswith(defs[-1].baseid + "::"):
-                ks.append("module-" + defs[-1].baseid.rsplit("/", 1)[-1].removesuffix(".py"))
-        for a, b in zip(ks, ks[1:]):
-            ra, rb = find(a), find(b)
-            if ra != rb:  # a group is named after its shared run where it has one
-                parent[rb if ra.startswith("run-") else ra] = ra if ra.startswith("run-") else rb
-        keys[item] = ks
-    groups = {item: find(ks[0]) if ks else item.nodeid for item, ks in keys.items()}
-    for item, ks in keys.items():
-        if ks:
-            item.add_marker(_pytest_tiny.mark.xdist_group(groups[item]))
-    if hasattr(config, "workerinput"):
-        # on a worker (the scheduler hands out the collection in its order: `--no-loadscope-reorder`): first one
-        # test that reads the demo, so that one worker starts the demo run at once; then the groups of shared runs,
-        # the other end-to-end (slow) tests, the tests of the demo (run by then), and the rest, each in the order
-        # of the collection, so that the long work starts first and the workers end together
-        on_demo = {groups[item] for item in items if "demo" in getattr(item, "fixturenames", ())}
-        slow = {groups[item] for item in items if item.get_closest_marker("slow")}
-        first = next((item for item in items if groups[item] in on_demo and groups[item] == item.nodeid), None)
-
-        def rank(item) -> int:
-            g = groups[item]
-            return (0 if item is first else 1 if g.startswith("run-") else 3 if g in on_demo else 2 if g in slow
-                    else 4)
-
-        items.sort(key=rank)
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "xdist_group(name): tests of one group run on one pytest-xdist worker")
+    """On a pytest-xdist worker (the scheduler hands out the modules in the collection's order:
+    `--no-loadscope-reorder`): the modules with end-to-end (slow) tests first, so that the long work starts
+    first and the workers end together; each module's tests keep their order."""
+    if not hasattr(config, "workerinput"):
+        return
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)
