@@ -16,6 +16,9 @@ PINS_HASH = $(shell sha256sum pyproject.toml | cut -c1-16)
 TORCH_INDEX ?=
 TORCH_PINS = $(shell grep -oE '"torch(vision)?==[^"]+"' pyproject.toml | tr -d '"')
 ARGS ?=
+# pytest-xdist workers of make test and make test-fast (0: one process); their groups: tests/conftest.py
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 SNAKE := PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(or $(CORES),1)
 # JupyterLab refuses to start as root (containers) unless told
 LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
@@ -42,11 +45,11 @@ demo: env
 
 ## test: the whole test suite (installs first)
 test: env
-	$(BIN)/python -m pytest -q $(ARGS)
+	$(PYTEST) $(ARGS)
 
 ## test-fast: the unit tests only (no end-to-end pipeline runs, a few minutes): the edit-test loop
 test-fast: env
-	$(BIN)/python -m pytest -q -m "not slow" $(ARGS)
+	$(PYTEST) -m "not slow" $(ARGS)
 
 ## plan: what `make demo` would run (snakemake dry run)
 plan: env

@@ -81,19 +81,33 @@ def synthetic_bare(tmp_path_factory):
 
 
 @_pytest_tiny.fixture(scope="session")
-def demo(tmp_path_factory):
+def demo(tmp_path_factory, request):
     """The offline demo, study-shaped (Snakemake; four items; three tiny checkpoints, two of them on the first
     three and the first two items, set in a configfile: tests/stages.py DEMO_MODELS; accuracy at chance) into a
-    temporary root."""
+    temporary root, run once per session: under pytest-xdist the first worker that asks runs it into the
+    session's shared temporary folder and the others wait for it (a file lock), so tests that only read the
+    root go to any worker; a test that changes the root changes a copy (``stages.copy_root``)."""
+    import fcntl
+
     import stages
 
     if not stages.SAMPLE.is_dir():
         _pytest_tiny.skip("../shared/coco-val2017-sample not present")
-    out = tmp_path_factory.mktemp("demo")
-    r = stages.snakemake_demo(out)
-    # what the terminal showed (Snakemake's stdout, then its stderr): tests/test_terminal.py reads it
-    out.with_name(out.name + "-terminal.txt").write_text(r.stdout + r.stderr)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if hasattr(request.config, "workerinput") else base  # xdist: <basetemp>/popen-gw<n>
+    out, done, failed = shared / "demo", shared / "demo.done", shared / "demo.failed"
+    with open(shared / "demo.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process ends
+        if failed.exists():
+            _pytest_tiny.fail(f"the session's demo run failed on another worker:\n{failed.read_text()}")
+        if not done.exists():
+            r = stages.snakemake_demo(out)
+            # what the terminal showed (Snakemake's stdout, then its stderr): tests/test_terminal.py reads it
+            out.with_name(out.name + "-terminal.txt").write_text(r.stdout + r.stderr)
+            if r.returncode != 0:
+                failed.write_text(r.stdout[-3000:] + r.stderr[-6000:])
+            assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
+            done.touch()
     return out
 
 
@@ -121,3 +135,15 @@ def realformat_vlms(realformat_checkpoint_dirs):
 
     return {fam: load_vlm(str(d), device="cpu") for fam, d in realformat_checkpoint_dirs.items()}
 
+
+# --- parallel runs: `make test` runs pytest-xdist workers (`-n 2 --dist loadfile`): each module on one worker
+# (its module-scoped fixtures run once, its tests in their order); the demo runs once for all workers (``demo``)
+@_pytest_tiny.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """On a pytest-xdist worker (the scheduler hands out the modules in the collection's order:
+    `--no-loadscope-reorder`): the modules with end-to-end (slow) tests first, so that the long work starts
+    first and the workers end together; each module's tests keep their order."""
+    if not hasattr(config, "workerinput"):
+        return
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)

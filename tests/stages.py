@@ -92,3 +92,16 @@ def demo_configfile(out: str | os.PathLike) -> Path:
 def snakemake_demo(out: str | os.PathLike, *args: str):
     """:func:`snakemake` with the study-shaped demo's settings (:data:`DEMO_MODELS`, :data:`DEMO_N_ITEMS`)."""
     return snakemake(out, "--configfile", str(demo_configfile(out)), *args, n_items=DEMO_N_ITEMS)
+
+
+def copy_root(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
+    """A copy at ``dst`` of the finished output root ``src`` (the session's ``demo``), for a test that changes it.
+
+    The files keep their modification times (``shutil.copytree``), so Snakemake, planning the copy by them,
+    finds nothing to do (``.snakemake/metadata`` holds no record of the new path, and without one the params,
+    code and input triggers do not fire: ``tests/test_workflow.py`` checks it on a copy of the demo);
+    the run settings of :func:`snakemake_demo` are written beside the copy when it runs.
+    """
+    import shutil
+
+    return Path(shutil.copytree(src, dst, symlinks=True))

@@ -150,6 +150,7 @@ def test_select_stage_refuses_a_changed_config_for_an_existing_run(frozen, tmp_p
         stages.run("01_select", out, coco_dir=str(SAMPLE), n_items=4, seed=1, run_name="r1")
 
 
+@pytest.mark.slow  # the select notebook through papermill (end to end: out of `make test-fast`)
 def test_default_run_name(frozen, tmp_path, monkeypatch):
     if not SAMPLE.is_dir():
         pytest.skip(f"{SAMPLE} absent")

@@ -4,13 +4,15 @@ The README's command, `make demo`, runs in a copy of this project with its own `
 virtual environment that sees the running test's packages through a `.pth` file and carries an
 up-to-date install stamp, so the Makefile's recipe installs nothing (and the shared environment is
 never re-pointed; a stamp the Makefile no longer accepts makes it install into the thin one, which
-the test reports). The run is the offline demo on two COCO items with one tiny checkpoint (a
-pipeline check). An uninterrupted run gives the reference; a second run is killed twice with
-SIGKILL to its whole process group (and its papermill kernel), at moments chosen from observed
-progress (while the read-out writes its store; while the analyse notebook runs), each time leaving
-Snakemake's lock and incomplete outputs behind; the same `make demo` then completes, without
-`snakemake --unlock`, with a cube identical to the reference's. The paper's PDF is checked for
-lost table rows.
+the test reports). The run is the study-shaped offline demo of the session (tests/conftest.py
+``demo``: four COCO items, three tiny checkpoints, a pipeline check), whose uninterrupted run is the
+reference: a copy of its output root, without one model's read-out and what comes after it (the
+cube, the numbers, the paper), is what a run killed after select and depth leaves. `make demo` on it
+is killed twice with SIGKILL to its whole process group (and its papermill kernel), at moments chosen
+from observed progress (while the read-out writes its store; while the analyse notebook runs), each
+time leaving Snakemake's lock and incomplete outputs behind; the same `make demo` then completes,
+without `snakemake --unlock`, with a cube identical to the reference's. The paper's PDF is checked
+for lost table rows.
 """
 
 from __future__ import annotations
@@ -30,10 +32,11 @@ from _killing import KillableRun
 from _pdf import check_pdf_keeps_every_table_row, check_rows_on_lines
 from murk import paths, workflow
 
+import stages  # tests/stages.py: the session demo's settings
+
 ROOT = paths.project_root()
 SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"
-MODEL = "murk-tiny/smolvlm"
-DEMO_ARGS = f'--config n_items=2 offline_models=["{MODEL}"] run_name=demo-resume-test'
+MODEL = "murk-tiny/smolvlm"  # the demo's model on all its items: its read-out is the one killed
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not SAMPLE.is_dir(), reason="../shared/coco-val2017-sample not present"),
               pytest.mark.skipif(shutil.which("make") is None, reason="make not installed")]
@@ -72,36 +75,42 @@ def _env(project: Path) -> dict[str, str]:
     return env
 
 
-def make_demo(project: Path, faults: Path, *extra: str) -> KillableRun:
-    """`make demo ARGS=...` in ``project``, as a user types it (plus this test's small config)."""
-    args = " ".join([DEMO_ARGS, *extra])
+def make_demo(project: Path, out: Path, faults: Path) -> KillableRun:
+    """`make demo ARGS=...` in ``project``, as a user types it, with the session demo's settings
+    (tests/stages.py ``snakemake_demo``) into the output root ``out``."""
+    args = (f"--configfile {stages.demo_configfile(out)} --config output_dir={out} n_items={stages.DEMO_N_ITEMS} "
+            "run_name=e2e-test")
     return KillableRun(["make", "demo", f"ARGS={args}"], project, _env(project), faults)
 
 
 @pytest.fixture(scope="module")
-def demo_runs(tmp_path_factory):
-    """(reference output root, resumed output root, the resumed runs' outputs)."""
+def demo_runs(demo, tmp_path_factory):
+    """(reference output root: the session's demo, resumed output root, the killed and resumed runs' outputs)."""
     base = tmp_path_factory.mktemp("demo-resume")
     project = base / "murk"
     shutil.copytree(ROOT, project, ignore=_ignore)
     thin_venv(project)
 
-    ref = make_demo(project, base / "ref", "output_dir=outputs-ref")
-    assert ref.finish() == 0, ref.text()[-5000:]
-    assert "setting up" not in ref.text(), "the Makefile installed into the test's environment"
-
-    out = project / "outputs"
-    store = out / "readout" / f"{paths.model_slug(MODEL)}.zarr"
+    out = stages.copy_root(demo, project / "outputs")
+    store = paths.readout_store(MODEL, out)
+    # what a run killed after select, depth and the other read-outs leaves: no store of this model, no marker,
+    # nothing after them
+    shutil.rmtree(store)
+    (out / "readout" / f"{paths.model_slug(MODEL)}.done").unlink()
+    shutil.rmtree(out / "cube.zarr")
+    for f in ("paper_numbers.json", "paper/index.html"):
+        (out / f).unlink()
     locks = project / ".snakemake" / "locks"
     texts = []
 
-    run = make_demo(project, base / "k1")  # kill 1: while the read-out writes its store
+    run = make_demo(project, out, base / "k1")  # kill 1: while the read-out writes its store
     run.wait_for(lambda: (store / ".zgroup").exists(), "read-out store")
     run.kill()
     texts.append(run.text())
+    assert "setting up" not in texts[0], "the Makefile installed into the test's environment"
     assert any(locks.glob("*.lock")), "the killed run left no Snakemake lock: the test tests nothing"
 
-    run = make_demo(project, base / "k2")  # kill 2: while the analyse notebook runs
+    run = make_demo(project, out, base / "k2")  # kill 2: while the analyse notebook runs
     nb = project / workflow.running_notebooks_dir(out) / "04_analyse.ipynb"  # where its rule executes it
     run.wait_for(nb.exists, "analyse notebook")
     run.kill()
@@ -109,10 +118,10 @@ def demo_runs(tmp_path_factory):
     assert any(locks.glob("*.lock"))
     assert not (out / "paper" / "index.html").exists()
 
-    run = make_demo(project, base / "final")  # the same command again: it completes
+    run = make_demo(project, out, base / "final")  # the same command again: it completes
     assert run.finish() == 0, run.text()[-5000:]
     texts.append(run.text())
-    return project / "outputs-ref", out, texts
+    return demo, out, texts
 
 
 def test_killed_make_demo_resumes_to_the_same_cube(demo_runs):
@@ -121,7 +130,10 @@ def test_killed_make_demo_resumes_to_the_same_cube(demo_runs):
     assert "removed the stale Snakemake lock" in texts[1] and "removed the stale Snakemake lock" in texts[2]
     a = xr.open_zarr(ref / "cube.zarr").load()
     b = xr.open_zarr(out / "cube.zarr").load()
-    xr.testing.assert_identical(a, b)
+    # the commit stamp names the checkout the analysis ran in: the project copy is none (murk.config.git_commit);
+    # everything else is the uninterrupted run's
+    assert b.attrs["git_commit"] == "unknown"
+    xr.testing.assert_identical(a, b.assign_attrs(git_commit=a.attrs["git_commit"]))
     for f in ("paper/index.html", "paper/index.pdf", "paper_numbers.json"):
         assert (out / f).is_file(), f
 

@@ -91,10 +91,12 @@ def test_second_run_does_nothing(demo):
     assert "Nothing to be done" in r.stdout + r.stderr
 
 
-def test_interrupted_readout_resumes(demo):
-    """A run killed during the read-out: finished images are kept, the rest is read out on the next run."""
+def test_interrupted_readout_resumes(demo, tmp_path):
+    """A run killed during the read-out: finished images are kept, the rest is read out on the next run
+    (on a copy of the session's demo root, which the tests after this one read as the uninterrupted run left it)."""
     import shutil
 
+    demo = stages.copy_root(demo, tmp_path / "out")
     store = paths.readout_store("murk-tiny/smolvlm", demo)
     before = xr.open_zarr(store, consolidated=False).load()
     # the state a killed job leaves: image 1 not done, no .done flag, nothing downstream
@@ -123,44 +125,61 @@ DENIES = {"collapse": "so there is no collapse to place on the axis (not observe
           "wording": "no wording effect is observed", "plateau": "cannot be said"}
 
 
-def test_generated_claims_follow_the_cube(demo, synthetic_paper):
-    """The same paper rendered from two cubes: a synthetic one with a collapse, a confidence lag, a wording
-    effect and nominal severities on the plateau, and the demo cube at chance. The generated sentences differ
-    accordingly, and neither paper states a finding its cube contradicts, in a heading or a sentence."""
+def _claims_follow_the_cube(name: str, numbers: dict, html: str) -> None:
+    """What both papers of :func:`test_generated_claims_follow_the_synthetic_cube` and
+    :func:`test_generated_claims_follow_the_demo_cube` must hold: every generated sentence reaches the paper,
+    headings are neutral, and a finding is stated exactly where its cube shows it (the synthetic cube)."""
+    text = _text(html)
+    # every generated sentence reaches its paper
+    for key in [k for k in numbers if k.startswith("finding.")]:
+        assert _plain(numbers[key]).split(" (")[0] in text, (name, key)
+    # headings are neutral
+    for h in re.findall(r"<h[1-6][^>]*>(.*?)</h[1-6]>", html, flags=re.S):
+        assert not any(w in _text(h).lower() for w in ("collapse", "lag", "depend", "plateau", "floor")), h
+    # no sentence states what the cube contradicts
+    for finding, phrase in STATES.items():
+        cube_says = name == "synthetic"
+        assert (_plain(phrase) in text) == cube_says, (name, finding)
+
+
+#: the finding sentences each verdict speaks in
+FINDINGS = (("collapse", "finding.rq1.fog.t2"), ("lag", "finding.rq2.c_int.t2"),
+            ("wording", "finding.rq3.wording.t2"), ("plateau", "finding.rq4.t2"))
+
+
+def test_generated_claims_follow_the_synthetic_cube(synthetic_paper):
+    """The same paper rendered from two cubes (this test and the next): a synthetic one with a collapse, a
+    confidence lag, a wording effect and nominal severities on the plateau, and the demo cube at chance. The
+    generated sentences differ accordingly (each states here what the next test's paper denies), and neither
+    paper states a finding its cube contradicts, in a heading or a sentence."""
     import synthetic
 
     syn_root, syn_res = synthetic_paper
-    papers = {"synthetic": (paper.load_numbers(paths.numbers_file(syn_root)), syn_res["html"].read_text("utf-8")),
-              "demo": (paper.load_numbers(paths.numbers_file(demo)), (demo / "paper" / "index.html").read_text("utf-8"))}
-    syn, demo_n = papers["synthetic"][0], papers["demo"][0]
+    syn = paper.load_numbers(paths.numbers_file(syn_root))
     # the verdicts behind the sentences
     for m in synthetic.MODELS:
         k = paths.model_slug(m)
         assert syn[f"verdict.rq1.fog.t2.{k}"] == "collapse" and syn[f"verdict.rq2.c_int.fog.t2.{k}"] == "lags"
         assert syn[f"verdict.rq3.wording.fog.t2.{k}"] == "above" and syn[f"verdict.rq4.t2.{k}"] == "plateau"
+    # the sentences: stated here, denied in the demo's paper (so the two papers' sentences differ)
+    for finding, key in FINDINGS:
+        assert STATES[finding] in syn[key] and DENIES[finding] not in syn[key], (finding, syn[key])
+    _claims_follow_the_cube("synthetic", syn, syn_res["html"].read_text("utf-8"))
+
+
+def test_generated_claims_follow_the_demo_cube(demo):
+    """The demo's half of :func:`test_generated_claims_follow_the_synthetic_cube`: its tiny checkpoints at
+    chance give no skill, no defined lag and no collapse, and every finding is denied."""
+    demo_n = paper.load_numbers(paths.numbers_file(demo))
     for m in stages.DEMO_N:
         k = paths.model_slug(m)
         assert demo_n[f"verdict.rq1.fog.t2.{k}"] == "no skill"
         assert demo_n[f"verdict.rq2.c_int.fog.t2.{k}"].startswith("undefined")
         assert demo_n[f"verdict.rq4.t2.{k}"] == "no collapse"
-    # the sentences: stated in one paper, denied in the other
-    for finding, key in (("collapse", "finding.rq1.fog.t2"), ("lag", "finding.rq2.c_int.t2"),
-                         ("wording", "finding.rq3.wording.t2"), ("plateau", "finding.rq4.t2")):
-        assert STATES[finding] in syn[key] and DENIES[finding] not in syn[key], (finding, syn[key])
+    # the sentences: denied here, stated in the synthetic paper (so the two papers' sentences differ)
+    for finding, key in FINDINGS:
         assert STATES[finding] not in demo_n[key] and DENIES[finding] in demo_n[key], (finding, demo_n[key])
-    assert syn["finding.rq1.fog.t2"] != demo_n["finding.rq1.fog.t2"]
-    for name, (numbers, html) in papers.items():
-        text = _text(html)
-        # every generated sentence reaches its paper
-        for key in [k for k in numbers if k.startswith("finding.")]:
-            assert _plain(numbers[key]).split(" (")[0] in text, (name, key)
-        # headings are neutral
-        for h in re.findall(r"<h[1-6][^>]*>(.*?)</h[1-6]>", html, flags=re.S):
-            assert not any(w in _text(h).lower() for w in ("collapse", "lag", "depend", "plateau", "floor")), h
-        # no sentence states what the cube contradicts
-        for finding, phrase in STATES.items():
-            cube_says = name == "synthetic"
-            assert (_plain(phrase) in text) == cube_says, (name, finding)
+    _claims_follow_the_cube("demo", demo_n, (demo / "paper" / "index.html").read_text("utf-8"))
     # the demo's controls are stated with their condition (at, above or below chance), never as an assumption
     assert "chance" in demo_n["finding.controls.blank.t2"] and "(" in demo_n["finding.controls.blank.t2"]
 

@@ -175,6 +175,7 @@ def test_too_small_presented_image_raises_early_and_specifically():
 
 @pytest.mark.skipif(not (paths.project_root().parent / "shared" / "coco-val2017-sample").is_dir(),
                     reason="../shared/coco-val2017-sample not present")
+@pytest.mark.slow  # three stage notebooks through papermill (end to end: out of `make test-fast`)
 def test_stage_records_a_too_small_image_and_goes_on(tmp_path, monkeypatch):
     """Through a stage's per-item loop (the monitor's: no VLM needed): the thin item is recorded, the other kept."""
     import json

@@ -442,9 +442,12 @@ def test_make_targets_pass_args_and_lab_runs_as_root():
     lab = _make_n("lab", "ARGS=--no-browser --port 8899")
     want = "--allow-root --no-browser --port 8899 notebooks/" if os.getuid() == 0 else " --no-browser --port 8899 notebooks/"
     assert "jupyter lab" in lab and want in lab
-    assert '-m pytest -q -m "not slow" -k cube' in _make_n("test-fast", "ARGS=-k cube")
+    fast = _make_n("test-fast", "ARGS=-k cube")
+    assert '-m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow" -k cube' in fast
     full = _make_n("test")
-    assert "-m pytest -q" in full and "not slow" not in full  # make test stays the whole suite
+    assert "-m pytest -q -n 2 --dist loadfile" in full and "not slow" not in full  # make test: the whole suite
+    one = _make_n("test", "TEST_WORKERS=0", "ARGS=--durations=15")  # one process
+    assert "-m pytest -q -n 0 --dist loadfile --no-loadscope-reorder --durations=15" in one
     demo = _make_n("demo", "ARGS=--config n_items=2", "VENV=/opt/env")
     assert "/opt/env/bin/snakemake --cores 1 --config n_items=2" in demo and 'PATH="/opt/env/bin:' in demo
     cpu = _make_n("env", "TORCH_INDEX=https://download.pytorch.org/whl/cpu")
@@ -674,6 +677,7 @@ def test_killed_run_reruns_while_another_root_runs_and_a_live_root_is_refused(tm
 
 
 @needs_sample
+@pytest.mark.slow  # the real Snakefile run through Snakemake (end to end: out of `make test-fast`)
 def test_the_snakefile_refuses_a_run_on_a_live_root_and_plans_alongside(tmp_path):
     """The real Snakefile: a run on an output root held by a live run is refused before anything runs;
     a dry run on it (make plan) shows its plan and names the live run."""
