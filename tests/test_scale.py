@@ -108,13 +108,13 @@ def test_shard_sizes_give_the_same_cube(prepared, reference, tmp_path):
 # --- kill and resume, at moments chosen from observed progress (never from wall-clock guesses) ---
 
 def _readout_run(root: Path, faults: Path, pause_at: int | None = None) -> KillableRun:
-    """The read-out as users run it (jupytext | papermill on notebooks/03_readout.py), killable;
-    ``pause_at``: pause inside the write of the image at this position (after its values)."""
+    """The read-out as Snakemake's rule runs it (papermill through murk.execute on notebooks/03_readout.py),
+    killable; ``pause_at``: pause inside the write of the image at this position (after its values)."""
     executed = faults / "03_readout.ipynb"
-    cmd = (f"jupytext --to ipynb notebooks/03_readout.py -o - | papermill - {executed} --cwd {ROOT} "
-           f"-p output_dir {root} -p model {MODEL}")
+    cmd = [sys.executable, "-m", "murk.execute", "notebooks/03_readout.py", str(executed), "--cwd", str(ROOT),
+           "-p", "output_dir", str(root), "-p", "model", MODEL]
     chunk = None if pause_at is None else paths.readout_store(MODEL, root) / "value" / f"0.0.0.{pause_at}.0"
-    return KillableRun(["bash", "-c", cmd], ROOT, _env(), faults, pause_at=chunk)
+    return KillableRun(cmd, ROOT, _env(), faults, pause_at=chunk)
 
 
 def test_kill_and_resume(prepared, reference, tmp_path):
