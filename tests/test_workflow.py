@@ -441,7 +441,7 @@ def _make_n(*args: str) -> str:
 def test_make_targets_pass_args_and_lab_runs_as_root():
     lab = _make_n("lab", "ARGS=--no-browser --port 8899")
     want = "--allow-root --no-browser --port 8899 notebooks/" if os.getuid() == 0 else " --no-browser --port 8899 notebooks/"
-    assert "jupyter lab" in lab and want in lab
+    assert "lab/jupyter-lab" in lab and want in lab  # the project launcher (lab/jupyter-lab runs jupyter lab)
     fast = _make_n("test-fast", "ARGS=-k cube")
     assert '-m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow" -k cube' in fast
     full = _make_n("test")
