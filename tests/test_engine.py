@@ -86,27 +86,32 @@ def test_verbal_variants_are_extra_readouts(tiny_vlms, coco_image):
 
 
 @pytest.mark.slow  # the real stages for every architecture: minutes (out of `make test-fast`)
-def test_all_tiny_architectures_through_the_readout_stage(tmp_path, monkeypatch):
-    """Every tiny id of TINY_MODELS through the real stages (select -> depth -> readout) on one item."""
+def test_all_tiny_architectures_through_the_readout_stage(demo, tmp_path, monkeypatch):
+    """Every tiny id of TINY_MODELS through the real stages (select -> depth -> readout): the session demo's
+    three (Snakemake; the verbal wordings v2, v3 asked on each model's first ``n_verbal_items`` images, those of
+    data/workflow.yaml) and, by hand (papermill) on a copy of the demo's root, the other two on one item
+    without the verbal wordings; ``verbal_stop`` reaches each store and the merged cube."""
     import xarray as xr
+    import yaml
 
     import stages  # tests/stages.py: the stage notebooks through papermill
     from murk import cube, paths
 
-    sample = paths.project_root().parent / "shared" / "coco-val2017-sample"
-    if not sample.is_dir():
-        pytest.skip("no shared COCO sample")
     monkeypatch.setenv("MURK_OFFLINE", "1")
-    monkeypatch.setenv("MURK_COCO_DIR", str(sample))
+    monkeypatch.setenv("MURK_COCO_DIR", str(stages.SAMPLE))
     for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.delenv(var, raising=False)
-    stages.run("01_select", tmp_path, n_items=1, run_name="engine-test")
-    stages.run("02_depth", tmp_path, backend="constant")
+    root = stages.copy_root(demo, tmp_path / "out")
+    n_verbal = {m: int(yaml.safe_load((stages.ROOT / "data" / "workflow.yaml").read_text())["n_verbal_items"])
+                for m in stages.DEMO_N}
+    for model in sorted(set(TINY_MODELS) - set(stages.DEMO_N)):
+        stages.run("03_readout", root, suffix=f"-{paths.model_slug(model)}", model=model, device="cpu",
+                   max_items=1, n_verbal_items=0)
+        n_verbal[model] = 0
+    assert set(n_verbal) == set(TINY_MODELS)
     stores = {}
     for model in sorted(TINY_MODELS):
-        stages.run("03_readout", tmp_path, suffix=f"-{paths.model_slug(model)}", model=model, device="cpu",
-                   n_verbal_items=1 if model == "murk-tiny/qwen3vl" else 0)
-        store = paths.readout_store(model, tmp_path)
+        store = paths.readout_store(model, root)
         ds = xr.open_zarr(store, consolidated=False).load()
         assert bool(ds["done"].all()), model
         assert ds.attrs["pipeline_check"] == 1 and ds.attrs["n_visual_tokens"] > 0
@@ -116,28 +121,32 @@ def test_all_tiny_architectures_through_the_readout_stage(tmp_path, monkeypatch)
             cell = v.sel(arm=arm, level=lvl, readout=["answer", "c_int", "abstain", "abstain2", "option_mass"])
             assert cell.notnull().all(), (model, arm, lvl)
         assert (ds["top_token"].sel(arm="fog", level=0) != "").all()
-        v2 = v.sel(readout="verbal_conf_v2")
-        texts_v2 = ds["verbal_text_v2"].sel(arm="fog", level=0)
         stop = v.sel(readout="verbal_stop")
         assert stop.isin([0.0, 1.0]).sel(arm="fog").all(), model  # 0 = EOS, 1 = token limit: always recorded
+        asked = np.arange(ds.sizes["image"]) < n_verbal[model]  # the images asked v2 and v3
+        fog = dict(arm="fog")
+        for name in ("verbal_stop_v2", "verbal_stop_v3"):
+            assert v.sel(readout=name, **fog).isel(image=asked).isin([0.0, 1.0]).all(), (model, name)
+            assert v.sel(readout=name).isel(image=~asked).isnull().all(), (model, name)  # not asked
+        texts_v2 = ds["verbal_text_v2"].sel(arm="fog", level=0)
+        assert (texts_v2.isel(image=~asked) == "").all() and v.sel(readout="verbal_conf_v2").isel(
+            image=~asked).isnull().all(), model
         if model == "murk-tiny/qwen3vl":
-            assert (texts_v2 != "").all()
-            assert v.sel(readout=["verbal_stop_v2", "verbal_stop_v3"], arm="fog").isin([0.0, 1.0]).all()
-        else:
-            assert v2.isnull().all() and (texts_v2 == "").all()
-            assert v.sel(readout=["verbal_stop_v2", "verbal_stop_v3"]).isnull().all()  # not asked
+            assert asked.any() and (texts_v2.isel(image=asked) != "").all()
         stores[model] = store
     # the merged cube keeps them
     merged = cube.merge_models(stores, tmp_path / "cube.zarr")
     assert {"verbal_stop", "verbal_stop_v2", "verbal_stop_v3"} <= set(merged["readout"].values)
     reopened = cube.open_cube(tmp_path / "cube.zarr")
     got = reopened["value"].sel(model="murk-tiny/qwen3vl", arm="fog", level=0, readout="verbal_stop").values
-    assert np.isin(got, [0.0, 1.0]).all()
+    assert np.isfinite(got).sum() == stages.DEMO_N["murk-tiny/qwen3vl"]  # its images; the others are not its
+    assert np.isin(got[np.isfinite(got)], [0.0, 1.0]).all()
     from murk import analysis
 
     rates = analysis.verbal_rates(reopened)
-    assert float(rates["n_asked"].sel(model="murk-tiny/qwen3vl", arm="fog", level=0, wording="v2")) == 3
-    assert float(rates["n_asked"].sel(model="murk-tiny/smolvlm", arm="fog", level=0, wording="v2")) == 0
+    for model in TINY_MODELS:  # three tasks (t2, t3_true, t3_false) a continuation each, per asked image
+        n_images = min(n_verbal[model], stages.DEMO_N.get(model, 1))
+        assert float(rates["n_asked"].sel(model=model, arm="fog", level=0, wording="v2")) == 3 * n_images, model
 
 
 def test_continuation_that_ends_at_eos(tiny_vlms, coco_image, monkeypatch):

@@ -1,8 +1,8 @@
 """End to end: the real pipeline (Snakemake + papermill), offline, on real COCO scenes.
 
 Runs every stage on the shared val2017 sample with murk's tiny checkpoints into a
-temporary output root (a pipeline check), then checks the products, that a
-second run does nothing, and that an interrupted read-out resumes.
+temporary output root (a pipeline check), then checks the products and that a
+second run does nothing (an interrupted read-out resumes: tests/test_workflow.py, on a copy of this root).
 """
 
 import html as html_lib
@@ -89,32 +89,6 @@ def test_second_run_does_nothing(demo):
     r = stages.snakemake_demo(demo, "--dry-run")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Nothing to be done" in r.stdout + r.stderr
-
-
-def test_interrupted_readout_resumes(demo, tmp_path):
-    """A run killed during the read-out: finished images are kept, the rest is read out on the next run
-    (on a copy of the session's demo root, which the tests after this one read as the uninterrupted run left it)."""
-    import shutil
-
-    demo = stages.copy_root(demo, tmp_path / "out")
-    store = paths.readout_store("murk-tiny/smolvlm", demo)
-    before = xr.open_zarr(store, consolidated=False).load()
-    # the state a killed job leaves: image 1 not done, no .done flag, nothing downstream
-    xr.Dataset({"done": ("image", np.zeros(1, bool))}).to_zarr(store, region={"image": slice(1, 2)}, consolidated=False)
-    (demo / "readout" / "murk-tiny--smolvlm.done").unlink()
-    shutil.rmtree(demo / "cube.zarr")
-    for f in ("paper_numbers.json", "paper/index.html"):
-        (demo / f).unlink()
-    r = stages.snakemake_demo(demo)
-    assert r.returncode == 0, r.stderr[-3000:]
-    nb = (demo / "notebooks" / "03_readout-murk-tiny--smolvlm.ipynb").read_text()
-    # the bar counts units (image x condition, 24 per image): only the unfinished image was read out again
-    assert "24/24 [" in nb and f"{24 * stages.DEMO_N_ITEMS}/{24 * stages.DEMO_N_ITEMS} [" not in nb
-    after = xr.open_zarr(store, consolidated=False).load()
-    assert bool(after["done"].all())
-    # greedy decoding of a deterministic model: the re-read image gives the same numbers
-    xr.testing.assert_identical(before["value"], after["value"])
-    assert (demo / "paper" / "index.html").is_file()
 
 
 #: phrases the generated sentences use to state a finding, and to say that the cube does not show it
