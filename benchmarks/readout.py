@@ -1,15 +1,16 @@
-"""CPU benchmark of the shared-prefix read-out engine against scoring every prompt separately.
+"""CPU benchmark of the shared-prefix read-out engine (the baseline) against scoring every prompt separately.
 
 Part 1 (float32, speed and exactness). A mid-size, randomly initialised Qwen3-VL (text hidden
 768, 8 layers, 12 heads / 4 KV heads; vision hidden 384, 6 layers, patch 16, merge 2; tied
 embeddings over the real 151,936-row vocabulary) reads out the same items both ways at the
 study's image size (448 x 448 px, 196 visual tokens):
 
-* ``separate``: :func:`murk.readout.read_question` per question, as evaluation
+* ``separate``: :func:`murk.whole.read_question` per question, as evaluation
   harnesses do: each of the 9 prompts (3 questions x main / abstain / abstain2)
   is run whole, the image encoded each time, the main prompts through
   ``generate`` (12 greedy tokens).
-* ``shared``: :func:`murk.readout.read_item`: one vision pass and one prefill of the
+* ``shared``: :func:`murk.baseline.read_item` (the per-unit engine, the named baseline:
+  not on the read-out stage's path): one vision pass and one prefill of the
   shared prefix per (image, condition), the 9 tails as one batch, the 3 verbal
   continuations as one batch.
 
@@ -80,7 +81,8 @@ from murk import paths
 from murk.checkpoints import MAX_PIXELS, _QWEN3VL_CHAT_TEMPLATE
 from murk.config import load_config
 from murk.prompts import questions_for_item, render_prompt
-from murk.readout import _letter_probs, item_prompts, load_vlm, read_item, read_question, score_prompts
+from murk.readout import item_prompts, load_vlm, read_item, read_question, score_prompts
+from murk.vlm import float32_head, letter_probs
 
 ROWS = [
     {"category": "umbrella", "t2_options": ["car", "umbrella", "bench", "kite"], "t2_answer_index": 1,
@@ -237,7 +239,6 @@ def sharpen_option_heads(folder: Path, model, processor, cfg, images, spread: fl
 
 def apply_letter_bias(vlm, bias: dict[int, float]) -> None:
     """Add the letters' logit bias to the loaded model's head (and keep murk's float32 head on top of it)."""
-    from murk.readout import _float32_head
 
     head = vlm.model.get_output_embeddings()
     b = torch.zeros(head.weight.shape[0], dtype=head.weight.dtype)
@@ -247,7 +248,7 @@ def apply_letter_bias(vlm, bias: dict[int, float]) -> None:
     if getattr(head, "_murk_float32", False):  # re-wrap so that the float32 copy holds the bias
         del head.forward
         head._murk_float32 = False
-        _float32_head(vlm.model)
+        float32_head(vlm.model)
 
 
 def bf16_tolerance(cfg, n_items: int, tmp: Path) -> dict:
@@ -269,8 +270,8 @@ def bf16_tolerance(cfg, n_items: int, tmp: Path) -> dict:
         mains = [render_prompt(q, "main", cfg) for q in qs]
         w = score_prompts(vlm, img, [u for u, _ in mains], None, cfg, shared_prefix=False)
         for k, (q, (_, letters)) in enumerate(zip(qs, mains)):
-            ps = _letter_probs(vlm, s.probs[3 * k], letters)
-            pw = _letter_probs(vlm, w.probs[k], letters)
+            ps = letter_probs(vlm, s.probs[3 * k], letters)
+            pw = letter_probs(vlm, w.probs[k], letters)
             dc.append(abs(ps.max() / ps.sum() - pw.max() / pw.sum()))
             flips += int(np.argmax(ps) != np.argmax(pw))
             cints.append(ps.max() / ps.sum())
@@ -289,12 +290,11 @@ def bf16_tolerance(cfg, n_items: int, tmp: Path) -> dict:
         mains = [render_prompt(q, "main", cfg) for q in qs]
         w = score_prompts(vlm, img, [u for u, _ in mains], None, cfg, shared_prefix=False)
         for k, (_, letters) in enumerate(mains):
-            ps = _letter_probs(vlm, s.probs[3 * k], letters)
-            pw = _letter_probs(vlm, w.probs[k], letters)
+            ps = letter_probs(vlm, s.probs[3 * k], letters)
+            pw = letter_probs(vlm, w.probs[k], letters)
             dc_bf16_head.append(abs(ps.max() / ps.sum() - pw.max() / pw.sum()))
-    from murk.readout import _float32_head
 
-    _float32_head(vlm.model)
+    float32_head(vlm.model)
     wordings = 0.0
     for img in images[:2]:
         qs = questions_for_item(ROWS[0], cfg)

@@ -40,8 +40,6 @@ shard_size = None
 # the first n items are also asked verbal wordings v2, v3 (spec Table VI: 300); None: the run settings'
 # n_verbal_items
 n_verbal_items = None
-# "batched": murk.engine (default); "per-unit": murk.readout.read_item per condition
-engine_kind = "batched"
 # batched engine: images per scheduled batch (x 24 units); None: the store's value on resume, else
 # data/config.yaml readout.images_per_batch, else from free memory
 images_per_batch = None
@@ -64,7 +62,7 @@ import matplotlib.pyplot as plt
 import xarray as xr
 from IPython.display import display
 
-from murk import config, cube, depth, engine, items, paths, progress, prompts, readout, render, runlock, workflow
+from murk import config, cube, depth, engine, items, paths, prompts, readout, render, runlock, workflow
 
 cfg = config.load_config()
 table, meta = items.read_items(output_dir)
@@ -86,9 +84,6 @@ store = paths.readout_store(model, output_dir, shard, shard_size)
 runlock.hold_store_lock(store, run_by)   # one writer per store: a second (a restarted driver's) is refused
 print(f"{model}: items {span.start}..{span.stop - 1} of {len(table)} into {store}" if len(span) else
       f"{model}: shard {shard} of size {shard_size} lies beyond the {len(table)} items: nothing to read out")
-if engine_kind not in ("batched", "per-unit"):
-    raise ValueError(f"engine_kind={engine_kind!r}: use 'batched' (murk.engine, the default) or 'per-unit' "
-                     f"(murk.readout.read_item, for comparison)")
 
 # %% [markdown]
 # ## The store and the model
@@ -113,7 +108,7 @@ if engine_kind not in ("batched", "per-unit"):
 # items *b·k* … *(b+1)·k − 1*, all 24 conditions of each (`murk.engine.schedule`).
 # Which images share a forward pass changes a read-out only by floating-point
 # rounding (≤ 1e-6 in float32), but a store must be reproducible bit for bit, so
-# the engine and *k* (`images_per_batch`) belong to the store's identity: a resumed
+# *k* (`images_per_batch`) belongs to the store's identity: a resumed
 # run or another shard reuses the store's *k*, and a shard size that would cut a
 # batch is refused (`murk.engine.check_shard_alignment`). On a CPU *k* = 1; on a GPU
 # it is chosen from the free memory and the model's size
@@ -136,15 +131,14 @@ if len(span):
                            allow_pickle=allow_pickle, command=run_by)
     if vlm.custom_code_not_run:  # never silently: said here, kept in the store's attributes and the colophon
         print(f"WARNING {model}: {readout.custom_code_note(vlm.custom_code_not_run)}")
-    if engine_kind == "batched":
-        k = images_per_batch or stored_attr(store, "images_per_batch") or cfg["readout"].get("images_per_batch")
-        if not k:  # from the free memory, then the largest power of two that divides the shard size
-            k = engine.auto_images_per_batch(vlm, config=cfg)
-            while shard_size and int(shard_size) % k:
-                k //= 2
-        k = int(k)
-        engine.check_shard_alignment(shard_size, k)  # a shard must not cut a scheduled batch
-        print(f"batched engine: {k} image(s) = {k * engine.N_CONDITIONS} units per scheduled batch")
+    k = images_per_batch or stored_attr(store, "images_per_batch") or cfg["readout"].get("images_per_batch")
+    if not k:  # from the free memory, then the largest power of two that divides the shard size
+        k = engine.auto_images_per_batch(vlm, config=cfg)
+        while shard_size and int(shard_size) % k:
+            k //= 2
+    k = int(k)
+    engine.check_shard_alignment(shard_size, k)  # a shard must not cut a scheduled batch
+    print(f"batched engine: {k} image(s) = {k * engine.N_CONDITIONS} units per scheduled batch")
     attrs = cube.store_identity(
         config_hash=meta["config_hash"], items_hash=meta["items_hash"], model_id=model,
         model_revision=vlm.revision, dtype=vlm.dtype, n_verbal_items=n_verbal_items,
@@ -153,7 +147,7 @@ if len(span):
         depth_revision=current.get("depth_revision", ""), pipeline_check=int(vlm.is_pipeline_check),
         n_visual_tokens=int(vlm.n_visual_tokens), depth_approximate=current["depth_approximate"],
         ignored_generation_settings=json.dumps(vlm.ignored_generation_settings, sort_keys=True),
-        eos_token_ids=json.dumps(sorted(vlm.eos_token_ids)), readout_engine=engine_kind,
+        eos_token_ids=json.dumps(sorted(vlm.eos_token_ids)), readout_engine="batched",
         trust_remote_code=int(bool(trust_remote_code)), allow_pickle=int(bool(allow_pickle)), run_id=RUN_ID,
         custom_code_not_run=json.dumps(vlm.custom_code_not_run, sort_keys=True),
         **({"images_per_batch": k} if k is not None else {}))
@@ -186,8 +180,9 @@ print(f"{len(todo)} of {len(span)} images to read out")
 # shape than its image) are recorded per image with their reason
 # (`murk.cube.write_missing`) and the loop goes on. A resumed run recomputes whole
 # scheduled batches (finished batch-mates are read again, not written), so its
-# store equals an uninterrupted run's. `engine_kind="per-unit"` runs the earlier
-# loop (`murk.readout.read_item`, one condition at a time) for comparison.
+# store equals an uninterrupted run's. A unit the batched engine cannot take (a
+# model family or attention kernel without custom 4-D masks) is read with every
+# prompt run whole (`murk.whole.read_unit`) and listed below.
 
 # %%
 partner = items.shuffled_partner(len(table), cfg["items"].get("shuffle_offset", 37))
@@ -210,7 +205,7 @@ def record_missing(i, reason):
 
 
 stats = engine.EngineStats()
-if todo and engine_kind == "batched":
+if todo:
     batches = engine.plan(todo, span.start, span.stop, k)
     done_items = {i for i in span if done[i - span.start]}
     for res in engine.read_images(vlm, batches, load, config=cfg, done=done_items, stats=stats,
@@ -220,33 +215,15 @@ if todo and engine_kind == "batched":
         else:
             cube.write_image(store, res.item - span.start, res.results)  # all 24 conditions, then `done`
         fallbacks += [f"image {int(table.iloc[res.item]['image_id'])} {f}" for f in res.fallbacks]
-elif todo:  # the per-unit engine, for comparison
-    for i in progress.bar(todo, desc=f"readout {paths.model_slug(model)} (per-unit)", unit="img"):
-        try:
-            job = load(i)
-        except engine.BAD_INPUT_ERRORS as e:  # bad input: record it, keep going, lose nothing
-            record_missing(i, str(e))
-            continue
-        try:
-            conditions = list(job.conditions)
-        except Exception as e:  # noqa: BLE001 - a failed rendering loses this image only
-            record_missing(i, f"rendering failed: {type(e).__name__}: {e}")
-            continue
-        results = {}
-        for arm, level, shown in progress.bar(conditions, desc=f"image {i}", unit="unit", leave=False):
-            for task, r in readout.read_item(vlm, shown, job.questions, cfg,
-                                             verbal_variants=job.verbal_variants).items():
-                results[(arm, level, task)] = r
-        cube.write_image(store, i - span.start, results)
 print(f"readout {model}: every item processed" if not skipped else
       f"readout {model}: {len(skipped)} item(s) skipped, recorded as missing:\n"
       + "\n".join(f"  image {k_}: {v}" for k_, v in skipped.items()))
 if stats.batches:
     print(f"batched engine: {stats.units} units in {stats.batches} batches, {stats.forward_calls} forward calls; "
           f"the model waited for the CPU {100 * stats.wait_share:.0f} % of the time; "
-          f"{stats.fallback_units} units by the per-unit engine; {stats.oom_splits} out-of-memory splits")
+          f"{stats.fallback_units} units with every prompt run whole; {stats.oom_splits} out-of-memory splits")
 if fallbacks:
-    print("read by the per-unit engine (the batched one cannot take them):\n  " + "\n  ".join(fallbacks[:20]))
+    print("read with every prompt run whole (the batched engine cannot take them):\n  " + "\n  ".join(fallbacks[:20]))
 
 # %% [markdown]
 # ## The option-mass guard

@@ -200,14 +200,14 @@ def test_out_of_memory_halves_the_batch_and_goes_on(tiny_vlms, coco_image, monke
     """A (simulated) CUDA out-of-memory error on a batch of prompt tails: halve it, same read-outs."""
     import torch
 
-    from murk import prompts, readout
+    from murk import baseline, prompts, readout
 
     vlm = tiny_vlms["qwen3vl"]
     row = {"category": "car", "t2_options": ["dog", "car", "bus", "cat"], "t2_answer_index": 1,
            "t3_distractor": "bus"}
     questions = prompts.questions_for_item(row)
     ref = readout.read_item(vlm, coco_image, questions)
-    real = readout._run_tails
+    real = baseline._run_tails
     calls = []
 
     def small_gpu(vlm_, cache, next_pos, n_prefix, tails, gen_rows, max_new):
@@ -216,7 +216,7 @@ def test_out_of_memory_halves_the_batch_and_goes_on(tiny_vlms, coco_image, monke
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
         return real(vlm_, cache, next_pos, n_prefix, tails, gen_rows, max_new)
 
-    monkeypatch.setattr(readout, "_run_tails", small_gpu)
+    monkeypatch.setattr(baseline, "_run_tails", small_gpu)
     with caplog.at_level("WARNING", logger="murk"):
         got = readout.read_item(vlm, coco_image, questions)
     assert max(calls) > 2 and "halving" in caplog.text

@@ -22,8 +22,10 @@ from murk import engine
 from murk.checkpoints import TINY_MODELS
 from murk.config import load_config
 from murk.prompts import questions_for_item
-from murk.readout import (READOUTS, TEXT_READOUTS, _image_inputs, _letter_probs, build_prompt_text,
-                          item_prompts, item_readouts, present_image, read_item, score_prompts)
+from murk.readout import (READOUTS, TEXT_READOUTS, build_prompt_text, item_prompts, item_readouts, present_image,
+                          read_item, score_prompts)
+from murk.vlm import count_visual_tokens, image_inputs, letter_probs, single_tile_kwargs
+from murk.whole import read_unit
 
 ARCHS = sorted(set(TINY_MODELS.values()))
 ROW = {"category": "umbrella", "t2_options": ["car", "umbrella", "bench", "kite"], "t2_answer_index": 1,
@@ -42,7 +44,7 @@ def _whole(vlm, u, cfg):
     slots = item_prompts(u.questions, cfg, u.verbal_variants)
     whole = score_prompts(vlm, u.image, [s.user for s in slots], [s.generate for s in slots], cfg,
                           shared_prefix=False)
-    p = [_letter_probs(vlm, whole.probs[j], s.letters) for j, s in enumerate(slots)]
+    p = [letter_probs(vlm, whole.probs[j], s.letters) for j, s in enumerate(slots)]
     tops = [vlm.tokenizer.decode([int(np.argmax(whole.probs[j]))]) for j in range(len(slots))]
     return whole, item_readouts(u.questions, slots, p, tops, whole.continuations, whole.stops)
 
@@ -90,7 +92,7 @@ def test_batched_equals_each_prompt_scored_alone(arch, tiny_vlms, images):
             texts = [build_prompt_text(vlm, s.user, cfg["readout"]["assistant_prefill"]) for s in slots
                      if (s.wording in wording)]
             if texts:
-                _, ids = _image_inputs(vlm, texts, present_image(u.image, vlm.max_side_px))
+                _, ids = image_inputs(vlm, texts, present_image(u.image, vlm.max_side_px))
                 distinct_prefixes += len({tuple(i[: d + 1]) for i in ids for d in range(len(i))})
         assert np.abs(probs - whole.probs).max() <= TOL
         assert _max_diff(readouts, ref) <= TOL
@@ -284,7 +286,7 @@ def test_out_of_memory_splits_the_batch(tiny_vlms, images, monkeypatch, caplog):
         assert _max_diff(a, b) <= TOL
 
 
-def test_unsupported_units_fall_back_to_the_per_unit_engine(tiny_vlms, images, monkeypatch):
+def test_unsupported_units_fall_back_to_every_prompt_run_whole(tiny_vlms, images, monkeypatch):
     vlm = tiny_vlms["smolvlm"]
     cfg = load_config()
     monkeypatch.setattr(engine, "batching_support", lambda v: "attention implementation 'flash' (test)")
@@ -292,7 +294,8 @@ def test_unsupported_units_fall_back_to_the_per_unit_engine(tiny_vlms, images, m
     stats = engine.EngineStats()
     got = engine.read_units(vlm, [u], cfg, stats=stats)[0]
     assert stats.fallback_units == 1
-    assert _max_diff(got, read_item(vlm, u.image, u.questions, cfg)) == 0.0
+    assert _max_diff(got, read_unit(vlm, u.image, u.questions, cfg)) == 0.0  # murk.whole: transformers' own path
+    assert _max_diff(got, read_item(vlm, u.image, u.questions, cfg)) <= TOL  # and the per-unit baseline agrees
     res = list(engine.read_images(vlm, [[0]], _loader(images, cfg, conditions=(("clean", 0),)), config=cfg,
                                   progress=False))
     assert res[0].fallbacks == ["clean/0: attention implementation 'flash' (test)"]
@@ -346,8 +349,8 @@ def test_gpu_benchmark_builds_the_five_study_models_at_full_size():
         assert net.config.get_text_config().vocab_size == vocab
         assert engine.batching_support(types.SimpleNamespace(model=net)) is None, name
         vlm = readout.VLM(net, proc, proc.tokenizer, name, "", True, "cpu", torch.float32, {},
-                          image_kwargs=readout._single_tile_kwargs(proc, 448))
-        assert readout._count_visual_tokens(vlm) <= n_visual and readout._count_visual_tokens(vlm) >= 0.9 * n_visual
+                          image_kwargs=single_tile_kwargs(proc, 448))
+        assert count_visual_tokens(vlm) <= n_visual and count_visual_tokens(vlm) >= 0.9 * n_visual
 
 
 def test_gpu_benchmark_without_cuda_exits_cleanly():

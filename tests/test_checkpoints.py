@@ -149,19 +149,19 @@ def test_call_time_arguments_override_processor_defaults(tiny_checkpoint_dirs):
     from PIL import Image
     from transformers import AutoProcessor
 
-    from murk.readout import _single_tile_kwargs
+    from murk.vlm import single_tile_kwargs
 
     big = Image.fromarray(np.full((900, 1300, 3), 100, dtype=np.uint8))
     smol = AutoProcessor.from_pretrained(tiny_checkpoint_dirs["smolvlm"])
     smol.image_processor.do_image_splitting = True
     smol.image_processor.size = {"longest_edge": 4 * 384}
     assert _inputs(smol, big)["pixel_values"].shape[1] > 1  # tiles without the arguments
-    assert _inputs(smol, big, **_single_tile_kwargs(smol, 448))["pixel_values"].shape[1] == 1
+    assert _inputs(smol, big, **single_tile_kwargs(smol, 448))["pixel_values"].shape[1] == 1
     qwen = AutoProcessor.from_pretrained(tiny_checkpoint_dirs["qwen3vl"])
     qwen.image_processor.size = {"shortest_edge": 1024, "longest_edge": 4 * MAX_PIXELS}
     (_, h, w), = _inputs(qwen, big)["image_grid_thw"].tolist()
     assert h * w * 256 > MAX_PIXELS
-    (_, h, w), = _inputs(qwen, big, **_single_tile_kwargs(qwen, 448))["image_grid_thw"].tolist()
+    (_, h, w), = _inputs(qwen, big, **single_tile_kwargs(qwen, 448))["image_grid_thw"].tolist()
     assert h * w * 256 <= MAX_PIXELS
 
 

@@ -197,10 +197,10 @@ def test_softmax_is_float32_in_bf16():
     """The vocabulary softmax of bf16 logits is taken in float32 (a bf16 softmax sums to 1 only within ~1e-2)."""
     import torch
 
-    from murk.readout import _softmax32
+    from murk.vlm import softmax32
 
     logits = (torch.randn(4, 50_000) * 8).to(torch.bfloat16)
-    p = _softmax32(logits)
+    p = softmax32(logits)
     assert p.dtype == np.float64 and np.abs(p.sum(-1) - 1).max() < 1e-5
     ref = torch.softmax(logits.float(), -1).double().numpy()
     assert np.array_equal(p, ref)
@@ -222,12 +222,12 @@ def test_bf16_output_head_runs_in_float32(tiny_checkpoint_dirs, coco_image):
     """In bfloat16 the logits are not rounded to 8 bits: the head runs on a float32 copy of its weight."""
     import torch
 
-    from murk.readout import _encode, build_prompt_text, load_vlm, present_image
+    from murk.vlm import build_prompt_text, encode, load_vlm, present_image
 
     vlm = load_vlm(str(tiny_checkpoint_dirs["qwen3vl"]), device="cpu", dtype="bfloat16")
     head = vlm.model.get_output_embeddings()
     assert head.weight.dtype == torch.bfloat16  # the model itself stays bf16
-    inputs = _encode(vlm, [build_prompt_text(vlm, "Hi", "Answer:")], present_image(coco_image))
+    inputs = encode(vlm, [build_prompt_text(vlm, "Hi", "Answer:")], present_image(coco_image))
     with torch.inference_mode():
         logits = vlm.model(**inputs, logits_to_keep=1).logits
     assert logits.dtype == torch.float32

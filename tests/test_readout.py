@@ -277,14 +277,14 @@ def test_batched_equals_unbatched(arch, tiny_vlms, coco_image):
 
 
 def test_prefill_joins_without_a_space_after_whitespace_or_a_special_token(tiny_vlms):
-    from murk.readout import _join_prefill
+    from murk.vlm import join_prefill
 
-    assert _join_prefill("<|im_start|>assistant\n", "Answer:") == "<|im_start|>assistant\nAnswer:"
-    assert _join_prefill("User: hi<end_of_utterance>\nAssistant:", "Answer:") == (
+    assert join_prefill("<|im_start|>assistant\n", "Answer:") == "<|im_start|>assistant\nAnswer:"
+    assert join_prefill("User: hi<end_of_utterance>\nAssistant:", "Answer:") == (
         "User: hi<end_of_utterance>\nAssistant: Answer:")
-    assert _join_prefill("<|turn>model\n<|channel>thought\n<channel|>", "Answer:", ["<channel|>"]) == (
+    assert join_prefill("<|turn>model\n<|channel>thought\n<channel|>", "Answer:", ["<channel|>"]) == (
         "<|turn>model\n<|channel>thought\n<channel|>Answer:")
-    assert _join_prefill("x", "") == "x"
+    assert join_prefill("x", "") == "x"
     gemma = build_prompt_text(tiny_vlms["gemma"], "Hi", "Answer:")
     assert gemma.startswith("<bos><|turn>user\n")
     assert gemma.endswith("\n\n<|image|>\n\nHi<turn|>\n<|turn>model\nAnswer:")

@@ -225,17 +225,17 @@ def test_greedy_whatever_the_generation_config_says(sampling_qwen, realformat_vl
     from transformers import GenerationConfig
 
     from murk.prompts import render_prompt
-    from murk.readout import _encode, _letter_probs, _softmax32
+    from murk.vlm import encode, letter_probs, softmax32
 
     own = GenerationConfig.from_pretrained(sampling_qwen)
     own.update(do_sample=False, max_new_tokens=1, output_scores=True, output_logits=True,
                return_dict_in_generate=True)
     user, letters = render_prompt(qs[0], "main", cfg)
-    inputs = _encode(vlm, [build_prompt_text(vlm, user, "Answer:")], present_image(coco_image, vlm.max_side_px))
+    inputs = encode(vlm, [build_prompt_text(vlm, user, "Answer:")], present_image(coco_image, vlm.max_side_px))
     with torch.inference_mode():
         out = vlm.model.generate(**inputs, generation_config=own)
-    p_scores = _letter_probs(vlm, _softmax32(out.scores[0][0]), letters)
-    p_logits = _letter_probs(vlm, _softmax32(out.logits[0][0]), letters)
+    p_scores = letter_probs(vlm, softmax32(out.scores[0][0]), letters)
+    p_logits = letter_probs(vlm, softmax32(out.logits[0][0]), letters)
     assert p_logits.max() / p_logits.sum() == pytest.approx(engine["t2"]["c_int"], abs=TOL)
     assert abs(p_scores.max() / p_scores.sum() - engine["t2"]["c_int"]) > 1e-4
 

@@ -26,7 +26,7 @@ reliability_table   reliability-diagram data per model, arm and task
 analyse             all of the above from one draw per set of images, plus the ``scores`` dataset
 image_groups        the models grouped by the images they were read out on (per-model item counts)
 common_images       the images a set of models shares (the paired sample where models are compared)
-median_option_mass  median first-token option mass on clean images per model and task (the guard)
+median_option_mass  median first-token option mass on clean images per model and task (the guard; from murk.unit)
 verbal_rates        parse rate and token-limit-hit rate of the verbal confidence per wording
 """
 
@@ -38,6 +38,7 @@ import numpy as np
 import xarray as xr
 
 from murk import cube, metrics
+from murk.unit import OPTION_MASS_MIN, median_option_mass
 
 __all__ = ["SIGNALS", "AWARENESS_SIGNALS", "CONFIDENCES", "DIRECTION", "STATS", "image_scores",
            "question_scores", "resample_counts", "condition_means", "floor_of", "crossing_table",
@@ -63,7 +64,7 @@ def _values(ds: xr.Dataset) -> xr.DataArray:
     The cube stores float64 (:mod:`murk.cube`), so every read-out is the number
     the read-out produced: a verbalized ``k / 100`` is the float64 nearest to the
     decimal by construction (``int / 100.0`` in
-    :func:`murk.readout.parse_verbal_confidence`), and compares equal to the ECE
+    :func:`murk.verbal.parse_verbal_confidence`), and compares equal to the ECE
     bin edge ``m / 10`` computed the same way; an internal confidence such as
     0.8999996 or 0.9999999 is kept as is (rounding to 6 decimals, as murk did
     with float32 stores, moved it across a bin edge or tied it with 0.9999996).
@@ -736,50 +737,6 @@ def analyse(ds: xr.Dataset, n_resamples: int = 1000, n_resamples_crossing: int =
 # --------------------------------------------------------------------------- read-out health checks
 
 
-def median_option_mass(ds: xr.Dataset | xr.DataArray) -> xr.DataArray:
-    """Median first-token probability on the option letters, clean images, per model and task.
-
-    The check that the first generated token is the answer (issue 12): a healthy
-    model puts most of its first-token mass on the option letters after the
-    prefill; a wrong template or prefill, a first token such as ``(`` or ``The``,
-    or random weights put little there (:data:`murk.readout.OPTION_MASS_MIN`).
-
-    Parameters
-    ----------
-    ds : xarray.Dataset or xarray.DataArray
-        The cube (with ``model``), one model's read-out store (without), or an
-        ``option_mass`` DataArray of clean images with ``task`` and ``image`` dims.
-
-    Returns
-    -------
-    xarray.DataArray
-        float64 (model, task) or (task,) with ``task`` in (t2, t3) (t3 pools the
-        t3_true and t3_false questions), the median over images of
-        ``option_mass`` at ``arm="fog", level=0`` (the clean image); NaN where
-        nothing was read out (e.g. the visibility monitor).
-    """
-    if isinstance(ds, xr.Dataset):
-        v = ds["value"].sel(arm="fog", level=0, readout="option_mass", drop=True)
-    else:
-        v = ds
-        if "readout" in v.dims:
-            v = v.sel(readout="option_mass", drop=True)
-        for dim, lab in (("arm", "fog"), ("level", 0)):
-            if dim in v.dims:
-                v = v.sel({dim: lab}, drop=True)
-    v = v.astype(np.float64)
-    parts = []
-    for task, qs in (("t2", ["t2"]), ("t3", ["t3_true", "t3_false"])):
-        sub = v.sel(task=[q for q in qs if q in v["task"].values])
-        stacked = sub.stack(_q=("task", "image"))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", category=RuntimeWarning)  # all-NaN slices
-            parts.append(stacked.median("_q", skipna=True).expand_dims(task=[task]))
-    out = xr.concat(parts, dim="task")
-    out.attrs = {"long_name": "median first-token option mass on clean images", "units": "1"}
-    return out.transpose(*[d for d in ("model", "task") if d in out.dims])
-
-
 def low_option_mass(ds: xr.Dataset, threshold: float | None = None) -> list[str]:
     """Models of the cube whose median clean option mass is below ``threshold`` for a task.
 
@@ -788,15 +745,13 @@ def low_option_mass(ds: xr.Dataset, threshold: float | None = None) -> list[str]
     ds : xarray.Dataset
         The cube.
     threshold : float, optional
-        Default :data:`murk.readout.OPTION_MASS_MIN` (0.5).
+        Default :data:`murk.unit.OPTION_MASS_MIN` (0.5).
 
     Returns
     -------
     list of str
         Model ids, in cube order (models without option mass, e.g. the monitor, never).
     """
-    from murk.readout import OPTION_MASS_MIN
-
     thr = OPTION_MASS_MIN if threshold is None else float(threshold)
     med = median_option_mass(ds)
     low = (med < thr).any("task")
@@ -817,7 +772,7 @@ def verbal_rates(ds: xr.Dataset, by_task: bool = False) -> xr.Dataset:
     A continuation counts as *asked* where its ``verbal_stop`` is recorded (0 =
     ended at end-of-sequence, 1 = ran to the token limit; NaN = not asked); it
     is *parsed* where its ``verbal_conf`` is not NaN
-    (:func:`murk.readout.parse_verbal_confidence`). A high limit-hit rate with a
+    (:func:`murk.verbal.parse_verbal_confidence`). A high limit-hit rate with a
     low parse rate says the 12-token budget cut the confidence off; a low parse
     rate with few limit hits says the model did not state one.
 

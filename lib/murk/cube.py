@@ -191,8 +191,8 @@ IDENTITY_ATTRS: dict[str, str] = {
     "depth_model": "the depth model",
     "depth_revision": "the depth model's weights",
     "monitor_threshold_m": "the visibility monitor's abstain threshold",
-    "readout_engine": "the read-out engine (batched or per-unit: they agree to floating-point rounding; "
-                      "papermill -p engine_kind ...)",
+    "readout_engine": "the read-out engine (murk.engine's batched read-out; the earlier per-unit engine agrees "
+                      "to floating-point rounding, but its stores are not resumed with it)",
     "images_per_batch": "the batched engine's images per scheduled batch (which images share a forward pass; "
                         "papermill -p images_per_batch N)",
     "schema_version": "the store layout (written by another murk version)",

@@ -3,10 +3,14 @@
 A **unit** is one image under one condition with all its prompts (spec Sec. III:
 each of t2, t3_true and t3_false in the variants main / abstain / abstain2, 9
 prompts; plus the main prompt in the verbal wordings v2 / v3 on the items that
-ask them). :func:`murk.readout.read_item` reads one unit at a time: one vision
-pass, one prefill, one batch of prompt tails and 11 greedy decode steps of 3 rows,
-about 13 small forward calls per unit. This engine reads a whole scheduled batch of
-units with about ``verbal_max_new_tokens`` forward calls:
+ask them). The per-unit baseline (:func:`murk.baseline.read_item`, measured
+against in ``benchmarks/readout.py``) reads one unit at a time: one vision pass,
+one prefill, one batch of prompt tails and 11 greedy decode steps of 3 rows, about
+13 small forward calls per unit. This engine, the read-out stage's, reads a whole
+scheduled batch of units with about ``verbal_max_new_tokens`` forward calls. What a
+unit asks and records is :mod:`murk.unit`'s (:func:`murk.unit.item_prompts`,
+:func:`murk.unit.verbal_groups`, :func:`murk.unit.item_readouts`); the model kernels
+are :mod:`murk.vlm`'s public ones. This module only schedules and computes:
 
 1. **One row per unit, its prompts as a token tree.** The prompts of a unit share
    the chat head and the image, and prompts of one question share the stem and
@@ -44,7 +48,8 @@ uninterrupted one. Row lengths are padded to multiples of ``length_bucket``
 tokens so that most batches have the same shapes. Each row's read-outs are
 computed independently of its batch-mates up to floating-point rounding of the
 batched kernels (tests: ``<= 1e-6`` in float32 against every prompt scored on its
-own, :func:`murk.readout.score_prompts` with ``shared_prefix=False``).
+own, :func:`murk.whole.score_whole` and :func:`murk.baseline.score_prompts` with
+``shared_prefix=False``).
 
 Out of memory
 -------------
@@ -60,9 +65,10 @@ Fallback
 --------
 Where a unit cannot be batched safely (model family or attention kernel without
 custom 4-D masks, an image span not shared by all prompts of the unit, Gemma's
-fully bidirectional mode), it is read by :func:`murk.readout.read_item` (the
-shared-prefix engine, itself falling back to whole prompts) and the reason is
-recorded in :attr:`ImageResult.fallbacks` and :attr:`EngineStats.fallback_units`.
+fully bidirectional mode), it is read with every prompt run whole
+(:func:`murk.whole.read_unit`: transformers' own forward and ``generate``, the
+reference the engines are tested against) and the reason is recorded in
+:attr:`ImageResult.fallbacks` and :attr:`EngineStats.fallback_units`.
 """
 
 from __future__ import annotations
@@ -84,9 +90,13 @@ from typing import Any
 
 import numpy as np
 
-from murk import readout as _ro
+from murk import whole
 from murk.config import load_config
 from murk.prompts import Question
+from murk.unit import PromptSlot, item_prompts, item_readouts, verbal_groups
+from murk.verbal import VERBAL_STOP_EOS, VERBAL_STOP_LIMIT
+from murk.vlm import (VLM, build_prompt_text, common_prefix_len, eos_ids, image_inputs, image_token_id, is_mrope,
+                      present_image)
 
 log = logging.getLogger("murk")
 
@@ -181,7 +191,8 @@ class ImageResult:
         Why the image could not be read out (bad input; for
         :func:`murk.cube.write_missing`).
     fallbacks : list of str
-        ``"<arm>/<level>: <reason>"`` for each unit read by the per-unit engine.
+        ``"<arm>/<level>: <reason>"`` for each unit read with every prompt run whole
+        (the fallback, :func:`murk.whole.read_unit`).
     """
 
     item: int
@@ -237,7 +248,7 @@ class EngineStats:
     oom_splits : int
         Batches split in halves after an out-of-memory error.
     fallback_units : int
-        Units read by the per-unit engine.
+        Units read with every prompt run whole (the fallback, :func:`murk.whole.read_unit`).
     """
 
     units: int = 0
@@ -349,7 +360,7 @@ def check_shard_alignment(shard_size: int | None, images_per_batch: int) -> None
 # --------------------------------------------------------------------------- support, memory
 
 
-def batching_support(vlm: _ro.VLM) -> str | None:
+def batching_support(vlm: VLM) -> str | None:
     """Why this model cannot be batched by this engine, or None if it can.
 
     Batched rows need: a supported family (:data:`_FAMILIES`: SmolVLM / Idefics3,
@@ -388,7 +399,7 @@ def _free_bytes(device: str) -> int:
         return 8 << 30
 
 
-def _row_bytes(vlm: _ro.VLM, slots: int, ends: int, gens: int, max_new: int, vision_tokens: int) -> float:
+def _row_bytes(vlm: VLM, slots: int, ends: int, gens: int, max_new: int, vision_tokens: int) -> float:
     """Peak device memory of one row in a batch (bytes; an estimate from the config)."""
     import torch
 
@@ -419,7 +430,7 @@ def _row_bytes(vlm: _ro.VLM, slots: int, ends: int, gens: int, max_new: int, vis
     return float(cache + act + masks + scores + logits + vision)
 
 
-def auto_images_per_batch(vlm: _ro.VLM, questions: Sequence[Question] | None = None,
+def auto_images_per_batch(vlm: VLM, questions: Sequence[Question] | None = None,
                           config: Mapping[str, Any] | None = None, free_bytes: int | None = None,
                           fraction: float = 0.6, max_images: int | None = None) -> int:
     """Images per scheduled batch from the device's free memory and the model's size.
@@ -463,8 +474,8 @@ def auto_images_per_batch(vlm: _ro.VLM, questions: Sequence[Question] | None = N
     qs = list(questions) if questions is not None else questions_for_item(EXAMPLE_ITEM, cfg)
     max_new = int(cfg.get("readout", {}).get("verbal_max_new_tokens", 12))
     grey = np.full((vlm.max_side_px, vlm.max_side_px, 3), 128, dtype=np.uint8)
-    slots = _ro.item_prompts(qs, cfg, ("v1",))
-    row = _prepare_row(vlm, _ro.present_image(grey, vlm.max_side_px), slots, cfg)
+    slots = item_prompts(qs, cfg, ("v1",))
+    row = _prepare_row(vlm, present_image(grey, vlm.max_side_px), slots, cfg)
     if isinstance(row, str):
         n, e, g, v = 1024, len(slots), len(slots), 1024
     else:
@@ -561,7 +572,7 @@ _ROPE_CACHE: dict = {}
 _ROPE_LOCK = threading.Lock()
 
 
-def _rope_index(vlm: _ro.VLM, trunk: tuple[int, ...], grid, types) -> np.ndarray:
+def _rope_index(vlm: VLM, trunk: tuple[int, ...], grid, types) -> np.ndarray:
     """Qwen-VL's M-RoPE positions (3, k) of the shared prefix (``get_rope_index``), cached per prefix and grid."""
     import torch
 
@@ -591,7 +602,7 @@ def _vision_blocks(types: np.ndarray) -> np.ndarray:
     return np.where(is_v, gid, -1).astype(np.int64)
 
 
-def _patch_tokens(vlm: _ro.VLM, enc: Mapping[str, Any]) -> int:
+def _patch_tokens(vlm: VLM, enc: Mapping[str, Any]) -> int:
     """Patch tokens the vision encoder runs on for the encoded image (before any merge or pooling)."""
     pv = enc.get("pixel_values")
     if pv is None:
@@ -606,20 +617,20 @@ def _patch_tokens(vlm: _ro.VLM, enc: Mapping[str, Any]) -> int:
     return n_images * (int(pv.shape[-2]) // int(ph)) * (int(pv.shape[-1]) // int(pw))
 
 
-def _prepare_row(vlm: _ro.VLM, pil, slots: Sequence[_ro.PromptSlot], cfg: Mapping[str, Any]) -> _Row | str:
+def _prepare_row(vlm: VLM, pil, slots: Sequence[PromptSlot], cfg: Mapping[str, Any]) -> _Row | str:
     """Processor inputs and the token tree of one row (on the host). A str is the reason it cannot be batched."""
     prefill = cfg.get("readout", {}).get("assistant_prefill", "Answer:")
-    texts = [_ro.build_prompt_text(vlm, s.user, prefill) for s in slots]
+    texts = [build_prompt_text(vlm, s.user, prefill) for s in slots]
     host = dataclasses.replace(vlm, device="cpu")  # processor outputs stay on the host (pinned later)
-    enc, ids = _ro._image_inputs(host, texts, pil)
-    k = min(_ro._common_prefix_len(ids), min(len(i) for i in ids) - 1)
-    img = _ro._image_token_id(vlm)
+    enc, ids = image_inputs(host, texts, pil)
+    k = min(common_prefix_len(ids), min(len(i) for i in ids) - 1)
+    img = image_token_id(vlm)
     if img not in ids[0][:k] or any(img in i[k:] for i in ids):
         return "the image span is not shared by all prompts of the unit"
     layout = _layout(tuple(tuple(i) for i in ids))
     tok, dep, anc, uniq, ends = layout.tok, layout.depth, layout.anc, layout.uniq, layout.ends
     n = len(tok)
-    mrope = _ro._is_mrope(vlm)
+    mrope = is_mrope(vlm)
     if mrope:
         grid = enc["image_grid_thw"].cpu() if "image_grid_thw" in enc else None
         mm = enc["mm_token_type_ids"][0, :k].cpu() if "mm_token_type_ids" in enc else None
@@ -659,18 +670,19 @@ class _PreparedUnit:
     fallback: str | None = None
 
 
-def _split_slots(slots: Sequence[_ro.PromptSlot]) -> tuple[list, list]:
-    core = [s for s in slots if s.wording == "v1"]
-    verbal = [s for s in slots if s.wording != "v1"]
-    return core, verbal
+def _split_slots(slots: Sequence[PromptSlot]) -> tuple[list, list]:
+    """The slots of a unit's two row kinds: the main run's (wording v1), then the further wordings
+    (:func:`murk.unit.verbal_groups`)."""
+    groups = verbal_groups(slots)
+    return [slots[j] for j in groups[0]], [slots[j] for j in (groups[1] if len(groups) > 1 else [])]
 
 
-def _prepare_unit(vlm: _ro.VLM, unit: Unit, cfg: Mapping[str, Any], support: str | None) -> _PreparedUnit:
-    slots = _ro.item_prompts(unit.questions, cfg, unit.verbal_variants)
+def _prepare_unit(vlm: VLM, unit: Unit, cfg: Mapping[str, Any], support: str | None) -> _PreparedUnit:
+    slots = item_prompts(unit.questions, cfg, unit.verbal_variants)
     core, verbal = _split_slots(slots)
     if support is not None:
         return _PreparedUnit(unit, [core, verbal], [None, None], support)
-    pil = _ro.present_image(unit.image, vlm.max_side_px)
+    pil = present_image(unit.image, vlm.max_side_px)
     rows: list = []
     for group in (core, verbal):
         if not group:
@@ -707,7 +719,7 @@ class _Batch:
     vision_pairs: int
 
 
-def _collate(vlm: _ro.VLM, rows: Sequence[_Row], bucket: int) -> _Batch:
+def _collate(vlm: VLM, rows: Sequence[_Row], bucket: int) -> _Batch:
     import torch
 
     E = max(r.n_end for r in rows)
@@ -753,7 +765,7 @@ def _collate(vlm: _ro.VLM, rows: Sequence[_Row], bucket: int) -> _Batch:
                   sum(r.n_image_tokens for r in rows), sum(r.vision_pairs for r in rows))
 
 
-def _mask_spec(vlm: _ro.VLM) -> tuple[list[str] | None, int | None, bool, str]:
+def _mask_spec(vlm: VLM) -> tuple[list[str] | None, int | None, bool, str]:
     """(layer types needing their own mask or None for one mask, sliding window, bidirectional image blocks, impl)."""
     tc = vlm.model.config.get_text_config()
     types = sorted(set(getattr(tc, "layer_types", None) or ["full_attention"]))
@@ -764,7 +776,7 @@ def _mask_spec(vlm: _ro.VLM) -> tuple[list[str] | None, int | None, bool, str]:
     return mapping, window, bidir, impl
 
 
-def _masks(vlm: _ro.VLM, tree, qdepth, kdepth, qblock=None, kblock=None):
+def _masks(vlm: VLM, tree, qdepth, kdepth, qblock=None, kblock=None):
     """The model's attention mask(s) from the tree mask (B, Q, K) and positions: a 4-D tensor or a mapping."""
     import torch
 
@@ -805,7 +817,7 @@ class _RowOut:
     probs: np.ndarray | None = None  # (n_end, vocab) float64 when asked (tests)
 
 
-def _run_batch(vlm: _ro.VLM, batch: _Batch, opt_ids, max_new: int, stats: EngineStats,
+def _run_batch(vlm: VLM, batch: _Batch, opt_ids, max_new: int, stats: EngineStats,
                keep_probs: bool = False) -> list[_RowOut]:
     """Prefill the collated rows (vision included), read the first-token distributions, decode the continuations."""
     import torch
@@ -870,7 +882,7 @@ def _run_batch(vlm: _ro.VLM, batch: _Batch, opt_ids, max_new: int, stats: Engine
             qpos0 = pos[sel][ar, slot]
         pad = vlm.tokenizer.pad_token_id if vlm.tokenizer.pad_token_id is not None else 0
         tok = torch.where(real, first_tok[sel][ar, eidx], torch.full_like(slot, int(pad)))
-        eos = torch.tensor(sorted(_ro._eos_ids(vlm)) or [-1], device=dev)
+        eos = torch.tensor(sorted(eos_ids(vlm)) or [-1], device=dev)
         done = ~real | torch.isin(tok, eos)
         seq = [tok]
         eye = torch.eye(G, dtype=torch.bool, device=dev)[None].expand(Bg, G, G)
@@ -895,7 +907,7 @@ def _run_batch(vlm: _ro.VLM, batch: _Batch, opt_ids, max_new: int, stats: Engine
             seq.append(torch.where(done, torch.full_like(tok, -1), tok))
             done = done | torch.isin(tok, eos)
         gen = torch.stack(seq, dim=-1).cpu().numpy()  # (Bg, G, steps); -1 after a continuation has ended
-        eos_set = set(_ro._eos_ids(vlm))
+        eos_set = set(eos_ids(vlm))
         for i, b in enumerate(gen_rows):
             for g in range(len(batch.rows[b].gen_ends)):
                 t = [int(x) for x in gen[i, g] if x >= 0]
@@ -921,7 +933,7 @@ def _run_batch(vlm: _ro.VLM, batch: _Batch, opt_ids, max_new: int, stats: Engine
     return outs
 
 
-def _run_rows(vlm: _ro.VLM, rows: Sequence[_Row], opt_ids, max_new: int, bucket: int, stats: EngineStats,
+def _run_rows(vlm: VLM, rows: Sequence[_Row], opt_ids, max_new: int, bucket: int, stats: EngineStats,
               keep_probs: bool = False, collated: _Batch | None = None) -> list[_RowOut]:
     """:func:`_run_batch`, splitting the rows in halves on an out-of-memory error."""
     import torch
@@ -943,7 +955,7 @@ def _run_rows(vlm: _ro.VLM, rows: Sequence[_Row], opt_ids, max_new: int, bucket:
                 + _run_rows(vlm, rows[h:], opt_ids, max_new, bucket, stats, keep_probs))
 
 
-def _option_ids(vlm: _ro.VLM) -> tuple[list[int], dict[str, list[int]]]:
+def _option_ids(vlm: VLM) -> tuple[list[int], dict[str, list[int]]]:
     """All option-letter token ids (flat, in a fixed order) and each letter's positions in that list."""
     flat: list[int] = []
     where: dict[str, list[int]] = {}
@@ -953,8 +965,8 @@ def _option_ids(vlm: _ro.VLM) -> tuple[list[int], dict[str, list[int]]]:
     return flat, where
 
 
-def _unit_readouts(vlm: _ro.VLM, pu: _PreparedUnit, outs: Sequence[_RowOut | None], where) -> dict:
-    """Read-outs of one unit (as :func:`murk.readout.read_item` returns them) from its rows' outputs."""
+def _unit_readouts(vlm: VLM, pu: _PreparedUnit, outs: Sequence[_RowOut | None], where) -> dict:
+    """Read-outs of one unit (:func:`murk.unit.item_readouts`) from its rows' outputs."""
     slots: list = []
     p: list = []
     tops: list = []
@@ -970,22 +982,22 @@ def _unit_readouts(vlm: _ro.VLM, pu: _PreparedUnit, outs: Sequence[_RowOut | Non
             if s.generate:
                 g = row.gen_ends.index(e)
                 conts.append(vlm.tokenizer.decode(o.tokens[g], skip_special_tokens=True))
-                stops.append(_ro.VERBAL_STOP_EOS if o.eos[g] else _ro.VERBAL_STOP_LIMIT)
+                stops.append(VERBAL_STOP_EOS if o.eos[g] else VERBAL_STOP_LIMIT)
             else:
                 conts.append(None)
                 stops.append(float("nan"))
             slots.append(s)
-    return _ro.item_readouts(pu.unit.questions, slots, p, tops, conts, stops)
+    return item_readouts(pu.unit.questions, slots, p, tops, conts, stops)
 
 
-def _run_prepared(vlm: _ro.VLM, prepared: Sequence[_PreparedUnit], cfg: Mapping[str, Any], stats: EngineStats,
+def _run_prepared(vlm: VLM, prepared: Sequence[_PreparedUnit], cfg: Mapping[str, Any], stats: EngineStats,
                   bucket: int, keep_probs: bool = False, collated: Mapping[int, _Batch | None] | None = None
                   ) -> list:
     """The model's part for prepared units: batched rows in one forward per row kind, fallback units one by one.
 
-    Returns per unit ``[core row output, verbal row output]`` (:class:`_RowOut` or None), or, for a unit read
-    by the per-unit engine, its read-outs (a dict). ``collated`` holds rows already collated by a worker
-    (``{0: core, 1: verbal}``).
+    Returns per unit ``[core row output, verbal row output]`` (:class:`_RowOut` or None), or, for a fallback
+    unit (every prompt run whole, :func:`murk.whole.read_unit`), its read-outs (a dict). ``collated`` holds
+    rows already collated by a worker (``{0: core, 1: verbal}``).
     """
     import torch
 
@@ -1004,7 +1016,7 @@ def _run_prepared(vlm: _ro.VLM, prepared: Sequence[_PreparedUnit], cfg: Mapping[
         if pu.fallback is not None:
             u = pu.unit
             with torch.inference_mode():
-                outs[i] = _ro.read_item(vlm, u.image, u.questions, cfg, verbal_variants=u.verbal_variants)
+                outs[i] = whole.read_unit(vlm, u.image, u.questions, cfg, verbal_variants=u.verbal_variants)
             stats.fallback_units += 1
         else:
             stats.prompts += sum(len(g) for g in pu.slots)
@@ -1013,13 +1025,13 @@ def _run_prepared(vlm: _ro.VLM, prepared: Sequence[_PreparedUnit], cfg: Mapping[
     return outs
 
 
-def _assemble(vlm: _ro.VLM, prepared: Sequence[_PreparedUnit], outs: Sequence) -> list[dict]:
+def _assemble(vlm: VLM, prepared: Sequence[_PreparedUnit], outs: Sequence) -> list[dict]:
     """Per unit, ``{task: readouts}`` from :func:`_run_prepared`'s outputs (host work, off the model thread)."""
     _, where = _option_ids(vlm)
     return [o if isinstance(o, dict) else _unit_readouts(vlm, pu, o, where) for pu, o in zip(prepared, outs)]
 
 
-def _read_prepared(vlm: _ro.VLM, prepared: Sequence[_PreparedUnit], cfg: Mapping[str, Any], stats: EngineStats,
+def _read_prepared(vlm: VLM, prepared: Sequence[_PreparedUnit], cfg: Mapping[str, Any], stats: EngineStats,
                    bucket: int, keep_probs: bool = False) -> list[tuple[dict, list | None]]:
     """Read-outs of prepared units (synchronously), with the rows' outputs when ``keep_probs``."""
     outs = _run_prepared(vlm, prepared, cfg, stats, bucket, keep_probs)
@@ -1027,14 +1039,14 @@ def _read_prepared(vlm: _ro.VLM, prepared: Sequence[_PreparedUnit], cfg: Mapping
             for r, o in zip(_assemble(vlm, prepared, outs), outs)]
 
 
-def read_units(vlm: _ro.VLM, units: Sequence[Unit], config: Mapping[str, Any] | None = None,
+def read_units(vlm: VLM, units: Sequence[Unit], config: Mapping[str, Any] | None = None,
                length_bucket: int = 32, stats: EngineStats | None = None) -> list[dict[str, dict[str, Any]]]:
     """Read out a batch of units together (synchronously; :func:`read_images` pipelines this).
 
     Parameters
     ----------
     vlm : VLM
-        From :func:`murk.readout.load_vlm`.
+        From :func:`murk.vlm.load_vlm`.
     units : sequence of Unit
         One scheduled batch (all units run in one forward per row kind).
     config : dict, optional
@@ -1048,9 +1060,8 @@ def read_units(vlm: _ro.VLM, units: Sequence[Unit], config: Mapping[str, Any] | 
     Returns
     -------
     list of dict
-        Per unit, ``{task: readouts}`` exactly as :func:`murk.readout.read_item`
-        returns (every key of :data:`murk.readout.READOUTS` and
-        :data:`murk.readout.TEXT_READOUTS`).
+        Per unit, ``{task: readouts}`` (:func:`murk.unit.item_readouts`: every key of
+        :data:`murk.unit.READOUTS` and :data:`murk.unit.TEXT_READOUTS`).
 
     Raises
     ------
@@ -1065,7 +1076,7 @@ def read_units(vlm: _ro.VLM, units: Sequence[Unit], config: Mapping[str, Any] | 
 
 
 def _read_units_with_probs(vlm, units, config=None, length_bucket: int = 32):
-    """Tests: read-outs plus each prompt's full first-token distribution, in :func:`murk.readout.item_prompts` order."""
+    """Tests: read-outs plus each prompt's full first-token distribution, in :func:`murk.unit.item_prompts` order."""
     cfg = load_config() if config is None else config
     st = EngineStats()
     prepared = [_prepare_unit(vlm, u, cfg, batching_support(vlm)) for u in units]
@@ -1077,7 +1088,7 @@ def _read_units_with_probs(vlm, units, config=None, length_bucket: int = 32):
             for j, _ in enumerate(group):
                 probs.append(o.probs[row.end_of_prompt[j]])
         # back to item_prompts order
-        order = _ro.item_prompts(pu.unit.questions, cfg, pu.unit.verbal_variants)
+        order = item_prompts(pu.unit.questions, cfg, pu.unit.verbal_variants)
         flat = [s for g in pu.slots for s in g]
         idx = [flat.index(s) for s in order]
         out.append((r, np.stack([probs[i] for i in idx]) if probs else None))
@@ -1117,7 +1128,7 @@ def _prepare_image(vlm, item: int, load: Callable[[int], ImageJob], cfg, support
 _STOP = object()
 
 
-def read_images(vlm: _ro.VLM, batches: Iterable[Sequence[int]], load: Callable[[int], ImageJob], *,
+def read_images(vlm: VLM, batches: Iterable[Sequence[int]], load: Callable[[int], ImageJob], *,
                 config: Mapping[str, Any] | None = None, done: Container[int] = (), workers: int | None = None,
                 prefetch: int | None = None, length_bucket: int = 32, progress: bool | str = True,
                 stats: EngineStats | None = None) -> Iterator[ImageResult]:
@@ -1171,7 +1182,7 @@ def read_images(vlm: _ro.VLM, batches: Iterable[Sequence[int]], load: Callable[[
     st = stats if stats is not None else EngineStats()
     support = batching_support(vlm)
     if support is not None:
-        log.warning("%s: batched read-out not possible (%s); every unit is read by the per-unit engine",
+        log.warning("%s: batched read-out not possible (%s); every unit is read with every prompt run whole",
                     vlm.model_id, support)
     cuda = str(vlm.device).startswith("cuda")
     nw = int(workers) if workers is not None else (max(1, min(8, (os.cpu_count() or 2) - 1)) if cuda else 1)

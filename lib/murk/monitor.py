@@ -529,7 +529,7 @@ def estimate_visibility_details(image, depth_m, arm: str = "fog", *, veiling_lig
     >>> 10 < d["visibility_m"] < 40
     True
     """
-    image, depth = physics._check_image_depth(image, depth_m, "estimate_visibility")
+    image, depth = physics.check_image_depth(image, depth_m, "estimate_visibility")
     _check_arm(arm, "estimate_visibility")
     if method not in ("quantile", "median", "lsq"):
         raise ValueError(f"estimate_visibility: method must be 'quantile', 'median' or 'lsq', got {method!r}")

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from murk import physics
+from murk import images, physics
+from murk.images import MIN_SIDE_PX, ImageTooSmallError
 
 __all__ = [
     "IMAGENET_C_SEVERITIES",
@@ -75,19 +76,7 @@ LUMA_WEIGHTS_REC601.setflags(write=False)
 #: Default search interval (lo, hi) of V in metres for :func:`equivalent_visibility`.
 EQUIVALENCE_BRACKET_M: tuple[float, float] = (0.25, 4000.0)
 
-#: Smallest side (px) that ``imagecorruptions``' fog accepts.
-MIN_SIDE_PX: int = 32
 _MIN_SIDE_PX = MIN_SIDE_PX
-
-
-class ImageTooSmallError(ValueError):
-    """An image is too small for the ImageNet-C fog (a side under :data:`MIN_SIDE_PX` px).
-
-    A subclass of ValueError, so that the per-item loops of the stages, which record a
-    ValueError of an item in ``missing_reason`` and go on, skip such an item instead of
-    stopping (issue 13). The message names the image (when the caller knows it) and
-    its presented size.
-    """
 
 
 def check_imagenet_c_size(width: int, height: int, what: str = "image") -> None:
@@ -643,7 +632,7 @@ def nominal_equivalence(items, image_dir, depth_dir, *, max_side: int = 448, see
     ``imagenet_c`` arm, before the box is drawn) and :func:`equivalent_visibility` is
     solved with both statistics. An item whose image or depth cannot be read (the
     image missing, undecodable, over Pillow's pixel limit or of another size than
-    its annotation: :func:`murk.render.load_image`, which also applies its EXIF
+    its annotation: :func:`murk.images.load_image`, which also applies its EXIF
     orientation where only that makes the sizes agree), or whose presented image is under 32 px on a side (:class:`ImageTooSmallError`), is
     recorded in ``missing_reason`` and the loop goes on.
 
@@ -684,7 +673,6 @@ def nominal_equivalence(items, image_dir, depth_dir, *, max_side: int = 448, see
     import pandas as pd
     import xarray as xr
     from murk import depth as _depth
-    from murk import render
     from murk.progress import bar as progress_bar
 
     table = pd.DataFrame(items)
@@ -701,13 +689,13 @@ def nominal_equivalence(items, image_dir, depth_dir, *, max_side: int = 448, see
     for i, row in enumerate(rows):
         image_id = int(row.image_id)
         try:
-            img = render.load_image(Path(image_dir) / row.file_name, (int(row.width), int(row.height)))
+            img = images.load_image(Path(image_dir) / row.file_name, (int(row.width), int(row.height)))
             z = _depth.load_depth(Path(depth_dir), image_id)
-            size = render.presented_size(img.shape[1], img.shape[0], max_side,
+            size = images.presented_size(img.shape[1], img.shape[0], max_side,
                                          name=f"image {image_id} ({row.file_name})")
-            img = render.resize_image(img, size)
+            img = images.resize_image(img, size)
             if z.shape != img.shape[:2]:
-                z = render.resize_depth(z, size)
+                z = images.resize_depth(z, size)
             degraded = np.stack([imagenet_c_fog(img, s, seed=imagenet_c_seed(seed, image_id))
                                  for s in severities])
         except (FileNotFoundError, ValueError) as e:  # bad input: this image stays NaN, recorded

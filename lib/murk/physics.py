@@ -61,6 +61,7 @@ __all__ = [
     "underwater_beta",
     "underwater_veiling_light",
     "fog",
+    "check_image_depth",
     "underwater",
     "fog_sweep",
     "underwater_sweep",
@@ -447,7 +448,31 @@ def underwater_veiling_light():
 # -------------------------------------------------------------------- renderers
 
 
-def _check_image_depth(image, depth_m, name: str) -> tuple[np.ndarray, np.ndarray]:
+def check_image_depth(image, depth_m, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Check an image and its depth map before a renderer (or the monitor) uses them.
+
+    Parameters
+    ----------
+    image : numpy.ndarray, shape (H, W, 3), dtype uint8
+        8-bit sRGB image.
+    depth_m : array-like, shape (H, W)
+        Depth in metres, real-valued and non-negative (NaN or inf: infinitely far).
+    name : str
+        The caller, named in the error (e.g. ``"fog"``).
+
+    Returns
+    -------
+    image : numpy.ndarray
+        ``image`` unchanged.
+    depth : numpy.ndarray, shape (H, W), dtype float64
+        ``depth_m`` as float64 metres.
+
+    Raises
+    ------
+    ValueError
+        Naming ``name`` and the fix: an image that is not a uint8 (H, W, 3) array, a
+        depth map that is not real, not of the image's shape or negative.
+    """
     if not isinstance(image, np.ndarray) or image.dtype != np.uint8:
         dtype = getattr(image, "dtype", type(image).__name__)
         raise ValueError(
@@ -667,7 +692,7 @@ def fog(image, depth_m, visibility_m, airlight=FOG_AIRLIGHT):
     >>> fog(img, np.full((1, 1), np.log(2.0)), 3.912, airlight=1.0)[0, 0]  # t = 0.5
     array([205, 205, 205], dtype=uint8)
     """
-    image, depth = _check_image_depth(image, depth_m, "fog")
+    image, depth = check_image_depth(image, depth_m, "fog")
     v = _check_visibility(visibility_m, "fog")
     a = _check_airlight(airlight, "fog")
     return _render(image, depth, np.array([v]), None, a)[0]
@@ -702,7 +727,7 @@ def fog_sweep(image, depth_m, visibilities_m=None, airlight=FOG_AIRLIGHT, *, rou
     ValueError
         As :func:`fog`, and if *visibilities_m* is not a non-empty 1-D sequence.
     """
-    image, depth = _check_image_depth(image, depth_m, "fog_sweep")
+    image, depth = check_image_depth(image, depth_m, "fog_sweep")
     v = _check_visibilities(SWEEP_M if visibilities_m is None else visibilities_m, "fog_sweep")
     a = _check_airlight(airlight, "fog_sweep")
     return _render(image, depth, v, None, a, rounded=bool(rounded))
@@ -740,7 +765,7 @@ def underwater(image, depth_m, visibility_m):
     --------
     underwater_sweep : many visibilities at once, bit-identical to repeated calls.
     """
-    image, depth = _check_image_depth(image, depth_m, "underwater")
+    image, depth = check_image_depth(image, depth_m, "underwater")
     v = _check_visibility(visibility_m, "underwater")
     veil = underwater_veiling_light()
     return _render(image, depth, np.array([v]), _UNDERWATER_RELATIVE_BETA, veil)[0]
@@ -769,7 +794,7 @@ def underwater_sweep(image, depth_m, visibilities_m=None):
     ValueError
         As :func:`underwater`, and if *visibilities_m* is not a non-empty 1-D sequence.
     """
-    image, depth = _check_image_depth(image, depth_m, "underwater_sweep")
+    image, depth = check_image_depth(image, depth_m, "underwater_sweep")
     v = _check_visibilities(
         SWEEP_M if visibilities_m is None else visibilities_m, "underwater_sweep"
     )

@@ -3,282 +3,28 @@
 The order is fixed by the spec (Sec. III): the image is degraded first (Eq. 1 in
 linear RGB, or the ImageNet-C fog), then the 8-px red box is drawn, so the
 target's position stays visible at every level.
+
+Reading and resizing image files is :mod:`murk.images` (its names are re-exported
+here: ``murk.render.load_image``, ``presented_size``, ...); the ImageNet-C fog is
+:mod:`murk.nominal`'s.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import warnings
 from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
-from PIL import Image
 
 from murk import cube, nominal, physics
+from murk.images import (EXIF_ORIENTATION_TAG, MIN_SIDE_PX, TRANSPOSING_ORIENTATIONS, ImageTooSmallError,
+                         TransposedImageWarning, inspect_image, load_image, presented_size, resize_image,
+                         resize_depth, to_rgb8)
 
 __all__ = ["ImageTooSmallError", "MIN_SIDE_PX", "EXIF_ORIENTATION_TAG", "TRANSPOSING_ORIENTATIONS",
            "TransposedImageWarning", "inspect_image", "load_image", "to_rgb8", "presented_size", "resize_image",
            "resize_depth", "scale_bbox", "draw_box", "render_conditions", "load_presented", "item_inputs"]
-
-#: The error raised for a presented image under :data:`MIN_SIDE_PX` px on a side (a
-#: ValueError, so the stages record the item in ``missing_reason`` and go on).
-ImageTooSmallError = nominal.ImageTooSmallError
-#: Smallest presented side (px) every condition can be rendered at (the ImageNet-C fog).
-MIN_SIDE_PX = nominal.MIN_SIDE_PX
-
-_SIXTEEN_BIT_MODES = ("I;16", "I;16B", "I;16L", "I;16N")
-
-
-def to_rgb8(im: Image.Image, name: str = "image") -> np.ndarray:
-    """A Pillow image as uint8 (H, W, 3) sRGB codes, scaling non-8-bit modes correctly.
-
-    8-bit modes (``1``, ``L``, ``P``, ``LA``, ``RGB``, ``RGBA``, ``CMYK``, ``YCbCr``,
-    ...) go through Pillow's ``convert("RGB")``. 16-bit greyscale (``I;16*``, and
-    ``I`` holding values in 0-65535, as 16-bit PNGs open) is scaled by 255 / 65535
-    and rounded: ``convert("RGB")`` would clip it to 255 instead (issue 13: 99.6 %
-    of the pixels of a 16-bit PNG saturated silently). Float images (``F``) with
-    values in [0, 1] are scaled by 255 and rounded. (Pillow itself reduces 16-bit
-    RGB PNGs to 8 bits per channel when it opens them.)
-
-    Raises
-    ------
-    ValueError
-        For a 32-bit integer image with values outside 0-65535 or a float image
-        outside [0, 1] (no defined scale); the message names *name*.
-    """
-    mode = im.mode
-    if mode in _SIXTEEN_BIT_MODES or mode == "I":
-        a = np.asarray(im).astype(np.float64)
-        if mode == "I" and a.size and (a.min() < 0 or a.max() > 65535):
-            raise ValueError(f"{name}: 32-bit integer image with values {a.min():.0f}..{a.max():.0f} outside "
-                             f"0-65535 has no defined 8-bit scale; convert it to 8-bit or 16-bit first")
-        grey = np.round(a * (255.0 / 65535.0)).astype(np.uint8)
-        return np.repeat(grey[..., None], 3, axis=-1)
-    if mode == "F":
-        a = np.asarray(im, dtype=np.float64)
-        if a.size and not (np.isfinite(a).all() and a.min() >= 0.0 and a.max() <= 1.0):
-            raise ValueError(f"{name}: float image with values outside [0, 1] has no defined 8-bit scale; "
-                             f"convert it to 8-bit first")
-        grey = np.round(a * 255.0).astype(np.uint8)
-        return np.repeat(grey[..., None], 3, axis=-1)
-    return np.asarray(im.convert("RGB"), dtype=np.uint8).copy()
-
-
-#: EXIF tag of the orientation (TIFF/EXIF 2.3: 1 = as stored, 2-4 = mirrored / rotated 180 degrees,
-#: 5-8 = transposed, i.e. rotated by 90 degrees, as phones write them)
-EXIF_ORIENTATION_TAG = 0x0112
-#: the orientations whose display frame is the stored frame transposed (width and height swapped)
-TRANSPOSING_ORIENTATIONS = (5, 6, 7, 8)
-
-
-class TransposedImageWarning(UserWarning):
-    """An image used transposed by its EXIF orientation, because only so its size agrees with its annotation."""
-
-
-def _bomb_reason(path: Path, e: Exception) -> str:
-    """The missing reason of an image Pillow refuses as a decompression bomb, with its pixel size."""
-    size = None
-    tb = e.__traceback__
-    while tb is not None:  # the header Pillow read before refusing (``_open_core``'s ``im``), if reachable
-        im = tb.tb_frame.f_locals.get("im")
-        if isinstance(im, Image.Image):
-            size = im.size
-        tb = tb.tb_next
-    m = re.search(r"\((\d+) pixels\)", str(e))
-    pixels = size[0] * size[1] if size else (int(m.group(1)) if m else None)
-    what = (f"{size[0]} x {size[1]} px ({pixels:,} pixels)" if size else
-            f"{pixels:,} pixels" if pixels else "over the limit")
-    limit = 2 * Image.MAX_IMAGE_PIXELS if Image.MAX_IMAGE_PIXELS else None
-    return (f"image {path} is {what}, over Pillow's decompression-bomb limit"
-            + (f" of {limit:,} pixels (2 x PIL.Image.MAX_IMAGE_PIXELS)" if limit else "")
-            + ": not decoded, recorded as missing; replace it with the original COCO file (at most 640 px a side)")
-
-
-def _open(path: Path) -> Image.Image:
-    """``Image.open`` with murk's messages (the header only; the caller loads the pixels)."""
-    if not path.is_file():
-        raise FileNotFoundError(f"image {path} not found: check MURK_COCO_DIR / the image folder, "
-                                f"or unset MURK_OFFLINE and rerun the select stage, which downloads the selected images")
-    try:
-        return Image.open(path)
-    except Image.DecompressionBombError as e:  # not an OSError: it used to stop the stage and every rerun
-        raise ValueError(_bomb_reason(path, e)) from None
-    except (OSError, SyntaxError) as e:
-        raise ValueError(f"image {path} cannot be decoded ({e}); re-download it") from e
-
-
-def _orientation(im: Image.Image) -> int:
-    try:
-        return int(im.getexif().get(EXIF_ORIENTATION_TAG, 1) or 1)
-    except Exception:  # noqa: BLE001 - an unreadable EXIF block is no orientation
-        return 1
-
-
-def _frame(im: Image.Image, path: Path, expected_size: tuple[int, int] | None) -> tuple[bool, str]:
-    """(transpose?, note) of an opened image against its annotation's (width, height); raises on a mismatch."""
-    stored = tuple(int(v) for v in im.size)
-    orientation = _orientation(im)
-    if expected_size is None:
-        return False, ""
-    want = (int(expected_size[0]), int(expected_size[1]))
-    if stored == want:  # COCO's boxes refer to the stored pixels: the EXIF orientation is not applied
-        return False, ""
-    if orientation in TRANSPOSING_ORIENTATIONS and stored[::-1] == want:
-        return True, (f"image {path} is stored {stored[0]} x {stored[1]} px with EXIF orientation {orientation}; "
-                      f"its annotation is {want[0]} x {want[1]} px: used transposed (EXIF orientation applied), "
-                      f"so that the box lies on the target")
-    raise ValueError(
-        f"image {path} is stored {stored[0]} x {stored[1]} px (EXIF orientation {orientation}) but its annotation "
-        f"says {want[0]} x {want[1]} px: its box would not lie on the target, so it is recorded as missing; "
-        f"replace it with the original COCO file")
-
-
-def inspect_image(path: str | os.PathLike, expected_size: tuple[int, int] | None = None) -> str:
-    """Check an image against its annotation from its header only (no pixel is decoded).
-
-    The rule of :func:`load_image`, without loading the pixels: the select stage
-    records what it finds for every selected image before any other stage runs.
-
-    Parameters
-    ----------
-    path : path
-        The image file.
-    expected_size : (width, height) px, optional
-        The annotation's ``width`` and ``height`` (COCO ``images`` table).
-
-    Returns
-    -------
-    str
-        ``""`` when the image is used as stored; otherwise the note that it is used
-        transposed (stored size, EXIF orientation, annotation size).
-
-    Raises
-    ------
-    FileNotFoundError, ValueError
-        As :func:`load_image` (missing, not decodable, over Pillow's pixel limit,
-        size disagreeing with the annotation).
-    """
-    path = Path(path)
-    with _open(path) as im:
-        return _frame(im, path, expected_size)[1]
-
-
-def load_image(path: str | os.PathLike, expected_size: tuple[int, int] | None = None) -> np.ndarray:
-    """Read a COCO JPEG (or any image Pillow reads) as uint8 (H, W, 3) sRGB in its annotation's pixel frame.
-
-    Grey, CMYK and alpha images are converted to RGB; 16-bit and float images are
-    scaled to 8 bits (:func:`to_rgb8`), not clipped.
-
-    **Orientation rule.** COCO's annotations (``width``, ``height``, ``bbox``)
-    refer to the stored pixels, so the image is used as stored whenever its stored
-    size equals the annotation's size, whatever its EXIF orientation says (also
-    for orientations 2-4, mirrors and the 180-degree turn, which keep the size,
-    and for a square image). Only when the stored size is the annotation's size
-    transposed *and* the EXIF orientation is one of 5-8 (the file was stored
-    rotated by 90 degrees, as phones and re-downloaded originals write them) is the
-    orientation applied (:func:`PIL.ImageOps.exif_transpose`): then the box lies on
-    the target, and a :class:`TransposedImageWarning` says so (the select stage
-    records it, :func:`inspect_image`). Any other disagreement is an error: the box
-    would be drawn elsewhere than on the target. Without ``expected_size`` the
-    image is returned as stored.
-
-    Parameters
-    ----------
-    path : path
-        The image file.
-    expected_size : (width, height) px, optional
-        The annotation's ``width`` and ``height``; None skips the check.
-
-    Returns
-    -------
-    uint8 ndarray (H, W, 3)
-        ``H, W = expected_size[::-1]`` when given.
-
-    Raises
-    ------
-    FileNotFoundError
-        If the file is missing (message names it and the fix).
-    ValueError
-        If the file cannot be decoded (truncated or not an image), has no defined
-        8-bit scale, is over Pillow's decompression-bomb limit
-        (``PIL.Image.MAX_IMAGE_PIXELS``; the message names the file and its pixel
-        size), or its size disagrees with ``expected_size`` in a way no EXIF
-        transpose explains (the message gives both sizes and the orientation).
-        Each is a ValueError so that every stage records the image in
-        ``missing_reason`` and goes on.
-    """
-    from PIL import ImageOps
-
-    path = Path(path)
-    with _open(path) as im:
-        transpose, note = _frame(im, path, expected_size)
-        try:
-            im.load()
-            if transpose:
-                im = ImageOps.exif_transpose(im)
-            rgb = to_rgb8(im, f"image {path}")
-        except Image.DecompressionBombError as e:
-            raise ValueError(_bomb_reason(path, e)) from None
-        except (OSError, SyntaxError) as e:
-            raise ValueError(f"image {path} cannot be decoded ({e}); re-download it") from e
-    if note:
-        warnings.warn(note, TransposedImageWarning, stacklevel=2)
-    return rgb
-
-
-def presented_size(width: int, height: int, max_side: int = 448, *, min_side: int | None = MIN_SIDE_PX,
-                   name: str | None = None) -> tuple[int, int]:
-    """(width, height) in px after scaling so that the longer side is at most ``max_side``.
-
-    ``max_side`` default 448 px: spec Sec. III ("at most 448² pixels, a single tile").
-    Images already small enough are not upscaled.
-
-    Parameters
-    ----------
-    width, height : int
-        Stored size in px.
-    max_side : int, default 448
-    min_side : int or None, default MIN_SIDE_PX (32)
-        Smallest presented side every condition can be rendered at (the ImageNet-C
-        fog needs 32 px); None disables the check.
-    name : str, optional
-        How to name the image in the error message.
-
-    Raises
-    ------
-    ImageTooSmallError
-        (a ValueError) If a presented side is under ``min_side``: raised here, before
-        any rendering, so that a stage's per-item loop records the item in
-        ``missing_reason`` and goes on (issue 13: the ImageNet-C fog used to raise in
-        the middle of the conditions and stop the stage).
-    """
-    s = min(1.0, max_side / max(width, height))
-    size = max(1, round(width * s)), max(1, round(height * s))
-    if min_side:
-        what = name or f"an image of {int(width)} x {int(height)} px"
-        if min(size) < int(min_side):
-            raise ImageTooSmallError(
-                f"{what} would be presented at {size[0]} x {size[1]} px (longer side at most {max_side} px); "
-                f"every condition needs at least {int(min_side)} px on each side (the ImageNet-C fog, "
-                f"imagecorruptions): the item is recorded as missing")
-    return size
-
-
-def resize_image(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """Resize uint8 (H, W, 3) to ``size`` = (width, height) with Lanczos filtering."""
-    if (image.shape[1], image.shape[0]) == tuple(size):
-        return image
-    return np.asarray(Image.fromarray(image).resize(size, Image.Resampling.LANCZOS))
-
-
-def resize_depth(depth_m: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """Resize a float depth map (H, W) in metres to ``size`` = (width, height), bilinear."""
-    if (depth_m.shape[1], depth_m.shape[0]) == tuple(size):
-        return depth_m.astype(np.float32, copy=False)
-    im = Image.fromarray(depth_m.astype(np.float32), mode="F")
-    return np.asarray(im.resize(size, Image.Resampling.BILINEAR), dtype=np.float32)
 
 
 def scale_bbox(bbox: Sequence[float], src_size: tuple[int, int], dst_size: tuple[int, int]) -> tuple[float, ...]:
