@@ -1067,11 +1067,13 @@ th, td { border-bottom: 1px solid #ccc; padding: 0.2em 0.5em; text-align: left; 
 pre { font-size: 0.8em; overflow-x: auto; white-space: pre-wrap; margin: 0.3em 0; }
 .view-note { font-size: 0.9em; color: #555; border-bottom: 1px solid #ccc; padding-bottom: 0.8em; }
 .nb-cell { border: 1px solid #ddd; border-radius: 4px; margin: 1em 0; padding: 0.3em 0.8em; }
-.nb-cell > .cell-head { font-family: sans-serif; font-size: 0.8em; color: #666; margin: 0.2em 0; }
-.nb-cell > .cell-head code { color: #2b5d8a; font-weight: bold; }
+.nb-cell .cell-head { font-family: sans-serif; font-size: 0.8em; color: #666; margin: 0.2em 0; }
+.nb-cell .cell-head code { color: #2b5d8a; font-weight: bold; }
 .nb-cell div.sourceCode, .nb-cell > pre.source { background: #f6f8fa; }
 .nb-output { border-left: 3px solid #9bc; padding-left: 0.8em; margin: 0.5em 0; }
 .nb-output pre { background: none; }
+pre > code.sourceCode { white-space: pre-wrap; }
+pre > code.sourceCode > span { text-indent: 0; }
 .nb-error pre { color: #a00; }
 .nb-cell:target { border: 2px solid #EE6677; box-shadow: 0 0 0.6em #f3b6bf; }
 """
@@ -1197,8 +1199,9 @@ def notebook_view(nb_path: str | os.PathLike, html_path: str | os.PathLike | Non
     return html_path
 
 
-#: an inline value at most this long (and on one line, without a link of its own) is itself the link to its
-#: cell in the HTML; a longer one (a sentence, a paragraph) is followed by a small link mark instead
+#: an inline value at most this long, or without words (a list of numbers), on one line and without a link of
+#: its own, is itself the link to its cell in the HTML; a longer one (a sentence, a paragraph) is followed by a
+#: small link mark instead
 CITE_LINK_MAX = 40
 #: the markers around a cited value between resolving and the per-format writing (never reach pandoc)
 _CITE_RE = re.compile("\x02(\\d+)\x1f(.*?)\x03", re.S)
@@ -1207,7 +1210,8 @@ _CITE_RE = re.compile("\x02(\\d+)\x1f(.*?)\x03", re.S)
 def _cite_html(value: str, key: str, label: str, href: str) -> str:
     title = f"computed in cell {label} of notebooks/{Path(href.split('#')[0]).stem}.py"
     attrs = f'key="{key}" cell="{label}"'
-    if len(value) <= CITE_LINK_MAX and "\n" not in value and "](" not in value and "[^" not in value:
+    short = len(value) <= CITE_LINK_MAX or not re.search(r"[^\W\d_]{2}", value)  # a list of numbers is short
+    if short and "\n" not in value and "](" not in value and "[^" not in value:
         return f'[{value}]({href} "{title}"){{.murk-number {attrs}}}'
     return f'{value}[↗]({href} "{title}"){{.murk-source {attrs}}}'
 
