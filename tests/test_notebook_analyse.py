@@ -138,6 +138,11 @@ def test_paper_from_the_executed_notebook(synthetic_paper, numbers):
     assert res["views"]["04_analyse.ipynb"] == root / "paper" / "04_analyse.html"
 
 
+def _visible(html: str) -> str:
+    """The text of an HTML page as a reader sees it: no tags (a cited number is a link), one space."""
+    return " ".join(html_lib.unescape(re.sub(r"<[^>]+>", "", html)).split())
+
+
 def _source_labels() -> set[str]:
     """The cell labels of notebooks/04_analyse.py (jupytext percent cells, ``#| label: …``)."""
     import jupytext
@@ -161,6 +166,9 @@ def test_every_number_names_the_cell_that_recorded_it(root, numbers):
     # f-string keys too: a finding sentence and a per-model key name the cells that build them
     assert prov["finding.rq1.fog.t2"] == "num-rq1" and prov[f"option_mass.{KEY}.t2"] == "num-option-mass"
     assert prov["cfg.sweep"] == "num-scores" and prov["version.numpy"] == "num-numbers-file"
+    # the README's tracing recipe gives what it says it gives
+    readme = (stages.ROOT / "README.md").read_text(encoding="utf-8")
+    assert "load_provenance()['finding.rq1.fog.t2']" in readme and f"-> {prov['finding.rq1.fog.t2']}:" in readme
     # the named cell is where the key is set: its source records the key's stem (or calls the helper that does)
     src = {paper.cell_options(c.source).get("label"): c.source
            for c in jupytext.read(stages.ROOT / "notebooks" / "04_analyse.py").cells if c.cell_type == "code"}
@@ -359,7 +367,7 @@ def test_methods_and_colophon_keys(numbers, synthetic_paper):
             f"used instead") in load
     assert load.count("custom code declared but not run") == 1 and "synthetic-b`'s" not in load
     html = synthetic_paper[1]["html"].read_text(encoding="utf-8")
-    text = " ".join(html.split())
+    text = _visible(html)   # a cited number is a link to its cell: the text a reader sees
     for phrase in ("Decoding is greedy", "sampling settings are recorded", "float32", "V ≥ 250 m", "V ≤ 1.95 m",
                    "one random seed per image shared by its severities", "without a floor", "an oracle",
                    "0.3 quantile", "do_sample = true", "modeling_synth.SynthForConditionalGeneration"):
@@ -704,7 +712,7 @@ def test_one_analysis_identity_in_every_artifact_and_a_mixed_paper_refused(root,
     assert embedded and all(figures.file_identity(f) == ids for f in embedded)
     html = synthetic_paper[1]["html"].read_text(encoding="utf-8")
     assert f'<meta name="murk-analysis-id" content="{numbers["analysis_id"]}">' in html[:html.index("</head>")]
-    assert f"Run identity {run}; analysis identity {numbers['analysis_id']}" in " ".join(html.split())
+    assert f"Run identity {run}; analysis identity {numbers['analysis_id']}" in _visible(html)
     # the numbers of another analysis beside this notebook: refused, naming both, nothing written
     copy = tmp_path / "out"
     shutil.copytree(root, copy)
