@@ -28,11 +28,15 @@
 # paper embeds from the executed notebook (`outputs/notebooks/04_analyse.ipynb`).
 #
 # Every number the paper cites is recorded in the cell that computes it with
-# `record(key, value, …)` (search this notebook for a key to find its origin),
-# and every sentence that states a finding is generated from the numbers with
-# its condition (`murk.claims`): it says "not observed", or the opposite, when the
-# cube says so. Nothing is typed by hand. The numbers file
-# (`paper_numbers.json`) is written by the last cell.
+# `record(key, value, …)`, and every cell that records one is labelled (`num-…`,
+# or its table's or figure's label): the numbers file keeps, for each key, the
+# label of the cell that recorded it (`paper_numbers.provenance.json`,
+# `murk.paper.load_provenance`), also for keys built with f-strings, and the HTML
+# paper links each number to that cell in the rendered notebook. Every sentence
+# that states a finding is generated from the numbers with its condition
+# (`murk.claims`): it says "not observed", or the opposite, when the cube says so.
+# Nothing is typed by hand. The numbers file (`paper_numbers.json`) is written by
+# the last cell.
 
 # %% tags=["parameters"]
 # (one parameter a line, its comment above it: papermill reads `name = value` lines)
@@ -146,6 +150,7 @@ def w_text(w: float, lo: float, hi: float, lower: bool, upper: bool) -> str:
 # The VLMs are analysed below; the monitor has its own section.
 
 # %%
+#| label: num-cube
 # a parameter left at None takes its default from the run settings (data/workflow.yaml), as Snakemake does
 models, shard_size = config.run_default("models", models), config.run_default("shard_size", shard_size)
 ENTRIES = workflow.model_entries(models, None, "the analyse notebook's parameter models")   # n None: not given
@@ -221,6 +226,7 @@ display(workflow.identity_bundle(run_id=RUN_ID, analysis_id=ANALYSIS_ID, models=
 # its results are not interpreted (the read-out stage warned about it).
 
 # %%
+#| label: num-option-mass
 option_mass = analysis.median_option_mass(ds)            # (model, task = t2, t3)
 LOW_MASS[:] = analysis.low_option_mass(ds)
 
@@ -258,6 +264,7 @@ print(option_mass.to_pandas())
 # prints; the depth backend actually used, said in words for Methods.
 
 # %%
+#| label: num-run
 pc = [m for m in VLMS if bool(ds["pipeline_check"].sel(model=m))]
 record("n_items", int(ds.sizes["image"]))
 record("n_items_requested", int(meta.get("n_items_requested", ds.sizes["image"])))
@@ -349,6 +356,7 @@ show_table(paper.markdown_table(rows or [{"model": "all", "image": "–", "reaso
 # are kept in `analysis/scores.nc` (a `stat` coordinate: point, lo, hi).
 
 # %%
+#| label: num-analyse
 res = analysis.analyse(ds, A["bootstrap_resamples"], A["bootstrap_resamples_crossing"], A["bootstrap_seed"],
                        A["ci_level"], CHANCE)
 means, cross, sc = res["means"], res["crossings"], res["scores"]
@@ -402,6 +410,7 @@ sc
 # share of wrong-way pairs; `.sig` beyond two standard errors; `.count`).
 
 # %%
+#| label: num-scores
 p = cfg["physics"]
 record("n_resamples", int(A["bootstrap_resamples"]))
 record("n_resamples_crossing", int(A["bootstrap_resamples_crossing"]))
@@ -500,6 +509,7 @@ print(f"{len(numbers)} numbers recorded")
 # ninety percent of its clean-to-chance range (`murk.claims.fall_band`).
 
 # %%
+#| label: num-rq1
 FALL_BAND: dict[tuple[str, str, str], tuple[float, float]] = {}   # (model, arm, task) -> V (m) at 10 % and 90 %
 
 
@@ -624,6 +634,7 @@ show_table(paper.markdown_table(rows), "crossings")
 # a model that never gives a parseable confidence gets no mean at all.
 
 # %%
+#| label: num-rq2-verbal-rates
 rates = analysis.verbal_rates(ds)                        # (model, arm, level, wording): n_asked, parse_rate, limit_hit_rate
 rates_t = analysis.verbal_rates(ds, by_task=True)        # the same per task (t2, t3_true, t3_false)
 paper.write_text_atomic(TABLE_DIR / "verbal_rates.csv", rates.to_dataframe().to_csv())
@@ -686,6 +697,7 @@ display(Markdown(numbers["finding.rq2.verbal_rates"] + " " + numbers["finding.rq
 rates.sel(wording="v1").to_dataframe()[["n_asked", "parse_rate", "limit_hit_rate"]].unstack("level").round(2)
 
 # %%
+#| label: num-rq2
 SIGNAL_WORDS = {"c_int": "internal confidence", "verbal_conf": "verbalized confidence",
                 "abstain": "abstain rate with the main wording", "abstain2": "abstain₂ rate (“I don't know”)"}
 ARM_WORDS = {"fog": "in fog", "underwater": "under water"}
@@ -851,6 +863,7 @@ show_table(paper.markdown_table(rows), "auroc")
 # difference is stated only when the interval excludes zero.
 
 # %%
+#| label: num-rq3
 MID = level_of(7.8125)   # the level at which the spec reads abstention
 
 
@@ -1028,6 +1041,7 @@ else:
 show_table(md, "nominal")
 
 # %%
+#| label: num-rq4-severities
 # Methods: what changes between neighbouring severities, from the implementation's table of the fog's constants
 record("methods.imagenet_c_severities", nominal.describe_severities())
 if nominal_file.is_file():
@@ -1121,6 +1135,7 @@ show(fig, "nominal_t2")
 # true-category and distractor questions.
 
 # %%
+#| label: num-controls
 for ctrl in cube.CONTROL_ARMS:
     for task in ("t2", "t3"):
         groups = {}
@@ -1316,6 +1331,7 @@ show(fig, "examples_t2")
 # on the other.
 
 # %%
+#| label: num-monitor
 HAS_MONITOR = monitor.MONITOR_ID in full["model"].values
 mid_band = (VIS[1:] >= 3.9) & (VIS[1:] <= 62.5)   # the monitor's band (issue 9's criterion)
 if HAS_MONITOR:
@@ -1661,6 +1677,7 @@ display(Markdown(numbers["finding.monitor.depth"]))
 # abstain rate rises.
 
 # %%
+#| label: num-abstract
 ARM_PHRASE = {"fog": "in fog", "underwater": "under water"}
 
 
@@ -1843,6 +1860,7 @@ display(Markdown("\n\n".join(numbers[k] for k in ("abstract", "discussion.confid
 # run, with the built-in class used instead (`custom_code_not_run`).
 
 # %%
+#| label: num-colophon
 def store_attrs(m: str) -> dict:
     """The attributes of a model's read-out store (its first shard when sharded)."""
     p = stores[m][0] if isinstance(stores[m], list) else stores[m]
@@ -1887,6 +1905,7 @@ record("colophon.loading_options", "; ".join(f"{opts} for {fmt_list(ms)}" for op
 print(numbers["colophon.ignored_generation_settings"], numbers["colophon.loading_options"], sep="\n")
 
 # %%
+#| label: num-numbers-file
 for pkg, v in config.package_versions().items():
     record(f"version.{pkg}", v)
 qmd = paths.project_root() / "paper" / "index.qmd"

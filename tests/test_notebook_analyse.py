@@ -94,10 +94,10 @@ def test_numbers_keys(numbers):
 def test_tables_figures_and_their_cells(root):
     adir, fdir = paths.analysis_dir(root), paths.figures_dir(root)
     cells = paper.notebook_cells(root / "notebooks" / "04_analyse.ipynb")
-    assert set(cells) - {label for label in cells if label.startswith(("tbl-", "fig-"))} == {"murk-identity"}
+    assert set(cells) - {label for label in cells if label.startswith(("tbl-", "fig-", "num-"))} == {"murk-identity"}
     for label, cell in cells.items():
         kind, name = label.split("-", 1)
-        if kind == "murk":   # the identity cell (workflow.IDENTITY_LABEL), neither a table nor a figure
+        if kind in ("murk", "num"):   # the identity cell (workflow.IDENTITY_LABEL), a cell recording numbers
             continue
         if kind == "tbl":
             md = "".join(o["data"]["text/markdown"] for o in cell["outputs"] if "text/markdown" in o.get("data", {}))
@@ -134,7 +134,118 @@ def test_paper_from_the_executed_notebook(synthetic_paper, numbers):
     cells = paper.notebook_cells(root / "notebooks" / "04_analyse.ipynb")
     png = base64.b64decode(cells["fig-signals-t2"]["outputs"][0]["data"]["image/png"])
     assert (root / "paper" / "embed" / "04_analyse-fig-signals-t2.png").read_bytes() == png
-    assert 'href="../notebooks/04_analyse.ipynb"' in html
+    assert 'href="04_analyse.html#fig-signals-t2"' in html     # its cell in the notebook's rendered view
+    assert res["views"]["04_analyse.ipynb"] == root / "paper" / "04_analyse.html"
+
+
+def _visible(html: str) -> str:
+    """The text of an HTML page as a reader sees it: no tags (a cited number is a link), one space."""
+    return " ".join(html_lib.unescape(re.sub(r"<[^>]+>", "", html)).split())
+
+
+def _source_labels() -> set[str]:
+    """The cell labels of notebooks/04_analyse.py (jupytext percent cells, ``#| label: …``)."""
+    import jupytext
+
+    nb = jupytext.read(stages.ROOT / "notebooks" / "04_analyse.py")
+    return {paper.cell_options(c.source).get("label") for c in nb.cells if c.cell_type == "code"} - {None}
+
+
+def test_every_number_names_the_cell_that_recorded_it(root, numbers):
+    """Issue 23: every key of the numbers file (all the paper cites among them, f-string keys included) has a
+    provenance entry naming a cell label of notebooks/04_analyse.py, and the cell it names records it."""
+    import jupytext
+
+    prov = paper.load_provenance(paths.numbers_file(root))
+    assert prov == paper.load_provenance(root / "paper_numbers.json")
+    labels = _source_labels()
+    cited = paper.cited_keys((stages.ROOT / "paper" / "index.qmd").read_text(encoding="utf-8"))
+    assert cited and cited <= set(numbers)
+    assert sorted(set(numbers) - set(prov)) == [], "numbers without a provenance entry"
+    assert {k: v for k, v in prov.items() if v not in labels} == {}, "provenance naming no cell of the notebook"
+    # f-string keys too: a finding sentence and a per-model key name the cells that build them
+    assert prov["finding.rq1.fog.t2"] == "num-rq1" and prov[f"option_mass.{KEY}.t2"] == "num-option-mass"
+    assert prov["cfg.sweep"] == "num-scores" and prov["version.numpy"] == "num-numbers-file"
+    # the README's tracing recipe gives what it says it gives
+    readme = (stages.ROOT / "README.md").read_text(encoding="utf-8")
+    assert "load_provenance()['finding.rq1.fog.t2']" in readme and f"-> {prov['finding.rq1.fog.t2']}:" in readme
+    # the named cell is where the key is set: its source records the key's stem (or calls the helper that does)
+    src = {paper.cell_options(c.source).get("label"): c.source
+           for c in jupytext.read(stages.ROOT / "notebooks" / "04_analyse.py").cells if c.cell_type == "code"}
+    for key in ("n_items", "cfg.koschmieder", "abstract", "run_id"):
+        assert f'"{key}"' in src[prov[key]], (key, prov[key])
+
+
+def _element_text(page: str, element_id: str) -> str | None:
+    """The text inside the element with ``id=element_id`` of an HTML page (stdlib parser), or None."""
+    from html.parser import HTMLParser
+
+    class Finder(HTMLParser):
+        def __init__(self):
+            super().__init__(convert_charrefs=True)
+            self.depth, self.parts, self.found = 0, [], False
+
+        def handle_starttag(self, tag, attrs):
+            if self.depth:
+                self.depth += tag not in ("img", "br", "meta", "link", "input", "hr")
+            elif dict(attrs).get("id") == element_id:
+                self.depth, self.found = 1, True
+
+        def handle_endtag(self, tag):
+            if self.depth:
+                self.depth -= 1
+
+        def handle_data(self, data):
+            if self.depth:
+                self.parts.append(data)
+
+    f = Finder()
+    f.feed(page)
+    return "".join(f.parts) if f.found else None
+
+
+def test_the_html_links_every_cited_number_to_its_cell(root, numbers, synthetic_paper):
+    """Issue 23: each cited number of the HTML paper is a link to the cell that recorded it in the rendered
+    view of the executed notebook; following the link opens that file at an anchor whose content is the
+    labelled cell (its ``#| label:`` line); each embedded figure and table links to its own cell; the PDF names
+    the cells."""
+    res = synthetic_paper[1]
+    html = res["html"].read_text(encoding="utf-8")
+    prov = paper.load_provenance(paths.numbers_file(root))
+    cited = paper.cited_keys((stages.ROOT / "paper" / "index.qmd").read_text(encoding="utf-8"))
+    links = re.findall(r'<a href="([^"#]+)#([^"]+)" class="murk-(?:number|source)" data-key="([^"]+)" '
+                       r'data-cell="([^"]+)"', html)
+    assert {k for *_, k, _ in links} == cited
+    pages: dict[str, str] = {}
+    for target, anchor, key, cell in links:
+        assert anchor == cell == prov[key], key
+        f = res["html"].parent / target
+        assert f.is_file() and f.name == "04_analyse.html", target
+        page = pages.setdefault(target, f.read_text(encoding="utf-8"))
+        text = _element_text(page, anchor)
+        assert text is not None, f"{target} has no anchor #{anchor} (for {key})"
+        assert f"#| label: {anchor}\n" in text and f"cell {anchor}" in text, anchor
+    # the anchored cell holds what it recorded: the value of a short number is in its output or source
+    view = pages["04_analyse.html"]
+    assert "fig-signals-t2" in (_element_text(view, "fig-signals-t2") or "")
+    assert "data:image/png;base64," in view and "nb-cell" in view
+    # each embedded figure and table links to its cell in the view, which holds that cell
+    for nb, label in paper.EMBED_RE.findall((stages.ROOT / "paper" / "index.qmd").read_text(encoding="utf-8")):
+        if nb.endswith("04_analyse.ipynb"):
+            assert f'href="04_analyse.html#{label}"' in html, label
+            assert f"#| label: {label}\n" in (_element_text(view, label) or ""), label
+    # the PDF names the cell of every cited number (a footnote per paragraph)
+    typ = (res["html"].parent / "index.typ").read_text(encoding="utf-8")
+    assert "#footnote[From `notebooks/04_analyse.py`, cell `num-rq1`" in typ
+    assert {prov[k] for k in cited} <= set(re.findall(r"cell `([^`]+)`", typ))
+    if shutil.which("pdftotext"):
+        import subprocess
+
+        # (a label may break across lines at one of its hyphens, which pdftotext then drops)
+        text = "".join(subprocess.run(["pdftotext", str(res["pdf"]), "-"], capture_output=True, text=True,
+                                      check=True).stdout.split()).replace("-", "")
+        lost = sorted({prov[k] for k in cited if f"cell{prov[k]}(".replace("-", "") not in text})
+        assert lost == [], f"cells of cited numbers missing from the PDF: {lost}"
 
 
 def test_changing_a_plot_argument_and_rerunning_the_cell_changes_the_figure(root, tmp_path):
@@ -258,7 +369,7 @@ def test_methods_and_colophon_keys(numbers, synthetic_paper):
             f"used instead") in load
     assert load.count("custom code declared but not run") == 1 and "synthetic-b`'s" not in load
     html = synthetic_paper[1]["html"].read_text(encoding="utf-8")
-    text = " ".join(html.split())
+    text = _visible(html)   # a cited number is a link to its cell: the text a reader sees
     for phrase in ("Decoding is greedy", "sampling settings are recorded", "float32", "V ≥ 250 m", "V ≤ 1.95 m",
                    "one random seed per image shared by its severities", "without a floor", "an oracle",
                    "0.3 quantile", "do_sample = true", "modeling_synth.SynthForConditionalGeneration"):
@@ -603,7 +714,7 @@ def test_one_analysis_identity_in_every_artifact_and_a_mixed_paper_refused(root,
     assert embedded and all(figures.file_identity(f) == ids for f in embedded)
     html = synthetic_paper[1]["html"].read_text(encoding="utf-8")
     assert f'<meta name="murk-analysis-id" content="{numbers["analysis_id"]}">' in html[:html.index("</head>")]
-    assert f"Run identity {run}; analysis identity {numbers['analysis_id']}" in " ".join(html.split())
+    assert f"Run identity {run}; analysis identity {numbers['analysis_id']}" in _visible(html)
     # the numbers of another analysis beside this notebook: refused, naming both, nothing written
     copy = tmp_path / "out"
     shutil.copytree(root, copy)

@@ -1,5 +1,7 @@
 """The paper: every number comes from the numbers file, nothing typed."""
 
+import json
+import os
 import re
 
 import numpy as np
@@ -134,6 +136,75 @@ def test_numbers_record_and_save(tmp_path):
     assert paper.cited_keys('x `{python} N["a"]` y `{python} N[\'b\']`') == {"a", "b"}
 
 
+def test_numbers_keep_the_cell_that_recorded_each_key(tmp_path):
+    """Issue 23: in a kernel, each key set keeps the label of the cell being run (f-string keys, fill_missing
+    and plain assignment too; none in an unlabelled cell); outside one, ``Numbers.cell``; written beside the
+    numbers and read back by load_provenance, load_numbers unchanged."""
+    import subprocess
+    import sys
+
+    script = f"""
+from IPython.core.interactiveshell import InteractiveShell
+sh = InteractiveShell.instance()
+cells = ["from murk import paper\\nn = paper.Numbers({str(tmp_path / 'n.json')!r})\\nn.record('setup', 1)",
+         "#| label: num-a\\nfor i in range(2):\\n    n.record(f'k.{{i}}', i, ci=(0, 1))",
+         "n.record('scratch', 2)",
+         "#| label: tbl-b\\n#| tbl-cap: 'B'\\nn['plain'] = 'x'\\nn.record('k.0', 5)",
+         "#| label: num-c\\nn.fill_missing(['k.1', 'gone']); n.save()"]
+for c in cells:
+    assert sh.run_cell(c, store_history=True).success, c
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(paths.project_root() / "lib"), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    prov = paper.load_provenance(tmp_path / "n.json")
+    assert prov == {"k.0": "tbl-b", "k.0.ci": "num-a", "k.1": "num-a", "k.1.ci": "num-a", "plain": "tbl-b",
+                    "gone": "num-c"}
+    assert json.loads(paper.provenance_file(tmp_path / "n.json").read_text(encoding="utf-8")) == prov
+    assert paper.provenance_file(tmp_path / "n.json").name == "n.provenance.json"
+    assert set(paper.load_numbers(tmp_path / "n.json")) == {"setup", "k.0", "k.0.ci", "k.1", "k.1.ci", "scratch",
+                                                             "plain", "gone"}
+    # outside IPython: the cell given
+    n = paper.Numbers(tmp_path / "m.json", cell="num-script")
+    n.record("a", 1.0)
+    del n["a"]
+    n.record("b", 2.0)
+    assert paper.load_provenance(n.save()) == {"b": "num-script"}
+    # a numbers file without provenance (an older murk): the error says to re-run the analyse stage
+    paper.write_numbers({"a": "1"}, tmp_path / "old" / "n.json")
+    paper.provenance_file(tmp_path / "old" / "n.json").unlink()
+    with pytest.raises(FileNotFoundError, match="older murk.*analyse stage"):
+        paper.load_provenance(tmp_path / "old" / "n.json")
+    with pytest.raises(TypeError, match="cell labels"):
+        paper.write_numbers({"a": "1"}, tmp_path / "x.json", {"a": 3})
+
+
+def test_notebook_view_anchors_each_labelled_cell(tmp_path):
+    """The rendered view of an executed notebook: one file, each labelled cell at ``#label`` with its source
+    and outputs (a figure, a table, text), unlabelled cells and Markdown in order."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# Title\n\nSome *text* with $V$."),
+                nbformat.v4.new_code_cell("x = 1  # unlabelled"),
+                nbformat.v4.new_code_cell("#| label: fig-a\n#| fig-cap: A\nplot()"),
+                nbformat.v4.new_code_cell("#| label: num-b\nrecord('k', 1)\nprint('```')")]
+    nb.cells[2].outputs = [nbformat.v4.new_output("display_data", data={"image/png": PNG})]
+    nb.cells[3].outputs = [nbformat.v4.new_output("stream", name="stdout", text="\x1b[31mdone\x1b[0m ```\n"),
+                           nbformat.v4.new_output("display_data", data={"text/markdown": "| t |\n|---|\n| 1 |\n"})]
+    path = tmp_path / "notebooks" / "04_analyse.ipynb"
+    path.parent.mkdir()
+    nbformat.write(nb, path)
+    out = paper.notebook_view(path)
+    assert out == tmp_path / "paper" / "04_analyse.html"
+    page = out.read_text(encoding="utf-8")
+    assert page.count('class="nb-cell"') == 3 and 'id="fig-a"' in page and 'id="num-b"' in page
+    assert page.index('id="fig-a"') < page.index(f"data:image/png;base64,{PNG}") < page.index('id="num-b"')
+    assert "<table" in page and "done ```" in page and "\x1b" not in page and "<em>text</em>" in page
+    with pytest.raises(FileNotFoundError):
+        paper.notebook_view(tmp_path / "none.ipynb")
+
+
 def _notebook(path, cells):
     """An executed-notebook stand-in: ``cells`` maps label -> (options, outputs)."""
     import nbformat
@@ -172,7 +243,9 @@ def test_embeds_resolve_from_the_notebook_outputs(tmp_path):
     fig = tmp_path / "out" / "paper" / "embed" / "04_analyse-fig-a.png"
     assert f"![Accuracy, t2]({fig.as_posix()}){{#fig-a}}" in md and fig.read_bytes()[:4] == b"\x89PNG"
     assert ": Crossings {#tbl-b}\n\n| x |" in md
-    assert md.count("Source: [04_analyse.ipynb](../notebooks/04_analyse.ipynb)") == 2  # links back to the notebook
+    # links to the cell in the notebook's rendered view (beside the paper; render_paper writes it)
+    assert "Source: [04_analyse.ipynb, cell `fig-a`](04_analyse.html#fig-a)" in md
+    assert "Source: [04_analyse.ipynb, cell `tbl-b`](04_analyse.html#tbl-b)" in md
     out = paper.crossref(md)
     assert "[Figure 1](#fig-a)" in out and "[Table 1](#tbl-b)" in out
     with pytest.raises(KeyError, match="fig-none"):

@@ -77,7 +77,10 @@ def test_products(demo):
     for nb, label in embedded:
         assert label in cells[nb], (nb, label)
         assert f'id="{label}"' in html, label
-    assert html.count("../notebooks/04_analyse.ipynb") >= sum(nb.endswith("04_analyse.ipynb") for nb, _ in embedded)
+        # the link below it opens the cell in the notebook's rendered view beside the paper (issue 23)
+        view = nb.rsplit("/", 1)[-1].replace(".ipynb", ".html")
+        assert f'href="{view}#{label}"' in html and (demo / "paper" / view).is_file(), (nb, label)
+        assert f'id="{label}"' in (demo / "paper" / view).read_text(encoding="utf-8"), (nb, label)
     # the figure files carry the pipeline-check mark, and so do the notebook outputs the paper embeds
     import base64
 

@@ -4,7 +4,12 @@ Every number in ``paper/index.qmd`` is an inline expression
 ```{python} N["key"]``` reading ``outputs/paper_numbers.json`` (key -> formatted
 string). The analyse notebook writes it: each number, and each sentence that
 states a finding, is recorded (:meth:`Numbers.record`) in the notebook cell
-that computes it, so a key's origin is found by searching the notebook for it.
+that computes it, and the label of that cell (``#| label: …``) is written with
+it (``outputs/paper_numbers.provenance.json``, :func:`load_provenance`), so a
+key's origin is its cell, also for a key built with an f-string. The converted
+HTML paper links each number, figure and table to its cell in a rendered view of
+the executed notebook (``outputs/paper/04_analyse.html#<label>``,
+:func:`notebook_view`); the PDF names the cell.
 Figures and tables are embedded from the executed notebooks under
 ``outputs/notebooks/`` by cell label, with Quarto's
 ``{{< embed ../outputs/notebooks/04_analyse.ipynb#fig-… >}}`` shortcode. Where
@@ -41,6 +46,7 @@ from murk import diskfull, paths
 __all__ = ["fmt", "fmt_interval", "fmt_estimate", "fmt_bound", "fmt_crossing", "fmt_range", "fmt_level",
            "fmt_visibility", "fmt_visibility_interval", "fmt_visibility_estimate", "visibility_digits", "BOUND_SIGNS",
            "fmt_list", "level_label", "NOT_COMPUTED", "Numbers", "write_numbers", "load_numbers", "cited_keys",
+           "load_provenance", "provenance_file", "current_cell_label", "notebook_view", "view_name",
            "INLINE_RE", "INCLUDE_RE", "EMBED_RE", "cell_options", "notebook_cells", "resolve_embeds",
            "resolve_qmd", "crossref", "label_numbers", "render_paper", "typst_options", "TYPST_HEADER", "markdown_table", "write_text_atomic",
            "write_netcdf_atomic",
@@ -324,6 +330,51 @@ def fmt_list(items: Iterable[str], conjunction: str = "and") -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" {conjunction} " + items[-1]
 
 
+#: the label of the IPython cell being run (set before each cell by :func:`_on_pre_run_cell`)
+_CELL: dict[str, Any] = {"label": None, "shells": set()}
+
+
+def _label_of(source: str) -> str | None:
+    try:
+        label = cell_options(source or "").get("label")
+    except Exception:  # a cell whose leading "#|" lines are not YAML has no label
+        return None
+    return str(label) if label else None
+
+
+def _on_pre_run_cell(info=None) -> None:
+    """IPython ``pre_run_cell`` callback: remember the label of the cell about to run."""
+    _CELL["label"] = _label_of(getattr(info, "raw_cell", "") or "")
+
+
+def current_cell_label() -> str | None:
+    """The label (``#| label: …``) of the notebook cell being executed, or None.
+
+    Inside IPython (a kernel run by papermill, nbclient or JupyterLab) the first call
+    registers a ``pre_run_cell`` callback that reads the label from the raw source of
+    each cell before it runs (IPython's documented event, ``ExecutionInfo.raw_cell``);
+    the cell running at that first call is read from the kernel's input history.
+    Outside IPython, and in a cell without a label, it is None.
+
+    Returns
+    -------
+    str or None
+    """
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython is a dependency of ipykernel
+        return None
+    shell = get_ipython()
+    if shell is None:
+        return None
+    if id(shell) not in _CELL["shells"]:
+        _CELL["shells"].add(id(shell))
+        shell.events.register("pre_run_cell", _on_pre_run_cell)
+        raw = getattr(getattr(shell, "history_manager", None), "input_hist_raw", None) or [""]
+        _CELL["label"] = _label_of(raw[-1])
+    return _CELL["label"]
+
+
 class Numbers(dict):
     """The numbers file being written by a notebook: key -> formatted string.
 
@@ -331,6 +382,12 @@ class Numbers(dict):
     string (for use in a generated sentence); :meth:`save` writes the file
     (:func:`write_numbers`). Recording a key again replaces it (re-running a
     cell in JupyterLab).
+
+    Every key set (by :meth:`record`, :meth:`fill_missing` or ``numbers[key] = …``)
+    also keeps, in :attr:`provenance`, the label of the notebook cell executing at
+    that moment (:func:`current_cell_label`), or :attr:`cell` where it is set
+    (a script outside IPython); :meth:`save` writes it beside the numbers
+    (:func:`provenance_file`). A key set in an unlabelled cell gets no entry.
 
     Examples
     --------
@@ -343,9 +400,26 @@ class Numbers(dict):
     ('≥ 1.05', '[0.90, 1.20]')
     """
 
-    def __init__(self, path: str | os.PathLike | None = None):
+    def __init__(self, path: str | os.PathLike | None = None, cell: str | None = None):
         super().__init__()
         self.path = Path(path) if path else paths.numbers_file()
+        #: key -> label of the cell that set it
+        self.provenance: dict[str, str] = {}
+        #: the cell label given to keys set outside IPython (None: :func:`current_cell_label`)
+        self.cell = cell
+        current_cell_label()  # inside IPython: start following the cells now
+
+    def __setitem__(self, key: str, value: str) -> None:
+        super().__setitem__(key, value)
+        label = self.cell if self.cell is not None else current_cell_label()
+        if label:
+            self.provenance[key] = label
+        else:
+            self.provenance.pop(key, None)
+
+    def __delitem__(self, key: str) -> None:
+        super().__delitem__(key)
+        self.provenance.pop(key, None)
 
     def record(self, key: str, value: Any, digits: int = 2, *, ci: tuple[float, float] | None = None,
                lower: bool = False, upper: bool = False) -> str:
@@ -390,8 +464,8 @@ class Numbers(dict):
         return filled
 
     def save(self) -> Path:
-        """Write the numbers file atomically (:func:`write_numbers`)."""
-        return write_numbers(self, self.path)
+        """Write the numbers file and its provenance atomically (:func:`write_numbers`)."""
+        return write_numbers(self, self.path, self.provenance)
 
 
 def cited_keys(qmd_text: str) -> set[str]:
@@ -399,23 +473,65 @@ def cited_keys(qmd_text: str) -> set[str]:
     return set(INLINE_RE.findall(qmd_text))
 
 
-def write_numbers(numbers: Mapping[str, str], path: str | os.PathLike | None = None) -> Path:
-    """Write the numbers file atomically (JSON object, sorted keys, str values).
+def provenance_file(path: str | os.PathLike | None = None) -> Path:
+    """The provenance file beside a numbers file: ``paper_numbers.json`` -> ``paper_numbers.provenance.json``.
+
+    Parameters
+    ----------
+    path : path, optional
+        The numbers file (default :func:`murk.paths.numbers_file`, ``outputs/paper_numbers.json``).
+
+    Returns
+    -------
+    Path
+    """
+    path = Path(path) if path else paths.numbers_file()
+    return path.with_name(f"{path.stem}.provenance{path.suffix or '.json'}")
+
+
+def write_numbers(numbers: Mapping[str, str], path: str | os.PathLike | None = None,
+                  provenance: Mapping[str, str] | None = None) -> Path:
+    """Write the numbers file atomically (JSON object, sorted keys, str values), and its provenance.
+
+    Parameters
+    ----------
+    numbers : mapping of str to str
+        Key -> formatted value.
+    path : path, optional
+        Default :func:`murk.paths.numbers_file`.
+    provenance : mapping of str to str, optional
+        Key -> label of the notebook cell that recorded it (default ``numbers.provenance`` where
+        ``numbers`` is a :class:`Numbers`). Written, for the keys of ``numbers`` only, to
+        :func:`provenance_file` (JSON object, sorted keys) before the numbers file, so that a
+        numbers file is never newer than its provenance. ``{}`` is written when none is given,
+        so that an old provenance file never describes new numbers.
+
+    Returns
+    -------
+    Path
+        The numbers file.
 
     Raises
     ------
     TypeError
-        If a value is not a string (numbers are formatted where they are computed).
+        If a value or a cell label is not a string (numbers are formatted where they are computed).
     """
     bad = [k for k, v in numbers.items() if not isinstance(v, str)]
     if bad:
         raise TypeError(f"numbers must be formatted strings; not: {bad[:5]}")
+    if provenance is None:
+        provenance = getattr(numbers, "provenance", None) or {}
+    prov = {k: v for k, v in provenance.items() if k in numbers}
+    bad = [k for k, v in prov.items() if not isinstance(v, str)]
+    if bad:
+        raise TypeError(f"cell labels must be strings; not for: {bad[:5]}")
     path = Path(path) if path else paths.numbers_file()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with diskfull.guard(path, cleanup=[tmp]):
-        tmp.write_text(json.dumps(dict(numbers), indent=1, sort_keys=True, ensure_ascii=False), encoding="utf-8")
-    os.replace(tmp, path)
+    for target, content in ((provenance_file(path), prov), (path, dict(numbers))):
+        tmp = target.with_name(target.name + ".tmp")
+        with diskfull.guard(target, cleanup=[tmp]):
+            tmp.write_text(json.dumps(content, indent=1, sort_keys=True, ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, target)
     return path
 
 
@@ -431,6 +547,42 @@ def load_numbers(path: str | os.PathLike | None = None) -> dict[str, str]:
     if not path.is_file():
         raise FileNotFoundError(f"{path} missing: run the analyse stage (notebooks/04_analyse.py) first")
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def load_provenance(path: str | os.PathLike | None = None) -> dict[str, str]:
+    """Where each number comes from: key -> label of the analyse notebook's cell that recorded it.
+
+    The label is the cell's ``#| label: …`` option in ``notebooks/04_analyse.py``
+    (and in the executed ``outputs/notebooks/04_analyse.ipynb``), e.g.
+    ``{"finding.rq1.fog.t2": "num-rq1", "cfg.seed": "num-scores"}``; find the cell by
+    searching the notebook for ``label: num-rq1``, or open the rendered view beside the
+    paper at ``outputs/paper/04_analyse.html#num-rq1``.
+
+    Parameters
+    ----------
+    path : path, optional
+        The numbers file (default :func:`murk.paths.numbers_file`,
+        ``outputs/paper_numbers.json``, as :func:`load_numbers`); the provenance is read
+        from the file beside it (:func:`provenance_file`,
+        ``paper_numbers.provenance.json``), written with it by :meth:`Numbers.save`.
+
+    Returns
+    -------
+    dict of str to str
+        Key -> cell label, for every key recorded in a labelled cell.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the analyse stage has not written the numbers file, or wrote it without
+        provenance (an older murk): re-run the analyse stage.
+    """
+    path = Path(path) if path else paths.numbers_file()
+    prov = provenance_file(path)
+    if not prov.is_file():
+        what = "the numbers file was written by an older murk" if path.is_file() else f"{path} missing too"
+        raise FileNotFoundError(f"{prov} missing ({what}): run the analyse stage (notebooks/04_analyse.py)")
+    return json.loads(prov.read_text(encoding="utf-8"))
 
 
 def cell_options(source: str) -> dict[str, Any]:
@@ -663,7 +815,7 @@ def _embed(nb_path: Path, label: str, cell, fig_dir: Path, link: str) -> str:
         body = "\n\n".join(m.strip() for m in mds)
         if label.startswith("tbl-"):
             body = f": {opts.get('tbl-cap', '')} {{#{label}}}\n\n{body}"
-    return (f"{body}\n\n::: {{.embed-source}}\nSource: [{nb_path.name}]({link}), cell `{label}`\n:::\n")
+    return (f"{body}\n\n::: {{.embed-source}}\nSource: [{nb_path.name}, cell `{label}`]({link})\n:::\n")
 
 
 def _placeholder(label: str, fig_dir: Path, why: str) -> str:
@@ -689,8 +841,10 @@ def resolve_embeds(text: str, redirect, fig_dir: str | os.PathLike, link_from: s
     An ``image/png`` output of a ``fig-`` cell becomes a figure file in
     ``fig_dir`` with the cell's ``fig-cap`` and label; the Markdown output of a
     ``tbl-`` cell becomes a table with its ``tbl-cap`` and label; each is
-    followed by a link to its notebook (relative to ``link_from``, the folder
-    of the HTML), as Quarto links embedded output to its source notebook.
+    followed by a line "Source: 04_analyse.ipynb, cell `label`" linking to the
+    cell in the notebook's rendered view (``04_analyse.html#label``, beside the
+    HTML in ``link_from``: :func:`notebook_view`, written by :func:`render_paper`),
+    as Quarto links embedded output to its source notebook.
 
     A notebook that does not exist (its stage did not run for this output root)
     gives a labelled placeholder saying "not computed in this run"; its
@@ -723,15 +877,14 @@ def resolve_embeds(text: str, redirect, fig_dir: str | os.PathLike, link_from: s
         if label not in cells:
             raise KeyError(f"{nb_path} has no cell labelled {label!r} (cited by the paper): re-run the stage, "
                            f"or fix the label in notebooks/{nb_path.stem}.py")
-        link = Path(os.path.relpath(nb_path, Path(link_from))).as_posix()
-        return _embed(nb_path, label, cells[label], Path(fig_dir), link)
+        return _embed(nb_path, label, cells[label], Path(fig_dir), f"{view_name(nb_path)}#{label}")
 
     return EMBED_RE.sub(one, text)
 
 
 def resolve_qmd(text: str, numbers: Mapping[str, str], base_dir: str | os.PathLike,
                 output_dir: str | os.PathLike | None = None, fig_dir: str | os.PathLike | None = None,
-                missing: list[str] | None = None) -> str:
+                missing: list[str] | None = None, cite=None) -> str:
     """Turn the paper's Quarto source into plain Markdown.
 
     Embed shortcodes are replaced by the cells' outputs (:func:`resolve_embeds`;
@@ -741,6 +894,8 @@ def resolve_qmd(text: str, numbers: Mapping[str, str], base_dir: str | os.PathLi
     dropped. Paths starting with ``../outputs/`` are redirected to
     ``output_dir`` when given. Embeds from a notebook that does not exist
     become "not computed in this run" placeholders, listed in ``missing``.
+    ``cite``, a callable ``(key, value) -> markdown``, writes each inline value
+    (:func:`render_paper` links it to its cell); default the value itself.
 
     Raises
     ------
@@ -773,7 +928,7 @@ def resolve_qmd(text: str, numbers: Mapping[str, str], base_dir: str | os.PathLi
     absent = [k for k in INLINE_RE.findall(text) if k not in numbers]
     if absent:
         raise KeyError(f"paper numbers missing from the numbers file: {sorted(set(absent))}")
-    text = INLINE_RE.sub(lambda m: numbers[m.group(1)], text)
+    text = INLINE_RE.sub(lambda m: cite(m.group(1), numbers[m.group(1)]) if cite else numbers[m.group(1)], text)
     other = ANY_INLINE_RE.findall(text)
     if other:
         raise ValueError(f"inline expressions other than N[\"key\"] cannot be resolved without Quarto: {other[:3]}")
@@ -897,6 +1052,197 @@ def _figure_paths(md: str) -> list[str]:
     return re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", md)
 
 
+def view_name(nb_path: str | os.PathLike) -> str:
+    """File name of an executed notebook's rendered view beside the paper: ``04_analyse.ipynb`` -> ``04_analyse.html``."""
+    return f"{Path(nb_path).stem}.html"
+
+
+#: the rendered notebook view's styles (:func:`notebook_view`): the paper's type, code cells boxed, the cell
+#: a link points at (``#label``) highlighted
+VIEW_CSS = """\
+body { max-width: 72em; margin: 2em auto; padding: 0 1em; font-family: Georgia, serif; line-height: 1.45; color: #222; }
+img { max-width: 100%; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; display: block; overflow-x: auto; }
+th, td { border-bottom: 1px solid #ccc; padding: 0.2em 0.5em; text-align: left; }
+pre { font-size: 0.8em; overflow-x: auto; white-space: pre-wrap; margin: 0.3em 0; }
+.view-note { font-size: 0.9em; color: #555; border-bottom: 1px solid #ccc; padding-bottom: 0.8em; }
+.nb-cell { border: 1px solid #ddd; border-radius: 4px; margin: 1em 0; padding: 0.3em 0.8em; }
+.nb-cell .cell-head { font-family: sans-serif; font-size: 0.8em; color: #666; margin: 0.2em 0; }
+.nb-cell .cell-head code { color: #2b5d8a; font-weight: bold; }
+.nb-cell div.sourceCode, .nb-cell > pre.source { background: #f6f8fa; }
+.nb-output { border-left: 3px solid #9bc; padding-left: 0.8em; margin: 0.5em 0; }
+.nb-output pre { background: none; }
+pre > code.sourceCode { white-space: pre-wrap; }
+pre > code.sourceCode > span { text-indent: 0; }
+.nb-error pre { color: #a00; }
+.nb-cell:target { border: 2px solid #EE6677; box-shadow: 0 0 0.6em #f3b6bf; }
+"""
+
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _fenced(text: str, attrs: str) -> str:
+    """A fenced code block holding ``text`` exactly (its fence longer than any backtick run in it)."""
+    fence = "`" * max(3, max((len(r) for r in re.findall(r"`+", text)), default=0) + 1)
+    return f"{fence} {{{attrs}}}\n{text.rstrip()}\n{fence}\n"
+
+
+def _raw_html(html: str) -> str:
+    fence = "`" * max(3, max((len(r) for r in re.findall(r"`+", html)), default=0) + 1)
+    return f"{fence}{{=html}}\n{html}\n{fence}\n"
+
+
+def _view_output(o) -> str:
+    """Markdown of one cell output for :func:`notebook_view`."""
+    import html as _html
+
+    kind = o.get("output_type")
+    if kind == "stream":
+        text = o.get("text", "")
+        text = "".join(text) if isinstance(text, list) else str(text)
+        return _fenced(_ANSI_RE.sub("", text), ".stream")
+    if kind == "error":
+        tb = "\n".join(o.get("traceback") or [f"{o.get('ename')}: {o.get('evalue')}"])
+        return f"::: {{.nb-error}}\n{_fenced(_ANSI_RE.sub('', tb), '.error')}:::\n"
+    data = o.get("data", {})
+    join = lambda v: "".join(v) if isinstance(v, list) else str(v)  # noqa: E731
+    for mime in ("image/png", "image/jpeg"):
+        if mime in data:
+            b64 = join(data[mime]).replace("\n", "")
+            return _raw_html(f'<img src="data:{mime};base64,{b64}" alt="figure output">')
+    if "image/svg+xml" in data:
+        return _raw_html(join(data["image/svg+xml"]))
+    if "text/markdown" in data:
+        return join(data["text/markdown"]).strip() + "\n"
+    if "text/html" in data:
+        return _raw_html(join(data["text/html"]))
+    if "text/plain" in data:
+        return _fenced(join(data["text/plain"]), ".text")
+    other = [m for m in data if m.endswith("json")]
+    if other:
+        return _fenced(json.dumps(data[other[0]], indent=1, ensure_ascii=False), ".json")
+    return ""
+
+
+def notebook_view(nb_path: str | os.PathLike, html_path: str | os.PathLike | None = None,
+                  source: str | None = None) -> Path:
+    """A readable HTML view of an executed notebook, each labelled cell anchored at its label.
+
+    Every cell in order: Markdown cells as text, code cells as their (highlighted) source
+    with their outputs (text, Markdown tables, figures as embedded PNG, errors). A code cell
+    whose options carry ``#| label: L`` is a ``<div class="nb-cell" id="L">`` headed
+    "cell `L`", so that ``04_analyse.html#num-rq1`` opens at the cell that recorded a number
+    and ``04_analyse.html#tbl-crossings`` at the cell of a table (the cell a link points at
+    is highlighted). Converted by pandoc (``pypandoc-binary``), one self-contained file
+    (no nbconvert, no network).
+
+    Parameters
+    ----------
+    nb_path : path
+        The executed notebook (``outputs/notebooks/04_analyse.ipynb``).
+    html_path : path, optional
+        Where to write it (rewritten atomically); default ``<output root>/paper/<stem>.html``
+        (:func:`view_name`, beside the paper).
+    source : str, optional
+        The notebook's source named in the view's header; default ``notebooks/<stem>.py``.
+
+    Returns
+    -------
+    Path
+        ``html_path``.
+
+    Raises
+    ------
+    FileNotFoundError
+        The notebook does not exist.
+    ValueError
+        Two cells carry the same label (:func:`notebook_cells`).
+    """
+    import nbformat
+    import pypandoc
+
+    nb_path = Path(nb_path)
+    notebook_cells(nb_path)  # missing notebook, duplicate labels: the errors of the embeds
+    nb = nbformat.read(nb_path, as_version=4)
+    if html_path is None:
+        html_path = nb_path.parent.parent / "paper" / view_name(nb_path)
+    html_path = Path(html_path)
+    source = source or f"notebooks/{nb_path.stem}.py"
+    parts = [_raw_html(f"<style>\n{VIEW_CSS}</style>"),
+             f"::: {{.view-note}}\nThe executed notebook `{nb_path.name}` (from `{source}`), rendered for reading. "
+             f"Each labelled cell is anchored at its label: `{html_path.name}#<label>`.\n:::\n"]
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            parts.append(cell.source.strip() + "\n")
+            continue
+        if cell.cell_type != "code":
+            continue
+        label = _label_of(cell.source)
+        count = cell.get("execution_count")
+        head = (f"cell `{label}`" if label else "cell") + (f" · In [{count}]" if count else "")
+        body = [f"[{head}]{{.cell-head}}\n", _fenced(cell.source, ".python .source")]
+        for o in cell.get("outputs", []):
+            out = _view_output(o)
+            if out:
+                body.append(f"::::::: {{.nb-output}}\n{out}\n:::::::\n")
+        attrs = (f"#{label} " if label else "") + ".nb-cell"
+        parts.append(f"::::::::::: {{{attrs}}}\n" + "\n".join(body) + "\n:::::::::::\n")
+    md = "\n".join(parts)
+    html_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = html_path.with_name(html_path.name + ".tmp")
+    with diskfull.guard(html_path, cleanup=[tmp]):
+        pypandoc.convert_text(md, "html5", format="markdown", outputfile=str(tmp),
+                              extra_args=["--standalone", "--mathml", "--metadata=lang:en",
+                                          f"--metadata=pagetitle:{nb_path.name}",
+                                          f"--metadata=title:{nb_path.name} (executed)"])
+    os.replace(tmp, html_path)
+    return html_path
+
+
+#: an inline value at most this long, or without words (a list of numbers), on one line and without a link of
+#: its own, is itself the link to its cell in the HTML; a longer one (a sentence, a paragraph) is followed by a
+#: small link mark instead
+CITE_LINK_MAX = 40
+#: the markers around a cited value between resolving and the per-format writing (never reach pandoc)
+_CITE_RE = re.compile("\x02(\\d+)\x1f(.*?)\x03", re.S)
+
+
+def _cite_html(value: str, key: str, label: str, href: str) -> str:
+    title = f"computed in cell {label} of notebooks/{Path(href.split('#')[0]).stem}.py"
+    attrs = f'key="{key}" cell="{label}"'
+    short = len(value) <= CITE_LINK_MAX or not re.search(r"[^\W\d_]{2}", value)  # a list of numbers is short
+    if short and "\n" not in value and "](" not in value and "[^" not in value:
+        return f'[{value}]({href} "{title}"){{.murk-number {attrs}}}'
+    return f'{value}[↗]({href} "{title}"){{.murk-source {attrs}}}'
+
+
+def _cite_typst(md: str, cites: list[tuple[str, str]], source: str) -> str:
+    """The PDF's form of the cited numbers: the values as they are, and in each block of text (a paragraph)
+    that cites numbers one footnote naming their cells and keys (at the end of the sentence of its last one)."""
+    blocks = re.split(r"(\n[ \t]*\n)", md)
+    out = []
+    for block in blocks:
+        found = list(_CITE_RE.finditer(block))
+        if not found:
+            out.append(block)
+            continue
+        by_cell: dict[str, list[str]] = {}
+        for m in found:
+            key, label = cites[int(m.group(1))]
+            by_cell.setdefault(label, [])
+            if key not in by_cell[label]:
+                by_cell[label].append(key)
+        note = "; ".join(f"cell `{label}` (" + ", ".join(f"`{k}`" for k in keys) + ")"
+                         for label, keys in by_cell.items())
+        # the footnote mark goes at the end of the sentence of the last number (else right after it)
+        end = found[-1].end()
+        stop = re.compile(r"[.!?][)\]]?(?=\s|$)").search(block, end)
+        at = stop.end() if stop and "\n\n" not in block[end:stop.end()] and ":::" not in block[end:stop.end()] else end
+        block = block[:at] + f"^[From `{source}`, {note}.]" + block[at:]
+        out.append(_CITE_RE.sub(lambda m: m.group(2), block))
+    return "".join(out)
+
+
 def render_paper(qmd: str | os.PathLike | None = None, output_dir: str | os.PathLike | None = None,
                  pdf: bool = True) -> dict[str, Path]:
     """Convert the paper without Quarto: resolve, then pandoc → HTML and Typst → PDF.
@@ -914,10 +1260,21 @@ def render_paper(qmd: str | os.PathLike | None = None, output_dir: str | os.Path
         with their header repeated, headings kept with what follows
         (:data:`TYPST_HEADER`).
 
+    The executed notebooks the paper draws on (``04_analyse.ipynb``, and each embedded one
+    that exists) get a rendered view beside the paper (:func:`notebook_view`:
+    ``<root>/paper/04_analyse.html``, a ``<div id="label">`` per labelled cell). In the HTML,
+    each cited number links to the cell that recorded it (:func:`load_provenance`;
+    ``04_analyse.html#num-rq1``, the link carrying ``data-key`` and ``data-cell``): a short value
+    is itself the link, a sentence is followed by a small "↗" link (:data:`CITE_LINK_MAX`);
+    each embedded figure and table links to its cell ("Source: 04_analyse.ipynb, cell
+    `tbl-…`"). In the PDF, each paragraph that cites numbers names their cells and keys in a
+    footnote. A numbers file without provenance (an older murk) gives unlinked numbers.
+
     Returns
     -------
-    dict with ``md``, ``html`` and (if ``pdf``) ``pdf`` paths, and ``missing``
-    (the embeds whose notebook did not exist: "not computed in this run").
+    dict with ``md``, ``html`` and (if ``pdf``) ``pdf`` paths, ``views`` (notebook file name
+    -> its rendered view) and ``missing`` (the embeds whose notebook did not exist: "not
+    computed in this run").
 
     Raises
     ------
@@ -933,17 +1290,41 @@ def render_paper(qmd: str | os.PathLike | None = None, output_dir: str | os.Path
     root = paths.output_dir(output_dir)
     ids = refuse_mixed_paper(root)   # before anything is written
     numbers = load_numbers(paths.numbers_file(root))
+    try:
+        prov = load_provenance(paths.numbers_file(root))
+    except FileNotFoundError:  # a numbers file of an older murk: its numbers are not linked
+        prov = {}
+    out = paths.paper_out_dir(root)
+    out.mkdir(parents=True, exist_ok=True)
+    text = qmd.read_text(encoding="utf-8")
+    # the rendered views of the executed notebooks the paper cites: numbers, figures and tables link to their cells
+    views = {}
+    analyse_nb = paths.notebooks_out_dir(root) / "04_analyse.ipynb"
+    embedded = {Path(nb).name for nb, _ in EMBED_RE.findall(text)}
+    for nb in sorted({analyse_nb.name} | embedded):
+        f = paths.notebooks_out_dir(root) / nb
+        if f.is_file():
+            views[nb] = notebook_view(f, out / view_name(f))
+    cites: list[tuple[str, str]] = []
+
+    def cite(key: str, value: str) -> str:
+        if key not in prov or analyse_nb.name not in views:
+            return value
+        cites.append((key, prov[key]))
+        return f"\x02{len(cites) - 1}\x1f{value}\x03"
+
     missing: list[str] = []
-    resolved = resolve_qmd(qmd.read_text(encoding="utf-8"), numbers, qmd.parent, root, missing=missing)
+    resolved = resolve_qmd(text, numbers, qmd.parent, root, missing=missing, cite=cite)
     if missing:
         print(f"paper: {NOT_COMPUTED} (notebook missing): {missing}")
-    md = crossref(resolved)
+    md_marked = crossref(resolved)
+    href = view_name(analyse_nb)
+    md = _CITE_RE.sub(lambda m: _cite_html(m.group(2), *cites[int(m.group(1))], f"{href}#{cites[int(m.group(1))][1]}"),
+                      md_marked)
     figs = _figure_paths(md)
     absent = [f for f in figs if not Path(f).is_file()]
     if absent:
         raise FileNotFoundError(f"figures cited by the paper are missing: {absent}; run the analyse stage")
-    out = paths.paper_out_dir(root)
-    out.mkdir(parents=True, exist_ok=True)
     md_path = out / "index.md"
     md_path.write_text(md, encoding="utf-8")
     bib = qmd.parent / "references.bib"
@@ -957,7 +1338,7 @@ def render_paper(qmd: str | os.PathLike | None = None, output_dir: str | os.Path
                           extra_args=[*common, "--embed-resources", "--mathml", "--toc",
                                       "--metadata=lang:en", f"--css={qmd.parent / 'paper.css'}"])
     stamp_html(html, ids)
-    result = {"md": md_path, "html": html, "missing": missing}
+    result = {"md": md_path, "html": html, "missing": missing, "views": views}
     if pdf:
         import typst
 
@@ -966,7 +1347,9 @@ def render_paper(qmd: str | os.PathLike | None = None, output_dir: str | os.Path
         # its root: copy the cited figures (PDF versions) next to it.
         fig_dir = out / "figures"
         fig_dir.mkdir(exist_ok=True)
-        md_typ = md  # captions numbered in citation order (crossref); Typst's own numbering is off
+        # captions numbered in citation order (crossref); Typst's own numbering is off; each paragraph that
+        # cites numbers names their cells in a footnote
+        md_typ = _cite_typst(md_marked, cites, "notebooks/04_analyse.py")
         for f in figs:
             src = Path(f)
             shutil.copy2(src, fig_dir / src.name)
@@ -1131,7 +1514,8 @@ def main(argv: list[str] | None = None) -> int:
         print(e, file=sys.stderr)
         return 1
     print("converted without Quarto (pandoc + Typst): "
-          + ", ".join(str(p) for k, p in res.items() if k != "missing"))
+          + ", ".join(str(p) for k, p in res.items() if k not in ("missing", "views"))
+          + "".join(f", {p}" for p in res["views"].values()))
     return 0
 
 
