@@ -16,8 +16,10 @@ PINS_HASH = $(shell sha256sum pyproject.toml | cut -c1-16)
 TORCH_INDEX ?=
 TORCH_PINS = $(shell grep -oE '"torch(vision)?==[^"]+"' pyproject.toml | tr -d '"')
 ARGS ?=
-# pytest-xdist workers of make test and make test-fast (0: one process); their groups: tests/conftest.py
-TEST_WORKERS ?= 2
+# pytest-xdist workers of make test and make test-fast (0: one process); their order and threads:
+# tests/conftest.py. 3 on a 2-core machine: a worker spends part of its time waiting (kernel starts, Snakemake
+# and killed-run polls), and each worker runs single-threaded (make test: 13:08 with 3, 14:02 with 2, 2026-12-02)
+TEST_WORKERS ?= 3
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 SNAKE := PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(or $(CORES),1)
 # JupyterLab refuses to start as root (containers) unless told

@@ -1,12 +1,12 @@
 """Session fixtures of the suite, and how its parallel workers share the machine."""
 
 # --- one worker, its share of the cores (issue 22 item 4) ---
-# `make test` runs pytest-xdist workers, one per core (Makefile TEST_WORKERS). Left alone, torch's OpenMP pool and
+# `make test` runs pytest-xdist workers (Makefile TEST_WORKERS: 3). Left alone, torch's OpenMP pool and
 # the BLAS libraries in every worker (and in every kernel and Snakemake job it starts) take all the cores each,
-# and their threads spin-wait on one another: on this 2-core machine a read-out test ran 2.4x slower so
-# (benchmarks: tests/test_batched.py -k gemma, 44.7 s with two threads a worker against 18.5 s with one, at
-# load 2.6). Each worker therefore gets cores // workers threads, set before numpy or torch is imported and
-# inherited by its subprocesses; a value the user set is kept.
+# and their threads spin-wait on one another: on a 2-core machine `pytest tests/test_batched.py -k gemma`, run
+# beside a loaded suite (load 2.6), took 44.7 s with two threads and 18.5 s with one (2026-12-02). Each worker
+# therefore gets max(1, cores // workers) threads, set before numpy or torch is imported and inherited by its
+# subprocesses; a value the user set is kept.
 import os as _os
 
 if _os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
@@ -15,17 +15,45 @@ if _os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         _os.environ.setdefault(_var, _share)
 
+
+# --- what all workers share: built once per session, by the first worker that asks ---
+def _once_for_all_workers(request, tmp_path_factory, name: str, build):
+    """``build(folder)``'s result, built once per session into ``<session temp>/<name>`` and shared by every
+    pytest-xdist worker (the first one that asks builds it under a file lock, the others wait, then unpickle
+    its result); without xdist, built into the session's temporary folder. A failed build is reported to
+    every worker that asks, not run again."""
+    import fcntl
+    import pickle
+    import traceback
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if hasattr(request.config, "workerinput") else base  # xdist: <basetemp>/popen-gw<n>
+    result, failed = shared / f"{name}.pickle", shared / f"{name}.failed"
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process ends
+        if failed.exists():
+            _pytest_tiny.fail(f"the session's {name} failed on another worker:\n{failed.read_text()}")
+        if not result.exists():
+            try:
+                value = build(shared / name)
+            except BaseException:
+                failed.write_text(traceback.format_exc()[-6000:])
+                raise
+            result.write_bytes(pickle.dumps(value))
+        return pickle.loads(result.read_bytes())
+
+
 # --- tiny offline checkpoints (murk.checkpoints) and a COCO image: readout tests ---
 import pytest as _pytest_tiny
 
 
 @_pytest_tiny.fixture(scope="session")
-def tiny_checkpoint_dirs(tmp_path_factory):
-    """Folders of the tiny checkpoints, built once per session: {arch: Path}."""
+def tiny_checkpoint_dirs(tmp_path_factory, request):
+    """Folders of the tiny checkpoints, built once per session for all workers: {arch: Path} (read only)."""
     from murk.checkpoints import TINY_MODELS, build_tiny_checkpoint
 
-    root = tmp_path_factory.mktemp("tiny_checkpoints")
-    return {arch: build_tiny_checkpoint(arch, root / arch, seed=0) for arch in TINY_MODELS.values()}
+    return _once_for_all_workers(request, tmp_path_factory, "tiny_checkpoints", lambda root: {
+        arch: build_tiny_checkpoint(arch, root / arch, seed=0) for arch in TINY_MODELS.values()})
 
 
 @_pytest_tiny.fixture(scope="session")
@@ -64,20 +92,24 @@ def _frozen_records_in_tmp(tmp_path_factory):
 
 # --- the analyse notebook and the paper on two cubes (tests/test_notebook_analyse.py, tests/test_pipeline.py) ---
 @_pytest_tiny.fixture(scope="session")
-def synthetic_paper(tmp_path_factory):
+def synthetic_paper(tmp_path_factory, request):
     """A synthetic root (tests/synthetic.py: a collapse, a confidence lag, a wording effect) analysed by the
-    analyse notebook through papermill, and its paper rendered: (root, render_paper's result)."""
-    import stages
-    import synthetic
-
-    from murk import paper
-
+    analyse notebook through papermill, and its paper rendered: (root, render_paper's result); built once per
+    session for all workers (two modules read it), read only."""
     import json
 
-    root = synthetic.write_root(tmp_path_factory.mktemp("synthetic") / "out")
-    # the models as JSON text, as `papermill -p models '[...]'` passes them (issue 20): parsed, not iterated over
-    stages.run("04_analyse", root, models=json.dumps(synthetic.MODELS))
-    return root, paper.render_paper(output_dir=root, pdf=True)
+    def build(folder):
+        import stages
+        import synthetic
+
+        from murk import paper
+
+        root = synthetic.write_root(folder / "out")
+        # the models as JSON text, as `papermill -p models '[...]'` passes them (issue 20): parsed, not iterated
+        stages.run("04_analyse", root, models=json.dumps(synthetic.MODELS))
+        return root, paper.render_paper(output_dir=root, pdf=True)
+
+    return _once_for_all_workers(request, tmp_path_factory, "synthetic", build)
 
 
 @_pytest_tiny.fixture(scope="session")
@@ -128,8 +160,9 @@ def demo(tmp_path_factory, request):
 
 # --- real-format checkpoints (murk.checkpoints.build_realformat_checkpoint): issue 12 ---
 @_pytest_tiny.fixture(scope="session")
-def realformat_checkpoint_dirs(tmp_path_factory):
-    """Folders of the five real-format checkpoints, built once per session: {family: Path}.
+def realformat_checkpoint_dirs(tmp_path_factory, request):
+    """Folders of the five real-format checkpoints, built once per session for all workers: {family: Path}
+    (read only).
 
     Skipped when ``shared/real-model-files`` is absent (they are built from it).
     """
@@ -139,8 +172,8 @@ def realformat_checkpoint_dirs(tmp_path_factory):
         real_model_files_dir()
     except FileNotFoundError as err:
         _pytest_tiny.skip(str(err))
-    root = tmp_path_factory.mktemp("realformat_checkpoints")
-    return {fam: build_realformat_checkpoint(fam, root / fam, seed=0) for fam in REALFORMAT_MODELS.values()}
+    return _once_for_all_workers(request, tmp_path_factory, "realformat_checkpoints", lambda root: {
+        fam: build_realformat_checkpoint(fam, root / fam, seed=0) for fam in REALFORMAT_MODELS.values()})
 
 
 @_pytest_tiny.fixture(scope="session")
@@ -151,14 +184,45 @@ def realformat_vlms(realformat_checkpoint_dirs):
     return {fam: load_vlm(str(d), device="cpu") for fam, d in realformat_checkpoint_dirs.items()}
 
 
-# --- parallel runs: `make test` runs pytest-xdist workers (`-n 2 --dist loadfile`): each module on one worker
+# --- parallel runs: `make test` runs pytest-xdist workers (`-n 3 --dist loadfile`): each module on one worker
 # (its module-scoped fixtures run once, its tests in their order); the demo runs once for all workers (``demo``)
+
+#: the modules that take longest (`make test ARGS=--durations=25`, 2026-12-02: about 400, 200 and 190 s of the
+#: suite's 1480 s of test time): started first among those that do not wait for the demo, so that the workers
+#: end together. A schedule hint only (what runs is unchanged); a name missing here is ignored.
+LONGEST_FIRST = ("test_workflow.py", "test_faults_snakemake.py", "test_scale.py")
+
+
 @_pytest_tiny.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """On a pytest-xdist worker (the scheduler hands out the modules in the collection's order:
-    `--no-loadscope-reorder`): the modules with end-to-end (slow) tests first, so that the long work starts
-    first and the workers end together; each module's tests keep their order."""
+    `--no-loadscope-reorder`), the modules in this order, each module's tests in theirs:
+
+    1. the first module with end-to-end (slow) tests whose first test needs the session's ``demo``: its worker
+       runs the demo (about 160 s) at once;
+    2. the other modules with end-to-end tests whose first test does not need the demo, longest first
+       (:data:`LONGEST_FIRST`): the other workers work meanwhile instead of waiting for the demo;
+    3. the remaining modules with end-to-end tests (their first test waits for the demo, done by then);
+    4. the unit tests, which fill the ends.
+    """
     if not hasattr(config, "workerinput"):
         return
     slow = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow)
+    first = {}
+    for item in items:
+        first.setdefault(item.path, item)
+    waits = {path for path, item in first.items() if "demo" in getattr(item, "fixturenames", ())}
+    starter = next((path for path in first if path in slow and path in waits), None)
+
+    def group(item):
+        path = item.path
+        if path not in slow:
+            return (4, 0)
+        if path == starter:
+            return (1, 0)
+        if path not in waits:
+            rank = LONGEST_FIRST.index(path.name) if path.name in LONGEST_FIRST else len(LONGEST_FIRST)
+            return (2, rank)
+        return (3, 0)
+
+    items.sort(key=group)  # stable: the collection's order within a group and a module

@@ -527,7 +527,10 @@ def test_disk_full_in_the_depth_cache_figures_numbers_tables_and_selection(tmp_p
     paper.write_netcdf_atomic(ds, root / "analysis" / "t.nc")
     monkeypatch.setattr(type(root), "write_text", _enospc)
     monkeypatch.setattr(xr.Dataset, "to_netcdf", _enospc)
-    for f, target in ((lambda: paper.write_numbers({"a": "2"}, root / "paper_numbers.json"), root / "paper_numbers.json"),
+    # the numbers file's provenance is written first (a numbers file is never newer than its provenance): the
+    # full disk is met there
+    for f, target in ((lambda: paper.write_numbers({"a": "2"}, root / "paper_numbers.json"),
+                       paper.provenance_file(root / "paper_numbers.json")),
                       (lambda: paper.write_text_atomic(root / "analysis" / "t.md", "x"), root / "analysis" / "t.md"),
                       (lambda: paper.write_netcdf_atomic(ds, root / "analysis" / "t.nc"), root / "analysis" / "t.nc"),
                       (lambda: items.save_selection(_tiny_items(), {}, {}, root), root / "items_meta.json")):
@@ -536,6 +539,7 @@ def test_disk_full_in_the_depth_cache_figures_numbers_tables_and_selection(tmp_p
         _check_full_disk_message(str(e.value), root, target)
     monkeypatch.undo()
     assert json.loads((root / "paper_numbers.json").read_text()) == {"a": "1"}
+    assert json.loads(paper.provenance_file(root / "paper_numbers.json").read_text()) == {}  # as it was
     assert not list(root.rglob("*.tmp"))
 
 

@@ -217,6 +217,7 @@ def _demo_bars():
     return bars
 
 
+@pytest.mark.slow  # reads the session demo's terminal: the demo runs first (out of `make test-fast`)
 def test_the_demo_terminal_shows_each_stage_progress_and_no_noise(demo):
     text = demo.with_name(demo.name + "-terminal.txt").read_text()
     for desc, total in _demo_bars().items():
