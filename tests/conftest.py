@@ -134,28 +134,19 @@ def demo(tmp_path_factory, request):
     temporary root, run once per session: under pytest-xdist the first worker that asks runs it into the
     session's shared temporary folder and the others wait for it (a file lock), so tests that only read the
     root go to any worker; a test that changes the root changes a copy (``stages.copy_root``)."""
-    import fcntl
-
     import stages
 
     if not stages.SAMPLE.is_dir():
         _pytest_tiny.skip("../shared/coco-val2017-sample not present")
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if hasattr(request.config, "workerinput") else base  # xdist: <basetemp>/popen-gw<n>
-    out, done, failed = shared / "demo", shared / "demo.done", shared / "demo.failed"
-    with open(shared / "demo.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process ends
-        if failed.exists():
-            _pytest_tiny.fail(f"the session's demo run failed on another worker:\n{failed.read_text()}")
-        if not done.exists():
-            r = stages.snakemake_demo(out)
-            # what the terminal showed (Snakemake's stdout, then its stderr): tests/test_terminal.py reads it
-            out.with_name(out.name + "-terminal.txt").write_text(r.stdout + r.stderr)
-            if r.returncode != 0:
-                failed.write_text(r.stdout[-3000:] + r.stderr[-6000:])
-            assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
-            done.touch()
-    return out
+
+    def build(out):
+        r = stages.snakemake_demo(out)
+        # what the terminal showed (Snakemake's stdout, then its stderr): tests/test_terminal.py reads it
+        out.with_name(out.name + "-terminal.txt").write_text(r.stdout + r.stderr)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
+        return out
+
+    return _once_for_all_workers(request, tmp_path_factory, "demo", build)
 
 
 # --- real-format checkpoints (murk.checkpoints.build_realformat_checkpoint): issue 12 ---

@@ -102,8 +102,8 @@ def test_all_tiny_architectures_through_the_readout_stage(demo, tmp_path, monkey
     for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.delenv(var, raising=False)
     root = stages.copy_root(demo, tmp_path / "out")
-    n_verbal = {m: int(yaml.safe_load((stages.ROOT / "data" / "workflow.yaml").read_text())["n_verbal_items"])
-                for m in stages.DEMO_N}
+    workflow_n_verbal = int(yaml.safe_load((stages.ROOT / "data" / "workflow.yaml").read_text())["n_verbal_items"])
+    n_verbal = dict.fromkeys(stages.DEMO_N, workflow_n_verbal)
     for model in sorted(set(TINY_MODELS) - set(stages.DEMO_N)):
         stages.run("03_readout", root, suffix=f"-{paths.model_slug(model)}", model=model, device="cpu",
                    max_items=1, n_verbal_items=0)

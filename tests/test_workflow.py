@@ -58,7 +58,6 @@ def test_stale_markers_are_named_and_nothing_is_deleted(tmp_path):
     workflow.write_marker(folder / "shard" / "s2-0005.done")  # a shard beyond the items: no store
     chunk = folder / "changed.zarr" / "done" / "0"
     chunk.write_bytes(b"")
-    import shutil
 
     shutil.rmtree(folder / "deleted.zarr")
     shutil.rmtree(folder / "repaired.zarr")  # the README's repair step: the store and its marker
@@ -367,8 +366,6 @@ def test_stale_store_of_a_local_checkpoint_folder_is_re_read_and_the_paper_re_ma
     assert "n_verbal_items: store 0, this run 1" in r.stdout + r.stderr
     assert workflow.store_digest(store) == digest and not marker.exists()  # the refusal wrote nothing
 
-    import shutil
-
     shutil.rmtree(store)
     r = _snakemake(out, model=model)  # the default target: read-outs, monitor, cube, paper
     assert r.returncode == 0, r.stderr[-3000:]
@@ -450,7 +447,6 @@ def test_interrupted_deleted_and_damaged_stores_of_the_demo_are_re_read_by_make_
 # --- the Makefile's plumbing (make -n prints the recipes and runs none of them) ---
 
 def _make_n(*args: str) -> str:
-    import shutil
 
     if shutil.which("make") is None:
         pytest.skip("make not installed")
@@ -778,7 +774,6 @@ def test_identity_bundle_is_json_and_text():
 def test_a_restored_update_output_gets_its_time_back(tmp_path):
     """Snakemake restores a failed job's update() output by copying its backup (a new modification time):
     restore_times puts the recorded time back, only where the content is the recorded one."""
-    import shutil
 
     same, changed = tmp_path / "items.json", tmp_path / "items_meta.json"
     same.write_text("[1]")
