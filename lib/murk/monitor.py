@@ -317,9 +317,20 @@ def estimate_veiling_light(image, arm: str = "fog", window_px: int | None = None
         ``B_c`` in linear light (R, G, B).
     """
     _check_arm(arm, "estimate_veiling_light")
-    linear = physics.srgb_to_linear(image)
-    k = window_px or default_window_px(*image.shape[:2])
-    dark = minimum_filter((linear / veiling_light_shape(arm)).min(axis=2), size=k, mode="nearest")
+    return _veiling_light(physics.srgb_to_linear(image), arm, window_px or default_window_px(*image.shape[:2]),
+                          top_fraction, depth_m, far_quantile)
+
+
+def _channel_min(x: np.ndarray) -> np.ndarray:
+    """``x.min(axis=2)`` for an (H, W, 3) array, as two elementwise minima (the same values, NaN included;
+    about 3x faster than the strided reduction on these image sizes)."""
+    return np.minimum(np.minimum(x[..., 0], x[..., 1]), x[..., 2])
+
+
+def _veiling_light(linear: np.ndarray, arm: str, k: int, top_fraction: float = 0.001, depth_m=None,
+                   far_quantile: float = 0.9) -> np.ndarray:
+    """:func:`estimate_veiling_light` on an image already decoded to linear light (shape (H, W, 3))."""
+    dark = minimum_filter(_channel_min(linear / veiling_light_shape(arm)), size=k, mode="nearest")
     if depth_m is not None:
         z = np.asarray(depth_m, dtype=np.float64)
         z = np.where(np.isnan(z), np.inf, z)
@@ -418,15 +429,21 @@ def transmission_estimate(image, arm: str = "fog", veiling_light=None, window_px
     """
     _check_arm(arm, "transmission_estimate")
     linear = physics.srgb_to_linear(image)
-    b = (estimate_veiling_light(image, arm, window_px, depth_m=depth_m) if veiling_light is None
+    k = window_px or default_window_px(*image.shape[:2])
+    b = (_veiling_light(linear, arm, k, depth_m=depth_m) if veiling_light is None
          else np.broadcast_to(np.asarray(veiling_light, dtype=np.float64), (3,)))
     b = np.maximum(b, 1e-6)
     r = spectral_shape(arm)
     floor = np.maximum(float(t_floor), 2.0 * _quantization_step(b) / b)
-    bound = 1.0 - omega * linear / b  # lower bound on t_c, per channel
-    per_channel = np.where(bound >= floor, np.clip(bound, 0.0, 1.0), 0.0) ** (1.0 / r)
-    k = window_px or default_window_px(*image.shape[:2])
-    t_pix = per_channel.max(axis=2)
+    # per channel (contiguous planes, no power where r_c = 1): the same values as the (H, W, 3) expression
+    # np.where(bound >= floor, clip(bound, 0, 1), 0) ** (1 / r) followed by .max(axis=2), about twice as fast
+    t_pix = None
+    for c in range(3):
+        bound = 1.0 - omega * linear[..., c] / b[c]  # lower bound on t_c
+        t_c = np.where(bound >= floor[c], np.clip(bound, 0.0, 1.0), 0.0)
+        if r[c] != 1.0:
+            t_c **= 1.0 / r[c]
+        t_pix = t_c if t_pix is None else np.maximum(t_pix, t_c)
     if window_space == "transmission" or depth_m is None:
         t_hat = maximum_filter(t_pix, size=k, mode="nearest")
     elif window_space == "beta":
