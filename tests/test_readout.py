@@ -235,6 +235,13 @@ def test_read_question(arch, tiny_vlms, coco_image):
         assert 0.0 < r["option_mass"] <= 1.0
         assert r["abstain"] in (0.0, 1.0) and r["abstain2"] in (0.0, 1.0)
         assert math.isnan(r["verbal_conf"]) or 0.0 <= r["verbal_conf"] <= 1.0
+        # the option distribution (schema 4): sums to 1 over the item's options, NaN beyond, its max is c_int
+        p = np.array([r[f"p_option_{i}"] for i in range(4)])
+        assert np.isnan(p[k:]).all() and abs(p[:k].sum() - 1.0) < 1e-12
+        assert p[:k].max() == r["c_int"] and int(np.argmax(p[:k])) == r["answer"]
+        assert r["target"] == float(q.correct_index)
+        for v in ("abstain", "abstain2"):   # the abstain letter's share: the decision is its argmax
+            assert 0.0 <= r[f"p_{v}"] <= 1.0 and (r[v] == 1.0) <= (r[f"p_{v}"] >= 1.0 / (k + 1))
         assert _same_nan(r) == _same_nan(read_question(vlm, coco_image, q, cfg))  # deterministic (greedy)
 
 
@@ -383,3 +390,20 @@ def test_remote_code_is_refused_without_a_prompt(tmp_path, monkeypatch):
     assert "\n" not in msg and "trust_remote_code=True" in msg and "murk.readout.load_vlm" in msg
     assert str(folder) in msg and "hf.co" not in msg  # the hint points at the folder, not at the hub
     assert not ran.exists()
+
+
+def test_item_readouts_option_distribution_and_abstain_scores():
+    """p_option_k, target and p_abstain(2) from hand-made letter probabilities (schema 4)."""
+    from murk.prompts import Question
+    from murk.unit import PromptSlot, item_readouts
+
+    q = Question(task="t3_true", stem="Is it a cat?", options=("Yes", "No"), correct_index=1)
+    slots = [PromptSlot(0, "main", "v1", "", ("A", "B"), True), PromptSlot(0, "abstain", "v1", "", ("A", "B", "C"), False),
+             PromptSlot(0, "abstain2", "v1", "", ("A", "B", "C"), False)]
+    probs = [np.array([0.2, 0.6]), np.array([0.1, 0.1, 0.3]), np.array([0.5, 0.2, 0.1])]
+    r = item_readouts([q], slots, probs, ["B", "C", "A"], ["B. Confidence: 70", None, None])["t3_true"]
+    assert (r["p_option_0"], r["p_option_1"]) == (0.2 / 0.8, 0.6 / 0.8)
+    assert math.isnan(r["p_option_2"]) and math.isnan(r["p_option_3"])
+    assert r["c_int"] == r["p_option_1"] and r["answer"] == 1.0 and r["target"] == 1.0 and r["correct"] == 1.0
+    assert r["p_abstain"] == 0.3 / 0.5 and r["abstain"] == 1.0
+    assert r["p_abstain2"] == pytest.approx(0.125, rel=1e-12) and r["abstain2"] == 0.0

@@ -33,6 +33,11 @@ Conventions
   ``verbal_text``). ``verbal_stop`` (and ``_v2``/``_v3`` for the wording
   variants) codes how the continuation ended: 0 = end-of-sequence, 1 = token
   limit (a number touching the cut is missing), NaN = not asked.
+  ``p_option_0`` ... ``p_option_3``: the main prompt's first-token option
+  probabilities renormalised over the options (their maximum is ``c_int``; NaN
+  beyond the item's 4 or 2 options), ``target``: the correct option's index,
+  ``p_abstain`` / ``p_abstain2``: the abstain prompts' extra-option share (schema 4:
+  what temperature scaling and risk-coverage need; NaN for the monitor).
 * attrs: provenance (config hash, items hash, git commit, depth backend,
   schema version); per-model provenance (model id, revision, pipeline check)
   are coordinates along ``model``.
@@ -59,7 +64,8 @@ __all__ = [
     "t3_image_scores", "NOT_RUN", "images_run",
 ]
 
-SCHEMA_VERSION = 3  # 2: value float64, read-out visibility_hat_censored (issue 13); 3: verbal_stop read-outs (issue 12)
+SCHEMA_VERSION = 4  # 2: value float64, read-out visibility_hat_censored (issue 13); 3: verbal_stop read-outs (issue 12);
+#                     4: p_option_0..3, target, p_abstain, p_abstain2 (recalibration and risk-coverage, issue 24)
 DIMS = ("model", "arm", "level", "task", "image", "readout")
 ARMS = ("fog", "underwater", "imagenet_c", "blank", "shuffled")
 PHYSICAL_ARMS = ("fog", "underwater")
@@ -68,7 +74,8 @@ TASKS = ("t2", "t3_true", "t3_false")
 #: numeric read-outs, in the order of the ``readout`` coordinate
 READOUTS = ("answer", "correct", "c_int", "verbal_conf", "abstain", "abstain2", "option_mass",
             "verbal_conf_v2", "verbal_conf_v3", "visibility_hat_m", "visibility_hat_censored", "verbal_stop",
-            "verbal_stop_v2", "verbal_stop_v3")
+            "verbal_stop_v2", "verbal_stop_v3", "p_option_0", "p_option_1", "p_option_2", "p_option_3",
+            "target", "p_abstain", "p_abstain2")
 #: dtype of ``value``: float64, so read-outs are stored exactly as produced (a
 #: verbal k/100 stays the float64 nearest to the decimal, a c_int of 0.8999996
 #: stays below the ECE bin edge 0.9; issue 13)

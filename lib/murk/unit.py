@@ -63,7 +63,13 @@ __all__ = [
 #: 1 = token limit, NaN = not asked)
 READOUTS = ("answer", "correct", "c_int", "verbal_conf", "abstain", "abstain2", "option_mass",
             "verbal_conf_v2", "verbal_conf_v3", "visibility_hat_m", "visibility_hat_censored", "verbal_stop",
-            "verbal_stop_v2", "verbal_stop_v3")
+            "verbal_stop_v2", "verbal_stop_v3", "p_option_0", "p_option_1", "p_option_2", "p_option_3",
+            "target", "p_abstain", "p_abstain2")
+#: ``p_option_k`` read-outs: the main prompt's option probabilities renormalised over the options
+#: (``p_k / sum_j p_j``, the distribution whose maximum is ``c_int``), for k < 4 (t2 has four options,
+#: t3 two; NaN beyond an item's options); with ``target`` (index of the correct option) they are what
+#: temperature scaling fits (:mod:`murk.recalibration`)
+N_OPTION_READOUTS = 4
 #: text read-outs of one question (diagnostics); ``verbal_text_v2/v3`` are empty when not asked
 TEXT_READOUTS = ("verbal_text", "top_token", "verbal_text_v2", "verbal_text_v3")
 
@@ -213,7 +219,11 @@ def item_readouts(questions: Sequence[Question], slots: Sequence[PromptSlot], le
         ``verbal_stop`` (0 end-of-sequence, 1 token limit), ``abstain``, ``abstain2``
         (1.0 if the extra option's letter is the most probable), ``option_mass``
         (sum_k p_k), ``verbal_conf_v2``, ``verbal_conf_v3``, ``verbal_stop_v2``,
-        ``verbal_stop_v3``, ``verbal_text``, ``top_token``, ``verbal_text_v2``,
+        ``verbal_stop_v3``, ``p_option_0`` ... ``p_option_3`` (the main prompt's ``p_k /
+        sum_j p_j``, NaN beyond the item's options or when the option mass is 0),
+        ``target`` (index of the correct option), ``p_abstain``, ``p_abstain2`` (the
+        abstain prompt's extra option, ``p_extra / sum_j p_j``: the abstention as a
+        ranked score), ``verbal_text``, ``top_token``, ``verbal_text_v2``,
         ``verbal_text_v3``.
     """
     out: dict[str, dict[str, Any]] = {}
@@ -239,8 +249,14 @@ def item_readouts(questions: Sequence[Question], slots: Sequence[PromptSlot], le
                     r["c_int"] = float(p[k] / mass) if mass > 0 else math.nan
                     r["option_mass"] = mass
                     r["top_token"] = top_tokens[j]
+                    r["target"] = float(q.correct_index)
+                    if mass > 0:
+                        for i, pi in enumerate(p[:N_OPTION_READOUTS] / mass):
+                            r[f"p_option_{i}"] = float(pi)
             else:
                 r[s.variant] = float(int(np.argmax(p)) == len(s.letters) - 1)
+                mass = float(p.sum())
+                r[f"p_{s.variant}"] = float(p[-1] / mass) if mass > 0 else math.nan
         out[q.task] = r
     return out
 
