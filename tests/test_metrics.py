@@ -33,6 +33,12 @@ from murk.metrics import (
     resampled_means,
     risk_coverage_curve,
     selective_risk_coverage,
+    risk_coverage,
+    aurc,
+    excess_aurc,
+    coverage_at_risk,
+    resampled_aurc,
+    resampled_coverage_at_risk,
 )
 
 SWEEP = np.array([250.0, 125.0, 62.5, 31.25, 15.625, 7.8125, 3.90625, 1.953125])
@@ -445,6 +451,150 @@ def test_risk_coverage_curve_against_brute_force():
     assert risk_coverage_curve([np.nan], [1])[0].size == 0
     with pytest.raises(ValueError):
         risk_coverage_curve(np.ones((2, 2)), np.ones((2, 2)))
+
+
+def test_risk_coverage_independent_of_order_and_ties():
+    rng = np.random.default_rng(21)
+    conf = np.round(rng.random(60), 1)  # many ties
+    corr = (rng.random(60) < conf).astype(float)
+    cov, risk = risk_coverage(conf, corr)
+    _, cov_ref, risk_ref = risk_coverage_curve(conf, corr)  # the same points, shared helper
+    np.testing.assert_array_equal(cov, cov_ref)
+    np.testing.assert_array_equal(risk, risk_ref)
+    assert cov.size == np.unique(conf).size and cov[-1] == 1.0 and risk[-1] == pytest.approx(1 - corr.mean())
+    for seed in range(3):  # shuffling: ties enter together, so the points are identical
+        p = np.random.default_rng(seed).permutation(60)
+        c2, r2 = risk_coverage(conf[p], corr[p])
+        np.testing.assert_array_equal(c2, cov)
+        np.testing.assert_array_equal(r2, risk)
+    # duplicating every answer keeps each point: coverage and risk are ratios of doubled counts
+    c2, r2 = risk_coverage(np.r_[conf, conf], np.r_[corr, corr])
+    np.testing.assert_array_equal(c2, cov)
+    np.testing.assert_array_equal(r2, risk)
+    # the hand case of risk_coverage_curve: 0.8 (one right, one wrong) enters as one point
+    cov, risk = risk_coverage([0.3, 0.8, 0.9, 0.8], [0, 1, 1, 0])
+    assert cov.tolist() == [0.25, 0.75, 1.0] and risk.tolist() == [0.0, 1 / 3, 0.5]
+
+
+def test_aurc_hand_case_and_excess():
+    conf = np.array([0.9, 0.8, 0.7, 0.6, 0.5])
+    corr = np.array([1, 1, 0, 1, 0])
+    # risks as each answer enters: 0/1, 0/2, 1/3, 1/4, 2/5 -> AURC = (1/3 + 1/4 + 2/5) / 5 = 59/300
+    assert aurc(conf, corr) == pytest.approx(59 / 300, abs=1e-15)
+    # optimal ranking (1,1,1,0,0): 0, 0, 0, 1/4, 2/5 -> 13/100; excess = 59/300 - 39/300 = 1/15
+    assert excess_aurc(conf, corr) == pytest.approx(1 / 15, abs=1e-15)
+    # the worst ranking (0,0,1,1,1): 1, 1, 2/3, 2/4, 2/5 -> 107/150 = (e + e (H_n - H_e)) / n
+    worst = aurc(conf, [0, 0, 1, 1, 1])
+    assert worst == pytest.approx(107 / 150, abs=1e-15)
+    assert worst == pytest.approx((2 + 2 * (1 / 3 + 1 / 4 + 1 / 5)) / 5, abs=1e-15)
+    # a perfect ranking has no excess; all right: AURC 0; all wrong: AURC 1 and no excess
+    assert excess_aurc(conf, [1, 1, 1, 0, 0]) == 0.0
+    assert aurc(conf, np.ones(5)) == 0.0 and excess_aurc(conf, np.ones(5)) == 0.0
+    assert aurc(conf, np.zeros(5)) == 1.0 and excess_aurc(conf, np.zeros(5)) == 0.0
+    # ties: all five tied enter at one point, each with the overall risk 2/5
+    assert aurc(np.full(5, 0.5), corr) == pytest.approx(0.4, abs=1e-15)
+
+
+def test_optimal_aurc_closed_form_against_brute_force():
+    from itertools import permutations
+
+    for n in range(1, 7):
+        for e in range(n + 1):
+            wrong = np.r_[np.zeros(n - e), np.ones(e)]
+            conf = np.linspace(1.0, 0.5, n)  # distinct confidences: the ranking is the order of `corr`
+            best = min(aurc(conf, 1.0 - wrong[list(p)]) for p in permutations(range(n)))
+            assert aurc(conf, 1.0 - wrong) == pytest.approx(best, abs=1e-15)  # correct first is optimal
+            i = np.arange(1, n + 1)
+            closed = np.mean(np.maximum(0, i - (n - e)) / i)
+            assert best == pytest.approx(closed, abs=1e-15)
+            # any ranking's excess is its AURC minus the brute-force optimum, and >= 0 (also with ties)
+            rng = np.random.default_rng(n * 10 + e)
+            corr = 1.0 - wrong[rng.permutation(n)]
+            assert excess_aurc(conf, corr) == pytest.approx(aurc(conf, corr) - best, abs=1e-15)
+            tied = np.round(rng.random(n), 1)
+            assert excess_aurc(tied, corr) >= -1e-15
+
+
+def test_coverage_at_risk_hand_case():
+    conf = [0.9, 0.8, 0.7, 0.6, 0.5]
+    corr = [1, 0, 1, 1, 0]
+    # coverage 1/5 .. 5/5, risks 0, 1/2, 1/3, 1/4, 2/5
+    assert coverage_at_risk(conf, corr, 0.0) == 0.2
+    assert coverage_at_risk(conf, corr, 0.25) == 0.8   # the largest, though 2/5 and 3/5 exceed it
+    assert coverage_at_risk(conf, corr, 0.4) == 1.0    # a bound equal to the risk counts
+    assert coverage_at_risk(conf, corr, 0.3) == 0.8
+    assert coverage_at_risk([0.9, 0.8], [0, 1], 0.2) == 0.0  # no point reaches the bound
+    # ties enter together: the tied pair is one point (coverage 2/3, risk 1/2), not a first answer at risk 0
+    assert coverage_at_risk([0.9, 0.9, 0.1], [1, 0, 1], 0.4) == 1.0  # all three: risk 1/3
+    assert coverage_at_risk([0.9, 0.9], [1, 0], 0.4) == 0.0
+
+
+def test_risk_coverage_nan_and_errors():
+    conf = np.array([0.9, np.nan, 0.8, 0.7, 0.6, 0.5])
+    corr = np.array([1, 0, 1, np.nan, 0, 1])
+    kept_c, kept_k = [0.9, 0.8, 0.6, 0.5], [1, 1, 0, 1]
+    for got, ref in zip(risk_coverage(conf, corr), risk_coverage(kept_c, kept_k)):
+        np.testing.assert_array_equal(got, ref)
+    assert aurc(conf, corr) == aurc(kept_c, kept_k) == pytest.approx((1 / 3 + 1 / 4) / 4)
+    assert excess_aurc(conf, corr) == excess_aurc(kept_c, kept_k)
+    assert coverage_at_risk(conf, corr, 0.25) == coverage_at_risk(kept_c, kept_k, 0.25) == 1.0
+    for f in (risk_coverage, aurc, excess_aurc):
+        with pytest.raises(ValueError, match="no valid"):
+            f([np.nan, 0.5], [1, np.nan])
+        with pytest.raises(ValueError, match="no valid"):
+            f([], [])
+        with pytest.raises(ValueError, match="1-D"):
+            f(np.ones((2, 2)), np.ones((2, 2)))
+        with pytest.raises(ValueError, match="0/1"):
+            f([0.5, 0.6], [1, 2])
+    with pytest.raises(ValueError, match="no valid"):
+        coverage_at_risk([np.nan], [1], 0.1)
+    with pytest.raises(ValueError, match="max_risk"):
+        coverage_at_risk([0.5], [1], 1.5)
+    with pytest.raises(ValueError, match="max_risk"):
+        coverage_at_risk([0.5], [1], np.nan)
+
+
+def test_resampled_aurc_and_coverage_at_risk_equal_the_plain_functions():
+    rng = np.random.default_rng(8)
+    n = 50
+    conf = np.round(rng.random(n), 1)  # ties
+    corr = (rng.random(n) < conf).astype(float)
+    conf[3], corr[7] = np.nan, np.nan
+    ones = np.ones((3, n))
+    np.testing.assert_allclose(resampled_aurc(conf, corr, ones), aurc(conf, corr), rtol=1e-13)
+    np.testing.assert_array_equal(resampled_coverage_at_risk(conf, corr, 0.2, ones), coverage_at_risk(conf, corr, 0.2))
+    # a counts row is integer repetition: each resample equals the plain function on np.repeat of the data
+    counts = bootstrap_counts(n, 200, 3)
+    assert (counts == 0).any()  # some answers are left out
+    repeated = [(np.repeat(conf, r.astype(int)), np.repeat(corr, r.astype(int))) for r in counts]
+    for chunk in (2**23, 120):  # chunks of resamples do not change the result
+        got = resampled_aurc(conf, corr, counts, max_elements=chunk)
+        assert got.shape == (200,)
+        np.testing.assert_allclose(got, [aurc(c, k) for c, k in repeated], rtol=1e-12)
+        for max_risk in (0.0, 0.15, 0.3):
+            got = resampled_coverage_at_risk(conf, corr, max_risk, counts, max_elements=chunk)
+            np.testing.assert_array_equal(got, [coverage_at_risk(c, k, max_risk) for c, k in repeated])
+    # per image: answers of one image share its count, as passing counts[:, image_index]
+    image = rng.integers(0, 20, n)
+    img_counts = bootstrap_counts(20, 100, 4)
+    np.testing.assert_array_equal(resampled_aurc(conf, corr, img_counts, image_index=image),
+                                  resampled_aurc(conf, corr, img_counts[:, image]))
+    np.testing.assert_array_equal(resampled_coverage_at_risk(conf, corr, 0.2, img_counts, image_index=image),
+                                  resampled_coverage_at_risk(conf, corr, 0.2, img_counts[:, image]))
+    # a resample without any valid answer is NaN; no valid pair at all: every resample NaN
+    zero = np.zeros((1, n))
+    zero[0, [3, 7]] = 1.0  # only the NaN pairs drawn
+    assert np.isnan(resampled_aurc(conf, corr, zero)).all()
+    assert np.isnan(resampled_coverage_at_risk([np.nan], [1], 0.1, np.ones((2, 1)))).all()
+    with pytest.raises(ValueError, match="counts"):
+        resampled_aurc(conf, corr, np.ones((2, n + 1)))
+    with pytest.raises(ValueError, match="image_index"):
+        resampled_aurc(conf, corr, img_counts, image_index=np.full(n, 20))
+    with pytest.raises(ValueError, match="image_index"):
+        resampled_aurc(conf, corr, img_counts, image_index=image[:-1])
+    with pytest.raises(ValueError, match="max_risk"):
+        resampled_coverage_at_risk(conf, corr, -0.1, counts)
 
 
 def test_selective_risk_coverage_abstain():

@@ -25,6 +25,12 @@ auroc                      confidence as a detector of correct answers
 resampled_ece              ECE of every bootstrap resample, (..., B)
 resampled_auroc            AUROC of every bootstrap resample, (..., B)
 risk_coverage_curve        selective answering by thresholding a confidence
+risk_coverage              (coverage, risk), one point per distinct confidence
+aurc                       area under the risk-coverage curve (Geifman et al. 2019)
+excess_aurc                AURC minus that of the optimal ranking (E-AURC)
+coverage_at_risk           largest coverage with risk <= a bound (Whitehead et al. 2022)
+resampled_aurc             AURC of every bootstrap resample, (B,)
+resampled_coverage_at_risk coverage at risk of every bootstrap resample, (B,)
 selective_risk_coverage    selective answering by an abstain option
 monotonicity               wrong-way moves of a signal series, raw and > 2 SE
 
@@ -80,6 +86,12 @@ __all__ = [
     "resampled_ece",
     "resampled_auroc",
     "risk_coverage_curve",
+    "risk_coverage",
+    "aurc",
+    "excess_aurc",
+    "coverage_at_risk",
+    "resampled_aurc",
+    "resampled_coverage_at_risk",
     "selective_risk_coverage",
     "monotonicity",
     "monotonicity_da",
@@ -1104,18 +1116,335 @@ def risk_coverage_curve(confidence, correct) -> tuple[np.ndarray, np.ndarray, np
     >>> cov.tolist(), risk.tolist()
     ([0.25, 0.75, 1.0], [0.0, 0.3333333333333333, 0.5])
     """
+    order, threshold, answered, errors = _rc_points(confidence, correct, "risk_coverage_curve")
+    if order.size == 0:
+        return np.empty(0), np.empty(0), np.empty(0)
+    return threshold, answered / order.size, errors / answered
+
+
+def _cum_at_groups(x: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Cumulative sums of ``x`` (..., m) at the end of each group of ``starts``: (..., G)."""
+    return np.cumsum(np.add.reduceat(x, starts, axis=-1), axis=-1)
+
+
+def _rc_order(confidence, correct, func: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """Valid answers sorted by decreasing confidence, and the groups of tied confidences.
+
+    Returns ``order`` (positions of the valid pairs in the input, stable sort
+    by decreasing confidence, (m,) int), the sorted confidences (m,), their
+    ``wrong`` indicator ``1 - correct`` (m,) float64 and the first position
+    of each group of equal confidence, ``starts`` (G,) int, and the input
+    length n (valid or not). Raises
+    ValueError if the input is not 1-D or ``correct`` is not 0/1.
+    """
     conf, corr, valid = _pairs(confidence, correct, unit_interval=False)
     if conf.ndim != 1:
-        raise ValueError(f"risk_coverage_curve takes 1-D input, got shape {conf.shape}")
-    c, k = conf[valid], corr[valid]
-    if c.size == 0:
-        return np.empty(0), np.empty(0), np.empty(0)
-    order = np.argsort(-c, kind="stable")
-    c, k = c[order], k[order]
-    answered = np.arange(1, c.size + 1, dtype=np.float64)
-    errors = np.cumsum(1.0 - k)
-    last = np.r_[c[1:] != c[:-1], True]  # the last position of each distinct confidence
-    return c[last], answered[last] / c.size, errors[last] / answered[last]
+        raise ValueError(f"{func} takes 1-D input, got shape {conf.shape}")
+    keep = np.flatnonzero(valid)
+    order = keep[np.argsort(-conf[keep], kind="stable")]
+    c = conf[order]
+    starts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]]) if c.size else np.empty(0, np.int64)
+    return order, c, 1.0 - corr[order], starts, conf.size
+
+
+def _rc_points(confidence, correct, func: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One point per distinct confidence: ``order``, threshold, answered, errors (see :func:`_rc_order`).
+
+    ``answered[g]`` and ``errors[g]`` (float64, exact integers) count the
+    answers and the wrong answers with a confidence >= ``threshold[g]``.
+    """
+    order, c, wrong, starts, _ = _rc_order(confidence, correct, func)
+    if order.size == 0:
+        return order, np.empty(0), np.empty(0), np.empty(0)
+    return order, c[starts], _cum_at_groups(np.ones(order.size), starts), _cum_at_groups(wrong, starts)
+
+
+def _nonempty_points(confidence, correct, func: str) -> tuple[np.ndarray, np.ndarray]:
+    _, _, answered, errors = _rc_points(confidence, correct, func)
+    if answered.size == 0:
+        raise ValueError(f"{func}: no valid (confidence, correct) pair (empty input or all NaN)")
+    return answered, errors
+
+
+def _aurc_of_points(answered: np.ndarray, errors: np.ndarray) -> np.ndarray:
+    """``sum_g (A_g - A_{g-1}) E_g / A_g / A_G`` over the last axis; groups with no new answer add 0."""
+    entering = np.diff(answered, axis=-1, prepend=0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        terms = np.where(entering > 0, entering * (errors / answered), 0.0)
+        total = answered[..., -1]
+        return np.where(total > 0, terms.sum(axis=-1) / total, np.nan)
+
+
+def _coverage_at_risk_of_points(answered: np.ndarray, errors: np.ndarray, max_risk: float) -> np.ndarray:
+    """Largest ``A_g / A_G`` with ``E_g / A_g <= max_risk`` over the last axis (0 if none, NaN if A_G = 0)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ok = (answered > 0) & (errors / answered <= max_risk)
+        total = answered[..., -1:]
+        best = np.where(ok, answered / total, 0.0).max(axis=-1)
+        return np.where(total[..., 0] > 0, best, np.nan)
+
+
+def _check_max_risk(max_risk) -> float:
+    max_risk = float(max_risk)
+    if not 0.0 <= max_risk <= 1.0:
+        raise ValueError(f"max_risk is a risk (error fraction) in [0, 1], got {max_risk}")
+    return max_risk
+
+
+def risk_coverage(confidence, correct) -> tuple[np.ndarray, np.ndarray]:
+    """Risk-coverage curve of selective answering, one point per distinct confidence.
+
+    The answers are accepted from the highest confidence down; answers of
+    equal confidence are accepted together, so the curve does not depend on
+    the order of the input. At the point of confidence tau, coverage = the
+    share of the n valid answers with ``c >= tau`` and risk = the error
+    fraction among them (Geifman & El-Yaniv 2017, spec ref
+    ``geifman2017selective``). The same points as :func:`risk_coverage_curve`
+    without the thresholds, but empty input raises.
+
+    Parameters
+    ----------
+    confidence : array_like
+        Shape (n,), float (any scale: only the order matters); NaN = missing.
+    correct : array_like
+        Shape (n,), bool or 0/1; NaN = missing. Pairs with a NaN are dropped.
+
+    Returns
+    -------
+    coverage, risk : numpy.ndarray
+        Shape (k,), float64, k = number of distinct valid confidences, in
+        order of decreasing confidence: coverage increasing to 1.0, risk in
+        [0, 1] (the last risk is the error rate of all answers).
+
+    Raises
+    ------
+    ValueError
+        If the input is not 1-D, ``correct`` is not 0/1, or no valid pair is
+        left after dropping NaNs.
+
+    Examples
+    --------
+    >>> cov, risk = risk_coverage([0.9, 0.8, 0.8, 0.3], [1, 0, 1, 0])
+    >>> cov.tolist(), risk.tolist()
+    ([0.25, 0.75, 1.0], [0.0, 0.3333333333333333, 0.5])
+    """
+    answered, errors = _nonempty_points(confidence, correct, "risk_coverage")
+    return answered / answered[-1], errors / answered
+
+
+def aurc(confidence, correct) -> float:
+    """Area under the risk-coverage curve (AURC), lower is better.
+
+    The mean over the n valid answers of the selective risk at the point
+    where each answer enters the accepted set: ``AURC = (1/n) sum_g m_g r_g``
+    with ``m_g`` the answers of confidence group g and ``r_g`` the risk of
+    :func:`risk_coverage` at g. For distinct confidences this is the AURC of
+    Geifman, Uziel & El-Yaniv (ICLR 2019, "Bias-reduced uncertainty
+    estimation for deep neural classifiers"; risk-coverage curve: Geifman &
+    El-Yaniv 2017); tied answers all enter at their group's point.
+
+    Parameters
+    ----------
+    confidence, correct : array_like
+        Shape (n,), as :func:`risk_coverage`; NaN pairs dropped.
+
+    Returns
+    -------
+    float
+        AURC in [0, 1].
+
+    Raises
+    ------
+    ValueError
+        As :func:`risk_coverage` (not 1-D, ``correct`` not 0/1, no valid pair).
+
+    Examples
+    --------
+    >>> aurc([0.9, 0.8, 0.7, 0.6, 0.5], [1, 1, 0, 1, 0])  # (0 + 0 + 1/3 + 1/4 + 2/5) / 5
+    0.19666666666666666
+    """
+    answered, errors = _nonempty_points(confidence, correct, "aurc")
+    return float(_aurc_of_points(answered, errors))
+
+
+def excess_aurc(confidence, correct) -> float:
+    """Excess AURC (E-AURC): :func:`aurc` minus the AURC of the optimal ranking.
+
+    The optimal ranking puts the ``n - e`` correct answers first (e = number
+    of wrong answers, error rate r = e / n); the answer entering at position
+    i then sees the risk ``max(0, i - n(1 - r)) / i``, so::
+
+        AURC* = (1/n) sum_{i=1..n} max(0, i - (n - e)) / i
+
+    (Geifman, Uziel & El-Yaniv, ICLR 2019, whose continuous approximation is
+    ``r + (1 - r) ln(1 - r)``; here the exact finite sum). E-AURC is >= 0,
+    also with ties (the risk of a group's point is at least the optimal risk
+    at every position inside the group), and 0 for a perfect ranking.
+
+    Parameters
+    ----------
+    confidence, correct : array_like
+        Shape (n,), as :func:`risk_coverage`; NaN pairs dropped.
+
+    Returns
+    -------
+    float
+        E-AURC in [0, 1).
+
+    Raises
+    ------
+    ValueError
+        As :func:`risk_coverage`.
+    """
+    answered, errors = _nonempty_points(confidence, correct, "excess_aurc")
+    n, e = answered[-1], errors[-1]
+    i = np.arange(1.0, n + 1.0)
+    optimal = np.where(i > n - e, (i - (n - e)) / i, 0.0).sum() / n
+    return float(_aurc_of_points(answered, errors)) - float(optimal)
+
+
+def coverage_at_risk(confidence, correct, max_risk: float) -> float:
+    """Coverage at a risk bound (C@R, Whitehead et al. 2022).
+
+    The largest coverage among the points of :func:`risk_coverage` whose
+    risk is ``<= max_risk``: the share of the questions the model can answer,
+    by thresholding its confidence, while keeping its error fraction within
+    the bound.
+
+    Parameters
+    ----------
+    confidence, correct : array_like
+        Shape (n,), as :func:`risk_coverage`; NaN pairs dropped.
+    max_risk : float
+        The risk bound, an error fraction in [0, 1] (e.g. 0.01, 0.05, 0.1,
+        0.2 in Whitehead et al. 2022).
+
+    Returns
+    -------
+    float
+        Coverage in [0, 1]; 0.0 if no point reaches the bound.
+
+    Raises
+    ------
+    ValueError
+        As :func:`risk_coverage`, or if ``max_risk`` is not in [0, 1].
+
+    Examples
+    --------
+    >>> coverage_at_risk([0.9, 0.8, 0.7, 0.6], [1, 0, 1, 1], 0.3)  # risks 0, 1/2, 1/3, 1/4
+    1.0
+    """
+    max_risk = _check_max_risk(max_risk)
+    answered, errors = _nonempty_points(confidence, correct, "coverage_at_risk")
+    return float(_coverage_at_risk_of_points(answered, errors, max_risk))
+
+
+def _resampled_rc(confidence, correct, counts, image_index, max_elements: int, func: str, stat) -> np.ndarray:
+    """``stat(answered, errors)`` (k, G) -> (k,) for every resample, in chunks of resamples."""
+    order, _, wrong, starts, n = _rc_order(confidence, correct, func)
+    if image_index is None:
+        counts = _check_counts(counts, n)
+        cols = order
+    else:
+        image_index = np.asarray(image_index)
+        counts = np.asarray(counts, dtype=np.float64)
+        if counts.ndim != 2:
+            raise ValueError(f"counts must be 2-D (B, n_images), got shape {counts.shape}")
+        if image_index.shape != (n,) or not np.issubdtype(image_index.dtype, np.integer):
+            raise ValueError(f"image_index must be an int array of shape ({n},), got {image_index.dtype} "
+                             f"{image_index.shape}")
+        if n and (image_index.min() < 0 or image_index.max() >= counts.shape[1]):
+            raise ValueError(f"image_index must lie in [0, {counts.shape[1]}) (the columns of counts)")
+        cols = image_index[order]
+    B = counts.shape[0]
+    out = np.full(B, np.nan)
+    if order.size == 0:
+        return out
+    step = max(1, int(max_elements) // order.size)
+    for b0 in range(0, B, step):  # chunks of resamples; one chunk when the memory allows
+        w = counts[b0:b0 + step][:, cols]                                  # (k, m) weights in sorted order
+        out[b0:b0 + step] = stat(_cum_at_groups(w, starts), _cum_at_groups(w * wrong, starts))
+    return out
+
+
+def resampled_aurc(confidence, correct, counts: np.ndarray, image_index: np.ndarray | None = None,
+                   max_elements: int = 2**23) -> np.ndarray:
+    """AURC (:func:`aurc`) of every bootstrap resample.
+
+    Each answer is weighted by its draw count ``w_i`` in resample b (count 0:
+    left out): with ``A_g``, ``E_g`` the summed weights of the answers and
+    of the wrong answers with a confidence >= that of group g,
+    ``AURC_b = sum_g (A_g - A_{g-1}) (E_g / A_g) / A_G``, which equals
+    :func:`aurc` of the resampled data (each answer repeated ``w_i`` times)
+    exactly up to rounding. Cumulative sums over the (resamples x answers)
+    weights, no Python loop over resamples unless ``B x n`` exceeds
+    ``max_elements``.
+
+    Parameters
+    ----------
+    confidence, correct : array_like
+        Shape (n,), as :func:`aurc`; NaN pairs dropped.
+    counts : numpy.ndarray
+        Draw counts from :func:`bootstrap_counts`: shape (B, n), one column
+        per answer (as :func:`resampled_auroc`), or (B, n_images) with
+        ``image_index``.
+    image_index : numpy.ndarray, optional
+        Shape (n,), int in ``[0, n_images)``: the image of each answer; the
+        answers of one image share its column of ``counts`` (equivalent to
+        passing ``counts[:, image_index]``, as :mod:`murk.analysis` does for
+        the AUROC, without building that matrix).
+    max_elements : int, default 2**23
+        Resamples are processed in chunks of ``max_elements // n``; the peak
+        memory is about 5 x 8 bytes x max_elements.
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape (B,), float64; NaN where a resample holds no valid answer (all
+        when no valid pair exists).
+
+    Raises
+    ------
+    ValueError
+        If the input is not 1-D, ``correct`` is not 0/1, ``counts`` is not
+        (B, n) (without ``image_index``) or ``image_index`` is not (n,) int
+        within the columns of ``counts``.
+    """
+    return _resampled_rc(confidence, correct, counts, image_index, max_elements, "resampled_aurc", _aurc_of_points)
+
+
+def resampled_coverage_at_risk(confidence, correct, max_risk: float, counts: np.ndarray,
+                               image_index: np.ndarray | None = None, max_elements: int = 2**23) -> np.ndarray:
+    """Coverage at a risk bound (:func:`coverage_at_risk`) of every bootstrap resample.
+
+    Weights as :func:`resampled_aurc`; the points of a resample are its
+    cumulative weighted counts ``A_g / A_G`` (coverage) and ``E_g / A_g``
+    (risk), exact for integer counts, so the result equals
+    :func:`coverage_at_risk` of the resampled data.
+
+    Parameters
+    ----------
+    confidence, correct : array_like
+        Shape (n,), as :func:`coverage_at_risk`; NaN pairs dropped.
+    max_risk : float
+        The risk bound in [0, 1].
+    counts, image_index, max_elements
+        As :func:`resampled_aurc`.
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape (B,), float64 coverage in [0, 1] (0.0 where no point reaches
+        the bound); NaN where a resample holds no valid answer.
+
+    Raises
+    ------
+    ValueError
+        As :func:`resampled_aurc`, or if ``max_risk`` is not in [0, 1].
+    """
+    max_risk = _check_max_risk(max_risk)
+    return _resampled_rc(confidence, correct, counts, image_index, max_elements, "resampled_coverage_at_risk",
+                         lambda a, e: _coverage_at_risk_of_points(a, e, max_risk))
 
 
 def selective_risk_coverage(
