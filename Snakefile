@@ -254,12 +254,15 @@ rule monitor:
         item_table=rules.select.output.item_table,
         depth=rules.depth.output.current,
         stale=rerun_if_stale(lambda wc: f"{OUT}/readout/murk--visibility-monitor.done"),
+        stale_deployable=rerun_if_stale(lambda wc: f"{OUT}/readout/murk--visibility-monitor-deployable.done"),
     output:
-        f"{OUT}/readout/murk--visibility-monitor.done",
+        oracle=f"{OUT}/readout/murk--visibility-monitor.done",
+        deployable=f"{OUT}/readout/murk--visibility-monitor-deployable.done",
     log:
         f"{RUNNING}/03b_monitor.ipynb",
     shell:
-        papermill("{input.nb}", "{log}", "") + " && " + MARK
+        papermill("{input.nb}", "{log}", "") + " && " + MARK.replace("{output}", "{output.oracle}") \
+            + " && " + MARK.replace("{output}", "{output.deployable}")
 
 
 rule analyse:
@@ -279,7 +282,7 @@ rule analyse:
                                                      "tbl-sweep-t3", "tbl-auroc", "tbl-monotonicity",
                                                      "tbl-confident", "tbl-models", "tbl-prompts", "tbl-config",
                                                      "tbl-verbal-wordings", "tbl-monitor-accuracy",
-                                                     "tbl-monitor-w", "tbl-monitor-gate", "tbl-missing",
+                                                     "tbl-monitor-w", "tbl-monitor-gate", "tbl-monitor-modes", "tbl-missing",
                                                      "tbl-nominal"]),
         cube=directory(f"{OUT}/cube.zarr"),
     log:

@@ -17,6 +17,14 @@
 # without the box. Its read-outs (`c_int` = a confidence from V̂, `abstain` =
 # V̂ below a threshold, `visibility_hat_m` = V̂) join the cube as the "model"
 # `murk/visibility-monitor`; the analyse stage compares it with each VLM.
+#
+# That monitor is an *oracle*: it is given the depth map the image was rendered
+# with (estimated on the clean image) and the arm it was rendered in. The
+# *deployable* mode, `murk/visibility-monitor-deployable`
+# (`murk.monitor.deployable_readouts`), sees only the degraded image: depth from
+# the run's depth backend applied to that image, the arm from the veiling light's
+# colour (`murk.monitor.estimate_arm`, recorded as `visibility_hat_arm`), no level.
+# Both are written here, from the same renderings.
 
 # %% tags=["parameters"]
 # (one parameter a line, its comment above it: papermill reads `name = value` lines)
@@ -39,24 +47,29 @@ current = depth.current_depth(output_dir)
 RUN_ID = workflow.run_id(meta["config_hash"], meta["items_hash"])   # this selection's identity (items_meta.json)
 workflow.refuse_other_depth(current, RUN_ID, "monitor", paths.depth_dir(output_dir) / "current.json")
 threshold_m = monitor.DEFAULT_THRESHOLD_M if threshold_m is None else float(threshold_m)
-store = paths.readout_store(monitor.MONITOR_ID, output_dir)
-attrs = cube.store_identity(
-    config_hash=meta["config_hash"], items_hash=meta["items_hash"], model_id=monitor.MONITOR_ID,
-    model_revision=f"murk {murk.__version__}", depth_backend=current["depth_backend"],
-    depth_model=current.get("depth_model", ""), depth_revision=current.get("depth_revision", ""),
-    monitor_threshold_m=threshold_m, pipeline_check=0, n_visual_tokens=-1, kind="monitor",
-    depth_approximate=current["depth_approximate"], run_id=RUN_ID)
-ds = cube.open_readout_store(store, table["image_id"], table["category"], attrs)
-done = ds["done"].values.copy()
-todo = [i for i in range(len(table)) if not done[i]]
-print(f"{len(todo)} of {len(table)} images to estimate")
+stores, done = {}, {}
+for mode_id in monitor.MONITOR_IDS:   # the oracle, then the deployable mode: one store each
+    stores[mode_id] = paths.readout_store(mode_id, output_dir)
+    attrs = cube.store_identity(
+        config_hash=meta["config_hash"], items_hash=meta["items_hash"], model_id=mode_id,
+        model_revision=f"murk {murk.__version__}", depth_backend=current["depth_backend"],
+        depth_model=current.get("depth_model", ""), depth_revision=current.get("depth_revision", ""),
+        monitor_threshold_m=threshold_m, pipeline_check=0, n_visual_tokens=-1, kind="monitor",
+        depth_approximate=current["depth_approximate"], run_id=RUN_ID)
+    done[mode_id] = cube.open_readout_store(stores[mode_id], table["image_id"], table["category"], attrs)["done"].values.copy()
+todo = [i for i in range(len(table)) if not all(d[i] for d in done.values())]
+# the deployable mode's depth: the backend the depth stage used, applied to each degraded image
+depth_backend = depth.backend_from_record(current)
+print(f"{len(todo)} of {len(table)} images to estimate (depth backend of the deployable mode: "
+      f"{depth_backend.name}{', an approximation that ignores the image' if depth_backend.approximate else ''})")
 
 # %% [markdown]
 # ## The loop: render → estimate → write
 #
 # As in the read-out stage, but the conditions are rendered without the box
-# (`marker=False`) and `murk.monitor.monitor_readouts` turns each into V̂ and its
-# read-outs; they are the same for every task. Bad input (a missing, truncated or
+# (`marker=False`) and `murk.monitor.monitor_readouts` (oracle) and
+# `murk.monitor.deployable_readouts` turn each into V̂ and its read-outs; they
+# are the same for every task. Bad input (a missing, truncated or
 # undecodable image, a missing depth map or one of another shape) and a failed
 # rendering are recorded per image with their reason, and the loop goes on.
 
@@ -69,7 +82,8 @@ for i in progress.bar(todo, desc="monitor", unit="img"):
         x = render.item_inputs(table, i, partner[i], meta["image_dir"], current["path"], cfg)
     except (FileNotFoundError, ValueError, OSError) as e:  # bad input: record it, keep going, lose nothing
         skipped[int(row["image_id"])] = str(e)
-        cube.write_missing(store, i, str(e))
+        for mode_id, store in stores.items():
+            cube.write_missing(store, i, str(e))
         continue
     try:
         conditions = {(arm, level): shown for arm, level, shown in render.render_conditions(
@@ -77,36 +91,51 @@ for i in progress.bar(todo, desc="monitor", unit="img"):
             image_id=int(row["image_id"]), config=cfg, marker=False)}
     except (ValueError, OSError) as e:  # the same for a rendering that fails on this image's input
         skipped[int(row["image_id"])] = f"rendering failed: {e}"
-        cube.write_missing(store, i, f"rendering failed: {e}")
+        for mode_id, store in stores.items():
+            cube.write_missing(store, i, f"rendering failed: {e}")
         continue
-    out = monitor.monitor_readouts(conditions, {("clean", 0): x["depth_m"], ("shuffled", 0): x["partner_depth_m"]},
-                                   threshold_m=threshold_m)
-    results = {}
-    for (arm, level), r in out.items():
-        r = {k: r.get(k, np.nan) for k in cube.READOUTS} | {k: "" for k in cube.TEXT_READOUTS}
-        for task in cube.TASKS:
-            results[(arm, level, task)] = r
-    cube.write_image(store, i, results)
+    for mode_id, store in stores.items():
+        if done[mode_id][i]:
+            continue
+        try:
+            if mode_id == monitor.MONITOR_ID:
+                out = monitor.monitor_readouts(conditions, {("clean", 0): x["depth_m"],
+                                                            ("shuffled", 0): x["partner_depth_m"]}, threshold_m=threshold_m)
+            else:
+                out = monitor.deployable_readouts(conditions, depth_backend, int(row["image_id"]), threshold_m=threshold_m)
+        except (FileNotFoundError, ValueError, OSError) as e:   # e.g. the depth backend fails on a degraded image
+            skipped[int(row["image_id"])] = f"{mode_id}: {e}"
+            cube.write_missing(store, i, f"{mode_id}: {e}")
+            continue
+        results = {}
+        for (arm, level), r in out.items():
+            r = {k: r.get(k, np.nan) for k in cube.READOUTS} | {k: "" for k in cube.TEXT_READOUTS}
+            for task in cube.TASKS:
+                results[(arm, level, task)] = r
+        cube.write_image(store, i, results)
 print("monitor: every item processed" if not skipped else
       f"monitor: {len(skipped)} item(s) skipped, recorded as missing:\n"
       + "\n".join(f"  image {k}: {v}" for k, v in skipped.items()))
 
 # %% [markdown]
-# Quick look: median V̂ against the true V in both physical arms (the dashed line is V̂ = V).
+# Quick look: median V̂ against the true V in both physical arms, oracle (solid) and
+# deployable (dotted); the dashed line is V̂ = V.
 
 # %%
-ds = xr.open_zarr(store, consolidated=False)
-vhat = ds["value"].sel(task="t2", readout="visibility_hat_m")
-print(f"{int(ds['done'].sum())} of {ds.sizes['image']} images")
 fig, ax = plt.subplots(figsize=(4.5, 3.2))
-for arm in ("fog", "underwater"):
-    ax.plot(physics.SWEEP_M, np.nanmedian(vhat.sel(arm=arm).values[1:], axis=-1), "-o", label=arm)
+for mode_id, style in zip(monitor.MONITOR_IDS, ("-o", ":s")):
+    ds = xr.open_zarr(stores[mode_id], consolidated=False)
+    vhat = ds["value"].sel(task="t2", readout="visibility_hat_m")
+    print(f"{mode_id}: {int(ds['done'].sum())} of {ds.sizes['image']} images")
+    for arm in ("fog", "underwater"):
+        ax.plot(physics.SWEEP_M, np.nanmedian(vhat.sel(arm=arm).values[1:], axis=-1), style,
+                label=f"{arm}, {'oracle' if mode_id == monitor.MONITOR_ID else 'deployable'}")
 ax.plot(physics.SWEEP_M, physics.SWEEP_M, "k--", lw=1)
 ax.set_xscale("log")
 ax.set_yscale("log")
 ax.set_xlabel("true V (m)")
 ax.set_ylabel("median V̂ (m)")
-ax.legend()
+ax.legend(fontsize=7)
 fig.tight_layout()
 
 # %% [markdown]

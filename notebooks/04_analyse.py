@@ -158,8 +158,9 @@ ENTRIES = workflow.model_entries(models, None, "the analyse notebook's parameter
 # analysed without its select stage, takes the images of its stores)
 N_ENTRY = {e.id: min(e.n_items, len(table) or e.n_items) if e.n_items else len(table) for e in ENTRIES}
 stores = {e.id: paths.readout_stores(e.id, N_ENTRY[e.id], shard_size, output_dir) for e in ENTRIES}
-if paths.readout_store(monitor.MONITOR_ID, output_dir).exists():
-    stores[monitor.MONITOR_ID] = paths.readout_store(monitor.MONITOR_ID, output_dir)  # never sharded
+for mode_id in monitor.MONITOR_IDS:   # the oracle and the deployable monitor, never sharded
+    if paths.readout_store(mode_id, output_dir).exists():
+        stores[mode_id] = paths.readout_store(mode_id, output_dir)
 flat = [p for v in stores.values() for p in (v if isinstance(v, list) else [v])]
 missing = [str(p) for p in flat if not Path(p).exists()]
 if missing:
@@ -173,7 +174,7 @@ for e in ENTRIES:  # an entry that gives its n_items must find a store of that m
         raise ValueError(f"the read-out store of {e.id} holds {int(full['n_items'].sel(model=e.id))} items, its "
                          f"entry in models asks for n_items: {e.n_items}: run its read-out with that n_items "
                          f"(snakemake does), or give the entry the store's n_items")
-ds = full.sel(model=[m for m in full["model"].values if m != monitor.MONITOR_ID])
+ds = full.sel(model=[m for m in full["model"].values if m not in monitor.MONITOR_IDS])
 VLMS = [str(m) for m in ds["model"].values]
 PIPELINE_CHECK = bool(ds["pipeline_check"].any())
 VIS = ds["visibility_m"].values           # level 0 (clean, inf) and the sweep
@@ -1437,9 +1438,9 @@ show_table(md, "monitor-accuracy")
 #| label: tbl-monitor-w
 #| tbl-cap: "The monitor as an awareness signal: its crossing visibility and W = log10(V_acc / V_aware) against each VLM, with paired bootstrap intervals."
 if HAS_MONITOR:
-    mscores = analysis.image_scores(full.sel(model=[monitor.MONITOR_ID, *VLMS]))
+    MODES = [mode for mode in monitor.MONITOR_IDS if mode in full["model"].values]   # the oracle, the deployable mode
+    mscores = analysis.image_scores(full.sel(model=[*MODES, *VLMS]))
     lo_q, hi_q = (1 - A["ci_level"]) / 2, 1 - (1 - A["ci_level"]) / 2
-    mon = full["value"].sel(model=monitor.MONITOR_ID, task="t2")               # (arm, level, image, readout)
     PAIRED = {}   # the images the monitor shares with a VLM -> (positions, draw, bootstrap means over them)
     MON_CROSS = {}   # (arm, signal, shared images) -> the monitor's crossing over them
 
@@ -1453,26 +1454,48 @@ if HAS_MONITOR:
                                                                                 counts=cnt))
         return PAIRED[keep.tobytes()]
 
-    def monitor_crossing(arm: str, signal: str, m: str):
-        """The monitor's V_aware over the images it shares with ``m``: awareness_crossing's result and the
-        crossings of the resamples."""
+    def monitor_crossing(arm: str, signal: str, m: str, mode: str = monitor.MONITOR_ID):
+        """The monitor's V_aware (``mode``: the oracle or the deployable one) over the images it shares with ``m``:
+        awareness_crossing's result and the crossings of the resamples."""
         idx, cnt, boot = paired(m)
-        k = (arm, signal, idx.tobytes())
+        k = (arm, signal, idx.tobytes(), mode)
         if k not in MON_CROSS:
             # its censored estimates are bounds, so its crossing may be one too
             # (murk.monitor.awareness_crossing: the cube's read-outs are the conservative curve)
-            mi = mon.isel(image=idx)
+            mi = full["value"].sel(model=mode, task="t2").isel(image=idx)
             ac = monitor.awareness_crossing(
                 VIS[1:], mi.sel(arm=arm, readout="visibility_hat_m").transpose("level", "image").values,
                 mi.sel(arm=arm, readout="visibility_hat_censored").transpose("level", "image").values, signal,
                 threshold_m=float(full.attrs.get("monitor_threshold_m", monitor.DEFAULT_THRESHOLD_M)),
                 present=mi.sel(arm=arm, readout="c_int").transpose("level", "image").notnull().values,
                 counts=cnt, ci=A["ci_level"])
-            b_m = boot.sel(model=monitor.MONITOR_ID, arm=arm, task="t2", readout=signal).transpose(..., "level")
+            b_m = boot.sel(model=mode, arm=arm, task="t2", readout=signal).transpose(..., "level")
             vmb, _ = metrics.crossing_visibility(VIS[1:], b_m.isel(level=slice(1, None)).values,
                                                  b_m.isel(level=0).values, monitor.SIGNAL_FLOOR[signal])
             MON_CROSS[k] = (ac, vmb)
         return MON_CROSS[k]
+
+    def monitor_w(arm: str, signal: str, task: str, m: str, mode: str = monitor.MONITOR_ID):
+        """W = log10(V_acc / V_aware) of the monitor (``mode``) against VLM ``m``, with its paired bootstrap
+        interval: (w, lo, hi, lower, upper, (V_acc, its side), (V_aware, its side))."""
+        _, _, boot = paired(m)
+        ac, vmb = monitor_crossing(arm, signal, m, mode)
+        vm, side_m = ac["v_cross_m"], ac["censored_side"]
+        # the VLM's V_acc over its own images: the monitor runs on every item, so these are the shared ones
+        cr = cross.sel(model=m, arm=arm, task=task, readout="correct")
+        va, side_a = float(cr["v_cross_m"]), str(cr["censored_side"].values)
+        b_a = boot.sel(model=m, arm=arm, task=task, readout="correct").transpose(..., "level")
+        vab, _ = metrics.crossing_visibility(VIS[1:], b_a.isel(level=slice(1, None)).values,
+                                             b_a.isel(level=0).values, CHANCE[task])
+        wside = str(metrics.blind_spot_width_side(side_a, side_m))
+        w = (float(metrics.blind_spot_width(va, vm)) if np.isfinite(va) and np.isfinite(vm)
+             and wside != "undefined" else np.nan)
+        with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            wb = np.log10(np.asarray(vab, float) / np.asarray(vmb, float))
+            lo, hi = (np.nanquantile(wb, [lo_q, hi_q]) if np.isfinite(w) and np.isfinite(wb).any()
+                      else (np.nan, np.nan))
+        return w, lo, hi, wside == "above", wside == "below", (va, side_a), (vm, side_m)
 
     rows, verdicts = [], {}
     for arm in cube.PHYSICAL_ARMS:
@@ -1482,24 +1505,7 @@ if HAS_MONITOR:
                                                               ac["censored_side"]))
             for task in ("t2", "t3"):
                 for m in VLMS:
-                    _, _, boot = paired(m)
-                    ac, vmb = monitor_crossing(arm, signal, m)
-                    vm, side_m = ac["v_cross_m"], ac["censored_side"]
-                    # the VLM's V_acc over its own images: the monitor runs on every item, so these are the shared ones
-                    cr = cross.sel(model=m, arm=arm, task=task, readout="correct")
-                    va, side_a = float(cr["v_cross_m"]), str(cr["censored_side"].values)
-                    b_a = boot.sel(model=m, arm=arm, task=task, readout="correct").transpose(..., "level")
-                    vab, _ = metrics.crossing_visibility(VIS[1:], b_a.isel(level=slice(1, None)).values,
-                                                         b_a.isel(level=0).values, CHANCE[task])
-                    wside = str(metrics.blind_spot_width_side(side_a, side_m))
-                    w = (float(metrics.blind_spot_width(va, vm)) if np.isfinite(va) and np.isfinite(vm)
-                         and wside != "undefined" else np.nan)
-                    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
-                        warnings.simplefilter("ignore", RuntimeWarning)
-                        wb = np.log10(np.asarray(vab, float) / np.asarray(vmb, float))
-                        lo, hi = (np.nanquantile(wb, [lo_q, hi_q]) if np.isfinite(w) and np.isfinite(wb).any()
-                                  else (np.nan, np.nan))
-                    lower, upper = wside == "above", wside == "below"
+                    w, lo, hi, lower, upper, (va, side_a), (vm, side_m) = monitor_w(arm, signal, task, m)
                     record(f"monitor.w.{signal}.{arm}.{task}.{key(m)}", w, ci=(lo, hi), lower=lower, upper=upper)
                     if signal == "abstain" and task == "t2":
                         v_ = (claims.awareness_lag(w, lo, hi, lower, upper) if collapses(m, arm, task)
@@ -1536,7 +1542,8 @@ show_table(md, "monitor-w")
 
 # %%
 #| label: tbl-monitor-gate
-#| tbl-cap: "The gate on the report half of the images (t2, all levels of one arm): coverage and risk of answering everything, of the VLM's abstain option, of the monitor and of the internal confidence at matched coverage; n: questions in the report half, V̂ upper bounds: those whose estimate is only an upper bound (opaque), which never pass the monitor's gate."
+#| tbl-cap: "The gate on the report half of the images (t2, all levels of one arm): coverage and risk of answering everything, of the VLM's abstain option, of the monitor (oracle and deployable) and of the internal confidence at matched coverage; n: questions in the report half, V̂ upper bounds: those whose estimate is only an upper bound (opaque), which never pass the monitor's gate."
+MODE_NAME = {monitor.MONITOR_ID: "oracle", monitor.MONITOR_DEPLOYABLE_ID: "deployable"}
 if HAS_MONITOR:
     rows = []
     for m in VLMS:
@@ -1547,23 +1554,28 @@ if HAS_MONITOR:
             flat = lambda da: da.transpose("level", "image").values.ravel()  # noqa: E731
             img = np.broadcast_to(ids, (v.sizes["level"], ids.size)).ravel()
             split = monitor.split_images(img, seed=A["bootstrap_seed"])
-            try:
-                gate = monitor.compare_at_equal_coverage(
-                    flat(sub["value"].sel(model=monitor.MONITOR_ID, task="t2", readout="visibility_hat_m", arm=arm)),
-                    flat(v.sel(readout="c_int")), flat(v.sel(readout="abstain")), flat(v.sel(readout="correct")),
-                    split, image_ids=img, n_resamples=A["bootstrap_resamples"], seed=A["bootstrap_seed"],
-                    censored_monitor=flat(sub["value"].sel(model=monitor.MONITOR_ID, task="t2", arm=arm,
-                                                            readout="visibility_hat_censored")))
-            except ValueError as e:  # e.g. too few images for two halves
-                rows.append({"VLM": name(m), "arm": arm, "gate": f"n/a ({e})"})
-                continue
-            for g, r in gate.items():
-                rows.append({"VLM": name(m), "arm": arm, "gate": g,
-                             "coverage": fmt_estimate(r["coverage"], *r.get("coverage_ci", (np.nan, np.nan))),
-                             "risk": fmt_estimate(r["risk"], *r.get("risk_ci", (np.nan, np.nan))), "n": str(r["n"]),
-                             "V̂ upper bounds": str(r.get("n_monitor_bound_below", "n/a"))})
-                record(f"monitor.gate.{g}.coverage.{arm}.{key(m)}", r["coverage"])
-                record(f"monitor.gate.{g}.risk.{arm}.{key(m)}", r["risk"])
+            for mode in MODES:
+                try:
+                    gate = monitor.compare_at_equal_coverage(
+                        flat(sub["value"].sel(model=mode, task="t2", readout="visibility_hat_m", arm=arm)),
+                        flat(v.sel(readout="c_int")), flat(v.sel(readout="abstain")), flat(v.sel(readout="correct")),
+                        split, image_ids=img, n_resamples=A["bootstrap_resamples"], seed=A["bootstrap_seed"],
+                        censored_monitor=flat(sub["value"].sel(model=mode, task="t2", arm=arm,
+                                                                readout="visibility_hat_censored")))
+                except ValueError as e:  # e.g. too few images for two halves
+                    rows.append({"VLM": name(m), "arm": arm, "gate": f"n/a ({e})"})
+                    continue
+                prefix = "monitor" if mode == monitor.MONITOR_ID else "monitor.deployable"
+                for g, r in gate.items():
+                    if mode != MODES[0] and "monitor" not in g:   # the rows without the monitor once
+                        continue
+                    rows.append({"VLM": name(m), "arm": arm,
+                                 "gate": g.replace("monitor", f"monitor ({MODE_NAME[mode]})"),
+                                 "coverage": fmt_estimate(r["coverage"], *r.get("coverage_ci", (np.nan, np.nan))),
+                                 "risk": fmt_estimate(r["risk"], *r.get("risk_ci", (np.nan, np.nan))), "n": str(r["n"]),
+                                 "V̂ upper bounds": str(r.get("n_monitor_bound_below", "n/a"))})
+                    record(f"{prefix}.gate.{g}.coverage.{arm}.{key(m)}", r["coverage"])
+                    record(f"{prefix}.gate.{g}.risk.{arm}.{key(m)}", r["risk"])
     md = paper.markdown_table(rows)
 else:
     md = not_computed("the monitor stage did not run")
@@ -1664,6 +1676,79 @@ show_table(md, "monitor-depth")
 
 # %%
 display(Markdown(numbers["finding.monitor.depth"]))
+
+# %% [markdown]
+# ### The deployable monitor beside the oracle
+#
+# The oracle above is told the rendering's depth and arm. The deployable mode
+# (stage 3b, `murk.monitor.deployable_readouts`) sees the degraded image alone:
+# the run's depth backend applied to that image, the arm read from the veiling
+# light's colour (`murk.monitor.estimate_arm`), no level. Side by side, per arm:
+# V̂ within a factor of two over the monitor's band, upper bounds at the murkiest
+# level, the share of renderings whose arm it identified, false abstentions on the
+# clean images, and its gate's W against each VLM (t2, abstain rate, paired
+# bootstrap as above).
+
+# %%
+#| label: tbl-monitor-modes
+#| tbl-cap: "The monitor in both modes: oracle (the rendering's depth and arm) and deployable (the degraded image alone); within ×2: share of V̂ within a factor of two of V over the monitor's band; upper bounds: at the murkiest level; arm identified: share of the arm's renderings read as that arm; clean abstentions: false abstentions on the clean images; W: the abstain rate's blind-spot width against each VLM (t2)."
+HAS_DEPLOYABLE = HAS_MONITOR and monitor.MONITOR_DEPLOYABLE_ID in MODES
+if HAS_DEPLOYABLE:
+    rows = []
+    for mode in MODES:
+        mv = full["value"].sel(model=mode, task="t2")
+        tag = MODE_NAME[mode]
+        a0 = mv.sel(arm="fog", level=0, readout="abstain").values
+        ok0 = np.isfinite(a0)
+        record(f"monitor.{tag}.false_abstain_clean.count", f"{int(np.sum(a0[ok0] == 1))}/{int(ok0.sum())}")
+        for arm in cube.PHYSICAL_ARMS:
+            sweep_ = mv.sel(arm=arm).isel(level=slice(1, None)).transpose("readout", "level", "image")
+            vh = sweep_.sel(readout="visibility_hat_m").values
+            fin = np.isfinite(vh)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                within = np.abs(np.log2(vh / VIS[1:, None])) <= 1
+            record(f"monitor.{tag}.share_x2.{arm}",
+                   100 * float(within[mid_band][fin[mid_band]].mean()) if fin[mid_band].any() else np.nan, 0)
+            code = sweep_.sel(readout="visibility_hat_censored").values[-1]
+            record(f"monitor.{tag}.upper_end.{arm}",
+                   100 * float(np.mean(code[np.isfinite(code)] == -1)) if np.isfinite(code).any() else np.nan, 0)
+            arm_hat = sweep_.sel(readout="visibility_hat_arm").values
+            record(f"monitor.{tag}.arm_identified.{arm}",
+                   100 * float(np.mean(arm_hat[np.isfinite(arm_hat)] == monitor.ARM_CODE[arm]))
+                   if np.isfinite(arm_hat).any() else np.nan, 0)
+            row = {"monitor": tag, "arm": arm,
+                   f"within ×2, {numbers['monitor.band']} m (%)": numbers[f"monitor.{tag}.share_x2.{arm}"],
+                   f"upper bounds at {numbers['cfg.sweep_min_m']} m (%)": numbers[f"monitor.{tag}.upper_end.{arm}"],
+                   "arm identified (%)": "told" if mode == monitor.MONITOR_ID else numbers[f"monitor.{tag}.arm_identified.{arm}"],
+                   "clean abstentions": numbers[f"monitor.{tag}.false_abstain_clean.count"]}
+            for m in VLMS:
+                w, lo, hi, lower, upper, _, _ = monitor_w(arm, "abstain", "t2", m, mode)
+                record(f"monitor.{tag}.w.abstain.{arm}.t2.{key(m)}", w, ci=(lo, hi), lower=lower, upper=upper)
+                row[f"W vs {name(m)}"] = w_text(w, lo, hi, lower, upper).removeprefix("W ").removeprefix("= ")
+            rows.append(row)
+    n_ = lambda what: [numbers[f"monitor.{t}.{what}"] for t in ("deployable", "oracle")]  # noqa: E731
+    record("finding.monitor.deployable", (
+        f"Seeing only the degraded image (depth from the `{ds.attrs['depth_backend']}` backend applied to it, "
+        f"the arm from the veil's colour), the deployable monitor reads the arm correctly on "
+        f"{numbers['monitor.deployable.arm_identified.fog']} % of the fog renderings and "
+        f"{numbers['monitor.deployable.arm_identified.underwater']} % of the underwater ones; its V̂ is within a "
+        f"factor of two of V over {numbers['monitor.band']} m on {n_('share_x2.fog')[0]} % of the image–level "
+        f"pairs in fog (oracle {n_('share_x2.fog')[1]} %) and {n_('share_x2.underwater')[0]} % under water "
+        f"(oracle {n_('share_x2.underwater')[1]} %), and it abstains on {n_('false_abstain_clean.count')[0]} "
+        f"clean images (oracle {n_('false_abstain_clean.count')[1]})."
+        + (" The offline depth backend is a constant that ignores the image, and the renderings were made with "
+           "the same constant, so here the two modes differ only by the estimated arm and veiling light; this "
+           "is a pipeline check of the deployable path, not a measurement of monocular depth under fog."
+           if approximate else "")))
+    md = paper.markdown_table(rows)
+else:
+    record("finding.monitor.deployable", "The deployable monitor's store is absent from this output root, so "
+                                         "nothing is stated about the monitor without the oracle's depth and arm.")
+    md = not_computed("the deployable monitor did not run")
+show_table(md, "monitor-modes")
+
+# %%
+display(Markdown(numbers["finding.monitor.deployable"]))
 
 # %% [markdown]
 # ## Abstract and discussion

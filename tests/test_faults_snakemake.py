@@ -136,7 +136,7 @@ def faulty_run(tmp_path_factory):
 def test_bad_input_is_recorded_per_image_and_the_run_completes(faulty_run):
     out, coco, faults, _ = faulty_run
     cube = xr.open_zarr(out / "cube.zarr").load()
-    assert set(cube["model"].values) == {MODEL, "murk/visibility-monitor"}
+    assert set(cube["model"].values) == {MODEL, "murk/visibility-monitor", "murk/visibility-monitor-deployable"}
     want = {"truncated": "truncated", "deleted": "not found", "undecodable": "cannot be decoded",
             "wrong-shape depth": "has shape (3, 3)", "deleted depth": "missing",
             "negative depth": "depth_m must be non-negative",
@@ -150,7 +150,7 @@ def test_bad_input_is_recorded_per_image_and_the_run_completes(faulty_run):
                 continue
             assert want[fault] in r, (model, fault, r)
             if fault == "negative depth":  # the monitor (and the batched read-out, issue 16) prefix it
-                assert model != "murk/visibility-monitor" or r.startswith("rendering failed: "), r
+                assert not model.startswith("murk/visibility-monitor") or r.startswith("rendering failed: "), r
                 continue
             named = str(coco / "val2017" / name) if "depth" not in fault else f"{image_id}.npy"
             assert named in r, (model, fault, r)  # the reason names the file

@@ -439,3 +439,71 @@ def test_coverage_risk_ranks_an_upper_bound_below_every_estimate():
     # taking the bound at face value forces the threshold above it (120 m) to keep the murky rows out
     assert naive["monitor"]["threshold"] > 120.0 > thr
     assert bound["monitor"]["coverage"] > naive["monitor"]["coverage"]
+
+
+# ----------------------------------------------------------------------------- issue 24: the deployable monitor
+
+
+def test_estimate_arm_on_coco_sweeps(sample_scenes):
+    """The arm from the veil's colour: every level of both sweeps and every clean image of the sample (16 images,
+    ground-plane depth), read as the arm they were rendered in."""
+    wrong = []
+    for image_id, image, depths in sample_scenes[:8]:
+        d = depths["ground"]
+        if mon.estimate_arm(image, d) != "fog":
+            wrong.append((image_id, "clean"))
+        for v in physics.SWEEP_M[::2]:
+            for arm, render_arm in (("fog", physics.fog), ("underwater", physics.underwater)):
+                if mon.estimate_arm(render_arm(image, d, v), d) != arm:
+                    wrong.append((image_id, arm, float(v)))
+    assert wrong == []
+    with pytest.raises(ValueError, match="estimate_arm"):
+        mon.estimate_arm(np.zeros((4, 4), np.uint8))
+
+
+def test_deployable_equals_oracle_when_it_is_given_what_the_oracle_knows(sample_scenes):
+    """The seam between the two modes: a depth backend that returns the rendering's depth and a correctly estimated
+    arm give the oracle's read-outs exactly; the deployable mode records the arm it used; a backend map of the wrong
+    shape is refused with the shape named."""
+    image_id, image, depths = sample_scenes[1]
+    d = depths["ground"]
+    conds = {("clean", 0): image, ("fog", 4): physics.fog(image, d, physics.SWEEP_M[3]),
+             ("underwater", 6): physics.underwater(image, d, physics.SWEEP_M[5]),
+             ("imagenet_c", 2): physics.fog(image, d, physics.SWEEP_M[1])}
+    seen = []
+
+    def backend(img, iid):
+        seen.append(iid)
+        return d
+
+    deployable = mon.deployable_readouts(conds, backend, image_id)
+    oracle = mon.monitor_readouts(conds, d)
+    assert seen == [image_id] * len(conds)
+    for key in conds:
+        dep, ora = dict(deployable[key]), dict(oracle[key])
+        assert dep.pop("visibility_hat_arm") == mon.ARM_CODE[mon.CONDITION_ARM[key[0]]]
+        assert ora.pop("visibility_hat_arm") == mon.ARM_CODE[mon.CONDITION_ARM[key[0]]]
+        assert dep.keys() == ora.keys()
+        assert all(dep[k] == ora[k] or (np.isnan(dep[k]) and np.isnan(ora[k])) for k in dep), key
+    with pytest.raises(ValueError, match="shape"):
+        mon.deployable_readouts({("clean", 0): image}, lambda img, iid: d[:-1], image_id)
+
+
+def test_deployable_with_the_constant_backend(sample_scenes):
+    """The offline backend (13.8 m everywhere, whatever the image): V_hat still tracks V where the uniform veil
+    leaves some transmission (V above about 14 m), and below that every pixel is opaque and V_hat is the upper
+    bound 13.8 m, on which the gate abstains."""
+    from murk import depth as depth_mod
+
+    backend = depth_mod.get_backend("constant")
+    _, image, _ = sample_scenes[2]
+    z = np.full(image.shape[:2], depth_mod.CONSTANT_DEPTH_M)
+    conds = {("fog", lvl): physics.fog(image, z, physics.SWEEP_M[lvl - 1]) for lvl in (2, 4, 7)}
+    conds |= {("underwater", 4): physics.underwater(image, z, physics.SWEEP_M[3])}
+    out = mon.deployable_readouts(conds, backend)
+    for key in (("fog", 2), ("fog", 4), ("underwater", 4)):
+        assert out[key]["visibility_hat_m"] == pytest.approx(physics.SWEEP_M[key[1] - 1], rel=0.2), key
+    assert out[("underwater", 4)]["visibility_hat_arm"] == mon.ARM_CODE["underwater"]
+    opaque = out[("fog", 7)]
+    assert opaque["visibility_hat_censored"] == -1.0 and opaque["abstain"] == 1.0
+    assert opaque["visibility_hat_m"] == pytest.approx(depth_mod.CONSTANT_DEPTH_M)

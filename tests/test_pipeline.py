@@ -37,13 +37,19 @@ def test_products(demo):
     ds = xr.open_zarr(demo / "cube.zarr")
     assert ds["value"].dims == cube.DIMS
     assert ds["visibility_m"].attrs["units"] == "m"
-    # three tiny VLMs (two on subsets: stages.DEMO_MODELS) and the visibility monitor
-    assert ds.sizes["image"] == stages.DEMO_N_ITEMS and ds.sizes["model"] == 4
-    assert list(ds["kind"].values) == ["vlm", "vlm", "vlm", "monitor"]
+    # three tiny VLMs (two on subsets: stages.DEMO_MODELS) and the visibility monitor, oracle and deployable
+    assert ds.sizes["image"] == stages.DEMO_N_ITEMS and ds.sizes["model"] == 5
+    assert list(ds["kind"].values) == ["vlm", "vlm", "vlm", "monitor", "monitor"]
     assert dict(zip(ds["model"].values, ds["n_items"].values.tolist())) == {
-        **stages.DEMO_N, "murk/visibility-monitor": stages.DEMO_N_ITEMS}
-    vhat = ds["value"].sel(model="murk/visibility-monitor", arm="fog", task="t2", readout="visibility_hat_m")
-    assert bool((vhat.isel(level=slice(1, None)) > 0).all())
+        **stages.DEMO_N, "murk/visibility-monitor": stages.DEMO_N_ITEMS,
+        "murk/visibility-monitor-deployable": stages.DEMO_N_ITEMS}
+    for mode in ("murk/visibility-monitor", "murk/visibility-monitor-deployable"):
+        vhat = ds["value"].sel(model=mode, arm="fog", task="t2", readout="visibility_hat_m")
+        assert bool((vhat.isel(level=slice(1, None)) > 0).all()), mode
+    # the deployable mode estimated the arm of every physical rendering from the image (the oracle is told it)
+    arm_hat = ds["value"].sel(model="murk/visibility-monitor-deployable", task="t2", readout="visibility_hat_arm")
+    assert bool((arm_hat.sel(arm="fog").isel(level=slice(1, None)) == 0).all())
+    assert bool((arm_hat.sel(arm="underwater").isel(level=slice(1, None)) == 1).all())
     assert ds.attrs["pipeline_check"] == 1
     assert ds.attrs["depth_backend"].startswith("constant")
     v = ds["value"].load()

@@ -56,7 +56,7 @@ def test_by_hand_examples_run_as_printed(demo, tmp_path):
         assert (work / "outputs" / "notebooks" / nb).is_file(), nb
     models = re.search(r"-y 'models: \[(.*?)\]'", block).group(1).split(", ")
     cube_ = xr.open_zarr(work / "outputs" / "cube.zarr")
-    assert [m for m in cube_["model"].values if m != monitor.MONITOR_ID] == models
+    assert [m for m in cube_["model"].values if m not in monitor.MONITOR_IDS] == models
     out = work / "outputs"
     # one run identity in every artifact of the run (issue 21), and one analysis identity in numbers and notebook
     run = json.loads((out / "items_meta.json").read_text())["run_id"]

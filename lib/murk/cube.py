@@ -75,7 +75,7 @@ TASKS = ("t2", "t3_true", "t3_false")
 READOUTS = ("answer", "correct", "c_int", "verbal_conf", "abstain", "abstain2", "option_mass",
             "verbal_conf_v2", "verbal_conf_v3", "visibility_hat_m", "visibility_hat_censored", "verbal_stop",
             "verbal_stop_v2", "verbal_stop_v3", "p_option_0", "p_option_1", "p_option_2", "p_option_3",
-            "target", "p_abstain", "p_abstain2")
+            "target", "p_abstain", "p_abstain2", "visibility_hat_arm")
 #: dtype of ``value``: float64, so read-outs are stored exactly as produced (a
 #: verbal k/100 stays the float64 nearest to the decimal, a c_int of 0.8999996
 #: stays below the ECE bin edge 0.9; issue 13)

@@ -39,7 +39,7 @@ from murk import diskfull, paths
 __all__ = ["DEPTH_MIN_M", "DEPTH_MAX_M", "CONSTANT_DEPTH_M", "DepthBackend", "get_backend",
            "depth_cache_dir", "load_depth", "save_depth", "write_manifest", "read_manifest",
            "median_scene_depth_m", "is_cached",
-           "set_current", "current_depth"]
+           "set_current", "current_depth", "backend_from_record"]
 
 DEPTH_MIN_M = 0.5     #: spec Sec. III: depth clipped to [0.5, 80] m
 DEPTH_MAX_M = 80.0    #: spec Sec. III
@@ -186,6 +186,40 @@ def get_backend(backend: str = "auto", model: str = DEFAULT_MODEL) -> DepthBacke
     return DepthBackend(name=f"depth-anything-v2:{model if not local else Path(model).name}",
                         approximate=False, model_id=str(model), revision=revision,
                         _model=net, _processor=processor)
+
+
+def backend_from_record(record: dict) -> DepthBackend:
+    """The depth backend a depth stage recorded, built again (for the deployable monitor).
+
+    Parameters
+    ----------
+    record : dict
+        :func:`current_depth` (or :meth:`DepthBackend.describe`): ``depth_backend``
+        (the name) and ``depth_model``.
+
+    Returns
+    -------
+    DepthBackend
+        The same backend (name, model and, for a checkpoint, revision).
+
+    Raises
+    ------
+    ValueError
+        An unknown backend name, or a checkpoint whose name or revision now differs
+        from the record (the depth stage must run again).
+    FileNotFoundError, OSError
+        As :func:`get_backend`.
+    """
+    name = str(record.get("depth_backend", ""))
+    kind = "constant" if name.startswith("constant-") else name.split(":", 1)[0]
+    if kind not in ("constant", "folder", "depth-anything-v2"):
+        raise ValueError(f"unknown depth backend {name!r} in the depth record: run the depth stage again")
+    backend = get_backend(kind, str(record.get("depth_model") or DEFAULT_MODEL))
+    rev = str(record.get("depth_revision", ""))
+    if backend.name != name or (kind == "depth-anything-v2" and rev and backend.revision != rev):
+        raise ValueError(f"the depth backend recorded by the depth stage ({name}, revision {rev or '-'}) is now "
+                         f"{backend.name} (revision {backend.revision or '-'}): run the depth stage again")
+    return backend
 
 
 def depth_cache_dir(backend_name: str, root: str | os.PathLike | None = None) -> Path:

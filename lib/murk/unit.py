@@ -64,7 +64,7 @@ __all__ = [
 READOUTS = ("answer", "correct", "c_int", "verbal_conf", "abstain", "abstain2", "option_mass",
             "verbal_conf_v2", "verbal_conf_v3", "visibility_hat_m", "visibility_hat_censored", "verbal_stop",
             "verbal_stop_v2", "verbal_stop_v3", "p_option_0", "p_option_1", "p_option_2", "p_option_3",
-            "target", "p_abstain", "p_abstain2")
+            "target", "p_abstain", "p_abstain2", "visibility_hat_arm")
 #: ``p_option_k`` read-outs: the main prompt's option probabilities renormalised over the options
 #: (``p_k / sum_j p_j``, the distribution whose maximum is ``c_int``), for k < 4 (t2 has four options,
 #: t3 two; NaN beyond an item's options); with ``target`` (index of the correct option) they are what
