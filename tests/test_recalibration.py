@@ -1,0 +1,116 @@
+"""Tests of murk.recalibration: temperature scaling, globally, by visibility and per level (issue 24)."""
+
+import numpy as np
+import pytest
+
+from murk import monitor
+from murk import recalibration as rc
+
+
+def _softmax(z):
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+@pytest.fixture(scope="module")
+def logits():
+    """Seeded logits of 4 options and targets drawn from softmax(z): the model calibrated at T = 1."""
+    rng = np.random.default_rng(0)
+    z = rng.normal(0.0, 2.0, (20000, 4))
+    p = _softmax(z)
+    y = (rng.random(len(z))[:, None] > np.cumsum(p, axis=1)).sum(axis=1)
+    return z, y
+
+
+def test_apply_temperature_hand_cases():
+    assert np.array_equal(rc.apply_temperature([[0.7, 0.2, 0.1]], 1.0), [[0.7, 0.2, 0.1]])
+    # T = 2: square roots, renormalised
+    got = rc.apply_temperature([[0.64, 0.36]], 2.0)
+    assert got == pytest.approx(np.array([[0.8, 0.6]]) / 1.4, rel=1e-12)
+    flat = rc.apply_temperature([[0.97, 0.02, 0.01, np.nan]], 1e6)   # towards uniform over the present options
+    assert np.isnan(flat[0, 3]) and flat[0, :3] == pytest.approx([1 / 3] * 3, abs=1e-5)
+    assert rc.apply_temperature([[1.0, 0.0]], 3.0).tolist() == [[1.0, 0.0]]   # a zero stays zero
+    per_row = rc.apply_temperature([[0.64, 0.36], [0.64, 0.36]], np.array([1.0, 2.0]))
+    assert per_row[0].tolist() == [0.64, 0.36] and per_row[1] == pytest.approx([0.8 / 1.4, 0.6 / 1.4])
+    assert rc.option_confidence([[0.2, 0.8], [np.nan, np.nan]]).tolist()[0] == 0.8
+    assert rc.option_answer([[0.2, 0.8], [np.nan, np.nan]]).tolist() == [1, -1]
+
+
+@pytest.mark.parametrize("probs, T, match", [
+    ([[0.5, 0.4]], 1.0, "sum to 1"), ([0.5, 0.5], 1.0, "shape"), ([[1.5, -0.5]], 1.0, r"\[0, 1\]"),
+    ([[0.5, 0.5]], 0.0, "> 0"), ([[0.5, 0.5]], np.inf, "> 0"), ([[0.5, 0.5]], [1.0, 2.0], "shape")])
+def test_apply_temperature_errors(probs, T, match):
+    with pytest.raises(ValueError, match=match):
+        rc.apply_temperature(probs, T)
+
+
+def test_fit_temperature_recovers_a_known_temperature(logits):
+    z, y = logits
+    assert rc.fit_temperature(_softmax(z), y) == pytest.approx(1.0, rel=0.05)
+    for t_true in (0.5, 2.5):   # the model's logits scaled by T (overconfident for T > 1): the ML temperature undoes it
+        assert rc.fit_temperature(_softmax(z * t_true), y) == pytest.approx(t_true, rel=0.05)
+    # the fit is the likelihood's minimum
+    p = _softmax(z * 2.5)
+    t = rc.fit_temperature(p, y)
+    assert rc.negative_log_likelihood(p, y, t) <= min(rc.negative_log_likelihood(p, y, t * f) for f in (0.97, 1.03))
+
+
+def test_fit_visibility_temperature_recovers_t_of_log_v(logits):
+    rng = np.random.default_rng(1)
+    z = rng.normal(0.0, 2.0, (60000, 4))             # more answers than the fixture: two parameters
+    y = (rng.random(len(z))[:, None] > np.cumsum(_softmax(z), axis=1)).sum(axis=1)
+    v = 10 ** rng.uniform(0.3, 3.0, len(z))          # 2 m to 1 km
+    a, b = 0.3, -0.25                                # T = 1.35 at 1 m, falling by 0.25 per decade (in log T)
+    t_true = np.exp(a + b * np.log10(v))
+    a_hat, b_hat = rc.fit_visibility_temperature(_softmax(z * t_true[:, None]), y, v)
+    t_hat = rc.visibility_temperature(v, a_hat, b_hat)
+    assert np.max(np.abs(t_hat / t_true - 1)) < 0.05
+    # V beyond CAP_M is clipped: the same temperature as at CAP_M
+    assert rc.visibility_temperature([1e6, 2e4], a_hat, b_hat) == pytest.approx(
+        rc.visibility_temperature([monitor.CAP_M] * 2, a_hat, b_hat))
+    with pytest.raises(ValueError, match="visibility_m"):
+        rc.visibility_temperature([0.0], a, b)
+
+
+def test_fit_errors_are_named():
+    p = np.array([[0.6, 0.4], [1.0, 0.0]])
+    with pytest.raises(ValueError, match="probability 0"):
+        rc.fit_temperature(p, [0, 1])
+    with pytest.raises(ValueError, match="option indices"):
+        rc.fit_temperature(p, [0, 2])
+    with pytest.raises(ValueError, match="NaN"):
+        rc.fit_temperature([[0.6, 0.4, np.nan]], [2])
+    with pytest.raises(ValueError, match="n = 0"):
+        rc.fit_temperature(np.zeros((0, 2)), np.zeros(0, int))
+
+
+def test_recalibrate_on_a_visibility_dependent_overconfidence(logits):
+    """A model whose overconfidence grows as V falls (known T(V)), two conditions of V: on the test half the
+    visibility temperature and the per-level oracle bring the NLL to that of the true temperatures, the global one
+    does not; rows without a read-out stay missing and a zero target probability is floored, not fatal."""
+    z, y = logits
+    n = len(z)
+    rng = np.random.default_rng(2)
+    level = rng.integers(0, 2, n)                      # 0: clear (V 200 m), 1: murky (V 5 m)
+    v_true = np.where(level == 0, 200.0, 5.0)
+    t_true = np.where(level == 0, 1.0, 4.0)
+    p = _softmax(z * t_true[:, None])
+    p[0] = [1.0, 0.0, 0.0, 0.0]
+    y = y.copy()
+    y[0] = 1                                           # wrong with certainty: floored
+    p[1] = np.nan                                      # a missing read-out
+    v_hat = v_true * np.exp(rng.normal(0, 0.1, n))     # the monitor's estimate, 10 % scatter
+    image = np.arange(n) // 4
+    cal = monitor.split_images(image, seed=0)
+    conf, params = rc.recalibrate(p, np.where(np.arange(n) == 1, np.nan, y), cal, group=level, visibility_m=v_hat)
+    assert set(conf) == set(rc.METHODS) and all(np.isnan(c[1]) for c in conf.values())
+    assert params["per_level_T"][1] == pytest.approx(4.0, rel=0.1) and params["per_level_T"][0] == pytest.approx(1.0, rel=0.1)
+    assert 1.0 < params["global_T"] < 4.0
+    test = ~cal & (np.arange(n) > 1)
+    truth = rc.option_confidence(_softmax(z[test]))
+    for method in ("per_level", "visibility"):
+        assert np.mean(np.abs(conf[method][test] - truth)) < 0.02, method
+    assert np.mean(np.abs(conf["global"][test] - truth)) > 0.05
+    assert np.array_equal(conf["none"][2:], rc.option_confidence(p[2:]))
+    with pytest.raises(ValueError, match="no calibration row"):
+        rc.recalibrate(p, y, np.zeros(n, bool))
