@@ -275,14 +275,15 @@ rule analyse:
         figures=expand(f"{OUT}/figures/{{name}}_{{task}}.{{ext}}",
                        name=["accuracy", "confidence", "verbal", "abstain", "reliability", "abstain2",
                              "blind_spot", "signals"], task=["t2", "t3"], ext=["png", "pdf"])
-        + expand(f"{OUT}/figures/{{name}}.{{ext}}", name=["nominal_t2", "examples_t2", "monitor_vhat"],
+        + expand(f"{OUT}/figures/{{name}}.{{ext}}", name=["nominal_t2", "examples_t2", "monitor_vhat",
+                                                           "reliability_recal", "risk_coverage"],
                  ext=["png", "pdf"]),
         scores=f"{OUT}/analysis/scores.nc",
         tables=expand(f"{OUT}/analysis/{{t}}.md", t=["tbl-crossings", "tbl-end-of-sweep", "tbl-sweep-t2",
                                                      "tbl-sweep-t3", "tbl-auroc", "tbl-monotonicity",
                                                      "tbl-confident", "tbl-models", "tbl-prompts", "tbl-config",
                                                      "tbl-verbal-wordings", "tbl-monitor-accuracy",
-                                                     "tbl-monitor-w", "tbl-monitor-gate", "tbl-monitor-modes", "tbl-missing",
+                                                     "tbl-monitor-w", "tbl-monitor-gate", "tbl-monitor-modes", "tbl-recalibration", "tbl-risk-coverage", "tbl-missing",
                                                      "tbl-nominal"]),
         cube=directory(f"{OUT}/cube.zarr"),
     log:

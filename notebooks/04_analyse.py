@@ -64,7 +64,7 @@ from IPython.display import Image, Markdown, display
 
 from murk import analysis, claims, config, cube, depth, figures, items, metrics, monitor, nominal, paper, paths
 from murk import workflow
-from murk import physics, progress, prompts, readout, render
+from murk import physics, progress, prompts, readout, recalibration, render, unit
 from murk.paper import (fmt, fmt_crossing, fmt_estimate, fmt_interval, fmt_level, fmt_list, fmt_range, fmt_visibility,
                         fmt_visibility_interval)
 
@@ -1570,7 +1570,7 @@ if HAS_MONITOR:
                     if mode != MODES[0] and "monitor" not in g:   # the rows without the monitor once
                         continue
                     rows.append({"VLM": name(m), "arm": arm,
-                                 "gate": g.replace("monitor", f"monitor ({MODE_NAME[mode]})"),
+                                 "gate": f"{g} ({MODE_NAME[mode]})" if "monitor" in g else g,
                                  "coverage": fmt_estimate(r["coverage"], *r.get("coverage_ci", (np.nan, np.nan))),
                                  "risk": fmt_estimate(r["risk"], *r.get("risk_ci", (np.nan, np.nan))), "n": str(r["n"]),
                                  "V̂ upper bounds": str(r.get("n_monitor_bound_below", "n/a"))})
@@ -1749,6 +1749,275 @@ show_table(md, "monitor-modes")
 
 # %%
 display(Markdown(numbers["finding.monitor.deployable"]))
+
+# %% [markdown]
+# ## Beyond the spec: can the blind spot be closed, and which abstention signal to deploy?
+#
+# Two questions a user of the study asks next. *Can the blind spot be closed?*
+# One global temperature cannot calibrate across corruption levels (Tomani et
+# al. 2021; Roschewitz et al. 2025), but murk has a measured visibility: the
+# first-token option probabilities (read-outs `p_option_k`, whose maximum is
+# `c_int`) are recalibrated by temperature scaling (Guo et al. 2017,
+# `murk.recalibration`) fitted on a calibration half of the images (fixed by
+# image id, `murk.monitor.split_images`, seeded) and scored on the other half:
+# no recalibration; one global temperature; an oracle temperature per level; and
+# `T(V̂) = exp(a + b·log10 V̂)` of the *deployable* monitor's estimate. On the
+# test half: ECE and AUROC of the recalibrated internal confidence (pooled over
+# the levels of an arm) and its W, each with its bootstrap interval over test
+# images. *Which abstention signal should be deployed?* Selective prediction is
+# judged by risk–coverage (Geifman & El-Yaniv 2017; for VQA Whitehead et al.
+# 2022): each signal ranks the answers, and the area under the risk–coverage
+# curve (AURC, `murk.metrics.aurc`), its excess over the best possible ranking
+# (E-AURC) and the coverage at a bounded risk compare the rankings; intervals
+# come from paired image resamples (the same draw for every signal), and a
+# signal is named the best only where it beats each other signal in the
+# interval of their paired difference.
+
+# %%
+#| label: tbl-recalibration
+#| tbl-cap: "Recalibration of the internal confidence on the test half of the images (split by image id, seeded): no recalibration, one global temperature, an oracle temperature per level (the range of the fitted T over the arm's levels) and T(V̂) = exp(a + b·log10 V̂) of the deployable monitor's estimate; ECE and AUROC pooled over the arm's levels, and W, each with its bootstrap interval over the test images."
+RECAL_NAMES = {"none": "none", "global": "global T", "per_level": "oracle T per level",
+               "visibility": "T(V̂), deployable monitor"}
+OPTS = [f"p_option_{i}" for i in range(unit.N_OPTION_READOUTS)]
+HAS_OPTIONS = (all(o in ds["readout"].values for o in OPTS)
+               and bool(ds["value"].sel(readout="p_option_0").notnull().any()))
+V_HAT_ID = monitor.MONITOR_DEPLOYABLE_ID          # the temperature's visibility: what a deployed system sees
+HAS_VHAT = V_HAT_ID in full["model"].values
+RECAL_ARMS = list(cube.PHYSICAL_ARMS)
+CAL = monitor.split_images(ds["image"].values, seed=A["bootstrap_seed"])   # True: the calibration half
+TEST = np.flatnonzero(~CAL)
+record("recal.seed", int(A["bootstrap_seed"]))
+record("recal.n_calibration_images", int(CAL.sum()))
+record("recal.n_test_images", int(TEST.size))
+RECAL = {}   # (model, task) -> conf {method: (arm, level, unit)}, params, question values, unit -> image position
+for m in VLMS if HAS_OPTIONS else []:
+    for task in ("t2", "t3"):
+        q, unit_image = analysis.question_scores(ds.sel(model=[m], arm=RECAL_ARMS), task)
+        q = q.isel(model=0).transpose("arm", "level", "unit", "readout")
+        shape = q.shape[:3]
+        vh = None
+        if HAS_VHAT:
+            v_img = full["value"].sel(model=V_HAT_ID, task="t2", readout="visibility_hat_m", arm=RECAL_ARMS)
+            vh = v_img.transpose("arm", "level", "image").values[:, :, unit_image].ravel()
+        group = np.broadcast_to(np.arange(shape[0] * shape[1]).reshape(shape[0], shape[1], 1), shape).ravel()
+        try:
+            conf, params = recalibration.recalibrate(
+                q.sel(readout=OPTS).values.reshape(-1, len(OPTS)), q.sel(readout="target").values.ravel(),
+                np.broadcast_to(CAL[unit_image], shape).ravel(), group=group, visibility_m=vh)
+        except ValueError as e:   # e.g. no calibration image with read-outs: recorded, nothing stated
+            RECAL[(m, task)] = {"error": str(e)}
+            continue
+        RECAL[(m, task)] = {"conf": {k: v.reshape(shape) for k, v in conf.items()}, "params": params, "q": q,
+                            "unit_image": unit_image}
+        record(f"recal.global_T.{task}.{key(m)}", params["global_T"])
+        if "visibility_ab" in params:
+            record(f"recal.a.{task}.{key(m)}", params["visibility_ab"][0])
+            record(f"recal.b.{task}.{key(m)}", params["visibility_ab"][1])
+
+
+def test_rows(m: str, task: str, arm: str):
+    """The test half of one model, task and arm, pooled over levels: (question values (level, unit, readout), the
+    positions of the units in the test half (units of calibration images excluded), the unit -> test image
+    position map)."""
+    r = RECAL[(m, task)]
+    keep = ~CAL[r["unit_image"]]
+    pos = np.searchsorted(TEST, r["unit_image"][keep])
+    return r["q"].sel(arm=arm).isel(unit=np.flatnonzero(keep)), np.flatnonzero(keep), pos
+
+
+def per_image(x: np.ndarray) -> np.ndarray:
+    """(arm, level, unit) -> (arm, level, image): t3's two questions averaged per image, as the cube's scores."""
+    n_img = ds.sizes["image"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(x.reshape(x.shape[0], x.shape[1], x.shape[2] // n_img, n_img), axis=2)
+
+
+def at_bound(temps) -> str:
+    """" (at a bound)" when a fitted temperature is a bound of the search (`murk.recalibration.T_BOUNDS`): the
+    likelihood is flat there (all answers right, or confidences at the floor), so T is not an estimate."""
+    return " (at a bound)" if any(min(abs(t / b - 1) for b in recalibration.T_BOUNDS) < 1e-3 for t in temps) else ""
+
+
+B_RECAL = draw(TEST.size)[: A["bootstrap_resamples"]]   # the draw over the test images
+lo_q, hi_q = (1 - A["ci_level"]) / 2, 1 - (1 - A["ci_level"]) / 2
+RECAL_SCORES = {}   # (model, task) -> image-level scores of the test half, one "model" per method (for W)
+rows, RELIAB = [], {}
+for (m, task), r in RECAL.items():
+    if "error" in r:
+        rows.append({"VLM": name(m), "task": task, "method": f"n/a ({r['error']})"})
+        continue
+    ai = {a: i for i, a in enumerate(RECAL_ARMS)}
+    # image-level scores (t3: the mean of its two questions) of the test images, methods as models
+    corr = r["q"].sel(readout="correct").values
+    sc_vals = np.stack([np.stack([per_image(corr), per_image(c)], axis=-1) for c in r["conf"].values()])
+    scores_m = xr.DataArray(sc_vals[:, :, :, None][..., TEST, :], dims=("model", "arm", "level", "task", "image", "readout"),
+                            coords={"model": list(r["conf"]), "arm": RECAL_ARMS, "level": ds["level"].values,
+                                    "visibility_m": ("level", ds["visibility_m"].values), "task": [task],
+                                    "image": ds["image"].values[TEST], "readout": ["correct", "c_int"]})
+    RECAL_SCORES[(m, task)] = scores_m
+    cr = analysis.crossing_table(scores_m, A["bootstrap_resamples_crossing"], A["bootstrap_seed"], A["ci_level"],
+                                 CHANCE, arms=RECAL_ARMS, counts=draw(TEST.size))
+    for arm in RECAL_ARMS:
+        qa, keep, pos = test_rows(m, task, arm)
+        k_ = qa.sel(readout="correct").values.ravel()
+        cnt = B_RECAL[:, np.broadcast_to(pos, qa.shape[:2]).ravel()]
+        for method, c in r["conf"].items():
+            c_ = np.clip(c[ai[arm]][:, keep].ravel(), 0.0, 1.0)
+            ece = float(metrics.expected_calibration_error(c_, k_))
+            auc = float(metrics.auroc(c_, k_))
+            ece_lo, ece_hi = metrics.percentile_interval(metrics.resampled_ece(c_, k_, cnt), A["ci_level"])
+            auc_lo, auc_hi = metrics.percentile_interval(metrics.resampled_auroc(c_, k_, cnt), A["ci_level"])
+            w_ = cr.sel(model=method, arm=arm, task=task, readout="c_int")
+            w, wlo, whi = float(w_["w"]), float(w_["w_lo"]), float(w_["w_hi"])
+            lower, upper = bool(w_["w_lower_bound"]), bool(w_["w_upper_bound"])
+            base = f"recal.{method}.{arm}.{task}.{key(m)}"
+            record(f"{base}.ece", ece, ci=(float(ece_lo), float(ece_hi)))
+            record(f"{base}.auroc", auc, ci=(float(auc_lo), float(auc_hi)))
+            record(f"{base}.w", w, ci=(wlo, whi), lower=lower, upper=upper)
+            verdict = claims.awareness_lag(w, wlo, whi, lower, upper) if collapses(m, arm, task) else claims.UNDEFINED
+            record(f"verdict.recal.{method}.{arm}.{task}.{key(m)}", verdict)
+            if task == "t2":
+                ok = np.isfinite(c_) & np.isfinite(k_)
+                RELIAB.setdefault((name(m), arm), {})[RECAL_NAMES[method]] = metrics.reliability_bins(c_[ok], k_[ok])
+            t_txt = ""
+            if method == "global":
+                t_txt = f"T = {fmt(r['params']['global_T'], 2)}" + at_bound([r["params"]["global_T"]])
+            elif method == "visibility":
+                a_, b_ = r["params"]["visibility_ab"]
+                t_txt = f"a = {fmt(a_, 2)}, b = {fmt(b_, 2)}"
+            elif method == "per_level":
+                ts = [t for g, t in r["params"]["per_level_T"].items() if g // ds.sizes["level"] == ai[arm]]
+                t_txt = f"T {fmt_range(ts, digits=2)}" + at_bound(ts) if ts else ""
+            rows.append({"VLM": name(m), "task": task, "arm": arm, "method": RECAL_NAMES[method], "fit": t_txt,
+                         "ECE": fmt_estimate(ece, float(ece_lo), float(ece_hi)),
+                         "AUROC": fmt_estimate(auc, float(auc_lo), float(auc_hi)),
+                         "W": w_text(w, wlo, whi, lower, upper).removeprefix("W ").removeprefix("= ")})
+
+CLOSES = {claims.WITH: "closes (its interval holds 0)", claims.LEADS: "is reversed (the confidence falls first)",
+          claims.LAGS: "stays open", claims.UNDEFINED: "cannot be stated"}
+parts_ = []
+for (m, task), r in RECAL.items():
+    if "error" in r or task != "t2" or "visibility" not in r["conf"]:
+        continue
+    for arm in RECAL_ARMS:
+        b_ = f"recal.{{}}.{arm}.t2.{key(m)}.w"
+        v_ = numbers[f"verdict.recal.visibility.{arm}.t2.{key(m)}"]
+        fmt_w = lambda mt: (numbers[b_.format(mt)] + (f" {numbers[b_.format(mt) + '.ci']}"  # noqa: E731
+                                                      if numbers[b_.format(mt) + ".ci"] else ""))
+        parts_.append(f"for {name(m)} {ARM_WORDS[arm]}, W of the internal confidence is {fmt_w('none')} without "
+                      f"recalibration, {fmt_w('global')} with one temperature, {fmt_w('per_level')} with an oracle "
+                      f"temperature per level and {fmt_w('visibility')} with T(V̂): with T(V̂) the blind spot "
+                      f"{CLOSES.get(v_, CLOSES[claims.UNDEFINED])}"
+                      + (" (accuracy does not collapse there, or W is undefined)" if v_ == claims.UNDEFINED else ""))
+if not HAS_OPTIONS:
+    why = "the cube holds no option probabilities (a cube of schema 3 or older)"
+elif not HAS_VHAT:
+    why = "the deployable monitor did not run, so T(V̂) has no V̂"
+else:
+    why = ""
+record("finding.recal", (
+    f"On the {numbers['recal.n_test_images']} test images (t2), " + "; ".join(parts_) + "."
+    if parts_ else f"Recalibration by visibility was not computed: {why or 'no model has read-outs on both halves'}."))
+show_table(paper.markdown_table(rows) if rows else not_computed(why or "no recalibration"), "recalibration")
+
+# %%
+display(Markdown(numbers["finding.recal"]))
+
+# %%
+#| label: fig-reliability-recal
+#| fig-cap: "Reliability of the internal confidence on the test half (t2, pooled over the levels of each arm) before and after recalibration: accuracy against mean confidence per bin (marker area: answers in the bin); the dashed diagonal is perfect calibration."
+if RELIAB:
+    models_ = list(dict.fromkeys(r_ for r_, _ in RELIAB))
+    show(figures.plot_reliability_methods(RELIAB, models_, RECAL_ARMS), "reliability_recal")
+else:
+    show(figures.placeholder(f"recalibration: {paper.NOT_COMPUTED}"), "reliability_recal")
+
+# %%
+#| label: tbl-risk-coverage
+#| tbl-cap: "Risk–coverage of every abstention signal on the test half, all levels of one arm: AURC (the mean selective risk over the answers as each enters, lower is better) with its paired bootstrap interval, its excess over the best possible ranking (E-AURC), and the largest coverage whose risk stays within each bound."
+RISKS = (0.10, 0.25)   # the bounded risks of the coverage read-off (issue 24: 10 % and 25 % of errors)
+RC_NAMES = {"c_int": "internal confidence", "verbal_conf": "verbalized confidence", "abstain": "1 − p(abstain)",
+            "abstain2": "1 − p(abstain₂)", "monitor_deployable": "V̂ (deployable)", "monitor_oracle": "V̂ (oracle)",
+            "recalibrated": "T(V̂)-recalibrated confidence"}
+for r_ in RISKS:
+    record(f"rc.risk.{int(round(100 * r_))}", f"{100 * r_:g}")
+
+
+def rc_signals(m: str, task: str, arm: str) -> tuple[dict, np.ndarray, np.ndarray]:
+    """Each signal's score (higher = answer) on the test rows of one model, task and arm, the correctness and the
+    rows' test image positions; a missing score (an unparsed verbal confidence, no V̂) ranks last (-1)."""
+    qa, keep, pos = test_rows(m, task, arm)
+    sig = {"c_int": qa.sel(readout="c_int").values, "verbal_conf": qa.sel(readout="verbal_conf").values,
+           "abstain": 1 - qa.sel(readout="p_abstain").values, "abstain2": 1 - qa.sel(readout="p_abstain2").values}
+    for mode, sname in ((monitor.MONITOR_DEPLOYABLE_ID, "monitor_deployable"), (monitor.MONITOR_ID, "monitor_oracle")):
+        if mode in full["model"].values:
+            mv = full["value"].sel(model=mode, task="t2", arm=arm).transpose("level", "image", "readout")
+            u_img = RECAL[(m, task)]["unit_image"][keep]
+            sig[sname] = monitor.certified_visibility(mv.sel(readout="visibility_hat_m").values[:, u_img],
+                                                      mv.sel(readout="visibility_hat_censored").values[:, u_img])
+    if "visibility" in RECAL[(m, task)]["conf"]:
+        sig["recalibrated"] = RECAL[(m, task)]["conf"]["visibility"][RECAL_ARMS.index(arm)][:, keep]
+    corr = qa.sel(readout="correct").values.ravel()
+    ok = np.isfinite(corr)
+    pos_ = np.broadcast_to(pos, qa.shape[:2]).ravel()
+    return ({s: np.where(np.isfinite(v.ravel()), v.ravel(), -1.0)[ok] for s, v in sig.items()}, corr[ok], pos_[ok])
+
+
+rows, CURVES, best_parts = [], {}, {}
+for (m, task), r in RECAL.items():
+    if "error" in r:
+        continue
+    for arm in RECAL_ARMS:
+        sig, corr, pos = rc_signals(m, task, arm)
+        if corr.size == 0:
+            continue
+        boot = {s: metrics.resampled_aurc(v, corr, B_RECAL, image_index=pos) for s, v in sig.items()}
+        point = {s: metrics.aurc(v, corr) for s, v in sig.items()}
+        for s, v in sig.items():
+            lo, hi = metrics.percentile_interval(boot[s], A["ci_level"])
+            base = f"rc.{s}.{arm}.{task}.{key(m)}"
+            record(f"{base}.aurc", point[s], ci=(float(lo), float(hi)))
+            record(f"{base}.eaurc", metrics.excess_aurc(v, corr))
+            row = {"VLM": name(m), "task": task, "arm": arm, "signal": RC_NAMES[s],
+                   "AURC": fmt_estimate(point[s], float(lo), float(hi)), "E-AURC": numbers[f"{base}.eaurc"]}
+            for r_ in RISKS:
+                cov = metrics.coverage_at_risk(v, corr, r_)
+                clo, chi = metrics.percentile_interval(
+                    metrics.resampled_coverage_at_risk(v, corr, r_, B_RECAL, image_index=pos), A["ci_level"])
+                record(f"{base}.coverage_at_{int(round(100 * r_))}", cov, ci=(float(clo), float(chi)))
+                row[f"coverage at risk ≤ {100 * r_:g} %"] = fmt_estimate(cov, float(clo), float(chi))
+            rows.append(row)
+            if task == "t2":
+                CURVES.setdefault((name(m), arm), {})[RC_NAMES[s]] = metrics.risk_coverage(v, corr)
+        # the best signal: the lowest AURC, named only where it beats every other signal in their paired difference
+        order = sorted(point, key=lambda s: point[s])
+        best = order[0]
+        beats = all(np.quantile(boot[s] - boot[best], lo_q) > 0 for s in order[1:])
+        record(f"rc.best.{arm}.{task}.{key(m)}", RC_NAMES[best] if beats else "none")
+        if task == "t2":
+            b_ = f"rc.{best}.{arm}.t2.{key(m)}.aurc"
+            best_parts.setdefault(arm, []).append(
+                f"for {name(m)}, {RC_NAMES[best]} ranks the answers best (AURC {numbers[b_]} {numbers[b_ + '.ci']}), "
+                f"ahead of every other signal in the paired resamples" if beats else
+                f"for {name(m)} no signal separates from the others: the lowest AURC, of {RC_NAMES[best]} "
+                f"({numbers[b_]} {numbers[b_ + '.ci']}), is within the paired interval of "
+                f"{RC_NAMES[next(s for s in order[1:] if not np.quantile(boot[s] - boot[best], lo_q) > 0)]}")
+record("finding.rc", " ".join(f"{ARM_WORDS[arm].capitalize()}, " + "; ".join(p) + "." for arm, p in best_parts.items())
+       or f"Risk–coverage was not computed: {why or 'no model has read-outs on the test half'}.")
+show_table(paper.markdown_table(rows) if rows else not_computed(why or "no risk-coverage"), "risk-coverage")
+
+# %%
+display(Markdown(numbers["finding.rc"]))
+
+# %%
+#| label: fig-risk-coverage
+#| fig-cap: "Risk–coverage curves on the test half (t2, all levels of each arm): the error rate of the answers kept against the share kept, as each signal's threshold falls."
+if CURVES:
+    show(figures.plot_risk_coverage(CURVES, list(dict.fromkeys(r_ for r_, _ in CURVES)), RECAL_ARMS), "risk_coverage")
+else:
+    show(figures.placeholder(f"risk–coverage: {paper.NOT_COMPUTED}"), "risk_coverage")
+
 
 # %% [markdown]
 # ## Abstract and discussion

@@ -27,7 +27,8 @@ __all__ = ["LOW_MASS_MARK", "model_label", "display_names",
            "save", "set_identity", "file_identity", "SCENE_LEVELS_M",
            "PIPELINE_CHECK_MARK", "stamp_pipeline_check", "level_axis", "placeholder",
            "plot_scene_levels", "plot_reliability", "plot_abstain_comparison", "plot_blind_spot_widths",
-           "plot_nominal_vs_physical", "plot_item_grid", "plot_monitor_accuracy", "plot_signals", "FIG3_SIGNALS"]
+           "plot_nominal_vs_physical", "plot_item_grid", "plot_monitor_accuracy", "plot_signals", "FIG3_SIGNALS",
+           "plot_risk_coverage", "plot_reliability_methods"]
 
 #: Paul Tol, "muted" qualitative scheme (colour-blind safe, nine colours)
 PALETTE = ("#332288", "#CC6677", "#117733", "#DDCC77", "#88CCEE", "#882255", "#44AA99", "#999933", "#AA4499")
@@ -868,4 +869,108 @@ def plot_monitor_accuracy(visibility_m, quantiles_by_arm: dict, arms=("fog", "un
                plt.Line2D([], [], color=PALETTE[0], marker="o", ms=3, label="median V̂")]
     fig.tight_layout()
     _legend_below(fig, handles, ncol=4)
+    return fig
+
+
+def plot_risk_coverage(curves: dict, row_labels, col_labels, signal_labels: dict | None = None):
+    """Risk–coverage curves of several abstention signals (Geifman & El-Yaniv 2017).
+
+    Parameters
+    ----------
+    curves : dict (row, col) -> dict signal -> (coverage, risk)
+        Per panel, each signal's curve (:func:`murk.metrics.risk_coverage`: 1-D
+        float arrays, coverage rising to 1); a panel may be missing.
+    row_labels, col_labels : sequence of str
+        Panel rows (e.g. models) and columns (e.g. arms), in order.
+    signal_labels : dict signal -> str, optional
+        Legend labels; default the signal names.
+
+    Returns
+    -------
+    matplotlib Figure: risk (error rate of the answers kept) against coverage
+    (share kept), one line per signal, steps at each distinct confidence.
+    """
+    rows, cols = list(row_labels), list(col_labels)
+    signals = list(dict.fromkeys(s for panel in curves.values() for s in panel))
+    colors = {s: PALETTE[i % len(PALETTE)] for i, s in enumerate(signals)}
+    styles = {s: ("-", "--", "-.", ":")[i % 4] for i, s in enumerate(signals)}   # coinciding curves stay visible
+    labels = signal_labels or {}
+    fig, axes = plt.subplots(len(rows) or 1, len(cols) or 1, figsize=(3.3 * max(len(cols), 1), 2.6 * max(len(rows), 1)),
+                             sharex=True, sharey=True, squeeze=False)
+    for i, r in enumerate(rows):
+        for j, c in enumerate(cols):
+            ax = axes[i, j]
+            panel = curves.get((r, c), {})
+            for s, (cov, risk) in panel.items():
+                cov, risk = np.asarray(cov, float), np.asarray(risk, float)
+                ax.step(np.r_[0.0, cov], np.r_[risk[:1], risk] if risk.size else risk, where="post", color=colors[s],
+                        ls=styles[s], lw=1.2)
+            if not panel:
+                _empty_note(ax, [str(r)], "no answers")
+            ax.set_xlim(0, 1)
+            ax.set_ylim(0, 1)
+            ax.grid(alpha=0.3)
+            ax.tick_params(labelsize=FONT)
+            if i == 0:
+                ax.set_title(ARM_TITLES.get(c, str(c)), fontsize=9)
+            if j == 0:
+                ax.set_ylabel(f"{r}\nrisk (error rate)", fontsize=8)
+            if i == len(rows) - 1:
+                ax.set_xlabel("coverage (share answered)", fontsize=9)
+    handles = [plt.Line2D([], [], color=colors[s], ls=styles[s], lw=1.2, label=labels.get(s, s)) for s in signals]
+    fig.tight_layout()
+    _legend_below(fig, handles, ncol=min(4, max(len(handles), 1)))
+    return fig
+
+
+def plot_reliability_methods(bins: dict, row_labels, col_labels, method_labels: dict | None = None):
+    """Reliability diagrams before and after recalibration.
+
+    Parameters
+    ----------
+    bins : dict (row, col) -> dict method -> (count, mean_confidence, accuracy)
+        Per panel and method, :func:`murk.metrics.reliability_bins` of the pooled
+        answers (each a (n_bins,) float array, NaN in empty bins).
+    row_labels, col_labels : sequence of str
+    method_labels : dict method -> str, optional
+
+    Returns
+    -------
+    matplotlib Figure: accuracy against mean confidence per bin (marker area by
+    count), one line per method, the diagonal of perfect calibration.
+    """
+    rows, cols = list(row_labels), list(col_labels)
+    methods = list(dict.fromkeys(mth for panel in bins.values() for mth in panel))
+    colors = {mth: PALETTE[i % len(PALETTE)] for i, mth in enumerate(methods)}
+    labels = method_labels or {}
+    fig, axes = plt.subplots(len(rows) or 1, len(cols) or 1, figsize=(3.0 * max(len(cols), 1), 2.7 * max(len(rows), 1)),
+                             sharex=True, sharey=True, squeeze=False)
+    for i, r in enumerate(rows):
+        for j, c in enumerate(cols):
+            ax = axes[i, j]
+            ax.plot([0, 1], [0, 1], color="0.5", ls="--", lw=1)
+            panel = bins.get((r, c), {})
+            for mth, (count, conf, acc) in panel.items():
+                count, conf, acc = (np.asarray(x, float) for x in (count, conf, acc))
+                ok = np.isfinite(conf) & np.isfinite(acc) & (count > 0)
+                if not ok.any():
+                    continue
+                size = 8 + 60 * count[ok] / count[ok].max()
+                ax.plot(conf[ok], acc[ok], "-", color=colors[mth], lw=1)
+                ax.scatter(conf[ok], acc[ok], s=size, color=colors[mth], zorder=3)
+            if not panel:
+                _empty_note(ax, [str(r)], "no answers")
+            ax.set_xlim(0, 1)
+            ax.set_ylim(0, 1)
+            ax.grid(alpha=0.3)
+            ax.tick_params(labelsize=FONT)
+            if i == 0:
+                ax.set_title(ARM_TITLES.get(c, str(c)), fontsize=9)
+            if j == 0:
+                ax.set_ylabel(f"{r}\naccuracy", fontsize=8)
+            if i == len(rows) - 1:
+                ax.set_xlabel("confidence", fontsize=9)
+    handles = [plt.Line2D([], [], color=colors[m], marker="o", lw=1, label=labels.get(m, m)) for m in methods]
+    fig.tight_layout()
+    _legend_below(fig, handles, ncol=min(4, max(len(handles), 1)))
     return fig
