@@ -1742,9 +1742,9 @@ if HAS_DEPLOYABLE:
            if approximate else "")))
     md = paper.markdown_table(rows)
 else:
-    record("finding.monitor.deployable", "The deployable monitor's store is absent from this output root, so "
-                                         "nothing is stated about the monitor without the oracle's depth and arm.")
-    md = not_computed("the deployable monitor did not run")
+    record("finding.monitor.deployable", "The oracle and the deployable monitor are not both in this output root, "
+                                         "so the two modes are not compared.")
+    md = not_computed("the monitor stage did not write both modes")
 show_table(md, "monitor-modes")
 
 # %%

@@ -54,7 +54,8 @@ CUSTOM_CODE_NOT_RUN_A = {"config.json AutoModelForImageTextToText":
 #: correct images (of N_IMAGES) at ImageNet-C severities 1-5, per model index, every task
 IMAGENET_C_CORRECT = ((30, 29, 27, 28, 29), (27, 29, 28, 26, 25))
 #: the variant root without nominal equivalence, verbal wordings and parseable verbal confidence
-BARE = {"models": ["runs/run1/final", "runs/run2/final"], "nominal": False, "n_verbal": 0, "parse": False}
+BARE = {"models": ["runs/run1/final", "runs/run2/final"], "nominal": False, "n_verbal": 0, "parse": False,
+        "monitor": False}
 
 
 def accuracy_curve(level: int, v_half: float, chance: float = 0.25, clean: float = 1.0) -> float:
@@ -74,12 +75,14 @@ def largest_imagenet_c_change(k: int) -> tuple[int, float]:
     return i + 1, changes[i]
 
 
-def write_root(root: Path, models=None, nominal: bool = True, n_verbal: int = N_VERBAL, parse: bool = True) -> Path:
-    """Write items, two read-out stores and a nominal equivalence under ``root``; returns it.
+def write_root(root: Path, models=None, nominal: bool = True, n_verbal: int = N_VERBAL, parse: bool = True,
+               monitor: bool = True) -> Path:
+    """Write items, two read-out stores, the deployable monitor's store and a nominal equivalence under ``root``;
+    returns it.
 
     ``models`` (default :data:`MODELS`), ``nominal`` (write the nominal equivalence), ``n_verbal`` (images asked
-    the wordings v2, v3) and ``parse`` (model a gives parseable verbalized confidences) make the variants
-    (:data:`BARE`)."""
+    the wordings v2, v3), ``parse`` (model a gives parseable verbalized confidences) and ``monitor`` (write the
+    deployable monitor, :func:`write_monitor`) make the variants (:data:`BARE`)."""
     models = MODELS if models is None else list(models)
     root = Path(root)
     ids = list(range(100, 100 + N_IMAGES))
@@ -121,6 +124,14 @@ def write_root(root: Path, models=None, nominal: bool = True, n_verbal: int = N_
                     else:   # model b: a share (top - p) / (top - chance), mid-way where accuracy's is: no lag
                         share = min(max((top - p_acc) / (top - chance), 0.0), 1.0)
                         r["abstain"] = float(i >= N_IMAGES - round(share * N_IMAGES))
+                    # the option distribution (schema 4): the answer (option 0) at c_int, the rest shared; the target
+                    # is option 0 when correct, option 1 otherwise; the abstain letters' shares follow the decisions
+                    n_opt = 4 if task == "t2" else 2
+                    rest = (1.0 - r["c_int"]) / (n_opt - 1)
+                    r.update({f"p_option_{j}": (r["c_int"] if j == 0 else rest) if j < n_opt else np.nan
+                              for j in range(4)})
+                    r.update({"target": 0.0 if ok else 1.0, "p_abstain": 0.6 if r["abstain"] else 0.1,
+                              "p_abstain2": 0.05})
                     if k == 0 and parse:   # parsed on nine images in ten, always ended at end-of-sequence
                         parsed = i % 10 != 0
                         r.update({"verbal_conf": 0.9 if parsed else np.nan, "verbal_stop": 0.0,
@@ -133,6 +144,8 @@ def write_root(root: Path, models=None, nominal: bool = True, n_verbal: int = N_
                                       f"verbal_text_{w}": f"Confidence: {round(100 * v)}" if k == 0 else "Confidence: 1"})
                     res[(arm, lvl, task)] = r
             cube.write_image(store, i, res)
+    if monitor:
+        write_monitor(root, table)
     if not nominal:
         return root
     veq = np.broadcast_to(np.asarray(V_EQ_M), (N_IMAGES, 5)) * rng.uniform(0.8, 1.25, (N_IMAGES, 5))
@@ -144,3 +157,35 @@ def write_root(root: Path, models=None, nominal: bool = True, n_verbal: int = N_
     paths.analysis_dir(root).mkdir(parents=True, exist_ok=True)
     nds.to_netcdf(paths.analysis_dir(root) / "nominal_equivalence.nc")
     return root
+
+
+def write_monitor(root: Path, table) -> Path:
+    """The deployable monitor's store of a perfect monitor: V̂ = V on the sweep levels (a point estimate), a lower
+    bound at its cap on the clean image and the ImageNet-C severities, an upper bound (opaque) on the blank image.
+    Only the deployable mode: the oracle's sections say that its stage did not run."""
+    from murk import monitor as mon
+
+    model = mon.MONITOR_DEPLOYABLE_ID
+    store = paths.readout_store(model, root)
+    cube.open_readout_store(store, table["image_id"], table["category"], {
+        "config_hash": "c" * 64, "items_hash": "i" * 64, "model_id": model, "model_revision": "r",
+        "depth_backend": "constant-13.8m", "depth_approximate": 1, "pipeline_check": 0, "n_visual_tokens": -1,
+        "kind": "monitor", "monitor_threshold_m": mon.DEFAULT_THRESHOLD_M})
+    for i in range(len(table)):
+        res = {}
+        for arm, lvl in cube.CONDITIONS:
+            if arm in ("fog", "underwater"):
+                v, code = float(physics.SWEEP_M[lvl - 1]), 0.0
+            elif arm == "blank":
+                v, code = 13.8, -1.0
+            else:
+                v, code = mon.CAP_M, 1.0
+            r = {k_: np.nan for k_ in cube.READOUTS} | {k_: "" for k_ in cube.TEXT_READOUTS}
+            r.update({"visibility_hat_m": v, "visibility_hat_censored": code,
+                      "visibility_hat_arm": mon.ARM_CODE["underwater" if arm == "underwater" else "fog"],
+                      "c_int": float(mon.visibility_confidence(mon.certified_visibility(v, code))),
+                      "abstain": float(mon.gate_decisions(v, mon.DEFAULT_THRESHOLD_M, code))})
+            for task in cube.TASKS:
+                res[(arm, lvl, task)] = r
+        cube.write_image(store, i, res)
+    return store

@@ -241,10 +241,12 @@ def test_the_html_links_every_cited_number_to_its_cell(root, numbers, synthetic_
     if shutil.which("pdftotext"):
         import subprocess
 
-        # (a label may break across lines at one of its hyphens, which pdftotext then drops)
+        # (a label may break across lines at one of its hyphens, which pdftotext then drops, and a footnote may
+        # break across pages right after its label, which puts the page number between the label and its keys)
         text = "".join(subprocess.run(["pdftotext", str(res["pdf"]), "-"], capture_output=True, text=True,
                                       check=True).stdout.split()).replace("-", "")
-        lost = sorted({prov[k] for k in cited if f"cell{prov[k]}(".replace("-", "") not in text})
+        lost = sorted({prov[k] for k in cited
+                       if not re.search(re.escape(f"cell{prov[k]}".replace("-", "")) + r"\d*\(", text)})
         assert lost == [], f"cells of cited numbers missing from the PDF: {lost}"
 
 
@@ -730,3 +732,47 @@ def test_one_analysis_identity_in_every_artifact_and_a_mixed_paper_refused(root,
               "papermill - out/notebooks/04_analyse.ipynb -y 'models: [org/synthetic-a]' -p output_dir out",
               f"rm {paths.numbers_file(copy)}, then make paper"):
         assert s in r.stderr, (s, r.stderr)
+
+
+def _interval(text: str) -> tuple[float, float]:
+    lo, hi = (float(x.replace("−", "-")) for x in text.strip("[]").split(","))
+    return lo, hi
+
+
+def test_recalibration_and_risk_coverage_on_the_synthetic_cube(numbers):
+    """Issue 24 on a cube with a known lag: model a's confidence is flat (0.9, or 1.0 on some errors) while its
+    accuracy collapses, so without recalibration and with one temperature W is a positive lower bound (a lag);
+    its overconfidence grows as V falls, so T(V) rises as V falls (b < 0); every recalibrated W is stated with its
+    interval, and the sentence's verdict is the one the interval gives. Risk-coverage: the (perfect) monitor's V̂
+    ranks model a's answers, whose errors sit in the murky levels, better than its internal confidence, which
+    is higher on errors than on correct answers; the best signal the sentence names is the recorded one."""
+    from murk import claims
+
+    for arm in ("fog", "underwater"):
+        for method in ("none", "global"):
+            assert numbers[f"recal.{method}.{arm}.t2.{KEY}.w"].startswith("≥"), method
+            assert numbers[f"verdict.recal.{method}.{arm}.t2.{KEY}"] == claims.LAGS
+        for method in ("none", "global", "per_level", "visibility"):
+            w_, ci = numbers[f"recal.{method}.{arm}.t2.{KEY}.w"], numbers[f"recal.{method}.{arm}.t2.{KEY}.w.ci"]
+            verdict = numbers[f"verdict.recal.{method}.{arm}.t2.{KEY}"]
+            assert ci, (method, arm)
+            lo, hi = _interval(ci)
+            if w_.startswith("≥"):
+                assert verdict == (claims.LAGS if float(w_.lstrip("≥ ").replace("−", "-")) > 0 else claims.WITH)
+            else:
+                assert verdict == (claims.WITH if lo <= 0 <= hi else claims.LEADS if hi < 0 else claims.LAGS)
+        where = "in fog" if arm == "fog" else "under water"
+        verdict = numbers[f"verdict.recal.visibility.{arm}.t2.{KEY}"]
+        phrase = {claims.WITH: "closes", claims.LEADS: "is reversed", claims.LAGS: "stays open"}[verdict]
+        w_vis = f"{numbers[f'recal.visibility.{arm}.t2.{KEY}.w']} {numbers[f'recal.visibility.{arm}.t2.{KEY}.w.ci']}"
+        assert (f"for synthetic-a {where}, W of the internal confidence is "
+                f"{numbers[f'recal.none.{arm}.t2.{KEY}.w']} {numbers[f'recal.none.{arm}.t2.{KEY}.w.ci']} without "
+                f"recalibration") in numbers["finding.recal"]
+        assert f"{w_vis} with T(V̂): with T(V̂) the blind spot {phrase}" in numbers["finding.recal"]
+        # risk-coverage
+        aurc = {s: float(numbers[f"rc.{s}.{arm}.t2.{KEY}.aurc"]) for s in ("c_int", "monitor_deployable", "abstain")}
+        assert aurc["monitor_deployable"] < aurc["c_int"] and aurc["abstain"] < aurc["c_int"]
+        best = numbers[f"rc.best.{arm}.t2.{KEY}"]
+        assert best != "none" and f"for synthetic-a, {best} ranks the answers best" in numbers["finding.rc"]
+    assert float(numbers[f"recal.b.t2.{KEY}"].replace("−", "-")) < 0
+    assert numbers["recal.n_calibration_images"] == str(synthetic.N_IMAGES - int(numbers["recal.n_test_images"]))
