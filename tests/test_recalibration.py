@@ -63,6 +63,7 @@ def test_fit_visibility_temperature_recovers_t_of_log_v(logits):
     a, b = 0.3, -0.25                                # T = 1.35 at 1 m, falling by 0.25 per decade (in log T)
     t_true = np.exp(a + b * np.log10(v))
     a_hat, b_hat = rc.fit_visibility_temperature(_softmax(z * t_true[:, None]), y, v)
+    assert a_hat == pytest.approx(a, rel=0.05) and b_hat == pytest.approx(b, rel=0.05)
     t_hat = rc.visibility_temperature(v, a_hat, b_hat)
     assert np.max(np.abs(t_hat / t_true - 1)) < 0.05
     # V beyond CAP_M is clipped: the same temperature as at CAP_M
@@ -70,6 +71,44 @@ def test_fit_visibility_temperature_recovers_t_of_log_v(logits):
         rc.visibility_temperature([monitor.CAP_M] * 2, a_hat, b_hat))
     with pytest.raises(ValueError, match="visibility_m"):
         rc.visibility_temperature([0.0], a, b)
+
+
+def test_fit_visibility_temperature_clips_v_at_cap_m(logits):
+    """A third of the rows beyond CAP_M (10 km to 1000 km): the model's T is that of CAP_M there, and the fit is the fit
+    with those V set to CAP_M, bit for bit, and still recovers (a, b)."""
+    z, y = logits
+    rng = np.random.default_rng(3)
+    v = 10 ** rng.uniform(0.3, 6.0, len(z))
+    assert 0.3 < np.mean(v > monitor.CAP_M) < 0.4          # 2 of 5.7 decades
+    a, b = 0.3, -0.25
+    p = _softmax(z * np.exp(a + b * np.log10(np.minimum(v, monitor.CAP_M)))[:, None])
+    ab = rc.fit_visibility_temperature(p, y, v)
+    assert ab == rc.fit_visibility_temperature(p, y, np.minimum(v, monitor.CAP_M))
+    assert ab == pytest.approx((a, b), rel=0.05)
+
+
+def test_negative_log_likelihood_closed_form():
+    p = [[0.5, 0.5, np.nan], [0.64, 0.36, 0.0]]
+    assert rc.negative_log_likelihood(p, [0, 0]) == pytest.approx((np.log(2) - np.log(0.64)) / 2, rel=1e-12)
+    # T = 2: the second row becomes (0.8, 0.6, 0) / 1.4; the first stays (0.5, 0.5)
+    assert rc.negative_log_likelihood(p, [1, 1], 2.0) == pytest.approx((np.log(2) - np.log(0.6 / 1.4)) / 2,
+                                                                      rel=1e-12)
+    assert rc.negative_log_likelihood(p, [0, 0], [1.0, 2.0]) == pytest.approx(
+        (np.log(2) - np.log(0.8 / 1.4)) / 2, rel=1e-12)
+    assert rc.option_confidence(p).tolist() == [0.5, 0.64] and rc.option_answer(p).tolist() == [0, 0]
+
+
+def test_visibility_fit_errors_are_named():
+    p, y = np.array([[0.6, 0.4], [0.3, 0.7]]), np.array([0, 1])
+    with pytest.raises(ValueError, match="visibility_m must have shape"):
+        rc.fit_visibility_temperature(p, y, [10.0])
+    for bad in (0.0, -5.0, np.nan, np.inf):
+        with pytest.raises(ValueError, match="visibility_m must be finite and > 0"):
+            rc.fit_visibility_temperature(p, y, [10.0, bad])
+    with pytest.raises(ValueError, match="probability 0"):
+        rc.fit_visibility_temperature([[0.6, 0.4], [1.0, 0.0]], y, [10.0, 20.0])
+    with pytest.raises(ValueError, match="probability 0"):
+        rc.negative_log_likelihood([[1.0, 0.0]], [1])
 
 
 def test_fit_errors_are_named():

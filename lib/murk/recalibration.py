@@ -20,6 +20,15 @@ monitor's estimate (:mod:`murk.monitor`), and an oracle temperature per level.
 :func:`option_answer`          argmax over options
 :func:`recalibrate`            the four methods fitted on one half, applied to all
 =============================  ==================================================
+
+References
+----------
+Guo, C., Pleiss, G., Sun, Y. & Weinberger, K. Q. (2017). On calibration of modern
+    neural networks. ICML 2017, PMLR 70, 1321-1330. (temperature scaling)
+Tomani, C., Gruber, S., Erdem, M. E., Cremers, D. & Buettner, F. (2021). Post-hoc
+    uncertainty calibration for domain drift scenarios. CVPR 2021.
+Roschewitz, M., Mehta, R., De Sousa Ribeiro, F. & Glocker, B. (2025). Where are we
+    with calibration under dataset shift in image classification? arXiv:2507.07780.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ __all__ = ["SUM_TOL", "T_BOUNDS", "P_FLOOR", "METHODS", "apply_temperature", "fi
 #: Tolerance on a row's sum of option probabilities (they are renormalised read-outs, so
 #: they sum to 1 up to float64 rounding of a few ulp; 1e-6 also admits float32 stores).
 SUM_TOL = 1e-6
-#: Bounds of a fitted temperature: 0.05 sharpens a 0.6/0.4 split to more than 0.9999, 20 flattens a
+#: Bounds of a fitted temperature: 0.05 sharpens a 0.6/0.4 split to 0.9997 (1.5 ** 20 = 3325 to 1), 20 flattens a
 #: 0.999/0.001 split to 0.59/0.41; beyond them the likelihood is flat to many digits (all answers right, or
 #: all confidences at the floor) and the optimum is a bound, not an estimate.
 T_BOUNDS = (0.05, 20.0)
@@ -175,7 +184,14 @@ def fit_temperature(probs, target) -> float:
 
     Minimises :func:`negative_log_likelihood` over ``log T`` within
     :data:`T_BOUNDS` (bounded Brent search, ``scipy.optimize.minimize_scalar``);
-    the NLL of one temperature is unimodal in ``log T`` in practice.
+    the NLL of one temperature is unimodal in ``log T`` in practice. The search is
+    on ``log T`` because the scaling is multiplicative (halving and doubling T are
+    equally far from 1). The bounds, 0.05 to 20: at 0.05 a 0.6/0.4 split is
+    already 0.9997/0.0003 and at 20 a 0.999/0.001 split is 0.59/0.41, so beyond
+    them the NLL is flat to many digits; its minimum lies there only in degenerate
+    data (every answer right: T -> 0; the correct option no more likely than the
+    others: T -> infinity), where the returned bound says "beyond the range", not
+    an estimate.
 
     Parameters
     ----------
@@ -237,8 +253,11 @@ def fit_visibility_temperature(probs, target, visibility_m) -> tuple[float, floa
 
     Minimises the mean NLL of the correct options under per-row temperatures
     :func:`visibility_temperature` (L-BFGS-B from the global fit, ``a = log T``,
-    ``b = 0``); V is clipped at :data:`murk.monitor.CAP_M` (see
-    :func:`visibility_temperature`).
+    ``b = 0``, finite-difference gradient); V is clipped at
+    :data:`murk.monitor.CAP_M` before the log: the monitor reports CAP_M for a
+    clear image (a lower bound, flagged ``censored="clear"``), so V beyond it
+    carries no information and must not pull the slope ``b``; the fit with such
+    V is the fit with V = CAP_M.
 
     Parameters
     ----------
