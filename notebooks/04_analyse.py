@@ -1751,7 +1751,7 @@ show_table(md, "monitor-modes")
 display(Markdown(numbers["finding.monitor.deployable"]))
 
 # %% [markdown]
-# ## Beyond the spec: can the blind spot be closed, and which abstention signal to deploy?
+# ## Beyond the spec: recalibration by visibility, and risk–coverage of every abstention signal
 #
 # Two questions a user of the study asks next. *Can the blind spot be closed?*
 # One global temperature cannot calibrate across corruption levels (Tomani et
@@ -1905,6 +1905,10 @@ for (m, task), r in RECAL.items():
         v_ = numbers[f"verdict.recal.visibility.{arm}.t2.{key(m)}"]
         fmt_w = lambda mt: (numbers[b_.format(mt)] + (f" {numbers[b_.format(mt) + '.ci']}"  # noqa: E731
                                                       if numbers[b_.format(mt) + ".ci"] else ""))
+        if all(numbers[b_.format(mt)] == "n/a" for mt in r["conf"]):
+            parts_.append(f"for {name(m)} {ARM_WORDS[arm]}, W of the internal confidence is undefined with and "
+                          "without recalibration (no crossing of accuracy or of the confidence is defined)")
+            continue
         parts_.append(f"for {name(m)} {ARM_WORDS[arm]}, W of the internal confidence is {fmt_w('none')} without "
                       f"recalibration, {fmt_w('global')} with one temperature, {fmt_w('per_level')} with an oracle "
                       f"temperature per level and {fmt_w('visibility')} with T(V̂): with T(V̂) the blind spot "

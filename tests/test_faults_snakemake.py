@@ -265,7 +265,7 @@ def test_changed_config_is_refused_and_writes_nothing(faulty_run, tmp_path):
         assert "git checkout data/config.yaml" in msgs[root]  # fix 1: restore the config
         assert "make demo ARGS='--config run_name=NEW output_dir=outputs-NEW'" in msgs[root]  # fix 2: a new run
     assert tree(out) == before
-    assert "holds 3 store(s) of another selection" in msgs[out] and "config_hash" in msgs[out]
+    assert "holds 4 store(s) of another selection" in msgs[out] and "config_hash" in msgs[out]
     assert "Restored previous version" in msgs[out]  # Snakemake put items.json back (update() outputs)
     assert f"run {RUN!r} is frozen" in msgs[new_root]  # no stores there: the frozen record refused
     assert not new_root.exists() or tree(new_root) == {}

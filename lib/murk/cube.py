@@ -37,7 +37,9 @@ Conventions
   probabilities renormalised over the options (their maximum is ``c_int``; NaN
   beyond the item's 4 or 2 options), ``target``: the correct option's index,
   ``p_abstain`` / ``p_abstain2``: the abstain prompts' extra-option share (schema 4:
-  what temperature scaling and risk-coverage need; NaN for the monitor).
+  what temperature scaling and risk-coverage need; NaN for the monitor);
+  ``visibility_hat_arm``: the estimator arm a monitor used (0 fog, 1 underwater;
+  estimated from the image by the deployable monitor; NaN for VLMs).
 * attrs: provenance (config hash, items hash, git commit, depth backend,
   schema version); per-model provenance (model id, revision, pipeline check)
   are coordinates along ``model``.
