@@ -1346,6 +1346,16 @@ if HAS_MONITOR:
             record(f"monitor.share_x2.{arm}", 100 * float(np.nanmean(within[mid_band])), 0)
             band[arm] = (np.nanpercentile(vhat.sel(arm=arm).isel(level=slice(1, None)).values, [10, 50, 90], axis=-1),
                          within)
+    BAND_DEPLOYABLE = {}   # arm -> (median V̂ per level, within x2 per (level, image)) of the deployable monitor
+    if monitor.MONITOR_DEPLOYABLE_ID in full["model"].values:
+        vd = full["value"].sel(model=monitor.MONITOR_DEPLOYABLE_ID, task="t2", readout="visibility_hat_m")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            for arm in cube.PHYSICAL_ARMS:
+                sweep_d = vd.sel(arm=arm).isel(level=slice(1, None)).transpose("level", "image").values
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    within_d = np.where(np.isfinite(sweep_d), np.abs(np.log2(sweep_d / VIS[1:, None])) <= 1, np.nan)
+                BAND_DEPLOYABLE[arm] = (np.nanmedian(sweep_d, axis=-1), within_d)
 record("monitor.band", f"{fmt_level(VIS[1:][mid_band].max())}–{fmt_level(VIS[1:][mid_band].min())}" if HAS_MONITOR
        else paper.NOT_COMPUTED)
 OPAQUE = {}   # arm -> share of the monitor's estimates that are upper bounds (opaque), per sweep level
@@ -1381,7 +1391,7 @@ else:
 
 # %%
 #| label: tbl-monitor-accuracy
-#| tbl-cap: "Accuracy of the monitor's visibility estimate per level; upper bounds: the share of estimates where most usable pixels are opaque, so that V̂ only bounds V from above (the monitor then abstains); on the ImageNet-C severities, the share of images whose estimate lies within a factor of two of their own gain-matched equivalent visibility."
+#| tbl-cap: "Accuracy of the monitor's visibility estimate per level (oracle: the rendering's depth and arm; deployable: the degraded image alone, its last two columns); upper bounds: the share of the oracle's estimates where most usable pixels are opaque, so that V̂ only bounds V from above (the monitor then abstains); on the ImageNet-C severities, the share of images whose estimate lies within a factor of two of their own gain-matched equivalent visibility."
 if HAS_MONITOR:
     rows = []
     for arm in cube.PHYSICAL_ARMS:
@@ -1391,6 +1401,12 @@ if HAS_MONITOR:
                          "P10–P90 (m)": fmt_visibility_interval(q[0, k_], q[2, k_]) or "n/a",
                          "within ×2 (%)": fmt(100 * float(np.nanmean(within[k_])), 0),
                          "upper bounds (%)": fmt(100 * OPAQUE[arm][k_], 0)})
+            if BAND_DEPLOYABLE:   # the deployable monitor beside it, level by level
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    med_d, within_d = BAND_DEPLOYABLE[arm]
+                    rows[-1].update({"deployable: median V̂ (m)": fmt_visibility(med_d[k_]),
+                                     "deployable: within ×2 (%)": fmt(100 * float(np.nanmean(within_d[k_])), 0)})
     sev = full["value"].sel(model=monitor.MONITOR_ID, arm="imagenet_c", task="t2", readout="visibility_hat_m")
     veq = {}
     if nominal_file.is_file():
@@ -1404,7 +1420,8 @@ if HAS_MONITOR:
             row = {"arm": "imagenet_c", "V (m)": f"severity {s}", "median V̂ (m)": fmt_visibility(medians[-1]),
                    "P10–P90 (m)": (fmt_visibility_interval(*np.nanpercentile(v_s, [10, 90])) if np.isfinite(v_s).any()
                                    else "n/a"),
-                   "within ×2 (%)": "–", "upper bounds (%)": "–"}
+                   "within ×2 (%)": "–", "upper bounds (%)": "–",
+                   **({"deployable: median V̂ (m)": "–", "deployable: within ×2 (%)": "–"} if BAND_DEPLOYABLE else {})}
             if s in veq:
                 ratio = v_s / veq[s].sel(image=full["image"].values).values
                 ok = np.isfinite(ratio)
