@@ -1335,27 +1335,28 @@ show(fig, "examples_t2")
 #| label: num-monitor
 HAS_MONITOR = monitor.MONITOR_ID in full["model"].values
 mid_band = (VIS[1:] >= 3.9) & (VIS[1:] <= 62.5)   # the monitor's band (issue 9's criterion)
-if HAS_MONITOR:
-    vhat = full["value"].sel(model=monitor.MONITOR_ID, task="t2", readout="visibility_hat_m")   # (arm, level, image)
-    band = {}
-    with warnings.catch_warnings():
+
+
+def vhat_band(mode: str) -> dict:
+    """One monitor mode's V̂ on the sweep, per physical arm: (P10, P50, P90 over images per level, shape (3, L);
+    within a factor of two of V per (level, image), bool, a missing V̂ counting as not within). One definition
+    for both modes and every table that states it."""
+    v = full["value"].sel(model=mode, task="t2", readout="visibility_hat_m")
+    out = {}
+    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
         for arm in cube.PHYSICAL_ARMS:
-            ratio = (vhat.sel(arm=arm).isel(level=slice(1, None)) / xr.DataArray(VIS[1:], dims="level")).values
-            within = np.abs(np.log2(ratio)) <= 1
-            record(f"monitor.share_x2.{arm}", 100 * float(np.nanmean(within[mid_band])), 0)
-            band[arm] = (np.nanpercentile(vhat.sel(arm=arm).isel(level=slice(1, None)).values, [10, 50, 90], axis=-1),
-                         within)
-    BAND_DEPLOYABLE = {}   # arm -> (median V̂ per level, within x2 per (level, image)) of the deployable monitor
-    if monitor.MONITOR_DEPLOYABLE_ID in full["model"].values:
-        vd = full["value"].sel(model=monitor.MONITOR_DEPLOYABLE_ID, task="t2", readout="visibility_hat_m")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            for arm in cube.PHYSICAL_ARMS:
-                sweep_d = vd.sel(arm=arm).isel(level=slice(1, None)).transpose("level", "image").values
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    within_d = np.where(np.isfinite(sweep_d), np.abs(np.log2(sweep_d / VIS[1:, None])) <= 1, np.nan)
-                BAND_DEPLOYABLE[arm] = (np.nanmedian(sweep_d, axis=-1), within_d)
+            sweep_ = v.sel(arm=arm).isel(level=slice(1, None)).transpose("level", "image").values
+            out[arm] = (np.nanpercentile(sweep_, [10, 50, 90], axis=-1), np.abs(np.log2(sweep_ / VIS[1:, None])) <= 1)
+    return out
+
+
+BAND = {mode: vhat_band(mode) for mode in monitor.MONITOR_IDS if mode in full["model"].values}
+if HAS_MONITOR:
+    band = BAND[monitor.MONITOR_ID]
+    for arm in cube.PHYSICAL_ARMS:
+        record(f"monitor.share_x2.{arm}", 100 * float(np.mean(band[arm][1][mid_band])), 0)
+    BAND_DEPLOYABLE = BAND.get(monitor.MONITOR_DEPLOYABLE_ID, {})   # beside the oracle's, level by level
 record("monitor.band", f"{fmt_level(VIS[1:][mid_band].max())}–{fmt_level(VIS[1:][mid_band].min())}" if HAS_MONITOR
        else paper.NOT_COMPUTED)
 OPAQUE = {}   # arm -> share of the monitor's estimates that are upper bounds (opaque), per sweep level
@@ -1404,9 +1405,9 @@ if HAS_MONITOR:
             if BAND_DEPLOYABLE:   # the deployable monitor beside it, level by level
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", RuntimeWarning)
-                    med_d, within_d = BAND_DEPLOYABLE[arm]
-                    rows[-1].update({"deployable: median V̂ (m)": fmt_visibility(med_d[k_]),
-                                     "deployable: within ×2 (%)": fmt(100 * float(np.nanmean(within_d[k_])), 0)})
+                    q_d, within_d = BAND_DEPLOYABLE[arm]
+                    rows[-1].update({"deployable: median V̂ (m)": fmt_visibility(q_d[1, k_]),
+                                     "deployable: within ×2 (%)": fmt(100 * float(np.mean(within_d[k_])), 0)})
     sev = full["value"].sel(model=monitor.MONITOR_ID, arm="imagenet_c", task="t2", readout="visibility_hat_m")
     veq = {}
     if nominal_file.is_file():
@@ -1720,12 +1721,7 @@ if HAS_DEPLOYABLE:
         record(f"monitor.{tag}.false_abstain_clean.count", f"{int(np.sum(a0[ok0] == 1))}/{int(ok0.sum())}")
         for arm in cube.PHYSICAL_ARMS:
             sweep_ = mv.sel(arm=arm).isel(level=slice(1, None)).transpose("readout", "level", "image")
-            vh = sweep_.sel(readout="visibility_hat_m").values
-            fin = np.isfinite(vh)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                within = np.abs(np.log2(vh / VIS[1:, None])) <= 1
-            record(f"monitor.{tag}.share_x2.{arm}",
-                   100 * float(within[mid_band][fin[mid_band]].mean()) if fin[mid_band].any() else np.nan, 0)
+            record(f"monitor.{tag}.share_x2.{arm}", 100 * float(np.mean(BAND[mode][arm][1][mid_band])), 0)
             code = sweep_.sel(readout="visibility_hat_censored").values[-1]
             record(f"monitor.{tag}.upper_end.{arm}",
                    100 * float(np.mean(code[np.isfinite(code)] == -1)) if np.isfinite(code).any() else np.nan, 0)

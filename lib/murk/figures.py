@@ -872,6 +872,32 @@ def plot_monitor_accuracy(visibility_m, quantiles_by_arm: dict, arms=("fog", "un
     return fig
 
 
+def _unit_panel_grid(panels: dict, rows: list, cols: list, draw, xlabel: str, ylabel: str, panel_in: tuple):
+    """A rows x cols grid of [0, 1] x [0, 1] panels (shared axes): ``draw(ax, panels[(row, col)])`` fills each,
+    a missing panel says "no answers"; column titles are the arms, row labels the rows."""
+    fig, axes = plt.subplots(len(rows) or 1, len(cols) or 1, figsize=(panel_in[0] * max(len(cols), 1),
+                                                                      panel_in[1] * max(len(rows), 1)),
+                             sharex=True, sharey=True, squeeze=False)
+    for i, r in enumerate(rows):
+        for j, c in enumerate(cols):
+            ax = axes[i, j]
+            panel = panels.get((r, c), {})
+            draw(ax, panel)
+            if not panel:
+                _empty_note(ax, [str(r)], "no answers")
+            ax.set_xlim(0, 1)
+            ax.set_ylim(0, 1)
+            ax.grid(alpha=0.3)
+            ax.tick_params(labelsize=FONT)
+            if i == 0:
+                ax.set_title(ARM_TITLES.get(c, str(c)), fontsize=9)
+            if j == 0:
+                ax.set_ylabel(f"{r}\n{ylabel}", fontsize=8)
+            if i == len(rows) - 1:
+                ax.set_xlabel(xlabel, fontsize=9)
+    return fig
+
+
 def plot_risk_coverage(curves: dict, row_labels, col_labels, signal_labels: dict | None = None):
     """Risk–coverage curves of several abstention signals (Geifman & El-Yaniv 2017).
 
@@ -895,28 +921,14 @@ def plot_risk_coverage(curves: dict, row_labels, col_labels, signal_labels: dict
     colors = {s: PALETTE[i % len(PALETTE)] for i, s in enumerate(signals)}
     styles = {s: ("-", "--", "-.", ":")[i % 4] for i, s in enumerate(signals)}   # coinciding curves stay visible
     labels = signal_labels or {}
-    fig, axes = plt.subplots(len(rows) or 1, len(cols) or 1, figsize=(3.3 * max(len(cols), 1), 2.6 * max(len(rows), 1)),
-                             sharex=True, sharey=True, squeeze=False)
-    for i, r in enumerate(rows):
-        for j, c in enumerate(cols):
-            ax = axes[i, j]
-            panel = curves.get((r, c), {})
-            for s, (cov, risk) in panel.items():
-                cov, risk = np.asarray(cov, float), np.asarray(risk, float)
-                ax.step(np.r_[0.0, cov], np.r_[risk[:1], risk] if risk.size else risk, where="post", color=colors[s],
-                        ls=styles[s], lw=1.2)
-            if not panel:
-                _empty_note(ax, [str(r)], "no answers")
-            ax.set_xlim(0, 1)
-            ax.set_ylim(0, 1)
-            ax.grid(alpha=0.3)
-            ax.tick_params(labelsize=FONT)
-            if i == 0:
-                ax.set_title(ARM_TITLES.get(c, str(c)), fontsize=9)
-            if j == 0:
-                ax.set_ylabel(f"{r}\nrisk (error rate)", fontsize=8)
-            if i == len(rows) - 1:
-                ax.set_xlabel("coverage (share answered)", fontsize=9)
+
+    def draw(ax, panel):
+        for s, (cov, risk) in panel.items():
+            cov, risk = np.asarray(cov, float), np.asarray(risk, float)
+            ax.step(np.r_[0.0, cov], np.r_[risk[:1], risk] if risk.size else risk, where="post", color=colors[s],
+                    ls=styles[s], lw=1.2)
+
+    fig = _unit_panel_grid(curves, rows, cols, draw, "coverage (share answered)", "risk (error rate)", (3.3, 2.6))
     handles = [plt.Line2D([], [], color=colors[s], ls=styles[s], lw=1.2, label=labels.get(s, s)) for s in signals]
     fig.tight_layout()
     _legend_below(fig, handles, ncol=min(4, max(len(handles), 1)))
@@ -943,33 +955,19 @@ def plot_reliability_methods(bins: dict, row_labels, col_labels, method_labels: 
     methods = list(dict.fromkeys(mth for panel in bins.values() for mth in panel))
     colors = {mth: PALETTE[i % len(PALETTE)] for i, mth in enumerate(methods)}
     labels = method_labels or {}
-    fig, axes = plt.subplots(len(rows) or 1, len(cols) or 1, figsize=(3.0 * max(len(cols), 1), 2.7 * max(len(rows), 1)),
-                             sharex=True, sharey=True, squeeze=False)
-    for i, r in enumerate(rows):
-        for j, c in enumerate(cols):
-            ax = axes[i, j]
-            ax.plot([0, 1], [0, 1], color="0.5", ls="--", lw=1)
-            panel = bins.get((r, c), {})
-            for mth, (count, conf, acc) in panel.items():
-                count, conf, acc = (np.asarray(x, float) for x in (count, conf, acc))
-                ok = np.isfinite(conf) & np.isfinite(acc) & (count > 0)
-                if not ok.any():
-                    continue
-                size = 8 + 60 * count[ok] / count[ok].max()
-                ax.plot(conf[ok], acc[ok], "-", color=colors[mth], lw=1)
-                ax.scatter(conf[ok], acc[ok], s=size, color=colors[mth], zorder=3)
-            if not panel:
-                _empty_note(ax, [str(r)], "no answers")
-            ax.set_xlim(0, 1)
-            ax.set_ylim(0, 1)
-            ax.grid(alpha=0.3)
-            ax.tick_params(labelsize=FONT)
-            if i == 0:
-                ax.set_title(ARM_TITLES.get(c, str(c)), fontsize=9)
-            if j == 0:
-                ax.set_ylabel(f"{r}\naccuracy", fontsize=8)
-            if i == len(rows) - 1:
-                ax.set_xlabel("confidence", fontsize=9)
+
+    def draw(ax, panel):
+        ax.plot([0, 1], [0, 1], color="0.5", ls="--", lw=1)
+        for mth, (count, conf, acc) in panel.items():
+            count, conf, acc = (np.asarray(x, float) for x in (count, conf, acc))
+            ok = np.isfinite(conf) & np.isfinite(acc) & (count > 0)
+            if not ok.any():
+                continue
+            size = 8 + 60 * count[ok] / count[ok].max()
+            ax.plot(conf[ok], acc[ok], "-", color=colors[mth], lw=1)
+            ax.scatter(conf[ok], acc[ok], s=size, color=colors[mth], zorder=3)
+
+    fig = _unit_panel_grid(bins, rows, cols, draw, "confidence", "accuracy", (3.0, 2.7))
     handles = [plt.Line2D([], [], color=colors[m], marker="o", lw=1, label=labels.get(m, m)) for m in methods]
     fig.tight_layout()
     _legend_below(fig, handles, ncol=min(4, max(len(handles), 1)))
