@@ -23,7 +23,9 @@ def executed_path(stage: str, output_dir: str | os.PathLike, suffix: str = "") -
 
 
 def run(stage: str, output_dir: str | os.PathLike, suffix: str = "", **params) -> Path:
-    """Execute ``notebooks/<stage>.py`` with papermill (parameters ``params``; None keeps the default).
+    """Execute ``notebooks/<stage>.py`` with papermill (parameters ``params``; None keeps the default), through
+    murk's engine (:func:`murk.execute.register_engine`: the kernel manager and stream handling of the Snakefile's
+    rules).
 
     Raises
     ------
@@ -34,6 +36,8 @@ def run(stage: str, output_dir: str | os.PathLike, suffix: str = "", **params) -
     import nbformat
     import papermill
 
+    from murk import execute
+
     out = executed_path(stage, output_dir, suffix)
     out.parent.mkdir(parents=True, exist_ok=True)
     src = out.with_suffix(".input.ipynb")
@@ -41,7 +45,7 @@ def run(stage: str, output_dir: str | os.PathLike, suffix: str = "", **params) -
     params = {"output_dir": str(output_dir), **{k: v for k, v in params.items() if v is not None}}
     try:
         papermill.execute_notebook(str(src), str(out), parameters=params, cwd=str(ROOT), kernel_name="python3",
-                                   progress_bar=False)
+                                   progress_bar=False, engine_name=execute.register_engine())
     finally:
         src.unlink(missing_ok=True)
     return out

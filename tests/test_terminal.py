@@ -182,7 +182,7 @@ def test_murk_execute_refuses_a_missing_notebook(tmp_path):
 @pytest.mark.parametrize("idle", [True, False], ids=["idle", "busy"])
 def test_the_kernel_manager_interrupts_only_a_busy_kernel_at_shutdown(monkeypatch, idle):
     """jupyter_client's shutdown sends SIGINT first (ipykernel 7 then logs ``ERROR | KeyboardInterrupt caught
-    in kernel``); QuietKernelManager skips it for a kernel between cells, and encrypts the connection."""
+    in kernel``); QuietKernelManager skips it for a kernel between cells."""
     monkeypatch.setattr(execute, "_kernel_idle", idle)
     sent = []
 
@@ -196,12 +196,47 @@ def test_the_kernel_manager_interrupts_only_a_busy_kernel_at_shutdown(monkeypatc
             await signal_kernel(signum)
 
         km._async_signal_kernel = record
-        keys = km.curve_secretkey is not None
         await km.shutdown_kernel()
-        return keys
 
-    assert asyncio.run(go()) is True  # CurveZMQ keys provisioned: no "TCP without encryption"
+    asyncio.run(go())
     assert sent == ([] if idle else [signal.SIGINT])
+
+
+@pytest.mark.skipif(os.name != "posix", reason="Unix sockets: POSIX only (elsewhere the kernel stays on TCP)")
+def test_kernels_started_at_once_talk_over_private_unix_sockets_and_leave_nothing(tmp_path):
+    """No TCP port is chosen (with TCP, kernels started at once by parallel jobs can take each other's port and
+    die at start-up: a CI run failed so, ``Kernel didn't respond in 60 seconds``): four kernels started at the
+    same time each get sockets in a directory of their own that only the user can open, all answer, and the
+    directories are gone after shutdown."""
+    import stat
+
+    async def one():
+        km = execute.QuietKernelManager(kernel_name="python3")
+        await km.start_kernel()
+        info = km.get_connection_info()
+        kc = km.client()
+        kc.start_channels()
+        await kc.wait_for_ready(timeout=120)
+        # bound by the kernel once it answers
+        sockets = {p.name: p.is_socket() for p in Path(info["ip"]).parent.iterdir()}
+        mode = stat.S_IMODE(Path(info["ip"]).parent.stat().st_mode)
+        reply = await kc.execute_interactive("x = 6 * 7", timeout=60)
+        kc.stop_channels()
+        await km.shutdown_kernel()
+        return info, sockets, mode, reply["content"]["status"]
+
+    async def four():
+        return await asyncio.gather(*(one() for _ in range(4)))
+
+    results = asyncio.run(four())
+    dirs = {Path(info["ip"]).parent for info, *_ in results}
+    assert len(dirs) == 4
+    for info, sockets, mode, status in results:
+        assert info["transport"] == "ipc" and status == "ok"
+        assert mode == 0o700
+        ports = [info[k] for k in ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")]
+        assert sockets == {f"kernel-{p}": True for p in ports}, sockets
+    assert not any(d.exists() for d in dirs)
 
 
 # --- the session's default-target run (tests/conftest.py `demo`) ---

@@ -8,12 +8,15 @@ successful run print nothing alarming and a failed one say what failed:
   beside the executed notebook and removed afterwards (papermill cannot read a ``.py``
   notebook; reading it from a pipe, papermill warns ``the file is not specified
   with any extension : -``);
-- the kernel is managed by :class:`QuietKernelManager`: its connection is
-  encrypted with CurveZMQ keys the manager provisions (ipykernel otherwise warns
-  ``Kernel is running over TCP without encryption``), and it is not sent SIGINT
-  at shutdown when it is idle (jupyter_client interrupts every kernel before
-  shutting it down, and ipykernel 7 logs ``ERROR | KeyboardInterrupt caught in
-  kernel`` for it);
+- the kernel is managed by :class:`QuietKernelManager`: it talks to the kernel over
+  Unix sockets in a private directory (ZeroMQ's ``ipc`` transport), not TCP ports
+  (jupyter_client picks free ports and closes them before the kernel binds them, so
+  kernels started at once by parallel jobs or test workers can take each other's
+  port: the kernel dies at start-up and the run ends in ``Kernel didn't respond in
+  60 seconds``; ipykernel also warns ``Kernel is running over TCP without
+  encryption``), and it is not sent SIGINT at shutdown when it is idle
+  (jupyter_client interrupts every kernel before shutting it down, and ipykernel 7
+  logs ``ERROR | KeyboardInterrupt caught in kernel`` for it);
 - papermill's cell-count bar is off: the stage's own loops draw their bars on the
   terminal (:mod:`murk.progress`, through :data:`murk.progress.ENV`), and papermill
   logs at WARNING (its ``Input Notebook:`` lines repeat Snakemake's job header);
@@ -48,27 +51,52 @@ _kernel_idle = False   # set between cells by the engine's hooks (one notebook p
 
 
 class QuietKernelManager(AsyncKernelManager):
-    """jupyter_client's kernel manager with an encrypted connection and no interrupt of an idle kernel at shutdown.
+    """jupyter_client's kernel manager on Unix sockets, with no interrupt of an idle kernel at shutdown.
 
-    ``transport_encryption`` is ``"auto"`` where pyzmq has CurveZMQ (the manager then
-    gives keys to a kernel whose kernelspec declares ``supported_encryption: curve``,
-    as ipykernel's does since 7). ``shutdown_kernel`` interrupts the kernel first
-    (SIGINT, so that a busy kernel can take the shutdown request); a kernel between
-    cells is skipped, so ipykernel logs no KeyboardInterrupt. A busy kernel (a
-    timeout, papermill interrupted) is interrupted as before.
+    The connection uses ZeroMQ's ``ipc`` transport: the kernel's five channels are
+    sockets ``<dir>/kernel-1`` ... ``-5`` in a directory of its own
+    (:func:`tempfile.mkdtemp`, mode 0700, so only the user can connect; removed at
+    shutdown). No TCP port is chosen, so no other process can take one between
+    jupyter_client choosing it and the kernel binding it (with TCP, kernels started
+    at the same time by parallel Snakemake jobs or pytest workers occasionally die
+    at start-up with ``Address already in use``). Where Unix sockets are not
+    available (Windows) the transport stays TCP, encrypted with CurveZMQ keys the
+    manager provisions where pyzmq has them (ipykernel otherwise warns ``Kernel is
+    running over TCP without encryption``).
+
+    ``shutdown_kernel`` interrupts the kernel first (SIGINT, so that a busy kernel
+    can take the shutdown request); a kernel between cells is skipped, so ipykernel
+    logs no KeyboardInterrupt. A busy kernel (a timeout, papermill interrupted) is
+    interrupted as before.
     """
 
     def __init__(self, **kwargs):
+        import tempfile
+
         import zmq
 
         super().__init__(**kwargs)
-        if zmq.has("curve"):
+        self._ipc_dir = None
+        if os.name == "posix" and zmq.has("ipc"):
+            self._ipc_dir = tempfile.mkdtemp(prefix="murk-kernel-")
+            self.transport = "ipc"
+            self.ip = os.path.join(self._ipc_dir, "kernel")
+        elif zmq.has("curve"):
             self.transport_encryption = "auto"
 
     async def _async_interrupt_kernel(self) -> None:
         if self.shutting_down and _kernel_idle:
             return
         await super()._async_interrupt_kernel()
+
+    async def _async_cleanup_resources(self, restart: bool = False) -> None:
+        await super()._async_cleanup_resources(restart=restart)
+        if not restart and self._ipc_dir is not None:
+            import shutil
+
+            shutil.rmtree(self._ipc_dir, ignore_errors=True)
+
+    cleanup_resources = _async_cleanup_resources
 
 
 def _engine():
@@ -92,6 +120,22 @@ def _engine():
             return super().execute_managed_notebook(nb_man, kernel_name, **kwargs)
 
     return QuietEngine
+
+
+#: the name under which :func:`register_engine` registers murk's papermill engine
+ENGINE = "murk-quiet"
+
+
+def register_engine() -> str:
+    """Register murk's papermill engine (:class:`QuietKernelManager`, merged streams) and return its name.
+
+    ``papermill.execute_notebook(..., engine_name=register_engine())`` runs a notebook
+    as ``python -m murk.execute`` does (``tests/stages.py`` does so).
+    """
+    from papermill.engines import papermill_engines
+
+    papermill_engines.register(ENGINE, _engine())
+    return ENGINE
 
 
 def input_notebook(notebook: str | os.PathLike, output: str | os.PathLike) -> Path:
@@ -147,7 +191,6 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m murk.execute NOTEBOOK OUTPUT [papermill options]``; returns the exit status."""
     import click
     from papermill.cli import papermill as papermill_cli
-    from papermill.engines import papermill_engines
     from papermill.exceptions import PapermillExecutionError
 
     args = list(sys.argv[1:] if argv is None else argv)
@@ -166,9 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     # a headless notebook wants text bars, which is what tqdm.auto falls back to without ipywidgets (imported by
     # transformers and huggingface_hub): its warning to install ipywidgets is not for this run
     os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), IPROGRESS_WARNING]))
-    papermill_engines.register("murk-quiet", _engine())
     try:
-        papermill_cli.main([str(src), str(output), "--engine", "murk-quiet", "--no-progress-bar",
+        papermill_cli.main([str(src), str(output), "--engine", register_engine(), "--no-progress-bar",
                             "--log-level", "WARNING", *rest], prog_name="python -m murk.execute",
                            standalone_mode=False)
     except PapermillExecutionError as e:
