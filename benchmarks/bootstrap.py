@@ -7,7 +7,8 @@ confident errors) and 2000 for crossing points (spec Sec. III), all from one
 draw via :func:`murk.analysis.analyse`. Target: <= 60 s on 2 cores, < 4 GiB.
 
 Run: ``.venv/bin/python benchmarks/bootstrap.py [--images 1000] [--models 5]``.
-The last line printed is ``seconds=<x> peak_gib=<y>`` (peak resident memory of
+Load lines at the start and end (``benchmarks/protocol.py``). The last line printed is
+``seconds=<x> peak_gib=<y> load_max= cpus=`` (peak resident memory of
 the process, from ``resource.getrusage``; the tracemalloc peak of the analysis
 alone is printed on the line before).
 """
@@ -24,6 +25,10 @@ import resource  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import tracemalloc  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' shared modules
+from protocol import LoadLog  # noqa: E402
 
 import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402
@@ -62,6 +67,7 @@ def main(argv=None) -> int:
     ap.add_argument("--resamples", type=int, default=1000)
     ap.add_argument("--resamples-crossing", type=int, default=2000)
     args = ap.parse_args(argv)
+    log = LoadLog("bootstrap")
     ds = synthetic_cube(args.models, args.images)
     tracemalloc.start()
     t0 = time.perf_counter()
@@ -73,7 +79,8 @@ def main(argv=None) -> int:
     print(f"cube {dict(ds['value'].sizes)}; scores {dict(s.sizes)}", file=sys.stderr)
     print(f"tracemalloc_peak_gib={traced / 2**30:.3f}")
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kB on Linux
-    print(f"seconds={seconds:.1f} peak_gib={rss / 2**30:.2f}")
+    log.end()
+    print(f"seconds={seconds:.1f} peak_gib={rss / 2**30:.2f} {log.tail()}")
     return 0
 
 

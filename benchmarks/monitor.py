@@ -20,7 +20,8 @@ upper bound, on which the gate abstains) per level, and on the clean images the
 median V_hat and the **false-abstain rate**: the share of clean images with
 V_hat below the gate's 22.1 m (``clean_below_gate=``), or not vouched for
 (:func:`murk.monitor.gate_decisions` with the censoring). The last lines are the
-summary the paper quotes (``summary ...``).
+summary the paper quotes (``summary ...``; the last ends in ``load_max= cpus=``, with load lines
+at the start and end: ``benchmarks/protocol.py``).
 
 Run ``python benchmarks/monitor.py [--n-images 158] [--variants] [--quantiles]
 [--sensitivity] [--arms fog underwater] [--depths ground billboard] [--json out.json]``
@@ -34,9 +35,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' shared modules
+
+import numpy as np  # noqa: E402
+from protocol import LoadLog  # noqa: E402
 
 from murk import depth as murk_depth
 from murk import monitor, paths, physics, render
@@ -124,6 +130,7 @@ def main() -> None:
     ap.add_argument("--depths", nargs="+", default=["ground", "billboard"], choices=["ground", "billboard"])
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    log = LoadLog("monitor")
     variants = {"default": {}}
     if args.variants:
         variants |= {"omega=0.95": {"omega": 0.95}, "median": {"method": "median"}, "lsq": {"method": "lsq"},
@@ -168,7 +175,8 @@ def main() -> None:
                       f"gate-changed={row['gate_changed_per_level']} gate_changed_share={row['gate_changed_share']:.3f}",
                       flush=True)
     print("levels (m):", physics.SWEEP_M.tolist())
-    for arm in args.arms:
+    log.end()
+    for k, arm in enumerate(args.arms):
         line = f"summary {arm}: oracle depth"
         for dm in args.depths:
             o = results[f"{arm}/{dm}/default"]
@@ -181,6 +189,8 @@ def main() -> None:
                          f"max|log2|={r['max_abs_log2_ratio_to_oracle']:.3f} "
                          f"gate_changed={r['gate_changed_share']:.3f} "
                          f"clean_below_gate={r['n_clean_below_gate']}/{r['n_images']}")
+        if k == len(args.arms) - 1:
+            line += f" {log.tail()}"
         print(line, flush=True)
     if args.json:
         with open(args.json, "w") as f:

@@ -5,14 +5,17 @@ decoded and the depth read once per image, issue 3, item 6; target <= 50 ms) aga
 naive per-level loop that calls the plain float64 formulation of Eq. (1) at every level
 (sRGB decoded at every level, pow-based encoding). Both run single-threaded (the thread
 variables are set before NumPy is imported, and threadpoolctl limits any pool to 1).
-Times are the minimum over repeats (``timeit`` convention: the least disturbed run) of
-the process CPU time, which for a single-threaded process is its time on one core and
-is not inflated by other processes sharing the machine; wall-clock minima are printed
-too.
+Times are process CPU time, which for a single-threaded process is its time on one core and
+is not inflated by other processes sharing the machine (wall-clock minima are printed
+too). The two arms run interleaved (``protocol.interleave``, ``--rounds`` rounds in
+alternating order); each round times the sweep ``--repeats`` times and the naive loop
+once, minimum of each (``timeit`` convention: the least disturbed run). The ratio is the
+median of the per-round ratios, with their range; the times are the minima over all
+rounds. Load lines at the start and end (``protocol.LoadLog``).
 
 Run ``python benchmarks/physics.py`` (add ``--exhaustive`` to check the table encoder
 against the float64 reference on every float32 in [0, 1]; about a minute per core).
-The last line is ``sweep_ms=<x> naive_ms=<y> ratio=<z>``.
+The last line is ``sweep_ms=<x> naive_ms=<y> ratio=<z> ratio_range=<lo>-<hi> load_max= cpus=``.
 """
 
 from __future__ import annotations
@@ -24,9 +27,14 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUME
     os.environ[_var] = "1"
 
 import argparse  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' shared modules
 
 import numpy as np  # noqa: E402
+from protocol import LoadLog, fmt_ratio, interleave, ratio_summary  # noqa: E402
 
 from murk import physics  # noqa: E402
 
@@ -49,18 +57,6 @@ def sweep(image: np.ndarray, depth_m: np.ndarray) -> np.ndarray:
     return np.concatenate([physics.fog_sweep(image, depth_m), physics.underwater_sweep(image, depth_m)])
 
 
-def best_ms(fn, *args, repeats: int) -> tuple[float, float]:
-    """(CPU ms, wall ms), each the minimum over *repeats* calls after a warm-up."""
-    fn(*args)  # warm-up
-    cpu, wall = [], []
-    for _ in range(repeats):
-        c0, t0 = time.process_time(), time.perf_counter()
-        fn(*args)
-        cpu.append(time.process_time() - c0)
-        wall.append(time.perf_counter() - t0)
-    return 1000.0 * min(cpu), 1000.0 * min(wall)
-
-
 def exhaustive(chunk: int = 1 << 24) -> None:
     """Table encoder == float64 reference on all float32 bit patterns in [0, 1]."""
     one = int(np.float32(1.0).view(np.uint32))
@@ -78,9 +74,11 @@ def exhaustive(chunk: int = 1 << 24) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=448)
-    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--repeats", type=int, default=3, help="sweep calls per round (their minimum)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the two arms")
     parser.add_argument("--exhaustive", action="store_true")
     args = parser.parse_args()
+    log = LoadLog("physics")
     try:
         from threadpoolctl import threadpool_limits
         threadpool_limits(1)
@@ -95,14 +93,32 @@ def main() -> None:
     diff = np.abs(fast.astype(np.int16) - ref)
     print(f"16 conditions of a {args.size}x{args.size} image: max |code - float64 reference| = "
           f"{int(diff.max())}, differing values {np.count_nonzero(diff)} of {diff.size}")
-    sweep_ms, sweep_wall = best_ms(sweep, image, depth, repeats=args.repeats)
-    naive_ms, naive_wall = best_ms(naive, image, depth, repeats=max(3, args.repeats // 3))
+    sweep(image, depth), naive(image, depth)  # warm-up
+    wall = {"sweep": [], "naive": []}
+
+    def timed(name, fn, k):
+        def go():
+            cpu = []
+            for _ in range(k):
+                c0, t0 = time.process_time(), time.perf_counter()
+                fn(image, depth)
+                cpu.append(time.process_time() - c0)
+                wall[name].append(time.perf_counter() - t0)
+            return min(cpu)
+        return go
+
+    secs = interleave({"sweep": timed("sweep", sweep, args.repeats), "naive": timed("naive", naive, 1)},
+                      args.rounds, log)
+    sweep_ms, naive_ms = 1000.0 * min(secs["sweep"]), 1000.0 * min(secs["naive"])
+    sweep_wall, naive_wall = 1000.0 * min(wall["sweep"]), 1000.0 * min(wall["naive"])
+    ratio = ratio_summary(secs["naive"], secs["sweep"])
     if args.exhaustive:
         exhaustive()
     print(f"per image, one core (CPU time, min of repeats): sweep {sweep_ms:.1f} ms, naive {naive_ms:.1f} ms; "
           f"wall: {sweep_wall:.1f} ms, {naive_wall:.1f} ms; target <= 50 ms: "
           f"{'met' if sweep_ms <= 50 else 'NOT met'}")
-    print(f"sweep_ms={sweep_ms:.1f} naive_ms={naive_ms:.1f} ratio={naive_ms / sweep_ms:.1f}")
+    log.end()
+    print(f"sweep_ms={sweep_ms:.1f} naive_ms={naive_ms:.1f} {fmt_ratio('ratio', ratio, 1)} {log.tail()}")
 
 
 if __name__ == "__main__":

@@ -42,20 +42,41 @@ asking the wordings v2/v3 changes no main read-out (0 by construction: they are 
 own). For comparison the info line gives the same difference with the head left in bf16 (logits
 rounded to 8 bits) on the first ``--bf16-items / 5`` items.
 
-Batched engine (:mod:`murk.engine`, issue 16): the 24 conditions of one item
-(:func:`murk.render.render_conditions`, constant depth 13.8 m) are read once as one
-scheduled batch (``read_units``, one image = 24 units) and ``--engine-units`` of them
-by the shared-prefix engine one at a time (``read_item``), interleaved so that a
-change of load on the machine affects both alike. Printed:
-``units_per_s_engine= units_per_s_batched= batched_ratio= batched_max_abs_dr=
-batched_whole_max_abs_dp=``, with ``batched_max_abs_dr`` the largest difference
-in any read-out between the two engines on the common units and
-``batched_whole_max_abs_dp`` the largest difference in any first-token probability
-between the batched engine and every prompt run whole (one unit; float32).
+Batched engine (:mod:`murk.engine`, issues 16 and 25): the 24 conditions of one item
+(:func:`murk.render.render_conditions`, constant depth 13.8 m) are read as one scheduled
+batch (``read_units``, one image = 24 units) in float32 and in bfloat16 (the same
+weights, loaded in bf16 with the output head and softmax in float32, as
+``readout.dtype_cpu: bfloat16`` or ``auto`` loads them), and ``--engine-units`` of them
+by the shared-prefix engine one at a time (``read_item``): ``--rounds`` rounds, the three
+arms interleaved in alternating order (``protocol.interleave``), so that a change of load
+affects them alike; each ratio is the median of the per-round ratios, with its range.
+Printed: ``units_per_s_engine= units_per_s_cpu_fp32= units_per_s_cpu_bf16=
+batched_ratio= cpu_bf16_ratio= mfu= padding_share= bf16_cpu_max_abs_dc_int=
+bf16_cpu_flip_rate=``, with
+
+* ``mfu``: the batched float32 engine's useful model FLOPs per second
+  (``flops.model_flops``: vision tower, prefill, decode, LM head and attention over
+  real tokens, without padding) over the float32 matmul peak of this CPU
+  (``peak_gflops_fp32=``, :func:`murk.hardware.matmul_gflops`, 2048^2, measured at the
+  start and at the end of the run, the higher taken); ``mfu_bf16`` (on the info line)
+  likewise against ``peak_gflops_bf16=``;
+* ``padding_share``: padded language-model positions over all positions prefilled
+  and decoded;
+* ``bf16_cpu_max_abs_dc_int`` / ``bf16_cpu_flip_rate``: bf16 against float32 on the
+  same units and questions (the mid model's option heads made confident as in part 2);
+* ``batched_max_abs_dr``: the largest difference in any read-out between the two
+  float32 engines on the common units, ``batched_whole_max_abs_dp`` the largest
+  difference in any first-token probability between the batched engine and every
+  prompt run whole (one unit; float32).
+
+Every benchmark follows ``benchmarks/protocol.py``: a load line (load average, CPU
+count, torch threads) at the start and the end, and a last line ending in
+``load_max= cpus=``, with a warning where the load exceeded the CPU count.
 
 The last line is ``tokens_ratio=<x> lm_tokens_ratio=<l> vision_passes_per_condition=<n>
-wall_ratio=<y> max_abs_dp=<z> bf16_max_abs_dc_int=<d> bf16_flip_rate=<f>
-bf16_wordings_max_abs_dc_int=<w>``.
+wall_ratio=<y> wall_ratio_range=<lo>-<hi> max_abs_dp=<z> bf16_max_abs_dc_int=<d>
+bf16_flip_rate=<f> bf16_wordings_max_abs_dc_int=<w>``, the fields above, the peaks, and
+the load.
 
 Run: ``.venv/bin/python benchmarks/readout.py [--items 2] [--bf16-items 167]`` (about 15 min on 2
 idle cores; over an hour on 2 cores shared with other CPU-heavy jobs).
@@ -70,19 +91,25 @@ from __future__ import annotations
 
 import argparse
 import glob
+import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' shared modules
 
-from murk import paths
-from murk.checkpoints import MAX_PIXELS, _QWEN3VL_CHAT_TEMPLATE
-from murk.config import load_config
-from murk.prompts import questions_for_item, render_prompt
-from murk.readout import item_prompts, load_vlm, read_item, read_question, score_prompts
-from murk.vlm import float32_head, letter_probs
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from flops import model_flops  # noqa: E402
+from protocol import LoadLog, fmt_ratio, interleave, ratio_summary  # noqa: E402
+
+from murk import paths  # noqa: E402
+from murk.checkpoints import MAX_PIXELS, _QWEN3VL_CHAT_TEMPLATE  # noqa: E402
+from murk.config import load_config  # noqa: E402
+from murk.prompts import questions_for_item, render_prompt  # noqa: E402
+from murk.readout import item_prompts, load_vlm, read_item, read_question, score_prompts  # noqa: E402
+from murk.vlm import float32_head, letter_probs  # noqa: E402
 
 ROWS = [
     {"category": "umbrella", "t2_options": ["car", "umbrella", "bench", "kite"], "t2_answer_index": 1,
@@ -311,22 +338,30 @@ def bf16_tolerance(cfg, n_items: int, tmp: Path) -> dict:
             "seconds": time.perf_counter() - t0, "params": n_params}
 
 
-def batched_throughput(vlm, cfg, engine_units: int = 4) -> dict:
-    """Units per second of the shared-prefix engine and of the batched engine, measured in one run.
+def batched_throughput(vlm, vlm_bf16, cfg, rounds: int = 3, engine_units: int = 2,
+                       log: LoadLog | None = None) -> dict:
+    """The batched engine in float32 and bfloat16 against the shared-prefix engine, interleaved rounds.
 
-    The 24 conditions of one item are rendered first (not timed); the batched
-    engine reads all of them as one scheduled batch (one image per batch, the
-    CPU default of :func:`murk.engine.auto_images_per_batch`); the shared-prefix
-    engine reads ``engine_units`` of them (spread over the arms), half before and
-    half after the batch.
+    The 24 conditions of one item are rendered first (not timed). Each round runs
+    three arms in alternating order (:func:`protocol.interleave`): the batched engine
+    in float32 reading all 24 as one scheduled batch (one image per batch, the CPU
+    default of :func:`murk.engine.auto_images_per_batch`), the same in bfloat16
+    (``vlm_bf16``: the same weights loaded in bf16, output head and softmax in
+    float32), and the shared-prefix engine (float32) on ``engine_units`` of them (a
+    different pick each round).
 
     Returns
     -------
-    dict with ``units_per_s_engine``, ``units_per_s_batched``, ``batched_ratio``,
-    ``batched_max_abs_dr`` (largest |difference| in any numeric read-out between the
-    engines; texts must be equal) and ``batched_whole_max_abs_dp`` (largest
-    |difference| in any first-token probability between the batched engine and
-    every prompt run whole, on one unit).
+    dict with the per-round ratios' summaries ``batched_ratio`` (batched float32 units
+    per second over the shared-prefix engine's) and ``cpu_bf16_ratio`` (batched bf16
+    over batched float32), the median rates and the per-round ones (``ups_fp32``,
+    ``ups_bf16``), ``gflop_per_unit`` (useful model FLOPs per unit,
+    :func:`flops.model_flops`, for the MFU), ``padding_share`` (padded language-model positions over
+    all prefilled and decoded positions), ``batched_max_abs_dr`` (largest |difference|
+    in any numeric read-out between the float32 engines; texts must be equal),
+    ``batched_whole_max_abs_dp`` (batched float32 against every prompt run whole, one
+    unit), and the bf16 agreement with float32 on the same units (``bf16_cpu_max_abs_dc_int``,
+    ``bf16_cpu_flip_rate`` over every question, with the mean float32 c_int).
     """
     import math
 
@@ -339,60 +374,104 @@ def batched_throughput(vlm, cfg, engine_units: int = 4) -> dict:
     qs = tuple(questions_for_item(ROWS[0], cfg))
     units = [engine.Unit(0, arm, level, img, qs) for arm, level, img in conds]
     k = engine.auto_images_per_batch(vlm, qs, cfg)
-    pick = [round(i * (len(units) - 1) / max(engine_units - 1, 1)) for i in range(engine_units)]
-    # warm-up of both paths (allocations, first-call overheads)
+    batch = units[: k * engine.N_CONDITIONS]
+    n_pick = engine_units * rounds
+    picks = [round(i * (len(units) - 1) / max(n_pick - 1, 1)) for i in range(n_pick)]
+    # warm-up of the three paths (allocations, first-call overheads)
     engine.read_units(vlm, units[:2], cfg)
+    engine.read_units(vlm_bf16, units[:2], cfg)
     read_item(vlm, units[0].image, qs, cfg)
     ref: dict = {}
-    t_engine = 0.0
+    got: dict = {}
+    stats: dict = {}
+    rnd = {"engine": 0}
 
-    def run_engine(idx):
-        nonlocal t_engine
-        for i in idx:
-            t = time.perf_counter()
+    def run_engine():
+        r = rnd["engine"]
+        rnd["engine"] += 1
+        for i in picks[r * engine_units:(r + 1) * engine_units]:
             ref[i] = read_item(vlm, units[i].image, qs, cfg)
-            t_engine += time.perf_counter() - t
 
-    run_engine(pick[: len(pick) // 2])
-    t = time.perf_counter()
-    got = engine.read_units(vlm, units[: k * engine.N_CONDITIONS], cfg)
-    t_batched = time.perf_counter() - t
-    run_engine(pick[len(pick) // 2:])
+    def run_batched(name, model):
+        def go():
+            st = engine.EngineStats()
+            got[name] = engine.read_units(model, batch, cfg, stats=st)
+            stats[name] = st
+        return go
+
+    secs = interleave({"batched_fp32": run_batched("fp32", vlm), "batched_bf16": run_batched("bf16", vlm_bf16),
+                       "engine": run_engine}, rounds, log)
+    n_b = len(batch)
+    ups = {a: [n / t for t in secs[a]] for a, n in (("batched_fp32", n_b), ("batched_bf16", n_b),
+                                                     ("engine", engine_units))}
     dr = 0.0
-    for i in pick:
+    for i in picks:
         for task in ref[i]:
             for key, a in ref[i][task].items():
-                b = got[i][task][key]
+                b = got["fp32"][i][task][key]
                 if isinstance(a, str):
                     assert a == b, (i, task, key, a, b)
                 elif not (math.isnan(a) and math.isnan(b)):
                     dr = max(dr, abs(a - b))
+    dc, flips, cints = [], 0, []
+    for a, b in zip(got["fp32"], got["bf16"]):
+        for task in a:
+            if math.isnan(a[task]["c_int"]):
+                continue
+            dc.append(abs(a[task]["c_int"] - b[task]["c_int"]))
+            flips += int(a[task]["answer"] != b[task]["answer"])
+            cints.append(a[task]["c_int"])
     slots = item_prompts(qs, cfg)
-    (_, probs), = engine._read_units_with_probs(vlm, [units[pick[-1]]], cfg)[0]
-    whole = score_prompts(vlm, units[pick[-1]].image, [s_.user for s_ in slots], [s_.generate for s_ in slots], cfg,
+    (_, probs), = engine._read_units_with_probs(vlm, [units[picks[-1]]], cfg)[0]
+    whole = score_prompts(vlm, units[picks[-1]].image, [s_.user for s_ in slots], [s_.generate for s_ in slots], cfg,
                           shared_prefix=False)
-    ups_e = len(pick) / t_engine
-    ups_b = len(got) / t_batched
-    return {"units_per_s_engine": ups_e, "units_per_s_batched": ups_b, "batched_ratio": ups_b / ups_e,
+    st = stats["fp32"]
+    flops_unit = model_flops(vlm, st) / n_b
+    real = st.prefill_tokens + st.decode_tokens
+    slots_all = st.prefill_slots + st.decode_slots
+    med = statistics.median
+    return {"units_per_s_engine": med(ups["engine"]), "units_per_s_cpu_fp32": med(ups["batched_fp32"]),
+            "units_per_s_cpu_bf16": med(ups["batched_bf16"]),
+            "batched_ratio": ratio_summary(ups["batched_fp32"], ups["engine"]),
+            "cpu_bf16_ratio": ratio_summary(ups["batched_bf16"], ups["batched_fp32"]),
+            "ups_fp32": ups["batched_fp32"], "ups_bf16": ups["batched_bf16"],
+            "gflop_per_unit": flops_unit / 1e9, "padding_share": 1.0 - real / slots_all,
             "batched_max_abs_dr": dr, "batched_whole_max_abs_dp": float(np.abs(probs - whole.probs).max()),
-            "units_batched": len(got), "units_engine": len(pick)}
+            "bf16_cpu_max_abs_dc_int": max(dc), "bf16_cpu_flip_rate": flips / len(dc),
+            "bf16_cpu_questions": len(dc), "mean_c_int": float(np.mean(cints)),
+            "units_batched": n_b, "units_engine": len(picks), "rounds": rounds}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--items", type=int, default=2, help="items of part 1 (float32 speed)")
     ap.add_argument("--bf16-items", type=int, default=167, help="items of part 2 (x 3 questions; >= 167 for 500)")
-    ap.add_argument("--engine-units", type=int, default=4,
-                    help="units read by the shared-prefix engine for units_per_s_engine")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the engines' comparison")
+    ap.add_argument("--engine-units", type=int, default=2,
+                    help="units read by the shared-prefix engine per round for units_per_s_engine")
     args = ap.parse_args()
+    log = LoadLog("readout")
     cfg = load_config()
     max_new = int(cfg["readout"]["verbal_max_new_tokens"])
+    from murk.hardware import matmul_gflops
+
+    def measure_peaks(when):
+        got = {dt: matmul_gflops(dt, 2048, seconds=1.0, repeats=3) for dt in ("float32", "bfloat16")}
+        print(f"matmul peak at the {when} (2048^2, {torch.get_num_threads()} threads, best of 3): "
+              f"{got['float32']:.0f} GFLOP/s float32, {got['bfloat16']:.0f} bfloat16", flush=True)
+        return got
+
+    # the peak is measured at the start and again at the end: the higher (the less disturbed) is the reference
+    peaks = measure_peaks("start")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         tokenizer, template, tok_desc = _tokenizer(tmp)
-        folder, model, _ = build_model(tmp / "qwen3vl-mid", tokenizer, template, "mid")
+        folder, model, processor = build_model(tmp / "qwen3vl-mid", tokenizer, template, "mid")
+        # confident option heads (as part 2), so that the bf16 agreement is measured where rounding moves c_int most
+        bias = sharpen_option_heads(folder, model, processor, cfg, _images(4))
         del model
         vlm = load_vlm(str(folder), device="cpu", dtype=torch.float32)
+        apply_letter_bias(vlm, bias)
         n_params = sum(p.numel() for p in vlm.model.parameters())
         images = _images(args.items)
         rows = [ROWS[i % len(ROWS)] for i in range(args.items)]
@@ -401,19 +480,27 @@ def main() -> None:
         read_item(vlm, images[0], q0, cfg)
         read_question(vlm, images[0], q0[0], cfg)
 
-        wall_sep = wall_sh = 0.0
+        wall_sep, wall_sh = [], []
         tok_sep = tok_sh = lm_sep = lm_sh = 0
         max_dp = 0.0
         chars = ntok = 0
         passes = []
-        for img, row in zip(images, rows):
+        for n, (img, row) in enumerate(zip(images, rows)):
             qs = questions_for_item(row, cfg)
-            t = time.perf_counter()
-            sep = {q.task: read_question(vlm, img, q, cfg) for q in qs}
-            wall_sep += time.perf_counter() - t
-            t = time.perf_counter()
-            sh = read_item(vlm, img, qs, cfg)
-            wall_sh += time.perf_counter() - t
+            out = {}
+
+            def separate():
+                out["sep"] = {q.task: read_question(vlm, img, q, cfg) for q in qs}
+
+            def shared():
+                out["sh"] = read_item(vlm, img, qs, cfg)
+
+            # one round per item, the order alternating between items
+            secs = interleave({"separate": separate, "shared": shared} if n % 2 == 0
+                              else {"shared": shared, "separate": separate}, 1, log)
+            wall_sep += secs["separate"]
+            wall_sh += secs["shared"]
+            sep, sh = out["sep"], out["sh"]
             for q in qs:
                 for key in ("c_int", "option_mass"):
                     max_dp = max(max_dp, abs(sep[q.task][key] - sh[q.task][key]))
@@ -436,28 +523,53 @@ def main() -> None:
             tok_sh += s.lm_tokens + vis_per_pass
             chars += sum(len(u) for u in users)
             ntok += sum(len(vlm.tokenizer(u)["input_ids"]) for u in users)
-        print(f"model: Qwen3-VL architecture, random weights, {n_params / 1e6:.1f} M parameters, float32, "
-              f"{torch.get_num_threads()} threads; {args.items} items x 9 prompts; 448x448 px -> {vlm.n_visual_tokens} "
-              f"visual tokens; tokenizer: {tok_desc}, prompts {chars / max(ntok, 1):.2f} characters/token")
-        print(f"separate: {wall_sep:.2f} s, {tok_sep} tokens ({lm_sep} language-model); "
-              f"shared: {wall_sh:.2f} s, {tok_sh} tokens ({lm_sh} language-model)")
-        bt = batched_throughput(vlm, cfg, args.engine_units)
-        print(f"batched engine: {bt['units_batched']} units (one image x 24 conditions) in one scheduled batch; "
-              f"shared-prefix engine on {bt['units_engine']} of them; batched_max_abs_dr={bt['batched_max_abs_dr']:.2e} "
-              f"batched_whole_max_abs_dp={bt['batched_whole_max_abs_dp']:.2e}")
-        del vlm
+        wall = ratio_summary(wall_sep, wall_sh)
+        print(f"model: Qwen3-VL architecture, random weights, {n_params / 1e6:.1f} M parameters, confident option "
+              f"heads, float32, {torch.get_num_threads()} threads; {args.items} items x 9 prompts; 448x448 px -> "
+              f"{vlm.n_visual_tokens} visual tokens; tokenizer: {tok_desc}, prompts "
+              f"{chars / max(ntok, 1):.2f} characters/token")
+        print(f"separate: {sum(wall_sep):.2f} s, {tok_sep} tokens ({lm_sep} language-model); "
+              f"shared: {sum(wall_sh):.2f} s, {tok_sh} tokens ({lm_sh} language-model); per item "
+              f"{fmt_ratio('wall_ratio', wall)}", flush=True)
+        vlm_bf16 = load_vlm(str(folder), device="cpu", dtype=torch.bfloat16)
+        apply_letter_bias(vlm_bf16, bias)
+        bt = batched_throughput(vlm, vlm_bf16, cfg, args.rounds, args.engine_units, log)
+        print(f"batched engine: {bt['units_batched']} units (one image x 24 conditions) in one scheduled batch, "
+              f"{bt['rounds']} rounds interleaved with the same in bf16 and the shared-prefix engine on "
+              f"{args.engine_units} units; batched_max_abs_dr={bt['batched_max_abs_dr']:.2e} "
+              f"batched_whole_max_abs_dp={bt['batched_whole_max_abs_dp']:.2e}; useful work "
+              f"{bt['gflop_per_unit']:.1f} GFLOP per unit, padding_share={bt['padding_share']:.3f}; "
+              f"bf16 vs float32 on the same "
+              f"{bt['bf16_cpu_questions']} questions (mean c_int {bt['mean_c_int']:.3f}): "
+              f"|dc_int| max {bt['bf16_cpu_max_abs_dc_int']:.2e}, answers flipped {bt['bf16_cpu_flip_rate']:.4f}",
+              flush=True)
+        del vlm, vlm_bf16
+        log.sample()
         b = bf16_tolerance(cfg, args.bf16_items, tmp)
         print(f"bf16: Qwen3-VL architecture, {b['params'] / 1e6:.1f} M parameters, confident option heads "
               f"(mean c_int {b['mean_c_int']:.3f}, median option mass {b['median_mass']:.3f}); {b['n']} questions "
               f"shared prefix vs whole prompt in {b['seconds']:.0f} s: |dc_int| max {b['max_dc']:.2e}, "
               f"99th percentile {b['p99_dc']:.2e}; answers flipped {b['flip_rate']:.4f}; with the head in bf16: "
               f"|dc_int| max {b['max_dc_bf16_head']:.2e} ({b['n_bf16_head']} questions)")
+    end = measure_peaks("end")
+    peaks = {dt: max(peaks[dt], end[dt]) for dt in peaks}
+    mfu = tuple(bt["gflop_per_unit"] * u / peaks["float32"] for u in bt["ups_fp32"])
+    mfu = (statistics.median(mfu), min(mfu), max(mfu))
+    mfu_bf16 = statistics.median(bt["gflop_per_unit"] * u / peaks["bfloat16"] for u in bt["ups_bf16"])
+    print(f"utilisation: {bt['gflop_per_unit']:.1f} GFLOP of useful work per unit; batched engine float32 "
+          f"{fmt_ratio('mfu', mfu)} of {peaks['float32']:.0f} GFLOP/s, bfloat16 mfu_bf16={mfu_bf16:.2f} of "
+          f"{peaks['bfloat16']:.0f} GFLOP/s")
+    log.end()
     print(f"tokens_ratio={tok_sep / tok_sh:.2f} lm_tokens_ratio={lm_sep / lm_sh:.2f} "
-          f"vision_passes_per_condition={max(passes)} wall_ratio={wall_sep / wall_sh:.2f} max_abs_dp={max_dp:.2e} "
+          f"vision_passes_per_condition={max(passes)} {fmt_ratio('wall_ratio', wall)} max_abs_dp={max_dp:.2e} "
           f"bf16_max_abs_dc_int={b['max_dc']:.2e} bf16_flip_rate={b['flip_rate']:.4f} "
           f"bf16_wordings_max_abs_dc_int={b['wordings']:.1e} "
-          f"units_per_s_engine={bt['units_per_s_engine']:.4f} units_per_s_batched={bt['units_per_s_batched']:.4f} "
-          f"batched_ratio={bt['batched_ratio']:.2f}")
+          f"units_per_s_engine={bt['units_per_s_engine']:.4f} units_per_s_cpu_fp32={bt['units_per_s_cpu_fp32']:.4f} "
+          f"units_per_s_cpu_bf16={bt['units_per_s_cpu_bf16']:.4f} {fmt_ratio('batched_ratio', bt['batched_ratio'])} "
+          f"{fmt_ratio('cpu_bf16_ratio', bt['cpu_bf16_ratio'])} {fmt_ratio('mfu', mfu)} "
+          f"padding_share={bt['padding_share']:.3f} bf16_cpu_max_abs_dc_int={bt['bf16_cpu_max_abs_dc_int']:.2e} "
+          f"bf16_cpu_flip_rate={bt['bf16_cpu_flip_rate']:.4f} peak_gflops_fp32={peaks['float32']:.0f} "
+          f"peak_gflops_bf16={peaks['bfloat16']:.0f} {log.tail()}")
 
 
 if __name__ == "__main__":

@@ -68,6 +68,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "lib"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' shared modules (also when imported)
+
+from flops import model_flops  # noqa: E402
+from protocol import LoadLog  # noqa: E402
 
 N_CONDITIONS = 24
 #: images per model in the study (spec: two models on the first 600 and 400 images)
@@ -339,46 +343,6 @@ def _loader(cfg, n_conditions: int | None = None):
 # --------------------------------------------------------------------------- FLOPs
 
 
-def _params(module, skip=()) -> int:
-    return sum(p.numel() for n, p in module.named_parameters() if not any(n.startswith(s) for s in skip))
-
-
-def model_flops(vlm, st) -> float:
-    """Useful FLOPs of the work counted in ``st`` (see the module docstring)."""
-    net = vlm.model
-    base = net.model
-    tc = net.config.get_text_config()
-    text = getattr(base, "language_model", None) or getattr(base, "text_model")
-    layers = list(text.layers)
-    first_shared = len(layers) - int(getattr(tc, "num_kv_shared_layers", 0) or 0)
-    full_tok = st.prefill_tokens + st.decode_tokens
-    short_tok = st.end_tokens + st.decode_tokens
-    full_pairs = st.attn_pairs + st.decode_attn_pairs
-    short_pairs = st.end_attn_pairs + st.decode_attn_pairs
-    f = 0.0
-    types = getattr(tc, "layer_types", None) or ["full_attention"] * len(layers)
-    for i, layer in enumerate(layers):
-        shared = i >= first_shared
-        hd = int(getattr(tc, "global_head_dim", 0) or 0) if types[i] == "full_attention" else 0
-        hd = hd or int(getattr(tc, "head_dim", None) or tc.hidden_size // tc.num_attention_heads)
-        f += 2.0 * _params(layer) * (short_tok if shared else full_tok)
-        f += 4.0 * tc.num_attention_heads * hd * (short_pairs if shared else full_pairs)
-    other = _params(text, skip=("layers.", "embed_tokens", "embed_tokens_per_layer"))  # norms, PLE projection
-    f += 2.0 * other * full_tok
-    f += 2.0 * int(tc.hidden_size) * int(tc.vocab_size) * short_tok  # LM head on the read logits
-    vision = getattr(base, "visual", None) or getattr(base, "vision_tower", None) or getattr(base, "vision_model")
-    merge_names = ("merger", "deepstack_merger_list")  # Qwen: the merger runs on merged tokens
-    f += 2.0 * _params(vision, skip=merge_names + ("pos_embed",)) * st.vision_tokens
-    proj = [getattr(base, n) for n in ("multi_modal_projector", "connector", "embed_vision") if hasattr(base, n)]
-    merged = _params(vision) - _params(vision, skip=merge_names) + sum(_params(m) for m in proj)
-    f += 2.0 * merged * st.image_tokens
-    vc = net.config.vision_config
-    vh = int(vc.hidden_size)
-    vl = int(getattr(vc, "depth", None) or vc.num_hidden_layers)
-    f += 4.0 * vh * vl * st.vision_attn_pairs
-    return f
-
-
 def peak_bf16_tflops(device: str, n: int = 8192, iters: int = 50, repeats: int = 3) -> float:
     """Dense bf16 matmul throughput of this device (TFLOP/s, best of ``repeats``), the MFU reference."""
     import torch
@@ -522,6 +486,7 @@ def main() -> int:
     ap.add_argument("--smoke", action="store_true", help="shrunk models on the CPU: a test of this script")
     args = ap.parse_args()
     start = time.perf_counter()
+    log = LoadLog("readout_gpu")
     names = [next((k for k, v in SHORT.items() if v == m), m) for m in args.models]
     unknown = [m for m in names if m not in ARCHS]
     if unknown:
@@ -568,9 +533,10 @@ def main() -> int:
     hours = sum(STUDY_IMAGES[n] * N_CONDITIONS / rates[n] for n in done) / 3600
     hours_all = sum(1000 * N_CONDITIONS / rates[n] for n in done) / 3600
     scope = "whole study" if len(done) == len(ARCHS) else f"only the {len(done)} measured models"
+    log.end()
     print(f"study_gpu_hours={hours:.2f} study_gpu_hours_all1000={hours_all:.2f} ({scope}; "
           f"{' + '.join(str(STUDY_IMAGES[n]) for n in done)} images x {N_CONDITIONS} conditions; "
-          f"total {time.perf_counter() - start:.0f} s)")
+          f"total {time.perf_counter() - start:.0f} s) {log.tail()}")
     return 1 if failed else 0
 
 

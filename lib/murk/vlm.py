@@ -644,7 +644,10 @@ def load_vlm(
         Default ``"cuda"`` when available, else ``"cpu"``.
     dtype : torch.dtype or str, optional
         Default ``readout.dtype_gpu`` (bfloat16) on CUDA and ``readout.dtype_cpu``
-        (float32) otherwise (spec Table III).
+        (float32) otherwise (spec Table III). On the CPU, ``"auto"`` (as a value or
+        as ``readout.dtype_cpu``) measures float32 and bfloat16 matmul on this machine
+        and takes bfloat16 where it is clearly faster, saying so with both rates
+        (:func:`murk.hardware.resolve_cpu_dtype`).
     root : path, optional
         Output root holding ``checkpoints/`` (:func:`murk.paths.checkpoints_dir`).
     config : dict, optional
@@ -696,10 +699,11 @@ def load_vlm(
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if dtype is None:
-        name = rcfg.get("dtype_gpu", "bfloat16") if str(device).startswith("cuda") else rcfg.get("dtype_cpu", "float32")
-        dtype = getattr(torch, name)
-    elif isinstance(dtype, str):
-        dtype = getattr(torch, dtype)
+        dtype = rcfg.get("dtype_gpu", "bfloat16") if str(device).startswith("cuda") else rcfg.get("dtype_cpu", "float32")
+    if isinstance(dtype, str):
+        from murk import hardware
+
+        dtype = getattr(torch, hardware.resolve_cpu_dtype(dtype) if not str(device).startswith("cuda") else dtype)
 
     if command not in LOAD_COMMANDS:
         raise ValueError(f"command={command!r}: use one of {', '.join(LOAD_COMMANDS)}")
