@@ -62,7 +62,8 @@ import numpy as np
 import xarray as xr
 from IPython.display import Image, Markdown, display
 
-from murk import analysis, claims, config, cube, depth, figures, items, metrics, monitor, nominal, paper, paths
+from murk import analysis, claims, config, cube, depth, diagnostics, figures, items, metrics, monitor, nominal, paper
+from murk import paths
 from murk import workflow
 from murk import physics, progress, prompts, readout, recalibration, render, unit
 from murk.paper import (fmt, fmt_crossing, fmt_estimate, fmt_interval, fmt_level, fmt_list, fmt_range, fmt_visibility,
@@ -1172,6 +1173,82 @@ if claims.AT in groups:
                "(accuracy on distractor minus true-category questions).")
 record("finding.controls.t3_bias", " ".join(out))
 display(Markdown("\n\n".join(numbers[k] for k in numbers if k.startswith("finding.controls."))))
+
+# %% [markdown]
+# Design diagnostics. The spec's pilot found its own design confounded through
+# these controls (its contribution iv): distractors without a matched prior put
+# the blank-image accuracy below chance, and on the blank image t3 was answered
+# "No" to almost every question. murk runs the same checks on any design, per
+# model and task: each control's accuracy against chance and against a guesser
+# that sees only the options and picks the category most often correct among
+# this run's items (t2; estimated on the same items, so optimistic on a small
+# run, a conservative reference; for t3 the guesser is the majority answer, at
+# chance by construction), and on the blank image the share of t3's most frequent answer
+# (`murk.diagnostics`: a floor below chance says the distractors carry a prior
+# the model exploits against, a floor above the guesser that the question is
+# answerable without the image, and one answer given to at least
+# `diagnostics.DOMINANT_SHARE` of the questions dominates the task). The
+# numbers are recorded as `diagnostic.*`.
+
+# %%
+#| label: tbl-diagnostics
+#| tbl-cap: "Design diagnostics from the controls, per model and task: blank- and shuffled-image accuracy with bootstrap intervals, chance, the prior guesser's accuracy on the model's items, the verdict of each floor, and t3's most frequent answer on the blank image with its share."
+T3_OPTIONS = list(cfg["prompts"]["t3_options"])
+rows, flagged, floors, dominated = [], set(), {}, {}
+for m in VLMS:
+    ids = set(ds["image"].values[analysis.common_images(ds, [m])].tolist())
+    mine = table[table["image_id"].isin(ids)] if len(table) and "t2_options" in table else table.iloc[:0]
+    guesser = {"t2": diagnostics.prior_guesser_accuracy(list(mine["t2_options"]), list(mine["t2_answer_index"]))
+               if len(mine) else np.nan,
+               "t3": diagnostics.majority_guesser_accuracy(["true", "false"] * len(ids))}
+    blank_t3 = ds["value"].sel(model=m, arm="blank", level=0, task=["t3_true", "t3_false"], readout="answer")
+    try:
+        shares = diagnostics.answer_shares(blank_t3.values, len(T3_OPTIONS))
+    except ValueError:   # an answer outside the options: no share to read
+        shares = np.full(len(T3_OPTIONS), np.nan)
+    top = diagnostics.dominant_answer(shares)
+    top_k = int(np.nanargmax(shares)) if np.isfinite(shares).any() else None
+    record(f"diagnostic.t3_blank_top_share.{key(m)}", shares[top_k] if top_k is not None else np.nan)
+    record(f"diagnostic.t3_blank_top_answer.{key(m)}", T3_OPTIONS[top_k] if top_k is not None else "n/a")
+    if top is not None:
+        dominated.setdefault(T3_OPTIONS[top], []).append(f"{name(m)} ({fmt(shares[top])})")
+        flagged.add(m)
+    for task in ("t2", "t3"):
+        row = {"VLM": name(m), "task": task, "chance": fmt(CHANCE[task]),
+               "prior guesser": fmt(guesser[task]) if np.isfinite(guesser[task]) else "n/a"}
+        record(f"diagnostic.guesser.{task}.{key(m)}", guesser[task])
+        for ctrl in cube.CONTROL_ARMS:
+            e = est("mean", model=m, arm=ctrl, level=0, task=task, readout="correct")
+            v = diagnostics.floor_verdict(*e, CHANCE[task], guesser[task])
+            record(f"diagnostic.floor.{ctrl}.{task}.{key(m)}", v)
+            row[f"{ctrl} accuracy"] = paper.estimate_cell(fmt_estimate(*e))
+            row[f"{ctrl} floor"] = v
+            if v in (diagnostics.BELOW_CHANCE, diagnostics.ABOVE_GUESSER):
+                floors.setdefault((ctrl, task, v), []).append(f"{name(m)} ({fmt_estimate(*e)})")
+                flagged.add(m)
+        row["t3 on the blank: top answer"] = (f"{T3_OPTIONS[top_k]} ({fmt(shares[top_k])})"
+                                         if task == "t3" and top_k is not None else "")
+        rows.append(row)
+out = []
+for (ctrl, task, v), who in floors.items():
+    against = "chance" if v == diagnostics.BELOW_CHANCE else "the prior guesser"
+    out.append(f"On the {ctrl} image the {task} floor lies {'below' if v == diagnostics.BELOW_CHANCE else 'above'} "
+               f"{against} for {fmt_list(who)}: {diagnostics.VERDICT_TEXT[v]}.")
+for answer, who in dominated.items():
+    verb = "answers" if len(who) == 1 else "answer"
+    out.append(f"On the blank image {fmt_list(who)} {verb} “{answer}” to at least "
+               f"{fmt(diagnostics.DOMINANT_SHARE)} of the t3 questions: the answer bias dominates the task, which "
+               "then measures whether the boxed object is judged visible rather than how well the answer is calibrated.")
+clear = [name(m) for m in VLMS if m not in flagged]
+if clear:
+    out.append(f"For {fmt_list(clear)} the controls show no design confound: {claims.they(len(clear), 'its', 'their')} "
+               f"floors are at chance or between chance and the prior guesser, and no answer dominates t3 on the "
+               "blank image.")
+record("finding.diagnostic", " ".join(out))
+show_table(paper.markdown_table(rows), "diagnostics")
+
+# %%
+display(Markdown(numbers["finding.diagnostic"]))
 
 # %%
 #| label: fig-accuracy-t3

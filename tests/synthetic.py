@@ -55,7 +55,7 @@ CUSTOM_CODE_NOT_RUN_A = {"config.json AutoModelForImageTextToText":
 IMAGENET_C_CORRECT = ((30, 29, 27, 28, 29), (27, 29, 28, 26, 25))
 #: the variant root without nominal equivalence, verbal wordings and parseable verbal confidence
 BARE = {"models": ["runs/run1/final", "runs/run2/final"], "nominal": False, "n_verbal": 0, "parse": False,
-        "monitor": False}
+        "monitor": False, "diagnostic": True}
 
 
 def accuracy_curve(level: int, v_half: float, chance: float = 0.25, clean: float = 1.0) -> float:
@@ -76,13 +76,16 @@ def largest_imagenet_c_change(k: int) -> tuple[int, float]:
 
 
 def write_root(root: Path, models=None, nominal: bool = True, n_verbal: int = N_VERBAL, parse: bool = True,
-               monitor: bool = True) -> Path:
+               monitor: bool = True, diagnostic: bool = False) -> Path:
     """Write items, two read-out stores, the deployable monitor's store and a nominal equivalence under ``root``;
     returns it.
 
     ``models`` (default :data:`MODELS`), ``nominal`` (write the nominal equivalence), ``n_verbal`` (images asked
     the wordings v2, v3), ``parse`` (model a gives parseable verbalized confidences) and ``monitor`` (write the
-    deployable monitor, :func:`write_monitor`) make the variants (:data:`BARE`)."""
+    deployable monitor, :func:`write_monitor`) make the variants (:data:`BARE`). ``diagnostic`` gives the first
+    model a confounded design (blank-image t2 accuracy 0, below chance; "No" to every t3
+    question on the blank image) and the second an unconfounded one (every control's answers spread evenly over
+    the options); otherwise every answer is option 0."""
     models = MODELS if models is None else list(models)
     root = Path(root)
     ids = list(range(100, 100 + N_IMAGES))
@@ -115,22 +118,31 @@ def write_root(root: Path, models=None, nominal: bool = True, n_verbal: int = N_
                     else:
                         p_acc = accuracy_curve(lvl, V_HALF_M.get(arm, 1.0), chance, top) if arm != "clean" else top
                         ok = float(rng.random() < p_acc) if k == 0 else float(i < round(p_acc * N_IMAGES))
+                    n_opt = 4 if task == "t2" else 2
+                    answer = 0
+                    if diagnostic and arm in ("blank", "shuffled"):
+                        if k == 0 and arm == "blank":   # the confounded design: t2 never right, t3 always "No"
+                            answer = 1 if task != "t2" else 0
+                            ok = float(task == "t3_false") if task != "t2" else 0.0
+                        elif k == 1:   # the unconfounded one: answers spread over the options, right at chance
+                            answer = i % n_opt
+                            ok = float((i // n_opt) % n_opt == 0)
                     r = {k_: np.nan for k_ in cube.READOUTS} | {k_: "" for k_ in cube.TEXT_READOUTS}
                     # c_int: 0.9 on correct answers, 0.9 or 1.0 on wrong ones (flat: it never crosses)
-                    r.update({"answer": 0.0, "correct": ok, "c_int": 0.9 if ok else float(rng.choice([0.9, 1.0])),
+                    r.update({"answer": float(answer), "correct": ok, "c_int": 0.9 if ok else float(rng.choice([0.9, 1.0])),
                               "abstain2": 0.0, "option_mass": OPTION_MASS[k], "top_token": "A"})
                     if k == 0 or arm in ("imagenet_c", "blank", "shuffled"):   # model a: follows the errors (a lag)
                         r["abstain"] = float(not ok and rng.random() < 0.9)
                     else:   # model b: a share (top - p) / (top - chance), mid-way where accuracy's is: no lag
                         share = min(max((top - p_acc) / (top - chance), 0.0), 1.0)
                         r["abstain"] = float(i >= N_IMAGES - round(share * N_IMAGES))
-                    # the option distribution (schema 4): the answer (option 0) at c_int, the rest shared; the target
-                    # is option 0 when correct, option 1 otherwise; the abstain letters' shares follow the decisions
-                    n_opt = 4 if task == "t2" else 2
+                    # the option distribution (schema 4): the answer's option at c_int, the rest shared; the target is
+                    # the answer when correct, the next option otherwise; the abstain letters' shares follow the decisions
                     rest = (1.0 - r["c_int"]) / (n_opt - 1)
-                    r.update({f"p_option_{j}": (r["c_int"] if j == 0 else rest) if j < n_opt else np.nan
+                    r.update({f"p_option_{j}": (r["c_int"] if j == answer else rest) if j < n_opt else np.nan
                               for j in range(4)})
-                    r.update({"target": 0.0 if ok else 1.0, "p_abstain": 0.6 if r["abstain"] else 0.1,
+                    r.update({"target": float(answer if ok else (answer + 1) % n_opt),
+                              "p_abstain": 0.6 if r["abstain"] else 0.1,
                               "p_abstain2": 0.05})
                     if k == 0 and parse:   # parsed on nine images in ten, always ended at end-of-sequence
                         parsed = i % 10 != 0

@@ -565,6 +565,26 @@ def test_absent_sections_say_what_was_not_run(bare):
         assert n[key].split(" (")[0] in html, key
 
 
+def test_design_diagnostics_name_the_confounded_design_and_clear_the_other(bare):
+    """Issue 26: the first model's design is confounded as the spec's pilot was (blank-image t2 accuracy 0, below
+    chance; "No" to every t3 question on the blank image), the second's is not (its controls at chance, its
+    answers spread): the generated diagnostics say so, model by model, and the paper states them."""
+    n, html = bare
+    a, b = (paths.model_slug(m) for m in synthetic.BARE["models"])
+    assert n[f"diagnostic.floor.blank.t2.{a}"] == "below chance"
+    assert (n[f"diagnostic.t3_blank_top_answer.{a}"], n[f"diagnostic.t3_blank_top_share.{a}"]) == ("No", "1.00")
+    assert all(n[f"diagnostic.floor.{c}.{t}.{b}"] == "none" for c in ("blank", "shuffled") for t in ("t2", "t3"))
+    assert n[f"diagnostic.t3_blank_top_share.{b}"] == "0.50" and n[f"diagnostic.guesser.t3.{b}"] == "0.50"
+    f = n["finding.diagnostic"]
+    assert ("On the blank image the t2 floor lies below chance for run1/final (0.00 [0.00, 0.00]): the distractors "
+            "carry a prior the model exploits against.") in f, f
+    assert "On the blank image run1/final (1.00) answers “No” to at least 0.90 of the t3 questions" in f, f
+    assert f.endswith("For run2/final † the controls show no design confound: its floors are at chance or between "
+                      "chance and the prior guesser, and no answer dominates t3 on the blank image."), f
+    assert "run2" not in f.split("For run2/final †")[0]   # flagged nowhere
+    assert "the controls show no design confound" in html and "the t2 floor lies below chance for run1/final" in html
+
+
 def test_models_with_the_same_last_part_keep_apart_everywhere(bare, synthetic_bare):
     """Two local folders ``runs/run1/final``, ``runs/run2/final``: every sentence and table names them apart."""
     n, html = bare

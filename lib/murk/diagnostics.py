@@ -64,7 +64,10 @@ def prior_guesser_accuracy(options: Sequence[Sequence[str]], answer_index: Seque
     prior : mapping of str to float, optional
         Each category's prior weight. Default: how often each category is the
         *correct* answer among these questions (the prior a model could have learnt
-        from such a design; a prior-matched design makes it useless).
+        from such a design; a prior-matched design makes it useless). Estimated on
+        the questions it is scored on, it is optimistic on a small set (on 8 items a
+        category that is the answer twice already wins), which makes a floor "above
+        the guesser" (:func:`floor_verdict`) harder to reach: a conservative reference.
 
     Returns
     -------
