@@ -78,8 +78,8 @@ wall_ratio=<y> wall_ratio_range=<lo>-<hi> max_abs_dp=<z> bf16_max_abs_dc_int=<d>
 bf16_flip_rate=<f> bf16_wordings_max_abs_dc_int=<w>``, the fields above, the peaks, and
 the load.
 
-Run: ``.venv/bin/python benchmarks/readout.py [--items 2] [--bf16-items 167]`` (about 15 min on 2
-idle cores; over an hour on 2 cores shared with other CPU-heavy jobs).
+Run: ``.venv/bin/python benchmarks/readout.py [--items 2] [--bf16-items 167] [--rounds 3]`` (about 5 min
+on 2 idle cores, 2026-12-03; over an hour on 2 cores shared with other CPU-heavy jobs).
 
 Measured 2026-11-30 (3 items, 2 shared cores, trained stand-in tokenizer): ``tokens_ratio=5.08
 vision_passes_per_condition=1 wall_ratio=3.72 max_abs_dp=1.64e-07`` (language-model tokens alone:
