@@ -13,6 +13,7 @@ import sys
 
 from snakemake.exceptions import WorkflowError
 
+from murk import design as murk_design
 from murk import settings as murk_settings
 from murk import workflow as murk_workflow
 from murk.paths import model_slug
@@ -81,6 +82,11 @@ RUNNING = str(murk_workflow.running_notebooks_dir(OUT))
 COCO = f"-p coco_dir {shlex.quote(COCO_DIR)}" if COCO_DIR else ""
 RUN_NAME = f"-p run_name {config['run_name']}" if config.get("run_name") else ""
 DEVICE = f"-p device {config['device']}" if config.get("device") else ""
+# the design (murk.design): given to select, which records it in items_meta.json for every later stage
+DESIGN = "-y " + shlex.quote("design: " + json.dumps(murk_design.design_from_settings(config), sort_keys=True))
+# another design's run compared with this one in the paper's diagnostics (its folder, absolute)
+COMPARE = (f"-p compare_with {shlex.quote(os.path.abspath(os.path.expanduser(config['compare_with'])))}"
+           if config.get("compare_with") else "")
 
 
 def papermill(notebook, executed, params):
@@ -133,7 +139,7 @@ rule select:
     log:
         f"{RUNNING}/01_select.ipynb",
     params:
-        p=f"-p n_items {config['n_items']} -p seed {config['seed']} -p split {config['split']} {COCO} {RUN_NAME}",
+        p=f"-p n_items {config['n_items']} -p seed {config['seed']} -p split {config['split']} {COCO} {RUN_NAME} {DESIGN}",
     shell:
         papermill("{input.nb}", "{log}", "{params.p}")
 
@@ -291,8 +297,9 @@ rule analyse:
     params:
         models=json.dumps([{"id": e.id, "n_items": e.n_items} for e in MODEL_ENTRIES]),
         shard=f"-p shard_size {SHARD_SIZE}" if SHARD_SIZE else "",
+        compare=COMPARE,
     shell:
-        papermill("{input.nb}", "{log}", "-y 'models: {params.models}' {params.shard}")
+        papermill("{input.nb}", "{log}", "-y 'models: {params.models}' {params.shard} {params.compare}")
 
 
 # The paper embeds its figures and tables from the executed notebooks (the logs of

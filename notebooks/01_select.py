@@ -48,8 +48,10 @@ n_items = None
 seed = None
 # None: $MURK_OUTPUT_DIR or outputs/
 output_dir = None
-# frozen record name; None: "offline-demo" if MURK_OFFLINE else "demo"
+# frozen record name; None: "offline-demo" if MURK_OFFLINE else "demo" (a design variant: with "-design-<its config hash>")
 run_name = None
+# design variant (murk.design: binary_task, distractors, box_width_px, sweep_end_m, abstain_wordings); None: the run settings'
+design = None
 
 # %%
 from collections import Counter
@@ -58,19 +60,27 @@ import matplotlib.pyplot as plt
 from IPython.display import display
 
 from murk import coco, config, items, paths, workflow
+from murk import design as designs
 
 # %% [markdown]
 # ## The draw
 #
 # The annotation file and image folder (`MURK_COCO_DIR`, or fetched into
 # `outputs/coco/` when online), the frozen configuration (`data/config.yaml`,
-# spec Table III), then the selection itself (`murk.items.select_items`).
+# spec Table III) with the run's design applied (`murk.design.design_config`:
+# the study's design leaves it as it is; a variant such as `data/pilot.yaml`
+# has its own configuration and hash, recorded in `items_meta.json`, from
+# which every later stage reads it), then the selection itself
+# (`murk.items.select_items`).
 
 # %%
 # a parameter left at None takes its default from the run settings (data/workflow.yaml), as Snakemake does
 split, n_items, seed = (config.run_default(k, v) for k, v in (("split", split), ("n_items", n_items), ("seed", seed)))
+if design is None:
+    design = designs.design_from_settings({k: config.run_default(k) for k in designs.DESIGN_KEYS})
 ann, image_dir = coco.coco_files(coco_dir, split)
-cfg = config.load_config()
+cfg = designs.design_config(config.load_config(), design)
+print(designs.describe_design(cfg))
 table = items.select_items(ann, n_items=n_items, seed=seed, config=cfg)
 table[["image_id", "category", "t2_options", "t2_answer_index", "t3_distractor"]].head(10)
 
@@ -84,9 +94,10 @@ table[["image_id", "category", "t2_options", "t2_answer_index", "t3_distractor"]
 # and the three files written.
 
 # %%
-if run_name is None:
-    run_name = "offline-demo" if paths.offline() else "demo"
 config_hash, items_hash = config.config_hash(cfg), items.items_hash(table)
+if run_name is None:  # a design variant has its own record: its config hash differs from the study's
+    run_name = ("offline-demo" if paths.offline() else "demo") + (
+        "" if designs.is_study_design(cfg) else f"-design-{config_hash[:8]}")
 workflow.refuse_foreign_stores(paths.output_dir(output_dir), config_hash, items_hash, stage="select")
 config.freeze_run(run_name, config_hash, items_hash, n_items=len(table), seed=seed, annotation_file=ann)
 report = items.selection_report(table, ann, cfg)
@@ -97,7 +108,8 @@ report["image_checks"] = items.image_checks(table, image_dir, progress=True)
 meta = {"config_hash": config_hash, "items_hash": items_hash, "run_id": workflow.run_id(config_hash, items_hash),
         "run_name": run_name,
         "n_items": int(len(table)), "n_items_requested": int(n_items), "seed": int(seed),
-        "annotation_file": str(ann), "image_dir": str(image_dir)}
+        "annotation_file": str(ann), "image_dir": str(image_dir),
+        "design": designs.differences(cfg), "study_config_hash": config.config_hash(config.load_config())}
 items.save_selection(table, meta, report, output_dir)
 print(f"run {run_name!r}: {len(table)} items; config hash {config_hash[:12]}, items hash {items_hash[:12]}")
 for kind, notes in report["image_checks"].items():

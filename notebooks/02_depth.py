@@ -40,9 +40,10 @@ import numpy as np
 from IPython.display import Image, display
 
 from murk import config, depth, figures, items, nominal, paper, paths, progress, render, workflow
+from murk import design as designs
 
-cfg = config.load_config()
 table, meta = items.read_items(output_dir)
+cfg = designs.config_of(meta)   # data/config.yaml with the run's design (murk.design; the study's: as it is)
 max_side = cfg["render"]["max_side_px"]
 # the figure and table below are outputs too: refuse (before writing) a root whose stores are of another selection
 workflow.refuse_foreign_stores(paths.output_dir(output_dir), meta["config_hash"], meta["items_hash"], stage="depth")

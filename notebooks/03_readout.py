@@ -63,9 +63,10 @@ import xarray as xr
 from IPython.display import display
 
 from murk import config, cube, depth, engine, items, paths, prompts, readout, render, runlock, workflow
+from murk import design as designs
 
-cfg = config.load_config()
 table, meta = items.read_items(output_dir)
+cfg = designs.config_of(meta)   # data/config.yaml with the run's design (murk.design; the study's: as it is)
 # a parameter left at None takes its default from the run settings (data/workflow.yaml), as Snakemake does
 if model is None or max_items is None:  # (Snakemake passes both)
     listed = workflow.model_entries(config.run_default("models"), len(table), "the run settings' models")

@@ -40,9 +40,10 @@ from IPython.display import display
 
 import murk
 from murk import config, cube, depth, items, monitor, paths, physics, progress, render, workflow
+from murk import design as designs
 
-cfg = config.load_config()
 table, meta = items.read_items(output_dir)
+cfg = designs.config_of(meta)   # data/config.yaml with the run's design (murk.design; the study's: as it is)
 current = depth.current_depth(output_dir)
 RUN_ID = workflow.run_id(meta["config_hash"], meta["items_hash"])   # this selection's identity (items_meta.json)
 workflow.refuse_other_depth(current, RUN_ID, "monitor", paths.depth_dir(output_dir) / "current.json")

@@ -48,6 +48,9 @@ models = None
 shard_size = None
 # items on which the monitor is re-run with a wrong depth (0: skip)
 monitor_sensitivity_items = 20
+# the output folder of another design's run, compared with this one in the diagnostics; None: the run settings'
+# compare_with (data/workflow.yaml: null, none; data/pilot.yaml: outputs)
+compare_with = None
 output_dir = None
 
 # %%
@@ -64,19 +67,20 @@ from IPython.display import Image, Markdown, display
 
 from murk import analysis, claims, config, cube, depth, diagnostics, figures, items, metrics, monitor, nominal, paper
 from murk import paths
+from murk import design as designs
 from murk import workflow
 from murk import physics, progress, prompts, readout, recalibration, render, unit
 from murk.paper import (fmt, fmt_crossing, fmt_estimate, fmt_interval, fmt_level, fmt_list, fmt_range, fmt_visibility,
                         fmt_visibility_interval)
 
-cfg = config.load_config()
-A = cfg["analysis"]
-CHANCE = A["chance"]
 FIG_DIR, TABLE_DIR = paths.figures_dir(output_dir), paths.analysis_dir(output_dir)
 TABLE_DIR.mkdir(parents=True, exist_ok=True)
 numbers = paper.Numbers(paths.numbers_file(output_dir))
 record = numbers.record
 table, meta = items.read_items(output_dir)
+cfg = designs.config_of(meta)   # data/config.yaml with the run's design (murk.design; the study's: as it is)
+A = cfg["analysis"]
+CHANCE = A["chance"]
 
 # %% [markdown]
 # Two helpers show what a cell builds: `show` saves a figure under `figures/`
@@ -175,11 +179,14 @@ for e in ENTRIES:  # an entry that gives its n_items must find a store of that m
         raise ValueError(f"the read-out store of {e.id} holds {int(full['n_items'].sel(model=e.id))} items, its "
                          f"entry in models asks for n_items: {e.n_items}: run its read-out with that n_items "
                          f"(snakemake does), or give the entry the store's n_items")
+# a design whose sweep ends earlier, or with one abstain wording, is analysed on what it measures (murk.design)
+full = designs.restrict_to_design(full, cfg)
 ds = full.sel(model=[m for m in full["model"].values if m not in monitor.MONITOR_IDS])
 VLMS = [str(m) for m in ds["model"].values]
 PIPELINE_CHECK = bool(ds["pipeline_check"].any())
 VIS = ds["visibility_m"].values           # level 0 (clean, inf) and the sweep
-END = len(physics.SWEEP_M)                 # the last, murkiest level
+SWEEP = np.asarray(designs.sweep_of(cfg))  # the design's sweep (the study's: physics.SWEEP_M)
+END = len(SWEEP)                           # the last, murkiest level
 
 
 def level_of(v_m: float) -> int:
@@ -419,10 +426,10 @@ record("n_resamples_crossing", int(A["bootstrap_resamples_crossing"]))
 record("ci_percent", f"{100 * A['ci_level']:.0f}")
 record("cfg.koschmieder", f"{p['koschmieder_constant']:g}")
 record("cfg.airlight", f"{p['fog_airlight']:g}")
-record("cfg.sweep", ", ".join(fmt_level(v) for v in physics.SWEEP_M))
-record("cfg.n_levels", len(physics.SWEEP_M))
-record("cfg.sweep_min_m", fmt_level(physics.SWEEP_M.min()))
-record("cfg.sweep_max_m", fmt_level(physics.SWEEP_M.max()))
+record("cfg.sweep", ", ".join(fmt_level(v) for v in SWEEP))
+record("cfg.n_levels", len(SWEEP))
+record("cfg.sweep_min_m", fmt_level(SWEEP.min()))
+record("cfg.sweep_max_m", fmt_level(SWEEP.max()))
 record("cfg.wavelengths_nm", ", ".join(str(v) for v in p["underwater_wavelengths_nm"]))
 record("cfg.pope_fry", ", ".join(f"{v:g}" for v in p["pope_fry_absorption_per_m"]))
 record("cfg.depth_min_m", f"{cfg['depth']['min_m']:g}")
@@ -940,7 +947,7 @@ else:
             continue
         sub = ds.sel(model=[m]).isel(image=np.flatnonzero(asked))
         r_sub = analysis.verbal_rates(sub, by_task=True).sel(model=m, arm="fog", task="t2")
-        for v in (np.inf, 62.5, 15.625, 7.8125, 3.90625, 1.953125):
+        for v in [v for v in (np.inf, 62.5, 15.625, 7.8125, 3.90625, 1.953125) if np.isclose(VIS, v).any()]:
             lvl = 0 if not np.isfinite(v) else level_of(v)
             cell = sub["value"].sel(model=m, arm="fog", level=lvl, task="t2")
             mean = lambda ro: float(cell.sel(readout=ro).mean(skipna=True))  # noqa: E731
@@ -1250,6 +1257,158 @@ show_table(paper.markdown_table(rows), "diagnostics")
 # %%
 display(Markdown(numbers["finding.diagnostic"]))
 
+# %% [markdown]
+# The marker. The pilot lost its thin box (spec Sec. III "(iii)": 8 px instead
+# of 3 px). murk renders each item at the design's murkiest level with and
+# without the box and measures how much the box stands out as a vision encoder
+# sees it: the colour difference the box makes, averaged over the encoder's
+# patches that it touches (`murk.diagnostics.marker_contrast`; patch side
+# `diagnostics.PATCH_PX`, the study models' `patch_size`), and counts an item as
+# hard to see below `diagnostics.HARD_TO_SEE_CONTRAST` (murk's threshold). The
+# clean image is the reference.
+
+# %%
+#| label: tbl-marker
+#| tbl-cap: "The box marker as a vision encoder sees it: its contrast against its surround, averaged over the patches it touches, on the clean image and at the design's murkiest level of each physical arm (median over items), and the share of items whose marker is hard to see."
+WIDTH, COLOR = int(cfg["render"]["box_width_px"]), tuple(cfg["render"].get("box_color_rgb", (255, 0, 0)))
+V_END = float(SWEEP[-1])
+contrast = {"clean": [], "fog": [], "underwater": []}
+try:
+    current = depth.current_depth(output_dir)
+except FileNotFoundError:  # a cube analysed without its depth stage: no renderings
+    current = None
+n_marker = len(table) if current is not None and "file_name" in table else 0
+for i in progress.bar(range(n_marker), desc="analyse: marker contrast", unit="img") if n_marker else []:
+    row = table.iloc[i]
+    try:  # bad input or a failed rendering: left out here, recorded as missing in the cube
+        img, size = render.load_presented(Path(meta["image_dir"]) / row["file_name"], cfg["render"]["max_side_px"],
+                                          expected_size=(int(row["width"]), int(row["height"])))
+        z = depth.load_depth(current["path"], int(row["image_id"]), shape=img.shape[:2])
+        shown = {"clean": img, "fog": physics.fog_sweep(img, z, np.asarray([V_END]))[0],
+                 "underwater": physics.underwater_sweep(img, z, np.asarray([V_END]))[0]}
+    except (FileNotFoundError, ValueError, OSError):
+        continue
+    bbox = render.scale_bbox(row["bbox"], (int(row["width"]), int(row["height"])), size)
+    for arm, x in shown.items():
+        contrast[arm].append(diagnostics.marker_contrast(render.draw_box(x, bbox, WIDTH, COLOR), x))
+record("diagnostic.marker.width_px", WIDTH)
+record("diagnostic.marker.patch_px", diagnostics.PATCH_PX)
+record("diagnostic.marker.threshold", fmt(diagnostics.HARD_TO_SEE_CONTRAST))
+record("diagnostic.marker.v_end_m", fmt_level(V_END))
+rows, hard = [], {}
+for arm, c in contrast.items():
+    c = np.asarray(c, float)
+    ok = c[np.isfinite(c)]
+    med = float(np.median(ok)) if ok.size else np.nan
+    share = float(np.mean(ok < diagnostics.HARD_TO_SEE_CONTRAST)) if ok.size else np.nan
+    hard[arm] = share
+    record(f"diagnostic.marker.median.{arm}", med)
+    record(f"diagnostic.marker.hard_share.{arm}", share)
+    record(f"diagnostic.marker.n.{arm}", int(ok.size))
+    rows.append({"image": "clean" if arm == "clean" else f"{arm}, V = {fmt_level(V_END)} m", "items": str(ok.size),
+                 "median contrast": fmt(med), "hard to see": fmt(share)})
+if not np.isfinite(hard["clean"]):
+    out = "No item could be rendered, so the marker's contrast is not known."
+else:
+    def share_text(x: float) -> str:
+        return "none" if x == 0 else "all" if x == 1 else f"a share of {fmt(x)}"
+
+    hard_any = any(hard[a] > 0 for a in ("fog", "underwater"))
+    out = (f"As a vision encoder's {diagnostics.PATCH_PX}-px patches see it, the {WIDTH}-px box is hard to see "
+           f"(contrast below {fmt(diagnostics.HARD_TO_SEE_CONTRAST)}) at {fmt_level(V_END)} m on "
+           f"{share_text(hard['fog'])} of the items in fog and {share_text(hard['underwater'])} under water, and on "
+           f"{share_text(hard['clean'])} of the clean images"
+           + (": at the murkiest level a share of the questions concerns a marker the model may not see." if hard_any
+              else ": the marker stays visible at the murkiest level."))
+record("finding.diagnostic_marker", out)
+show_table(paper.markdown_table(rows), "marker")
+
+# %%
+display(Markdown(numbers["finding.diagnostic_marker"]))
+
+# %% [markdown]
+# Two designs side by side. The run's design (`murk.design`: the study's, or a
+# variant such as the spec's pilot, `data/pilot.yaml`) is stated first. When
+# another design's run is given (`compare_with`: its output folder, e.g. the
+# study's design next to the pilot's), the floors, t3's blank-image answer bias
+# and V_acc are compared on the models and images both runs read out
+# (`murk.diagnostics.design_summary`, point estimates over the shared images;
+# each run restricted to its own design's sweep).
+
+# %%
+#| label: tbl-design-comparison
+#| tbl-cap: "This run's design against another design's run, on the models and images both read out: blank- and shuffled-image accuracy (t2), t3's most frequent blank-image answer share, and V_acc (t2) in fog and under water."
+record("finding.design", designs.describe_design(cfg))
+compare_with = config.run_default("compare_with", compare_with)
+CMP_ROWS, cmp_out, CMP_WHY = [], "", None
+if not compare_with:
+    cmp_md = not_computed("no other design's run was given (compare_with)")
+    cmp_out = "No other design's run was given to compare with (the run setting compare_with)."
+else:
+    other_root = Path(compare_with).expanduser().resolve()
+    why = None
+    if other_root == Path(paths.output_dir(output_dir)).resolve():
+        why = f"compare_with names this run's own folder {other_root}"
+    elif not paths.cube_store(other_root).exists() or not paths.items_file(other_root).is_file():
+        why = (f"{other_root} holds no analysed run (cube.zarr, items.json): run that design first, e.g. make demo "
+               f"for the study's design into outputs")
+    if why:
+        CMP_WHY = why   # said in the next cell (a table cell shows its table only)
+        cmp_md = not_computed(why)
+        cmp_out = f"The design comparison was not computed: {why}."
+    else:
+        o_table, o_meta = items.read_items(other_root)
+        o_cfg = designs.config_of(o_meta)
+        o_ds = designs.restrict_to_design(cube.open_cube(paths.cube_store(other_root)).load(), o_cfg)
+        common_m = [m for m in VLMS if m in set(map(str, o_ds["model"].values))]
+        sentences = []
+        record("diagnostic.compare.root", str(other_root))
+        record("diagnostic.compare.design_there", designs.describe_design(o_cfg))
+        for m in common_m:
+            mine_ids = set(ds["image"].values[analysis.common_images(ds, [m])].tolist())
+            o_sub = o_ds.sel(model=[m])
+            theirs_ids = set(o_sub["image"].values[analysis.common_images(o_sub, [m])].tolist())
+            ids = sorted(mine_ids & theirs_ids)
+            record(f"diagnostic.compare.n_images.{key(m)}", len(ids))
+            if not ids:
+                sentences.append(f"{name(m)} was read out on no image that both runs share.")
+                continue
+            a = diagnostics.design_summary(ds, m, ids, CHANCE)
+            b = diagnostics.design_summary(o_ds, m, ids, CHANCE)
+            for k_, v_ in a.items():
+                record(f"diagnostic.compare.here.{k_}.{key(m)}", v_)
+                record(f"diagnostic.compare.there.{k_}.{key(m)}", b[k_])
+
+            def vtxt(d, arm, unit=" m"):
+                t = fmt_crossing(d[f"v_acc.{arm}.t2"], "below" if d[f"v_acc_censored.{arm}.t2"] else "", 1)
+                return t if t == "n/a" else t + unit
+
+            for label, d in (("this design", a), ("compared design", b)):
+                CMP_ROWS.append({"VLM": name(m), "design": label, "images": str(len(ids)),
+                                 "blank t2": fmt(d["floor.blank.t2"]), "shuffled t2": fmt(d["floor.shuffled.t2"]),
+                                 "t3 blank top share": fmt(d["t3_blank_top_share"]),
+                                 "V_acc fog (m)": vtxt(d, "fog", ""), "V_acc underwater (m)": vtxt(d, "underwater", "")})
+            below = [lbl for lbl, d in (("here", a), ("there", b))
+                     if np.isfinite(d["floor.blank.t2"]) and d["floor.blank.t2"] < CHANCE["t2"]]
+            sentences.append(
+                f"For {name(m)}, on the {len(ids)} images both runs read out, the blank-image t2 accuracy is "
+                f"{fmt(a['floor.blank.t2'])} in this design and {fmt(b['floor.blank.t2'])} in the compared one "
+                f"(chance {fmt(CHANCE['t2'])}), the shuffled-image one {fmt(a['floor.shuffled.t2'])} and "
+                f"{fmt(b['floor.shuffled.t2'])}; t3's most frequent blank-image answer takes "
+                f"{fmt(a['t3_blank_top_share'])} and {fmt(b['t3_blank_top_share'])} of the questions; V_acc (t2) in fog "
+                f"is {vtxt(a, 'fog')} and {vtxt(b, 'fog')}.")
+        if not common_m:
+            sentences.append(f"The run in {other_root} read out none of this run's models.")
+        cmp_out = f"The run compared, in {other_root}, uses {designs.design_name(o_cfg)}. " + " ".join(sentences)
+        cmp_md = paper.markdown_table(CMP_ROWS) if CMP_ROWS else not_computed("no model and image both runs read out")
+record("finding.design_comparison", cmp_out)
+show_table(cmp_md, "design-comparison")
+
+# %%
+if CMP_WHY:
+    print(f"WARNING design comparison not computed: {CMP_WHY}")
+display(Markdown(numbers["finding.design"] + "\n\n" + numbers["finding.design_comparison"]))
+
 # %%
 #| label: fig-accuracy-t3
 #| fig-cap: "t3 (verification) accuracy against visibility; conventions as for t2."
@@ -1355,7 +1514,7 @@ show_table(paper.markdown_table([{"setting": f"`{r['setting']}`", "value": one_l
 # %%
 #| label: fig-examples
 #| fig-cap: "The first items across fog and underwater levels with the first model's t2 answer (✓ correct, ✗ wrong), internal confidence c, verbalized confidence v and abstention."
-example_levels, n_examples = (0, 3, 5, 6, 7, 8), 3
+example_levels, n_examples = tuple(k for k in (0, 3, 5, 6, 7, 8) if k <= END), 3   # END: the design's last level
 model0 = VLMS[0]
 tiles, captions, row_labels = [], [], []
 try:

@@ -19,11 +19,11 @@ ROOT = paths.project_root()
 #: notebook -> {parameter: run setting it mirrors}
 MIRRORED = {
     "01_select": {"split": "split", "n_items": "n_items", "seed": "seed", "run_name": "run_name",
-                  "coco_dir": "coco_dir"},
+                  "coco_dir": "coco_dir", "design": "binary_task"},   # design: the five settings of murk.design
     "02_depth": {"backend": "depth_backend", "model": "depth_model"},
     "03_readout": {"model": "models", "device": "device", "n_verbal_items": "n_verbal_items",
                    "trust_remote_code": "trust_remote_code", "allow_pickle": "allow_pickle"},
-    "04_analyse": {"models": "models", "shard_size": "shard_size"},
+    "04_analyse": {"models": "models", "shard_size": "shard_size", "compare_with": "compare_with"},
 }
 
 

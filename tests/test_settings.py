@@ -68,6 +68,9 @@ def test_an_unknown_key_is_refused_with_the_nearest_known_key():
     ("depth_backend", "cnstant", "did you mean constant?"), ("device", 0, "got a number"), ("device", "gpu", ""),
     ("run_name", "2025", ""), ("run_name", "a b", ""), ("split", "", "it is not set"),
     ("output_dir", "out put", "a blank"), ("output_dir", "o{x}", "'{'"), ("output_dir", None, "it is not set"),
+    ("binary_task", "existance", "did you mean existence?"), ("distractors", "uniformly", "did you mean uniform?"),
+    ("box_width_px", 0, "got 0, below 1"), ("abstain_wordings", 3, "got 3, above 2"),
+    ("sweep_end_m", 3.0, "got 3, not a level of the sweep"), ("sweep_end_m", "deep", "got text"),
 ])
 def test_a_wrong_type_or_range_is_refused_naming_the_key_as_typed_and_the_form(key, value, why):
     msg = _refusal(key, value)
@@ -87,6 +90,10 @@ def test_values_as_snakemake_and_papermill_pass_them_are_normalised():
     assert check_setting("n_verbal_items", 0) == 0 and check_setting("device", "cuda:1") == "cuda:1"
     assert check_setting("output_dir", "~/murk-out") == os.path.expanduser("~/murk-out")
     assert check_setting("output_dir", 2025) == "2025"  # a folder named by digits arrives as a number
+    # a sweep level as the spec prints it (3.9, 1.95) or exact, from YAML or as --config text
+    assert check_setting("sweep_end_m", 3.9) == 3.90625 and check_setting("sweep_end_m", "1.95") == 1.953125
+    assert check_setting("sweep_end_m", 250) == 250.0 and check_setting("sweep_end_m", "null") is None
+    assert check_setting("box_width_px", "3") == 3 and check_setting("abstain_wordings", 1) == 1
     # a model entry's n_items arrives as text from --config (YAML scalars stay text)
     assert check_setting("models", [{"id": "a/b", "n_items": "2"}, "c/d"]) == [{"id": "a/b", "n_items": 2}, "c/d"]
 

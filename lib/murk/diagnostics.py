@@ -11,7 +11,11 @@ interval and its answers:
   that uses the category prior alone (:func:`prior_guesser_accuracy`; for a binary task
   :func:`majority_guesser_accuracy`);
 - :func:`answer_shares` and :func:`dominant_answer`: one answer given to (almost) every
-  question of a task on the blank image.
+  question of a task on the blank image;
+- :func:`marker_contrast`: how much the box marker stands out in a rendering, as a
+  vision encoder sees it (averaged over its patches), to count the items whose box is
+  hard to see at the murkiest level (the pilot's "thin box marker is lost", Sec. III
+  "(iii)").
 
 Verdicts are strings (:data:`BELOW_CHANCE`, :data:`ABOVE_GUESSER`, :data:`NO_CONFOUND`,
 :data:`UNDEFINED`) with one sentence each in :data:`VERDICT_TEXT`.
@@ -36,6 +40,12 @@ VERDICT_TEXT = {
 #: an answer given to at least this share of a task's questions on the blank image dominates it (spec Sec. IV (b):
 #: "the models answer 'No' to (almost) every question"); murk's threshold, not the spec's
 DOMINANT_SHARE = 0.9
+#: side (px) of the patches a vision encoder sees: ``patch_size: 16`` in the processor configurations of
+#: Qwen3-VL, Gemma 4 and SmolVLM (../shared/real-model-files)
+PATCH_PX = 16
+#: a marker whose patch-averaged contrast is below this is counted as hard to see; murk's threshold, not the
+#: spec's (a tenth of the largest colour difference; a red 8-px box on fog grey gives about three times it)
+HARD_TO_SEE_CONTRAST = 0.1
 
 
 def chance_accuracy(n_options: int) -> float:
@@ -203,3 +213,106 @@ def dominant_answer(shares, threshold: float = DOMINANT_SHARE) -> int | None:
         return None
     k = int(np.nanargmax(s))
     return k if s[k] >= threshold else None
+
+
+def marker_contrast(with_marker: np.ndarray, without_marker: np.ndarray, patch_px: int = PATCH_PX) -> float:
+    """Contrast of a box marker against its surround, averaged over the patches it touches.
+
+    The marker's contrast at a pixel is the colour difference the marker makes there,
+    ``|with - without|`` (RGB, as a fraction of 255, its Euclidean norm over the three
+    channels divided by sqrt(3), so in [0, 1]). A vision encoder sees the image in
+    ``patch_px`` × ``patch_px`` patches: the difference is averaged over each patch,
+    and the contrast is the mean over the patches the marker touches. A line narrower
+    than a patch is diluted by its share of the patch (a 3-px line about 3/16 of its
+    full contrast, an 8-px line about half).
+
+    Parameters
+    ----------
+    with_marker, without_marker : numpy.ndarray
+        uint8 (H, W, 3): the same rendering with and without the marker
+        (:func:`murk.render.render_conditions` with ``marker`` True and False).
+    patch_px : int, default :data:`PATCH_PX` (16)
+        Patch side in pixels.
+
+    Returns
+    -------
+    float
+        In [0, 1]; NaN if the marker changes no pixel (drawn outside the image, or in
+        its own colour on every pixel).
+
+    Raises
+    ------
+    ValueError
+        If the two images differ in shape, are not (H, W, 3), or ``patch_px`` < 1.
+    """
+    a = np.asarray(with_marker, dtype=np.float64)
+    b = np.asarray(without_marker, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 3 or a.shape[-1] != 3:
+        raise ValueError(f"two renderings of the same (H, W, 3) shape are needed, got {a.shape} and {b.shape}")
+    if int(patch_px) < 1:
+        raise ValueError(f"patch_px must be at least 1, got {patch_px}")
+    p = int(patch_px)
+    d = np.linalg.norm((a - b) / 255.0, axis=-1)
+    d = d / np.sqrt(3.0)
+    h, w = d.shape
+    hp, wp = -(-h // p) * p, -(-w // p) * p
+    pad = np.full((hp, wp), np.nan)
+    pad[:h, :w] = d
+    cells = pad.reshape(hp // p, p, wp // p, p)
+    mean = np.nanmean(cells, axis=(1, 3))               # each patch's mean over its pixels inside the image
+    touched = np.nanmax(cells, axis=(1, 3)) > 0
+    return float(mean[touched].mean()) if touched.any() else float("nan")
+
+
+def design_summary(ds, model: str, image_ids: Sequence[int], chance: Mapping[str, float],
+                   n_binary_options: int = 2) -> dict[str, float]:
+    """The numbers by which two designs are compared, for one model on given images.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        A cube (:func:`murk.cube.open_cube`), restricted to its design
+        (:func:`murk.design.restrict_to_design`): ``value`` (model, arm, level, task,
+        image, readout) with the ``visibility_m`` coordinate on ``level``.
+    model : str
+        A model of the cube.
+    image_ids : sequence of int
+        COCO image ids (in both runs compared).
+    chance : mapping
+        ``{"t2": 0.25, "t3": 0.5}`` (config ``analysis.chance``): the floor of V_acc.
+    n_binary_options : int, default 2
+        Answers of the binary task (t3's Yes / No).
+
+    Returns
+    -------
+    dict
+        ``floor.blank.t2``, ``floor.shuffled.t2``, ``floor.blank.t3``,
+        ``floor.shuffled.t3`` (mean accuracy over the images, t3 over its true- and
+        false-category questions), ``t3_blank_top_share`` (the most frequent blank-image
+        answer's share, :func:`answer_shares`), ``v_acc.fog.t2`` and
+        ``v_acc.underwater.t2`` (m; the crossing of the mean accuracy,
+        :func:`murk.metrics.crossing_visibility`, censored at the design's last level)
+        and ``v_acc_censored.fog.t2``, ``v_acc_censored.underwater.t2`` (1.0 when
+        censored, else 0.0). NaN where the cube has no value.
+    """
+    from murk import metrics
+
+    x = ds["value"].sel(model=model, image=list(map(int, image_ids)))
+    out: dict[str, float] = {}
+    with np.errstate(all="ignore"):
+        for ctrl in ("blank", "shuffled"):
+            c = x.sel(arm=ctrl, level=0, readout="correct")
+            out[f"floor.{ctrl}.t2"] = float(np.nanmean(c.sel(task="t2").values)) if c.size else np.nan
+            out[f"floor.{ctrl}.t3"] = float(np.nanmean(c.sel(task=["t3_true", "t3_false"]).values)) if c.size else np.nan
+        try:
+            shares = answer_shares(x.sel(arm="blank", level=0, task=["t3_true", "t3_false"], readout="answer").values,
+                                   n_binary_options)
+            out["t3_blank_top_share"] = float(np.nanmax(shares)) if np.isfinite(shares).any() else np.nan
+        except ValueError:
+            out["t3_blank_top_share"] = np.nan
+        vis = ds["visibility_m"].values[1:]
+        for arm in ("fog", "underwater"):
+            acc = np.nanmean(x.sel(arm=arm, task="t2", readout="correct").transpose("level", "image").values, axis=1)
+            v, c = metrics.crossing_visibility(vis, acc[1:], acc[0], float(chance["t2"]))
+            out[f"v_acc.{arm}.t2"], out[f"v_acc_censored.{arm}.t2"] = float(v), float(bool(c))
+    return out

@@ -393,6 +393,10 @@ def select_items(
         expected count, which made rare categories frequent distractors and
         raised the always-guess-the-most-frequent-category baseline on the
         sample's 37 items from 0.292 to 0.311 (spec: 0.29 for its 1000 items).
+        With ``items.distractors: uniform`` (a design variant, :mod:`murk.design`:
+        the pilot's rule, spec Sec. III "(ii)") every absent category has the same
+        weight, rare ones included; the random numbers are consumed in the same
+        order, so the images and targets are those of the study's rule.
     Options
         t2: the target and three distractors in the order of a random
         permutation; t3: the true category and ``t3_distractor``, one of the
@@ -459,6 +463,11 @@ def select_items(
     images, present, boxable_by_image = pool.images, pool.present, pool.boxable_by_image
     target_p, distractor_weight = pool.target_p, pool.distractor_weight
     cat_ids, cat_name, cat_super = pool.cat_ids, pool.cat_name, pool.cat_super
+    # the distractor rule: the study's prior-matched weights, or a design variant's uniform draw over the
+    # categories absent from the image (murk.design; the pilot's rule, spec Sec. III "(ii)")
+    rule = str((load_config() if config is None else config)["items"].get("distractors", "prior-matched"))
+    if rule not in ("prior-matched", "uniform"):
+        raise ValueError(f"items.distractors must be prior-matched or uniform, got {rule!r}")
 
     # the draw of images
     n_take = min(n_items, n_cand)
@@ -485,7 +494,7 @@ def select_items(
                 f"categories; cannot draw distractors"
             )
         absent_ids = cat_ids[absent_mask]
-        w = distractor_weight[absent_mask]
+        w = distractor_weight[absent_mask] if rule == "prior-matched" else np.ones(int(absent_mask.sum()))
         if np.count_nonzero(w) < _N_DISTRACTORS:
             raise ValueError(
                 f"{annotation_file}: image {iid} has only {np.count_nonzero(w)} absent categories that are "

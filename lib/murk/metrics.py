@@ -409,7 +409,7 @@ def crossing_visibility(
     values: np.ndarray,
     clean_value: np.ndarray | float,
     floor: np.ndarray | float,
-    censor_m: float = CENSOR_M,
+    censor_m: float | None = None,
     *,
     return_side: bool = False,
 ) -> tuple[np.ndarray, np.ndarray] | tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -455,9 +455,11 @@ def crossing_visibility(
     floor : array_like or float
         ``a_floor``, broadcastable to ``values.shape[:-1]`` (config
         ``analysis.chance``: 0.25 for t2, 0.5 for t3; 1 for abstain rates).
-    censor_m : float, default 1.953125
-        V (m) reported when the mid-way value is never reached (spec: "censored
-        at 1.95 m", the last sweep level).
+    censor_m : float, optional
+        V (m) reported when the mid-way value is never reached; default the
+        last level given, ``visibility_m[-1]`` (spec: "censored at 1.95 m", the
+        last sweep level, :data:`CENSOR_M`; a design whose sweep ends earlier,
+        :mod:`murk.design`, is censored at its own last level).
     return_side : bool, default False
         Also return the side of each bound.
 
@@ -524,7 +526,7 @@ def crossing_visibility(
 
     no_signal = ~(falling[..., 0] | rising[..., 0])  # a0 == floor, or NaN
     censored = ~any_reached & ~no_signal
-    v = np.where(censored, float(censor_m), v)
+    v = np.where(censored, float(vis[-1] if censor_m is None else censor_m), v)
     v = np.where(no_signal, np.nan, v)
     if not return_side:
         return v, censored

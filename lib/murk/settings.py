@@ -78,12 +78,14 @@ class Setting:
     ----------
     key : str
         The key, as in ``data/workflow.yaml``.
-    kind : {"int", "bool", "name", "text", "path", "choice", "device", "models"}
+    kind : {"int", "bool", "name", "text", "path", "choice", "device", "models", "level"}
         ``int``: a whole number (``minimum`` and above); ``bool``: true or false;
         ``name``: letters, digits, ``.``, ``_``, ``-`` (1-100, not a number);
         ``text``: any non-empty text; ``path``: a folder path; ``choice``: one of
         ``choices``; ``device``: a torch device (``cpu``, ``cuda``, ``cuda:N``,
-        ``mps``); ``models``: a model list (:func:`murk.workflow.model_entries`).
+        ``mps``); ``models``: a model list (:func:`murk.workflow.model_entries`);
+        ``level``: a visibility of the sweep in m (exact, or within 2.5 % as the spec
+        prints it: 3.9 for 3.90625).
     form : str
         The accepted form in words (used in refusals).
     example : str
@@ -92,6 +94,8 @@ class Setting:
         Whether null is accepted (its meaning is in ``form``).
     minimum : int, optional
         Least value of an ``int``.
+    maximum : int, optional
+        Greatest value of an ``int``.
     choices : tuple of str
         The values of a ``choice``.
     """
@@ -103,6 +107,7 @@ class Setting:
     nullable: bool = False
     minimum: int | None = None
     choices: tuple[str, ...] = ()
+    maximum: int | None = None
 
 
 _MODELS_FORM = ("a list of models: hub ids or folders, or {id: <hub id or folder>, n_items: N} for the first "
@@ -136,6 +141,21 @@ SCHEMA: dict[str, Setting] = {s.key: s for s in (
     Setting("trust_remote_code", "bool", "true or false (true runs code shipped with a checkpoint: only for "
             "checkpoints you trust)", "true"),
     Setting("allow_pickle", "bool", "true or false (true also accepts pickle weights, pytorch_model.bin)", "true"),
+    Setting("binary_task", "choice", "null (the study's t3: verification of the boxed object) or one of "
+            "verification, existence (the pilot's: is the category anywhere in the image; murk.design)", "existence",
+            nullable=True, choices=("verification", "existence")),
+    Setting("distractors", "choice", "null (the study's prior-matched distractors) or one of prior-matched, "
+            "uniform (the pilot's: uniform over the categories absent from the image)", "uniform",
+            nullable=True, choices=("prior-matched", "uniform")),
+    Setting("box_width_px", "int", "null (the study's 8 px, data/config.yaml) or a whole number of pixels >= 1 "
+            "(the pilot: 3)", "3", nullable=True, minimum=1),
+    Setting("sweep_end_m", "level", "null (the study's 1.95 m) or one of the sweep's levels in m, as printed or "
+            "exact (250, 125, 62.5, 31.3, 15.6, 7.8, 3.9, 1.95; the pilot: 3.9)", "3.9", nullable=True),
+    Setting("abstain_wordings", "int", "null (the study's 2) or 1 (the pilot: the main wording only) or 2",
+            "1", nullable=True, minimum=1, maximum=2),
+    Setting("compare_with", "path", "null or the output folder of another design's run on the same COCO "
+            "folder and models (e.g. outputs, the study's design), compared with this run in the paper's "
+            "diagnostics", "outputs", nullable=True),
     Setting("models", "models", _MODELS_FORM + ", read out when MURK_OFFLINE is not set",
             "[HuggingFaceTB/SmolVLM-256M-Instruct]"),
     Setting("offline_models", "models", _MODELS_FORM + ", read out when MURK_OFFLINE=1",
@@ -311,7 +331,23 @@ def check_setting(key: str, value: Any, origin: str = DEFAULT_FILE) -> Any:
             raise _refuse(key, value, origin, f"got {kind}")
         if s.minimum is not None and v < s.minimum:
             raise _refuse(key, value, origin, f"got {v}, below {s.minimum}")
+        if s.maximum is not None and v > s.maximum:
+            raise _refuse(key, value, origin, f"got {v}, above {s.maximum}")
         return int(v)
+    if s.kind == "level":  # a sweep level (murk.physics.SWEEP_M), exact or as the spec prints it (3.9, 1.95)
+        v = value
+        if isinstance(v, str):
+            try:
+                v = float(v.strip())
+            except ValueError:
+                raise _refuse(key, value, origin, "got text") from None
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise _refuse(key, value, origin, f"got {type(v).__name__}")
+        levels = [250.0 / 2.0 ** k for k in range(8)]   # murk.physics.SWEEP_M, without importing numpy here
+        match = [x for x in levels if abs(float(v) - x) <= 0.025 * x]
+        if not match:
+            raise _refuse(key, value, origin, f"got {v:g}, not a level of the sweep")
+        return match[0]
     if s.kind == "bool":
         if isinstance(value, bool):
             return value
