@@ -26,10 +26,11 @@ def rates(monkeypatch):
         return r
 
     monkeypatch.setattr(hardware, "matmul_gflops", fake)
-    monkeypatch.setattr(hardware.resolve_cpu_dtype, "_said", False, raising=False)
     hardware.cpu_dtype_choice.cache_clear()
+    hardware._say_once.cache_clear()
     yield got
     hardware.cpu_dtype_choice.cache_clear()
+    hardware._say_once.cache_clear()
 
 
 def test_matmul_rate_is_measured():
@@ -80,6 +81,23 @@ def test_load_vlm_auto_loads_the_chosen_dtype_and_records_it(rates, tiny_checkpo
     hardware.cpu_dtype_choice.cache_clear()
     assert load_vlm(folder, device="cpu").dtype == torch.float32
     assert hardware.cpu_dtype_choice.cache_info().currsize == 0
+
+
+@pytest.mark.parametrize("device, dtype, setting, hint", [
+    ("cuda", "auto", "readout.dtype_gpu", "auto is measured on the CPU only"),
+    ("cpu", "bf16", "readout.dtype_cpu", "give float32, bfloat16 or float16")])
+def test_a_dtype_that_is_no_torch_dtype_is_refused_naming_the_setting(rates, tiny_checkpoint_dirs, device, dtype,
+                                                                      setting, hint):
+    """readout.dtype_gpu: auto (auto measures CPU matmul only) and a misspelt name: a ValueError naming the setting
+    and the dtypes to give, before anything is loaded (no GPU needed: the name is checked first)."""
+    from murk.config import load_config
+    from murk.readout import load_vlm
+
+    cfg = load_config()
+    cfg["readout"] = {**cfg["readout"], "dtype_gpu" if device == "cuda" else "dtype_cpu": dtype}
+    with pytest.raises(ValueError, match=f"dtype '{dtype}' for {device} \\({setting} in data/config.yaml") as e:
+        load_vlm(str(tiny_checkpoint_dirs["qwen3vl"]), device=device, config=cfg)
+    assert hint in str(e.value)
 
 
 # --------------------------------------------------------------------------- benchmarks/protocol.py

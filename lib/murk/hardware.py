@@ -148,10 +148,14 @@ def resolve_cpu_dtype(name: str) -> str:
     if str(name) != "auto":
         return str(name)
     choice = cpu_dtype_choice()
-    if not getattr(resolve_cpu_dtype, "_said", False):
-        import sys
-
-        print(f"murk: {choice.message()}", file=sys.stderr)
-        logger.info(choice.message())
-        resolve_cpu_dtype._said = True
+    _say_once(choice.message())
     return choice.dtype
+
+
+@functools.lru_cache(maxsize=None)
+def _say_once(message: str) -> None:
+    """Print ``message`` on standard error and log it (logger ``murk``, INFO), once per process and message."""
+    import sys
+
+    print(f"murk: {message}", file=sys.stderr)
+    logger.info(message)

@@ -689,7 +689,9 @@ def load_vlm(
         With ``MURK_OFFLINE=1`` nothing is downloaded (``local_files_only=True``,
         ``HF_HUB_OFFLINE=1``), so a missing id fails at once.
     ValueError
-        If ``command`` is not one of :data:`LOAD_COMMANDS`.
+        If ``command`` is not one of :data:`LOAD_COMMANDS`, or ``dtype`` (or the
+        configuration's) names no torch dtype, e.g. ``auto`` on a GPU (the message
+        names the setting and the dtypes to give).
     """
     import torch
     from transformers import AutoConfig, AutoModelForImageTextToText
@@ -703,7 +705,15 @@ def load_vlm(
     if isinstance(dtype, str):
         from murk import hardware
 
-        dtype = getattr(torch, hardware.resolve_cpu_dtype(dtype) if not str(device).startswith("cuda") else dtype)
+        on_gpu = str(device).startswith("cuda")
+        name = dtype if on_gpu else hardware.resolve_cpu_dtype(dtype)
+        if not isinstance(getattr(torch, name, None), torch.dtype):
+            setting = "readout.dtype_gpu" if on_gpu else "readout.dtype_cpu"
+            hint = ("auto is measured on the CPU only (readout.dtype_cpu): on a GPU give bfloat16 (the study's), "
+                    "float16 or float32" if name == "auto" else "give float32, bfloat16 or float16")
+            raise ValueError(f"dtype {name!r} for {device} ({setting} in data/config.yaml, or load_vlm's dtype) is not a "
+                             f"torch dtype: {hint}")
+        dtype = getattr(torch, name)
 
     if command not in LOAD_COMMANDS:
         raise ValueError(f"command={command!r}: use one of {', '.join(LOAD_COMMANDS)}")
