@@ -343,24 +343,12 @@ def _loader(cfg, n_conditions: int | None = None):
 # --------------------------------------------------------------------------- FLOPs
 
 
-def peak_bf16_tflops(device: str, n: int = 8192, iters: int = 50, repeats: int = 3) -> float:
-    """Dense bf16 matmul throughput of this device (TFLOP/s, best of ``repeats``), the MFU reference."""
-    import torch
+def peak_bf16_tflops(device: str, n: int = 8192) -> float:
+    """Dense bf16 matmul throughput of this device (TFLOP/s, best of three 1-s repeats), the MFU reference:
+    :func:`murk.hardware.matmul_gflops`, the measurement ``benchmarks/readout.py`` takes on the CPU."""
+    from murk import hardware
 
-    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    for _ in range(10):
-        a @ b
-    torch.cuda.synchronize()
-    best = 0.0
-    for _ in range(repeats):
-        t = time.perf_counter()
-        for _ in range(iters):
-            a @ b
-        torch.cuda.synchronize()
-        best = max(best, 2.0 * n**3 * iters / (time.perf_counter() - t) / 1e12)
-    del a, b
-    return best
+    return hardware.matmul_gflops("bfloat16", n=n, device=device, seconds=1.0, repeats=3) / 1e3
 
 
 # --------------------------------------------------------------------------- one model
