@@ -1337,72 +1337,76 @@ display(Markdown(numbers["finding.diagnostic_marker"]))
 
 # %%
 #| label: tbl-design-comparison
-#| tbl-cap: "This run's design against another design's run, on the models and images both read out: blank- and shuffled-image accuracy (t2), t3's most frequent blank-image answer share, and V_acc (t2) in fog and under water."
+#| tbl-cap: "This run's design and, when another design's run is given (compare_with), that run's, on the models and images both read out: blank- and shuffled-image accuracy (t2), t3's most frequent blank-image answer share, and V_acc (t2) in fog and under water."
 record("finding.design", designs.describe_design(cfg))
 compare_with = config.run_default("compare_with", compare_with)
-CMP_ROWS, cmp_out, CMP_WHY = [], "", None
-if not compare_with:
-    cmp_md = not_computed("no other design's run was given (compare_with)")
-    cmp_out = "No other design's run was given to compare with (the run setting compare_with)."
-else:
+CMP_ROWS, CMP_WHY, o_ds, o_cfg, other_root = [], None, None, None, None
+if compare_with:
     other_root = Path(compare_with).expanduser().resolve()
-    why = None
     if other_root == Path(paths.output_dir(output_dir)).resolve():
-        why = f"compare_with names this run's own folder {other_root}"
+        CMP_WHY = f"compare_with names this run's own folder {other_root}"
     elif not paths.cube_store(other_root).exists() or not paths.items_file(other_root).is_file():
-        why = (f"{other_root} holds no analysed run (cube.zarr, items.json): run that design first, e.g. make demo "
-               f"for the study's design into outputs")
-    if why:
-        CMP_WHY = why   # said in the next cell (a table cell shows its table only)
-        cmp_md = not_computed(why)
-        cmp_out = f"The design comparison was not computed: {why}."
+        CMP_WHY = (f"{other_root} holds no analysed run (cube.zarr, items.json): run that design first, e.g. make "
+                   f"demo for the study's design into outputs")
     else:
         o_table, o_meta = items.read_items(other_root)
         o_cfg = designs.config_of(o_meta)
         o_ds = designs.restrict_to_design(cube.open_cube(paths.cube_store(other_root)).load(), o_cfg)
-        common_m = [m for m in VLMS if m in set(map(str, o_ds["model"].values))]
-        sentences = []
         record("diagnostic.compare.root", str(other_root))
         record("diagnostic.compare.design_there", designs.describe_design(o_cfg))
-        for m in common_m:
-            mine_ids = set(ds["image"].values[analysis.common_images(ds, [m])].tolist())
-            o_sub = o_ds.sel(model=[m])
-            theirs_ids = set(o_sub["image"].values[analysis.common_images(o_sub, [m])].tolist())
-            ids = sorted(mine_ids & theirs_ids)
-            record(f"diagnostic.compare.n_images.{key(m)}", len(ids))
-            if not ids:
-                sentences.append(f"{name(m)} was read out on no image that both runs share.")
-                continue
-            a = diagnostics.design_summary(ds, m, ids, CHANCE)
-            b = diagnostics.design_summary(o_ds, m, ids, CHANCE)
-            for k_, v_ in a.items():
-                record(f"diagnostic.compare.here.{k_}.{key(m)}", v_)
-                record(f"diagnostic.compare.there.{k_}.{key(m)}", b[k_])
 
-            def vtxt(d, arm, unit=" m"):
-                t = fmt_crossing(d[f"v_acc.{arm}.t2"], "below" if d[f"v_acc_censored.{arm}.t2"] else "", 1)
-                return t if t == "n/a" else t + unit
 
-            for label, d in (("this design", a), ("compared design", b)):
-                CMP_ROWS.append({"VLM": name(m), "design": label, "images": str(len(ids)),
-                                 "blank t2": fmt(d["floor.blank.t2"]), "shuffled t2": fmt(d["floor.shuffled.t2"]),
-                                 "t3 blank top share": fmt(d["t3_blank_top_share"]),
-                                 "V_acc fog (m)": vtxt(d, "fog", ""), "V_acc underwater (m)": vtxt(d, "underwater", "")})
-            below = [lbl for lbl, d in (("here", a), ("there", b))
-                     if np.isfinite(d["floor.blank.t2"]) and d["floor.blank.t2"] < CHANCE["t2"]]
-            sentences.append(
-                f"For {name(m)}, on the {len(ids)} images both runs read out, the blank-image t2 accuracy is "
-                f"{fmt(a['floor.blank.t2'])} in this design and {fmt(b['floor.blank.t2'])} in the compared one "
-                f"(chance {fmt(CHANCE['t2'])}), the shuffled-image one {fmt(a['floor.shuffled.t2'])} and "
-                f"{fmt(b['floor.shuffled.t2'])}; t3's most frequent blank-image answer takes "
-                f"{fmt(a['t3_blank_top_share'])} and {fmt(b['t3_blank_top_share'])} of the questions; V_acc (t2) in fog "
-                f"is {vtxt(a, 'fog')} and {vtxt(b, 'fog')}.")
-        if not common_m:
-            sentences.append(f"The run in {other_root} read out none of this run's models.")
-        cmp_out = f"The run compared, in {other_root}, uses {designs.design_name(o_cfg)}. " + " ".join(sentences)
-        cmp_md = paper.markdown_table(CMP_ROWS) if CMP_ROWS else not_computed("no model and image both runs read out")
+def vtxt(d, arm, unit=" m"):
+    """V_acc (t2) of a design summary as the paper writes it (``≤ 3.9`` when censored at the design's last level)."""
+    t = fmt_crossing(d[f"v_acc.{arm}.t2"], "below" if d[f"v_acc_censored.{arm}.t2"] else "", 1)
+    return t if t == "n/a" else t + unit
+
+
+def cmp_row(m, label, d, n_images):
+    return {"VLM": name(m), "design": label, "images": str(n_images),
+            "blank t2": fmt(d["floor.blank.t2"]), "shuffled t2": fmt(d["floor.shuffled.t2"]),
+            "t3 blank top share": fmt(d["t3_blank_top_share"]),
+            "V_acc fog (m)": vtxt(d, "fog", ""), "V_acc underwater (m)": vtxt(d, "underwater", "")}
+
+
+sentences = []
+o_models = set(map(str, o_ds["model"].values)) if o_ds is not None else set()
+for m in VLMS:
+    mine = ds["image"].values[analysis.common_images(ds, [m])].tolist()
+    if m not in o_models:   # this design alone, on the model's own images
+        CMP_ROWS.append(cmp_row(m, "this design", diagnostics.design_summary(ds, m, mine, CHANCE), len(mine)))
+        continue
+    o_sub = o_ds.sel(model=[m])
+    ids = sorted(set(mine) & set(o_sub["image"].values[analysis.common_images(o_sub, [m])].tolist()))
+    record(f"diagnostic.compare.n_images.{key(m)}", len(ids))
+    if not ids:
+        CMP_ROWS.append(cmp_row(m, "this design", diagnostics.design_summary(ds, m, mine, CHANCE), len(mine)))
+        sentences.append(f"{name(m)} was read out on no image that both runs share.")
+        continue
+    a = diagnostics.design_summary(ds, m, ids, CHANCE)
+    b = diagnostics.design_summary(o_ds, m, ids, CHANCE)
+    for k_, v_ in a.items():
+        record(f"diagnostic.compare.here.{k_}.{key(m)}", v_)
+        record(f"diagnostic.compare.there.{k_}.{key(m)}", b[k_])
+    CMP_ROWS += [cmp_row(m, "this design", a, len(ids)), cmp_row(m, "compared design", b, len(ids))]
+    sentences.append(
+        f"For {name(m)}, on the {len(ids)} images both runs read out, the blank-image t2 accuracy is "
+        f"{fmt(a['floor.blank.t2'])} in this design and {fmt(b['floor.blank.t2'])} in the compared one "
+        f"(chance {fmt(CHANCE['t2'])}), the shuffled-image one {fmt(a['floor.shuffled.t2'])} and "
+        f"{fmt(b['floor.shuffled.t2'])}; t3's most frequent blank-image answer takes "
+        f"{fmt(a['t3_blank_top_share'])} and {fmt(b['t3_blank_top_share'])} of the questions; V_acc (t2) in fog "
+        f"is {vtxt(a, 'fog')} and {vtxt(b, 'fog')}.")
+if not compare_with:
+    cmp_out = ("No other design's run was given to compare with (the run setting compare_with); the table gives "
+               "this design's numbers on each model's own images.")
+elif CMP_WHY:
+    cmp_out = f"The design comparison was not made: {CMP_WHY}."
+else:
+    cmp_out = (f"The run compared, in {other_root}, uses {designs.design_name(o_cfg)}. " + " ".join(sentences)
+               + ("" if o_models & set(VLMS) else " It read out none of this run's models."))
 record("finding.design_comparison", cmp_out)
-show_table(cmp_md, "design-comparison")
+show_table(paper.markdown_table(CMP_ROWS) if CMP_ROWS else not_computed("this run read out no model"),
+           "design-comparison")
 
 # %%
 if CMP_WHY:
