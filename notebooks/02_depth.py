@@ -135,7 +135,8 @@ if scene is not None:
     row, img, size, z = scene
     print(f"scene figure: image {int(row['image_id'])} ({row['file_name']})")
     bbox = render.scale_bbox(row["bbox"], (int(row["width"]), int(row["height"])), size)
-    fig = figures.plot_scene_levels(img, z, bbox, box_width_px=cfg["render"]["box_width_px"],
+    shown = tuple(v for v in figures.SCENE_LEVELS_M if v >= min(designs.sweep_of(cfg)))   # the design's sweep
+    fig = figures.plot_scene_levels(img, z, bbox, shown, box_width_px=cfg["render"]["box_width_px"],
                                     depth_label=manifest["depth_backend"],
                                     approximate=bool(manifest["depth_approximate"]))
 else:

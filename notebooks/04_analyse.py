@@ -1339,6 +1339,8 @@ display(Markdown(numbers["finding.diagnostic_marker"]))
 #| label: tbl-design-comparison
 #| tbl-cap: "This run's design and, when another design's run is given (compare_with), that run's, on the models and images both read out: blank- and shuffled-image accuracy (t2), t3's most frequent blank-image answer share, and V_acc (t2) in fog and under water."
 record("finding.design", designs.describe_design(cfg))
+record("methods.distractors", designs.methods_text(cfg, "distractors"))   # the paper's methods: this design's rules
+record("methods.binary_task", designs.methods_text(cfg, "binary_task"))
 compare_with = config.run_default("compare_with", compare_with)
 CMP_ROWS, CMP_WHY, o_ds, o_cfg, other_root = [], None, None, None, None
 if compare_with:

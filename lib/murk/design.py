@@ -46,7 +46,7 @@ from typing import Any, Mapping
 
 __all__ = ["DESIGN_KEYS", "STUDY_DESIGN", "BINARY_TASKS", "DISTRACTOR_RULES", "EXISTENCE_STEM",
            "design_config", "design_of", "is_study_design", "design_from_settings", "sweep_of",
-           "restrict_to_design", "describe_design", "design_name", "differences", "config_of"]
+           "restrict_to_design", "describe_design", "design_name", "differences", "config_of", "methods_text"]
 
 #: the run settings that make a design, in the order of ``data/workflow.yaml``
 DESIGN_KEYS: tuple[str, ...] = ("binary_task", "distractors", "box_width_px", "sweep_end_m", "abstain_wordings")
@@ -301,3 +301,37 @@ def config_of(meta: Mapping[str, Any]) -> dict[str, Any]:
     from murk.config import load_config
 
     return design_config(load_config(), meta.get("design") or {})
+
+
+#: how the paper's methods describe each rule (:func:`methods_text`)
+_METHODS = {
+    ("distractors", "prior-matched"): (
+        "drawn prior-matched: a category $c$ is drawn as a distractor with weight "
+        "$p_\\mathrm{target}(c)/f_\\mathrm{absent}(c)$, its expected frequency among the targets over the share "
+        "of images in which it is absent, without a floor, so that a category that is never a target is never a "
+        "distractor"),
+    ("distractors", "uniform"): (
+        "drawn uniformly from the categories absent from the image (the pilot's rule, a design variant), so that "
+        "a category that is never a target is as likely a distractor as any other"),
+    ("binary_task", "verification"): "asks whether the boxed object is a given category",
+    ("binary_task", "existence"): (
+        "asks whether a given category is anywhere in the image, whatever the box marks (the pilot's existence "
+        "task, a design variant, in murk's own wording: the spec does not quote the pilot's)"),
+}
+
+
+def methods_text(cfg: Mapping[str, Any], key: str) -> str:
+    """The paper's description of a configuration's distractor rule or binary task.
+
+    Parameters
+    ----------
+    cfg : dict
+        A configuration (:func:`design_config`).
+    key : {"distractors", "binary_task"}
+
+    Returns
+    -------
+    str
+        A clause for the methods (Markdown, with inline TeX for the prior-matched weight).
+    """
+    return _METHODS[(key, design_of(cfg)[key])]
