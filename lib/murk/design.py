@@ -306,10 +306,9 @@ def config_of(meta: Mapping[str, Any]) -> dict[str, Any]:
 #: how the paper's methods describe each rule (:func:`methods_text`)
 _METHODS = {
     ("distractors", "prior-matched"): (
-        "drawn prior-matched: a category $c$ is drawn as a distractor with weight "
-        "$p_\\mathrm{target}(c)/f_\\mathrm{absent}(c)$, its expected frequency among the targets over the share "
-        "of images in which it is absent, without a floor, so that a category that is never a target is never a "
-        "distractor"),
+        "drawn prior-matched: a category is drawn as a distractor with a weight equal to its expected frequency "
+        "among the targets over the share of images in which it is absent, without a floor, so that a category "
+        "that is never a target is never a distractor"),
     ("distractors", "uniform"): (
         "drawn uniformly from the categories absent from the image (the pilot's rule, a design variant), so that "
         "a category that is never a target is as likely a distractor as any other"),
@@ -332,6 +331,6 @@ def methods_text(cfg: Mapping[str, Any], key: str) -> str:
     Returns
     -------
     str
-        A clause for the methods (Markdown, with inline TeX for the prior-matched weight).
+        A clause for the methods (plain text: the HTML shows it as it is).
     """
     return _METHODS[(key, design_of(cfg)[key])]
