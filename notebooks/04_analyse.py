@@ -1351,7 +1351,7 @@ if compare_with:
         CMP_WHY = (f"{other_root} holds no analysed run (cube.zarr, items.json): run that design first, e.g. make "
                    f"demo for the study's design into outputs")
     else:
-        o_table, o_meta = items.read_items(other_root)
+        _, o_meta = items.read_items(other_root)
         o_cfg = designs.config_of(o_meta)
         o_ds = designs.restrict_to_design(cube.open_cube(paths.cube_store(other_root)).load(), o_cfg)
         record("diagnostic.compare.root", str(other_root))

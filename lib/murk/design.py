@@ -41,8 +41,9 @@ the pilot's existence task but does not quote its wording.
 from __future__ import annotations
 
 import copy
-import math
 from typing import Any, Mapping
+
+from murk.settings import match_level
 
 __all__ = ["DESIGN_KEYS", "STUDY_DESIGN", "BINARY_TASKS", "DISTRACTOR_RULES", "EXISTENCE_STEM",
            "design_config", "design_of", "is_study_design", "design_from_settings", "sweep_of",
@@ -110,11 +111,11 @@ def _checked(design: Mapping[str, Any], cfg: Mapping[str, Any]) -> dict[str, Any
         if k == "abstain_wordings" and v not in (1, 2):
             raise ValueError(f"abstain_wordings must be 1 or 2, got {v!r}")
         if k == "sweep_end_m":
-            match = [s for s in sweep if math.isclose(float(v), s, rel_tol=0.025)]
-            if isinstance(v, bool) or not match:
+            match = None if isinstance(v, bool) else match_level(v, sweep)
+            if match is None:
                 raise ValueError(f"sweep_end_m must be one of the sweep's levels "
                                  f"({', '.join(f'{s:g}' for s in sweep)} m), got {v!r}")
-            v = match[0]
+            v = match
         out[k] = v
     return out
 

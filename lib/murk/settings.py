@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
 
 __all__ = ["Setting", "SCHEMA", "COMMAND_LINE", "PAPERMILL", "DEFAULT_FILE", "SettingsError", "RunSettings",
-           "check_setting", "setting_origins", "check_run_settings", "announce"]
+           "check_setting", "setting_origins", "check_run_settings", "announce", "LEVEL_TOLERANCE", "match_level"]
 
 #: origin of a value given on Snakemake's command line (``--config key=value``, also ``make demo ARGS='--config …'``)
 COMMAND_LINE = "--config"
@@ -261,6 +261,29 @@ def _unknown(key: str, value: Any, origin: str, known: Sequence[str]) -> Setting
 
 # ----------------------------------------------------------------------------- one value
 
+#: a sweep level given as the spec prints it (3.9 for 3.90625, 1.95 for 1.953125) is matched within this share
+LEVEL_TOLERANCE = 0.025
+
+
+def match_level(value: float, levels) -> float | None:
+    """The sweep level (m) that ``value`` (m) names, exact or as the spec prints it; None if none does.
+
+    Parameters
+    ----------
+    value : float
+        A visibility in m.
+    levels : iterable of float
+        The sweep's levels in m (``physics.sweep_m`` of the configuration).
+
+    Returns
+    -------
+    float or None
+        The level within :data:`LEVEL_TOLERANCE` of ``value`` (the levels are a factor 2 apart, so at most one).
+    """
+    return next((float(x) for x in levels if abs(float(value) - float(x)) <= LEVEL_TOLERANCE * float(x)), None)
+
+
+
 def _is_number(text: str) -> bool:
     """Whether papermill would pass ``text`` on as a number (``2025``, ``1e3``, ``nan``)."""
     try:
@@ -343,11 +366,10 @@ def check_setting(key: str, value: Any, origin: str = DEFAULT_FILE) -> Any:
                 raise _refuse(key, value, origin, "got text") from None
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise _refuse(key, value, origin, f"got {type(v).__name__}")
-        levels = [250.0 / 2.0 ** k for k in range(8)]   # murk.physics.SWEEP_M, without importing numpy here
-        match = [x for x in levels if abs(float(v) - x) <= 0.025 * x]
-        if not match:
+        match = match_level(v, [250.0 / 2.0 ** k for k in range(8)])   # murk.physics.SWEEP_M, without numpy here
+        if match is None:
             raise _refuse(key, value, origin, f"got {v:g}, not a level of the sweep")
-        return match[0]
+        return match
     if s.kind == "bool":
         if isinstance(value, bool):
             return value
