@@ -2,7 +2,9 @@
 are removed, refusals write nothing (issue 14).
 
 The unit tests check the markers and the lock; the slow tests run Snakemake on the offline demo
-(one COCO item, one tiny checkpoint: a pipeline check) the way users run it.
+(one COCO item, one tiny checkpoint: a pipeline check) the way users run it. Stale and damaged stores
+re-read through Snakemake: tests/test_stale_stores.py and tests/test_damaged_demo.py (modules of their
+own, so that the suite's parallel workers share the long runs: issue 22 item 4).
 """
 
 from __future__ import annotations
@@ -334,114 +336,6 @@ def _plan_lists_the_rerun(out: Path, r: subprocess.CompletedProcess, why: str) -
     for rule in ("readout", "analyse", "paper"):
         assert re.search(rf"^(local)?rule {rule}:", text, re.M), (rule, text[-3000:])
     assert "Forced execution" in text
-
-
-@needs_sample
-@pytest.mark.slow
-def test_stale_store_of_a_local_checkpoint_folder_is_re_read_and_the_paper_re_made(tmp_path):
-    """A local checkpoint folder as the model (one slug for the Snakefile's marker and the notebook's
-    store): a store read out by hand with other settings is refused, naming the setting, and left as it
-    was; on the finished root, a chunk emptied after the run (a power loss) is planned as a re-read, and then
-    the README's repair step (``rm -r`` the store and its ``.done``) makes the default target re-read the store
-    and re-make the cube and the paper, with the cube of the uninterrupted run; the dry run before each
-    leaves the root byte-identical."""
-    from murk.checkpoints import build_tiny_checkpoint
-
-    folder = build_tiny_checkpoint("smolvlm", tmp_path / "ckpt" / "run1" / "final", seed=0)
-    model = str(folder)
-    out = tmp_path / "out"
-    marker = out / "readout" / f"{paths.model_slug(model)}.done"
-    store = workflow.store_of(marker)
-    assert store == paths.readout_store(model, out)  # the Snakefile's name is the notebook's
-    r = _snakemake(out, f"{out}/depth/current.json", model=model)
-    assert r.returncode == 0, r.stderr[-3000:]
-
-    # by hand with another n_verbal_items (0) than the workflow's (2; the notebook's default is the workflow's),
-    # then Snakemake
-    r = _papermill_readout(out, "-p max_items 1", "-p n_verbal_items 0", model=model)
-    assert r.returncode == 0, r.stderr[-3000:]
-    digest = workflow.store_digest(store)
-    r = _snakemake(out, model=model)
-    assert r.returncode != 0
-    assert "n_verbal_items: store 0, this run 1" in r.stdout + r.stderr
-    assert workflow.store_digest(store) == digest and not marker.exists()  # the refusal wrote nothing
-
-    shutil.rmtree(store)
-    r = _snakemake(out, model=model)  # the default target: read-outs, monitor, cube, paper
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert workflow.read_marker(marker)["digest"] == workflow.store_digest(store) != "absent"
-    first = _cube(out)
-    assert bool(xr.open_zarr(store, consolidated=False)["done"].all())
-    assert "Nothing to be done" in (r := _snakemake(out, "-n", model=model)).stdout + r.stderr
-
-    chunk = store / "value" / "0.0.0.0.0"  # damaged after the run (a power loss): zero bytes
-    chunk.write_bytes(b"")
-    before = _tree(out)
-    _plan_lists_the_rerun(out, _snakemake(out, "-n", model=model), "changed after its marker was written")
-    assert _tree(out) == before  # make plan changes nothing on disk
-    # (that the damaged store's re-read re-makes the cube and the paper as they were: the demo-copy test below;
-    # here the README's repair step on it, so that one re-run serves: issue 22 item 4)
-
-    shutil.rmtree(store)  # the README's repair step
-    marker.unlink()
-    before = _tree(out)
-    _plan_lists_the_rerun(out, _snakemake(out, "-n", model=model), "is missing too")
-    assert _tree(out) == before
-    paper_time = (out / "paper" / "index.html").stat().st_mtime
-    r = _snakemake(out, model=model)
-    assert r.returncode == 0, r.stderr[-3000:]
-    xr.testing.assert_identical(_cube(out), first)
-    assert (out / "paper" / "index.html").stat().st_mtime > paper_time
-    assert "Nothing to be done" in (r := _snakemake(out, "-n", model=model)).stdout + r.stderr
-
-
-@needs_sample
-@pytest.mark.slow
-def test_interrupted_deleted_and_damaged_stores_of_the_demo_are_re_read_by_make_demo(demo, tmp_path):
-    """On a copy of the finished study-shaped demo, three faults at once, each in another model's store: a
-    read-out killed while it wrote (one image not done, no ``.done`` marker), a store deleted, and a chunk cut
-    short after the run (a power loss). ``make plan`` names each and leaves the root byte-identical; the default
-    target (what ``make demo`` runs) re-reads those three stores, no other, the killed one only on its unfinished
-    image, and re-makes the cube and the paper, with the cube of the uninterrupted run. (One re-run for the
-    three: issue 22 item 4.)"""
-    import numpy as np
-
-    import stages
-
-    out = stages.copy_root(demo, tmp_path / "out")
-    assert "Nothing to be done" in (r := stages.snakemake_demo(out, "-n")).stdout + r.stderr
-    first = _cube(out)
-    killed = paths.readout_store("murk-tiny/smolvlm", out)
-    deleted = paths.readout_store("murk-tiny/qwen3vl", out)
-    damaged = paths.readout_store("murk-tiny/gemma", out)
-    killed_before = xr.open_zarr(killed, consolidated=False).load()
-    # the state a job killed during the read-out leaves: image 1 not done, no .done marker
-    xr.Dataset({"done": ("image", np.zeros(1, bool))}).to_zarr(killed, region={"image": slice(1, 2)},
-                                                                consolidated=False)
-    (out / "readout" / f"{paths.model_slug('murk-tiny/smolvlm')}.done").unlink()
-    shutil.rmtree(deleted)
-    chunk = damaged / "value" / "0.0.0.0.0"
-    chunk.write_bytes(chunk.read_bytes()[: len(chunk.read_bytes()) // 2])
-    before = _tree(out)
-    r = stages.snakemake_demo(out, "-n")
-    _plan_lists_the_rerun(out, r, f"the store {deleted} is missing")
-    assert f"the store {damaged} changed after its marker" in r.stderr
-    assert _tree(out) == before
-    paper_time = (out / "paper" / "index.html").stat().st_mtime
-    r = stages.snakemake_demo(out)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
-    assert len(re.findall(r"^(local)?rule readout:", r.stdout + r.stderr, re.M)) == 3  # those three, no other
-    assert "runs again, and the cube and paper after it" in r.stderr
-    # the killed read-out: the bar counts units (image x condition, 24 per image): only its unfinished image
-    # was read out again, and greedy decoding of a deterministic model gives it the same numbers
-    nb = (out / "notebooks" / f"03_readout-{paths.model_slug('murk-tiny/smolvlm')}.ipynb").read_text()
-    assert "24/24 [" in nb and f"{24 * stages.DEMO_N_ITEMS}/{24 * stages.DEMO_N_ITEMS} [" not in nb
-    killed_after = xr.open_zarr(killed, consolidated=False).load()
-    assert bool(killed_after["done"].all())
-    xr.testing.assert_identical(killed_before["value"], killed_after["value"])
-    xr.testing.assert_identical(_cube(out), first)
-    assert (out / "paper" / "index.html").stat().st_mtime > paper_time
-    assert "Nothing to be done" in (r := stages.snakemake_demo(out, "-n")).stdout + r.stderr
 
 
 # --- the Makefile's plumbing (make -n prints the recipes and runs none of them) ---
