@@ -221,3 +221,51 @@ def pytest_collection_modifyitems(config, items):
         return (3, 0)
 
     items.sort(key=group)  # stable: the collection's order within a group and a module
+
+
+#: the modules that run long (minutes): LONGEST_FIRST, DEMO_FIRST and the others that wait for the demo (checked
+#: by tests/test_schedule.py)
+LONG_MODULES = (*LONGEST_FIRST, DEMO_FIRST, "test_damaged_demo.py", "test_design_pipeline.py")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` with one change: a worker still busy with a long module (:data:`LONG_MODULES`) is
+    given a short module next, not the next long one.
+
+    pytest-xdist hands a worker its next module as soon as two or fewer of its tests are left (a worker needs the
+    test after the one it runs, to know which fixtures to tear down), so a module with one or two long tests gets
+    the next module in the queue queued behind it at once: that module then waits minutes while other workers may
+    be idle (2026-12-03: the last 2.5 minutes of `make test` ran on one or two of the three workers). A short
+    module queued there costs nothing. The scheduler's queue order (tests/conftest.py
+    ``pytest_collection_modifyitems``) is otherwise kept; without pytest-xdist's LoadFileScheduling internals
+    (another version) the default scheduler runs.
+    """
+    if config.getoption("dist", None) != "loadfile":
+        return None
+    try:
+        from xdist.scheduler import LoadFileScheduling
+    except ImportError:  # pragma: no cover
+        return None
+    if not all(hasattr(LoadFileScheduling, a) for a in ("_reschedule", "_pending_of", "_assign_work_unit")):
+        return None  # pragma: no cover
+
+    def long(scope: str) -> bool:
+        return _os.path.basename(scope.split("::")[0]) in LONG_MODULES
+
+    class LongModulesApart(LoadFileScheduling):
+        def _reschedule(self, node) -> None:
+            if node.shutting_down:
+                return
+            if not self.workqueue:
+                node.shutdown()
+                return
+            work = self.assigned_work[node]
+            if self._pending_of(work) > 2:
+                return
+            if any(long(scope) and not all(done.values()) for scope, done in work.items()):
+                short = next((s for s in self.workqueue if not long(s)), None)
+                if short is not None:
+                    self.workqueue.move_to_end(short, last=False)  # assigned next
+            self._assign_work_unit(node)
+
+    return LongModulesApart(config, log)

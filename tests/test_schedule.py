@@ -11,7 +11,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def test_schedule_hints_name_modules_of_the_suite():
-    names = (*conftest.LONGEST_FIRST, conftest.DEMO_FIRST)
+    names = (*conftest.LONGEST_FIRST, conftest.DEMO_FIRST, *conftest.LONG_MODULES)
     assert [n for n in names if not (HERE / n).is_file()] == []
     assert len(set(conftest.LONGEST_FIRST)) == len(conftest.LONGEST_FIRST)
     # the demo's worker module waits for the demo (its first test takes the session fixture, directly or not)
