@@ -338,6 +338,22 @@ def bf16_tolerance(cfg, n_items: int, tmp: Path) -> dict:
             "seconds": time.perf_counter() - t0, "params": n_params}
 
 
+def max_readout_diff(a: dict, b: dict) -> float:
+    """Largest |difference| in any numeric read-out between two read-outs of one unit (``{task: readouts}``);
+    their texts must be equal (AssertionError otherwise). NaN on both sides counts as equal."""
+    import math
+
+    dr = 0.0
+    for task in a:
+        for key, x in a[task].items():
+            y = b[task][key]
+            if isinstance(x, str):
+                assert x == y, (task, key, x, y)
+            elif not (math.isnan(x) and math.isnan(y)):
+                dr = max(dr, abs(x - y))
+    return dr
+
+
 def batched_throughput(vlm, vlm_bf16, cfg, rounds: int = 3, engine_units: int = 2,
                        log: LoadLog | None = None) -> dict:
     """The batched engine in float32 and bfloat16 against the shared-prefix engine, interleaved rounds.
@@ -404,15 +420,7 @@ def batched_throughput(vlm, vlm_bf16, cfg, rounds: int = 3, engine_units: int = 
     n_b = len(batch)
     ups = {a: [n / t for t in secs[a]] for a, n in (("batched_fp32", n_b), ("batched_bf16", n_b),
                                                      ("engine", engine_units))}
-    dr = 0.0
-    for i in picks:
-        for task in ref[i]:
-            for key, a in ref[i][task].items():
-                b = got["fp32"][i][task][key]
-                if isinstance(a, str):
-                    assert a == b, (i, task, key, a, b)
-                elif not (math.isnan(a) and math.isnan(b)):
-                    dr = max(dr, abs(a - b))
+    dr = max(max_readout_diff(ref[i], got["fp32"][i]) for i in picks)
     dc, flips, cints = [], 0, []
     for a, b in zip(got["fp32"], got["bf16"]):
         for task in a:

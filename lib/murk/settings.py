@@ -283,7 +283,6 @@ def match_level(value: float, levels) -> float | None:
     return next((float(x) for x in levels if abs(float(value) - float(x)) <= LEVEL_TOLERANCE * float(x)), None)
 
 
-
 def _is_number(text: str) -> bool:
     """Whether papermill would pass ``text`` on as a number (``2025``, ``1e3``, ``nan``)."""
     try:
