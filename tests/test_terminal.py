@@ -179,6 +179,47 @@ def test_murk_execute_refuses_a_missing_notebook(tmp_path):
     assert not (tmp_path / "o.ipynb").exists() and not (tmp_path / "o.input.ipynb").exists()
 
 
+def test_the_executed_notebook_is_saved_at_start_end_and_when_due_not_at_every_cell(tmp_path, monkeypatch):
+    """murk's engine saves the executed notebook when the run starts and ends, and at a cell boundary only when
+    SAVE_EVERY_S has passed since the last save (papermill alone: at every cell's start and end); a cell that
+    ran longer than that is saved once it completes, and a failed run is saved with its traceback."""
+    import jupytext
+    import nbformat
+    import papermill
+    from papermill import engines
+
+    saves = []   # per save: the cells completed so far, and whether a cell has failed
+
+    def write_ipynb(nb, path):
+        status = [c.metadata.papermill["status"] for c in nb.cells if c.cell_type == "code"]
+        saves.append((status.count("completed"), "failed" in status))
+        nbformat.write(nb, path)
+
+    monkeypatch.setattr(engines, "write_ipynb", write_ipynb)
+    monkeypatch.setattr(execute, "SAVE_EVERY_S", 1.5)
+    cells = ["x = 0"] + ["x += 1"] * 20 + ["import time\ntime.sleep(2.0)"] + ["x += 1"] * 10 + ["assert x == 30"]
+    text = "".join(f"# %%\n{c}\n\n" for c in cells)
+    src, out = tmp_path / "many.ipynb", tmp_path / "many-out.ipynb"
+    nbformat.write(jupytext.reads(text, fmt="py:percent"), src)
+    papermill.execute_notebook(str(src), str(out), cwd=str(tmp_path), kernel_name="python3", progress_bar=False,
+                               engine_name=execute.register_engine())
+    n_code = len(cells)
+    assert saves[0] == (0, False) and saves[-1] == (n_code, False)   # the start and the end
+    assert len(saves) <= 8, saves   # papermill alone: 2 per cell + 2 = 68 (here about 4; slack for a loaded machine)
+    assert any(done == 22 for done, _ in saves[1:-1]), saves   # the 2-s cell (the 22nd), saved as it ended
+    assert nbformat.read(out, as_version=4).cells[-1].metadata.papermill["status"] == "completed"
+
+    saves.clear()
+    text = text.replace("assert x == 30", "assert x == 31, 'the last cell fails'")
+    nbformat.write(jupytext.reads(text, fmt="py:percent"), src)
+    with pytest.raises(papermill.PapermillExecutionError, match="the last cell fails"):
+        papermill.execute_notebook(str(src), str(out), cwd=str(tmp_path), kernel_name="python3",
+                                   progress_bar=False, engine_name=execute.register_engine())
+    assert saves[-1] == (n_code - 1, True)   # saved with the failed cell
+    nb = nbformat.read(out, as_version=4)
+    assert [o["ename"] for o in nb.cells[-1].outputs if o["output_type"] == "error"] == ["AssertionError"]
+
+
 @pytest.mark.parametrize("idle", [True, False], ids=["idle", "busy"])
 def test_the_kernel_manager_interrupts_only_a_busy_kernel_at_shutdown(monkeypatch, idle):
     """jupyter_client's shutdown sends SIGINT first (ipykernel 7 then logs ``ERROR | KeyboardInterrupt caught

@@ -17,6 +17,12 @@ successful run print nothing alarming and a failed one say what failed:
   encryption``), and it is not sent SIGINT at shutdown when it is idle
   (jupyter_client interrupts every kernel before shutting it down, and ipykernel 7
   logs ``ERROR | KeyboardInterrupt caught in kernel`` for it);
+- the executed notebook is saved when the run starts, at a cell's start or end only
+  when :data:`SAVE_EVERY_S` seconds have passed since the last save, during a long
+  cell every 30 s (papermill's autosave), and when the run ends, failed or not
+  (``PacedSaves``, :func:`_paced_saves`); papermill saves the whole notebook at every cell's start and
+  end, which re-encodes every figure already in it twice a cell (the analyse
+  notebook: 67 code cells, 4.9 MB at the end of the offline demo);
 - papermill's cell-count bar is off: the stage's own loops draw their bars on the
   terminal (:mod:`murk.progress`, through :data:`murk.progress.ENV`), and papermill
   logs at WARNING (its ``Input Notebook:`` lines repeat Snakemake's job header);
@@ -48,6 +54,10 @@ SOURCE_LINES = 15
 IPROGRESS_WARNING = "ignore:IProgress not found:Warning"
 
 _kernel_idle = False   # set between cells by the engine's hooks (one notebook per process)
+
+#: seconds between two saves of the executed notebook at cell boundaries (:func:`_paced_saves`); papermill's own
+#: autosave during a cell that runs long is every 30 s
+SAVE_EVERY_S = 10.0
 
 
 class QuietKernelManager(AsyncKernelManager):
@@ -99,8 +109,47 @@ class QuietKernelManager(AsyncKernelManager):
     cleanup_resources = _async_cleanup_resources
 
 
+def _paced_saves():
+    """papermill's execution manager with paced saves (a class made on first use: :func:`main` imports papermill
+    only after leaving out jsonschema's IRI check)."""
+    from papermill.engines import NotebookExecutionManager
+
+    class PacedSaves(NotebookExecutionManager):
+        """papermill's execution manager, saving the executed notebook at a cell's start or end only when
+        :data:`SAVE_EVERY_S` seconds have passed since the last save.
+
+        The run's start and end (``notebook_start``, ``notebook_complete``: also after a cell raised, with its
+        traceback) and papermill's autosave during a long cell (every ``autosave_cell_every`` s) save as
+        before. A run killed between saves leaves the notebook as it was at most :data:`SAVE_EVERY_S`
+        seconds earlier (at most 30 s within one long cell); its outputs are written by the stage itself.
+        """
+
+        _paced = False
+
+        def save(self, **kwargs):
+            if self._paced and (self.now() - self.last_save_time).total_seconds() < SAVE_EVERY_S:
+                return
+            super().save(**kwargs)
+
+        def cell_start(self, cell, cell_index=None, **kwargs):
+            self._paced = True
+            try:
+                super().cell_start(cell, cell_index, **kwargs)
+            finally:
+                self._paced = False
+
+        def cell_complete(self, cell, cell_index=None, **kwargs):
+            self._paced = True
+            try:
+                super().cell_complete(cell, cell_index, **kwargs)
+            finally:
+                self._paced = False
+
+    return PacedSaves
+
+
 def _engine():
-    """papermill's nbclient engine, with :class:`QuietKernelManager` and merged stream outputs."""
+    """papermill's nbclient engine, with :class:`QuietKernelManager`, merged stream outputs and paced saves."""
     from papermill.engines import NBClientEngine
 
     def busy(**_):
@@ -112,6 +161,20 @@ def _engine():
         _kernel_idle = True
 
     class QuietEngine(NBClientEngine):
+        @classmethod
+        def execute_notebook(cls, nb, kernel_name, output_path=None, progress_bar=True, log_output=False,
+                             autosave_cell_every=30, **kwargs):
+            # papermill's Engine.execute_notebook (2.7), with the execution manager that paces its saves
+            nb_man = _paced_saves()(nb, output_path=output_path, progress_bar=progress_bar, log_output=log_output,
+                                    autosave_cell_every=autosave_cell_every)
+            nb_man.notebook_start()
+            try:
+                cls.execute_managed_notebook(nb_man, kernel_name, log_output=log_output, **kwargs)
+            finally:
+                nb_man.cleanup_pbar()
+                nb_man.notebook_complete()
+            return nb_man.nb
+
         @classmethod
         def execute_managed_notebook(cls, nb_man, kernel_name, **kwargs):
             # coalesce_streams: a text progress bar's redraws (\r) collapse to its last line in the notebook
