@@ -124,26 +124,25 @@ def _paced_saves():
         seconds earlier (at most 30 s within one long cell); its outputs are written by the stage itself.
         """
 
-        _paced = False
+        _paced = False   # True while a cell boundary's bookkeeping runs (its save is then paced)
 
         def save(self, **kwargs):
             if self._paced and (self.now() - self.last_save_time).total_seconds() < SAVE_EVERY_S:
                 return
             super().save(**kwargs)
 
-        def cell_start(self, cell, cell_index=None, **kwargs):
+        def _at_boundary(self, update, *args, **kwargs):
             self._paced = True
             try:
-                super().cell_start(cell, cell_index, **kwargs)
+                update(*args, **kwargs)
             finally:
                 self._paced = False
 
+        def cell_start(self, cell, cell_index=None, **kwargs):
+            self._at_boundary(super().cell_start, cell, cell_index, **kwargs)
+
         def cell_complete(self, cell, cell_index=None, **kwargs):
-            self._paced = True
-            try:
-                super().cell_complete(cell, cell_index, **kwargs)
-            finally:
-                self._paced = False
+            self._at_boundary(super().cell_complete, cell, cell_index, **kwargs)
 
     return PacedSaves
 
