@@ -39,6 +39,7 @@ The Snakefile's rules run every stage this way; so does ``tests/stages.py``.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -109,9 +110,10 @@ class QuietKernelManager(AsyncKernelManager):
     cleanup_resources = _async_cleanup_resources
 
 
+@functools.lru_cache(maxsize=None)
 def _paced_saves():
-    """papermill's execution manager with paced saves (a class made on first use: :func:`main` imports papermill
-    only after leaving out jsonschema's IRI check)."""
+    """papermill's execution manager with paced saves (a class made once, on first use: :func:`main` imports
+    papermill only after leaving out jsonschema's IRI check)."""
     from papermill.engines import NotebookExecutionManager
 
     class PacedSaves(NotebookExecutionManager):
