@@ -8,7 +8,6 @@
 # --rerun-incomplete, so the jobs a killed run left unfinished simply run again.
 import json
 import os
-import shlex
 import sys
 
 from snakemake.exceptions import WorkflowError
@@ -79,24 +78,45 @@ NB = f"{OUT}/notebooks"
 # to its end: a stage that fails or refuses leaves the output root exactly as it was, and its
 # executed notebook (with the error) stays here, where Snakemake's error message points.
 RUNNING = str(murk_workflow.running_notebooks_dir(OUT))
-COCO = f"-p coco_dir {shlex.quote(COCO_DIR)}" if COCO_DIR else ""
-RUN_NAME = f"-p run_name {config['run_name']}" if config.get("run_name") else ""
-DEVICE = f"-p device {config['device']}" if config.get("device") else ""
+CWD = os.getcwd()
+
+
+# Settings are data: no value of a setting, a parameter or a model folder is ever parsed by a shell. Each rule's
+# command is a fixed template whose only fields are quoted by Snakemake (`{...:q}`: shlex.quote, each item of a list
+# on its own): the files of the rule and `params.argv`, the stage's arguments as a list, one item per argument.
+# Text reaches the notebook as papermill's raw text (-r: never read as a number, a boolean or None), numbers and
+# booleans with -p, a mapping as JSON with -y (papermill reads it with YAML's safe loader).
+def stage_argv(*args):
+    """murk.execute's arguments after NOTEBOOK and OUTPUT, as a list of str: the working folder, the output root
+    and ``args``. An empty argument would vanish from the command (Snakemake's :q leaves empty text unquoted)."""
+    argv = ["--cwd", CWD, "-r", "output_dir", OUT_ABS, *(str(a) for a in args)]
+    empty = [argv[k - 1] for k, a in enumerate(argv) if a == ""]
+    if empty:
+        raise WorkflowError(f"murk: an empty value for {', '.join(empty)} cannot be passed to the stage: set it, "
+                            f"or leave the setting null")
+    return argv
+
+
+def as_data(value):
+    """``value`` as a rule's param that Snakemake passes on as it is: a param given as text (or a list of text) is
+    read by Snakemake as a pattern of wildcards (``{name}``), a param given by a function is not."""
+    return lambda wildcards: value
+
+
+COCO = ["-r", "coco_dir", COCO_DIR] if COCO_DIR else []
+RUN_NAME = ["-r", "run_name", config["run_name"]] if config.get("run_name") else []
+DEVICE = ["-r", "device", config["device"]] if config.get("device") else []
 # the design (murk.design): given to select, which records it in items_meta.json for every later stage
-DESIGN = "-y " + shlex.quote("design: " + json.dumps(murk_design.design_from_settings(config), sort_keys=True))
+DESIGN = ["-y", json.dumps({"design": murk_design.design_from_settings(config)}, sort_keys=True)]
 # another design's run compared with this one in the paper's diagnostics (its folder, absolute)
-COMPARE = (f"-p compare_with {shlex.quote(os.path.abspath(os.path.expanduser(config['compare_with'])))}"
-           if config.get("compare_with") else "")
+COMPARE = (["-r", "compare_with", os.path.abspath(os.path.expanduser(config["compare_with"]))]
+           if config.get("compare_with") else [])
 
-
-def papermill(notebook, executed, params):
-    """papermill, through murk.execute, into ``executed`` (the rule's log, under RUNNING); when it ran to its
-    end, the executed notebook moves to NB. murk.execute converts the .py notebook beside ``executed``, draws
-    the stage's progress bars on the terminal (murk.progress) and, for a cell that raised, prints the error,
-    the cell and the path of ``executed``."""
-    return (f"python -m murk.execute {notebook} {executed} --cwd {shlex.quote(os.getcwd())} "
-            f"-p output_dir {shlex.quote(OUT_ABS)} {params} "
-            f"&& mkdir -p {NB} && mv {executed} {NB}/")
+# papermill, through murk.execute, into the rule's log (under RUNNING); when the notebook ran to its end, the
+# executed notebook moves to NB. murk.execute converts the .py notebook beside the log, draws the stage's progress
+# bars on the terminal (murk.progress) and, for a cell that raised, prints the error, the cell and the log's path.
+STAGE = ("python -m murk.execute {input.nb:q} {log:q} {params.argv:q} "
+         "&& mkdir -p {params.done_dir:q} && mv {log:q} {params.done_dir:q}/")
 
 
 # A failed job's update() outputs are restored by Snakemake with a new modification time, which would
@@ -113,8 +133,15 @@ onerror:
 
 # On a SLURM cluster: say so at once when the executor may never see a job end (murk.slurm.status_problem:
 # sacct reads a cancelled job as running; squeue forgets finished jobs after the cluster's MinJobAge).
+# Settings are data there too: the SLURM executor re-creates each job's command line from --config through a shell
+# (murk.settings.remote_job_problems), so a value it cannot carry literally is refused before the first submission.
 onstart:
     if getattr(workflow.executor_plugin, "name", "").endswith("slurm"):
+        _unsafe = murk_settings.remote_job_problems(workflow.config_settings.config_args,
+                                                    workflow.config_settings.configfiles)
+        if _unsafe:
+            raise WorkflowError("murk: refused before any job was submitted (nothing was written):\n"
+                                + "\n".join(f"  - {p}" for p in _unsafe))
         from murk import slurm as murk_slurm
         _why = murk_slurm.status_problem(getattr(workflow.executor_settings, "status_command", None),
                                          murk_slurm.min_job_age())
@@ -139,9 +166,11 @@ rule select:
     log:
         f"{RUNNING}/01_select.ipynb",
     params:
-        p=f"-p n_items {config['n_items']} -p seed {config['seed']} -p split {config['split']} {COCO} {RUN_NAME} {DESIGN}",
+        argv=as_data(stage_argv("-p", "n_items", config["n_items"], "-p", "seed", config["seed"], "-r", "split",
+                        config["split"], *COCO, *RUN_NAME, *DESIGN)),
+        done_dir=NB,
     shell:
-        papermill("{input.nb}", "{log}", "{params.p}")
+        STAGE
 
 
 rule depth:
@@ -155,15 +184,16 @@ rule depth:
     log:
         f"{RUNNING}/02_depth.ipynb",
     params:
-        p=f"-p backend {DEPTH_BACKEND} -p model {config['depth_model']}",
+        argv=as_data(stage_argv("-r", "backend", DEPTH_BACKEND, "-r", "model", config["depth_model"])),
+        done_dir=NB,
     shell:
-        papermill("{input.nb}", "{log}", "{params.p}")
+        STAGE
 
 
 # The store itself is not a declared output: Snakemake deletes the outputs of a
 # failed job, and the store must survive a killed job so the next run resumes. The
 # declared output is a marker holding the store's content digest (murk.workflow).
-MARK = "python -m murk.workflow mark {output}"
+MARK = "python -m murk.workflow mark {output:q}"
 
 # A marker vouches for its store's content. A store deleted, changed or damaged after its marker
 # was written, or a marker deleted (the README's repair step), forces that read-out while
@@ -193,10 +223,19 @@ def rerun_if_stale(marker_of):
         return []
     return check
 
-READOUT_PARAMS = dict(model=lambda wc: SLUG2MODEL[wc.slug], n=lambda wc: N_OF[SLUG2MODEL[wc.slug]], device=DEVICE, n_verbal=config.get("n_verbal_items", 0),
-                      trust=bool(config.get("trust_remote_code", False)), pickle=bool(config.get("allow_pickle", False)))
-READOUT_ARGS = ("-p model {params.model} -p max_items {params.n} {params.device} -p n_verbal_items {params.n_verbal}"
-                " -p trust_remote_code {params.trust} -p allow_pickle {params.pickle} -p run_by snakemake")
+def readout_argv(wc, shard=None):
+    """The read-out stage's arguments for the model of ``wc.slug`` (and one shard of it)."""
+    model = SLUG2MODEL[wc.slug]
+    return stage_argv("-r", "model", model, "-p", "max_items", N_OF[model], *DEVICE,
+                      "-p", "n_verbal_items", config.get("n_verbal_items", 0),
+                      "-p", "trust_remote_code", bool(config.get("trust_remote_code", False)),
+                      "-p", "allow_pickle", bool(config.get("allow_pickle", False)), "-r", "run_by", "snakemake",
+                      *([] if shard is None else ["-p", "shard", int(wc.shard), "-p", "shard_size", int(wc.size)]))
+
+
+READOUT_PARAMS = dict(model=lambda wc: SLUG2MODEL[wc.slug], n=lambda wc: N_OF[SLUG2MODEL[wc.slug]], device=as_data(DEVICE),
+                      n_verbal=config.get("n_verbal_items", 0), trust=bool(config.get("trust_remote_code", False)),
+                      pickle=bool(config.get("allow_pickle", False)), done_dir=NB)
 
 # shard_size: null -> one read-out job per model; an integer -> one job per (model, shard),
 # each writing its own store, merged by the analyse stage. Finished shards are never redone.
@@ -228,10 +267,11 @@ rule readout:
         f"{RUNNING}/03_readout-{{slug}}.ipynb",
     params:
         **READOUT_PARAMS,
+        argv=readout_argv,
     resources:
         gpu=1,
     shell:
-        papermill("{input.nb}", "{log}", READOUT_ARGS) + " && " + MARK
+        STAGE + " && " + MARK
 
 
 rule readout_shard:
@@ -247,11 +287,11 @@ rule readout_shard:
     params:
         **READOUT_PARAMS,
         shard=lambda wc: int(wc.shard),
+        argv=lambda wc: readout_argv(wc, shard=True),
     resources:
         gpu=1,
     shell:
-        papermill("{input.nb}", "{log}", READOUT_ARGS + " -p shard {params.shard} -p shard_size {wildcards.size}") \
-            + " && " + MARK
+        STAGE + " && " + MARK
 
 
 rule monitor:
@@ -266,9 +306,12 @@ rule monitor:
         deployable=f"{OUT}/readout/murk--visibility-monitor-deployable.done",
     log:
         f"{RUNNING}/03b_monitor.ipynb",
+    params:
+        argv=as_data(stage_argv()),
+        done_dir=NB,
     shell:
-        papermill("{input.nb}", "{log}", "") + " && " + MARK.replace("{output}", "{output.oracle}") \
-            + " && " + MARK.replace("{output}", "{output.deployable}")
+        STAGE + " && " + MARK.replace("{output:q}", "{output.oracle:q}") \
+            + " && " + MARK.replace("{output:q}", "{output.deployable:q}")
 
 
 rule analyse:
@@ -295,11 +338,11 @@ rule analyse:
     log:
         f"{RUNNING}/04_analyse.ipynb",
     params:
-        models=json.dumps([{"id": e.id, "n_items": e.n_items} for e in MODEL_ENTRIES]),
-        shard=f"-p shard_size {SHARD_SIZE}" if SHARD_SIZE else "",
-        compare=COMPARE,
+        argv=as_data(stage_argv("-y", json.dumps({"models": [{"id": e.id, "n_items": e.n_items} for e in MODEL_ENTRIES]}),
+                                *(["-p", "shard_size", SHARD_SIZE] if SHARD_SIZE else []), *COMPARE)),
+        done_dir=NB,
     shell:
-        papermill("{input.nb}", "{log}", "-y 'models: {params.models}' {params.shard} {params.compare}")
+        STAGE
 
 
 # The paper embeds its figures and tables from the executed notebooks (the logs of
@@ -316,5 +359,7 @@ rule paper:
     # previous paper in place instead of Snakemake deleting it
     output:
         html=update(f"{OUT}/paper/index.html"),
+    params:
+        root=as_data(OUT_ABS),
     shell:
-        "python -m murk.paper --output-dir {OUT_ABS:q}"
+        "python -m murk.paper --output-dir {params.root:q}"

@@ -441,8 +441,8 @@ def test_per_model_item_counts_plan_their_reads_and_shards(tmp_path):
     for b in jobs:
         slug = re.search(r"readout/([^/]+)/s2-", b).group(1)
         assert f"-p max_items {dict(smolvlm=5, qwen3vl=3, gemma=2)[slug.split('--')[1]]} " in b
-    assert ('-y \'models: [{"id": "murk-tiny/smolvlm", "n_items": 5}, {"id": "murk-tiny/qwen3vl", "n_items": 3}, '
-            '{"id": "murk-tiny/gemma", "n_items": 2}]\'') in out
+    assert ('-y \'{"models": [{"id": "murk-tiny/smolvlm", "n_items": 5}, {"id": "murk-tiny/qwen3vl", "n_items": 3}, '
+            '{"id": "murk-tiny/gemma", "n_items": 2}]}\'') in out
 
 
 def test_a_bad_model_entry_is_refused_by_snakemake_naming_the_setting(tmp_path):
@@ -460,6 +460,9 @@ def test_two_folders_with_the_same_last_part_get_their_own_stores(tmp_path):
     assert paths.model_slug(a) != paths.model_slug(b)
     assert paths.readout_store(a, tmp_path) != paths.readout_store(b, tmp_path)
     assert paths.model_slug("murk-tiny/smolvlm") == "murk-tiny--smolvlm"   # hub-style ids as before
+    r = _plan(tmp_path, {"offline_models": [a, b]})
+    assert r.returncode != 0 and "neither a hub id" in r.stdout + r.stderr   # a model folder must exist (murk.settings)
+    Path(a).mkdir(parents=True), Path(b).mkdir(parents=True)
     r = _plan(tmp_path, {"offline_models": [a, b]})
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout + r.stderr

@@ -36,6 +36,7 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -671,9 +672,9 @@ def _analyse_command(root: Path, nb: Path, models: str | None) -> str:
         except ValueError:
             return p.as_posix()
 
-    y = f" -y 'models: {models}'" if models else ""
-    od = "" if root == paths.output_dir() else f" -p output_dir {shown(root)}"
-    return f"jupytext --to ipynb notebooks/04_analyse.py -o - | papermill - {shown(nb)}{y}{od}"
+    y = f" -y {shlex.quote(f'models: {models}')}" if models else ""
+    od = "" if root == paths.output_dir() else f" -p output_dir {shlex.quote(shown(root))}"
+    return f"jupytext --to ipynb notebooks/04_analyse.py -o - | papermill - {shlex.quote(shown(nb))}{y}{od}"
 
 
 def refuse_mixed_paper(output_dir: str | os.PathLike | None = None) -> dict[str, str]:

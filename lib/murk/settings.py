@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
 
-__all__ = ["Setting", "SCHEMA", "COMMAND_LINE", "PAPERMILL", "DEFAULT_FILE", "SettingsError", "RunSettings",
+__all__ = ["model_id_problem", "remote_job_problems", "Setting", "SCHEMA", "COMMAND_LINE", "PAPERMILL", "DEFAULT_FILE", "SettingsError", "RunSettings",
            "check_setting", "setting_origins", "check_run_settings", "announce", "LEVEL_TOLERANCE", "match_level"]
 
 #: origin of a value given on Snakemake's command line (``--config key=value``, also ``make demo ARGS='--config …'``)
@@ -68,6 +68,13 @@ _DEVICE = re.compile(r"^(cpu|mps|cuda(:[0-9]+)?|xpu(:[0-9]+)?)$")
 # characters the Snakefile cannot put into its file patterns and shell commands: Snakemake reads
 # {…} as wildcards, and the rules' commands hold the output root unquoted
 _PATH_BAD = re.compile(r"[\s{}'\"$;&|<>()`*?\[\]!#\\]")
+# a Hugging Face hub id (huggingface_hub.utils.validate_repo_id: [org/]name of letters, digits, '-', '_', '.', at
+# most 96 characters, neither '--' nor '..'); every other model id must name an existing folder
+_HUB_ID = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_.-]*/)?[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+# what snakemake-executor-plugin-slurm (2.8) cannot carry literally to its jobs: it passes each --config text as
+# Python's repr inside sbatch --wrap="…", which a shell reads on the submitting machine and again in the job
+# (one kind of quote is carried; both kinds in one text are not, nor $, backticks, backslashes, line breaks)
+_REMOTE_UNSAFE = re.compile(r"[$`\\\n\r]")
 
 
 @dataclass(frozen=True)
@@ -564,6 +571,11 @@ def check_run_settings(config: Mapping[str, Any], origins: Mapping[str, str] | N
             except ValueError as e:
                 fix = f"; {_fix(key, o)}" if o == COMMAND_LINE else ""  # the parser's example is YAML, as in a file
                 problems.append(f"{_where(key, config[key], o)}: {e}{fix}")
+    for key, key_entries in entries.items():
+        for k, e in enumerate(key_entries, start=1):
+            why = model_id_problem(e.id, cwd)
+            if why:
+                problems.append(f"{_where(key, config[key], origin(key))}: {key}, entry {k} ({e.id!r}): {why}")
     if problems:
         n = len(problems)
         raise SettingsError(f"murk: {'this run setting is' if n == 1 else f'these {n} run settings are'} refused "
@@ -586,6 +598,77 @@ def check_run_settings(config: Mapping[str, Any], origins: Mapping[str, str] | N
             notes.append(f"murk: {given} is not used: offline_models are read only with MURK_OFFLINE=1; this run "
                          f"reads models")
     return RunSettings(out, rel, root, models_key, chosen, notes)
+
+
+def model_id_problem(model: str, cwd: str | os.PathLike | None = None) -> str | None:
+    """Why ``model`` cannot be a model of a run, or None: a model is a hub id or an existing folder.
+
+    Parameters
+    ----------
+    model : str
+        A model id as a run setting gives it (``models``, ``offline_models``).
+    cwd : path, optional
+        The folder a relative path is taken from (Snakemake's working directory; default the current one).
+
+    Returns
+    -------
+    str or None
+        None for a Hugging Face hub id (``[org/]name``: letters, digits, ``-``, ``_``, ``.``, at most 96
+        characters, neither ``--`` nor ``..``, the rule of ``huggingface_hub.utils.validate_repo_id``) or a path
+        to an existing folder (used literally, whatever characters it holds: the workflow passes it to its stages
+        as one argument that no shell parses); else the reason and the fix, in words.
+    """
+    text = str(model)
+    if _HUB_ID.fullmatch(text) and len(text) <= 96 and "--" not in text and ".." not in text:
+        return None
+    folder = Path(os.path.expanduser(text))
+    if not folder.is_absolute():
+        folder = Path(cwd or os.getcwd()) / folder
+    if folder.is_dir():
+        return None
+    return (f"neither a hub id ([org/]name of letters, digits, '-', '_' and '.') nor an existing folder ({folder} "
+            f"is not one): give a hub id such as HuggingFaceTB/SmolVLM-256M-Instruct or the path of a checkpoint "
+            f"folder")
+
+
+def remote_job_problems(config_args: Sequence[str] | None, configfiles: Sequence[str | os.PathLike] = ()) -> list[str]:
+    """The ``--config`` values and ``--configfile`` paths that a SLURM job would not receive literally.
+
+    snakemake-executor-plugin-slurm (2.8) re-creates the command line of every job: each ``--config``
+    text becomes Python's ``repr`` inside ``sbatch --wrap="…"``, which a shell reads when the job is submitted
+    and again when it starts, and each ``--configfile`` path a shell-quoted word inside the same double quotes.
+    A ``$``, a backtick, a backslash, a line break, or both kinds of quote in one text, would be expanded or
+    altered by a shell
+    (``$(…)`` would run), so such a run is refused before the first job; a ``--configfile`` carries any value
+    literally, since the jobs read the file itself.
+
+    Parameters
+    ----------
+    config_args : sequence of str, or None
+        Snakemake's ``config_settings.config_args``: the ``--config`` texts as typed (``key=value``).
+    configfiles : sequence of path
+        Snakemake's ``config_settings.configfiles``.
+
+    Returns
+    -------
+    list of str
+        One line per refused value, naming it and the fix; empty when every value is carried literally.
+    """
+    out = []
+    for arg in config_args or ():
+        bad = sorted(set(_REMOTE_UNSAFE.findall(str(arg)))) + (["'", '"'] if "'" in arg and '"' in arg else [])
+        if bad:
+            key = str(arg).split("=", 1)[0]
+            shown = ", ".join("a line break" if c in "\n\r" else repr(c) for c in bad)
+            out.append(f"--config {arg}: the value of {key} holds {shown}, which the SLURM executor would pass to "
+                       f"its jobs through a shell: give {key} in a --configfile instead (the jobs read that file "
+                       f"as data)")
+    for f in configfiles or ():
+        bad = sorted(set(_REMOTE_UNSAFE.findall(str(f)))) + (['"'] if '"' in str(f) else [])
+        if bad:
+            out.append(f"--configfile {f}: its path holds {', '.join(repr(c) for c in bad)}, which the SLURM "
+                       f"executor would pass to its jobs through a shell: rename or move the file")
+    return out
 
 
 _ANNOUNCED: set[str] = set()
