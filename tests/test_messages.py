@@ -1,0 +1,108 @@
+"""Each fault of issue 37's list of messages: one line naming the file or setting and the fix (issue 37 item 5).
+
+One test per message, each reading the message as the user sees it; the pipeline-wide behaviour of the
+same faults (what is kept, what a rerun does) is in ``test_bad_input.py``, ``test_checkpoint_input.py`` and
+``test_faults_snakemake.py``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from murk import cube, images, items, workflow
+
+
+def _one_line(msg: str) -> str:
+    assert "\n" not in msg.strip(), msg
+    return msg
+
+
+# --- 7: a changed per-model n_items names the model's n_items, not n_verbal_items ---
+
+def _store_attrs(n_items: int, n_verbal: int = 5) -> dict:
+    return cube.store_identity(config_hash="c", items_hash="i", model_id="org/m", depth_backend="constant-13.8m",
+                               n_verbal_items=n_verbal, n_items=n_items)
+
+
+def test_a_changed_model_n_items_names_that_n_items_and_the_fix(tmp_path):
+    store = tmp_path / "m.zarr"
+    cube.open_readout_store(store, [11, 12], ["car", "bus"], _store_attrs(2))
+    for n, ids in ((3, [11, 12, 13]), (1, [11])):
+        with pytest.raises(ValueError) as e:
+            cube.open_readout_store(store, ids, ["car"] * n, _store_attrs(n))
+        msg = _one_line(str(e.value))
+        assert f"holds the first 2 items of model 'org/m' and this run asks for {n}" in msg
+        assert "n_items changed" in msg and "n_verbal_items" not in msg
+        assert "give that model n_items 2 again" in msg and f"rm -r {store}" in msg
+    # n_verbal_items changed as well (not only capped by n_items): both are named, as before
+    with pytest.raises(ValueError) as e:
+        cube.open_readout_store(store, [11, 12, 13], ["car"] * 3, _store_attrs(3, n_verbal=1))
+    assert "n_verbal_items: store 2, this run 1" in str(e.value)
+
+
+# --- 8: a folder with an image's name ---
+
+def test_a_folder_with_an_images_name_is_called_a_folder(tmp_path):
+    (tmp_path / "000000000139.jpg").mkdir()
+    with pytest.raises(ValueError) as e:
+        images.load_image(tmp_path / "000000000139.jpg", (80, 40))
+    msg = _one_line(str(e.value))
+    assert "is a folder, not an image file" in msg and "not found" not in msg
+    assert str(tmp_path / "000000000139.jpg") in msg and "replace the folder" in msg
+    table = pd.DataFrame([(1, "000000000139.jpg", 80, 40)], columns=["image_id", "file_name", "width", "height"])
+    assert "is a folder" in items.image_checks(table, tmp_path)["unreadable"]["1"]  # the select stage's record
+
+
+# --- 9: an animated GIF cut to its first frame, a PNG's alpha dropped: a note, not silence ---
+
+def test_a_gifs_later_frames_and_a_pngs_alpha_are_noted(tmp_path):
+    frames = [Image.fromarray(np.full((40, 80, 3), v, np.uint8)) for v in (0, 255)]
+    frames[0].save(tmp_path / "anim.gif", save_all=True, append_images=frames[1:])
+    rgba = np.zeros((40, 80, 4), np.uint8)
+    rgba[..., 3] = 128
+    Image.fromarray(rgba).save(tmp_path / "alpha.png")
+    Image.fromarray(np.zeros((40, 80, 3), np.uint8)).save(tmp_path / "plain.png")
+    words = {"anim.gif": "is animated (2 frames): only its first frame is used",
+             "alpha.png": "has an alpha channel (transparency): it is dropped"}
+    for name, said in words.items():
+        with pytest.warns(images.ConvertedImageWarning) as w:
+            images.load_image(tmp_path / name, (80, 40))
+        assert said in _one_line(str(w[0].message)) and str(tmp_path / name) in str(w[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        images.load_image(tmp_path / "plain.png", (80, 40))  # nothing left out: no note
+    table = pd.DataFrame([(1, "anim.gif", 80, 40), (2, "alpha.png", 80, 40), (3, "plain.png", 80, 40)],
+                         columns=["image_id", "file_name", "width", "height"])
+    got = items.image_checks(table, tmp_path)  # recorded by the select stage in items_report.json
+    assert list(got["converted"]) == ["1", "2"] and not got["unreadable"] and not got["transposed"]
+    assert words["anim.gif"] in got["converted"]["1"] and words["alpha.png"] in got["converted"]["2"]
+
+
+# --- 10: a model that never ran "runs", one with a store "runs again" ---
+
+def test_a_read_out_that_never_ran_is_not_announced_as_running_again(tmp_path):
+    marker = tmp_path / "readout" / "new-model.done"
+    downstream = [tmp_path / "cube.zarr"]
+    downstream[0].mkdir()
+    why = workflow.rerun_reason(marker, downstream)  # a model added to a finished run: no marker, no store
+    assert why is not None
+    said = workflow.rerun_words(marker, dry_run=True)
+    assert "again" not in said and "would run (no store of it in this output root" in said
+    assert "again" not in workflow.rerun_words(marker)
+    workflow.store_of(marker).mkdir(parents=True)  # a store kept from before (its marker removed): it resumes
+    assert workflow.rerun_words(marker, dry_run=True).startswith("its read-out would run again")
+    assert workflow.rerun_words(marker).startswith("its read-out runs again")
+
+
+# --- 11: the in-progress notebook folder of outputs-ü is not that of outputs-ä ---
+
+def test_running_notebooks_dirs_of_non_ascii_roots_differ(tmp_path):
+    a, b = (workflow.running_notebooks_dir(tmp_path / name) for name in ("outputs-ü", "outputs-ä"))
+    assert a != b and a.parent == b.parent
+    assert a.name.isascii() and "outputs" in a.name  # still readable, and a name any tool takes
+    assert workflow.running_notebooks_dir(tmp_path / "outputs-ü") == a  # the same root: the same folder
