@@ -7,6 +7,7 @@ same faults (what is kept, what a rerun does) is in ``test_bad_input.py``, ``tes
 
 from __future__ import annotations
 
+import shutil
 import warnings
 
 import numpy as np
@@ -14,12 +15,64 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from murk import cube, images, items, workflow
+from murk import config, cube, diskfull, images, items, workflow
+from murk.readout import load_vlm
 
 
 def _one_line(msg: str) -> str:
     assert "\n" not in msg.strip(), msg
     return msg
+
+
+# --- 1: a chat template that raises names the template file and the fix ---
+
+@pytest.mark.parametrize("command,words", [("python", "pass murk.readout.load_vlm"),
+                                           ("snakemake", "make demo ARGS='--config")])
+def test_a_chat_template_that_raises_names_its_file_and_the_fix(command, words, tiny_checkpoint_dirs, tmp_path):
+    folder = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint_dirs["smolvlm"], folder)
+    (folder / "chat_template.jinja").write_text("{{ raise_exception('this template takes no images') }}")
+    with pytest.raises(OSError) as e:
+        load_vlm(str(folder), device="cpu", command=command)
+    msg = _one_line(str(e.value))
+    assert f"its chat template {folder / 'chat_template.jinja'} fails on murk's prompt" in msg
+    assert "this template takes no images" in msg and "fix: repair that template" in msg and words in msg
+
+
+# --- 2: a tokenizer without one token per option letter names the tokenizer file and what murk needs ---
+
+def test_option_letters_that_are_not_single_tokens_name_the_tokenizer_and_what_murk_needs(tiny_checkpoint_dirs):
+    folder = tiny_checkpoint_dirs["smolvlm"]
+    cfg = config.load_config()
+    cfg["readout"] = {**cfg["readout"], "option_letters": ["A", "B", "C", "D", "\u03a9"]}  # Ω: two bytes, two tokens
+    with pytest.raises(OSError) as e:
+        load_vlm(str(folder), device="cpu", config=cfg, command="papermill")
+    msg = _one_line(str(e.value))
+    assert f"its tokenizer ({folder / 'tokenizer.json'})" in msg and "option letter '\u03a9'" in msg
+    assert "must be a single token of the tokenizer" in msg and "readout.option_letters" in msg
+    assert "fix:" in msg and "-p model" in msg  # the papermill user's words
+
+
+# --- 3: a full disk while the offline checkpoint is built: the README's message, not a SafetensorError ---
+
+def test_a_full_disk_while_the_offline_checkpoint_is_built_names_the_root_and_the_resume(tmp_path, monkeypatch):
+    import transformers.modeling_utils as modeling_utils
+    from safetensors import SafetensorError
+
+    def full(*args, **kwargs):  # what safetensors raises on ENOSPC: no file named, no errno
+        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: '
+                              '"No space left on device" })')
+
+    root = tmp_path / "out"
+    root.mkdir()
+    (root / "items.json").write_text("[]")
+    monkeypatch.setattr(modeling_utils, "safe_save_file", full)
+    with pytest.raises(diskfull.DiskFullError) as e:
+        load_vlm("murk-tiny/smolvlm", device="cpu", root=root)
+    msg = _one_line(str(e.value))
+    assert f"no space left on the disk of the output root {root}" in msg and "run the same command again" in msg
+    assert "half-built checkpoint was removed" in msg
+    assert sorted(p.name for p in root.rglob("*")) == ["checkpoints", "items.json"]  # nothing half-made is left
 
 
 # --- 7: a changed per-model n_items names the model's n_items, not n_verbal_items ---
