@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from murk import config, cube, diskfull, images, items, workflow
+from murk import config, cube, diskfull, images, items, paper, workflow
 from murk.readout import load_vlm
 
 
@@ -73,6 +73,43 @@ def test_a_full_disk_while_the_offline_checkpoint_is_built_names_the_root_and_th
     assert f"no space left on the disk of the output root {root}" in msg and "run the same command again" in msg
     assert "half-built checkpoint was removed" in msg
     assert sorted(p.name for p in root.rglob("*")) == ["checkpoints", "items.json"]  # nothing half-made is left
+
+
+# --- 4: a cell the paper embeds that is absent or failed: the command that makes it again ---
+
+def test_a_missing_or_failed_embed_says_what_to_run(tmp_path, monkeypatch, capsys):
+    import nbformat
+
+    root = tmp_path / "out"
+    nb = root / "notebooks" / "04_analyse.ipynb"
+    nb.parent.mkdir(parents=True)
+    book = nbformat.v4.new_notebook()
+    broken = nbformat.v4.new_code_cell("#| label: fig-broken\nplot()")
+    broken.outputs = [nbformat.v4.new_output("error", ename="ValueError", evalue="bad", traceback=[])]
+    book.cells.append(broken)
+    nbformat.write(book, nb)
+    errors = []
+    for label in ("fig-absent", "fig-broken"):
+        with pytest.raises(paper.EmbedError) as e:
+            paper.resolve_qmd(f"{{{{< embed ../outputs/notebooks/04_analyse.ipynb#{label} >}}}}", {}, tmp_path, root)
+        msg = _one_line(str(e.value))
+        assert str(nb) in msg and label in msg and "re-run the stage" not in msg
+        assert f"fix: make demo ARGS='--config output_dir={root} --forcerun analyse'" in msg
+        assert "papermill - " in msg and f"-p output_dir {root}" in msg  # or the README's by-hand command
+        errors.append(e.value)
+    assert isinstance(errors[0], KeyError) and isinstance(errors[1], ValueError)  # as the callers caught them
+    assert "--forcerun depth" in paper.remake_words(root / "notebooks" / "02_depth.ipynb")
+
+    def render(**kwargs):  # what render_paper meets (python -m murk.paper under make demo / make paper)
+        raise errors[0]
+
+    monkeypatch.setattr(paper, "refuse_mixed_paper", lambda root: {})
+    monkeypatch.setattr(paper, "render_paper", render)
+    monkeypatch.setattr(paper.shutil, "which", lambda name: None)
+    assert paper.main(["--output-dir", str(root), "--fallback"]) == 2
+    err = capsys.readouterr().err
+    assert _one_line(err.strip()).startswith(f"murk: make paper (python -m murk.paper) cannot render the paper of "
+                                             f"{root}: {nb} has no cell labelled 'fig-absent'")
 
 
 # --- 7: a changed per-model n_items names the model's n_items, not n_verbal_items ---
