@@ -7,7 +7,9 @@ same faults (what is kept, what a rerun does) is in ``test_bad_input.py``, ``tes
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import warnings
 
 import numpy as np
@@ -17,6 +19,9 @@ from PIL import Image
 
 from murk import config, cube, diskfull, images, items, paper, workflow
 from murk.readout import load_vlm
+from murk.settings import COMMAND_LINE, SettingsError, check_run_settings
+
+import stages
 
 
 def _one_line(msg: str) -> str:
@@ -110,6 +115,65 @@ def test_a_missing_or_failed_embed_says_what_to_run(tmp_path, monkeypatch, capsy
     err = capsys.readouterr().err
     assert _one_line(err.strip()).startswith(f"murk: make paper (python -m murk.paper) cannot render the paper of "
                                              f"{root}: {nb} has no cell labelled 'fig-absent'")
+
+
+# --- 5: a read-only output root is refused before the first job, and before pandoc ---
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """A folder no file can be made in: mode 555 for a user, a read-only tmpfs for root (whom modes do not stop);
+    skipped where neither is possible."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    mounted = False
+    if os.geteuid() == 0:
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], capture_output=True)
+        if r.returncode != 0:
+            pytest.skip(f"root cannot mount a read-only tmpfs here: {r.stderr.decode().strip()}")
+        mounted = True
+    else:
+        ro.chmod(0o555)
+    try:
+        yield ro
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(ro)], check=True)
+        else:
+            ro.chmod(0o755)
+
+
+def _defaults() -> dict:
+    import yaml
+
+    return yaml.safe_load((stages.ROOT / "data" / "workflow.yaml").read_text())
+
+
+def test_a_read_only_output_root_is_refused_before_the_first_job(read_only_dir, tmp_path):
+    for value, where in ((str(read_only_dir), "it is"), (str(read_only_dir / "new"), f"{read_only_dir}, where it")):
+        with pytest.raises(SettingsError) as e:
+            check_run_settings({**_defaults(), "output_dir": value}, {"output_dir": COMMAND_LINE}, True, tmp_path)
+        (line,) = e.value.problems
+        assert line.startswith(f"--config output_dir={value}: the output root {value} cannot be written: {where}")
+        assert "fix: make" in _one_line(line) and "writable" in line and "e.g. --config output_dir=" in line
+    # through Snakemake (make plan / make demo): refused before any job, in one line under murk's heading
+    r = stages.snakemake(read_only_dir, "-n", n_items=1)
+    text = r.stdout + r.stderr
+    assert r.returncode != 0 and f"--config output_dir={read_only_dir}: the output root" in text, text[-3000:]
+    assert "refused before any job ran" in text and "Errno" not in text and "rule select" not in text
+
+
+def test_make_paper_into_a_read_only_root_refuses_before_pandoc(read_only_dir, monkeypatch, capsys):
+    def render(**kwargs):  # pandoc is never reached
+        raise AssertionError("render_paper called")
+
+    monkeypatch.setattr(paper, "refuse_mixed_paper", lambda root: {})
+    monkeypatch.setattr(paper, "render_paper", render)
+    monkeypatch.setattr(paper.shutil, "which", lambda name: None)
+    assert paper.main(["--output-dir", str(read_only_dir), "--fallback"]) == 2
+    err = _one_line(capsys.readouterr().err.strip())
+    assert err.startswith(f"murk: make paper (python -m murk.paper) cannot write the paper of {read_only_dir}: "
+                          f"{read_only_dir} is ")
+    assert "nothing was written" in err and f"fix: make {read_only_dir} writable" in err
 
 
 # --- 7: a changed per-model n_items names the model's n_items, not n_verbal_items ---

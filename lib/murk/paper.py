@@ -1523,7 +1523,9 @@ def main(argv: list[str] | None = None) -> int:
     :func:`render_paper` converts the same source with pandoc and Typst. First, a
     numbers file and executed notebooks of different identities are refused
     (:func:`refuse_mixed_paper`): the message goes to stderr, nothing is written and
-    the exit status is 2. The rendered HTML carries the run and analysis identities
+    the exit status is 2; so is a paper folder that cannot be written
+    (:func:`murk.paths.unwritable`: read-only) and a cell the paper embeds that is
+    absent or failed (:class:`EmbedError`). The rendered HTML carries the run and analysis identities
     in ``<meta name="murk-run-id">`` and ``<meta name="murk-analysis-id">``.
     """
     import argparse
@@ -1540,6 +1542,12 @@ def main(argv: list[str] | None = None) -> int:
         ids = refuse_mixed_paper(root)   # the numbers and the embeds of one analysis, or nothing is written
     except MixedPaperError as e:
         print(f"murk: {e}", file=sys.stderr)
+        return 2
+    blocked = paths.unwritable(paths.paper_out_dir(root))  # before pandoc, whose own error is a Haskell backtrace
+    if blocked is not None:
+        print(f"murk: make paper (python -m murk.paper) cannot write the paper of {root}: {blocked[0]} is "
+              f"{blocked[1]}; nothing was written (the numbers, tables, figures and cube are kept); fix: make "
+              f"{blocked[0]} writable, then run the same command again", file=sys.stderr)
         return 2
     quarto = shutil.which("quarto")
     if quarto and not args.fallback:

@@ -491,6 +491,15 @@ def _output_folder(value: str, origin: str, cwd: str) -> tuple[str, str]:
                                     f"{up}, which is a file, not a folder: give the path of a folder, "
                                     f"{_fix('output_dir', origin)}")
             break
+    from murk import paths
+
+    blocked = paths.unwritable(p)
+    if blocked is not None:
+        folder, why = blocked
+        where = "it" if folder == p else f"{folder}, where it would be created,"
+        raise SettingsError(f"{_where('output_dir', value, origin)}: the output root {root} cannot be written: "
+                            f"{where} is {why}; fix: make {folder} writable, or give an output root you can write, "
+                            f"{_fix('output_dir', origin)}")
     return rel, root
 
 
@@ -524,7 +533,8 @@ def check_run_settings(config: Mapping[str, Any], origins: Mapping[str, str] | N
     SettingsError
         Listing every refused setting, one line each (:func:`check_setting`), and:
         a run setting that is missing (``data/workflow.yaml`` lacks it); an
-        ``output_dir`` that is a file or lies inside one; a model list that
+        ``output_dir`` that is a file or lies inside one, or that cannot be
+        written (read-only, :func:`murk.paths.unwritable`); a model list that
         :func:`murk.workflow.model_entries` refuses (``offline_models=[]``, an
         entry with an unknown key, a model listed twice, ...), both lists being
         checked whichever the run reads.
