@@ -19,6 +19,7 @@ from PIL import Image
 
 from murk import config, cube, diskfull, images, items, paper, workflow
 from murk.readout import load_vlm
+from murk import settings
 from murk.settings import COMMAND_LINE, SettingsError, check_run_settings
 
 import stages
@@ -174,6 +175,42 @@ def test_make_paper_into_a_read_only_root_refuses_before_pandoc(read_only_dir, m
     assert err.startswith(f"murk: make paper (python -m murk.paper) cannot write the paper of {read_only_dir}: "
                           f"{read_only_dir} is ")
     assert "nothing was written" in err and f"fix: make {read_only_dir} writable" in err
+
+
+# --- 6: a settings file with a Python tag: murk names the file, the line and the tag before Snakemake reads it ---
+
+def test_configfiles_of_a_snakemake_command_line():
+    argv = ["-n", "--configfile", "a.yaml", "b.yaml", "--config", "n_items=2", "--configfiles=c.yaml", "--cores", "1"]
+    assert settings.configfiles_of(argv) == ["a.yaml", "b.yaml", "c.yaml"]
+    assert settings.configfiles_of(["--config", "x.yaml=1", "n_items=2"]) == []
+
+
+def test_a_settings_file_with_a_python_tag_names_the_file_line_and_tag(tmp_path):
+    marker = tmp_path / "ran"
+    bad = tmp_path / "mine.yaml"
+    bad.write_text(f"n_items: 2\nmodels: !!python/object/apply:os.system ['touch {marker}']\n")
+    with pytest.raises(SettingsError) as e:
+        settings.check_configfile(bad)
+    msg = _one_line(str(e.value))
+    assert msg.startswith(f"--configfile {bad}, line 2: the YAML tag !!python/object/apply:os.system")
+    assert "fix: remove the tag" in msg and not marker.exists()
+    (tmp_path / "name.yaml").write_text("models: !!python/name:os.system\n")  # one Snakemake's loader accepts
+    with pytest.raises(SettingsError, match="the YAML tag !!python/name:os.system"):
+        settings.check_configfile(tmp_path / "name.yaml")
+    (tmp_path / "broken.yaml").write_text("n_items: [2\n")
+    with pytest.raises(SettingsError, match="broken.yaml, line 2: not valid YAML"):
+        settings.check_configfile(tmp_path / "broken.yaml")
+    (tmp_path / "ok.yaml").write_text("n_items: 2\nmodels: [org/a]\n")
+    settings.check_configfile(tmp_path / "ok.yaml")  # plain data passes
+    settings.check_configfile(tmp_path / "absent.yaml")  # left to Snakemake, which names it
+    if shutil.which("make") is None:
+        return
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    r = subprocess.run(["make", "-C", str(stages.ROOT), "plan", f"ARGS=--configfile {bad}"], capture_output=True,
+                       text=True, env=env, timeout=300)  # as the user types it: make plan ARGS='--configfile ...'
+    assert r.returncode != 0 and "mix whitespace" not in r.stdout + r.stderr, r.stdout + r.stderr
+    assert f"murk: --configfile {bad}, line 2: the YAML tag !!python/object/apply:os.system" in r.stderr
+    assert "snakemake" not in r.stdout and not marker.exists()  # refused before Snakemake started
 
 
 # --- 7: a changed per-model n_items names the model's n_items, not n_verbal_items ---
