@@ -688,8 +688,9 @@ def remake_words(nb_path: str | os.PathLike) -> str:
     Returns
     -------
     str
-        E.g. ``"make demo ARGS='--forcerun analyse'"`` (with ``--config
-        output_dir=<root>`` for another root than ``outputs/``; Snakemake runs the
+        The user's command again with ``--forcerun <stage>``, e.g. ``"make demo
+        ARGS='--forcerun analyse'"`` (with ``--config output_dir=<root>`` for
+        another root than ``outputs/``; Snakemake runs the
         stage again, which writes the notebook when it runs to its end, and what
         follows it), and for the analyse notebook also the README's by-hand
         papermill command.
@@ -700,8 +701,9 @@ def remake_words(nb_path: str | os.PathLike) -> str:
     if stage is None:
         return f"run the stage notebooks/{nb.stem}.py again into {root} (make demo)"
     od = "" if root.absolute() == paths.output_dir().absolute() else f"--config output_dir={root} "
-    words = (f"make demo ARGS='{od}--forcerun {stage}' (Snakemake runs the {stage} stage again, which rewrites "
-             f"{nb}, and what follows it)")
+    words = (f"run the command that made this output root again with --forcerun {stage} added, e.g. "
+             f"make demo ARGS='{od}--forcerun {stage}' with your other --config settings (Snakemake runs the "
+             f"{stage} stage again, which rewrites {nb}, and what follows it)")
     if stage == "analyse":
         words += f", or by hand: {_analyse_command(root, nb, None)}"
     return words
