@@ -288,7 +288,7 @@ def _n_items_message(path: Path, model_id: str, n_have: int, n_want: int) -> str
             f"{n_want}: the model's n_items changed (the n_items of its entry in models or offline_models, "
             f"{{id: {model_id}, n_items: N}}, else the run's n_items; papermill: -p max_items N), and a store is "
             f"never mixed from two runs; fix: give that model n_items {n_have} again, or delete its store to read it out afresh "
-            f"with {n_want} items (rm -r {path}; the other models' stores are kept), or give this run another "
+            f"with {n_want} item{'s' if n_want != 1 else ''} (rm -r {path}; the other models' stores are kept), or give this run another "
             f"output_dir")
 
 
