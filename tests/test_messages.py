@@ -157,7 +157,11 @@ def test_a_read_only_output_root_is_refused_before_the_first_job(read_only_dir, 
         (line,) = e.value.problems
         assert line.startswith(f"--config output_dir={value}: the output root {value} cannot be written: {where}")
         assert "fix: make" in _one_line(line) and "writable" in line and "e.g. --config output_dir=" in line
-    # through Snakemake (make plan / make demo): refused before any job, in one line under murk's heading
+
+
+@pytest.mark.slow
+def test_snakemake_refuses_a_read_only_output_root_before_the_first_job(read_only_dir):
+    """Through Snakemake (make plan / make demo): refused before any job, one line under murk's heading."""
     r = stages.snakemake(read_only_dir, "-n", n_items=1)
     text = r.stdout + r.stderr
     assert r.returncode != 0 and f"--config output_dir={read_only_dir}: the output root" in text, text[-3000:]
