@@ -22,6 +22,9 @@ ARGS ?=
 TEST_WORKERS ?= 3
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 SNAKE := PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(or $(CORES),1)
+# the --configfile files among the arguments, checked before Snakemake reads them (murk.settings.check_configfile:
+# Snakemake's own loader says "mix whitespace and tab" of a file with a Python tag, naming neither)
+CONFIG_CHECK := $(BIN)/python -m murk.settings
 # JupyterLab refuses to start as root (containers) unless told
 LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
@@ -43,6 +46,7 @@ env:
 
 ## demo: the study on a small sample, end to end (select → depth → readout → analyse → paper)
 demo: env
+	@$(CONFIG_CHECK) $(ARGS)
 	$(SNAKE) $(ARGS)
 
 ## test: the whole test suite (installs first)
@@ -55,14 +59,17 @@ test-fast: env
 
 ## plan: what `make demo` would run (snakemake dry run)
 plan: env
+	@$(CONFIG_CHECK) $(ARGS)
 	$(SNAKE) -n $(ARGS)
 
 ## paper: render the paper (Quarto where installed, else pandoc + Typst)
 paper: env
+	@$(CONFIG_CHECK) $(ARGS)
 	$(SNAKE) paper $(ARGS)
 
 ## study: the full study (1000 items, five models; needs a GPU and network or a hub cache)
 study: env
+	@$(CONFIG_CHECK) --configfile data/workflow.yaml data/study.yaml $(ARGS)
 	$(SNAKE) --configfile data/workflow.yaml data/study.yaml $(ARGS)
 
 ## lab: JupyterLab on the stage notebooks, opened as notebooks (the project's settings: lab/jupyter-lab)

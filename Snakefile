@@ -218,8 +218,7 @@ def rerun_if_stale(marker_of):
         if not murk_workflow.force_rerun(workflow, marker):  # a Snakemake whose DAG murk cannot force
             raise WorkflowError(f"murk: {why}; re-read it and re-make what follows with "
                                 f"make demo ARGS='--forcerun {marker}' (snakemake --forcerun {marker})")
-        print(f"murk: {why}: its read-out {'would run' if workflow.dryrun else 'runs'} again, and the cube and "
-              f"paper after it", file=sys.stderr)
+        print(f"murk: {why}: {murk_workflow.rerun_words(marker, workflow.dryrun)}", file=sys.stderr)
         return []
     return check
 

@@ -114,7 +114,8 @@ items.save_selection(table, meta, report, output_dir)
 print(f"run {run_name!r}: {len(table)} items; config hash {config_hash[:12]}, items hash {items_hash[:12]}")
 for kind, notes in report["image_checks"].items():
     for image_id, note in notes.items():
-        print(f"image {image_id} {'used transposed' if kind == 'transposed' else 'recorded as missing'}: {note}")
+        said = {"transposed": "used transposed", "converted": "used in part"}.get(kind, "recorded as missing")
+        print(f"image {image_id} {said}: {note}")
 
 # %% [markdown]
 # The run's identity (`murk.workflow.run_id`: a digest of the two hashes), which

@@ -586,13 +586,28 @@ def ensure_tiny_checkpoint(model_id: str, root: str | os.PathLike | None = None)
     ------
     KeyError
         If ``model_id`` is not a tiny model id.
+    murk.diskfull.DiskFullError
+        The disk is full while the checkpoint is built (one line naming the output
+        root and how to resume; nothing of the checkpoint is left).
     """
     if model_id not in TINY_MODELS:
         raise KeyError(f"{model_id!r} is not a tiny model id; choose one of {sorted(TINY_MODELS)}")
     folder = paths.checkpoints_dir(root) / paths.model_slug(model_id)
     if not is_tiny_checkpoint(folder):
-        build_tiny_checkpoint(TINY_MODELS[model_id], folder)
+        with _full_disk_guard(folder, root):
+            build_tiny_checkpoint(TINY_MODELS[model_id], folder)
     return folder
+
+
+def _full_disk_guard(folder: Path, root: str | os.PathLike | None):
+    """:func:`murk.diskfull.guard` for building the offline checkpoint ``folder`` of the output root ``root``:
+    a full disk (safetensors' ``SafetensorError`` naming no file, an ``OSError``) becomes the one line naming
+    the root and the resume command."""
+    from murk import diskfull
+
+    return diskfull.guard(folder, "the half-built checkpoint was removed (it is built in a temporary folder "
+                                  "and put in place only when complete); the selection, depth maps, stores and "
+                                  "every other finished file are kept", root=paths.output_dir(root))
 
 
 def build_tiny_depth_checkpoint(out_dir: str | os.PathLike, seed: int = 0) -> Path:
@@ -1124,6 +1139,8 @@ def ensure_realformat_checkpoint(model_id: str, root: str | os.PathLike | None =
     ------
     KeyError
         If ``model_id`` is not a real-format id.
+    murk.diskfull.DiskFullError
+        The disk is full while the checkpoint is built (as :func:`ensure_tiny_checkpoint`).
     FileNotFoundError
         If the real model files are missing (see :func:`real_model_files_dir`).
     """
@@ -1131,7 +1148,8 @@ def ensure_realformat_checkpoint(model_id: str, root: str | os.PathLike | None =
         raise KeyError(f"{model_id!r} is not a real-format model id; choose one of {sorted(REALFORMAT_MODELS)}")
     folder = paths.checkpoints_dir(root) / paths.model_slug(model_id)
     if not is_tiny_checkpoint(folder):
-        build_realformat_checkpoint(REALFORMAT_MODELS[model_id], folder)
+        with _full_disk_guard(folder, root):
+            build_realformat_checkpoint(REALFORMAT_MODELS[model_id], folder)
     return folder
 
 

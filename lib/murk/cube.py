@@ -263,6 +263,35 @@ def _identity_diff(path: Path, have: Mapping[str, Any], want: Mapping[str, Any])
               f"to read out afresh (rm -r {path}), or give this run another output_dir.")
 
 
+def _only_n_items_changed(have: Mapping[str, Any], want: Mapping[str, Any], n_have: int, n_want: int) -> bool:
+    """Whether a store of ``n_have`` items and a run of ``n_want`` differ in nothing else than the model's
+    ``n_items``: ``n_verbal_items`` is stored capped at the number of items (:func:`store_identity`), so a
+    changed ``n_items`` can change it too; every other identity setting is equal."""
+    want = {"schema_version": SCHEMA_VERSION, **want}
+    for k in IDENTITY_ATTRS:
+        if (k in have or k in want) and have.get(k, "(not recorded)") != _attr(want.get(k, "(not recorded)")):
+            if k != "n_verbal_items":
+                return False
+            try:
+                a, b = int(have[k]), int(want[k])
+            except (KeyError, TypeError, ValueError):
+                return False
+            # one asked n_verbal_items k, capped by each run's n_items, gives both; else it changed itself
+            if not any(min(k, n_have) == a and min(k, n_want) == b for k in (a, b, max(n_have, n_want))):
+                return False
+    return True
+
+
+def _n_items_message(path: Path, model_id: str, n_have: int, n_want: int) -> str:
+    """One line: the model's ``n_items`` changed since its store was written, and the fixes."""
+    return (f"read-out store {path} holds the first {n_have} items of model {model_id!r} and this run asks for "
+            f"{n_want}: the model's n_items changed (the n_items of its entry in models or offline_models, "
+            f"{{id: {model_id}, n_items: N}}, else the run's n_items; papermill: -p max_items N), and a store is "
+            f"never mixed from two runs; fix: give that model n_items {n_have} again, or delete its store to read it out afresh "
+            f"with {n_want} item{'s' if n_want != 1 else ''} (rm -r {path}; the other models' stores are kept), or give this run another "
+            f"output_dir")
+
+
 def damaged_chunks(path: str | os.PathLike) -> dict[int, list[Path]]:
     """The chunk files of a read-out store that cannot be decoded, by image position.
 
@@ -398,10 +427,13 @@ def open_readout_store(path: str | os.PathLike, image_ids, categories,
                     f"read-out store {path} was written with another schema (value {ds['value'].dtype}, "
                     f"read-outs {list(ds['readout'].values)}; now {np.dtype(VALUE_DTYPE)}, {list(READOUTS)}); "
                     f"delete it to start afresh (rm -r {path}), or give this run another output_dir")
+            have, want = [int(i) for i in ds.image.values], [int(i) for i in image_ids]
+            n_changed = have != want and (have[:len(want)] == want or want[:len(have)] == have)
+            if n_changed and _only_n_items_changed(ds.attrs, attrs, len(have), len(want)):
+                raise ValueError(_n_items_message(path, ds.attrs.get("model_id", ""), len(have), len(want)))
             msg = _identity_diff(path, ds.attrs, attrs)
             if msg:
                 raise ValueError(msg)
-            have, want = [int(i) for i in ds.image.values], [int(i) for i in image_ids]
             if have != want:
                 n_differ = (f" (it holds the first {len(have)} items, this run asks for {len(want)}: the model's "
                             f"n_items changed)" if have[:len(want)] == want or want[:len(have)] == have else "")

@@ -20,7 +20,7 @@ import numpy as np
 from PIL import Image
 
 __all__ = ["MIN_SIDE_PX", "ImageTooSmallError", "EXIF_ORIENTATION_TAG", "TRANSPOSING_ORIENTATIONS",
-           "TransposedImageWarning", "to_rgb8", "inspect_image", "load_image", "presented_size", "resize_image",
+           "TransposedImageWarning", "ConvertedImageWarning", "to_rgb8", "inspect_image", "conversion_note", "load_image", "presented_size", "resize_image",
            "resize_depth"]
 
 #: Smallest side (px) that ``imagecorruptions``' fog accepts: the smallest presented side every condition
@@ -108,6 +108,10 @@ def _bomb_reason(path: Path, e: Exception) -> str:
 
 def _open(path: Path) -> Image.Image:
     """``Image.open`` with murk's messages (the header only; the caller loads the pixels)."""
+    if path.is_dir():  # not "not found": the name is there, as a folder
+        raise ValueError(f"image {path} is a folder, not an image file: recorded as missing; replace the folder "
+                         f"with the COCO image file of that name (rm -r {path}, then copy the file there, or rerun "
+                         f"the select stage without MURK_OFFLINE, which downloads the selected images)")
     if not path.is_file():
         raise FileNotFoundError(f"image {path} not found: check MURK_COCO_DIR / the image folder, "
                                 f"or unset MURK_OFFLINE and rerun the select stage, which downloads the selected images")
@@ -117,6 +121,53 @@ def _open(path: Path) -> Image.Image:
         raise ValueError(_bomb_reason(path, e)) from None
     except (OSError, SyntaxError) as e:
         raise ValueError(f"image {path} cannot be decoded ({e}); re-download it") from e
+
+
+class ConvertedImageWarning(UserWarning):
+    """An image of which only a part is used: the first frame of an animated file, the colours without alpha."""
+
+
+def _conversion_note(im: Image.Image, path: Path) -> str:
+    """What :func:`load_image` leaves out of an opened image ('' when nothing): frames after the first, alpha."""
+    notes = []
+    n_frames = int(getattr(im, "n_frames", 1) or 1)
+    if n_frames > 1:
+        notes.append(f"is animated ({n_frames} frames): only its first frame is used")
+    if "A" in im.getbands() or "transparency" in im.info:
+        notes.append("has an alpha channel (transparency): it is dropped, every pixel is used with its stored "
+                     "colour, as if opaque")
+    if not notes:
+        return ""
+    return (f"image {path} " + " and ".join(notes) + "; if another frame or a background colour is meant, put "
+            f"that as a single-frame RGB image in its place")
+
+
+def conversion_note(path: str | os.PathLike) -> str:
+    """Which part of an image file :func:`load_image` leaves out, from the file's header.
+
+    Parameters
+    ----------
+    path : path
+        The image file.
+
+    Returns
+    -------
+    str
+        ``""`` for a single-frame image without alpha; otherwise one line naming the
+        file and what is left out: the frames after the first of an animated file
+        (GIF, APNG, WebP, multi-page TIFF), the alpha channel or transparent colour
+        (every pixel is used with its stored colour). :func:`load_image` warns
+        with the same line (:class:`ConvertedImageWarning`); the select stage
+        records it (:func:`murk.items.image_checks`, ``converted``).
+
+    Raises
+    ------
+    FileNotFoundError, ValueError
+        As :func:`load_image`.
+    """
+    path = Path(path)
+    with _open(path) as im:
+        return _conversion_note(im, path)
 
 
 def _orientation(im: Image.Image) -> int:
@@ -179,7 +230,9 @@ def load_image(path: str | os.PathLike, expected_size: tuple[int, int] | None = 
     """Read a COCO JPEG (or any image Pillow reads) as uint8 (H, W, 3) sRGB in its annotation's pixel frame.
 
     Grey, CMYK and alpha images are converted to RGB; 16-bit and float images are
-    scaled to 8 bits (:func:`to_rgb8`), not clipped.
+    scaled to 8 bits (:func:`to_rgb8`), not clipped. An animated file gives its first
+    frame; alpha is dropped; either is said by a :class:`ConvertedImageWarning`
+    (:func:`conversion_note`).
 
     **Orientation rule.** COCO's annotations (``width``, ``height``, ``bbox``)
     refer to the stored pixels, so the image is used as stored whenever its stored
@@ -211,7 +264,7 @@ def load_image(path: str | os.PathLike, expected_size: tuple[int, int] | None = 
     FileNotFoundError
         If the file is missing (message names it and the fix).
     ValueError
-        If the file cannot be decoded (truncated or not an image), has no defined
+        If the path is a folder (the message says so), the file cannot be decoded (truncated or not an image), has no defined
         8-bit scale, is over Pillow's decompression-bomb limit
         (``PIL.Image.MAX_IMAGE_PIXELS``; the message names the file and its pixel
         size), or its size disagrees with ``expected_size`` in a way no EXIF
@@ -224,6 +277,7 @@ def load_image(path: str | os.PathLike, expected_size: tuple[int, int] | None = 
     path = Path(path)
     with _open(path) as im:
         transpose, note = _frame(im, path, expected_size)
+        left_out = _conversion_note(im, path)
         try:
             im.load()
             if transpose:
@@ -235,6 +289,8 @@ def load_image(path: str | os.PathLike, expected_size: tuple[int, int] | None = 
             raise ValueError(f"image {path} cannot be decoded ({e}); re-download it") from e
     if note:
         warnings.warn(note, TransposedImageWarning, stacklevel=2)
+    if left_out:
+        warnings.warn(left_out, ConvertedImageWarning, stacklevel=2)
     return rgb
 
 

@@ -893,22 +893,30 @@ def image_checks(table: pd.DataFrame, image_dir: str | os.PathLike,
     Returns
     -------
     dict
-        ``{"transposed": {image id (str): note}, "unreadable": {image id (str): reason}}``,
-        in item order; both empty when every image is used as stored.
+        ``{"transposed": {image id (str): note}, "unreadable": {image id (str): reason},
+        "converted": {image id (str): note}}``, in item order; all empty when every image is
+        used as stored. ``converted``: an animated image of which only the first frame is
+        used, or one whose alpha is dropped (:func:`murk.images.conversion_note`).
     """
     from murk import render
     from murk.progress import bar as progress_bar
 
-    out: dict[str, dict[str, str]] = {"transposed": {}, "unreadable": {}}
+    from murk import images
+
+    out: dict[str, dict[str, str]] = {"transposed": {}, "unreadable": {}, "converted": {}}
     for row in progress_bar(table.itertuples(index=False), total=len(table), desc="select: image headers",
                             unit="img", disable=not progress):
+        f = Path(image_dir) / str(row.file_name)
         try:
-            note = render.inspect_image(Path(image_dir) / str(row.file_name), (int(row.width), int(row.height)))
+            note = render.inspect_image(f, (int(row.width), int(row.height)))
+            left_out = images.conversion_note(f)
         except (FileNotFoundError, ValueError) as e:
             out["unreadable"][str(int(row.image_id))] = str(e)
             continue
         if note:
             out["transposed"][str(int(row.image_id))] = note
+        if left_out:
+            out["converted"][str(int(row.image_id))] = left_out
     return out
 
 

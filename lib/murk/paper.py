@@ -48,7 +48,8 @@ __all__ = ["fmt", "fmt_interval", "fmt_estimate", "fmt_bound", "fmt_crossing", "
            "fmt_visibility", "fmt_visibility_interval", "fmt_visibility_estimate", "visibility_digits", "BOUND_SIGNS",
            "fmt_list", "level_label", "NOT_COMPUTED", "Numbers", "write_numbers", "load_numbers", "cited_keys",
            "load_provenance", "provenance_file", "current_cell_label", "notebook_view", "view_name",
-           "INLINE_RE", "INCLUDE_RE", "EMBED_RE", "cell_options", "notebook_cells", "resolve_embeds",
+           "INLINE_RE", "INCLUDE_RE", "EMBED_RE", "cell_options", "notebook_cells", "resolve_embeds", "EmbedError",
+           "remake_words",
            "resolve_qmd", "crossref", "label_numbers", "render_paper", "typst_options", "TYPST_HEADER", "markdown_table", "write_text_atomic",
            "write_netcdf_atomic",
            "verbatim", "estimate_cell", "CELL_BREAK", "LUA_FILTER", "notebook_identity", "MixedPaperError",
@@ -664,6 +665,51 @@ class MixedPaperError(ValueError):
     """The numbers file and the executed notebooks the paper embeds from are of different identities."""
 
 
+class EmbedError(KeyError, ValueError):
+    """A cell the paper embeds is absent from its executed notebook, failed there or has no output of its kind.
+
+    A :class:`KeyError` (a label absent) and a :class:`ValueError` (a failed or
+    empty cell); its ``str`` is its one-line message (no quotes), which names the
+    notebook, the cell and the command that makes the notebook again
+    (:func:`remake_words`). ``python -m murk.paper`` prints it and exits with 2.
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def remake_words(nb_path: str | os.PathLike) -> str:
+    """The command that makes the executed stage notebook ``nb_path`` again, for its output root.
+
+    Parameters
+    ----------
+    nb_path : path
+        ``<output root>/notebooks/<stage>.ipynb`` (``02_depth``, ``04_analyse``).
+
+    Returns
+    -------
+    str
+        The user's command again with ``--forcerun <stage>``, e.g. ``"make demo
+        ARGS='--forcerun analyse'"`` (with ``--config output_dir=<root>`` for
+        another root than ``outputs/``; Snakemake runs the
+        stage again, which writes the notebook when it runs to its end, and what
+        follows it), and for the analyse notebook also the README's by-hand
+        papermill command.
+    """
+    nb = Path(nb_path)
+    root = nb.parent.parent if nb.parent.name == "notebooks" else paths.output_dir()
+    stage = {"02_depth": "depth", "04_analyse": "analyse"}.get(nb.stem)
+    if stage is None:
+        return f"run the stage notebooks/{nb.stem}.py again into {root} (make demo)"
+    od = "" if root.absolute() == paths.output_dir().absolute() else f"--config output_dir={root} "
+    words = (f"run the command that made this output root again with --forcerun {stage} added, e.g. "
+             f"make demo ARGS='{od}--forcerun {stage}' with your other --config settings (Snakemake runs the "
+             f"{stage} stage again, which rewrites {nb}, and what follows it)")
+    if stage == "analyse":
+        words += f", or by hand: {_analyse_command(root, nb, None)}"
+    return words
+
+
 def _analyse_command(root: Path, nb: Path, models: str | None) -> str:
     """The by-hand analyse command of the README that writes ``nb`` for the output root ``root``."""
     def shown(p: Path) -> str:
@@ -798,12 +844,14 @@ def _embed(nb_path: Path, label: str, cell, fig_dir: Path, link: str) -> str:
     """Markdown for one embedded cell: its figure or table, caption and label, and a link to the notebook."""
     errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
     if errors:
-        raise ValueError(f"cell {label!r} of {nb_path} failed ({errors[0].get('ename')}): re-run the stage")
+        raise EmbedError(f"cell {label!r} of {nb_path} (embedded by the paper) failed "
+                         f"({errors[0].get('ename')}); fix: {remake_words(nb_path)}")
     opts = cell_options(cell.source)
     if label.startswith("fig-"):
         pngs = _outputs(cell, "image/png")
         if not pngs:
-            raise ValueError(f"cell {label!r} of {nb_path} has no image output: re-run the stage")
+            raise EmbedError(f"cell {label!r} of {nb_path} (embedded by the paper) has no image output; "
+                             f"fix: {remake_words(nb_path)}")
         fig_dir.mkdir(parents=True, exist_ok=True)
         f = fig_dir / f"{nb_path.stem}-{label}.png"
         data = pngs[0] if isinstance(pngs[0], str) else "".join(pngs[0])
@@ -812,7 +860,8 @@ def _embed(nb_path: Path, label: str, cell, fig_dir: Path, link: str) -> str:
     else:
         mds = ["".join(m) if isinstance(m, list) else str(m) for m in _outputs(cell, "text/markdown")]
         if not mds:
-            raise ValueError(f"cell {label!r} of {nb_path} has no Markdown output: re-run the stage")
+            raise EmbedError(f"cell {label!r} of {nb_path} (embedded by the paper) has no Markdown output; "
+                             f"fix: {remake_words(nb_path)}")
         body = "\n\n".join(m.strip() for m in mds)
         if label.startswith("tbl-"):
             body = f": {opts.get('tbl-cap', '')} {{#{label}}}\n\n{body}"
@@ -858,10 +907,10 @@ def resolve_embeds(text: str, redirect, fig_dir: str | os.PathLike, link_from: s
 
     Raises
     ------
-    KeyError
-        A label is not in its (existing) notebook.
-    ValueError
-        The cell failed or has no output of its kind.
+    EmbedError
+        (a KeyError) A label is not in its (existing) notebook; (a ValueError) the
+        cell failed or has no output of its kind. One line naming the notebook, the
+        cell and the command that makes the notebook again (:func:`remake_words`).
     """
     books: dict[Path, dict] = {}
 
@@ -876,8 +925,10 @@ def resolve_embeds(text: str, redirect, fig_dir: str | os.PathLike, link_from: s
             books[nb_path] = notebook_cells(nb_path)
         cells = books[nb_path]
         if label not in cells:
-            raise KeyError(f"{nb_path} has no cell labelled {label!r} (cited by the paper): re-run the stage, "
-                           f"or fix the label in notebooks/{nb_path.stem}.py")
+            raise EmbedError(f"{nb_path} has no cell labelled {label!r} (embedded by the paper): it is not the "
+                             f"executed notebook of this murk's stage (written by another version or by hand), or "
+                             f"the label is wrong; fix: {remake_words(nb_path)}; or fix the label in "
+                             f"notebooks/{nb_path.stem}.py")
         return _embed(nb_path, label, cells[label], Path(fig_dir), f"{view_name(nb_path)}#{label}")
 
     return EMBED_RE.sub(one, text)
@@ -1475,7 +1526,9 @@ def main(argv: list[str] | None = None) -> int:
     :func:`render_paper` converts the same source with pandoc and Typst. First, a
     numbers file and executed notebooks of different identities are refused
     (:func:`refuse_mixed_paper`): the message goes to stderr, nothing is written and
-    the exit status is 2. The rendered HTML carries the run and analysis identities
+    the exit status is 2; so is a paper folder that cannot be written
+    (:func:`murk.paths.unwritable`: read-only) and a cell the paper embeds that is
+    absent or failed (:class:`EmbedError`). The rendered HTML carries the run and analysis identities
     in ``<meta name="murk-run-id">`` and ``<meta name="murk-analysis-id">``.
     """
     import argparse
@@ -1492,6 +1545,12 @@ def main(argv: list[str] | None = None) -> int:
         ids = refuse_mixed_paper(root)   # the numbers and the embeds of one analysis, or nothing is written
     except MixedPaperError as e:
         print(f"murk: {e}", file=sys.stderr)
+        return 2
+    blocked = paths.unwritable(paths.paper_out_dir(root))  # before pandoc, whose own error is a Haskell backtrace
+    if blocked is not None:
+        print(f"murk: make paper (python -m murk.paper) cannot write the paper of {root}: {blocked[0]} is "
+              f"{blocked[1]}; nothing was written (the numbers, tables, figures and cube are kept); fix: make "
+              f"{blocked[0]} writable, then run the same command again", file=sys.stderr)
         return 2
     quarto = shutil.which("quarto")
     if quarto and not args.fallback:
@@ -1514,6 +1573,9 @@ def main(argv: list[str] | None = None) -> int:
     except diskfull.DiskFullError as e:  # one line instead of pandoc's or Typst's traceback
         print(e, file=sys.stderr)
         return 1
+    except EmbedError as e:  # a cell the paper embeds is absent or failed: the command that makes it again
+        print(f"murk: make paper (python -m murk.paper) cannot render the paper of {root}: {e}", file=sys.stderr)
+        return 2
     print("converted without Quarto (pandoc + Typst): "
           + ", ".join(str(p) for k, p in res.items() if k not in ("missing", "views"))
           + "".join(f", {p}" for p in res["views"].values()))

@@ -181,3 +181,33 @@ def coco_dir(coco_dir: str | os.PathLike | None = None) -> Path:
     """
     d = coco_dir or os.environ.get("MURK_COCO_DIR") or (output_dir() / "coco")
     return Path(d).expanduser().resolve()
+
+
+def unwritable(folder: str | os.PathLike) -> tuple[Path, str] | None:
+    """Whether files can be made in ``folder`` (created if missing), without writing anything.
+
+    Parameters
+    ----------
+    folder : path
+        A folder, which may not exist yet.
+
+    Returns
+    -------
+    (Path, str) or None
+        None when ``folder``, or the nearest folder above it that exists (where it
+        would be created), lets this user create files (:func:`os.access`,
+        ``W_OK | X_OK``, which also says no on a read-only file system, whoever
+        asks); otherwise that folder and why: ``"on a read-only file system"`` or
+        ``"not writable by this user"``.
+    """
+    p = Path(folder).absolute()
+    for d in [p, *p.parents]:
+        if d.exists():
+            if not d.is_dir() or os.access(d, os.W_OK | os.X_OK):
+                return None  # (a file in the way is another refusal's)
+            try:
+                read_only = bool(os.statvfs(d).f_flag & os.ST_RDONLY)
+            except (OSError, AttributeError):  # pragma: no cover - non-POSIX
+                read_only = False
+            return d, "on a read-only file system" if read_only else "not writable by this user"
+    return None

@@ -49,8 +49,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
 
-__all__ = ["model_id_problem", "remote_job_problems", "Setting", "SCHEMA", "COMMAND_LINE", "PAPERMILL", "DEFAULT_FILE", "SettingsError", "RunSettings",
-           "check_setting", "setting_origins", "check_run_settings", "announce", "LEVEL_TOLERANCE", "match_level"]
+__all__ = ["Setting", "SCHEMA", "COMMAND_LINE", "PAPERMILL", "DEFAULT_FILE", "SettingsError", "RunSettings",
+           "check_setting", "setting_origins", "check_run_settings", "announce", "LEVEL_TOLERANCE", "match_level",
+           "check_configfile", "configfiles_of", "model_id_problem", "remote_job_problems"]
 
 #: origin of a value given on Snakemake's command line (``--config key=value``, also ``make demo ARGS='--config …'``)
 COMMAND_LINE = "--config"
@@ -498,6 +499,15 @@ def _output_folder(value: str, origin: str, cwd: str) -> tuple[str, str]:
                                     f"{up}, which is a file, not a folder: give the path of a folder, "
                                     f"{_fix('output_dir', origin)}")
             break
+    from murk import paths
+
+    blocked = paths.unwritable(p)
+    if blocked is not None:
+        folder, why = blocked
+        where = "it" if folder == p else f"{folder}, where it would be created,"
+        raise SettingsError(f"{_where('output_dir', value, origin)}: the output root {root} cannot be written: "
+                            f"{where} is {why}; fix: make {folder} writable, or give an output root you can write, "
+                            f"{_fix('output_dir', origin)}")
     return rel, root
 
 
@@ -531,7 +541,8 @@ def check_run_settings(config: Mapping[str, Any], origins: Mapping[str, str] | N
     SettingsError
         Listing every refused setting, one line each (:func:`check_setting`), and:
         a run setting that is missing (``data/workflow.yaml`` lacks it); an
-        ``output_dir`` that is a file or lies inside one; a model list that
+        ``output_dir`` that is a file or lies inside one, or that cannot be
+        written (read-only, :func:`murk.paths.unwritable`); a model list that
         :func:`murk.workflow.model_entries` refuses (``offline_models=[]``, an
         entry with an unknown key, a model listed twice, ...), both lists being
         checked whichever the run reads.
@@ -694,3 +705,95 @@ def announce(run: RunSettings, file=None) -> list[str]:
         print(n, file=file or sys.stderr)
     _ANNOUNCED.update(lines)
     return lines
+
+
+# ----------------------------------------------------------------------------- settings files, before Snakemake
+
+def check_configfile(path: str | os.PathLike, shown: str | None = None) -> None:
+    """Refuse a settings file that is not plain YAML data, in one line naming the file, the line and the fix.
+
+    Snakemake reads each ``--configfile`` while it parses its command line, before
+    the Snakefile (and so :func:`check_run_settings`) runs, and its loader refuses a
+    Python tag (``!!python/object/apply:...``) with "make sure to not mix whitespace
+    and tab indentation", naming neither the file nor the tag. The Makefile's
+    targets (``make demo``, ``plan``, ``paper``, ``study``) run this check on the
+    files named by ``--configfile`` first (``python -m murk.settings``). The file
+    is read with ``yaml.safe_load``: nothing in it is constructed but YAML's
+    strings, numbers, booleans, nulls, lists and mappings.
+
+    Parameters
+    ----------
+    path : path
+        The settings file.
+    shown : str, optional
+        The file as the user typed it (default ``path``).
+
+    Raises
+    ------
+    SettingsError
+        One line: a tag that asks for a Python object (or any tag YAML's safe
+        loader does not know), or text that is not YAML, with its line. A file
+        that cannot be read is left to Snakemake, which names it.
+    """
+    import yaml
+
+    shown = str(path) if shown is None else shown
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return  # Snakemake says "Config file ... not found" / cannot decode it
+    try:
+        yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"--configfile {shown}" + (f", line {mark.line + 1}" if mark is not None else "")
+        problem = " ".join(str(getattr(e, "problem", "") or e).split())
+        tag = re.search(r"tag '?(?:tag:yaml\.org,2002:)?([^' ]+)'?", problem)
+        if isinstance(e, yaml.constructor.ConstructorError) and tag:
+            name = tag.group(1)
+            name = f"!!{name}" if name.startswith("python/") else name
+            raise SettingsError(f"{where}: the YAML tag {name} asks to build an object from the file, and a "
+                                f"settings file is data (text, numbers, true/false, null, lists and mappings), "
+                                f"nothing in it is built or run; fix: remove the tag and write the value itself "
+                                f"(e.g. n_items: 4; {DEFAULT_FILE} lists every setting and its form)") from None
+        raise SettingsError(f"{where}: not valid YAML ({problem}); fix: correct the file ({DEFAULT_FILE} shows "
+                            f"the form of every setting)") from None
+
+
+def configfiles_of(argv: Sequence[str]) -> list[str]:
+    """The files a Snakemake command line names with ``--configfile`` / ``--configfiles`` (in order).
+
+    Each option takes the words after it up to the next option (argparse's
+    ``nargs="+"``, as Snakemake declares it), or its value after ``=``.
+    """
+    files: list[str] = []
+    taking = False
+    for a in argv:
+        if a.startswith("-"):
+            name, eq, value = a.partition("=")
+            taking = name in ("--configfile", "--configfiles") and not eq
+            if name in ("--configfile", "--configfiles") and eq:
+                files.append(value)
+        elif taking:
+            files.append(a)
+    return files
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m murk.settings SNAKEMAKE-ARGS...``: check the ``--configfile`` files among them (:func:`check_configfile`).
+
+    The Makefile runs it before Snakemake with the same arguments. Prints the
+    refusal (one line) to stderr and returns 2, else returns 0 and prints nothing.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    for f in configfiles_of(args):
+        try:
+            check_configfile(f)
+        except SettingsError as e:
+            print(f"murk: {e}; nothing ran", file=sys.stderr)
+            return 2
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

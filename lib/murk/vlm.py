@@ -431,6 +431,50 @@ def _weights_error(model: str, err: CheckpointFileError, folder: Path, local: bo
                       f"fix: {_weights_fix(model, err, folder, local, rebuilt)}")
 
 
+#: where a checkpoint keeps its chat template, in the order transformers reads them
+_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json", "processor_config.json", "tokenizer_config.json")
+#: where a checkpoint keeps its tokenizer's vocabulary
+_TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model", "tokenizer_config.json")
+
+
+def _first_file(folder: Path | None, names: Sequence[str], key: str | None = None) -> str | None:
+    """The first of ``names`` in ``folder`` that exists (a JSON file: that holds ``key``), or None."""
+    for name in names:
+        f = folder / name if folder is not None else None
+        if f is None or not f.is_file():
+            continue
+        if key is not None and f.suffix == ".json" and name != f"{key}.json":
+            try:
+                if key not in json.loads(f.read_text(encoding="utf-8")):
+                    continue
+            except (ValueError, UnicodeDecodeError, OSError):
+                continue
+        return str(f)
+    return None
+
+
+def _parts_error(model: str, folder: Path | None, err: Exception, command: str) -> _LoadError | None:
+    """The one-line error of a loaded checkpoint whose chat template raises or whose tokenizer has no single
+    token per option letter (None for any other error: it passes unchanged)."""
+    where = "" if folder is not None else f" of the hub snapshot of {model}"
+    if type(err).__module__.startswith("jinja2"):  # TemplateError, TemplateSyntaxError, UndefinedError ...
+        f = _first_file(folder, _TEMPLATE_FILES, "chat_template") or f"the chat template{where}"
+        return _LoadError(
+            f"cannot load model {model!r}: its chat template {f} fails on murk's prompt (one user turn: an image, "
+            f"then text; {type(err).__name__}: {_one_line(err)}); fix: repair that template (it must accept "
+            f"content parts of type image and text), or copy the chat template of the model's original "
+            f"release into it; or {_model_words(command)}")
+    if isinstance(err, ValueError) and ("single-token variant" in str(err) or "is a variant of both" in str(err)):
+        f = _first_file(folder, _TOKENIZER_FILES) or f"the tokenizer{where}"
+        return _LoadError(
+            f"cannot load model {model!r}: its tokenizer ({f}) cannot give each option letter one token of its "
+            f"own ({_one_line(err)}); murk reads an option's probability from the first token of the answer, so "
+            f"each of readout.option_letters (data/config.yaml) must be a single token of the tokenizer, one "
+            f"letter per token; fix: use the tokenizer files of the model's original release, or "
+            f"{_model_words(command)}")
+    return None
+
+
 def _check_folder(model: str, folder: Path) -> None:
     """Refuse a local checkpoint folder whose JSON files are broken or that has no ``config.json``."""
     _check_json(model, folder, _JSON_FILES)
@@ -685,7 +729,9 @@ def load_vlm(
         image-text-to-text model (a text-only language model, a vision-only model:
         its ``model_type`` and ``architectures``, :func:`murk.checkpoints.model_kind`);
         pickle-only weights, custom code (fixes in the words of ``command``);
-        tokenizer files without InternVL's image-token names and without those tokens.
+        tokenizer files without InternVL's image-token names and without those tokens;
+        a chat template that fails on murk's prompt (the template file named), a
+        tokenizer without one token per option letter (the tokenizer file named).
         With ``MURK_OFFLINE=1`` nothing is downloaded (``local_files_only=True``,
         ``HF_HUB_OFFLINE=1``), so a missing id fails at once.
     ValueError
@@ -808,7 +854,11 @@ def load_vlm(
         logging.getLogger("murk").warning("%s: %s", model, custom_code_note(not_run))
     net.to(device)
     revision = getattr(net.config, "_commit_hash", None) or (None if local else hub_revision(model, kwargs)) or "local"
-    vlm = vlm_from_parts(net, processor, model, str(revision), bool(built), str(device), dtype, cfg)
+    try:  # the option tokens and a first chat-templated prompt (the count of visual tokens)
+        vlm = vlm_from_parts(net, processor, model, str(revision), bool(built), str(device), dtype, cfg)
+    except Exception as err:  # noqa: BLE001 - only jinja2's TemplateError and the option-token refusal are named
+        folder = Path(source) if local else _snapshot_folder(model, kwargs)
+        raise _parts_error(model, folder, err, command) or err
     vlm.custom_code_not_run = not_run
     return vlm
 

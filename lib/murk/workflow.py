@@ -79,7 +79,7 @@ from murk import runlock
 from murk.runlock import RootInUse, hold_root_lock, snakefile_run_lock
 
 __all__ = ["ModelEntry", "model_entries", "IGNORED_SUFFIXES", "SELECTION_KEYS", "store_digest", "write_marker", "read_marker", "stale_reason",
-           "store_of", "rerun_reason", "force_rerun", "file_states", "restore_times", "foreign_stores", "refuse_foreign_stores", "running_notebooks_dir", "hold_run_lock",
+           "store_of", "rerun_reason", "rerun_words", "force_rerun", "file_states", "restore_times", "foreign_stores", "refuse_foreign_stores", "running_notebooks_dir", "hold_run_lock",
            "hold_root_lock", "snakefile_run_lock", "RootInUse",
            "run_id", "run_id_of", "analysis_id", "refuse_other_run", "refuse_other_depth", "identity_bundle", "IDENTITY_MIME", "IDENTITY_LABEL"]
 
@@ -346,6 +346,35 @@ def rerun_reason(marker: str | os.PathLike, downstream: list[str | os.PathLike] 
         state = "is kept: it resumes" if store.exists() else "is missing too"
         return f"the marker {marker} is missing (its store {store} {state})"
     return None
+
+
+def rerun_words(marker: str | os.PathLike, dry_run: bool = False, store: str | os.PathLike | None = None) -> str:
+    """What the Snakefile announces for a read-out that :func:`rerun_reason` forces.
+
+    Parameters
+    ----------
+    marker : path
+        The read-out's marker.
+    dry_run : bool
+        A dry run (``make plan``): "would run" instead of "runs".
+    store : path, optional
+        Default :func:`store_of` the marker.
+
+    Returns
+    -------
+    str
+        "its read-out runs again, and the cube and paper after it" when the store
+        exists (it resumes) or its marker does (the store was read out before);
+        "its read-out runs (no store of it in this output root: ...), ..." when
+        neither exists (a model added to a finished run, which never ran; or the
+        README's repair step, which removed both).
+    """
+    marker = Path(marker)
+    store = Path(store) if store is not None else store_of(marker)
+    verb = "would run" if dry_run else "runs"
+    ran = store.exists() or marker.exists()
+    what = f"{verb} again" if ran else f"{verb} (no store of it in this output root: it reads out from the start)"
+    return f"its read-out {what}, and the cube and paper after it"
 
 
 def force_rerun(workflow: Any, marker: str) -> bool:
@@ -727,14 +756,21 @@ def restore_times(states: dict[str, tuple[str, int]]) -> list[Path]:
 def running_notebooks_dir(output_dir: str | os.PathLike, snakemake_dir: str | os.PathLike = ".snakemake") -> Path:
     """Where the Snakefile's rules execute their notebooks (their logs) for one output root.
 
-    ``<snakemake_dir>/murk-notebooks/<output root's absolute path as a slug>``; a
+    ``<snakemake_dir>/murk-notebooks/<output root's absolute path as a slug>-<digest>``: the slug keeps the
+    path's ASCII letters, digits and ``._-``, and the first 12 hex digits of the SHA-256 of the whole path
+    make the name differ for every root (``outputs-ü`` and ``outputs-ä`` share a slug, not a folder); a
     notebook moves from there to ``<output_dir>/notebooks/`` only when it ran to
     its end, so a stage that fails or refuses leaves the output root as it was.
     """
+    import hashlib
     import re
 
-    name = re.sub(r"[^A-Za-z0-9._-]+", "--", os.path.abspath(output_dir)).strip("-")
-    return Path(snakemake_dir) / "murk-notebooks" / name
+    full = os.path.abspath(output_dir)
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "--", full).strip("-")
+    # the readable part drops what is not ASCII (outputs-ü and outputs-ä give the same one): a digest of the
+    # whole path keeps two roots apart
+    digest = hashlib.sha256(full.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    return Path(snakemake_dir) / "murk-notebooks" / f"{readable}-{digest}"
 
 
 def hold_run_lock(snakemake_dir: str | os.PathLike = ".snakemake", output_dir: str | os.PathLike | None = None, *,
