@@ -194,7 +194,11 @@ def rerun_if_stale(marker_of):
     return check
 
 READOUT_PARAMS = dict(model=lambda wc: SLUG2MODEL[wc.slug], n=lambda wc: N_OF[SLUG2MODEL[wc.slug]], device=DEVICE, n_verbal=config.get("n_verbal_items", 0),
-                      trust=bool(config.get("trust_remote_code", False)), pickle=bool(config.get("allow_pickle", False)))
+                      trust=bool(config.get("trust_remote_code", False)), pickle=bool(config.get("allow_pickle", False)),
+                      # the weights' identity (a local folder's content digest: murk.workflow.checkpoint_identity), not
+                      # passed on: Snakemake's params trigger re-runs the read-out of a re-saved checkpoint, and all after it
+                      weights=lambda wc: murk_workflow.checkpoint_identity(SLUG2MODEL[wc.slug], OUT_ABS, offline=OFFLINE,
+                                                                           update_cache=not workflow.dryrun))
 READOUT_ARGS = ("-p model {params.model} -p max_items {params.n} {params.device} -p n_verbal_items {params.n_verbal}"
                 " -p trust_remote_code {params.trust} -p allow_pickle {params.pickle} -p run_by snakemake")
 

@@ -108,3 +108,75 @@ def test_file_digest_and_the_default_cache_place(tmp_path, monkeypatch):
     monkeypatch.delenv(identity.CACHE_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert identity.default_cache_path() == tmp_path / "xdg" / "murk" / "digests.json"
+
+
+# --- the Snakefile's parameter (murk.workflow.checkpoint_identity) and the store of superseded weights (murk.cube) ---
+
+def test_checkpoint_identity_of_folders_built_checkpoints_and_hub_ids(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    from murk import paths, workflow
+
+    monkeypatch.setenv(identity.CACHE_ENV, str(tmp_path / "digests.json"))
+    root = tmp_path / "out"
+    # a checkpoint murk builds: the same identity before it is built and as built, so building it re-runs nothing
+    model = "murk-tiny/smolvlm"
+    assert workflow.checkpoint_identity(model, root) == workflow.BUILT_BY_MURK
+    built = _checkpoint(paths.checkpoints_dir(root) / paths.model_slug(model))
+    (built / "murk_tiny.json").write_text(json.dumps({"digest": identity.checkpoint_digest(built, None)}))
+    assert workflow.checkpoint_identity(model, root) == workflow.BUILT_BY_MURK
+    (built / "config.json").write_text('{"model_type": "smolvlm", "changed": 1}')  # re-saved by someone
+    assert workflow.checkpoint_identity(model, root) == identity.checkpoint_revision(built, None)
+    # a local folder: its content digest, whatever its name
+    folder = _checkpoint(tmp_path / "ck")
+    rev = workflow.checkpoint_identity(str(folder), root)
+    assert rev == identity.checkpoint_revision(folder, None) and rev.startswith("sha256:")
+    assert workflow.checkpoint_identity(str(built), root) == identity.checkpoint_revision(built, None)
+    # a hub id: nothing online; offline, the commit the Hugging Face cache holds for main
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert workflow.checkpoint_identity("org/m", root) == "" == workflow.checkpoint_identity("org/m", root, offline=True)
+    ref = tmp_path / "hub" / "models--org--m" / "refs" / "main"
+    ref.parent.mkdir(parents=True)
+    ref.write_text("a" * 40)
+    assert workflow.checkpoint_identity("org/m", root, offline=True) == "a" * 40
+    assert workflow.checkpoint_identity("org/m", root) == ""
+
+
+def _store(path: Path, **attrs) -> Path:
+    from murk import cube
+
+    base = dict(config_hash="c", items_hash="i", model_id="/models/m", depth_backend="constant-13.8m",
+                model_revision="sha256:" + "1" * 16)
+    cube.open_readout_store(path, [11, 12], ["car", "bus"], cube.store_identity(**{**base, **attrs}))
+    return path
+
+
+def test_a_store_of_superseded_local_weights_is_set_aside_other_differences_refused(tmp_path):
+    import pytest
+
+    from murk import cube, workflow
+
+    new = dict(config_hash="c", items_hash="i", model_id="/models/m", depth_backend="constant-13.8m",
+               model_revision="sha256:" + "2" * 16)
+    store = _store(tmp_path / "readout" / "m.zarr")
+    assert cube.set_aside_superseded(store, cube.store_identity(**{**new, "model_revision": "sha256:" + "1" * 16})) \
+        is None and store.is_dir()  # the same weights: resumed
+    aside = cube.set_aside_superseded(store, cube.store_identity(**new))
+    assert aside == tmp_path / "readout" / ("m.zarr.superseded-sha256-" + "1" * 16) and aside.is_dir()
+    assert not store.exists()
+    assert workflow.foreign_stores(tmp_path, "x", "y") == []  # no stage reads it (only *.zarr stores)
+    cube.open_readout_store(store, [11, 12], ["car", "bus"], cube.store_identity(**new))  # a fresh store
+    # the same old weights set aside again: kept beside the first, nothing lost
+    shutil.rmtree(store)
+    _store(store)
+    assert cube.set_aside_superseded(store, cube.store_identity(**new)).name.endswith("-2")
+    # a store of what murk recorded before digests ('local'): set aside too
+    _store(store, model_revision="local")
+    assert cube.set_aside_superseded(store, cube.store_identity(**new)).name == "m.zarr.superseded-local"
+    # other differences keep being refused by open_readout_store: another hub commit, another setting as well
+    for other in (dict(model_revision="a" * 40), dict(n_verbal_items=2)):
+        s = _store(tmp_path / "readout" / f"o{len(other)}{sorted(other)[0]}.zarr", **other)
+        assert cube.set_aside_superseded(s, cube.store_identity(**new)) is None and s.is_dir()
+        with pytest.raises(ValueError, match="model_revision"):
+            cube.open_readout_store(s, [11, 12], ["car", "bus"], cube.store_identity(**new))
+    assert cube.set_aside_superseded(tmp_path / "absent.zarr", cube.store_identity(**new)) is None
