@@ -64,7 +64,7 @@ TINY_MODELS: dict[str, str] = {
 }
 
 #: marker file written into every tiny checkpoint folder
-MARKER_FILE = "murk_tiny.json"
+MARKER_FILE = identity.BUILT_MARKER  # "murk_tiny.json"
 
 #: the largest image the model may see, in pixels (spec Sec. III: "at most 448^2 pixels")
 MAX_PIXELS = 448 * 448

@@ -32,6 +32,7 @@ from pathlib import Path
 __all__ = [
     "CACHE_ENV",
     "CHECKPOINT_SUFFIXES",
+    "BUILT_MARKER",
     "IGNORED_NAMES",
     "DigestCache",
     "default_cache_path",
@@ -48,9 +49,11 @@ CACHE_ENV = "MURK_DIGEST_CACHE"
 #: ``*.tiktoken``), chat templates (``*.jinja``), custom code (``*.py``)
 CHECKPOINT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".json", ".txt", ".jinja", ".model", ".tiktoken",
                        ".py", ".yaml")
-#: files that never enter a checkpoint's digest: murk's own marker of a checkpoint it built
-#: (``murk.checkpoints.MARKER_FILE``), which records the digest of the rest
-IGNORED_NAMES = ("murk_tiny.json",)
+#: the marker murk writes into a checkpoint folder it built (``murk.checkpoints.MARKER_FILE``): it records
+#: the folder's :func:`checkpoint_digest` as built
+BUILT_MARKER = "murk_tiny.json"
+#: files that never enter a checkpoint's digest: murk's own marker, which records the digest of the rest
+IGNORED_NAMES = (BUILT_MARKER,)
 #: format version of the cache file
 _CACHE_VERSION = 1
 _CHUNK = 1 << 22

@@ -381,10 +381,7 @@ def force_rerun(workflow: Any, marker: str) -> bool:
     return True
 
 
-__all__ += ["BUILT_BY_MURK", "checkpoint_identity"]
-
-#: :func:`checkpoint_identity` of a checkpoint murk builds (``murk-tiny/…``, ``murk-realformat/…``) as built
-BUILT_BY_MURK = "built by murk"
+__all__ += ["checkpoint_identity"]
 
 
 def _hub_cache_commit(model: str) -> str:
@@ -414,9 +411,9 @@ def checkpoint_identity(model: str, root: str | os.PathLike, *, offline: bool = 
     ----------
     model : str
         A model entry's id: a local folder, a hub id, or an id murk builds offline
-        (:data:`murk.checkpoints.OFFLINE_MODELS`).
+        (:data:`murk.checkpoints.OFFLINE_MODELS`, built into ``<root>/checkpoints/<slug>``).
     root : path
-        The output root (murk builds its checkpoints under ``<root>/checkpoints/``).
+        The output root.
     offline : bool
         ``MURK_OFFLINE``: a hub id is then what the Hugging Face cache holds.
     update_cache : bool
@@ -426,27 +423,27 @@ def checkpoint_identity(model: str, root: str | os.PathLike, *, offline: bool = 
     -------
     str
         A local folder: ``"sha256:<16 hex>"`` (:func:`murk.identity.checkpoint_revision`).
-        A checkpoint murk builds: :data:`BUILT_BY_MURK` while it is not built yet or is as
-        murk built it (the digest its marker records), so building it changes nothing;
-        its ``"sha256:…"`` once its files were changed. A hub id offline: the cached
-        snapshot's commit (``""`` when not cached); online: ``""`` (the read-out records
-        the commit it loads in the store). ``"unreadable"`` for a folder that cannot be
-        read (the read-out names the problem).
+        A checkpoint murk built: ``""`` while it is as built (the digest its marker,
+        :data:`murk.identity.BUILT_MARKER`, records) and before it is built, so building it
+        re-runs nothing; its ``"sha256:…"`` once its files were changed. A hub id offline:
+        the cached snapshot's commit; otherwise ``""`` (the read-out records the commit it
+        loads in its store). ``"unreadable"`` for a folder that cannot be read (the
+        read-out then names the problem).
     """
-    from murk import checkpoints, identity, paths
+    from murk import identity, paths
 
     try:
-        if model in checkpoints.OFFLINE_MODELS:
-            folder = paths.checkpoints_dir(root) / paths.model_slug(model)
-            try:
-                built = json.loads((folder / checkpoints.MARKER_FILE).read_text(encoding="utf-8")).get("digest")
-            except (OSError, ValueError, AttributeError):
-                return BUILT_BY_MURK  # not built yet (or being rebuilt: murk rebuilds a folder without its marker)
-            now = identity.checkpoint_digest(folder, update_cache=update_cache)
-            return BUILT_BY_MURK if now == built else "sha256:" + now[:16]
         folder = Path(model).expanduser()
         if folder.is_dir():
             return identity.checkpoint_revision(folder, update_cache=update_cache)
+        built = paths.checkpoints_dir(root) / paths.model_slug(model)
+        try:
+            recorded = json.loads((built / identity.BUILT_MARKER).read_text(encoding="utf-8")).get("digest")
+        except (OSError, ValueError, AttributeError):
+            recorded = None  # not built by murk, not yet, or (without its marker) to be built again
+        if recorded is not None:
+            now = identity.checkpoint_digest(built, update_cache=update_cache)
+            return "" if now == recorded else "sha256:" + now[:16]
     except OSError:
         return "unreadable"
     return _hub_cache_commit(model) if offline else ""
