@@ -5,6 +5,7 @@ users run it; the helpers are tests/test_workflow.py's.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 
@@ -68,6 +69,11 @@ def test_a_re_saved_local_checkpoint_re_reads_its_model_and_remakes_cube_and_pap
     assert str(second["model_revision"].sel(model=model).item()) == new_rev
     assert not second["value"].equals(first["value"])  # the weights changed the read-outs
     assert (out / "paper" / "index.html").stat().st_mtime_ns > paper_time
+    # the colophon names the weights read out: the new digest, not the old one
+    colophon = json.loads((out / "paper_numbers.json").read_text())["colophon.model_revisions"]
+    assert f"`{model}`: `{new_rev}`" in colophon and old_rev not in colophon
+    html = (out / "paper" / "index.html").read_text(encoding="utf-8")
+    assert new_rev in html and old_rev not in html
 
     fresh = tmp_path / "fresh"  # a fresh run on the new weights: the same cube
     r = _snakemake(fresh, f"{fresh}/paper_numbers.json", model=model)
