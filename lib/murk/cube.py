@@ -369,6 +369,11 @@ def set_aside_superseded(path: str | os.PathLike, attrs: Mapping[str, Any]) -> P
         Where the store now is (``<store>.superseded-sha256-<16 hex>``, with ``-2``, ``-3``
         … when that exists), or None when nothing was moved: no store, an unreadable
         one, the same identity, or a difference other than a local folder's revision.
+
+    Raises
+    ------
+    OSError
+        The store cannot be renamed (it is left as it was).
     """
     path = Path(path)
     try:
