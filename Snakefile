@@ -234,7 +234,11 @@ def readout_argv(wc, shard=None):
 
 READOUT_PARAMS = dict(model=lambda wc: SLUG2MODEL[wc.slug], n=lambda wc: N_OF[SLUG2MODEL[wc.slug]], device=as_data(DEVICE),
                       n_verbal=config.get("n_verbal_items", 0), trust=bool(config.get("trust_remote_code", False)),
-                      pickle=bool(config.get("allow_pickle", False)), done_dir=NB)
+                      pickle=bool(config.get("allow_pickle", False)), done_dir=NB,
+                      # the weights' identity (a local folder's content digest: murk.workflow.checkpoint_identity), not
+                      # passed on: Snakemake's params trigger re-runs the read-out of a re-saved checkpoint, and all after it
+                      weights=lambda wc: murk_workflow.checkpoint_identity(SLUG2MODEL[wc.slug], OUT_ABS, offline=OFFLINE,
+                                                                           update_cache=not workflow.dryrun))
 
 # shard_size: null -> one read-out job per model; an integer -> one job per (model, shard),
 # each writing its own store, merged by the analyse stage. Finished shards are never redone.

@@ -62,7 +62,7 @@ import matplotlib.pyplot as plt
 import xarray as xr
 from IPython.display import display
 
-from murk import config, cube, depth, engine, items, paths, prompts, readout, render, runlock, workflow
+from murk import config, cube, depth, engine, items, paths, progress, prompts, readout, render, runlock, workflow
 from murk import design as designs
 
 table, meta = items.read_items(output_dir)
@@ -102,7 +102,10 @@ print(f"{model}: items {span.start}..{span.stop - 1} of {len(table)} into {store
 # every setting that changes its content (`murk.cube.store_identity`: config,
 # items, model and revision, dtype, `n_verbal_items`, depth backend and model): a
 # store written with other settings is refused with a message naming the
-# setting, never mixed (`murk.cube.open_readout_store`). Images already done are
+# setting, never mixed (`murk.cube.open_readout_store`). A local checkpoint's
+# revision is its content digest: a store of the same folder re-saved with other
+# weights is kept aside (`murk.cube.set_aside_superseded`, said here and on the
+# terminal) and a fresh store is read out. Images already done are
 # skipped; images whose chunk files were damaged are read again.
 #
 # The batched engine reads the items in a fixed global schedule: batch *b* holds
@@ -158,6 +161,14 @@ if len(span):
         warnings.warn(f"{model} is a real model but the depth is the approximate backend "
                       f"{current['depth_backend']!r}: its crossing visibilities in metres rest on that assumption "
                       f"(W does not). Rerun the depth stage with backend='depth-anything-v2' for the study.")
+    old_revision = stored_attr(store, "model_revision")
+    aside = cube.set_aside_superseded(store, attrs)   # a re-saved local checkpoint: a fresh store, never a mixed one
+    if aside is not None:
+        note = (f"{model}: its weights changed (revision {old_revision} -> {vlm.revision}): read out into a fresh "
+                f"store {store}; the store of the earlier weights is kept as {aside}")
+        print(note)
+        if (terminal := progress.terminal_stream()) is not None:   # under Snakemake (murk.execute): the terminal too
+            print(f"murk: {note}", file=terminal, flush=True)
     ds = cube.open_readout_store(store, table["image_id"].iloc[span.start:span.stop],
                                  table["category"].iloc[span.start:span.stop], attrs)
     done = ds["done"].values

@@ -320,7 +320,8 @@ record("pipeline_check_note", (
 #| tbl-cap: "Models, the items each was read out on (the first n of the selection), revisions, visual tokens per image and the median first-token probability on the option letters on clean images (option mass, t2 / t3); † marks a model below the threshold."
 show_table(paper.markdown_table([
     {"model": f"`{m}`" + (f" {DAGGER}" if str(m) in LOW_MASS else ""), "items (n)": str(N_OF[str(m)]),
-     "revision": f"`{str(rev)[:12] or 'n/a'}`", "visual tokens / image": str(int(nv)),
+     "revision": f"`{str(rev)[:23 if str(rev).startswith('sha256:') else 12] or 'n/a'}`",
+     "visual tokens / image": str(int(nv)),
      "option mass (clean, t2 / t3)": f"{numbers[f'option_mass.{key(m)}.t2']} / {numbers[f'option_mass.{key(m)}.t3']}",
      "pipeline check": "yes (tiny random weights)" if bool(p) else "no"}
     for m, rev, nv, p in zip(ds["model"].values, ds["model_revision"].values, ds["n_visual_tokens"].values,
@@ -2512,10 +2513,15 @@ for m in VLMS:
         not_run_parts.append(f"`{m}`'s {file} names `{custom}` ({auto}), not run: "
                              + (f"the built-in `{used}` was used instead" if used else "not used by murk"))
 record("colophon.ignored_generation_settings", "; ".join(gen_parts))
+# the weights each model was read out with, as the cube records them: a hub snapshot's commit, a local folder's
+# content digest (sha256:…, murk.identity: a re-saved checkpoint is another revision)
+record("colophon.model_revisions", "; ".join(f"`{m}`: `{rev or 'not recorded'}`" for m, rev in
+                                             zip(ds["model"].values, ds["model_revision"].values) if str(m) in VLMS))
 record("colophon.loading_options", "; ".join(f"{opts} for {fmt_list(ms)}" for opts, ms in load_groups.items())
        + ("; custom code declared but not run (`trust_remote_code = false`): " + "; ".join(not_run_parts)
           if not_run_parts else ""))
-print(numbers["colophon.ignored_generation_settings"], numbers["colophon.loading_options"], sep="\n")
+print(numbers["colophon.model_revisions"], numbers["colophon.ignored_generation_settings"],
+      numbers["colophon.loading_options"], sep="\n")
 
 # %%
 #| label: num-numbers-file

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from murk import paths
+from murk.identity import checkpoint_digest
 from murk.checkpoints import (
     MARKER_FILE,
     MAX_PIXELS,
@@ -44,7 +45,8 @@ def test_folder_loads_like_a_hub_checkpoint(arch, tiny_checkpoint_dirs):
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     folder = tiny_checkpoint_dirs[arch]
-    assert json.loads((folder / MARKER_FILE).read_text()) == {"arch": arch, "seed": 0, "pipeline_check": True}
+    marker = json.loads((folder / MARKER_FILE).read_text())
+    assert marker == {"arch": arch, "seed": 0, "pipeline_check": True, "digest": checkpoint_digest(folder, None)}
     assert (folder / "chat_template.jinja").is_file()
     processor = AutoProcessor.from_pretrained(folder, local_files_only=True)
     model = AutoModelForImageTextToText.from_pretrained(folder, local_files_only=True).eval()

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from murk import checkpoints, depth
+from murk import checkpoints, depth, identity
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,8 @@ def test_unknown_backend():
 def test_depth_anything_metric_from_local_folder(tiny_da, monkeypatch):
     monkeypatch.setenv("MURK_OFFLINE", "1")
     b = depth.get_backend("depth-anything-v2", str(tiny_da))
-    assert not b.approximate and b.name == "depth-anything-v2:tiny-da" and b.revision == "local"
+    assert not b.approximate and b.name == "depth-anything-v2:tiny-da"
+    assert b.revision == identity.checkpoint_revision(tiny_da, None) and b.revision.startswith("sha256:")
     img = np.random.default_rng(0).integers(0, 256, (90, 130, 3), dtype=np.uint8)
     z = b(img)
     # metres at the image's own size (predicted_depth post-processed, not the 8-bit picture);

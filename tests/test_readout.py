@@ -1,5 +1,6 @@
 """Tests of murk.readout: loading, image presentation and the four read-outs (spec Sec. III)."""
 
+import json
 import math
 import time
 
@@ -7,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from murk import identity
 from murk.config import load_config
 from murk.prompts import questions_for_item, render_prompt
 from murk.readout import (
@@ -183,7 +185,10 @@ def test_load_vlm_local_folders(tiny_vlms, tiny_checkpoint_dirs):
     expected_visual = {"smolvlm": 36, "qwen3vl": 196, "internvl": 64, "gemma": 64}
     for arch, vlm in tiny_vlms.items():
         assert vlm.model_id == str(tiny_checkpoint_dirs[arch])
-        assert vlm.is_pipeline_check and vlm.revision == "local"
+        assert vlm.is_pipeline_check and vlm.revision == identity.checkpoint_revision(tiny_checkpoint_dirs[arch], None)
+        # the digest murk recorded when it built the folder (its marker) is the folder's content digest
+        marker = json.loads((tiny_checkpoint_dirs[arch] / "murk_tiny.json").read_text())
+        assert vlm.revision == "sha256:" + marker["digest"][:16]
         assert vlm.device == "cpu" and vlm.dtype == torch.float32
         assert next(vlm.model.parameters()).dtype == torch.float32
         assert not vlm.model.training

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from murk.checkpoints import MARKER_FILE, MAX_PIXELS, REALFORMAT_MODELS, build_realformat_checkpoint
+from murk import identity
 from murk.config import load_config
 from murk.prompts import questions_for_item, render_prompt
 from murk.readout import (READOUTS, VERBAL_STOP_LIMIT, build_prompt_text, load_vlm, parse_verbal_confidence,
@@ -71,7 +72,8 @@ def test_real_files_shrunk_config_random_weights(family, realformat_checkpoint_d
     marker = json.loads((folder / MARKER_FILE).read_text())
     assert marker["pipeline_check"] and marker["format"] == "real" and marker["arch"] == family
     assert marker["sources"] and all(len(h) == 64 for h in marker["sources"].values())  # sha256 of each real file
-    assert vlm.is_pipeline_check and vlm.revision == "local"
+    assert vlm.is_pipeline_check and vlm.revision == "sha256:" + marker["digest"][:16]
+    assert marker["digest"] == identity.checkpoint_digest(folder, None)
     assert (type(vlm.model).__name__, type(vlm.processor).__name__,
             type(vlm.processor.image_processor).__name__) == exp["classes"]
     text_cfg = vlm.model.config.get_text_config()

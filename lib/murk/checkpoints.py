@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from murk import paths
+from murk import identity, paths
 
 __all__ = [
     "TINY_MODELS",
@@ -64,7 +64,7 @@ TINY_MODELS: dict[str, str] = {
 }
 
 #: marker file written into every tiny checkpoint folder
-MARKER_FILE = "murk_tiny.json"
+MARKER_FILE = identity.BUILT_MARKER  # "murk_tiny.json"
 
 #: the largest image the model may see, in pixels (spec Sec. III: "at most 448^2 pixels")
 MAX_PIXELS = 448 * 448
@@ -533,7 +533,8 @@ def build_tiny_checkpoint(arch: str, out_dir: str | os.PathLike, seed: int = 0) 
     -------
     Path
         ``out_dir``, holding model, processor, tokenizer, chat template and the
-        marker ``murk_tiny.json`` (``{"arch", "seed", "pipeline_check": true}``).
+        marker ``murk_tiny.json`` (``{"arch", "seed", "pipeline_check": true, "digest"}``: ``digest`` is
+        :func:`murk.identity.checkpoint_digest` of the folder as built).
 
     Raises
     ------
@@ -553,7 +554,10 @@ def build_tiny_checkpoint(arch: str, out_dir: str | os.PathLike, seed: int = 0) 
         model.eval()
         model.save_pretrained(tmp)
         processor.save_pretrained(tmp)
-        marker = {"arch": arch, "seed": int(seed), "pipeline_check": True}
+        # the content digest of what was built (murk.identity; the marker itself is not part of it): a re-saved
+        # checkpoint is told from the built one (murk.workflow.checkpoint_identity)
+        marker = {"arch": arch, "seed": int(seed), "pipeline_check": True,
+                  "digest": identity.checkpoint_digest(tmp, None)}
         (tmp / MARKER_FILE).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
         _replace_folder(tmp, out_dir)
     finally:
@@ -1079,7 +1083,8 @@ def build_realformat_checkpoint(family: str, out_dir: str | os.PathLike, seed: i
     Path
         ``out_dir`` with ``config.json``, ``model.safetensors``, ``generation_config.json``, the
         processor and tokenizer files and the marker :data:`MARKER_FILE`
-        (``{"arch", "seed", "pipeline_check": true, "format": "real", "sources": {file: sha256}}``).
+        (``{"arch", "seed", "pipeline_check": true, "format": "real", "sources": {file: sha256}, "digest"}``,
+        ``digest`` as in :func:`build_tiny_checkpoint`).
 
     Raises
     ------
@@ -1115,7 +1120,8 @@ def build_realformat_checkpoint(family: str, out_dir: str | os.PathLike, seed: i
         model.save_pretrained(final)
         processor.save_pretrained(final)
         marker = {"arch": family, "seed": int(seed), "pipeline_check": True, "format": "real",
-                  "sources": {str(f.relative_to(src)): _sha256(f) for f in info["files"]}}
+                  "sources": {str(f.relative_to(src)): _sha256(f) for f in info["files"]},
+                  "digest": identity.checkpoint_digest(final, None)}
         if "assumed" in info:
             marker["assumed"] = info["assumed"]
         if generation_config:

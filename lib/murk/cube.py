@@ -63,7 +63,7 @@ __all__ = [
     "SCHEMA_VERSION", "DIMS", "ARMS", "PHYSICAL_ARMS", "CONTROL_ARMS", "TASKS", "READOUTS",
     "TEXT_READOUTS", "VALUE_DTYPE", "CONDITIONS", "IDENTITY_ATTRS", "level_coords", "empty_model_dataset",
     "store_identity", "open_readout_store", "damaged_chunks", "write_image", "merge_models", "open_cube",
-    "t3_image_scores", "NOT_RUN", "images_run",
+    "t3_image_scores", "NOT_RUN", "images_run", "SUPERSEDED_NAME", "set_aside_superseded",
 ]
 
 SCHEMA_VERSION = 4  # 2: value float64, read-out visibility_hat_censored (issue 13); 3: verbal_stop read-outs (issue 12);
@@ -192,7 +192,8 @@ IDENTITY_ATTRS: dict[str, str] = {
                    "read-out dtypes)",
     "items_hash": "the selected items (n_items, seed, the COCO folder)",
     "model_id": "the model",
-    "model_revision": "the model's weights (the hub snapshot's commit; 'local' for a folder)",
+    "model_revision": "the model's weights (the hub snapshot's commit; for a local folder its content digest, "
+                      "sha256:<16 hex> of its weights, config, tokenizer, processor and chat template files)",
     "dtype": "the numeric precision of the model (bfloat16 on CUDA, float32 on CPU: another device)",
     "n_verbal_items": "how many items are also asked the verbal wordings v2 and v3 "
                       "(snakemake --config n_verbal_items=N, papermill -p n_verbal_items N)",
@@ -361,6 +362,68 @@ def _repair(path: Path, ds: xr.Dataset) -> None:
     warnings.warn(f"read-out store {path}: {len(damaged)} image(s) had damaged chunk files (empty or truncated, "
                   f"e.g. after a power loss or a full disk); they were removed and these images are read out "
                   f"again:\n{listing}", stacklevel=3)
+
+
+#: the name a store of superseded local weights is kept under, beside the store (not ``*.zarr``: no stage reads it)
+SUPERSEDED_NAME = "{name}.superseded-{revision}"
+
+
+def _is_local_revision(revision: Any) -> bool:
+    """A local checkpoint folder's revision: its content digest, or ``local`` (what murk recorded before)."""
+    return str(revision).startswith("sha256:") or revision == "local"
+
+
+def set_aside_superseded(path: str | os.PathLike, attrs: Mapping[str, Any]) -> Path | None:
+    """Move aside a store read out from other weights of the same local checkpoint, so a fresh one is made.
+
+    A local checkpoint folder re-saved with other weights has another revision (its
+    content digest, :func:`murk.identity.checkpoint_revision`). Its read-out must
+    neither resume the old store (a store mixed from two sets of weights) nor be
+    refused: the store is renamed to :data:`SUPERSEDED_NAME` beside itself (kept, not
+    read by any stage: ``murk.workflow.foreign_stores``, the analyse stage and the
+    markers read ``*.zarr`` stores only) and :func:`open_readout_store` then creates a
+    fresh one. Any other difference of identity (:data:`IDENTITY_ATTRS`), also besides
+    the revision, leaves the store in place for :func:`open_readout_store` to refuse.
+
+    Parameters
+    ----------
+    path : path
+        The read-out store (a shard's too).
+    attrs : mapping
+        This run's attributes (:func:`store_identity`).
+
+    Returns
+    -------
+    Path or None
+        Where the store now is (``<store>.superseded-sha256-<16 hex>``, with ``-2``, ``-3``
+        … when that exists), or None when nothing was moved: no store, an unreadable
+        one, the same identity, or a difference other than a local folder's revision.
+
+    Raises
+    ------
+    OSError
+        The store cannot be renamed (it is left as it was).
+    """
+    path = Path(path)
+    try:
+        have = json.loads((path / ".zattrs").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(have, dict):
+        return None
+    want = {"schema_version": SCHEMA_VERSION, **attrs}
+    differ = [k for k in IDENTITY_ATTRS if (k in have or k in want)
+              and have.get(k, "(not recorded)") != _attr(want.get(k, "(not recorded)"))]
+    old, new = have.get("model_revision"), want.get("model_revision")
+    if differ != ["model_revision"] or not (_is_local_revision(old) and str(new).startswith("sha256:")):
+        return None
+    aside = path.with_name(SUPERSEDED_NAME.format(name=path.name, revision=str(old).replace(":", "-")))
+    base, n = aside, 1
+    while aside.exists():
+        n += 1
+        aside = base.with_name(f"{base.name}-{n}")
+    os.replace(path, aside)
+    return aside
 
 
 def open_readout_store(path: str | os.PathLike, image_ids, categories,

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from murk import diskfull, paths
+from murk import diskfull, identity, paths
 
 __all__ = ["DEPTH_MIN_M", "DEPTH_MAX_M", "CONSTANT_DEPTH_M", "DepthBackend", "get_backend",
            "depth_cache_dir", "load_depth", "save_depth", "write_manifest", "read_manifest",
@@ -59,7 +59,8 @@ class DepthBackend:
     approximate : bool
         True for a backend that does not estimate depth from the image.
     model_id, revision : str
-        Checkpoint and its revision ("" for the constant backend).
+        Checkpoint and its revision ("" for the constant backend; a hub snapshot's commit; for a
+        local folder ``"sha256:"`` and 16 hex digits of its content, :func:`murk.identity.checkpoint_revision`).
     """
 
     name: str
@@ -182,7 +183,8 @@ def get_backend(backend: str = "auto", model: str = DEFAULT_MODEL) -> DepthBacke
                          f"{getattr(net.config, 'depth_estimation_type', None)!r}); use a *-Metric-* checkpoint")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     net = net.to(device).eval()
-    revision = str(getattr(net.config, "_commit_hash", "") or ("local" if local else ""))
+    # a local folder is named by its content (murk.identity): a re-saved checkpoint is another revision
+    revision = identity.checkpoint_revision(model) if local else str(getattr(net.config, "_commit_hash", "") or "")
     return DepthBackend(name=f"depth-anything-v2:{model if not local else Path(model).name}",
                         approximate=False, model_id=str(model), revision=revision,
                         _model=net, _processor=processor)

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from murk import paths
+from murk import identity, paths
 from murk.checkpoints import (INTERNVL_NAMED_TOKENS, OFFLINE_MODELS, CheckpointFileError, check_weight_files,
                               declared_custom_code, ensure_offline_checkpoint, is_tiny_checkpoint, model_kind)
 from murk.config import load_config
@@ -84,7 +84,9 @@ class VLM:
     model_id : str
         What was asked for: hub id, local folder or ``murk-tiny/...`` / ``murk-realformat/...`` id.
     revision : str
-        Commit hash of the hub snapshot (its cache folder's name, :func:`hub_revision`), else ``"local"``.
+        Commit hash of the hub snapshot (its cache folder's name, :func:`hub_revision`); for a local
+        folder (and murk's offline checkpoints) ``"sha256:"`` and 16 hex digits of its content digest
+        (:func:`murk.identity.checkpoint_revision`: weights, configs, tokenizer, processor, chat template).
     is_pipeline_check : bool
         True for a checkpoint murk built (tiny or real-format: random weights, results are meaningless).
     device : str
@@ -853,7 +855,10 @@ def load_vlm(
     if not_run:
         logging.getLogger("murk").warning("%s: %s", model, custom_code_note(not_run))
     net.to(device)
-    revision = getattr(net.config, "_commit_hash", None) or (None if local else hub_revision(model, kwargs)) or "local"
+    # a local folder (murk's built checkpoints too) is named by its content (murk.identity: a re-saved checkpoint
+    # is another revision); a hub id by its snapshot's commit
+    revision = (identity.checkpoint_revision(source) if local else
+                getattr(net.config, "_commit_hash", None) or hub_revision(model, kwargs) or "local")
     try:  # the option tokens and a first chat-templated prompt (the count of visual tokens)
         vlm = vlm_from_parts(net, processor, model, str(revision), bool(built), str(device), dtype, cfg)
     except Exception as err:  # noqa: BLE001 - only jinja2's TemplateError and the option-token refusal are named

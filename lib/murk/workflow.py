@@ -410,6 +410,74 @@ def force_rerun(workflow: Any, marker: str) -> bool:
     return True
 
 
+__all__ += ["checkpoint_identity"]
+
+
+def _hub_cache_commit(model: str) -> str:
+    """The commit of a hub id's ``main`` in the Hugging Face cache (``refs/main``), or ""."""
+    import re
+
+    from huggingface_hub import constants  # a light import (huggingface_hub loads its modules lazily)
+
+    ref = Path(constants.HF_HUB_CACHE) / ("models--" + model.replace("/", "--")) / "refs" / "main"
+    try:
+        commit = ref.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+    return commit if re.fullmatch(r"[0-9a-f]{40}", commit) else ""
+
+
+def checkpoint_identity(model: str, root: str | os.PathLike, *, offline: bool = False,
+                        update_cache: bool = True) -> str:
+    """What a read-out's weights are, as known before it runs: a parameter of the Snakefile's read-out rules.
+
+    Snakemake runs a job again when one of its ``params`` changed (its ``params`` rerun
+    trigger, on by default): a local checkpoint re-saved with other weights re-runs its
+    read-out, and the cube and paper after it (the read-out then starts a fresh store:
+    :func:`murk.cube.set_aside_superseded`).
+
+    Parameters
+    ----------
+    model : str
+        A model entry's id: a local folder, a hub id, or an id murk builds offline
+        (:data:`murk.checkpoints.OFFLINE_MODELS`, built into ``<root>/checkpoints/<slug>``).
+    root : path
+        The output root.
+    offline : bool
+        ``MURK_OFFLINE``: a hub id is then what the Hugging Face cache holds.
+    update_cache : bool
+        Save the digest cache (:mod:`murk.identity`); False in a dry run.
+
+    Returns
+    -------
+    str
+        A local folder: ``"sha256:<16 hex>"`` (:func:`murk.identity.checkpoint_revision`).
+        A checkpoint murk built: ``""`` while it is as built (the digest its marker,
+        :data:`murk.identity.BUILT_MARKER`, records) and before it is built, so building it
+        re-runs nothing; its ``"sha256:…"`` once its files were changed. A hub id offline:
+        the cached snapshot's commit; otherwise ``""`` (the read-out records the commit it
+        loads in its store). ``"unreadable"`` for a folder that cannot be read (the
+        read-out then names the problem).
+    """
+    from murk import identity, paths
+
+    try:
+        folder = Path(model).expanduser()
+        if folder.is_dir():
+            return identity.checkpoint_revision(folder, update_cache=update_cache)
+        built = paths.checkpoints_dir(root) / paths.model_slug(model)
+        try:
+            recorded = json.loads((built / identity.BUILT_MARKER).read_text(encoding="utf-8")).get("digest")
+        except (OSError, ValueError, AttributeError):
+            recorded = None  # not built by murk, not yet, or (without its marker) to be built again
+        if recorded is not None:
+            now = identity.checkpoint_digest(built, update_cache=update_cache)
+            return "" if now == recorded else "sha256:" + now[:16]
+    except OSError:
+        return "unreadable"
+    return _hub_cache_commit(model) if offline else ""
+
+
 #: attributes of a store that say which selection and configuration it belongs to
 SELECTION_KEYS = ("config_hash", "items_hash")
 

@@ -1,0 +1,260 @@
+"""Content identities: a file or a checkpoint folder named by a digest of its bytes, not by its name.
+
+A local checkpoint's identity is :func:`checkpoint_digest`: SHA-256 over the files
+that define the model (weights ``*.safetensors`` / ``*.bin`` and their index,
+``config.json``, ``generation_config.json``, tokenizer, processor and
+preprocessor configs, chat templates, the special-tokens map, any other small
+``json``/``txt``/``jinja``/``model``/``py`` file beside them), each file's
+SHA-256 combined with its path relative to the folder, in sorted order. A
+folder renamed, copied or touched keeps its identity; one byte changed in one
+of those files changes it.
+
+Hashing a study-sized checkpoint (several GB) takes seconds, so a small cache
+(:class:`DigestCache`, a JSON file) keeps each file's SHA-256 under its
+resolved path with the file's size, modification time, change time and inode:
+a file whose four values are unchanged is not read again. The cache is only a
+shortcut: a damaged or unreadable cache is ignored (everything is hashed), and
+it is written atomically (a temporary file renamed into place). It lives
+outside the output roots (:func:`default_cache_path`), since one checkpoint
+folder serves many roots.
+
+This module imports nothing heavy (the Snakefile imports it on every run).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+__all__ = [
+    "CACHE_ENV",
+    "CHECKPOINT_SUFFIXES",
+    "BUILT_MARKER",
+    "IGNORED_NAMES",
+    "DigestCache",
+    "default_cache_path",
+    "file_digest",
+    "checkpoint_files",
+    "checkpoint_digest",
+    "checkpoint_revision",
+]
+
+#: environment variable naming the digest cache file (default :func:`default_cache_path`)
+CACHE_ENV = "MURK_DIGEST_CACHE"
+#: the files of a checkpoint folder that define it, by suffix: weights (safetensors, pickles) and their
+#: index, configs, tokenizer files (``tokenizer.json``, ``vocab.json``, ``merges.txt``, ``*.model``,
+#: ``*.tiktoken``), chat templates (``*.jinja``), custom code (``*.py``)
+CHECKPOINT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".json", ".txt", ".jinja", ".model", ".tiktoken",
+                       ".py", ".yaml")
+#: the marker murk writes into a checkpoint folder it built (``murk.checkpoints.MARKER_FILE``): it records
+#: the folder's :func:`checkpoint_digest` as built
+BUILT_MARKER = "murk_tiny.json"
+#: files that never enter a checkpoint's digest: murk's own marker, which records the digest of the rest
+IGNORED_NAMES = (BUILT_MARKER,)
+#: format version of the cache file
+_CACHE_VERSION = 1
+_CHUNK = 1 << 22
+
+
+def default_cache_path() -> Path:
+    """The digest cache file: ``$MURK_DIGEST_CACHE``, else ``$XDG_CACHE_HOME/murk/digests.json``
+    (``~/.cache/murk/digests.json``)."""
+    given = os.environ.get(CACHE_ENV)
+    if given:
+        return Path(given).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "murk" / "digests.json"
+
+
+def _sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _stat_key(st: os.stat_result) -> list[int]:
+    return [int(st.st_size), int(st.st_mtime_ns), int(st.st_ctime_ns), int(st.st_ino)]
+
+
+class DigestCache:
+    """Each file's SHA-256 under its resolved path, valid while its size, times and inode are unchanged.
+
+    Parameters
+    ----------
+    path : path or None
+        The JSON file (``{"version": 1, "files": {path: [size, mtime_ns, ctime_ns, inode, sha256]}}``).
+        None: nothing is read or written (every file is hashed).
+
+    Notes
+    -----
+    A missing, unreadable or damaged file (not JSON, another layout) is read as an
+    empty cache. :meth:`save` writes only when an entry changed, atomically; entries
+    of files that no longer exist are dropped then. Two processes saving at once
+    lose each other's new entries at worst (it is a cache).
+    """
+
+    def __init__(self, path: str | os.PathLike | None):
+        self.path = Path(path) if path is not None else None
+        self._files: dict[str, list] = {}
+        self._changed = False
+        if self.path is None:
+            return
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            files = data["files"] if data.get("version") == _CACHE_VERSION else {}
+            self._files = {str(k): v for k, v in files.items()
+                           if isinstance(v, list) and len(v) == 5 and isinstance(v[4], str)}
+        except (OSError, ValueError, TypeError, AttributeError, KeyError):
+            self._files = {}
+
+    def digest(self, file: str | os.PathLike) -> str:
+        """SHA-256 (hex) of ``file``'s bytes: from the cache when its stat is unchanged, else read.
+
+        Raises
+        ------
+        OSError
+            The file cannot be read.
+        """
+        real = os.path.realpath(file)
+        st = os.stat(real)
+        key = _stat_key(st)
+        entry = self._files.get(real)
+        if entry is not None and list(entry[:4]) == key:
+            return str(entry[4])
+        sha = _sha256_of(Path(real))
+        if list(_stat_key(os.stat(real))) == key:  # not changed while it was read: worth keeping
+            self._files[real] = [*key, sha]
+            self._changed = True
+        return sha
+
+    def save(self) -> None:
+        """Write the cache (only when an entry changed; atomically; a failure to write is ignored)."""
+        if self.path is None or not self._changed:
+            return
+        files = {k: v for k, v in self._files.items() if os.path.exists(k)}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    json.dump({"version": _CACHE_VERSION, "files": files}, f, sort_keys=True)
+                os.replace(tmp, self.path)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+        except OSError:
+            return
+        self._changed = False
+
+
+def file_digest(path: str | os.PathLike, cache: DigestCache | None = None) -> str:
+    """SHA-256 of one file's bytes.
+
+    Parameters
+    ----------
+    path : path
+        The file (a link is followed).
+    cache : DigestCache, optional
+        Consulted and updated (not saved); None: the file is read.
+
+    Returns
+    -------
+    str
+        64 lowercase hex digits.
+
+    Raises
+    ------
+    OSError
+        The file cannot be read.
+    """
+    return cache.digest(path) if cache is not None else _sha256_of(Path(os.path.realpath(path)))
+
+
+def checkpoint_files(folder: str | os.PathLike) -> list[str]:
+    """The files that define a checkpoint folder, as sorted POSIX paths relative to it.
+
+    Every file (links followed) whose name ends in :data:`CHECKPOINT_SUFFIXES`, in the
+    folder and its sub-folders; hidden files and folders (``.cache/``, ``.git/``, a
+    half-written ``.x.tmp``) and :data:`IGNORED_NAMES` are left out.
+
+    Raises
+    ------
+    NotADirectoryError
+        ``folder`` is not a folder.
+    """
+    root = Path(folder)
+    if not root.is_dir():
+        raise NotADirectoryError(f"checkpoint folder {root} is not a folder")
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in filenames:
+            if name.startswith(".") or name in IGNORED_NAMES or not name.endswith(CHECKPOINT_SUFFIXES):
+                continue
+            p = Path(dirpath) / name
+            if p.is_file():
+                out.append(p.relative_to(root).as_posix())
+    return sorted(out)
+
+
+def checkpoint_digest(folder: str | os.PathLike, cache: str | os.PathLike | DigestCache | None = "default", *,
+                      update_cache: bool = True) -> str:
+    """The content digest of a checkpoint folder.
+
+    SHA-256 over the lines ``<relative path>\\0<file SHA-256>\\n`` of
+    :func:`checkpoint_files`, in sorted order. The folder's own name and place, and
+    the files' times, do not enter it.
+
+    Parameters
+    ----------
+    folder : path
+        A checkpoint folder (a hub snapshot folder of links works too).
+    cache : path, DigestCache, None or "default"
+        The fast path (:class:`DigestCache`): ``"default"`` is :func:`default_cache_path`;
+        None hashes every file.
+    update_cache : bool
+        Save new entries to the cache file (False: a dry run reads the cache only).
+
+    Returns
+    -------
+    str
+        64 lowercase hex digits.
+
+    Raises
+    ------
+    NotADirectoryError
+        ``folder`` is not a folder.
+    OSError
+        A file cannot be read.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "config.json").write_text("{}")
+    >>> checkpoint_digest(d, None) == checkpoint_digest(d, None)
+    True
+    """
+    if isinstance(cache, DigestCache):
+        dc = cache
+    else:
+        dc = DigestCache(default_cache_path() if cache == "default" else cache)
+    root = Path(folder)
+    h = hashlib.sha256()
+    for rel in checkpoint_files(root):
+        h.update(f"{rel}\0{dc.digest(root / rel)}\n".encode("utf-8"))
+    if update_cache and not isinstance(cache, DigestCache):
+        dc.save()
+    return h.hexdigest()
+
+
+def checkpoint_revision(folder: str | os.PathLike, cache: str | os.PathLike | DigestCache | None = "default", *,
+                        update_cache: bool = True) -> str:
+    """A local checkpoint's revision as a store records it: ``"sha256:"`` and the first 16 hex digits of
+    :func:`checkpoint_digest` (same parameters and errors)."""
+    return "sha256:" + checkpoint_digest(folder, cache, update_cache=update_cache)[:16]

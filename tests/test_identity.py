@@ -1,0 +1,182 @@
+"""murk.identity: a checkpoint folder identified by its content, with a stat-keyed cache (issue 37 item 2)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from murk import identity
+
+
+def _checkpoint(folder: Path) -> Path:
+    """A checkpoint-shaped folder: weights, configs, tokenizer, a template, a hidden cache and murk's marker."""
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(bytes(range(256)) * 64)
+    (folder / "config.json").write_text('{"model_type": "smolvlm"}')
+    (folder / "generation_config.json").write_text('{"do_sample": false}')
+    (folder / "tokenizer.json").write_text('{"model": {}}')
+    (folder / "chat_template.jinja").write_text("{{ messages }}")
+    (folder / "README.md").write_text("not part of the model")
+    (folder / ".cache").mkdir()
+    (folder / ".cache" / "x.json").write_text("{}")
+    (folder / "murk_tiny.json").write_text('{"pipeline_check": true}')
+    return folder
+
+
+def test_checkpoint_files_are_the_defining_ones(tmp_path):
+    ck = _checkpoint(tmp_path / "ck")
+    assert identity.checkpoint_files(ck) == ["chat_template.jinja", "config.json", "generation_config.json",
+                                             "model.safetensors", "tokenizer.json"]
+
+
+def test_same_content_same_digest_one_byte_another(tmp_path):
+    a, b = _checkpoint(tmp_path / "a"), _checkpoint(tmp_path / "b")
+    d = identity.checkpoint_digest(a, None)
+    assert len(d) == 64 and identity.checkpoint_digest(b, None) == d
+    assert identity.checkpoint_revision(a, None) == "sha256:" + d[:16]
+    data = bytearray((b / "model.safetensors").read_bytes())
+    data[1000] ^= 1
+    (b / "model.safetensors").write_bytes(bytes(data))
+    assert identity.checkpoint_digest(b, None) != d
+    # a file that defines the model, renamed: another identity (the path is part of it)
+    (a / "chat_template.jinja").rename(a / "template.jinja")
+    assert identity.checkpoint_digest(a, None) != d
+    # files that do not define it (a README, a hidden cache, murk's marker) change nothing
+    c = _checkpoint(tmp_path / "c")
+    (c / "README.md").write_text("other")
+    (c / ".cache" / "x.json").write_text('{"other": 1}')
+    (c / "murk_tiny.json").write_text('{"digest": "abc"}')
+    assert identity.checkpoint_digest(c, None) == d
+
+
+def test_the_cache_follows_changes_not_times_nor_names(tmp_path):
+    cache_file = tmp_path / "cache" / "digests.json"
+    ck = _checkpoint(tmp_path / "ck")
+    d = identity.checkpoint_digest(ck, cache_file)
+    entries = json.loads(cache_file.read_text())["files"]
+    assert os.path.realpath(ck / "model.safetensors") in entries
+    # touched without a change: re-hashed (the stat differs), the same digest
+    os.utime(ck / "model.safetensors", ns=(1, 1))
+    assert identity.checkpoint_digest(ck, cache_file) == d
+    # changed in place, size and modification time put back: the change time and the hash still tell
+    w = ck / "model.safetensors"
+    st = w.stat()
+    data = bytearray(w.read_bytes())
+    data[0] ^= 0xFF
+    w.write_bytes(bytes(data))
+    os.utime(w, ns=(st.st_atime_ns, st.st_mtime_ns))
+    d2 = identity.checkpoint_digest(ck, cache_file)
+    assert d2 != d and d2 == identity.checkpoint_digest(ck, None)
+    # renamed folder, same content: the same digest (the folder's name is not part of it)
+    moved = Path(shutil.move(str(ck), str(tmp_path / "renamed")))
+    assert identity.checkpoint_digest(moved, cache_file) == d2
+    # entries of files that are gone are dropped when the cache is next written
+    assert all(os.path.exists(p) for p in json.loads(cache_file.read_text())["files"])
+
+
+def test_the_cache_is_used_and_a_damaged_one_ignored(tmp_path):
+    cache_file = tmp_path / "digests.json"
+    ck = _checkpoint(tmp_path / "ck")
+    d = identity.checkpoint_digest(ck, cache_file)
+    # the fast path answers from the cache: a forged entry with the file's stat is believed (the cache is used)
+    rec = json.loads(cache_file.read_text())
+    key = os.path.realpath(ck / "config.json")
+    rec["files"][key][4] = "0" * 64
+    cache_file.write_text(json.dumps(rec))
+    assert identity.checkpoint_digest(ck, cache_file) != d
+    for damaged in ("{not json", "[]", '{"version": 1, "files": {"x": 3}}', "", '{"version": 99, "files": {}}'):
+        cache_file.write_text(damaged)
+        assert identity.checkpoint_digest(ck, cache_file) == d, damaged
+        assert json.loads(cache_file.read_text())["version"] == 1  # rewritten whole
+    # a dry run reads the cache and writes nothing
+    cache_file.unlink()
+    assert identity.checkpoint_digest(ck, cache_file, update_cache=False) == d and not cache_file.exists()
+    # an unwritable cache place is not an error
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert identity.checkpoint_digest(ck, blocker / "digests.json") == d
+
+
+def test_file_digest_and_the_default_cache_place(tmp_path, monkeypatch):
+    f = tmp_path / "x.bin"
+    f.write_bytes(b"abc")
+    assert identity.file_digest(f) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    monkeypatch.setenv(identity.CACHE_ENV, str(tmp_path / "c.json"))
+    assert identity.default_cache_path() == tmp_path / "c.json"
+    monkeypatch.delenv(identity.CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert identity.default_cache_path() == tmp_path / "xdg" / "murk" / "digests.json"
+
+
+# --- the Snakefile's parameter (murk.workflow.checkpoint_identity) and the store of superseded weights (murk.cube) ---
+
+def test_checkpoint_identity_of_folders_built_checkpoints_and_hub_ids(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    from murk import paths, workflow
+
+    monkeypatch.setenv(identity.CACHE_ENV, str(tmp_path / "digests.json"))
+    root = tmp_path / "out"
+    # a checkpoint murk builds: the same identity before it is built and as built, so building it re-runs nothing
+    model = "murk-tiny/smolvlm"
+    assert workflow.checkpoint_identity(model, root) == ""
+    built = _checkpoint(paths.checkpoints_dir(root) / paths.model_slug(model))
+    (built / "murk_tiny.json").write_text(json.dumps({"digest": identity.checkpoint_digest(built, None)}))
+    assert workflow.checkpoint_identity(model, root) == ""
+    (built / "config.json").write_text('{"model_type": "smolvlm", "changed": 1}')  # re-saved by someone
+    assert workflow.checkpoint_identity(model, root) == identity.checkpoint_revision(built, None)
+    # a local folder: its content digest, whatever its name
+    folder = _checkpoint(tmp_path / "ck")
+    rev = workflow.checkpoint_identity(str(folder), root)
+    assert rev == identity.checkpoint_revision(folder, None) and rev.startswith("sha256:")
+    assert workflow.checkpoint_identity(str(built), root) == identity.checkpoint_revision(built, None)
+    # a hub id: nothing online; offline, the commit the Hugging Face cache holds for main
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert workflow.checkpoint_identity("org/m", root) == "" == workflow.checkpoint_identity("org/m", root, offline=True)
+    ref = tmp_path / "hub" / "models--org--m" / "refs" / "main"
+    ref.parent.mkdir(parents=True)
+    ref.write_text("a" * 40)
+    assert workflow.checkpoint_identity("org/m", root, offline=True) == "a" * 40
+    assert workflow.checkpoint_identity("org/m", root) == ""
+
+
+def _store(path: Path, **attrs) -> Path:
+    from murk import cube
+
+    base = dict(config_hash="c", items_hash="i", model_id="/models/m", depth_backend="constant-13.8m",
+                model_revision="sha256:" + "1" * 16)
+    cube.open_readout_store(path, [11, 12], ["car", "bus"], cube.store_identity(**{**base, **attrs}))
+    return path
+
+
+def test_a_store_of_superseded_local_weights_is_set_aside_other_differences_refused(tmp_path):
+    import pytest
+
+    from murk import cube, workflow
+
+    new = dict(config_hash="c", items_hash="i", model_id="/models/m", depth_backend="constant-13.8m",
+               model_revision="sha256:" + "2" * 16)
+    store = _store(tmp_path / "readout" / "m.zarr")
+    assert cube.set_aside_superseded(store, cube.store_identity(**{**new, "model_revision": "sha256:" + "1" * 16})) \
+        is None and store.is_dir()  # the same weights: resumed
+    aside = cube.set_aside_superseded(store, cube.store_identity(**new))
+    assert aside == tmp_path / "readout" / ("m.zarr.superseded-sha256-" + "1" * 16) and aside.is_dir()
+    assert not store.exists()
+    assert workflow.foreign_stores(tmp_path, "x", "y") == []  # no stage reads it (only *.zarr stores)
+    cube.open_readout_store(store, [11, 12], ["car", "bus"], cube.store_identity(**new))  # a fresh store
+    # the same old weights set aside again: kept beside the first, nothing lost
+    shutil.rmtree(store)
+    _store(store)
+    assert cube.set_aside_superseded(store, cube.store_identity(**new)).name.endswith("-2")
+    # a store of what murk recorded before digests ('local'): set aside too
+    _store(store, model_revision="local")
+    assert cube.set_aside_superseded(store, cube.store_identity(**new)).name == "m.zarr.superseded-local"
+    # other differences keep being refused by open_readout_store: another hub commit, another setting as well
+    for other in (dict(model_revision="a" * 40), dict(n_verbal_items=2)):
+        s = _store(tmp_path / "readout" / f"o{len(other)}{sorted(other)[0]}.zarr", **other)
+        assert cube.set_aside_superseded(s, cube.store_identity(**new)) is None and s.is_dir()
+        with pytest.raises(ValueError, match="model_revision"):
+            cube.open_readout_store(s, [11, 12], ["car", "bus"], cube.store_identity(**new))
+    assert cube.set_aside_superseded(tmp_path / "absent.zarr", cube.store_identity(**new)) is None
