@@ -50,10 +50,12 @@ SNAKEMAKE_START = textwrap.dedent("""
     import sys
     from murk import runlock
     try:
-        runlock.snakefile_run_lock(sys.argv[2], sys.argv[1], dry_run=sys.argv[3] == "dry", argv=["snakemake", "-c1"])
+        notes = runlock.snakefile_run_lock(sys.argv[2], sys.argv[1], dry_run=sys.argv[3] == "dry",
+                                           argv=["snakemake", "-c1"])
     except runlock.RootInUse as e:
         print(e)
         sys.exit(3)
+    print("\\n".join(notes))
     print("ran")
 """)
 
@@ -146,6 +148,7 @@ def test_a_lab_kernel_holds_the_root_until_it_ends_and_snakemake_names_it(checko
         assert r.returncode == 3 and f"JupyterLab kernel (pid {kernel.pid}" in json.loads(r.stdout)["refused"]
         r = _run(SNAKEMAKE_START, snake, root, "dry")   # reading (make plan) stays allowed, and says who holds it
         assert r.returncode == 0 and "ran" in r.stdout, r.stdout + r.stderr
+        assert f"{root.resolve()} is held by a JupyterLab kernel (pid {kernel.pid}" in r.stdout, r.stdout
         assert runlock.root_holder(root, snake)["kind"] == "jupyterlab"
         r = _run(STAGE, snake, root.with_name("outputs-b"), "once")   # another root is free
         assert r.returncode == 0

@@ -537,9 +537,9 @@ def snakefile_run_lock(output_dir: str | os.PathLike, snakemake_dir: str | os.Pa
              for p in lock.removed]
     what = "this dry run" if dry_run else "this command"
     if lock.live is not None:
-        who = (_who(lock.live)[0] if lock.live.get("kind") in STAGE_KINDS else
-               f"a run of this workflow ({_describe(lock.live)})")
-        notes.append(f"{who} is alive on the output root {lock.root}: "
+        who = (f"the output root {lock.root} is held by {_who(lock.live)[0]}" if lock.live.get("kind") in STAGE_KINDS
+               else f"a run of this workflow is alive on the output root {lock.root} ({_describe(lock.live)})")
+        notes.append(f"{who}: "
                      f"{what} only shows the files as they are now; a second run on this root is refused until "
                      f"that run ends")
     if lock.stale:
