@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -198,7 +197,8 @@ def test_murk_execute_into_a_live_root_is_refused_before_it_writes(live_root, tm
     root, live = live_root
     before = _files(root)
     # the README's by-hand analyse: the executed notebook where the paper embeds from, in the live root
-    cmd = [sys.executable, "-m", "murk.execute", "notebooks/04_analyse.py", str(root / "notebooks" / "04_analyse.ipynb"),
+    cmd = [sys.executable, "-m", "murk.execute", "notebooks/04_analyse.py",
+           str(root / "notebooks" / "04_analyse.ipynb"),
            "-p", "output_dir", str(root), "-y", "models: [murk-tiny/smolvlm]"]
     r = subprocess.run(cmd, cwd=ROOT, env=_stage_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert r.returncode == 3, r.stdout + r.stderr
@@ -228,3 +228,36 @@ def test_plain_papermill_into_a_live_root_is_refused_in_its_first_cell(live_root
     assert _files(root) == before
     nb = json.loads(mine.read_text())
     assert any("RootInUse" in json.dumps(c.get("outputs", [])) for c in nb["cells"])
+
+
+@pytest.mark.slow
+def test_murk_execute_of_a_notebook_that_is_no_stage_takes_no_root(live_root, tmp_path):
+    """A notebook without output_dir in its parameters writes into no root: it runs beside a live run (the
+    default root is not taken), but its executed notebook placed in the live root is refused."""
+    root, live = live_root
+    nb = tmp_path / "toy.py"
+    nb.write_text('# %% tags=["parameters"]\nx = 1\n\n# %%\nprint(x + 1)\n')
+    assert execute_parameters(nb) == {"x"}
+    default = tmp_path / "outputs-default"   # the default root (MURK_OUTPUT_DIR), held by a run
+    busy = _popen(SNAKEMAKE_HOLDER, ROOT / ".snakemake", default)
+    json.loads(busy.stdout.readline())
+    try:
+        r = subprocess.run([sys.executable, "-m", "murk.execute", str(nb), str(tmp_path / "toy.ipynb"),
+                            "-k", "python3"], cwd=tmp_path,
+                           env={**_stage_env(tmp_path), "MURK_OUTPUT_DIR": str(default)}, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+    finally:
+        _end(busy)
+    before = _files(root)
+    r = subprocess.run([sys.executable, "-m", "murk.execute", str(nb), str(root / "notebooks" / "toy.ipynb"),
+                        "-k", "python3"],
+                       cwd=tmp_path, env=_stage_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 3 and f"pid {live.pid}" in r.stderr, r.stdout + r.stderr
+    assert _files(root) == before
+
+
+def execute_parameters(nb):
+    from murk import execute
+
+    return execute.parameters_of(nb)

@@ -35,9 +35,10 @@ exception's name and message, the cell (its ``In [n]`` and source) and the path 
 the executed notebook, which holds the whole traceback.
 
 One writer per output root (:func:`murk.runlock.hold_for_stage`): before papermill writes
-anything (the executed notebook, the converted notebook), the run holds the output root
-that ``-p output_dir`` names (default ``outputs/``) for its kernel, unless it is a job of
-the Snakemake run that holds it. While another run holds that root (Snakemake, a stage run
+anything (the executed notebook, the converted notebook), a stage notebook's run (one
+whose parameters cell has ``output_dir``) holds the output root that ``-p output_dir``
+names (default ``outputs/``) for its kernel, unless it is a job of the Snakemake run that
+holds it. While another run holds that root (Snakemake, a stage run
 by hand, a JupyterLab kernel), or holds the root that OUTPUT lies in, the run is refused
 with exit status :data:`REFUSED` and one line naming that run, and writes nothing.
 
@@ -238,6 +239,28 @@ def input_notebook(notebook: str | os.PathLike, output: str | os.PathLike) -> Pa
     return src
 
 
+def parameters_of(notebook: str | os.PathLike) -> set[str]:
+    """The names a notebook's ``parameters`` cell assigns (``name = value`` lines), read without writing anything.
+
+    Parameters
+    ----------
+    notebook : path
+        A jupytext ``.py`` notebook or an ``.ipynb``.
+
+    Returns
+    -------
+    set of str
+        Empty when the notebook has no cell tagged ``parameters``.
+    """
+    import re
+
+    import jupytext
+
+    nb = jupytext.read(notebook)
+    cells = [c for c in nb.cells if c.cell_type == "code" and "parameters" in c.get("metadata", {}).get("tags", [])]
+    return {m.group(1) for c in cells for m in re.finditer(r"^([A-Za-z_]\w*)\s*=", c.source, re.M)}
+
+
 def failure_report(err, notebook: str | os.PathLike, output: str | os.PathLike) -> str:
     """The terminal's lines for a cell that raised: its exception, the cell, the executed notebook.
 
@@ -296,8 +319,11 @@ def main(argv: list[str] | None = None) -> int:
     def hold_then_execute(input_path, output_path, parameters=None, **kwargs):
         # papermill has read its options (parameters as the kernel gets them) and written nothing yet: the output
         # root is held (or the run refused) first, then the .py notebook converted, then papermill runs
-        runlock.hold_for_stage((parameters or {}).get("output_dir"), stage=Path(notebook).stem,
-                               writes=[output_path], command=_command_line(args))
+        stage, writes, command = Path(notebook).stem, [output_path], _command_line(args)
+        if "output_dir" in parameters_of(notebook):   # a stage: it writes into its output root
+            runlock.hold_for_stage((parameters or {}).get("output_dir"), stage=stage, writes=writes, command=command)
+        else:
+            runlock.refuse_writes(writes, stage=stage, command=command)
         converted.append(input_notebook(notebook, output))
         return execute_notebook(input_path=str(converted[0]), output_path=output_path, parameters=parameters,
                                 **kwargs)

@@ -88,7 +88,8 @@ from typing import NamedTuple, Sequence
 
 __all__ = ["RootInUse", "StoreInUse", "RunLock", "store_lock_files", "store_holder", "hold_store_lock", "ROOTS_DIR", "RUN_FLOCK", "INSPECT_FLAGS", "root_key", "root_lock_files",
            "root_holder", "live_runs", "lock_file_roots", "stale_snakemake_locks", "hold_root_lock",
-           "refuse_unlock", "snakefile_run_lock", "RUN_ENV", "StageLock", "hold_for_stage"]
+           "refuse_unlock", "snakefile_run_lock", "RUN_ENV", "StageLock", "hold_for_stage",
+           "refuse_writes"]
 
 #: folder (in Snakemake's ``.snakemake/``) of the root locks and their records
 ROOTS_DIR = "murk-roots"
@@ -416,7 +417,10 @@ def hold_root_lock(output_dir: str | os.PathLike | None, snakemake_dir: str | os
     Returns
     -------
     RunLock
-        The root, the lock files removed (or, in a dry run, found stale), the live run.
+        The root, the lock files removed (or, in a dry run, found stale), the live run. When the root's
+        lock was taken, its record holds a fresh token, listed in ``<root>.tokens``, and :data:`RUN_ENV`
+        (``<root>::<token>``) is set in this process's environment: the run's jobs inherit it, and their
+        stages (:func:`hold_for_stage`) write as part of this run.
 
     Raises
     ------
@@ -634,6 +638,41 @@ def _under(path: str | os.PathLike, root: Path) -> bool:
     return p == str(root) or p.startswith(str(root).rstrip(os.sep) + os.sep)
 
 
+def refuse_writes(writes: Sequence, *, stage: str, command: str | None = None,
+                  snakemake_dir: str | os.PathLike | None = None, own_root: str | os.PathLike | None = None) -> None:
+    """Refuse to write files under an output root that another live run holds (murk.execute's executed notebook).
+
+    Parameters
+    ----------
+    writes : sequence of path
+        The files the caller is about to write.
+    stage : str
+        The notebook's name, for the message.
+    command : str, optional
+        The caller's command line (murk.execute's); None: a kernel (see :func:`hold_for_stage`).
+    snakemake_dir : path, optional
+        Where the root locks live; default ``<project>/.snakemake``.
+    own_root : path, optional
+        A root the caller holds or is about to hold: not checked here.
+
+    Raises
+    ------
+    RootInUse
+        A path of ``writes`` lies under a root held by a live process this one is not a job of; the message
+        names the root and the holder, as :func:`hold_for_stage`'s does.
+    """
+    from murk import paths
+
+    if not writes:
+        return
+    d = Path(snakemake_dir if snakemake_dir is not None else paths.project_root() / ".snakemake").resolve()
+    own = root_key(own_root) if own_root is not None else None
+    for rec in live_runs(d):
+        other = root_key(rec["root"])
+        if other != own and any(_under(w, other) for w in writes) and not _job_of(other, root_lock_files(other, d)[1]):
+            raise _stage_refusal(other, rec, stage, _stage_runner(command)[0])
+
+
 def hold_for_stage(output_dir: str | os.PathLike | None = None, *, stage: str, writes: Sequence = (),
                    command: str | None = None, snakemake_dir: str | os.PathLike | None = None) -> StageLock:
     """Hold a stage's output root for this process's lifetime, or refuse the stage while another run holds it.
@@ -682,10 +721,7 @@ def hold_for_stage(output_dir: str | os.PathLike | None = None, *, stage: str, w
     if key in _HELD:
         return StageLock(root, "held")
     kind, cmd = _stage_runner(command)
-    for rec in live_runs(d) if writes else ():   # an executed notebook placed under another live run's root
-        other = root_key(rec["root"])
-        if other != root and any(_under(w, other) for w in writes) and not _job_of(other, root_lock_files(other, d)[1]):
-            raise _stage_refusal(other, rec, stage, kind)
+    refuse_writes(writes, stage=stage, command=command, snakemake_dir=d, own_root=root)
     flock, record = root_lock_files(root, d)
     if _job_of(root, record):
         return StageLock(root, "run")
