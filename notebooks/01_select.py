@@ -61,6 +61,10 @@ from IPython.display import display
 
 from murk import coco, config, items, paths, workflow
 from murk import design as designs
+from murk import runlock
+
+# one writer per output root (murk.runlock): refused, writing nothing, while another run holds it
+ROOT_LOCK = runlock.hold_for_stage(output_dir, stage="01_select")
 
 # %% [markdown]
 # ## The draw

@@ -41,6 +41,10 @@ from IPython.display import Image, display
 
 from murk import config, depth, figures, items, nominal, paper, paths, progress, render, workflow
 from murk import design as designs
+from murk import runlock
+
+# one writer per output root (murk.runlock): refused, writing nothing, while another run holds it
+ROOT_LOCK = runlock.hold_for_stage(output_dir, stage="02_depth")
 
 table, meta = items.read_items(output_dir)
 cfg = designs.config_of(meta)   # data/config.yaml with the run's design (murk.design; the study's: as it is)

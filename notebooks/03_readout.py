@@ -65,6 +65,9 @@ from IPython.display import display
 from murk import config, cube, depth, engine, items, paths, progress, prompts, readout, render, runlock, workflow
 from murk import design as designs
 
+# one writer per output root (murk.runlock): refused, writing nothing, while another run holds it
+ROOT_LOCK = runlock.hold_for_stage(output_dir, stage="03_readout")
+
 table, meta = items.read_items(output_dir)
 cfg = designs.config_of(meta)   # data/config.yaml with the run's design (murk.design; the study's: as it is)
 # a parameter left at None takes its default from the run settings (data/workflow.yaml), as Snakemake does

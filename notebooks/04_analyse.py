@@ -72,6 +72,10 @@ from murk import workflow
 from murk import physics, progress, prompts, readout, recalibration, render, unit
 from murk.paper import (fmt, fmt_crossing, fmt_estimate, fmt_interval, fmt_level, fmt_list, fmt_range, fmt_visibility,
                         fmt_visibility_interval)
+from murk import runlock
+
+# one writer per output root (murk.runlock): refused, writing nothing, while another run holds it
+ROOT_LOCK = runlock.hold_for_stage(output_dir, stage="04_analyse")
 
 FIG_DIR, TABLE_DIR = paths.figures_dir(output_dir), paths.analysis_dir(output_dir)
 TABLE_DIR.mkdir(parents=True, exist_ok=True)

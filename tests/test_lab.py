@@ -148,3 +148,108 @@ def test_a_save_leaves_the_notebook_byte_identical(lab_server, name):
         f"saving notebooks/{name} in JupyterLab rewrites it:\n"
         + "\n".join(difflib.unified_diff(before.decode().splitlines(), after.decode().splitlines(),
                                          "tracked", "saved", lineterm=""))[:3000])
+
+
+# --- one writer per output root (issue 37): a JupyterLab kernel running a stage takes the root's lock ----------
+
+def _lab_session(base: str, token: str, copy: Path, name: str):
+    """A kernel for ``name`` as Lab starts it (``POST /api/sessions``) and a client on its connection file:
+    (session id, client)."""
+    from jupyter_client import BlockingKernelClient
+
+    session = _request(base, token, "POST", "/api/sessions",
+                       {"path": name, "name": name, "type": "notebook", "kernel": {"name": "python3"}})
+    cf = copy.parent / "runtime" / f"kernel-{session['kernel']['id']}.json"
+    deadline = time.monotonic() + 60
+    while not cf.is_file() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    kc = BlockingKernelClient(connection_file=str(cf))
+    kc.load_connection_file()
+    kc.start_channels()
+    kc.wait_for_ready(timeout=120)
+    return session["id"], kc
+
+
+def _execute(kc, code: str) -> tuple[dict, str]:
+    """Run ``code`` in the kernel as a Lab cell: (the reply's content, its printed text)."""
+    out: list[str] = []
+
+    def hook(msg):
+        if msg["msg_type"] == "stream":
+            out.append(msg["content"]["text"])
+
+    reply = kc.execute_interactive(code, timeout=600, output_hook=hook)
+    return reply["content"], "".join(out)
+
+
+def _first_cells(copy: Path, name: str, output_dir: Path) -> tuple[str, str]:
+    """The notebook's parameters cell with ``output_dir`` set as a user sets it, and its first code cell after it."""
+    import jupytext
+
+    cells = [c for c in jupytext.read(copy / name).cells if c.cell_type == "code"]
+    i = next(k for k, c in enumerate(cells) if "parameters" in c.metadata.get("tags", []))
+    return cells[i].source + f"\noutput_dir = {str(output_dir)!r}\n", cells[i + 1].source
+
+
+def _files(root: Path) -> dict:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_a_lab_kernel_is_refused_a_root_a_live_run_holds(lab_server, tmp_path):
+    """Run All of the analyse notebook in Lab while a run holds its root: its first code cell refuses, naming the
+    run and the parameters cell, and the root is unchanged."""
+    from test_stagelock import SNAKEMAKE_HOLDER, _end, _popen
+
+    base, token, copy = lab_server
+    root = tmp_path / "outputs"
+    (root / "notebooks").mkdir(parents=True)
+    (root / "notebooks" / "04_analyse.ipynb").write_text("the live run's notebook\n")
+    live = _popen(SNAKEMAKE_HOLDER, ROOT / ".snakemake", root)   # as the Snakefile's main process takes it
+    sid = None
+    try:
+        json.loads(live.stdout.readline())
+        before = _files(root)
+        sid, kc = _lab_session(base, token, copy, "04_analyse.py")
+        params, first = _first_cells(copy, "04_analyse.py", root)
+        assert _execute(kc, params)[0]["status"] == "ok"
+        reply, _ = _execute(kc, first)
+        kc.stop_channels()
+        assert reply["status"] == "error" and reply["ename"] == "RootInUse", reply
+        assert f"pid {live.pid}" in reply["evalue"] and "parameters cell" in reply["evalue"], reply["evalue"]
+        assert _files(root) == before
+    finally:
+        if sid:
+            _request(base, token, "DELETE", f"/api/sessions/{sid}", raw=True)
+        _end(live)
+
+
+@pytest.mark.slow
+def test_snakemake_is_refused_a_root_a_lab_kernel_holds_until_it_is_shut_down(lab_server, tmp_path):
+    """A stage run in Lab keeps its root for the kernel's life: make demo into it is refused naming the kernel
+    and its notebook; shutting the kernel down frees the root."""
+    import stages
+    from murk import runlock
+
+    base, token, copy = lab_server
+    root = tmp_path / "outputs"
+    sid, kc = _lab_session(base, token, copy, "01_select.py")
+    try:
+        params, first = _first_cells(copy, "01_select.py", root)
+        assert _execute(kc, params)[0]["status"] == "ok"
+        reply, _ = _execute(kc, first)
+        assert reply["status"] == "ok", reply
+        pid = int(_execute(kc, "import os; print(os.getpid())")[1])
+        kc.stop_channels()
+        r = stages.snakemake(root, n_items=1)
+        text = r.stdout + r.stderr
+        assert r.returncode != 0, text[-3000:]
+        assert f"a JupyterLab kernel (pid {pid}, notebook 01_select.py" in text, text[-3000:]
+        assert "Shut Down Kernel" in text, text[-3000:]
+        assert not (root / "items.json").exists()
+    finally:
+        _request(base, token, "DELETE", f"/api/sessions/{sid}", raw=True)
+    deadline = time.monotonic() + 60
+    while runlock.root_holder(root, ROOT / ".snakemake") is not None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert runlock.root_holder(root, ROOT / ".snakemake") is None

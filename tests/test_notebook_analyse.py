@@ -749,7 +749,8 @@ def test_one_analysis_identity_in_every_artifact_and_a_mixed_paper_refused(root,
     assert {p: p.read_bytes() for p in sorted(copy.rglob("*")) if p.is_file()} == before
     for s in ("a-000000000000", numbers["analysis_id"], str(paths.numbers_file(copy)),
               str(paths.notebooks_out_dir(copy) / "04_analyse.ipynb"),
-              "papermill - out/notebooks/04_analyse.ipynb -y 'models: [org/synthetic-a]' -p output_dir out",
+              "python -m murk.execute notebooks/04_analyse.py out/notebooks/04_analyse.ipynb -y 'models: [org/synthetic-a]' "
+              "-p output_dir out",
               f"rm {paths.numbers_file(copy)}, then make paper"):
         assert s in r.stderr, (s, r.stderr)
 

@@ -380,7 +380,7 @@ def test_make_paper_refuses_numbers_and_notebook_of_two_analyses(tmp_path, capsy
     assert _tree(root) == before and not (root / "paper").exists()     # nothing written
     assert str(paths.numbers_file(root)) in err and str(nb) in err
     assert "a-aaaaaaaaaaaa" in err and "a-bbbbbbbbbbbb" in err
-    cmd = ("jupytext --to ipynb notebooks/04_analyse.py -o - | papermill - out/notebooks/04_analyse.ipynb "
+    cmd = ("python -m murk.execute notebooks/04_analyse.py out/notebooks/04_analyse.ipynb "
            "-y 'models: [murk-tiny/smolvlm, {id: murk-tiny/qwen3vl, n_items: 3}]' -p output_dir out")
     assert cmd in err, err
     assert f"rm {paths.numbers_file(root)}, then make paper ARGS='--config output_dir={root}'" in err

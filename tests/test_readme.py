@@ -40,7 +40,7 @@ def readme_block(heading: str) -> str:
 
 def test_by_hand_examples_run_as_printed(demo, tmp_path):
     block = readme_block("## One stage by hand")
-    assert "papermill" in block and "-y 'models:" in block
+    assert "python -m murk.execute" in block and "-y 'models:" in block
     work = tmp_path / "project"
     work.mkdir()
     (work / "notebooks").symlink_to(ROOT / "notebooks")

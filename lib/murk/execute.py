@@ -34,6 +34,14 @@ A cell that raises ends the run with exit status 1 and, on standard error, the
 exception's name and message, the cell (its ``In [n]`` and source) and the path of
 the executed notebook, which holds the whole traceback.
 
+One writer per output root (:func:`murk.runlock.hold_for_stage`): before papermill writes
+anything (the executed notebook, the converted notebook), a stage notebook's run (one
+whose parameters cell has ``output_dir``) holds the output root that ``-p output_dir``
+names (default ``outputs/``) for its kernel, unless it is a job of the Snakemake run that
+holds it. While another run holds that root (Snakemake, a stage run
+by hand, a JupyterLab kernel), or holds the root that OUTPUT lies in, the run is refused
+with exit status :data:`REFUSED` and one line naming that run, and writes nothing.
+
 The Snakefile's rules run every stage this way; so does ``tests/stages.py``.
 """
 
@@ -186,6 +194,9 @@ def _engine():
     return QuietEngine
 
 
+#: exit status of a run refused because another run holds its output root (:func:`murk.runlock.hold_for_stage`)
+REFUSED = 3
+
 #: the name under which :func:`register_engine` registers murk's papermill engine
 ENGINE = "murk-quiet"
 
@@ -226,6 +237,28 @@ def input_notebook(notebook: str | os.PathLike, output: str | os.PathLike) -> Pa
     src.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(jupytext.read(notebook), src)
     return src
+
+
+def parameters_of(notebook: str | os.PathLike) -> set[str]:
+    """The names a notebook's ``parameters`` cell assigns (``name = value`` lines), read without writing anything.
+
+    Parameters
+    ----------
+    notebook : path
+        A jupytext ``.py`` notebook or an ``.ipynb``.
+
+    Returns
+    -------
+    set of str
+        Empty when the notebook has no cell tagged ``parameters``.
+    """
+    import re
+
+    import jupytext
+
+    nb = jupytext.read(notebook)
+    cells = [c for c in nb.cells if c.cell_type == "code" and "parameters" in c.get("metadata", {}).get("tags", [])]
+    return {m.group(1) for c in cells for m in re.finditer(r"^([A-Za-z_]\w*)\s*=", c.source, re.M)}
 
 
 def failure_report(err, notebook: str | os.PathLike, output: str | os.PathLike) -> str:
@@ -269,19 +302,40 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     notebook, output, rest = args[0], args[1], args[2:]
-    try:
-        src = input_notebook(notebook, output)
-    except FileNotFoundError as e:
-        print(f"murk: {e}", file=sys.stderr)
+    if not Path(notebook).is_file():
+        print(f"murk: notebook {notebook} not found", file=sys.stderr)
         return 2
     os.environ[progress.ENV] = "terminal"   # inherited by the kernel: its loops draw their bars here too
     # a headless notebook wants text bars, which is what tqdm.auto falls back to without ipywidgets (imported by
     # transformers and huggingface_hub): its warning to install ipywidgets is not for this run
     os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), IPROGRESS_WARNING]))
+    import papermill.cli as papermill_module
+
+    from murk import runlock
+
+    converted: list[Path] = []
+    execute_notebook = papermill_module.execute_notebook
+
+    def hold_then_execute(input_path, output_path, parameters=None, **kwargs):
+        # papermill has read its options (parameters as the kernel gets them) and written nothing yet: the output
+        # root is held (or the run refused) first, then the .py notebook converted, then papermill runs
+        stage, writes, command = Path(notebook).stem, [output_path], _command_line(args)
+        if "output_dir" in parameters_of(notebook):   # a stage: it writes into its output root
+            runlock.hold_for_stage((parameters or {}).get("output_dir"), stage=stage, writes=writes, command=command)
+        else:
+            runlock.refuse_writes(writes, stage=stage, command=command)
+        converted.append(input_notebook(notebook, output))
+        return execute_notebook(input_path=str(converted[0]), output_path=output_path, parameters=parameters,
+                                **kwargs)
+
+    papermill_module.execute_notebook = hold_then_execute
     try:
-        papermill_cli.main([str(src), str(output), "--engine", register_engine(), "--no-progress-bar",
+        papermill_cli.main([str(notebook), str(output), "--engine", register_engine(), "--no-progress-bar",
                             "--log-level", "WARNING", *rest], prog_name="python -m murk.execute",
                            standalone_mode=False)
+    except runlock.RootInUse as e:
+        print(e, file=sys.stderr)
+        return REFUSED
     except PapermillExecutionError as e:
         sys.stderr.write(failure_report(e, notebook, output))
         return 1
@@ -293,9 +347,19 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         return 130
     finally:
-        if Path(src) != Path(notebook):
-            Path(src).unlink(missing_ok=True)
+        papermill_module.execute_notebook = execute_notebook
+        for src in converted:
+            if Path(src) != Path(notebook):
+                Path(src).unlink(missing_ok=True)
     return 0
+
+
+def _command_line(args: list[str]) -> str:
+    """``python -m murk.execute ARGS``, for the output root's record (at most 300 characters)."""
+    import shlex
+
+    text = " ".join(["python -m murk.execute", *map(shlex.quote, args)])
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 if __name__ == "__main__":

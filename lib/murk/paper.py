@@ -720,7 +720,7 @@ def _analyse_command(root: Path, nb: Path, models: str | None) -> str:
 
     y = f" -y {shlex.quote(f'models: {models}')}" if models else ""
     od = "" if root == paths.output_dir() else f" -p output_dir {shlex.quote(shown(root))}"
-    return f"jupytext --to ipynb notebooks/04_analyse.py -o - | papermill - {shlex.quote(shown(nb))}{y}{od}"
+    return f"python -m murk.execute notebooks/04_analyse.py {shlex.quote(shown(nb))}{y}{od}"
 
 
 def refuse_mixed_paper(output_dir: str | os.PathLike | None = None) -> dict[str, str]:
@@ -751,7 +751,7 @@ def refuse_mixed_paper(output_dir: str | os.PathLike | None = None) -> dict[str,
         the numbers file's (or either records none), or ``02_depth.ipynb`` exists and
         records another run identity than the numbers file. The one message names both
         files, both identities and the fix: re-run the analyse stage so that it writes
-        both (the README's papermill command, which writes
+        both (the README's by-hand command, python -m murk.execute, which writes
         ``outputs/notebooks/04_analyse.ipynb``), or remove the numbers file and run
         ``make paper`` (Snakemake then re-runs the analyse stage).
     """

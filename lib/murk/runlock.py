@@ -38,6 +38,28 @@ reads its locks):
    report what they see (:func:`snakefile_run_lock`). ``snakemake --unlock`` is refused
    while any run of the checkout is alive (it would remove that run's locks).
 
+A stage run outside Snakemake writes into a root too: papermill or ``python -m murk.execute``
+as the README prints them, ``tests/stages.py``, a JupyterLab kernel running a stage notebook.
+Each stage notebook's first code cell after its parameters calls :func:`hold_for_stage`, which
+
+a. returns at once in a job of the run that holds the root: that run exported
+   ``MURK_RUN_LOCK=<root>::<token>`` (:data:`RUN_ENV`) and listed the token in the root's
+   ``<root>.tokens``; local jobs inherit it, SLURM jobs too (the executor submits with
+   ``sbatch --export=ALL``), and so do the kernels they start;
+b. else takes the root's lock without waiting and keeps it for the life of the process (the
+   kernel: a JupyterLab kernel keeps it until it is shut down), writing its record (``kind``
+   ``jupyterlab``, ``papermill``, ``murk.execute`` or ``kernel``), so that a Snakemake run
+   started meanwhile is refused naming it;
+c. else refuses (:class:`RootInUse`), naming the live holder and what to do, in the words of
+   the command that ran the stage, before the stage writes anything.
+
+``python -m murk.execute`` does the same before papermill writes anything (its executed
+notebook, the converted ``.input.ipynb``): it holds the root named by ``-p output_dir`` for
+its kernel and refuses an executed notebook placed inside a root another run holds. Plain
+papermill writes its output notebook before the first cell runs: point it outside the roots
+that a live run may hold (the README's by-hand commands use ``murk.execute``). Reading a
+root needs no lock.
+
 The steps that read and remove lock files run one process at a time (``murk-locks.flock``),
 after the run took its root lock and before Snakemake writes its own lock files, so a
 lock file that a live run writes is never taken for a dead run's.
@@ -59,13 +81,15 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import time
 from pathlib import Path
 from typing import NamedTuple, Sequence
 
 __all__ = ["RootInUse", "StoreInUse", "RunLock", "store_lock_files", "store_holder", "hold_store_lock", "ROOTS_DIR", "RUN_FLOCK", "INSPECT_FLAGS", "root_key", "root_lock_files",
            "root_holder", "live_runs", "lock_file_roots", "stale_snakemake_locks", "hold_root_lock",
-           "refuse_unlock", "snakefile_run_lock"]
+           "refuse_unlock", "snakefile_run_lock", "RUN_ENV", "StageLock", "hold_for_stage",
+           "refuse_writes"]
 
 #: folder (in Snakemake's ``.snakemake/``) of the root locks and their records
 ROOTS_DIR = "murk-roots"
@@ -81,6 +105,11 @@ INSPECT_FLAGS = ("--summary", "-S", "--detailed-summary", "-D", "--dag", "--rule
                  "--list-rules", "-l", "--list-target-rules", "--lt", "--lint", "--list-changes", "--lc",
                  "--list-input-changes", "--li", "--list-params-changes", "--lp", "--list-untracked", "--lu",
                  "--print-compilation")
+
+#: environment variable naming the root a run holds and its token (``<root>::<token>``), exported to its jobs
+RUN_ENV = "MURK_RUN_LOCK"
+#: the kinds of holder a stage run records (:func:`hold_for_stage`); a Snakemake run records ``snakemake``
+STAGE_KINDS = ("jupyterlab", "papermill", "murk.execute", "kernel")
 
 #: fds of the locks this process holds (kept open for its lifetime; the kernel releases them at exit)
 _HELD: dict[str, int] = {}
@@ -143,6 +172,21 @@ def root_lock_files(output_dir: str | os.PathLike, snakemake_dir: str | os.PathL
     """The lock file and the record of an output root: ``<snakemake_dir>/murk-roots/<slug>.flock`` and ``.json``."""
     base = Path(snakemake_dir) / ROOTS_DIR / _slug(root_key(output_dir))
     return base.with_name(base.name + ".flock"), base.with_name(base.name + ".json")
+
+
+def _tokens_file(record: Path) -> Path:
+    """The tokens of the runs that held a root (one a line), beside its record: ``<slug>.tokens``."""
+    return record.with_name(record.name[:-len(".json")] + ".tokens")
+
+
+def _write_record(record: Path, rec: dict) -> None:
+    """Write a root's record atomically and list its token among the root's tokens."""
+    tmp = record.with_name(record.name + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, record)
+    with open(_tokens_file(record), "a", encoding="utf-8") as f:
+        f.write(rec["token"] + "\n")
+    os.environ[RUN_ENV] = f"{rec['root']}::{rec['token']}"   # inherited by this run's jobs and kernels
 
 
 def _read_json(path: Path) -> dict | None:
@@ -311,6 +355,19 @@ def _describe(rec: dict) -> str:
     return ", ".join(bits) + cmd
 
 
+def _who(rec: dict) -> tuple[str, str]:
+    """Who holds a root, for a message (from its record), and what ends the hold."""
+    kind = rec.get("kind", "snakemake")
+    if kind == "jupyterlab":
+        when = f", started {rec['started']}" if rec.get("started") else ""
+        return (f"a JupyterLab kernel (pid {rec.get('pid', '?')}, notebook {rec.get('notebook', '?')}{when}), "
+                f"which holds it until the kernel is shut down",
+                "shut that kernel down (JupyterLab: Kernel > Shut Down Kernel)")
+    if kind in STAGE_KINDS:
+        return f"a stage run by hand ({rec.get('stage', '?')}: {_describe(rec)})", "wait until it ends"
+    return f"a live run of this workflow ({_describe(rec)})", "wait until that run ends"
+
+
 def _take_root(flock: Path) -> int | None:
     """Take ``flock`` exclusively (retrying for :data:`ACQUIRE_WAIT_S`); its fd, or None when a live run holds it."""
     fd = os.open(flock, os.O_RDWR | os.O_CREAT, 0o644)
@@ -327,10 +384,11 @@ def _take_root(flock: Path) -> int | None:
 
 
 def _refusal(root: Path, rec: dict) -> RootInUse:
+    who, fix = _who(rec)
     return RootInUse(
-        f"murk: the output root {root} is in use by a live run of this workflow ({_describe(rec)}). A second run on "
-        f"the same output root is refused: the two would write the same files. Nothing was changed. Wait until that "
-        f"run ends, or run into another output root: make demo ARGS='--config output_dir=outputs-NEW' (snakemake "
+        f"murk: the output root {root} is in use by {who}. A second run on "
+        f"the same output root is refused: the two would write the same files. Nothing was changed. {fix[0].upper()}"
+        f"{fix[1:]}, or run into another output root: make demo ARGS='--config output_dir=outputs-NEW' (snakemake "
         f"--config output_dir=outputs-NEW). murk's lock of a run ends with its process, however it ends (a killed "
         f"run's locks are removed by the next run): there is nothing to unlock.", root, [rec])
 
@@ -359,7 +417,10 @@ def hold_root_lock(output_dir: str | os.PathLike | None, snakemake_dir: str | os
     Returns
     -------
     RunLock
-        The root, the lock files removed (or, in a dry run, found stale), the live run.
+        The root, the lock files removed (or, in a dry run, found stale), the live run. When the root's
+        lock was taken, its record holds a fresh token, listed in ``<root>.tokens``, and :data:`RUN_ENV`
+        (``<root>::<token>``) is set in this process's environment: the run's jobs inherit it, and their
+        stages (:func:`hold_for_stage`) write as part of this run.
 
     Raises
     ------
@@ -386,11 +447,9 @@ def hold_root_lock(output_dir: str | os.PathLike | None, snakemake_dir: str | os
         fd_root = _take_root(flock)
         if fd_root is None:
             raise _refusal(root, root_holder(root, d) or _read_json(record) or {"root": str(root)})
-        rec = {"root": str(root), "pid": os.getpid(), "command": _command(argv),
-               "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
-        tmp = record.with_name(record.name + f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp, record)
+        rec = {"root": str(root), "pid": os.getpid(), "command": _command(argv), "kind": "snakemake",
+               "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "token": secrets.token_hex(16)}
+        _write_record(record, rec)   # and MURK_RUN_LOCK, which this run's jobs inherit (hold_for_stage)
         _HELD_ROOTS.setdefault(str(d), set()).add(str(root))
     removed: list[Path] = []
     fd_clean = os.open(d / CLEANUP_FLOCK, os.O_RDWR | os.O_CREAT, 0o644)
@@ -434,7 +493,7 @@ def refuse_unlock(snakemake_dir: str | os.PathLike = ".snakemake") -> None:
         Naming each live run (root, pid, start, command) and what to do instead.
     """
     d = Path(snakemake_dir).resolve()
-    live = live_runs(d)
+    live = [r for r in live_runs(d) if r.get("kind", "snakemake") not in STAGE_KINDS]   # stages write no Snakemake lock
     if not live and not _is_held_by_others(d / RUN_FLOCK):
         return
     listed = "\n".join(f"  {r.get('root', '?')}: {_describe(r)}" for r in live) or "  (a run of an older murk)"
@@ -482,7 +541,9 @@ def snakefile_run_lock(output_dir: str | os.PathLike, snakemake_dir: str | os.Pa
              for p in lock.removed]
     what = "this dry run" if dry_run else "this command"
     if lock.live is not None:
-        notes.append(f"a run of this workflow is alive on the output root {lock.root} ({_describe(lock.live)}): "
+        who = (f"the output root {lock.root} is held by {_who(lock.live)[0]}" if lock.live.get("kind") in STAGE_KINDS
+               else f"a run of this workflow is alive on the output root {lock.root} ({_describe(lock.live)})")
+        notes.append(f"{who}: "
                      f"{what} only shows the files as they are now; a second run on this root is refused until "
                      f"that run ends")
     if lock.stale:
@@ -490,6 +551,198 @@ def snakefile_run_lock(output_dir: str | os.PathLike, snakemake_dir: str | os.Pa
         notes.append(f"the Snakemake lock file(s) {names} in {Path(snakemake_dir) / 'locks'} belong to killed runs: "
                      f"the next run removes them ({what} removes nothing)")
     return notes
+
+
+# --- stages run outside Snakemake: papermill, murk.execute, JupyterLab ------------------------------------------
+
+class StageLock(NamedTuple):
+    """What :func:`hold_for_stage` did.
+
+    Attributes
+    ----------
+    root : Path
+        The output root (real path).
+    how : {"run", "held", "taken", "unlocked"}
+        ``run``: this process is a job (or the kernel of a job) of the run that holds the root;
+        ``held``: this process held the root already; ``taken``: this process took the root's lock now and
+        keeps it for its lifetime; ``unlocked``: the checkout's ``.snakemake/`` cannot be written, so no run
+        of it can hold the root, and none was found holding it.
+    """
+
+    root: Path
+    how: str
+
+
+def _parent_command() -> str:
+    """The command line of this process's parent (Linux ``/proc``), or ``""``."""
+    try:
+        raw = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    args = [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+    if args and os.path.basename(args[0]).startswith("python"):
+        args[0] = "python"
+    text = " ".join(args)
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _stage_runner(command: str | None) -> tuple[str, str]:
+    """(kind, command) of what runs this stage: murk.execute (``command`` given), a JupyterLab kernel
+    (``JPY_SESSION_NAME``, set by the Jupyter server), a papermill kernel, or another kernel."""
+    if command is not None:
+        return "murk.execute", command
+    if os.environ.get("JPY_SESSION_NAME"):
+        return "jupyterlab", ""
+    parent = _parent_command()
+    if "murk.execute" in parent:
+        return "murk.execute", parent
+    if "papermill" in parent:
+        return "papermill", parent
+    return "kernel", parent
+
+
+def _another_root(kind: str) -> str:
+    """How the stage's command gives it another output root, in that command's words."""
+    if kind == "jupyterlab":
+        return "set output_dir = \"outputs-NEW\" in the notebook's parameters cell and run the notebook again"
+    if kind in ("papermill", "murk.execute"):
+        return "-p output_dir outputs-NEW"
+    return "the notebook parameter output_dir (papermill: -p output_dir outputs-NEW)"
+
+
+def _stage_refusal(root: Path, rec: dict, stage: str, kind: str) -> RootInUse:
+    who, fix = _who(rec)
+    if rec.get("kind", "snakemake") not in STAGE_KINDS:
+        fix = "wait until that run ends and run the stage again"
+    return RootInUse(
+        f"murk: the output root {root} is in use by {who}: the stage {stage} was refused and wrote nothing into it "
+        f"(reading the root stays allowed). {fix[0].upper()}{fix[1:]}, or give the stage another output root: "
+        f"{_another_root(kind)}.", root, [rec])
+
+
+def _tokens(record: Path) -> set[str]:
+    try:
+        return set(_tokens_file(record).read_text(encoding="utf-8").split())
+    except OSError:
+        return set()
+
+
+def _job_of(root: Path, record: Path) -> bool:
+    """Whether this process carries the token of a run that held ``root`` (:data:`RUN_ENV`, inherited)."""
+    held, _, token = os.environ.get(RUN_ENV, "").rpartition("::")
+    return bool(held and token) and root_key(held) == root and token in _tokens(record)
+
+
+def _under(path: str | os.PathLike, root: Path) -> bool:
+    p = os.path.realpath(os.fspath(path))
+    return p == str(root) or p.startswith(str(root).rstrip(os.sep) + os.sep)
+
+
+def refuse_writes(writes: Sequence, *, stage: str, command: str | None = None,
+                  snakemake_dir: str | os.PathLike | None = None, own_root: str | os.PathLike | None = None) -> None:
+    """Refuse to write files under an output root that another live run holds (murk.execute's executed notebook).
+
+    Parameters
+    ----------
+    writes : sequence of path
+        The files the caller is about to write.
+    stage : str
+        The notebook's name, for the message.
+    command : str, optional
+        The caller's command line (murk.execute's); None: a kernel (see :func:`hold_for_stage`).
+    snakemake_dir : path, optional
+        Where the root locks live; default ``<project>/.snakemake``.
+    own_root : path, optional
+        A root the caller holds or is about to hold: not checked here.
+
+    Raises
+    ------
+    RootInUse
+        A path of ``writes`` lies under a root held by a live process this one is not a job of; the message
+        names the root and the holder, as :func:`hold_for_stage`'s does.
+    """
+    from murk import paths
+
+    if not writes:
+        return
+    d = Path(snakemake_dir if snakemake_dir is not None else paths.project_root() / ".snakemake").resolve()
+    own = root_key(own_root) if own_root is not None else None
+    for rec in live_runs(d):
+        other = root_key(rec["root"])
+        if other != own and any(_under(w, other) for w in writes) and not _job_of(other, root_lock_files(other, d)[1]):
+            raise _stage_refusal(other, rec, stage, _stage_runner(command)[0])
+
+
+def hold_for_stage(output_dir: str | os.PathLike | None = None, *, stage: str, writes: Sequence = (),
+                   command: str | None = None, snakemake_dir: str | os.PathLike | None = None) -> StageLock:
+    """Hold a stage's output root for this process's lifetime, or refuse the stage while another run holds it.
+
+    Called by each stage notebook's first code cell after its parameters (in a papermill, murk.execute or
+    JupyterLab kernel), before the stage writes anything, and by ``python -m murk.execute`` before papermill
+    starts. One writer per output root: a Snakemake run, a stage run by hand, a JupyterLab kernel.
+
+    Parameters
+    ----------
+    output_dir : path, optional
+        The notebook's ``output_dir`` parameter (None: ``$MURK_OUTPUT_DIR`` or ``outputs/``;
+        :func:`murk.paths.output_dir`).
+    stage : str
+        The stage notebook's name (``04_analyse``), for the record and messages.
+    writes : sequence of path
+        Other files the caller writes (murk.execute: its executed notebook): refused when one lies under
+        an output root that another live run holds.
+    command : str, optional
+        murk.execute's command line; None: a kernel, whose runner (JupyterLab, papermill) is found from its
+        environment and its parent process.
+    snakemake_dir : path, optional
+        Where the root locks live; default ``<project>/.snakemake`` (the Snakefile's, run from the project).
+
+    Returns
+    -------
+    StageLock
+        The root and how it is held (see :class:`StageLock`). When the lock was taken, the root's record
+        names this process (``kind``, pid, start, command, notebook) and :data:`RUN_ENV` is set for the
+        processes it starts (murk.execute's kernel).
+
+    Raises
+    ------
+    RootInUse
+        Another live process holds the root (or the root under which a path of ``writes`` lies) and this
+        process is not a job of it. The one-line message names the root, the holder (a Snakemake run, a stage
+        run by hand, a JupyterLab kernel: pid, start, command or notebook), and what to do in the words of
+        the command that ran the stage (``-p output_dir DIR`` under papermill and murk.execute, the
+        parameters cell in JupyterLab). Nothing was written.
+    """
+    from murk import paths
+
+    d = Path(snakemake_dir if snakemake_dir is not None else paths.project_root() / ".snakemake").resolve()
+    root = root_key(paths.output_dir(output_dir))
+    key = f"{d}|{root}"
+    if key in _HELD:
+        return StageLock(root, "held")
+    kind, cmd = _stage_runner(command)
+    refuse_writes(writes, stage=stage, command=command, snakemake_dir=d, own_root=root)
+    flock, record = root_lock_files(root, d)
+    if _job_of(root, record):
+        return StageLock(root, "run")
+    try:
+        flock.parent.mkdir(parents=True, exist_ok=True)
+        fd = _take_root(flock)
+    except OSError:   # a checkout whose .snakemake/ cannot be written: no run of it holds a lock there
+        holder = root_holder(root, d)
+        if holder is not None:
+            raise _stage_refusal(root, holder, stage, kind) from None
+        return StageLock(root, "unlocked")
+    if fd is None:
+        raise _stage_refusal(root, root_holder(root, d) or _read_json(record) or {"root": str(root)}, stage, kind)
+    notebook = os.path.basename(os.environ.get("JPY_SESSION_NAME", "")) if kind == "jupyterlab" else ""
+    rec = {"root": str(root), "pid": os.getpid(), "command": cmd, "kind": kind, "stage": stage,
+           "notebook": notebook or stage, "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+           "token": secrets.token_hex(16)}
+    _write_record(record, rec)
+    _HELD_ROOTS.setdefault(str(d), set()).add(str(root))
+    _HELD[key] = fd
+    return StageLock(root, "taken")
 
 
 # --- one writer per read-out store ------------------------------------------------------------------------------
