@@ -43,6 +43,13 @@ def _replace_pixels(path: Path) -> None:
     os.replace(tmp, path)
 
 
+def _colophon_digest(out: Path) -> str | None:
+    """The images digest the paper's colophon prints."""
+    text = re.sub(r"<[^>]+>", "", (out / "paper" / "index.html").read_text(encoding="utf-8"))
+    m = re.search(r"images\s+digest\s+([0-9a-f]{12})\b", text)
+    return m and m.group(1)
+
+
 @needs_sample
 @pytest.mark.slow
 def test_a_replaced_image_is_read_again_and_the_cube_is_a_fresh_runs(tmp_path):
@@ -54,6 +61,7 @@ def test_a_replaced_image_is_read_again_and_the_cube_is_a_fresh_runs(tmp_path):
     r = _snakemake(out, coco)
     assert r.returncode == 0, r.stderr[-3000:]
     meta = json.loads((out / "items_meta.json").read_text())
+    assert _colophon_digest(out) == meta["images_sha256"][:12]
     first = json.loads((out / "items.json").read_text())[0]
     image = coco / "val2017" / first["file_name"]
     assert meta["image_sha256"][str(first["image_id"])] == identity.file_digest(image)
@@ -72,11 +80,14 @@ def test_a_replaced_image_is_read_again_and_the_cube_is_a_fresh_runs(tmp_path):
         assert re.search(rf"^(local)?rule {rule}:", text, re.M), (rule, text[-3000:])
     assert _tree(out) == before   # make plan changes nothing on disk
 
+    paper_time = (out / "paper" / "index.html").stat().st_mtime_ns
     r = _snakemake(out, coco)
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"murk: {image} changed since select recorded it" in r.stderr
+    assert (out / "paper" / "index.html").stat().st_mtime_ns > paper_time   # the paper is made again
     meta = json.loads((out / "items_meta.json").read_text())
     assert meta["image_sha256"][str(first["image_id"])] == identity.file_digest(image)
+    assert _colophon_digest(out) == meta["images_sha256"][:12]
     # the changed image's depth map alone was recomputed
     now = {p.name: p.stat().st_mtime_ns for p in (out / "depth").rglob("*.npy")}
     assert {n for n in now if now[n] != depth_maps.get(n)} == {f"{first['image_id']}.npy"}
