@@ -9,12 +9,19 @@ import pytest
 from murk import identity
 
 
-def _rewrite_same_stamp(path, data):
-    """Replace a file's bytes keeping its size, mtime_ns and inode (what the fast path cannot see)."""
-    st = os.stat(path)
-    with open(path, "r+b") as f:
-        f.write(data)
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+class _Hashes:
+    """Counts the files murk.identity hashes (its calls of hashlib.sha256 with no data)."""
+
+    def __init__(self, monkeypatch):
+        self.n = 0
+        real = hashlib.sha256
+
+        def counting(*args, **kwargs):
+            if not args and not kwargs:
+                self.n += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(identity.hashlib, "sha256", counting)
 
 
 def test_file_digest_is_sha256_of_the_bytes(tmp_path):
@@ -32,29 +39,37 @@ def test_file_digest_is_sha256_of_the_bytes(tmp_path):
         identity.file_digest(tmp_path)
 
 
-def test_fast_path_and_rehash(tmp_path):
+def test_fast_path_and_rehash(tmp_path, monkeypatch):
+    hashes = _Hashes(monkeypatch)
     p = tmp_path / "a.jpg"
     p.write_bytes(b"old pixels")
     cache = identity.DigestCache(tmp_path / identity.CACHE_NAME)
     d0 = identity.file_digest(p, cache)
     cache.save()
-    # same (size, mtime_ns, inode): the cached digest is used, the file is not read
-    _rewrite_same_stamp(p, b"new pixels")
+    assert hashes.n == 1
+    # unchanged (size, times, inode), in a new process's cache: the digest comes from the cache, unread
     cache = identity.DigestCache(tmp_path / identity.CACHE_NAME)
-    assert identity.file_digest(p, cache) == d0
-    assert not cache.changed
-    # a touch (another mtime, same bytes) re-hashes and finds the content
+    assert identity.file_digest(p, cache) == d0 and cache.digest(p) == d0
+    assert hashes.n == 1
+    # a touch (new times, same bytes) re-hashes and finds the same content
     os.utime(p, ns=(0, 10**9))
+    assert identity.file_digest(p, cache) == d0 and hashes.n == 2
+    # bytes rewritten with the old mtime put back (a restore, cp -p): the ctime moved, so it is re-hashed
+    st = os.stat(p)
+    p.write_bytes(b"new pixels")
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert identity.file_digest(p, cache) == hashlib.sha256(b"new pixels").hexdigest()
-    # a file replaced by another (new inode, e.g. cp over it with -p, mv) is re-hashed
+    # a file replaced by another (a new inode: an editor's save, mv) is re-hashed
     other = tmp_path / "other"
     other.write_bytes(b"third pixel")
-    os.utime(other, ns=(0, 10**9))
     os.replace(other, p)
     assert identity.file_digest(p, cache) == hashlib.sha256(b"third pixel").hexdigest()
+    # a link is followed: the target's content
+    (tmp_path / "link.jpg").symlink_to(p)
+    assert identity.file_digest(tmp_path / "link.jpg", cache) == hashlib.sha256(b"third pixel").hexdigest()
 
 
-def test_cache_file_written_atomically_and_damage_ignored(tmp_path):
+def test_cache_file_written_atomically_and_damage_ignored(tmp_path, monkeypatch):
     p = tmp_path / "a.jpg"
     p.write_bytes(b"pixels")
     f = identity.cache_file(tmp_path)
@@ -62,20 +77,20 @@ def test_cache_file_written_atomically_and_damage_ignored(tmp_path):
     identity.file_digest(p, cache)
     cache.save()
     data = json.loads(f.read_text())
-    assert data["version"] == 1 and list(data["files"].values())[0][3] == hashlib.sha256(b"pixels").hexdigest()
+    assert data["version"] == 1 and list(data["files"].values())[0][-1] == hashlib.sha256(b"pixels").hexdigest()
     assert [x.name for x in tmp_path.iterdir() if x.name.endswith(".tmp")] == []
     mtime = f.stat().st_mtime_ns
     cache = identity.DigestCache(f)
     identity.file_digest(p, cache)
     cache.save()   # nothing changed: not rewritten
     assert f.stat().st_mtime_ns == mtime
-    for damaged in ("{not json", "[]", json.dumps({"version": 1, "files": {str(p): ["x"]}}), ""):
+    hashes = _Hashes(monkeypatch)
+    for n, damaged in enumerate(("{not json", "[]", json.dumps({"version": 1, "files": {str(p): ["x"]}}), ""), 1):
         f.write_text(damaged)
-        _rewrite_same_stamp(p, b"pixelz")   # the stamp of a cached entry would hide this: the cache is gone
-        cache = identity.DigestCache(f)
-        assert cache.files == {} or str(p) not in cache.files
-        assert identity.file_digest(p, cache) == hashlib.sha256(b"pixelz").hexdigest()
-        _rewrite_same_stamp(p, b"pixels")
+        cache = identity.DigestCache(f)   # read as empty: the file is hashed again
+        assert identity.file_digest(p, cache) == hashlib.sha256(b"pixels").hexdigest() and hashes.n == n
+    cache.save()   # and the damaged cache is replaced by a sound one
+    assert list(json.loads(f.read_text())["files"].values())[0][-1] == hashlib.sha256(b"pixels").hexdigest()
 
 
 def test_combined_digest_orders_and_marks_missing():

@@ -3,9 +3,10 @@
 A file's identity is the SHA-256 of its bytes (:func:`file_digest`). Hashing every
 selected image on every run would cost seconds at study size, so a small cache
 (:class:`DigestCache`, a JSON file beside the outputs, :func:`cache_file`) keeps each
-file's digest with its ``(path, size, mtime_ns, inode)``: while those four are the
+file's digest with its ``(path, size, mtime_ns, ctime_ns, inode)``: while those are the
 same the file is taken as unchanged (the fast path); any of them changed (a file
-rewritten, replaced, copied over, restored from a backup) and it is hashed again. A
+rewritten, replaced, copied over, restored from a backup with its old times: the
+ctime still moves) and it is hashed again. A
 damaged or unreadable cache is ignored (everything is hashed again), and the cache is
 written atomically, so a killed run never leaves half a cache.
 
@@ -52,7 +53,7 @@ def cache_file(root: str | os.PathLike) -> Path:
 
 
 class DigestCache:
-    """File digests kept with the ``(size, mtime_ns, inode)`` they were computed for.
+    """File digests kept with the ``(size, mtime_ns, ctime_ns, inode)`` they were computed for.
 
     Parameters
     ----------
@@ -62,8 +63,8 @@ class DigestCache:
 
     Notes
     -----
-    The file holds ``{"version": 1, "files": {absolute path: [size, mtime_ns, inode,
-    sha256 hex]}}``. :meth:`save` writes it atomically (a temporary file moved into
+    The file holds ``{"version": 1, "files": {resolved path: [size, mtime_ns, ctime_ns,
+    inode, sha256 hex]}}`` (a link is followed). :meth:`save` writes it atomically (a temporary file moved into
     place) and only when an entry changed; it is a cache, so a failure to write it
     (a read-only or full disk) is ignored.
     """
@@ -77,22 +78,22 @@ class DigestCache:
                 data = json.loads(self.path.read_text(encoding="utf-8"))
                 files = data.get("files", {}) if data.get("version") == _CACHE_VERSION else {}
                 self.files = {str(k): list(v) for k, v in files.items()
-                              if isinstance(v, list) and len(v) == 4 and isinstance(v[3], str)}
+                              if isinstance(v, list) and len(v) == 5 and isinstance(v[4], str)}
             except (OSError, ValueError, AttributeError, TypeError):
                 self.files = {}  # a damaged cache is ignored: every file is hashed again
 
     @staticmethod
     def _key(path: str | os.PathLike) -> str:
-        return os.path.abspath(os.fspath(path))
+        return os.path.realpath(os.fspath(path))
 
     @staticmethod
     def _stamp(st: os.stat_result) -> list[int]:
-        return [int(st.st_size), int(st.st_mtime_ns), int(st.st_ino)]
+        return [int(st.st_size), int(st.st_mtime_ns), int(st.st_ctime_ns), int(st.st_ino)]
 
     def lookup(self, path: str | os.PathLike, st: os.stat_result) -> str | None:
-        """The cached digest of ``path`` if its size, mtime_ns and inode are those of ``st``, else None."""
+        """The cached digest of ``path`` if its size, times and inode are those of ``st``, else None."""
         entry = self.files.get(self._key(path))
-        return entry[3] if entry is not None and entry[:3] == self._stamp(st) else None
+        return entry[4] if entry is not None and entry[:4] == self._stamp(st) else None
 
     def put(self, path: str | os.PathLike, st: os.stat_result, digest: str) -> None:
         """Remember ``digest`` for ``path`` as it is described by ``st``."""
@@ -100,6 +101,10 @@ class DigestCache:
         if self.files.get(self._key(path)) != entry:
             self.files[self._key(path)] = entry
             self.changed = True
+
+    def digest(self, file: str | os.PathLike) -> str:
+        """:func:`file_digest` of ``file`` through this cache."""
+        return file_digest(file, self)
 
     def save(self) -> None:
         """Write the cache (atomically), if it has a file and an entry changed; failures are ignored."""
@@ -127,7 +132,7 @@ def file_digest(path: str | os.PathLike, cache: DigestCache | None = None) -> st
     path : path
         A regular file.
     cache : DigestCache, optional
-        Where the file's ``(size, mtime_ns, inode)`` is unchanged since it was hashed,
+        Where the file's ``(size, mtime_ns, ctime_ns, inode)`` is unchanged since it was hashed,
         the cached digest is returned without reading the file; otherwise the file is
         hashed and the cache updated (call :meth:`DigestCache.save` to keep it).
 
@@ -166,8 +171,8 @@ def file_digest(path: str | os.PathLike, cache: DigestCache | None = None) -> st
         while block := f.read(_BLOCK):
             h.update(block)
     digest = h.hexdigest()
-    if cache is not None:
-        cache.put(path, os.stat(path), digest)  # the stat after the read: a file changed meanwhile is re-hashed
+    if cache is not None and DigestCache._stamp(os.stat(path)) == DigestCache._stamp(st):
+        cache.put(path, st, digest)  # kept only when the file did not change while it was read
     return digest
 
 
