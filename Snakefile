@@ -154,10 +154,42 @@ rule all:
         f"{OUT}/paper/index.html",
 
 
+# A selected image is identified by its content: select records each image file's digest
+# (items_meta.json: image_sha256). A file whose content differs now (murk.identity.changed_images,
+# through the root's digest cache; a dry run writes nothing) forces select, as the stale read-out
+# stores are forced (murk.workflow.force_rerun): its new digest is recorded, the depth stage
+# recomputes that image's map, each read-out store re-reads the images made from it (their recorded
+# input_sha256 differs) and the cube and paper are made again.
+_IMAGES_CHECKED = []
+
+
+def rerun_if_images_changed(wildcards):
+    """An input function (no inputs) of the select rule: forces it when a selected image file changed."""
+    if not workflow.is_main_process or _IMAGES_CHECKED:
+        return []
+    _IMAGES_CHECKED.append(True)
+    from murk import identity as murk_identity
+    cache = murk_identity.DigestCache(murk_identity.cache_file(OUT))
+    changed = murk_identity.changed_images(OUT, cache)
+    if not workflow.dryrun:
+        cache.save()
+    if not changed:
+        return []
+    items_json = f"{OUT}/items.json"
+    if not murk_workflow.force_rerun(workflow, items_json):  # a Snakemake whose DAG murk cannot force
+        raise WorkflowError(f"murk: {changed[0]} changed since select recorded it; re-make what follows with "
+                            f"make demo ARGS='--forcerun {items_json}' (snakemake --forcerun {items_json})")
+    for f in changed:
+        print(f"murk: {f} changed since select recorded it: its depth map and read-outs "
+              f"{'would run' if workflow.dryrun else 'run'} again, and the cube and paper after them", file=sys.stderr)
+    return []
+
+
 rule select:
     input:
         nb="notebooks/01_select.py",
         cfg=os.environ.get("MURK_CONFIG") or "data/config.yaml",
+        images=rerun_if_images_changed,
     # update(): Snakemake keeps these files while select runs and restores them when it fails
     # (a refused selection leaves the previous one in place instead of deleting it).
     output:

@@ -59,7 +59,7 @@ from collections import Counter
 import matplotlib.pyplot as plt
 from IPython.display import display
 
-from murk import coco, config, items, paths, workflow
+from murk import coco, config, identity, items, paths, workflow
 from murk import design as designs
 from murk import runlock
 
@@ -96,6 +96,10 @@ table[["image_id", "category", "t2_options", "t2_answer_index", "t3_distractor"]
 # and items hash match the run name's frozen record (recorded on its first run,
 # `murk.config.freeze_run`). Only then are the selected images fetched (online)
 # and the three files written.
+# `items_meta.json` also records each selected image's content digest
+# (`image_sha256`, SHA-256 of the file; `images_sha256` over all of them), outside
+# the items hash: a run that finds an image changed since (`murk.identity`) runs its
+# depth map and read-outs again, and the cube and paper after them.
 
 # %%
 config_hash, items_hash = config.config_hash(cfg), items.items_hash(table)
@@ -109,12 +113,17 @@ report = items.selection_report(table, ann, cfg)
 coco.ensure_images(table["file_name"], image_dir, split, missing_ok=True)
 # each image's stored size against its annotation (headers only): used as stored, transposed, or recorded missing
 report["image_checks"] = items.image_checks(table, image_dir, progress=True)
+# each image's content digest (murk.identity: sha256 of the file; unchanged files through the root's cache)
+digest_cache = identity.DigestCache(identity.cache_file(paths.output_dir(output_dir)))
+image_sha256 = items.image_digests(table, image_dir, digest_cache)
 meta = {"config_hash": config_hash, "items_hash": items_hash, "run_id": workflow.run_id(config_hash, items_hash),
         "run_name": run_name,
         "n_items": int(len(table)), "n_items_requested": int(n_items), "seed": int(seed),
         "annotation_file": str(ann), "image_dir": str(image_dir),
-        "design": designs.differences(cfg), "study_config_hash": config.config_hash(config.load_config())}
+        "design": designs.differences(cfg), "study_config_hash": config.config_hash(config.load_config()),
+        "image_sha256": image_sha256, "images_sha256": identity.combined_digest(image_sha256.values())}
 items.save_selection(table, meta, report, output_dir)
+digest_cache.save()
 print(f"run {run_name!r}: {len(table)} items; config hash {config_hash[:12]}, items hash {items_hash[:12]}")
 for kind, notes in report["image_checks"].items():
     for image_id, note in notes.items():

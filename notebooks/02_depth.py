@@ -58,7 +58,8 @@ figures.set_identity(run_id=RUN_ID)   # into the scene figure's file metadata
 # ## The loop: read → estimate → write
 #
 # For each item in order: skip it if its map is cached by the same model and
-# revision; otherwise read the clean image at full resolution, estimate depth,
+# revision from the same image content (the digest `items_meta.json` records);
+# otherwise read the clean image at full resolution, estimate depth,
 # resize the map to the presented size (longer side ≤ `max_side_px`) and write
 # `outputs/depth/<backend>/<image_id>.npy` atomically. An image that cannot be read
 # is skipped and listed; the read-out stage records it as missing.
@@ -72,7 +73,7 @@ folder.mkdir(parents=True, exist_ok=True)
 written, skipped = [], {}
 for _, row in progress.bar(table.iterrows(), total=len(table), desc="depth", unit="img"):
     image_id = int(row["image_id"])
-    if depth.is_cached(folder, image_id, est):
+    if depth.is_cached(folder, image_id, est, meta.get("image_sha256", {}).get(str(image_id))):
         continue
     try:
         img = render.load_image(Path(meta["image_dir"]) / row["file_name"], (int(row["width"]), int(row["height"])))
@@ -83,7 +84,8 @@ for _, row in progress.bar(table.iterrows(), total=len(table), desc="depth", uni
         continue
     depth.save_depth(folder, image_id, render.resize_depth(est(img, image_id=image_id), size))
     written.append(image_id)
-depth.write_manifest(folder, est, table["image_id"], written=written, skipped=skipped)
+depth.write_manifest(folder, est, table["image_id"], written=written, skipped=skipped,
+                     image_sha256=meta.get("image_sha256"))   # each new map: the digest of its image
 depth.set_current(folder, est, output_dir, run_id=RUN_ID)  # the cache the later stages read, for this run
 print(f"depth: {len(written)} written, {len(table) - len(written) - len(skipped)} cached, {len(skipped)} skipped "
       f"(recorded as missing by the read-out)")

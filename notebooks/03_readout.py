@@ -109,7 +109,8 @@ print(f"{model}: items {span.start}..{span.stop - 1} of {len(table)} into {store
 # revision is its content digest: a store of the same folder re-saved with other
 # weights is kept aside (`murk.cube.set_aside_superseded`, said here and on the
 # terminal) and a fresh store is read out. Images already done are
-# skipped; images whose chunk files were damaged are read again.
+# skipped; images whose chunk files were damaged, or whose image files changed
+# since they were read (the store's `input_sha256`), are read again.
 #
 # The batched engine reads the items in a fixed global schedule: batch *b* holds
 # items *b·k* … *(b+1)·k − 1*, all 24 conditions of each (`murk.engine.schedule`).
@@ -172,8 +173,11 @@ if len(span):
         print(note)
         if (terminal := progress.terminal_stream()) is not None:   # under Snakemake (murk.execute): the terminal too
             print(f"murk: {note}", file=terminal, flush=True)
+    # each image's input digest (its image file's and its shuffled partner's, as select recorded them):
+    # an image done from other files is read out again
+    inputs = items.input_digests(table, meta, items.shuffled_partner(len(table), cfg["items"].get("shuffle_offset", 37)))
     ds = cube.open_readout_store(store, table["image_id"].iloc[span.start:span.stop],
-                                 table["category"].iloc[span.start:span.stop], attrs)
+                                 table["category"].iloc[span.start:span.stop], attrs, inputs[span.start:span.stop])
     done = ds["done"].values
     todo = [i for i in span if not done[i - span.start]]
 print(f"{len(todo)} of {len(span)} images to read out")
@@ -216,7 +220,7 @@ def load(i):
 
 def record_missing(i, reason):
     skipped[int(table.iloc[i]["image_id"])] = reason
-    cube.write_missing(store, i - span.start, reason)
+    cube.write_missing(store, i - span.start, reason, inputs[i])
 
 
 stats = engine.EngineStats()
@@ -228,7 +232,7 @@ if todo:
         if res.missing_reason is not None:
             record_missing(res.item, res.missing_reason)
         else:
-            cube.write_image(store, res.item - span.start, res.results)  # all 24 conditions, then `done`
+            cube.write_image(store, res.item - span.start, res.results, inputs[res.item])  # 24 conditions, then `done`
         fallbacks += [f"image {int(table.iloc[res.item]['image_id'])} {f}" for f in res.fallbacks]
 print(f"readout {model}: every item processed" if not skipped else
       f"readout {model}: {len(skipped)} item(s) skipped, recorded as missing:\n"

@@ -53,6 +53,8 @@ RUN_ID = workflow.run_id(meta["config_hash"], meta["items_hash"])   # this selec
 workflow.refuse_other_depth(current, RUN_ID, "monitor", paths.depth_dir(output_dir) / "current.json")
 threshold_m = monitor.DEFAULT_THRESHOLD_M if threshold_m is None else float(threshold_m)
 stores, done = {}, {}
+# each image's input digest (its file's and its shuffled partner's): an image done from other files is read again
+inputs = items.input_digests(table, meta, items.shuffled_partner(len(table), cfg["items"].get("shuffle_offset", 37)))
 for mode_id in monitor.MONITOR_IDS:   # the oracle, then the deployable mode: one store each
     stores[mode_id] = paths.readout_store(mode_id, output_dir)
     attrs = cube.store_identity(
@@ -61,7 +63,8 @@ for mode_id in monitor.MONITOR_IDS:   # the oracle, then the deployable mode: on
         depth_model=current.get("depth_model", ""), depth_revision=current.get("depth_revision", ""),
         monitor_threshold_m=threshold_m, pipeline_check=0, n_visual_tokens=-1, kind="monitor",
         depth_approximate=current["depth_approximate"], run_id=RUN_ID)
-    done[mode_id] = cube.open_readout_store(stores[mode_id], table["image_id"], table["category"], attrs)["done"].values.copy()
+    done[mode_id] = cube.open_readout_store(stores[mode_id], table["image_id"], table["category"], attrs,
+                                            inputs)["done"].values.copy()
 todo = [i for i in range(len(table)) if not all(d[i] for d in done.values())]
 # the deployable mode's depth: the backend the depth stage used, applied to each degraded image
 depth_backend = depth.backend_from_record(current)
@@ -88,7 +91,7 @@ for i in progress.bar(todo, desc="monitor", unit="img"):
     except (FileNotFoundError, ValueError, OSError) as e:  # bad input: record it, keep going, lose nothing
         skipped[int(row["image_id"])] = str(e)
         for mode_id, store in stores.items():
-            cube.write_missing(store, i, str(e))
+            cube.write_missing(store, i, str(e), inputs[i])
         continue
     try:
         conditions = {(arm, level): shown for arm, level, shown in render.render_conditions(
@@ -97,7 +100,7 @@ for i in progress.bar(todo, desc="monitor", unit="img"):
     except (ValueError, OSError) as e:  # the same for a rendering that fails on this image's input
         skipped[int(row["image_id"])] = f"rendering failed: {e}"
         for mode_id, store in stores.items():
-            cube.write_missing(store, i, f"rendering failed: {e}")
+            cube.write_missing(store, i, f"rendering failed: {e}", inputs[i])
         continue
     for mode_id, store in stores.items():
         if done[mode_id][i]:
@@ -110,14 +113,14 @@ for i in progress.bar(todo, desc="monitor", unit="img"):
                 out = monitor.deployable_readouts(conditions, depth_backend, int(row["image_id"]), threshold_m=threshold_m)
         except (FileNotFoundError, ValueError, OSError) as e:   # e.g. the depth backend fails on a degraded image
             skipped[int(row["image_id"])] = f"{mode_id}: {e}"
-            cube.write_missing(store, i, f"{mode_id}: {e}")
+            cube.write_missing(store, i, f"{mode_id}: {e}", inputs[i])
             continue
         results = {}
         for (arm, level), r in out.items():
             r = {k: r.get(k, np.nan) for k in cube.READOUTS} | {k: "" for k in cube.TEXT_READOUTS}
             for task in cube.TASKS:
                 results[(arm, level, task)] = r
-        cube.write_image(store, i, results)
+        cube.write_image(store, i, results, inputs[i])
 print("monitor: every item processed" if not skipped else
       f"monitor: {len(skipped)} item(s) skipped, recorded as missing:\n"
       + "\n".join(f"  image {k}: {v}" for k, v in skipped.items()))

@@ -176,7 +176,9 @@ if missing:
     raise FileNotFoundError(f"read-out stores missing: {missing}; run the readout stage for these models")
 RUN_ID = workflow.run_id(meta["config_hash"], meta["items_hash"])   # this selection's identity (items_meta.json)
 workflow.refuse_other_run(flat, RUN_ID, "analyse", paths.items_file(output_dir))   # before anything is written
-full = cube.merge_models(stores, paths.cube_store(output_dir), attrs={"git_commit": config.git_commit(), "run_id": RUN_ID},
+full = cube.merge_models(stores, paths.cube_store(output_dir), attrs={"git_commit": config.git_commit(), "run_id": RUN_ID,
+                                                                     # the selected images' content (select's record)
+                                                                     "images_sha256": meta.get("images_sha256", "")},
                          images=(table["image_id"], table["category"]) if len(table) else None).load()
 for e in ENTRIES:  # an entry that gives its n_items must find a store of that many items
     if e.n_items is not None and int(full["n_items"].sel(model=e.id)) != N_ENTRY[e.id]:
@@ -296,6 +298,7 @@ record("methods.n_items_per_model", (
 record("n_conditions", len(cube.CONDITIONS))
 record("config_hash", ds.attrs["config_hash"][:12])
 record("items_hash", ds.attrs["items_hash"][:12])
+record("images_sha256", str(full.attrs.get("images_sha256") or "not recorded")[:12])   # the images' content
 record("git_commit", str(full.attrs.get("git_commit", "unknown"))[:12])
 record("depth_backend", f"`{ds.attrs['depth_backend']}`")
 approximate = bool(int(ds.attrs.get("depth_approximate", 0)))

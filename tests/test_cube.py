@@ -160,3 +160,60 @@ def test_merge_models_over_the_selection(tmp_path):
     assert [str(r) for r in ds["missing_reason"].sel(model="org/two").values] == ["", "", cube.NOT_RUN]
     with pytest.raises(ValueError, match="not in the selection"):
         cube.merge_models(stores, tmp_path / "cube2.zarr", images=([30, 40], ["car", "dog"]))
+
+
+def _chunk_bytes(store, image_pos):
+    """The bytes of every chunk file of one image position (chunks by image: key <..>.<pos>.<..>)."""
+    out = {}
+    for name in ("value", "missing_reason", "input_sha256", "done", *cube.TEXT_READOUTS):
+        for f in sorted((store / name).iterdir()):
+            if not f.name.startswith("."):
+                parts = f.name.split(".")
+                dims = xr.open_zarr(store, consolidated=False)[name].dims
+                if parts[dims.index("image")] == str(image_pos):
+                    out[f"{name}/{f.name}"] = f.read_bytes()
+    return out
+
+
+def test_store_rereads_images_whose_input_digest_changed(tmp_path):
+    """A row done from other image files is emptied and not done on reopen; the others are kept bit for bit."""
+    store = tmp_path / "m.zarr"
+    old = ["a" * 64, "b" * 64, "c" * 64]
+    cube.open_readout_store(store, [11, 12, 13], ["car", "bus", "dog"], ATTRS, old)
+    cube.write_image(store, 0, _all_results(1.0), old[0])
+    cube.write_image(store, 1, _all_results(2.0), old[1])
+    cube.write_missing(store, 2, "image missing", old[2])
+    ds = xr.open_zarr(store, consolidated=False).load()
+    assert list(ds["input_sha256"].values) == old and ds["done"].all()
+    kept0, kept2 = _chunk_bytes(store, 0), _chunk_bytes(store, 2)
+    # the same digests: nothing is re-read
+    ds = cube.open_readout_store(store, [11, 12, 13], ["car", "bus", "dog"], ATTRS, old)
+    assert ds["done"].values.all()
+    # image 12's files changed: its row alone is emptied and marked not done, with a warning naming it
+    new = [old[0], "d" * 64, old[2]]
+    with pytest.warns(UserWarning, match="image 12"):
+        ds = cube.open_readout_store(store, [11, 12, 13], ["car", "bus", "dog"], ATTRS, new).load()
+    assert list(ds["done"].values) == [True, False, True]
+    assert ds["value"].sel(image=12).isnull().all()
+    assert str(ds["verbal_text"].sel(image=12, arm="fog", level=0, task="t2").values) == ""
+    assert _chunk_bytes(store, 0) == kept0 and _chunk_bytes(store, 2) == kept2
+    # read again: the new digest is recorded, and the merged cube does not carry the per-row digest
+    cube.write_image(store, 1, _all_results(3.0), new[1])
+    ds = xr.open_zarr(store, consolidated=False).load()
+    assert list(ds["input_sha256"].values) == new
+    assert float(ds["value"].sel(image=12, arm="fog", level=0, task="t2", readout="c_int")) == 3.0
+    merged = cube.merge_models({"m": store}, tmp_path / "cube.zarr")
+    assert "input_sha256" not in merged
+
+
+def test_store_of_an_earlier_murk_gets_input_digests(tmp_path):
+    """A store without input_sha256 (written before it existed) keeps its rows and gets the variable, unrecorded."""
+    store = tmp_path / "m.zarr"
+    cube.open_readout_store(store, [11, 12], ["car", "bus"], ATTRS)
+    cube.write_image(store, 0, _all_results(1.0))
+    import shutil
+    shutil.rmtree(store / "input_sha256")
+    ds = cube.open_readout_store(store, [11, 12], ["car", "bus"], ATTRS, ["a" * 64, "b" * 64]).load()
+    assert list(ds["done"].values) == [True, False] and list(ds["input_sha256"].values) == ["", ""]
+    cube.write_image(store, 1, _all_results(2.0), "b" * 64)
+    assert list(xr.open_zarr(store, consolidated=False)["input_sha256"].values) == ["", "b" * 64]

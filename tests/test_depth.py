@@ -97,6 +97,22 @@ def test_manifest_records_provenance_and_median_scene_depth(tmp_path):
     assert depth.is_cached(tmp_path, 2, other) and not depth.is_cached(tmp_path, 1, other)
 
 
+def test_a_map_records_its_image_digest_and_a_changed_image_is_recomputed(tmp_path):
+    b = depth.get_backend("constant")
+    for i in (1, 2):
+        depth.save_depth(tmp_path, i, np.full((4, 4), 10.0))
+    depth.write_manifest(tmp_path, b, [1, 2], written=[1, 2], image_sha256={"1": "a" * 64, "2": "b" * 64})
+    assert depth.read_manifest(tmp_path)["per_image"]["2"]["image_sha256"] == "b" * 64
+    assert depth.is_cached(tmp_path, 2, b, "b" * 64)
+    assert not depth.is_cached(tmp_path, 2, b, "c" * 64)   # the image changed since: recompute
+    assert depth.is_cached(tmp_path, 2, b)                  # no digest to compare (a by-hand call): cached
+    # recomputed: the new digest is recorded for that map alone, the other keeps its own
+    depth.write_manifest(tmp_path, b, [1, 2], written=[2], image_sha256={"1": "z" * 64, "2": "c" * 64})
+    per_image = depth.read_manifest(tmp_path)["per_image"]
+    assert per_image["2"]["image_sha256"] == "c" * 64 and per_image["1"]["image_sha256"] == "a" * 64
+    assert depth.is_cached(tmp_path, 2, b, "c" * 64) and not depth.is_cached(tmp_path, 1, b, "z" * 64)
+
+
 # ------------------------------------------------------------------- kappa-sensitivity
 
 

@@ -145,7 +145,7 @@ def empty_model_dataset(image_ids: Iterable[int], categories: Iterable[str]) -> 
     xarray.Dataset
         ``value`` float64 (arm, level, task, image, readout) all NaN;
         ``verbal_text`` and ``top_token`` str (arm, level, task, image), empty;
-        ``done`` bool (image), False.
+        ``done`` bool (image), False; ``input_sha256`` str (image), empty.
     """
     image_ids = np.asarray(list(image_ids), dtype=np.int64)
     categories = np.asarray(list(categories), dtype=object)
@@ -169,6 +169,9 @@ def empty_model_dataset(image_ids: Iterable[int], categories: Iterable[str]) -> 
                                        attrs={"long_name": "why this image has no read-outs ('' = it has)"}),
         "done": xr.DataArray(np.zeros(image_ids.size, dtype=bool), dims="image",
                              attrs={"long_name": "all conditions of this image are read out"}),
+        "input_sha256": xr.DataArray(np.full(image_ids.size, "", dtype=object), dims="image", attrs={
+            "long_name": "content digest of the image files this image was read out from (its own and its "
+                         "shuffled-control partner's, murk.items.input_digests; '' = not recorded)"}),
     }
     for name in TEXT_READOUTS:
         data_vars[name] = xr.DataArray(np.full(shape[:-1], "", dtype=object), dims=DIMS[1:-1])
@@ -315,7 +318,7 @@ def damaged_chunks(path: str | os.PathLike) -> dict[int, list[Path]]:
 
     path = Path(path)
     out: dict[int, list[Path]] = {}
-    for name in ("value", *TEXT_READOUTS, "missing_reason", "done"):
+    for name in ("value", *TEXT_READOUTS, "missing_reason", "done", "input_sha256"):
         folder = path / name
         if not (folder / ".zarray").is_file():
             continue
@@ -427,7 +430,7 @@ def set_aside_superseded(path: str | os.PathLike, attrs: Mapping[str, Any]) -> P
 
 
 def open_readout_store(path: str | os.PathLike, image_ids, categories,
-                       attrs: Mapping[str, Any]) -> xr.Dataset:
+                       attrs: Mapping[str, Any], input_sha256=None) -> xr.Dataset:
     """Create, or reopen for resuming, one model's read-out store.
 
     The store is written chunked by image, so :func:`write_image` updates
@@ -435,7 +438,10 @@ def open_readout_store(path: str | os.PathLike, image_ids, categories,
     so an image interrupted half-way is read out again on resume. On resume,
     images whose chunk files are damaged (:func:`damaged_chunks`: empty or
     truncated after a power loss) are marked not done, with a warning naming
-    the files, so they are read out again; nothing sound is lost.
+    the files, so they are read out again; nothing sound is lost. With
+    ``input_sha256``, images done from other image files (their recorded
+    ``input_sha256`` is not empty and differs) are emptied and marked not done, with a
+    warning naming them, so they are read out again; the other images are kept bit for bit.
 
     Parameters
     ----------
@@ -448,6 +454,9 @@ def open_readout_store(path: str | os.PathLike, image_ids, categories,
         ``config_hash``, ``items_hash``, ``model_id`` and ``depth_backend``; every
         key of :data:`IDENTITY_ATTRS` given here or recorded in the store must
         equal the store's.
+    input_sha256 : sequence of str of length N, optional
+        Each image's input digest (:func:`murk.items.input_digests`), which
+        :func:`write_image` and :func:`write_missing` record with it.
 
     Returns
     -------
@@ -504,6 +513,8 @@ def open_readout_store(path: str | os.PathLike, image_ids, categories,
                     f"read-out store {path} was written for other images{n_differ}; delete it to start afresh "
                     f"(rm -r {path}), or give this run another output_dir")
             _repair(path, ds)
+            if input_sha256 is not None:
+                _forget_changed_inputs(path, [str(d) for d in input_sha256])
             return xr.open_zarr(path, consolidated=False)
         tmp = path.with_name(path.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -511,7 +522,7 @@ def open_readout_store(path: str | os.PathLike, image_ids, categories,
         ds = empty_model_dataset(image_ids, categories)
         ds.attrs.update({k: _attr(v) for k, v in attrs.items()})
         enc = {name: {"chunks": tuple(1 if d == "image" else ds[name].sizes[d] for d in ds[name].dims)}
-               for name in ["value", "done", "missing_reason", *TEXT_READOUTS]}
+               for name in ["value", "done", "missing_reason", "input_sha256", *TEXT_READOUTS]}
         with diskfull.guard(path, "no store was created (the half-made one is removed); every other file is kept",
                             cleanup=[tmp]):
             ds.to_zarr(tmp, mode="w", encoding=enc, consolidated=False, zarr_format=2)
@@ -530,7 +541,7 @@ def _attr(v: Any) -> Any:
 
 
 def write_image(path: str | os.PathLike, index: int,
-                results: Mapping[tuple[str, int, str], Mapping[str, Any]]) -> None:
+                results: Mapping[tuple[str, int, str], Mapping[str, Any]], input_sha256: str | None = None) -> None:
     """Write all read-outs of one image into a model's store, then mark it done.
 
     Parameters
@@ -543,6 +554,8 @@ def write_image(path: str | os.PathLike, index: int,
         ``(arm, level, task) -> {readout: value}`` with every key of
         :data:`READOUTS` and :data:`TEXT_READOUTS`; the arm ``"clean"`` is
         written to level 0 of ``fog``, ``underwater`` and ``imagenet_c``.
+    input_sha256 : str, optional
+        The image's input digest (:func:`murk.items.input_digests`), recorded with its values.
 
     Raises
     ------
@@ -562,6 +575,8 @@ def write_image(path: str | os.PathLike, index: int,
                 texts[name][ai, level, t, 0] = str(r[name])
     region = {"image": slice(index, index + 1)}
     ds = xr.Dataset({"value": (DIMS[1:], value), **{n: (DIMS[1:-1], v) for n, v in texts.items()}})
+    if input_sha256 is not None:
+        ds["input_sha256"] = ("image", np.array([str(input_sha256)], dtype=object))
     ctx = _quiet()
     try:
         with diskfull.guard(path, _STORE_KEPT.format(path=path, index=index)):
@@ -569,6 +584,32 @@ def write_image(path: str | os.PathLike, index: int,
             xr.Dataset({"done": ("image", np.ones(1, dtype=bool))}).to_zarr(path, region=region, consolidated=False)
     finally:
         ctx.__exit__(None, None, None)
+
+
+def _forget_changed_inputs(path: Path, want: list[str]) -> None:
+    """Empty and mark not done the images done from other image files than ``want`` says
+    (a store of an earlier murk, without ``input_sha256``, gets the variable, all unrecorded)."""
+    if not (path / "input_sha256" / ".zarray").is_file():
+        n = len(want)
+        xr.Dataset({"input_sha256": ("image", np.full(n, "", dtype=object))}).to_zarr(
+            path, mode="a", consolidated=False, encoding={"input_sha256": {"chunks": (1,)}})
+        return
+    ds = xr.open_zarr(path, consolidated=False)
+    have = [str(v) for v in ds["input_sha256"].values]
+    done = ds["done"].values
+    stale = [i for i, (a, b) in enumerate(zip(have, want)) if done[i] and a and b and a != b]
+    if not stale:
+        return
+    blank = empty_model_dataset([int(ds["image"].values[0])], [""]).drop_vars(["category", "input_sha256"])
+    blank = blank.drop_vars([c for c in blank.coords])
+    for i in stale:  # values, texts and missing_reason emptied, then `done` cleared
+        region = {"image": slice(i, i + 1)}
+        blank.drop_vars("done").to_zarr(path, region=region, consolidated=False)
+        xr.Dataset({"done": ("image", np.zeros(1, dtype=bool))}).to_zarr(path, region=region, consolidated=False)
+    ids = ds["image"].values
+    warnings.warn(f"read-out store {path}: {len(stale)} image(s) were read out from image files whose content has "
+                  f"changed since (their own or their shuffled-control partner's); they are read out again: "
+                  + ", ".join(f"image {int(ids[i])}" for i in stale), stacklevel=3)
 
 
 #: what a full disk while an image is written keeps (:mod:`murk.diskfull`)
@@ -618,20 +659,23 @@ def _open_shards(p) -> xr.Dataset:
     return ds
 
 
-def write_missing(path: str | os.PathLike, index: int, reason: str) -> None:
+def write_missing(path: str | os.PathLike, index: int, reason: str, input_sha256: str | None = None) -> None:
     """Record that one image cannot be read out (its values stay NaN) and mark it done.
 
     Used for bad input (a missing or truncated image, a missing depth map): the
     run goes on, nothing already computed is lost, and the reason is kept in
     ``missing_reason`` of the store, the cube and the paper's colophon. A full
-    disk raises :class:`murk.diskfull.DiskFullError`, as :func:`write_image`.
+    disk raises :class:`murk.diskfull.DiskFullError`, as :func:`write_image`. ``input_sha256``:
+    as :func:`write_image`'s.
     """
     region = {"image": slice(index, index + 1)}
+    rec = {"missing_reason": ("image", np.array([str(reason)], dtype=object))}
+    if input_sha256 is not None:
+        rec["input_sha256"] = ("image", np.array([str(input_sha256)], dtype=object))
     ctx = _quiet()
     try:
         with diskfull.guard(path, _STORE_KEPT.format(path=path, index=index)):
-            xr.Dataset({"missing_reason": ("image", np.array([str(reason)], dtype=object))}).to_zarr(
-                path, region=region, consolidated=False)
+            xr.Dataset(rec).to_zarr(path, region=region, consolidated=False)
             xr.Dataset({"done": ("image", np.ones(1, dtype=bool))}).to_zarr(path, region=region, consolidated=False)
     finally:
         ctx.__exit__(None, None, None)
@@ -701,7 +745,7 @@ def merge_models(stores: Mapping[str, str | os.PathLike], out: str | os.PathLike
             for name in text_vars:  # object strings: numpy's StringDType cannot be outer-joined with a fill
                 if name in ds:
                     ds[name] = ds[name].copy(data=np.asarray(ds[name].values, dtype=object))
-            parts.append(ds.drop_vars("done"))
+            parts.append(ds.drop_vars(["done", "input_sha256"], errors="ignore"))
     finally:
         ctx.__exit__(None, None, None)
     if not parts:

@@ -309,7 +309,8 @@ def median_scene_depth_m(folder: Path, image_ids) -> float:
     return float(np.median(medians)) if medians else float("nan")
 
 
-def write_manifest(folder: Path, backend: DepthBackend, image_ids, written=None, skipped=None) -> Path:
+def write_manifest(folder: Path, backend: DepthBackend, image_ids, written=None, skipped=None,
+                   image_sha256=None) -> Path:
     """Record the backend, its model id and revision, the images and the median scene
     depth of a depth cache in ``manifest.json``.
 
@@ -320,7 +321,10 @@ def write_manifest(folder: Path, backend: DepthBackend, image_ids, written=None,
     an existing manifest so that maps kept from earlier runs keep their provenance;
     the ids in *written*, maps written in this run, get *backend*'s) and ``skipped``
     (image id -> why the depth stage wrote no map for it in this run: a missing,
-    truncated or undecodable image; *skipped*, a mapping).
+    truncated or undecodable image; *skipped*, a mapping). With *image_sha256* (image id
+    -> the content digest of the image file, as the select stage recorded it), each map
+    written in this run records the digest of the image it was computed from
+    (``per_image[id]["image_sha256"]``, which :func:`is_cached` compares).
     """
     folder = Path(folder)
     ids = [int(i) for i in image_ids]
@@ -331,6 +335,9 @@ def write_manifest(folder: Path, backend: DepthBackend, image_ids, written=None,
         per_image.setdefault(str(i), mine)
     for i in written or ():
         per_image[str(int(i))] = mine
+        digest = (image_sha256 or {}).get(str(int(i)))
+        if digest:
+            per_image[str(int(i))] = {**mine, "image_sha256": str(digest)}
     m = {**backend.describe(), "image_ids": ids, "median_scene_depth_m": median_scene_depth_m(folder, ids),
          "per_image": per_image, "skipped": {str(int(k)): str(v) for k, v in (skipped or {}).items()}}
     out = folder / "manifest.json"
@@ -355,11 +362,14 @@ def read_manifest(folder: Path) -> dict:
     return json.loads(p.read_text())
 
 
-def is_cached(folder: Path, image_id: int, backend: DepthBackend) -> bool:
-    """Whether ``<image_id>.npy`` exists and was written by *backend*'s model id and revision.
+def is_cached(folder: Path, image_id: int, backend: DepthBackend, image_sha256: str | None = None) -> bool:
+    """Whether ``<image_id>.npy`` exists and was written by *backend*'s model id and revision
+    from the image file whose content digest is *image_sha256*.
 
-    A map without a manifest entry (older caches) counts as cached. Use it to skip
-    work: a map from another revision of the same model is recomputed.
+    A map without a manifest entry (older caches) counts as cached, and so does one whose
+    entry records no image digest, or when *image_sha256* is None. Use it to skip
+    work: a map from another revision of the same model, or of an image file whose
+    content changed since (:func:`murk.identity.file_digest`), is recomputed.
     """
     folder = Path(folder)
     if not (folder / f"{int(image_id)}.npy").is_file():
@@ -367,8 +377,11 @@ def is_cached(folder: Path, image_id: int, backend: DepthBackend) -> bool:
     if not (folder / "manifest.json").is_file():
         return True
     entry = read_manifest(folder).get("per_image", {}).get(str(int(image_id)))
-    return entry is None or (entry.get("depth_model"), entry.get("depth_revision")) == (
-        backend.model_id, backend.revision)
+    if entry is None:
+        return True
+    if image_sha256 and entry.get("image_sha256") and entry["image_sha256"] != image_sha256:
+        return False  # the image changed since its map was computed
+    return (entry.get("depth_model"), entry.get("depth_revision")) == (backend.model_id, backend.revision)
 
 
 def set_current(folder: Path, backend: DepthBackend, root: str | os.PathLike | None = None,

@@ -18,6 +18,15 @@ it is written atomically (a temporary file renamed into place). It lives
 outside the output roots (:func:`default_cache_path`), since one checkpoint
 folder serves many roots.
 
+The selected images of an output root have their own cache, beside the outputs
+(:func:`cache_file`: the images belong to the root's selection). The select stage records each
+selected image's digest (``items_meta.json``: ``image_sha256``, ``images_sha256``);
+:func:`changed_images` compares the files with that record (the Snakefile calls it while it
+builds its job graph, and re-runs the stages of a changed image). The read-out stores record,
+per image, the digest of the files the image's read-outs were made from (:func:`combined_digest`
+of the item's and its shuffled-control partner's: ``input_sha256``,
+:func:`murk.cube.open_readout_store`).
+
 This module imports nothing heavy (the Snakefile imports it on every run).
 """
 
@@ -28,6 +37,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Iterable
 
 __all__ = [
     "CACHE_ENV",
@@ -40,7 +50,14 @@ __all__ = [
     "checkpoint_files",
     "checkpoint_digest",
     "checkpoint_revision",
+    "CACHE_NAME",
+    "cache_file",
+    "combined_digest",
+    "changed_images",
 ]
+
+#: the digest cache's file name under an output root (:func:`cache_file`: the selected images' digests)
+CACHE_NAME = ".murk-digests.json"
 
 #: environment variable naming the digest cache file (default :func:`default_cache_path`)
 CACHE_ENV = "MURK_DIGEST_CACHE"
@@ -258,3 +275,89 @@ def checkpoint_revision(folder: str | os.PathLike, cache: str | os.PathLike | Di
     """A local checkpoint's revision as a store records it: ``"sha256:"`` and the first 16 hex digits of
     :func:`checkpoint_digest` (same parameters and errors)."""
     return "sha256:" + checkpoint_digest(folder, cache, update_cache=update_cache)[:16]
+
+
+def cache_file(root: str | os.PathLike) -> Path:
+    """The digest cache of an output root: ``<root>/.murk-digests.json``.
+
+    Parameters
+    ----------
+    root : path
+        The output root (``outputs/``, the run settings' ``output_dir``).
+
+    Returns
+    -------
+    Path
+    """
+    return Path(root) / CACHE_NAME
+
+
+def combined_digest(digests: Iterable[str | None]) -> str:
+    """SHA-256 of a sequence of digests (order matters; None, a missing file, is ``"-"``).
+
+    Parameters
+    ----------
+    digests : iterable of str or None
+
+    Returns
+    -------
+    str
+        64 hex characters: the SHA-256 of the digests joined by newlines.
+
+    Examples
+    --------
+    >>> combined_digest(["a", "b"]) == combined_digest(["a", "b"]) != combined_digest(["b", "a"])
+    True
+    """
+    text = "\n".join("-" if d is None else str(d) for d in digests)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def changed_images(root: str | os.PathLike, cache: DigestCache | None = None) -> list[Path]:
+    """The selected image files whose content differs from what the select stage recorded.
+
+    Reads ``<root>/items.json`` (``image_id``, ``file_name``) and ``<root>/items_meta.json``
+    (``image_dir``, ``image_sha256``: image id -> digest, None for a file that was
+    missing) and hashes each file through ``cache`` (:func:`file_digest`'s fast path).
+
+    Parameters
+    ----------
+    root : path
+        The output root.
+    cache : DigestCache, optional
+        Default: the root's (:func:`cache_file`), saved afterwards. Pass one to decide
+        yourself whether it is saved (a dry run saves nothing).
+
+    Returns
+    -------
+    list of Path
+        In item order: the files whose digest differs from the record, a recorded file now
+        missing (or a folder), and a file that was missing at select and is there now. Empty
+        when the select stage has not run, or recorded no digests (an output root of an
+        earlier murk), or nothing changed.
+    """
+    root = Path(root)
+    try:
+        meta = json.loads((root / "items_meta.json").read_text(encoding="utf-8"))
+        records = json.loads((root / "items.json").read_text(encoding="utf-8"))
+        recorded = meta["image_sha256"]
+        image_dir = Path(meta["image_dir"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return []  # nothing recorded to compare with (the select stage runs anyway, or records it then)
+    own = cache is None
+    cache = DigestCache(cache_file(root)) if own else cache
+    changed = []
+    for r in records:
+        key = str(r.get("image_id"))
+        if key not in recorded:
+            continue
+        f = image_dir / str(r.get("file_name"))
+        try:
+            now = file_digest(f, cache)
+        except OSError:  # missing, a folder, unreadable: the stages record it as missing
+            now = None
+        if now != recorded[key]:
+            changed.append(f)
+    if own:
+        cache.save()
+    return changed

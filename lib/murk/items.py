@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from murk import diskfull, paths
+from murk import diskfull, identity, paths
 from murk.config import canonical_json, load_config
 
 __all__ = [
@@ -60,6 +60,8 @@ __all__ = [
     "read_items",
     "save_selection",
     "image_checks",
+    "image_digests",
+    "input_digests",
 ]
 
 #: Columns of the items table, in order.
@@ -918,6 +920,69 @@ def image_checks(table: pd.DataFrame, image_dir: str | os.PathLike,
         if left_out:
             out["converted"][str(int(row.image_id))] = left_out
     return out
+
+
+def image_digests(table: pd.DataFrame, image_dir: str | os.PathLike,
+                  cache: identity.DigestCache | None = None) -> dict[str, str | None]:
+    """Each selected image file's content digest (SHA-256 of its bytes), as the select stage records it.
+
+    Recorded in ``items_meta.json`` (``image_sha256``; ``images_sha256`` is
+    :func:`murk.identity.combined_digest` of them in item order). They are not part of
+    :func:`items_hash`, which identifies the selection (the spec quotes it), not the pixels.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        The items (columns ``image_id``, ``file_name``).
+    image_dir : path
+        The COCO image folder.
+    cache : murk.identity.DigestCache, optional
+        The fast path (:func:`murk.identity.file_digest`).
+
+    Returns
+    -------
+    dict
+        Image id (str) -> 64 hex characters, or None for a file that is missing or cannot be
+        read (the later stages record that image as missing), in item order.
+    """
+    out: dict[str, str | None] = {}
+    for image_id, name in zip(table["image_id"].tolist(), table["file_name"].tolist()):
+        try:
+            out[str(int(image_id))] = identity.file_digest(Path(image_dir) / str(name), cache)
+        except OSError:
+            out[str(int(image_id))] = None
+    return out
+
+
+def input_digests(table: pd.DataFrame, meta: dict[str, Any], partner) -> list[str]:
+    """Per item, the digest of the image files its read-outs are made from.
+
+    An item's read-outs render its own image and, for the shuffled control, its partner's
+    (:func:`shuffled_partner`), so a row of a read-out store is out of date when either file
+    changed: the digest is :func:`murk.identity.combined_digest` of the two digests that the
+    select stage recorded (``items_meta.json``: ``image_sha256``).
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        The items (column ``image_id``), length N.
+    meta : dict
+        ``items_meta.json`` (:func:`read_items`).
+    partner : sequence of int, length N
+        The shuffled-control partner of each item (row positions).
+
+    Returns
+    -------
+    list of str
+        N digests (64 hex characters), or N empty strings when the select stage recorded
+        no image digests (an output root of an earlier murk: nothing to compare with).
+    """
+    recorded = meta.get("image_sha256")
+    ids = [str(int(i)) for i in table["image_id"].tolist()]
+    if not isinstance(recorded, dict):
+        return [""] * len(ids)
+    return [identity.combined_digest([recorded.get(ids[i]), recorded.get(ids[int(j)])])
+            for i, j in zip(range(len(ids)), partner)]
 
 
 def read_items(output_dir: str | os.PathLike | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
