@@ -113,6 +113,8 @@ onerror:
 
 # On a SLURM cluster: say so at once when the executor may never see a job end (murk.slurm.status_problem:
 # sacct reads a cancelled job as running; squeue forgets finished jobs after the cluster's MinJobAge).
+# Before the first submission (murk.slurm.driver_start): GPU jobs on a cluster without GPUs are refused; the
+# live jobs of a killed earlier driver of this output root are cancelled (pending) or waited for (running).
 onstart:
     if getattr(workflow.executor_plugin, "name", "").endswith("slurm"):
         from murk import slurm as murk_slurm
@@ -120,6 +122,10 @@ onstart:
                                          murk_slurm.min_job_age())
         if _why:
             print(f"murk: WARNING {_why}", file=sys.stderr)
+        try:
+            murk_slurm.driver_start(workflow, OUT, os.path.join(os.getcwd(), ".snakemake"))
+        except ValueError as _e:
+            raise WorkflowError(f"murk: {_e}") from None
 
 
 rule all:
