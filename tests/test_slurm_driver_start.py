@@ -45,6 +45,7 @@ def test_gpu_problem_names_the_cpu_profile_only_when_the_cluster_has_no_gpu():
     assert slurm.gpu_problem(["depth"], "(null)\ngpu:a100:4(S:0-1)\n") is None
     assert slurm.gpu_problem(["depth"], "gpu:2,shard:8") is None
     assert slurm.gpu_problem(["depth"], None) is None          # sinfo did not answer: nothing said
+    assert slurm.gpu_problem(["depth"], "") is None            # no node listed (an unknown partition)
     assert slurm.gpu_problem([], "(null)") is None              # no job asks a GPU (profiles/slurm)
     assert not slurm.has_gpus("gpunot:1\nmps:100")
 

@@ -199,12 +199,13 @@ def gpu_problem(gpu_rules: Sequence[str], sinfo_gres: str | None, partition: str
     gpu_rules : sequence of str
         The rules of the jobs to run that ask ``gpu`` > 0 (or a ``gres`` with ``gpu``).
     sinfo_gres : str or None
-        ``sinfo -h -o %G`` output (of ``partition`` if given); None when sinfo did not answer.
+        ``sinfo -h -o %G`` output (of ``partition`` if given), one line per node group; None when sinfo did
+        not answer.
     partition : str, optional
         The partition the jobs go to, for the message.
     """
-    if not gpu_rules or sinfo_gres is None or has_gpus(sinfo_gres):
-        return None
+    if not gpu_rules or not (sinfo_gres or "").strip() or has_gpus(sinfo_gres):
+        return None  # no GPU asked, sinfo did not answer or listed no node (an unknown partition): nothing said
     where = f"partition {partition}" if partition else "this cluster"
     return (f"the jobs of {', '.join(sorted(set(gpu_rules)))} ask a GPU, but {where} has none (sinfo -o %G lists "
             f"no gpu generic resource): run on CPUs with --profile profiles/slurm, or give a GPU partition with "
