@@ -148,3 +148,12 @@ def test_the_profiles_keep_another_drivers_empty_log_folders(profile, tmp_path):
     assert pending.is_dir()
     Executor.clean_old_logs(fake(10))                     # the plugin's default deletes it
     assert not pending.exists()
+
+
+def test_when_squeue_does_not_answer_the_old_run_ids_are_kept_and_said(tmp_path):
+    out, smk = tmp_path / "outputs", tmp_path / ".snakemake"
+    slurm.write_runs(slurm.runs_file(out, smk), ["old-run"])
+    lines = []
+    slurm.driver_start(_workflow("new-run"), out, smk, run=lambda cmd: None, say=lines.append, poll_s=0)
+    assert slurm.read_runs(slurm.runs_file(out, smk)) == ["old-run", "new-run"]
+    assert len(lines) == 1 and "squeue did not answer" in lines[0] and "squeue --name old-run" in lines[0]

@@ -309,11 +309,16 @@ def driver_start(workflow, output_dir: str | os.PathLike, snakemake_dir: str | o
     this_run = getattr(executor, "run_uuid", None)
     path = runs_file(output_dir, snakemake_dir)
     old = [r for r in read_runs(path) if r != this_run]
-    live = parse_squeue(run(["squeue", "-h", "--name", ",".join(old), "-o", SQUEUE_FORMAT]) or "") if old else []
+    listed = run(["squeue", "-h", "--name", ",".join(old), "-o", SQUEUE_FORMAT]) if old else ""
     root = str(Path(os.path.realpath(output_dir)))
-    decisions = decide(live, old, root)
-    # recorded first: if this driver is killed while it waits, the next one still finds the old jobs
-    write_runs(path, sorted({d.job.name for d in decisions}) + ([this_run] if this_run else []))
+    decisions = decide(parse_squeue(listed or ""), old, root)
+    if listed is None:
+        say(f"squeue did not answer: the jobs of earlier runs on {root} (squeue --name {','.join(old)}) may still "
+            f"be alive and run twice; scancel them if squeue lists them")
+    # recorded first: if this driver is killed while it waits, the next one still finds the old jobs (all of the
+    # old runs when squeue did not answer)
+    keep = old if listed is None else sorted({d.job.name for d in decisions})
+    write_runs(path, keep + ([this_run] if this_run else []))
     waiting = {}
     for d in decisions:
         if d.action == "cancel":
