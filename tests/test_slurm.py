@@ -194,7 +194,7 @@ def test_a_killed_drivers_rerun_submits_no_duplicate_of_a_live_job(tmp_path):
     their job name, recorded per output root), cancels the waiting ones and waits for the running ones, one line
     each, so that no rule instance has two live jobs at any time; the rerun finishes the run."""
     out = tmp_path / "out"
-    first, first_log = _driver(tmp_path, out, 2, "first.log")
+    first, first_log = _driver(tmp_path, out, 1, "first.log")
     t0 = time.monotonic()
     names: set[str] = set()
     rerun = None
@@ -212,7 +212,7 @@ def test_a_killed_drivers_rerun_submits_no_duplicate_of_a_live_job(tmp_path):
         first.wait()
         old = {j[2] for j in live}
         assert len(old) == 1
-        rerun, rerun_log = _driver(tmp_path, out, 2, "rerun.log")
+        rerun, rerun_log = _driver(tmp_path, out, 1, "rerun.log")
         both_live = []   # (comment, job ids) whenever one rule instance has two live jobs
         while rerun.poll() is None:
             assert time.monotonic() - t0 < 2 * DRIVER_TIMEOUT_S, "the rerun still runs"
