@@ -319,12 +319,13 @@ def driver_start(workflow, output_dir: str | os.PathLike, snakemake_dir: str | o
     # old runs when squeue did not answer)
     keep = old if listed is None else sorted({d.job.name for d in decisions})
     write_runs(path, keep + ([this_run] if this_run else []))
-    waiting = {}
+    waiting, uncancelled = {}, set()
     for d in decisions:
         if d.action == "cancel":
             if run(["scancel", d.job.job_id]) is None:
                 say(f"could not cancel SLURM job {d.job.job_id} ({d.job.what}) of a killed earlier run on {root}: "
-                    f"scancel {d.job.job_id} it by hand if squeue still lists it")
+                    f"scancel {d.job.job_id} by hand if squeue still lists it")
+                uncancelled.add(d.job.name)
                 continue
             say(d.line)
         else:
@@ -340,4 +341,4 @@ def driver_start(workflow, output_dir: str | os.PathLike, snakemake_dir: str | o
         for job_id in sorted(set(waiting) - still):
             say(f"SLURM job {job_id} ({waiting.pop(job_id).what}) of the killed earlier run has ended")
     if decisions:
-        write_runs(path, [this_run] if this_run else [])
+        write_runs(path, sorted(uncancelled) + ([this_run] if this_run else []))
