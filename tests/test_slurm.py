@@ -166,27 +166,42 @@ LAUNCH_FAILURES = ("JobLaunchFailure", "Could not open stdout", "launch failed",
 
 def test_two_drivers_of_one_checkout_side_by_side_both_finish_without_launch_failures(tmp_path):
     """Issue 37: when one driver ends, executor 2.8 deletes the empty log folders under .snakemake/slurm_logs,
-    also those of the other driver's pending jobs, which then fail to start. The first driver has one item
-    and ends while the second (two items) still has jobs waiting; both must finish, and no job may fail."""
+    also those of the other driver's pending jobs, which then fail to start. To make that moment certain, the
+    second driver's jobs are held (``scontrol hold``) whenever they wait while the first driver is alive, and
+    released when it has ended; both drivers must finish, and no job may fail."""
     roots = [tmp_path / "one", tmp_path / "two"]
-    drivers = [_driver(tmp_path, roots[0], 1, "one.log"), _driver(tmp_path, roots[1], 2, "two.log")]
+    drivers = [_driver(tmp_path, roots[0], 1, "one.log"), _driver(tmp_path, roots[1], 1, "two.log")]
     names: set[str] = set()
+    held: set[str] = set()
+    released = False
     t0 = time.monotonic()
     try:
         while any(p.poll() is None for p, _ in drivers):
             assert time.monotonic() - t0 < 2 * DRIVER_TIMEOUT_S, "the two SLURM drivers still run"
-            names |= {name for _, _, name, comment in _squeue() if comment.startswith("rule_")}
-            time.sleep(2)
+            jobs = [j for j in _squeue() if j[3].startswith("rule_")]
+            names |= {j[2] for j in jobs}
+            second = re.search(r"SLURM run ID: (\S+)", drivers[1][1].read_text())
+            if drivers[0][0].poll() is None and second:
+                for jid, state, name, _ in jobs:
+                    if name == second.group(1) and state == "PENDING" and jid not in held:
+                        subprocess.run(["scontrol", "hold", jid], capture_output=True, timeout=30)
+                        held.add(jid)
+            elif held and not released:   # the first driver has ended (and cleaned up): let them start
+                subprocess.run(["scontrol", "release", ",".join(sorted(held))], capture_output=True, timeout=30)
+                released = True
+            time.sleep(0.5)
     finally:
         for p, _ in drivers:
             _stop(p, names)
+    assert held, "no job of the second driver waited while the first one ran: the case was not made"
     for (p, log_path), root in zip(drivers, roots):
         log = log_path.read_text()
         assert p.returncode == 0, log[-4000:]
         assert (root / "paper" / "index.html").is_file()
         hit = [w for w in LAUNCH_FAILURES if w in log]
         assert not hit, f"{hit} in {log_path.name}:\n{log[-4000:]}"
-    print(f"two SLURM drivers side by side: {time.monotonic() - t0:.0f} s, no job failed")
+    print(f"two SLURM drivers side by side: {time.monotonic() - t0:.0f} s, jobs {sorted(held)} of the second held "
+          f"until the first had ended; no job failed")
 
 
 def test_a_killed_drivers_rerun_submits_no_duplicate_of_a_live_job(tmp_path):
