@@ -135,6 +135,8 @@ onerror:
 # sacct reads a cancelled job as running; squeue forgets finished jobs after the cluster's MinJobAge).
 # Settings are data there too: the SLURM executor re-creates each job's command line from --config through a shell
 # (murk.settings.remote_job_problems), so a value it cannot carry literally is refused before the first submission.
+# Before the first submission (murk.slurm.driver_start): GPU jobs on a cluster without GPUs are refused; the
+# live jobs of a killed earlier driver of this output root are cancelled (pending) or waited for (running).
 onstart:
     if getattr(workflow.executor_plugin, "name", "").endswith("slurm"):
         _unsafe = murk_settings.remote_job_problems(workflow.config_settings.config_args,
@@ -147,6 +149,10 @@ onstart:
                                          murk_slurm.min_job_age())
         if _why:
             print(f"murk: WARNING {_why}", file=sys.stderr)
+        try:
+            murk_slurm.driver_start(workflow, OUT, os.path.join(os.getcwd(), ".snakemake"))
+        except ValueError as _e:
+            raise WorkflowError(f"murk: {_e}") from None
 
 
 rule all:

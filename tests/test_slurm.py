@@ -4,10 +4,14 @@ Needs a slurmctld that answers ``sinfo`` (on one machine: ``sudo .ci/slurm-local
 skipped otherwise. The demo runs with the smallest settings that shard (one offline model, two items, one item
 per shard), one read-out shard is cancelled (``scancel``) while it writes its store, and the run must retry it
 and finish; its cube must equal a local unsharded run's bit for bit (data variables, coordinates, attributes).
+Issue 37: two drivers of one checkout side by side (two output roots) both finish with no job that fails to
+launch; a driver killed (SIGKILL) while its jobs run and wait is run again, and no rule instance ever has two
+live jobs.
 """
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -142,3 +146,110 @@ def test_sharded_demo_on_slurm_retries_a_cancelled_shard_and_equals_the_local_cu
         assert a[name].dtype == b[name].dtype, name
     print(f"SLURM run {time.monotonic() - t0:.0f} s, shard job {cancelled} cancelled at {t_cancel:.0f} s and "
           f"retried as job {retry}; cube identical to the local run's")
+
+
+def _driver(tmp_path: Path, out: Path, n_items: int, log_name: str) -> tuple[subprocess.Popen, Path]:
+    """The README's command (shard_size=1, one tiny model) on ``out``, its output in ``tmp_path/log_name``
+    (a run name per item count: a run name is frozen with its items)."""
+    cmd = [sys.executable, "-m", *README_COMMAND.split()[:4], "shard_size=1", f"output_dir={out}",
+           f"n_items={n_items}", f"offline_models=[{MODEL}]", f"run_name=slurm-test-{n_items}"]
+    log_path = tmp_path / log_name
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    return proc, log_path
+
+
+ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "SUSPENDED"}
+LAUNCH_FAILURES = ("JobLaunchFailure", "Could not open stdout", "launch failed", "SLURM status is: 'FAILED'")
+
+
+def test_two_drivers_of_one_checkout_side_by_side_both_finish_without_launch_failures(tmp_path):
+    """Issue 37: when one driver ends, executor 2.8 deletes the empty log folders under .snakemake/slurm_logs,
+    also those of the other driver's pending jobs, which then fail to start. To make that moment certain, the
+    second driver's jobs are held (``scontrol hold``) whenever they wait while the first driver is alive, and
+    released when it has ended; both drivers must finish, and no job may fail."""
+    roots = [tmp_path / "one", tmp_path / "two"]
+    drivers = [_driver(tmp_path, roots[0], 1, "one.log"), _driver(tmp_path, roots[1], 1, "two.log")]
+    names: set[str] = set()
+    held: set[str] = set()
+    released = False
+    t0 = time.monotonic()
+    try:
+        while any(p.poll() is None for p, _ in drivers):
+            assert time.monotonic() - t0 < 2 * DRIVER_TIMEOUT_S, "the two SLURM drivers still run"
+            jobs = [j for j in _squeue() if j[3].startswith("rule_")]
+            names |= {j[2] for j in jobs}
+            second = re.search(r"SLURM run ID: (\S+)", drivers[1][1].read_text())
+            if drivers[0][0].poll() is None and second:
+                for jid, state, name, _ in jobs:
+                    if name == second.group(1) and state == "PENDING" and jid not in held:
+                        subprocess.run(["scontrol", "hold", jid], capture_output=True, timeout=30)
+                        held.add(jid)
+            elif held and not released:   # the first driver has ended (and cleaned up): let them start
+                subprocess.run(["scontrol", "release", ",".join(sorted(held))], capture_output=True, timeout=30)
+                released = True
+            time.sleep(0.5)
+    finally:
+        for p, _ in drivers:
+            _stop(p, names)
+    assert held, "no job of the second driver waited while the first one ran: the case was not made"
+    for (p, log_path), root in zip(drivers, roots):
+        log = log_path.read_text()
+        assert p.returncode == 0, log[-4000:]
+        assert (root / "paper" / "index.html").is_file()
+        hit = [w for w in LAUNCH_FAILURES if w in log]
+        assert not hit, f"{hit} in {log_path.name}:\n{log[-4000:]}"
+    print(f"two SLURM drivers side by side: {time.monotonic() - t0:.0f} s, jobs {sorted(held)} of the second held "
+          f"until the first had ended; no job failed")
+
+
+def test_a_killed_drivers_rerun_submits_no_duplicate_of_a_live_job(tmp_path):
+    """Issue 37: a driver is SIGKILLed while its jobs run and wait; the same command, run again, finds them (by
+    their job name, recorded per output root), cancels the waiting ones and waits for the running ones, one line
+    each, so that no rule instance has two live jobs at any time; the rerun finishes the run."""
+    out = tmp_path / "out"
+    first, first_log = _driver(tmp_path, out, 1, "first.log")
+    t0 = time.monotonic()
+    names: set[str] = set()
+    rerun = None
+    try:
+        live: list[tuple[str, str, str, str]] = []
+        while True:   # a moment with a job running and another waiting
+            assert first.poll() is None, f"the driver ended first:\n{first_log.read_text()[-4000:]}"
+            assert time.monotonic() - t0 < DRIVER_TIMEOUT_S, "no moment with a running and a waiting job"
+            live = [j for j in _squeue() if j[3].startswith("rule_") and j[1] in ACTIVE]
+            names |= {j[2] for j in live}
+            if {"RUNNING", "PENDING"} <= {j[1] for j in live}:
+                break
+            time.sleep(1)
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+        old = {j[2] for j in live}
+        assert len(old) == 1
+        rerun, rerun_log = _driver(tmp_path, out, 1, "rerun.log")
+        both_live = []   # (comment, job ids) whenever one rule instance has two live jobs
+        while rerun.poll() is None:
+            assert time.monotonic() - t0 < 2 * DRIVER_TIMEOUT_S, "the rerun still runs"
+            jobs = [j for j in _squeue() if j[3].startswith("rule_")]
+            names |= {j[2] for j in jobs}
+            by_comment: dict[str, list[str]] = {}
+            for jid, state, _, comment in jobs:
+                if state in ACTIVE:
+                    by_comment.setdefault(comment, []).append(jid)
+            both_live += [(c, ids) for c, ids in by_comment.items() if len(ids) > 1]
+            time.sleep(1)
+    finally:
+        _stop(first, names)
+        if rerun is not None:
+            _stop(rerun, names)
+    log = rerun_log.read_text()
+    assert rerun.returncode == 0, log[-4000:]
+    assert not both_live, f"duplicate live jobs {both_live[:3]}:\n{log[-4000:]}"
+    # one line per live job of the killed driver that the rerun found: cancelled (still waiting) or waited for
+    # (running by then: a waiting job may have started in the seconds before the rerun looked)
+    decided = re.findall(r"murk: (cancelled|waiting for) SLURM job (\d+) \(", log)
+    assert decided and {jid for _, jid in decided} <= {j[0] for j in live}, log[-4000:]
+    assert (out / "paper" / "index.html").is_file()
+    print(f"killed driver with jobs {[(j[0], j[1]) for j in live]}; rerun finished at "
+          f"{time.monotonic() - t0:.0f} s with no duplicate live job")

@@ -1,4 +1,4 @@
-"""Checks of a run on a SLURM cluster (snakemake-executor-plugin-slurm): will its job status be read?
+"""A run on a SLURM cluster (snakemake-executor-plugin-slurm): its job status, its GPUs, a killed driver's jobs.
 
 The executor reads its jobs' states with ``squeue`` (``profiles/slurm``: ``slurm-status-command: squeue``,
 which works with and without accounting) or ``sacct``. ``squeue`` shows a finished job only for the
@@ -7,14 +7,37 @@ forgotten between two status checks is never seen to end, and the run waits fore
 waits at most :data:`MAX_STATUS_INTERVAL_S` between checks (``max_sleep_time`` in its ``check_active_jobs``),
 so ``MinJobAge`` must be at least that. ``sacct`` of plugin 2.8 reads a cancelled job
 (``CANCELLED by <uid>``) as running: never retried, the run never ends.
+
+The Snakefile's ``onstart`` (the Snakemake main process, SLURM executor, not a dry run) also calls
+:func:`driver_start`, before the first job is submitted:
+
+- a profile that asks GPUs on a cluster whose nodes list no ``gpu`` generic resource (``sinfo -o %G``) is
+  refused (:func:`gpu_problem`), naming the CPU profile, instead of Slurm's own ``Invalid generic resource
+  (gres) specification`` at the first submission;
+- the live jobs of an earlier driver of the same output root that was killed (SIGKILL, a lost login node)
+  are found by their job name: the executor names every job of one driver by the driver's run id, and murk
+  records the run ids of each output root (:func:`runs_file`). A pending job is cancelled (this driver
+  submits it again; a read-out resumes image by image), a running one is waited for (a second job on its
+  store would be refused and spend its retry), one line per decision (:func:`decide`);
+- the executor is told to submit without ``-A`` when no account is given, as its own guess does in effect:
+  executor 2.8 guesses with ``sacct -nu USER -o Account%256 | tail -1`` split into words without a shell,
+  which prints ``sacct: invalid option -- '1'`` at every start and finds no account.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, NamedTuple, Sequence
 
-__all__ = ["MAX_STATUS_INTERVAL_S", "min_job_age", "status_problem"]
+__all__ = ["MAX_STATUS_INTERVAL_S", "min_job_age", "status_problem", "SQUEUE_FORMAT", "SlurmJob", "Decision",
+           "parse_squeue", "decide", "has_gpus", "gpu_problem", "runs_file", "read_runs", "write_runs",
+           "driver_start"]
 
 #: the SLURM executor's longest wait between two status checks, s (plugin 2.8, ``max_sleep_time``)
 MAX_STATUS_INTERVAL_S = 180
@@ -57,3 +80,265 @@ def status_problem(status_command: str | None, age_s: int | None) -> str | None:
                 f"a job that ends unseen is waited for forever. Ask the cluster's administrators for MinJobAge >= "
                 f"{MAX_STATUS_INTERVAL_S}, or watch the run and stop it (Ctrl-C) when squeue no longer lists its jobs.")
     return None
+
+
+# --- a driver's start: GPUs, the jobs of a killed driver, the account -------------------------------------------
+
+#: ``squeue -o`` format of :func:`parse_squeue`: job id, job name (the driver's run id), state, comment
+#: (``rule_<rule>_wildcards_<wildcards>``, as the executor sets it)
+SQUEUE_FORMAT = "%i|%j|%T|%k"
+
+#: states of a job that has not started: cancelled, then submitted again by the new driver
+WAITING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
+#: states of a job that ended (squeue shows it for MinJobAge): nothing to do
+ENDED_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+                          "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED"})
+
+#: seconds between two ``squeue`` while a driver waits for a killed driver's running jobs
+WAIT_POLL_S = 10.0
+
+
+class SlurmJob(NamedTuple):
+    """One line of ``squeue -o`` :data:`SQUEUE_FORMAT`: a SLURM job of a Snakemake driver."""
+    job_id: str
+    name: str
+    state: str
+    comment: str
+
+    @property
+    def what(self) -> str:
+        """The rule and wildcards, from the executor's comment (``readout_shard slug=…,size=1,shard=0000``)."""
+        c = self.comment[len("rule_"):] if self.comment.startswith("rule_") else self.comment
+        rule, _, wildcards = c.partition("_wildcards_")
+        return f"{rule} {wildcards}".strip() or f"job {self.job_id}"
+
+
+class Decision(NamedTuple):
+    """What a new driver does with one live job of a killed driver: ``cancel`` or ``wait``, and its line."""
+    job: SlurmJob
+    action: str
+    line: str
+
+
+def parse_squeue(text: str) -> list[SlurmJob]:
+    """The jobs of ``squeue -h -o '%i|%j|%T|%k'`` output, one per line (other lines ignored).
+
+    Parameters
+    ----------
+    text : str
+        squeue's standard output, without header (``-h``), in :data:`SQUEUE_FORMAT`.
+
+    Returns
+    -------
+    list of SlurmJob
+        In squeue's order; the comment may itself hold ``|`` (it is the last field).
+
+    Examples
+    --------
+    >>> parse_squeue("12|run-a|PENDING|rule_select\\n")[0].what
+    'select'
+    """
+    jobs = []
+    for line in text.splitlines():
+        parts = line.strip().split("|", 3)
+        if len(parts) == 4 and parts[0]:
+            jobs.append(SlurmJob(*(p.strip() for p in parts)))
+    return jobs
+
+
+def decide(jobs: Sequence[SlurmJob], old_runs: Sequence[str], root: str) -> list[Decision]:
+    """What to do with each live job of a killed driver of one output root, one line each.
+
+    Parameters
+    ----------
+    jobs : sequence of SlurmJob
+        The jobs squeue lists (any names; those not in ``old_runs`` are left alone).
+    old_runs : sequence of str
+        The run ids (job names) of the earlier drivers of this output root (:func:`read_runs`). The new
+        driver holds the root's lock (:mod:`murk.runlock`), so none of them is alive.
+    root : str
+        The output root, for the messages.
+
+    Returns
+    -------
+    list of Decision
+        ``cancel`` for a job that has not started (:data:`WAITING_STATES`): this driver submits it again;
+        ``wait`` for a job that runs (a second job on its outputs would be refused, or duplicate it). Ended
+        jobs and other drivers' jobs get none.
+    """
+    names = set(old_runs)
+    out = []
+    for j in jobs:
+        if j.name not in names or j.state in ENDED_STATES or not j.state:
+            continue
+        if j.state in WAITING_STATES:
+            out.append(Decision(j, "cancel", f"cancelled SLURM job {j.job_id} ({j.what}, {j.state.lower()}) of a "
+                                             f"killed earlier run on {root}: this run submits it again"))
+        else:
+            resumes = ": a read-out resumes image by image" if j.what.startswith("readout") else ""
+            out.append(Decision(j, "wait", f"waiting for SLURM job {j.job_id} ({j.what}, {j.state.lower()}) of a "
+                                           f"killed earlier run on {root} to end before this run submits its "
+                                           f"jobs (scancel {j.job_id} to stop it instead{resumes})"))
+    return out
+
+
+def has_gpus(sinfo_gres: str) -> bool:
+    """Whether ``sinfo -h -o %G`` output lists a ``gpu`` generic resource on any node.
+
+    >>> has_gpus("(null)\\n"), has_gpus("gpu:a100:4(S:0-1)\\n(null)\\n"), has_gpus("gpu:2,shard:8\\n")
+    (False, True, True)
+    """
+    return any(re.match(r"gpu(:|\(|$)", g.strip()) for line in sinfo_gres.splitlines() for g in line.split(","))
+
+
+def gpu_problem(gpu_rules: Sequence[str], sinfo_gres: str | None, partition: str | None = None) -> str | None:
+    """Why the cluster cannot run jobs that ask GPUs, as one line naming the fix; None when it can or is unknown.
+
+    Parameters
+    ----------
+    gpu_rules : sequence of str
+        The rules of the jobs to run that ask ``gpu`` > 0 (or a ``gres`` with ``gpu``).
+    sinfo_gres : str or None
+        ``sinfo -h -o %G`` output (of ``partition`` if given), one line per node group; None when sinfo did
+        not answer.
+    partition : str, optional
+        The partition the jobs go to, for the message.
+    """
+    if not gpu_rules or not (sinfo_gres or "").strip() or has_gpus(sinfo_gres):
+        return None  # no GPU asked, sinfo did not answer or listed no node (an unknown partition): nothing said
+    where = f"partition {partition}" if partition else "this cluster"
+    return (f"the jobs of {', '.join(sorted(set(gpu_rules)))} ask a GPU, but {where} has none (sinfo -o %G lists "
+            f"no gpu generic resource): run on CPUs with --profile profiles/slurm, or give a GPU partition with "
+            f"--default-resources slurm_partition=GPU_PARTITION")
+
+
+def runs_file(output_dir: str | os.PathLike, snakemake_dir: str | os.PathLike = ".snakemake") -> Path:
+    """Where murk keeps the SLURM run ids (job names) of an output root's drivers.
+
+    ``<snakemake_dir>/murk-slurm/<root>.json``, ``<root>`` as in the root's lock
+    (:func:`murk.runlock.root_lock_files`).
+    """
+    from murk.runlock import root_lock_files
+
+    return Path(snakemake_dir) / "murk-slurm" / (root_lock_files(output_dir, snakemake_dir)[0].stem + ".json")
+
+
+def read_runs(path: Path) -> list[str]:
+    """The run ids recorded in ``path`` (:func:`runs_file`); empty when there is none or it cannot be read."""
+    try:
+        runs = json.loads(path.read_text(encoding="utf-8")).get("runs", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [r for r in runs if isinstance(r, str) and re.fullmatch(r"[A-Za-z0-9_-]{1,100}", r)]
+
+
+def write_runs(path: Path, runs: Sequence[str]) -> None:
+    """Record the run ids ``runs`` in ``path`` (atomically)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"runs": list(dict.fromkeys(runs))}, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _run(cmd: Sequence[str], timeout_s: float = 30.0) -> str | None:
+    try:
+        r = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return r.stdout if r.returncode == 0 else None
+
+
+def _say(line: str) -> None:
+    print(f"murk: {line}", file=sys.stderr, flush=True)
+
+
+def _gpu_rules(jobs) -> list[str]:
+    rules = []
+    for job in jobs:
+        res = job.resources
+        gpu, gres = res.get("gpu", 0), str(res.get("gres", "") or "")
+        try:
+            asks = int(gpu or 0) > 0
+        except (TypeError, ValueError):
+            asks = bool(gpu)
+        if asks or re.match(r"gpu(:|$)", gres):
+            rules.append(job.rule.name)
+    return rules
+
+
+def driver_start(workflow, output_dir: str | os.PathLike, snakemake_dir: str | os.PathLike = ".snakemake", *,
+                 run: Callable[[Sequence[str]], str | None] = _run, say: Callable[[str], None] = _say,
+                 poll_s: float | None = None) -> None:
+    """The Snakefile's ``onstart`` for the SLURM executor: GPUs, a killed driver's jobs, the account.
+
+    Called once, in the Snakemake main process, after the job graph is built and before the first job is
+    submitted (``onstart`` runs neither in a dry run nor when there is nothing to do).
+
+    Parameters
+    ----------
+    workflow : snakemake.workflow.Workflow
+        The running workflow (its job graph, and its executor, ``workflow.scheduler._executor``).
+    output_dir : path
+        The run's output root (whose lock this process holds).
+    snakemake_dir : path
+        ``<working directory>/.snakemake``.
+    run, say : callable
+        Run a command and return its standard output (None when it failed); print one line. For tests.
+    poll_s : float, optional
+        Seconds between two squeue while waiting (default :data:`WAIT_POLL_S`).
+
+    Raises
+    ------
+    ValueError
+        The jobs ask GPUs that the cluster has not (:func:`gpu_problem`); nothing was submitted.
+    """
+    jobs = list(workflow.dag.needrun_jobs())
+    gpu_rules = _gpu_rules(jobs)
+    if gpu_rules:
+        partitions = {str(j.resources.get("slurm_partition") or "") for j in jobs if j.rule.name in gpu_rules}
+        partition = partitions.pop() if len(partitions) == 1 else ""
+        why = gpu_problem(gpu_rules, run(["sinfo", "-h", "-o", "%G", *(["-p", partition] if partition else [])]),
+                          partition or None)
+        if why:
+            raise ValueError(why)
+    executor = getattr(getattr(workflow, "scheduler", None), "_executor", None)
+    # executor 2.8 guesses a missing account with a broken sacct command (module docstring): submit without -A,
+    # which is what its guess ends in, and what sbatch does (the user's default account)
+    if getattr(executor, "_fallback_account_arg", "") is None:
+        executor._fallback_account_arg = ""
+    this_run = getattr(executor, "run_uuid", None)
+    path = runs_file(output_dir, snakemake_dir)
+    old = [r for r in read_runs(path) if r != this_run]
+    listed = run(["squeue", "-h", "--name", ",".join(old), "-o", SQUEUE_FORMAT]) if old else ""
+    root = str(Path(os.path.realpath(output_dir)))
+    decisions = decide(parse_squeue(listed or ""), old, root)
+    if listed is None:
+        say(f"squeue did not answer: the jobs of earlier runs on {root} (squeue --name {','.join(old)}) may still "
+            f"be alive and run twice; scancel them if squeue lists them")
+    # recorded first: if this driver is killed while it waits, the next one still finds the old jobs (all of the
+    # old runs when squeue did not answer)
+    keep = old if listed is None else sorted({d.job.name for d in decisions})
+    write_runs(path, keep + ([this_run] if this_run else []))
+    waiting, uncancelled = {}, set()
+    for d in decisions:
+        if d.action == "cancel":
+            if run(["scancel", d.job.job_id]) is None:
+                say(f"could not cancel SLURM job {d.job.job_id} ({d.job.what}) of a killed earlier run on {root}: "
+                    f"scancel {d.job.job_id} by hand if squeue still lists it")
+                uncancelled.add(d.job.name)
+                continue
+            say(d.line)
+        else:
+            say(d.line)
+            waiting[d.job.job_id] = d.job
+    while waiting:
+        time.sleep(WAIT_POLL_S if poll_s is None else poll_s)
+        out = run(["squeue", "-h", "--name", ",".join(sorted({j.name for j in waiting.values()})),
+                   "-o", SQUEUE_FORMAT])
+        if out is None:  # squeue did not answer: ask again
+            continue
+        still = {j.job_id for j in parse_squeue(out) if j.state and j.state not in ENDED_STATES}
+        for job_id in sorted(set(waiting) - still):
+            say(f"SLURM job {job_id} ({waiting.pop(job_id).what}) of the killed earlier run has ended")
+    if decisions:
+        write_runs(path, sorted(uncancelled) + ([this_run] if this_run else []))
