@@ -102,7 +102,7 @@ def test_a_missing_or_failed_embed_says_what_to_run(tmp_path, monkeypatch, capsy
         assert str(nb) in msg and label in msg and "re-run the stage" not in msg
         assert "fix: run the command that made this output root again with --forcerun analyse added" in msg
         assert f"make demo ARGS='--config output_dir={root} --forcerun analyse'" in msg
-        assert "papermill - " in msg and f"-p output_dir {root}" in msg  # or the README's by-hand command
+        assert "python -m murk.execute notebooks/04_analyse.py " in msg and f"-p output_dir {root}" in msg  # or the README's by-hand command
         errors.append(e.value)
     assert isinstance(errors[0], KeyError) and isinstance(errors[1], ValueError)  # as the callers caught them
     assert "--forcerun depth" in paper.remake_words(root / "notebooks" / "02_depth.ipynb")

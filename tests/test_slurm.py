@@ -89,11 +89,27 @@ def _stop(proc: subprocess.Popen, names: set[str]):
         subprocess.run(["scancel", "--name", name], capture_output=True, timeout=30)
 
 
-def test_sharded_demo_on_slurm_retries_a_cancelled_shard_and_equals_the_local_cube(tmp_path):
+#: shell code in a setting (issue 37, item 1): text that runs ``touch pwned-<k>`` wherever a shell parses it
+PAYLOAD = "x; touch pwned-1 #$(touch pwned-2)`touch pwned-3`'\"; touch pwned-4"
+
+
+def _pwned(*folders: Path) -> list[Path]:
+    return [p for f in folders for p in f.glob("pwned-*")]
+
+
+def test_sharded_demo_on_slurm_retries_a_cancelled_shard_and_equals_the_local_cube(tmp_path, tiny_checkpoint_dirs):
     assert README_COMMAND in (ROOT / "README.md").read_text(encoding="utf-8")
     slurm_out, local_out = tmp_path / "slurm", tmp_path / "local"
+    # settings are data on the cluster too: the model is a folder whose path holds a blank and shell code, the
+    # depth model is shell code, both given in a configfile (which the jobs read as a file); nothing but murk runs
+    folder = tmp_path / "my models" / "smol vlm;$(touch pwned-5)"
+    shutil.copytree(tiny_checkpoint_dirs["smolvlm"], folder)
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(json.dumps({"offline_models": [str(folder)], "depth_model": PAYLOAD}))   # JSON is YAML
+    settings = [s for s in SETTINGS if not s.startswith("offline_models=")]
     words = README_COMMAND.split()
-    driver_cmd = [sys.executable, "-m", *words[:4], "shard_size=1", f"output_dir={slurm_out}", *SETTINGS]
+    driver_cmd = [sys.executable, "-m", *words[:3], "--configfile", str(cfg), words[3], "shard_size=1",
+                  f"output_dir={slurm_out}", *settings]
     assert words[:3] == ["snakemake", "--profile", "profiles/slurm"] and words[3] == "--config"
     log_path = tmp_path / "driver.log"
     t0 = time.monotonic()
@@ -119,8 +135,8 @@ def test_sharded_demo_on_slurm_retries_a_cancelled_shard_and_equals_the_local_cu
                 time.sleep(1)
         t_cancel = time.monotonic() - t0
         # meanwhile, the local unsharded run of the same settings
-        local = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/local", "--config",
-                                f"output_dir={local_out}", *SETTINGS], cwd=ROOT, env=_env(),
+        local = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/local", "--configfile",
+                                str(cfg), "--config", f"output_dir={local_out}", *settings], cwd=ROOT, env=_env(),
                                capture_output=True, text=True, timeout=DRIVER_TIMEOUT_S)
         assert local.returncode == 0, local.stderr[-4000:]
         try:
@@ -144,6 +160,8 @@ def test_sharded_demo_on_slurm_retries_a_cancelled_shard_and_equals_the_local_cu
     xr.testing.assert_identical(a, b)
     for name in [*a.data_vars, *a.coords]:
         assert a[name].dtype == b[name].dtype, name
+    assert str(folder) in [str(m) for m in a["model"].values]   # the folder, as it was given
+    assert not _pwned(ROOT, tmp_path, folder.parent, slurm_out, local_out)
     print(f"SLURM run {time.monotonic() - t0:.0f} s, shard job {cancelled} cancelled at {t_cancel:.0f} s and "
           f"retried as job {retry}; cube identical to the local run's")
 
@@ -162,6 +180,22 @@ def _driver(tmp_path: Path, out: Path, n_items: int, log_name: str) -> tuple[sub
 
 ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "SUSPENDED"}
 LAUNCH_FAILURES = ("JobLaunchFailure", "Could not open stdout", "launch failed", "SLURM status is: 'FAILED'")
+
+
+def test_a_config_value_the_slurm_executor_would_pass_through_a_shell_is_refused_before_submission(tmp_path):
+    """The executor plugin re-creates each job's command line from --config inside sbatch --wrap="…": a value
+    with shell code there is refused before anything is submitted, naming the setting and the fix."""
+    out = tmp_path / "out"
+    before = {job[0] for job in _squeue()}
+    r = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "--config",
+                        f"output_dir={out}", *SETTINGS, f"depth_model={PAYLOAD}"], cwd=ROOT, env=_env(),
+                       capture_output=True, text=True, timeout=600)
+    text = r.stdout + r.stderr
+    assert r.returncode != 0, text[-3000:]
+    assert f"--config depth_model={PAYLOAD}: the value of depth_model holds '\"', '$', \"'\", '`'" in text, text[-3000:]
+    assert "give depth_model in a --configfile instead" in text and "nothing was written" in text
+    assert {job[0] for job in _squeue()} == before   # nothing submitted
+    assert not (out / "items.json").exists() and not _pwned(ROOT, tmp_path)
 
 
 def test_two_drivers_of_one_checkout_side_by_side_both_finish_without_launch_failures(tmp_path):

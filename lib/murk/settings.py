@@ -667,7 +667,7 @@ def remote_job_problems(config_args: Sequence[str] | None, configfiles: Sequence
     """
     out = []
     for arg in config_args or ():
-        bad = sorted(set(_REMOTE_UNSAFE.findall(str(arg)))) + (["'", '"'] if "'" in arg and '"' in arg else [])
+        bad = sorted(set(_REMOTE_UNSAFE.findall(str(arg))) | ({"'", '"'} if "'" in arg and '"' in arg else set()))
         if bad:
             key = str(arg).split("=", 1)[0]
             shown = ", ".join("a line break" if c in "\n\r" else repr(c) for c in bad)
