@@ -250,16 +250,23 @@ def store_identity(*, config_hash: str, items_hash: str, model_id: str, depth_ba
             "depth_revision": str(depth_revision or ""), "schema_version": SCHEMA_VERSION, **provenance}
 
 
+def _identity_differences(have: Mapping[str, Any], want: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """The identity settings (:data:`IDENTITY_ATTRS`, in its order) in which a store's attributes ``have`` and a
+    run's ``want`` differ: key -> (the store's value, the run's); a key one side lacks is ``"(not recorded)"``."""
+    want = {"schema_version": SCHEMA_VERSION, **want}  # a new store records the current layout
+    out = {}
+    for k in IDENTITY_ATTRS:
+        if k in have or k in want:
+            a, b = have.get(k, "(not recorded)"), _attr(want.get(k, "(not recorded)"))
+            if a != b:
+                out[k] = (a, b)
+    return out
+
+
 def _identity_diff(path: Path, have: Mapping[str, Any], want: Mapping[str, Any]) -> str:
     """Message naming each identity setting in which a store and a run differ ('' if none)."""
-    lines = []
-    want = {"schema_version": SCHEMA_VERSION, **want}  # a new store records the current layout
-    for k, what in IDENTITY_ATTRS.items():
-        if k not in have and k not in want:
-            continue
-        a, b = have.get(k, "(not recorded)"), _attr(want.get(k, "(not recorded)"))
-        if a != b:
-            lines.append(f"  {k}: store {a!r}, this run {b!r} ({what})")
+    lines = [f"  {k}: store {a!r}, this run {b!r} ({IDENTITY_ATTRS[k]})"
+             for k, (a, b) in _identity_differences(have, want).items()]
     if not lines:
         return ""
     return (f"read-out store {path} was written with other settings than this run:\n" + "\n".join(lines)
@@ -271,18 +278,16 @@ def _only_n_items_changed(have: Mapping[str, Any], want: Mapping[str, Any], n_ha
     """Whether a store of ``n_have`` items and a run of ``n_want`` differ in nothing else than the model's
     ``n_items``: ``n_verbal_items`` is stored capped at the number of items (:func:`store_identity`), so a
     changed ``n_items`` can change it too; every other identity setting is equal."""
-    want = {"schema_version": SCHEMA_VERSION, **want}
-    for k in IDENTITY_ATTRS:
-        if (k in have or k in want) and have.get(k, "(not recorded)") != _attr(want.get(k, "(not recorded)")):
-            if k != "n_verbal_items":
-                return False
-            try:
-                a, b = int(have[k]), int(want[k])
-            except (KeyError, TypeError, ValueError):
-                return False
-            # one asked n_verbal_items k, capped by each run's n_items, gives both; else it changed itself
-            if not any(min(k, n_have) == a and min(k, n_want) == b for k in (a, b, max(n_have, n_want))):
-                return False
+    for k, (a, b) in _identity_differences(have, want).items():
+        if k != "n_verbal_items":
+            return False
+        try:
+            a, b = int(a), int(b)
+        except (TypeError, ValueError):
+            return False
+        # one asked n_verbal_items k, capped by each run's n_items, gives both; else it changed itself
+        if not any(min(k, n_have) == a and min(k, n_want) == b for k in (a, b, max(n_have, n_want))):
+            return False
     return True
 
 
@@ -414,11 +419,11 @@ def set_aside_superseded(path: str | os.PathLike, attrs: Mapping[str, Any]) -> P
         return None
     if not isinstance(have, dict):
         return None
-    want = {"schema_version": SCHEMA_VERSION, **attrs}
-    differ = [k for k in IDENTITY_ATTRS if (k in have or k in want)
-              and have.get(k, "(not recorded)") != _attr(want.get(k, "(not recorded)"))]
-    old, new = have.get("model_revision"), want.get("model_revision")
-    if differ != ["model_revision"] or not (_is_local_revision(old) and str(new).startswith("sha256:")):
+    differ = _identity_differences(have, attrs)
+    if list(differ) != ["model_revision"]:
+        return None
+    old, new = differ["model_revision"]
+    if not (_is_local_revision(old) and str(new).startswith("sha256:")):
         return None
     aside = path.with_name(SUPERSEDED_NAME.format(name=path.name, revision=str(old).replace(":", "-")))
     base, n = aside, 1

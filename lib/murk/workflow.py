@@ -79,7 +79,7 @@ from murk import runlock
 from murk.runlock import RootInUse, hold_root_lock, snakefile_run_lock
 
 __all__ = ["ModelEntry", "model_entries", "IGNORED_SUFFIXES", "SELECTION_KEYS", "store_digest", "write_marker", "read_marker", "stale_reason",
-           "store_of", "rerun_reason", "rerun_words", "force_rerun", "file_states", "restore_times", "foreign_stores", "refuse_foreign_stores", "running_notebooks_dir", "hold_run_lock",
+           "store_of", "rerun_reason", "rerun_words", "force_rerun", "checkpoint_identity", "file_states", "restore_times", "foreign_stores", "refuse_foreign_stores", "running_notebooks_dir", "hold_run_lock",
            "hold_root_lock", "snakefile_run_lock", "RootInUse",
            "run_id", "run_id_of", "analysis_id", "refuse_other_run", "refuse_other_depth", "identity_bundle", "IDENTITY_MIME", "IDENTITY_LABEL"]
 
@@ -408,9 +408,6 @@ def force_rerun(workflow: Any, marker: str) -> bool:
         return False
     forced.add(marker)
     return True
-
-
-__all__ += ["checkpoint_identity"]
 
 
 def _hub_cache_commit(model: str) -> str:
