@@ -733,12 +733,6 @@ def _write_json(path: Path, obj) -> None:
     path.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 # --- Qwen3-VL ---------------------------------------------------------------------------
 # Published architecture values of Qwen/Qwen3-VL-2B/4B-Instruct that fix the format (no config.json
 # is among the real files): vocabulary 151,936 rows, rope theta 5e6, interleaved
@@ -1120,7 +1114,7 @@ def build_realformat_checkpoint(family: str, out_dir: str | os.PathLike, seed: i
         model.save_pretrained(final)
         processor.save_pretrained(final)
         marker = {"arch": family, "seed": int(seed), "pipeline_check": True, "format": "real",
-                  "sources": {str(f.relative_to(src)): _sha256(f) for f in info["files"]},
+                  "sources": {str(f.relative_to(src)): identity.file_digest(f) for f in info["files"]},
                   "digest": identity.checkpoint_digest(final, None)}
         if "assumed" in info:
             marker["assumed"] = info["assumed"]
