@@ -54,7 +54,13 @@ own, :func:`murk.whole.score_whole` and :func:`murk.baseline.score_prompts` with
 Out of memory
 -------------
 A batch that raises an out-of-memory error is split into halves and each half is
-run again (logged, counted in :attr:`EngineStats.oom_splits`). Only the rows of
+run again (logged, counted in :attr:`EngineStats.oom_splits`), after the failed
+batch is released: the handler only records the error; outside it the collated
+rows and the exception's traceback (which holds the activations, KV cache and
+logits) are dropped, ``gc.collect()`` and, on CUDA, ``torch.cuda.empty_cache()``
+run (:func:`_run_rows`). One unit that does not fit alone stops the read-out with
+a one-line ``torch.OutOfMemoryError`` naming the settings that make it fit
+(``render.max_side_px``, ``readout.dtype_gpu``). Only the rows of
 that batch can change, and only by the rounding of the smaller kernels: in float32
 by at most the engine's agreement with per-prompt scoring (``<= 1e-6`` in every
 probability read-out); in bfloat16 by the bf16 differences that
@@ -936,24 +942,112 @@ def _run_batch(vlm: VLM, batch: _Batch, opt_ids, max_new: int, stats: EngineStat
 
 def _run_rows(vlm: VLM, rows: Sequence[_Row], opt_ids, max_new: int, bucket: int, stats: EngineStats,
               keep_probs: bool = False, collated: _Batch | None = None) -> list[_RowOut]:
-    """:func:`_run_batch`, splitting the rows in halves on an out-of-memory error."""
+    """:func:`_run_batch` on the rows, splitting them in halves on an out-of-memory error.
+
+    The ``except`` clause only records the failure: the failed batch (its collated host
+    tensors and, through the exception's traceback, its device inputs, masks,
+    activations, KV cache and logits) is released outside it, then ``gc.collect()``
+    and, on CUDA, ``torch.cuda.empty_cache()`` run, and only then are the halves run
+    (the PyTorch FAQ's "my out of memory exception handler can't allocate memory").
+    Halves run left first, iteratively: at most ``2 * len(rows) - 1`` forward batches,
+    outputs in row order.
+
+    Parameters
+    ----------
+    vlm : VLM
+    rows : sequence of _Row
+        The rows of one forward (one row per unit).
+    opt_ids : list of int
+        All option-letter token ids (:func:`_option_ids`).
+    max_new : int
+        Greedy decode steps of the continuations.
+    bucket : int
+        Row lengths are padded to multiples of this many tokens.
+    stats : EngineStats
+        Counters to add to (:attr:`EngineStats.oom_splits` counts the splits).
+    keep_probs : bool
+        Keep every prompt-final token's full distribution (tests).
+    collated : _Batch, optional
+        ``rows`` already collated (by a preparing worker). Pass the only reference
+        to it: it is dropped when its forward fails, before the halves run.
+
+    Returns
+    -------
+    list of _RowOut
+        One per row, in the order of ``rows``.
+
+    Raises
+    ------
+    torch.OutOfMemoryError
+        If a single row does not fit; the message names the settings that make it fit.
+    """
     import torch
 
-    try:
-        batch = collated if collated is not None else _collate(vlm, rows, bucket)
-        with torch.inference_mode():
-            return _run_batch(vlm, batch, opt_ids, max_new, stats, keep_probs)
-    except _oom_types():
-        if len(rows) == 1:
-            raise
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-        h = len(rows) // 2
+    rows = list(rows)
+    batch, collated = collated, None  # the caller's reference is gone (_run_prepared pops it): ours is the only one
+    todo = [(0, len(rows))]  # row ranges still to run, the next one last
+    outs: list[_RowOut] = []
+    while todo:
+        lo, hi = todo.pop()
+        failed = None
+        try:
+            if batch is None:
+                batch = _collate(vlm, rows[lo:hi], bucket)
+            with torch.inference_mode():
+                got = _run_batch(vlm, batch, opt_ids, max_new, stats, keep_probs)
+        except _oom_types() as e:  # record only: the halves must not run while this frame holds the failed batch
+            failed = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            _drop_traceback(e)
+            del e
+        batch = None
+        if failed is None:
+            outs.extend(got)
+            got = None
+            continue
+        _free_after_oom(vlm)
+        if hi - lo == 1:
+            raise _oom_types()[0](_one_row_oom_message(vlm, rows[lo], failed))
+        h = (hi - lo) // 2
         stats.oom_splits += 1
         log.warning("out of memory with a batch of %d rows: splitting it into %d + %d (these rows can differ from "
-                    "an unsplit run by floating-point rounding)", len(rows), h, len(rows) - h)
-        return (_run_rows(vlm, rows[:h], opt_ids, max_new, bucket, stats, keep_probs)
-                + _run_rows(vlm, rows[h:], opt_ids, max_new, bucket, stats, keep_probs))
+                    "an unsplit run by floating-point rounding)", hi - lo, h, hi - lo - h)
+        todo += [(lo + h, hi), (lo, lo + h)]
+    return outs
+
+
+def _drop_traceback(e: BaseException) -> None:
+    """Release what a caught exception's traceback holds: the locals of the finished frames, then the traceback."""
+    import traceback
+
+    traceback.clear_frames(e.__traceback__)  # the frame still running (the handler's) is skipped
+    e.__traceback__ = None
+    e.__context__ = e.__cause__ = None
+
+
+def _free_after_oom(vlm: VLM) -> None:
+    """Return the failed batch's memory: collect reference cycles, then hand cached CUDA blocks back."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if str(vlm.device).startswith("cuda") and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _one_row_oom_message(vlm: VLM, row: _Row, error: str) -> str:
+    """One line: a single unit does not fit in the device's memory, and the settings that make it fit."""
+    cuda = str(vlm.device).startswith("cuda")
+    dtype = str(vlm.dtype).replace("torch.", "")
+    key = "readout.dtype_gpu" if cuda else "readout.dtype_cpu"
+    smaller = f"set {key}: bfloat16 in data/config.yaml (now {dtype}), or " if dtype == "float32" else ""
+    return (f"out of memory reading out one unit of {vlm.model_id} on {vlm.device} ({row.n} tokens, "
+            f"{row.n_vision} of them vision tokens; {dtype}) alone in its forward pass: {error}. Nothing of this "
+            f"batch was written (images written before it are kept; rerunning resumes after them). "
+            f"images_per_batch cannot help (the batch was already split down to one unit): free the device's "
+            f"memory (other processes on it), or {smaller}lower render.max_side_px in data/config.yaml (now "
+            f"{vlm.max_side_px} px: fewer vision tokens), or run the read-out on a device with more memory "
+            f"(the device setting)")
 
 
 def _option_ids(vlm: VLM) -> tuple[list[int], dict[str, list[int]]]:
@@ -992,13 +1086,14 @@ def _unit_readouts(vlm: VLM, pu: _PreparedUnit, outs: Sequence[_RowOut | None], 
 
 
 def _run_prepared(vlm: VLM, prepared: Sequence[_PreparedUnit], cfg: Mapping[str, Any], stats: EngineStats,
-                  bucket: int, keep_probs: bool = False, collated: Mapping[int, _Batch | None] | None = None
+                  bucket: int, keep_probs: bool = False, collated: dict[int, _Batch | None] | None = None
                   ) -> list:
     """The model's part for prepared units: batched rows in one forward per row kind, fallback units one by one.
 
     Returns per unit ``[core row output, verbal row output]`` (:class:`_RowOut` or None), or, for a fallback
     unit (every prompt run whole, :func:`murk.whole.read_unit`), its read-outs (a dict). ``collated`` holds
-    rows already collated by a worker (``{0: core, 1: verbal}``).
+    rows already collated by a worker (``{0: core, 1: verbal}``); each entry is popped as its rows run, so
+    that a batch that runs out of memory is freed before its halves run (:func:`_run_rows`).
     """
     import torch
 
@@ -1010,7 +1105,7 @@ def _run_prepared(vlm: VLM, prepared: Sequence[_PreparedUnit], cfg: Mapping[str,
         if not which:
             continue
         ro = _run_rows(vlm, [prepared[i].rows[kind] for i in which], opt_ids, max_new, bucket, stats, keep_probs,
-                       collated=None if collated is None else collated.get(kind))
+                       collated=None if collated is None else collated.pop(kind, None))
         for i, o in zip(which, ro):
             outs[i][kind] = o
     for i, pu in enumerate(prepared):
