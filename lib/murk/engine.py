@@ -1041,9 +1041,9 @@ def _one_row_oom_message(vlm: VLM, row: _Row, error: str) -> str:
     dtype = str(vlm.dtype).replace("torch.", "")
     key = "readout.dtype_gpu" if cuda else "readout.dtype_cpu"
     smaller = f"set {key}: bfloat16 in data/config.yaml (now {dtype}), or " if dtype == "float32" else ""
-    return (f"out of memory reading out one unit of {vlm.model_id} on {vlm.device} ({row.n} tokens, "
-            f"{row.n_vision} of them vision tokens; {dtype}) alone in its forward pass: {error}. Nothing of this "
-            f"batch was written (images written before it are kept; rerunning resumes after them). "
+    return (f"out of memory reading out one unit of {vlm.model_id} on {vlm.device} (a row of {row.n} tokens, "
+            f"{row.n_image_tokens} of them image tokens from {row.n_vision} vision patches; {dtype}) alone in its "
+            f"forward pass: {error.rstrip('.')}. Nothing of this batch was written (images written before it are kept; rerunning resumes after them). "
             f"images_per_batch cannot help (the batch was already split down to one unit): free the device's "
             f"memory (other processes on it), or {smaller}lower render.max_side_px in data/config.yaml (now "
             f"{vlm.max_side_px} px: fewer vision tokens), or run the read-out on a device with more memory "
