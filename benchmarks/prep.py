@@ -13,8 +13,8 @@ and COCO images at 448 px:
    ``workers`` and of the last over the batches between; the first ones, which include the workers'
    start and arrive together, are left out);
 2. ``x1.5`` and ``x0.5``: the model takes 1.5 and 0.5 times that per batch; ``wait_share=`` is the
-   share of the model thread's time spent waiting for input, in the steady state (the first batch,
-   filling the pipeline, is left out; ``wait_share_with_fill=`` keeps it). A run whose model
+   share of the model thread's time spent waiting for input, in the steady state (the first
+   ``workers`` batches, filling the pipeline, are left out; ``wait_share_with_fill=`` keeps them). A run whose model
    waits more than 10 % of its time is preparation-bound, and the script says how many workers would
    keep the model busy: ``ceil(workers * prep_s_per_batch / model_s_per_batch)``, at one CPU each.
 
@@ -121,11 +121,11 @@ def run(vlm, load, n_batches: int, per_batch: int, workers: int, model_s: float)
     calls = model.calls
     waits = [calls[0][0] - t0] + [calls[b][0] - calls[b - 1][1] for b in range(1, len(calls))]
     busy = [r - c for c, r in calls]
-    steady = sum(waits[1:]) / max(sum(waits[1:]) + sum(busy[1:]), 1e-12)
+    # the first w batches fill the pipeline (w workers start and finish them about together): the steady state
+    # is what follows
+    first = min(max(workers, 1), len(calls) - 1)
+    steady = sum(waits[first:]) / max(sum(waits[first:]) + sum(busy[first:]), 1e-12)
     fill = sum(waits) / max(sum(waits) + sum(busy), 1e-12)
-    # w workers finish w batches about together: the steady state's time per batch is the span of the calls
-    # after the first w over the batches in it
-    first = min(workers, len(calls) - 1)
     interval = (calls[-1][0] - calls[first - 1][0]) / max(len(calls) - first, 1)
     return {"steady": steady, "fill": fill, "interval": interval,
             "batches": len(calls), "mode": "processes" if workers >= 2 else "thread"}
@@ -144,7 +144,7 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=engine.job_cpus(),
                     help="preparing workers (processes when >= 2); default: the CPUs the job was given")
     ap.add_argument("--images-per-batch", type=int, default=1)
-    ap.add_argument("--batches", type=int, default=8, help="scheduled batches per run")
+    ap.add_argument("--batches", type=int, default=12, help="scheduled batches per run")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of (measure, each multiple); medians reported")
     ap.add_argument("--verbal", action="store_true", help="ask the verbal wordings v2, v3 of every item too")
     ap.add_argument("--multiples", type=float, nargs="+", default=[1.5, 0.5],
@@ -181,7 +181,11 @@ def main(argv=None) -> int:
         share = sorted(s_ for s_, _ in got)[len(got) // 2]
         need = max(n for _, n in got)
         one, five, fifteen = os.getloadavg()
-        if share > 0.1:
+        if share > 0.1 and need <= w:
+            print(f"prep: x{x:g}: the model waits {share:.3f} of its time for input (median of {len(got)} rounds) "
+                  f"with {w} worker(s), which would keep it busy on CPUs of their own: the waiting is the "
+                  f"machine's load; load={one:.2f},{five:.2f},{fifteen:.2f}", flush=True)
+        elif share > 0.1:
             print(f"prep: x{x:g}: preparation-bound: the model waits {share:.3f} of its time for input (median of "
                   f"{len(got)} rounds) with {w} worker(s); about {need} workers (one CPU each) would keep it busy; "
                   f"load={one:.2f},{five:.2f},{fifteen:.2f}", flush=True)
