@@ -181,3 +181,19 @@ def test_workers_from_the_cpus_the_job_was_given(monkeypatch):
     assert engine.job_cpus() == 8
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "4; rm -rf /")
     assert engine.job_cpus() == 8
+
+
+def test_the_stages_load_pickles_and_reports_bad_input(tmp_path):
+    """murk.engine.ItemJobs (the read-out stage's load) travels to a process by pickle, and a missing image is
+    bad input (FileNotFoundError, recorded by read_images as the image's missing reason)."""
+    import pandas as pd
+
+    cfg = load_config()
+    table = pd.DataFrame([{"image_id": 7, "file_name": "000000000007.jpg", "width": 640, "height": 480,
+                           "bbox": [10.0, 10.0, 50.0, 50.0], **ROWS[0]}])
+    jobs = engine.ItemJobs(table, np.array([0]), str(tmp_path), str(tmp_path), cfg, seed=1, n_verbal_items=1)
+    assert engine._unshippable(jobs) is None
+    back = pickle.loads(pickle.dumps(jobs))
+    assert back.table.equals(table) and back.n_verbal_items == 1
+    with pytest.raises(FileNotFoundError, match="000000000007.jpg"):
+        back(0)
