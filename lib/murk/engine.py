@@ -1235,10 +1235,10 @@ class _ModelView:
 
 def _prep_view(vlm: VLM) -> VLM:
     """A picklable copy of ``vlm`` for preparation: processor, tokenizer and settings, the model replaced by its
-    config (:class:`_ModelView`); never the weights."""
+    config (:class:`_ModelView`); never the weights. Its device is the host: a worker never starts CUDA."""
     inner = getattr(vlm.model, "model", None)
     borrowed = _BorrowedMethods(type(inner), inner.config) if is_mrope(vlm) else None
-    return dataclasses.replace(vlm, model=_ModelView(vlm.model.config, borrowed))
+    return dataclasses.replace(vlm, model=_ModelView(vlm.model.config, borrowed), device="cpu")
 
 
 def _unshippable(obj: Any) -> str | None:
