@@ -188,10 +188,11 @@ print(f"{len(todo)} of {len(span)} images to read out")
 # For each image not yet done, `load` gathers its inputs at the presented size
 # (`murk.render.item_inputs`: the image, its depth, the box, the shuffled
 # control's partner) and its 24 conditions (`murk.render.render_conditions`, a
-# generator); the batched engine (`murk.engine.read_images`) consumes them in a
-# worker thread, builds each unit's token tree, and reads every question of every
+# generator; `murk.engine.ItemJobs`); the batched engine (`murk.engine.read_images`)
+# consumes them in preparing workers (processes on a GPU, sized from the CPUs the
+# job was given), builds each unit's token tree, and reads every question of every
 # condition of the scheduled batch in one forward pass and one greedy decode loop,
-# while the next batch is being rendered. Each image is written as soon as its
+# while the next batches are being rendered. Each image is written as soon as its
 # batch is read (`murk.cube.write_image`: values first, then its `done` flag).
 #
 # Bad input (a missing or undecodable image, a missing depth map) and a failed
@@ -208,14 +209,10 @@ partner = items.shuffled_partner(len(table), cfg["items"].get("shuffle_offset", 
 skipped, fallbacks = {}, []
 
 
-def load(i):
-    """Item i's questions and its 24 conditions (the generator: rendered in the engine's worker thread)."""
-    row = table.iloc[i]
-    x = render.item_inputs(table, i, partner[i], meta["image_dir"], current["path"], cfg)  # raises on bad input
-    conditions = render.render_conditions(x["image"], x["depth_m"], x["bbox"], x["partner_image"],
-                                          seed=meta["seed"], image_id=int(row["image_id"]), config=cfg)
-    verbal = prompts.VERBAL_WORDINGS if i < int(n_verbal_items) else ("v1",)
-    return engine.ImageJob(prompts.questions_for_item(row, cfg), conditions, verbal)
+# item i's questions and its 24 conditions (a generator, rendered by the engine's preparing workers; a
+# module-level object, so that worker processes can be sent it)
+load = engine.ItemJobs(table, partner, meta["image_dir"], current["path"], cfg, seed=meta["seed"],
+                       n_verbal_items=int(n_verbal_items))
 
 
 def record_missing(i, reason):

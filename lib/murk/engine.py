@@ -110,6 +110,7 @@ __all__ = [
     "N_CONDITIONS",
     "Unit",
     "ImageJob",
+    "ItemJobs",
     "ImageResult",
     "EngineStats",
     "schedule",
@@ -119,6 +120,7 @@ __all__ = [
     "auto_images_per_batch",
     "read_units",
     "read_images",
+    "job_cpus",
     "BAD_INPUT_ERRORS",
 ]
 
@@ -172,14 +174,65 @@ class ImageJob:
     ----------
     questions : sequence of Question
     conditions : iterable of (arm, level, image)
-        Usually the generator :func:`murk.render.render_conditions`; consumed in a
-        worker thread, so rendering overlaps with the model.
+        Usually the generator :func:`murk.render.render_conditions`; consumed by a
+        preparing worker (:func:`read_images`), so rendering overlaps with the model.
     verbal_variants : sequence of str
     """
 
     questions: Sequence[Question]
     conditions: Iterable[tuple[str, int, np.ndarray]]
     verbal_variants: Sequence[str] = ("v1",)
+
+@dataclass(frozen=True)
+class ItemJobs:
+    """The read-out stage's ``load(item)`` for :func:`read_images`: a module-level, picklable callable.
+
+    ``ItemJobs(...)(i)`` gathers item ``i``'s inputs at the presented size
+    (:func:`murk.render.item_inputs`: image, depth, box, the shuffled control's
+    partner) and returns its questions and its conditions as the generator
+    :func:`murk.render.render_conditions`, consumed by a preparing worker. Being
+    picklable, it lets :func:`read_images` prepare in worker processes (a closure
+    or a function defined in a notebook cannot be sent to one).
+
+    Attributes
+    ----------
+    table : pandas.DataFrame
+        The items (:func:`murk.items.read_items`); ``i`` is a row position.
+    partner : sequence of int
+        Each item's shuffled-control partner (:func:`murk.items.shuffled_partner`).
+    image_dir, depth_folder : str
+        The COCO image folder and the depth cache (:func:`murk.depth.current_depth`).
+    config : dict
+        Study configuration.
+    seed : int
+        The selection's seed (per-item randomness of the conditions).
+    n_verbal_items : int
+        Items ``i < n_verbal_items`` are asked the verbal wordings v1, v2, v3; the others v1 only.
+
+    Raises
+    ------
+    FileNotFoundError, ValueError
+        From :func:`murk.render.item_inputs` on bad input (recorded as the image's missing reason).
+    """
+
+    table: Any
+    partner: Sequence[int]
+    image_dir: str
+    depth_folder: str
+    config: Mapping[str, Any]
+    seed: int
+    n_verbal_items: int = 0
+
+    def __call__(self, i: int) -> ImageJob:
+        from murk import prompts, render
+
+        row = self.table.iloc[i]
+        x = render.item_inputs(self.table, i, int(self.partner[i]), self.image_dir, self.depth_folder, self.config)
+        conditions = render.render_conditions(x["image"], x["depth_m"], x["bbox"], x["partner_image"],
+                                              seed=int(self.seed), image_id=int(row["image_id"]),
+                                              config=self.config)
+        verbal = prompts.VERBAL_WORDINGS if i < int(self.n_verbal_items) else ("v1",)
+        return ImageJob(prompts.questions_for_item(row, self.config), conditions, verbal)
 
 
 @dataclass
@@ -1224,19 +1277,189 @@ def _prepare_image(vlm, item: int, load: Callable[[int], ImageJob], cfg, support
 _STOP = object()
 
 
+# --------------------------------------------------------------------------- preparation in worker processes
+
+
+def job_cpus() -> int:
+    """The CPUs this job was given: the process's CPU affinity, and ``SLURM_CPUS_PER_TASK`` when set (the smaller).
+
+    ``os.cpu_count()`` counts the whole node; a SLURM job (or a ``taskset``) may hold a few of its CPUs only.
+
+    Returns
+    -------
+    int
+        ``>= 1``. A ``SLURM_CPUS_PER_TASK`` that is not a positive integer is ignored (logged).
+    """
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - no affinity on this platform
+        n = os.cpu_count() or 1
+    slurm = os.environ.get("SLURM_CPUS_PER_TASK", "").strip()
+    if slurm:
+        if slurm.isdigit() and int(slurm) > 0:
+            n = min(n, int(slurm))
+        else:
+            log.warning("SLURM_CPUS_PER_TASK=%r is not a positive integer: ignored (the CPU affinity gives %d)",
+                        slurm, n)
+    return max(1, n)
+
+
+class _BorrowedMethods:
+    """A model's config and its methods, without its weights: what ``get_rope_index`` reads (Qwen-VL's M-RoPE
+    positions depend on the config and the token ids only). Picklable: the class travels by reference."""
+
+    def __init__(self, cls: type, config: Any) -> None:
+        self.cls = cls
+        self.config = config
+
+    def __getattr__(self, name: str):
+        cls = self.__dict__.get("cls")  # absent while unpickling
+        f = getattr(cls, name, None) if cls is not None else None
+        if callable(f):
+            return f.__get__(self)
+        raise AttributeError(name)
+
+
+@dataclass
+class _ModelView:
+    """What preparation reads of ``VLM.model``: its config, and the inner model's ``get_rope_index`` (M-RoPE only)."""
+
+    config: Any
+    model: Any = None
+
+
+def _prep_view(vlm: VLM) -> VLM:
+    """A picklable copy of ``vlm`` for preparation: processor, tokenizer and settings, the model replaced by its
+    config (:class:`_ModelView`); never the weights. Its device is the host: a worker never starts CUDA."""
+    inner = getattr(vlm.model, "model", None)
+    borrowed = _BorrowedMethods(type(inner), inner.config) if is_mrope(vlm) else None
+    return dataclasses.replace(vlm, model=_ModelView(vlm.model.config, borrowed), device="cpu")
+
+
+def _unshippable(obj: Any) -> str | None:
+    """Why ``obj`` cannot be sent to a worker process (None if it can): it does not pickle, or it refers to a
+    function or class of a ``__main__`` that a new process cannot import (a notebook, an interactive session)."""
+    import io
+    import pickle
+    import sys
+
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    importable_main = bool(main_file) and str(main_file).endswith(".py")
+
+    class _Check(pickle.Pickler):
+        def reducer_override(self, o):
+            if not importable_main and getattr(o, "__module__", None) == "__main__":
+                raise pickle.PicklingError(f"{getattr(o, '__qualname__', o)!r} is defined in __main__ (a notebook "
+                                           f"or an interactive session), which a worker process cannot import")
+            return NotImplemented
+
+    try:
+        _Check(io.BytesIO(), protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    except Exception as e:  # noqa: BLE001 - any failure to pickle means: prepare in threads
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+#: the preparation state of a worker process (set once by :func:`_worker_start`)
+_WORKER: dict[str, Any] = {}
+
+
+def _worker_start(view: VLM, load: Callable[[int], ImageJob], cfg: Mapping[str, Any], support: str | None) -> None:
+    """Initializer of a preparing process: one thread for torch (the processes are the parallelism)."""
+    import torch
+
+    torch.set_num_threads(1)
+    _WORKER.update(vlm=view, load=load, cfg=cfg, support=support)
+
+
+def _vision_as(im: _PreparedImage, convert) -> _PreparedImage:
+    """``im`` with every row's vision inputs converted (in place)."""
+    for u in im.units:
+        for r in u.rows:
+            if r is not None:
+                r.vision = {k: convert(v) for k, v in r.vision.items()}
+    return im
+
+
+def _tensor_to_array(t) -> tuple[np.ndarray, bool]:
+    """A tensor as a numpy array of the same bytes (bfloat16 as int16), and whether it was bfloat16."""
+    import torch
+
+    bf16 = t.dtype == torch.bfloat16
+    return (t.view(torch.int16) if bf16 else t).numpy(), bf16
+
+
+def _array_to_tensor(packed: tuple[np.ndarray, bool]):
+    import torch
+
+    a, bf16 = packed
+    t = torch.from_numpy(a if a.flags.writeable else a.copy())
+    return t.view(torch.bfloat16) if bf16 else t
+
+
+def _worker_prepare(item: int) -> bytes:
+    """One image prepared in a worker process, pickled with its tensors as numpy arrays (one copy each way, no
+    per-tensor serialisation)."""
+    import pickle
+
+    w = _WORKER
+    im = _prepare_image(w["vlm"], item, w["load"], w["cfg"], w["support"])
+    return pickle.dumps(_vision_as(im, _tensor_to_array), protocol=5)
+
+
+def _received(data: bytes) -> _PreparedImage:
+    import pickle
+
+    return _vision_as(pickle.loads(data), _array_to_tensor)
+
+
+def _process_pool(nw: int, vlm: VLM, load, cfg, support):
+    """A pool of ``nw`` preparing processes ('forkserver': no fork of a process whose torch threads run), or
+    (None, reason) when what they need cannot be sent to them."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    view = _prep_view(vlm)
+    why = _unshippable((view, load, cfg, support))
+    if why is not None:
+        return None, why
+    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    ctx = multiprocessing.get_context(method)
+    if method == "forkserver":  # the server imports torch, transformers and the processor's modules once (before
+        # any torch thread starts), so that a worker starts by a fork of it instead of importing them again
+        inner = getattr(vlm.model, "model", None)
+        mods = {"murk.engine", type(vlm.processor).__module__, type(vlm.tokenizer).__module__, type(inner).__module__,
+                *(type(getattr(vlm.processor, a)).__module__ for a in ("image_processor", "tokenizer")
+                  if getattr(vlm.processor, a, None) is not None)}
+        ctx.set_forkserver_preload(["__main__", *sorted(m for m in mods if m.split(".")[0] in ("murk", "transformers"))])
+    return ProcessPoolExecutor(max_workers=nw, mp_context=ctx, initializer=_worker_start,
+                               initargs=(view, load, cfg, support)), None
+
+
 def read_images(vlm: VLM, batches: Iterable[Sequence[int]], load: Callable[[int], ImageJob], *,
                 config: Mapping[str, Any] | None = None, done: Container[int] = (), workers: int | None = None,
                 prefetch: int | None = None, length_bucket: int = 32, progress: bool | str = True,
                 stats: EngineStats | None = None) -> Iterator[ImageResult]:
     """Read out scheduled batches of images, the CPU work overlapping with the model.
 
-    Worker threads call ``load(item)`` (reading the image and depth, and usually
+    Preparing workers call ``load(item)`` (reading the image and depth, and usually
     returning :func:`murk.render.render_conditions` as the conditions), render the
-    conditions and run the processor and the token trees of every unit; collated
-    batches wait in a bounded queue; one model thread runs them in schedule order;
-    this generator yields each image once all its conditions are read, so the
-    caller writes it (:func:`murk.cube.write_image`) while the model reads the next
-    batch. An image counts as done only after the caller has written it.
+    conditions and run the processor and the token trees of every unit, one image
+    per task; a feeder thread collates each scheduled batch; collated batches wait
+    in a bounded queue; one model thread runs them in schedule order; this
+    generator yields each image once all its conditions are read, so the caller
+    writes it (:func:`murk.cube.write_image`) while the model reads the next batch.
+    An image counts as done only after the caller has written it.
+
+    With ``workers >= 2`` the workers are processes ('forkserver' start, one torch
+    thread each), so preparation does not share the model's interpreter lock: each
+    gets, once, a copy of the processor, tokenizer and settings with the model
+    replaced by its config (never the weights), and ``load``; prepared images come
+    back pickled (numpy arrays and tensors by value). When ``load`` or the
+    processor cannot be sent to a process (a closure, a function defined in a
+    notebook: use a module-level callable object such as :class:`ItemJobs`), the
+    workers are threads of this process, as they are with ``workers <= 1``; the
+    read-outs are the same bit for bit either way.
 
     Parameters
     ----------
@@ -1257,9 +1480,15 @@ def read_images(vlm: VLM, batches: Iterable[Sequence[int]], load: Callable[[int]
         Items already written: read again with their batch (so that their
         batch-mates see the same batch) but not yielded.
     workers : int, optional
-        Preparing threads; default ``min(8, cpu count - 1)`` with CUDA, 1 on CPU.
+        Preparing workers: processes when ``>= 2``, else one thread. Default with
+        CUDA: the CPUs the job was given (:func:`job_cpus`: affinity and
+        ``SLURM_CPUS_PER_TASK``) minus one for the model thread; on a CPU device 1
+        (the model's own threads use the cores).
     prefetch : int, optional
-        Batches prepared ahead (the queue's bound); default ``max(2, workers)``.
+        Batches prepared ahead (what bounds the host memory: at most ``prefetch``
+        batches' images in preparation or prepared, besides the two collated batches
+        waiting for the model); default ``max(2, ceil(workers / images per batch) + 1)``,
+        enough to keep every worker busy.
     length_bucket : int
         Row lengths are padded to multiples of this many tokens.
     progress : bool or str
@@ -1281,11 +1510,22 @@ def read_images(vlm: VLM, batches: Iterable[Sequence[int]], load: Callable[[int]
         log.warning("%s: batched read-out not possible (%s); every unit is read with every prompt run whole",
                     vlm.model_id, support)
     cuda = str(vlm.device).startswith("cuda")
-    nw = int(workers) if workers is not None else (max(1, min(8, (os.cpu_count() or 2) - 1)) if cuda else 1)
-    depth_q = int(prefetch) if prefetch is not None else max(2, nw)
+    nw = max(1, int(workers) if workers is not None else (job_cpus() - 1 if cuda else 1))
     batches = [list(b) for b in batches]
+    per_batch = max([len(b) for b in batches] or [1])
+    depth_q = max(1, int(prefetch)) if prefetch is not None else max(2, -(-nw // per_batch) + 1)
     total = sum(N_CONDITIONS for b in batches for i in b if i not in done)
-    pool = ThreadPoolExecutor(max_workers=nw, thread_name_prefix="murk-prep")
+    pool, why = _process_pool(nw, vlm, load, cfg, support) if nw >= 2 else (None, None)
+    if pool is None:
+        if why is not None:
+            log.info("preparing in %d threads, not processes: %s", nw, why)
+        pool = ThreadPoolExecutor(max_workers=nw, thread_name_prefix="murk-prep")
+
+        def prepare(i: int):
+            return pool.submit(_prepare_image, vlm, i, load, cfg, support), lambda got: got
+    else:
+        def prepare(i: int):
+            return pool.submit(_worker_prepare, i), _received
     ready: queue.Queue = queue.Queue(maxsize=2)
     results: queue.Queue = queue.Queue(maxsize=2)  # batches read, waiting for the consumer
     stop = threading.Event()
@@ -1298,8 +1538,7 @@ def read_images(vlm: VLM, batches: Iterable[Sequence[int]], load: Callable[[int]
             except queue.Full:
                 continue
 
-    def prep_batch(b: list[int]):
-        imgs = [_prepare_image(vlm, i, load, cfg, support) for i in b]
+    def collate(imgs):
         units = [u for im in imgs for u in im.units]
         collated = {}
         for kind in (0, 1):
@@ -1308,15 +1547,15 @@ def read_images(vlm: VLM, batches: Iterable[Sequence[int]], load: Callable[[int]
         return imgs, collated
 
     def feeder():
-        try:
+        try:  # images are prepared one per task, ``depth_q`` batches ahead; batches are collated in order
             it = iter(batches)
-            futs = collections.deque(pool.submit(prep_batch, b) for b in itertools.islice(it, depth_q))
+            futs = collections.deque([prepare(i) for i in b] for b in itertools.islice(it, depth_q))
             while futs and not stop.is_set():
-                got = futs.popleft().result()
+                imgs = [unpack(f.result()) for f, unpack in futs.popleft()]
                 nxt = next(it, None)
                 if nxt is not None:
-                    futs.append(pool.submit(prep_batch, nxt))
-                put(ready, got)
+                    futs.append([prepare(i) for i in nxt])
+                put(ready, collate(imgs))
         except BaseException as e:  # noqa: BLE001 - handed to the consumer
             put(ready, e)
             return
