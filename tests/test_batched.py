@@ -81,25 +81,26 @@ def test_batched_equals_each_prompt_scored_alone(arch, tiny_vlms, images):
     units = [engine.Unit(0, "fog", 3, images[0], tuple(questions_for_item(ROW, cfg)), ("v1", "v3")),
              engine.Unit(1, "clean", 0, images[1], tuple(questions_for_item(ROW2, cfg)))]
     got, stats = engine._read_units_with_probs(vlm, units, cfg)
-    assert stats.fallback_units == 0 and stats.units == 2 and stats.rows == 3  # a verbal row of its own
+    assert stats.fallback_units == 0 and stats.units == 2 and stats.rows == 3  # two core rows, one verbal branch
     prompt_tokens = distinct_prefixes = 0
     for u, (readouts, probs) in zip(units, got):
         slots = item_prompts(u.questions, cfg, u.verbal_variants)
         whole, ref = _whole(vlm, u, cfg)
         assert not whole.shared and probs.shape == whole.probs.shape
         prompt_tokens += sum(whole.n_tail_tokens)  # whole prompts: each prompt's full length
-        for wording in ({"v1"}, {"v2", "v3"}):  # core row, verbal row
-            texts = [build_prompt_text(vlm, s.user, cfg["readout"]["assistant_prefill"]) for s in slots
-                     if (s.wording in wording)]
-            if texts:
-                _, ids = image_inputs(vlm, texts, present_image(u.image, vlm.max_side_px))
-                distinct_prefixes += len({tuple(i[: d + 1]) for i in ids for d in range(len(i))})
+        texts = [build_prompt_text(vlm, s.user, cfg["readout"]["assistant_prefill"]) for s in slots]
+        _, ids = image_inputs(vlm, texts, present_image(u.image, vlm.max_side_px))
+        distinct_prefixes += len({tuple(i[: d + 1]) for i in ids for d in range(len(i))})
         assert np.abs(probs - whole.probs).max() <= TOL
         assert _max_diff(readouts, ref) <= TOL
         for task in readouts:  # the continuations were really generated (not empty)
             assert readouts[task]["verbal_text"] != ""
-    # the token tree holds each distinct prompt prefix once
+    # the token tree holds each distinct prompt prefix once, the verbal wordings' included: their branch
+    # reuses the core row's image and shared prefix (issue 38 item 5), so the vision tower ran once per unit
     assert stats.prefill_tokens == distinct_prefixes < prompt_tokens
+    once = [engine._prepare_row(vlm, present_image(u.image, vlm.max_side_px),
+                                item_prompts(u.questions, cfg), cfg) for u in units]
+    assert stats.vision_tokens == sum(r.n_vision for r in once)
 
 
 @pytest.mark.parametrize("family", ["qwen3vl", "smolvlm", "smolvlm2", "internvl", "gemma4"])
