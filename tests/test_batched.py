@@ -12,6 +12,7 @@
   and an out-of-memory split.
 """
 
+import dataclasses
 import logging
 import math
 
@@ -101,6 +102,35 @@ def test_batched_equals_each_prompt_scored_alone(arch, tiny_vlms, images):
     once = [engine._prepare_row(vlm, present_image(u.image, vlm.max_side_px),
                                 item_prompts(u.questions, cfg), cfg) for u in units]
     assert stats.vision_tokens == sum(r.n_vision for r in once)
+
+
+def test_verbal_wordings_branch_reuses_the_core_rows_keys_and_values(tiny_vlms, images, monkeypatch):
+    """The verbal wordings are a branch of the core row: with it, the same first-token distributions as with a
+    row of their own (1e-6) for fewer prefilled tokens and one vision pass; a branch that cannot see the core
+    row's cached tokens (the image, the shared prefix) gives other distributions, so the comparison can fail."""
+    vlm = tiny_vlms["qwen3vl"]
+    cfg = load_config()
+    u = engine.Unit(0, "fog", 3, images[1], tuple(questions_for_item(ROW, cfg))[:1], ("v1", "v3"))  # small: fast
+    (_, probs), = (got := engine._read_units_with_probs(vlm, [u], cfg))[0]
+    branch_stats = got[1]
+    monkeypatch.setattr(engine, "_BRANCHES", False)
+    (_, probs_rows), = (got := engine._read_units_with_probs(vlm, [u], cfg))[0]
+    row_stats = got[1]
+    assert np.abs(probs - probs_rows).max() <= TOL
+    assert branch_stats.vision_tokens * 2 == row_stats.vision_tokens  # the row of their own ran the image again
+    assert branch_stats.prefill_tokens < row_stats.prefill_tokens
+    monkeypatch.setattr(engine, "_BRANCHES", True)
+    build = engine._branch_from_ids
+
+    def blind(*a, **k):  # the branch sees none of its core row's tokens
+        b = build(*a, **k)
+        return dataclasses.replace(b, pre=np.zeros_like(b.pre))
+
+    monkeypatch.setattr(engine, "_branch_from_ids", blind)
+    (_, probs_blind), = engine._read_units_with_probs(vlm, [u], cfg)[0]
+    verbal = [j for j, s in enumerate(item_prompts(u.questions, cfg, u.verbal_variants)) if s.wording != "v1"]
+    assert np.abs(probs_blind[verbal] - probs[verbal]).max() > 1e-4
+    assert np.abs(probs_blind - probs).max() == np.abs(probs_blind[verbal] - probs[verbal]).max()  # core: same
 
 
 @pytest.mark.parametrize("family", ["qwen3vl", "smolvlm", "smolvlm2", "internvl", "gemma4"])

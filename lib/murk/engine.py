@@ -32,8 +32,12 @@ are :mod:`murk.vlm`'s public ones. This module only schedules and computes:
    (one per continuation), on the cache of the prefill; each continuation token
    attends to its prompt's ancestors and its own earlier tokens.
 
-The verbal wordings v2 / v3 are scored in rows of their own, in a forward of their
-own, so the main read-outs do not depend on whether they are asked.
+The verbal wordings v2 / v3 are scored as a **branch** of their unit's row, in a
+forward of their own after the core rows' decode, so the main read-outs do not depend
+on whether they are asked: the branch holds only the tokens of the verbal prompts that
+the core tree lacks, and attends to the core row's cached keys and values for the rest
+(the chat head, the image, the system text, a question's stem), so the processor, the
+vision tower and the shared prefix run once per unit (:func:`_run_branches`).
 
 Results do not depend on how a run is cut
 -----------------------------------------
@@ -124,6 +128,9 @@ _FAMILIES = {"smolvlm": "SmolVLM", "idefics3": "Idefics3", "qwen3_vl": "Qwen3-VL
              "gemma4": "Gemma 4"}
 #: text-model types whose forward takes a mapping {layer type: 4-D mask} (needed for sliding-window layers)
 _MASK_MAPPING_TEXT_TYPES = {"gemma4_text", "gemma3_text", "qwen3", "qwen2"}
+#: the verbal wordings as a branch of the core row (False: a row of their own, with its own vision and prefix;
+#: ``benchmarks/flops.py`` compares the two)
+_BRANCHES = True
 _VISION_KEYS = ("pixel_values", "pixel_attention_mask", "image_position_ids", "image_sizes", "image_grid_thw")
 
 
@@ -638,6 +645,17 @@ def _prepare_row(vlm: VLM, pil, slots: Sequence[PromptSlot], cfg: Mapping[str, A
     return _row_from_ids(vlm, enc, ids, slots)
 
 
+def _token_types(enc, ids0: Sequence[int], k: int) -> np.ndarray | None:
+    """The processor's token types (``mm_token_type_ids``: 0 text, 1 image, 2 video) of the first ``k`` tokens of
+    the prompt ``ids0``; ``enc`` is the processor's output for a prompt with the same image span (its types up to
+    where the two prompts differ, text beyond). None if the processor gives no types."""
+    if "mm_token_type_ids" not in enc:
+        return None
+    m = common_prefix_len([enc["input_ids"][0].tolist(), list(ids0)])
+    t = enc["mm_token_type_ids"][0, :min(k, m)].cpu().numpy().astype(np.int64)
+    return np.concatenate([t, np.zeros(max(0, k - m), dtype=np.int64)])
+
+
 def _row_from_ids(vlm: VLM, enc, ids: Sequence[Sequence[int]], slots: Sequence[PromptSlot]) -> _Row | str:
     """The token tree of one row from the processor's output ``enc`` (of ``ids[0]``'s prompt) and the prompts'
     token ids. A str is the reason it cannot be batched."""
@@ -649,11 +667,11 @@ def _row_from_ids(vlm: VLM, enc, ids: Sequence[Sequence[int]], slots: Sequence[P
     tok, dep, anc, uniq, ends = layout.tok, layout.depth, layout.anc, layout.uniq, layout.ends
     n = len(tok)
     mrope = is_mrope(vlm)
+    types = _token_types(enc, ids[0], k)
     if mrope:
         grid = enc["image_grid_thw"].cpu() if "image_grid_thw" in enc else None
-        mm = enc["mm_token_type_ids"][0, :k].cpu() if "mm_token_type_ids" in enc else None
         p3 = _rope_index(vlm, tuple(ids[0][:k]), None if grid is None else tuple(map(tuple, grid.tolist())),
-                         None if mm is None else tuple(mm.tolist()))
+                         None if types is None else tuple(types.tolist()))
         nxt = int(p3.max()) + 1
         pos = np.empty((3, n), dtype=np.int64)
         trunk = dep < k
@@ -662,8 +680,8 @@ def _row_from_ids(vlm: VLM, enc, ids: Sequence[Sequence[int]], slots: Sequence[P
     else:
         pos = dep.copy()
     vblock = np.full(n, -1, dtype=np.int64)
-    if "mm_token_type_ids" in enc:
-        vb = _vision_blocks(enc["mm_token_type_ids"][0, :k].cpu().numpy())
+    if types is not None:
+        vb = _vision_blocks(types)
         trunk = dep < k
         vblock[trunk] = vb[dep[trunk]]
     end_index = {node: e for e, node in enumerate(uniq)}
@@ -723,11 +741,9 @@ def _branch_from_ids(vlm: VLM, enc, core_ids: Sequence[Sequence[int]], ids: Sequ
         if img not in ids[0][:min(k, m)]:
             return "the image span is not in the prefix the verbal prompts share with the core prompts"
         grid = enc["image_grid_thw"].cpu() if "image_grid_thw" in enc else None
-        mm = None
-        if "mm_token_type_ids" in enc:
-            mm = enc["mm_token_type_ids"][0, :min(k, m)].cpu().tolist() + [0] * max(0, k - m)  # text beyond
+        mm = _token_types(enc, ids[0], k)
         p3 = _rope_index(vlm, tuple(ids[0][:k]), None if grid is None else tuple(map(tuple, grid.tolist())),
-                         None if mm is None else tuple(mm))
+                         None if mm is None else tuple(mm.tolist()))
         nxt = int(p3.max()) + 1
         pos = np.empty((3, n), dtype=np.int64)
         trunk = dep < k
@@ -781,7 +797,8 @@ def _prepare_unit(vlm: VLM, unit: Unit, cfg: Mapping[str, Any], support: str | N
     # the verbal wordings as a branch of the core row's token tree: their prefill reuses the keys and values of
     # every token they share with the core prompts (chat head, image, system text, question stems), so neither
     # the vision tower nor the shared prefix runs twice
-    branch = _branch_from_ids(vlm, enc, ids[: len(core)], ids[len(core):], row, verbal)
+    branch = (_branch_from_ids(vlm, enc, ids[: len(core)], ids[len(core):], row, verbal) if _BRANCHES
+              else "branches switched off")
     if not isinstance(branch, str):
         return _PreparedUnit(unit, [core, verbal], [dataclasses.replace(row, branch=branch), None])
     other = _row_from_ids(vlm, enc, ids[len(core):], verbal)  # a row of its own (its own prefill and vision)
