@@ -133,6 +133,39 @@ def test_verbal_wordings_branch_reuses_the_core_rows_keys_and_values(tiny_vlms, 
     assert np.abs(probs_blind - probs).max() == np.abs(probs_blind[verbal] - probs[verbal]).max()  # core: same
 
 
+def test_decode_uses_sdpa_grouped_query_attention_bit_identically(tiny_vlms, images, monkeypatch):
+    """Decode steps on the CPU call SDPA with ``enable_gqa`` (no copy of K and V to every query head) and give
+    the logits of transformers' repeat_kv path up to float32 rounding (1.5e-7 here: another kernel blocking;
+    bit-identical on the real-format checkpoints); prefills and the vision tower are left as they were."""
+    import contextlib
+
+    import torch
+    import transformers.integrations.sdpa_attention as sa
+
+    vlm = tiny_vlms["qwen3vl"]
+    tc = vlm.model.config.get_text_config()
+    assert tc.num_attention_heads > tc.num_key_value_heads  # grouped-query attention: the test can fail
+    cfg = load_config()
+    u = engine.Unit(0, "fog", 3, images[1], tuple(questions_for_item(ROW, cfg))[:1])
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    runs = {}
+    for mode in ("gqa", "repeat_kv"):
+        calls, logits = [], []
+        monkeypatch.setattr(sa.torch.nn.functional, "scaled_dot_product_attention",
+                            lambda *a, **k: (calls.append(bool(k.get("enable_gqa"))), sdpa(*a, **k))[1])
+        if mode == "repeat_kv":
+            monkeypatch.setattr(engine, "_grouped_query_attention", lambda vlm: contextlib.nullcontext())
+        hook = vlm.model.lm_head.register_forward_hook(lambda m, i, o: logits.append(o.detach().clone()))
+        try:
+            engine.read_units(vlm, [u], cfg)
+        finally:
+            hook.remove()
+        runs[mode] = calls, logits
+    (gqa_calls, a), (plain_calls, b) = runs["gqa"], runs["repeat_kv"]
+    assert not any(plain_calls) and sum(gqa_calls) >= tc.num_hidden_layers  # at least one decode step
+    assert len(a) == len(b) > 1 and max(float((x - y).abs().max()) for x, y in zip(a, b)) <= TOL  # rounding
+
+
 @pytest.mark.parametrize("family", ["qwen3vl", "smolvlm", "smolvlm2", "internvl", "gemma4"])
 def test_batched_equals_each_prompt_on_realformat_checkpoints(family, request, images):
     """Real tokenizers, chat templates and processors (issue 12's real-format checkpoints): BPE merges, digit
