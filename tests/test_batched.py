@@ -119,6 +119,9 @@ def test_verbal_wordings_branch_reuses_the_core_rows_keys_and_values(tiny_vlms, 
     assert np.abs(probs - probs_rows).max() <= TOL
     assert branch_stats.vision_tokens * 2 == row_stats.vision_tokens  # the row of their own ran the image again
     assert branch_stats.prefill_tokens < row_stats.prefill_tokens
+    flops = _bench_module("flops")  # benchmarks/flops.py: the executed work falls, the useful is what is left
+    assert (flops.model_flops(vlm, branch_stats) <= flops.executed_flops(vlm, branch_stats)
+            < 0.9 * flops.executed_flops(vlm, row_stats))
     monkeypatch.setattr(engine, "_BRANCHES", True)
     build = engine._branch_from_ids
 
@@ -133,7 +136,7 @@ def test_verbal_wordings_branch_reuses_the_core_rows_keys_and_values(tiny_vlms, 
     assert np.abs(probs_blind - probs).max() == np.abs(probs_blind[verbal] - probs[verbal]).max()  # core: same
 
 
-def test_decode_uses_sdpa_grouped_query_attention_bit_identically(tiny_vlms, images, monkeypatch):
+def test_decode_uses_sdpa_grouped_query_attention(tiny_vlms, images, monkeypatch):
     """Decode steps on the CPU call SDPA with ``enable_gqa`` (no copy of K and V to every query head) and give
     the logits of transformers' repeat_kv path up to float32 rounding (1.5e-7 here: another kernel blocking;
     bit-identical on the real-format checkpoints); prefills and the vision tower are left as they were."""
@@ -378,15 +381,19 @@ def test_memory_aware_batch_size(tiny_vlms):
 
 # --------------------------------------------------------------------------- the GPU benchmark script
 
-def _gpu_bench():
+def _bench_module(name: str):
     import importlib.util
 
     from murk import paths
 
-    spec = importlib.util.spec_from_file_location("readout_gpu", paths.project_root() / "benchmarks" / "readout_gpu.py")
+    spec = importlib.util.spec_from_file_location(name, paths.project_root() / "benchmarks" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _gpu_bench():
+    return _bench_module("readout_gpu")
 
 
 def test_gpu_benchmark_builds_the_five_study_models_at_full_size():
