@@ -12,10 +12,11 @@ model FLOP utilisation (MFU) of the useful work. Shared by ``readout.py`` (CPU) 
 ``readout_gpu.py``.
 
 **Executed** FLOPs (:func:`executed_flops`) count what the kernels compute: every
-padded position through every layer (KV-sharing layers included: transformers runs
-them on all positions), every (query, key) pair of the dense attention (masked pairs
-and padding included), the logits computed, and the vision tower on every image it is
-given (twice for a unit whose verbal wordings had a row of their own).
+padded position through every layer (Gemma 4's KV-sharing layers on the padded
+prompt-final slots, where transformers slices their inputs), every (query, key) pair
+of the dense attention (masked pairs and padding included), the logits computed, and
+the vision tower on every image it is given (twice for a unit whose verbal wordings had
+a row of their own).
 
 Run as a script, it reads a few units of the study mix (30 % of the items also ask
 the verbal wordings v2 / v3, as ``readout_gpu.py`` assumes) on the tiny real-format
@@ -88,10 +89,18 @@ def model_flops(vlm, st) -> float:
 
 def executed_flops(vlm, st) -> float:
     """Executed FLOPs of the work counted in ``st``: padding, masked pairs and repeated work included (see the
-    module docstring; the vision tower as :func:`model_flops` counts it, on every image it was given)."""
+    module docstring; the vision tower as :func:`model_flops` counts it, on every image it was given). Gemma 4's
+    KV-sharing layers run on the prompt-final slots of a prefill only where the installed transformers slices
+    their inputs to ``logits_to_keep`` (``_maybe_slice_kv_shared_inputs``, 5.25), else on every position."""
     tok = st.prefill_slots + st.decode_slots
     pairs = st.attn_slots + st.decode_attn_slots
-    return _flops(vlm.model, tok, tok, pairs, pairs, st.end_slots + st.decode_slots, st.vision_tokens,
+    base = vlm.model.model
+    text = getattr(base, "language_model", None) or getattr(base, "text_model")
+    if hasattr(text, "_maybe_slice_kv_shared_inputs"):
+        short_tok, short_pairs = st.end_slots + st.decode_slots, st.end_attn_slots + st.decode_attn_slots
+    else:
+        short_tok, short_pairs = tok, pairs
+    return _flops(vlm.model, tok, short_tok, pairs, short_pairs, st.end_slots + st.decode_slots, st.vision_tokens,
                   st.image_tokens, st.vision_attn_pairs)
 
 

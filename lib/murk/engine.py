@@ -240,10 +240,12 @@ class EngineStats:
         KV-sharing layer of Gemma 4 computes in a prefill).
     decode_attn_pairs : int
         Attended pairs of the continuation tokens.
-    attn_slots, end_slots, decode_attn_slots : int
+    attn_slots, end_slots, end_attn_slots, decode_attn_slots : int
         What the kernels execute, padding and masked pairs included: (query, key) pairs of the prefills
-        (``rows x row length x keys``), logits computed in the prefills (``rows x E``) and (query, key) pairs
-        of the decode steps (``rows x G x keys``); ``benchmarks/flops.py`` counts executed FLOPs from them.
+        (``rows x row length x keys``), logits computed in the prefills (``rows x E``), the (query, key) pairs
+        of those last ``E`` queries (``rows x E x keys``: all that Gemma 4's KV-sharing layers compute where
+        transformers slices their inputs to ``logits_to_keep``) and (query, key) pairs of the decode steps
+        (``rows x G x keys``); ``benchmarks/flops.py`` counts executed FLOPs from them.
     vision_tokens : int
         Patch tokens through the vision encoder (before merging or pooling).
     image_tokens : int
@@ -280,6 +282,7 @@ class EngineStats:
     decode_attn_pairs: int = 0
     attn_slots: int = 0
     end_slots: int = 0
+    end_attn_slots: int = 0
     decode_attn_slots: int = 0
     vision_tokens: int = 0
     image_tokens: int = 0
@@ -1036,6 +1039,7 @@ def _count_prefill(stats: EngineStats, batch: _Batch, K: int) -> None:
     stats.attn_slots += B * Q * K
     stats.end_tokens += sum(r.n_end for r in batch.rows)
     stats.end_slots += B * batch.E
+    stats.end_attn_slots += B * batch.E * K
     stats.attn_pairs += batch.attn_pairs
     stats.end_attn_pairs += batch.end_pairs
     stats.vision_tokens += batch.vision_tokens
