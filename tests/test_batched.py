@@ -204,13 +204,14 @@ def test_independent_of_batch_mates(arch, tiny_vlms, images):
 
 def test_gemma_sliding_window_and_bidirectional_image_blocks(tiny_vlms, coco_image):
     """Gemma 4 with a sliding window (48) much shorter than the rows (~300 tokens), causal and with
-    bidirectional attention inside the image: masks from positions give the per-prompt read-outs."""
+    bidirectional attention inside the image: masks from positions give the per-prompt read-outs (the verbal
+    wording's branch included: its window reaches into its core row's cached keys by their positions)."""
     vlm = tiny_vlms["gemma"]
     cfg = load_config()
     tc = vlm.model.config.get_text_config()
     saved = (tc.sliding_window, tc.use_bidirectional_attention)
-    u = engine.Unit(0, "fog", 1, coco_image, tuple(questions_for_item(ROW, cfg)))
-    slots = item_prompts(u.questions, cfg)
+    u = engine.Unit(0, "fog", 1, coco_image, tuple(questions_for_item(ROW, cfg)), ("v1", "v3"))  # v3: a branch
+    slots = item_prompts(u.questions, cfg, u.verbal_variants)
     refs = {}
     try:
         for mode in (None, "vision"):
