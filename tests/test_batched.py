@@ -12,6 +12,7 @@
   and an out-of-memory split.
 """
 
+import dataclasses
 import logging
 import math
 
@@ -81,25 +82,91 @@ def test_batched_equals_each_prompt_scored_alone(arch, tiny_vlms, images):
     units = [engine.Unit(0, "fog", 3, images[0], tuple(questions_for_item(ROW, cfg)), ("v1", "v3")),
              engine.Unit(1, "clean", 0, images[1], tuple(questions_for_item(ROW2, cfg)))]
     got, stats = engine._read_units_with_probs(vlm, units, cfg)
-    assert stats.fallback_units == 0 and stats.units == 2 and stats.rows == 3  # a verbal row of its own
+    assert stats.fallback_units == 0 and stats.units == 2 and stats.rows == 3  # two core rows, one verbal branch
     prompt_tokens = distinct_prefixes = 0
     for u, (readouts, probs) in zip(units, got):
         slots = item_prompts(u.questions, cfg, u.verbal_variants)
         whole, ref = _whole(vlm, u, cfg)
         assert not whole.shared and probs.shape == whole.probs.shape
         prompt_tokens += sum(whole.n_tail_tokens)  # whole prompts: each prompt's full length
-        for wording in ({"v1"}, {"v2", "v3"}):  # core row, verbal row
-            texts = [build_prompt_text(vlm, s.user, cfg["readout"]["assistant_prefill"]) for s in slots
-                     if (s.wording in wording)]
-            if texts:
-                _, ids = image_inputs(vlm, texts, present_image(u.image, vlm.max_side_px))
-                distinct_prefixes += len({tuple(i[: d + 1]) for i in ids for d in range(len(i))})
+        texts = [build_prompt_text(vlm, s.user, cfg["readout"]["assistant_prefill"]) for s in slots]
+        _, ids = image_inputs(vlm, texts, present_image(u.image, vlm.max_side_px))
+        distinct_prefixes += len({tuple(i[: d + 1]) for i in ids for d in range(len(i))})
         assert np.abs(probs - whole.probs).max() <= TOL
         assert _max_diff(readouts, ref) <= TOL
         for task in readouts:  # the continuations were really generated (not empty)
             assert readouts[task]["verbal_text"] != ""
-    # the token tree holds each distinct prompt prefix once
+    # the token tree holds each distinct prompt prefix once, the verbal wordings' included: their branch
+    # reuses the core row's image and shared prefix (issue 38 item 5), so the vision tower ran once per unit
     assert stats.prefill_tokens == distinct_prefixes < prompt_tokens
+    once = [engine._prepare_row(vlm, present_image(u.image, vlm.max_side_px),
+                                item_prompts(u.questions, cfg), cfg) for u in units]
+    assert stats.vision_tokens == sum(r.n_vision for r in once)
+
+
+def test_verbal_wordings_branch_reuses_the_core_rows_keys_and_values(tiny_vlms, images, monkeypatch):
+    """The verbal wordings are a branch of the core row: with it, the same first-token distributions as with a
+    row of their own (1e-6) for fewer prefilled tokens and one vision pass; a branch that cannot see the core
+    row's cached tokens (the image, the shared prefix) gives other distributions, so the comparison can fail."""
+    vlm = tiny_vlms["qwen3vl"]
+    cfg = load_config()
+    u = engine.Unit(0, "fog", 3, images[1], tuple(questions_for_item(ROW, cfg))[:1], ("v1", "v3"))  # small: fast
+    (_, probs), = (got := engine._read_units_with_probs(vlm, [u], cfg))[0]
+    branch_stats = got[1]
+    monkeypatch.setattr(engine, "_BRANCHES", False)
+    (_, probs_rows), = (got := engine._read_units_with_probs(vlm, [u], cfg))[0]
+    row_stats = got[1]
+    assert np.abs(probs - probs_rows).max() <= TOL
+    assert branch_stats.vision_tokens * 2 == row_stats.vision_tokens  # the row of their own ran the image again
+    assert branch_stats.prefill_tokens < row_stats.prefill_tokens
+    flops = _bench_module("flops")  # benchmarks/flops.py: the executed work falls, the useful is what is left
+    assert (flops.model_flops(vlm, branch_stats) <= flops.executed_flops(vlm, branch_stats)
+            < 0.9 * flops.executed_flops(vlm, row_stats))
+    monkeypatch.setattr(engine, "_BRANCHES", True)
+    build = engine._branch_from_ids
+
+    def blind(*a, **k):  # the branch sees none of its core row's tokens
+        b = build(*a, **k)
+        return dataclasses.replace(b, pre=np.zeros_like(b.pre))
+
+    monkeypatch.setattr(engine, "_branch_from_ids", blind)
+    (_, probs_blind), = engine._read_units_with_probs(vlm, [u], cfg)[0]
+    verbal = [j for j, s in enumerate(item_prompts(u.questions, cfg, u.verbal_variants)) if s.wording != "v1"]
+    assert np.abs(probs_blind[verbal] - probs[verbal]).max() > 1e-4
+    assert np.abs(probs_blind - probs).max() == np.abs(probs_blind[verbal] - probs[verbal]).max()  # core: same
+
+
+def test_decode_uses_sdpa_grouped_query_attention(tiny_vlms, images, monkeypatch):
+    """Decode steps on the CPU call SDPA with ``enable_gqa`` (no copy of K and V to every query head) and give
+    the logits of transformers' repeat_kv path up to float32 rounding (1.5e-7 here: another kernel blocking;
+    bit-identical on the real-format checkpoints); prefills and the vision tower are left as they were."""
+    import contextlib
+
+    import torch
+    import transformers.integrations.sdpa_attention as sa
+
+    vlm = tiny_vlms["qwen3vl"]
+    tc = vlm.model.config.get_text_config()
+    assert tc.num_attention_heads > tc.num_key_value_heads  # grouped-query attention: the test can fail
+    cfg = load_config()
+    u = engine.Unit(0, "fog", 3, images[1], tuple(questions_for_item(ROW, cfg))[:1])
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    runs = {}
+    for mode in ("gqa", "repeat_kv"):
+        calls, logits = [], []
+        monkeypatch.setattr(sa.torch.nn.functional, "scaled_dot_product_attention",
+                            lambda *a, **k: (calls.append(bool(k.get("enable_gqa"))), sdpa(*a, **k))[1])
+        if mode == "repeat_kv":
+            monkeypatch.setattr(engine, "_grouped_query_attention", lambda vlm: contextlib.nullcontext())
+        hook = vlm.model.lm_head.register_forward_hook(lambda m, i, o: logits.append(o.detach().clone()))
+        try:
+            engine.read_units(vlm, [u], cfg)
+        finally:
+            hook.remove()
+        runs[mode] = calls, logits
+    (gqa_calls, a), (plain_calls, b) = runs["gqa"], runs["repeat_kv"]
+    assert not any(plain_calls) and sum(gqa_calls) >= tc.num_hidden_layers  # at least one decode step
+    assert len(a) == len(b) > 1 and max(float((x - y).abs().max()) for x, y in zip(a, b)) <= TOL  # rounding
 
 
 @pytest.mark.parametrize("family", ["qwen3vl", "smolvlm", "smolvlm2", "internvl", "gemma4"])
@@ -137,13 +204,14 @@ def test_independent_of_batch_mates(arch, tiny_vlms, images):
 
 def test_gemma_sliding_window_and_bidirectional_image_blocks(tiny_vlms, coco_image):
     """Gemma 4 with a sliding window (48) much shorter than the rows (~300 tokens), causal and with
-    bidirectional attention inside the image: masks from positions give the per-prompt read-outs."""
+    bidirectional attention inside the image: masks from positions give the per-prompt read-outs (the verbal
+    wording's branch included: its window reaches into its core row's cached keys by their positions)."""
     vlm = tiny_vlms["gemma"]
     cfg = load_config()
     tc = vlm.model.config.get_text_config()
     saved = (tc.sliding_window, tc.use_bidirectional_attention)
-    u = engine.Unit(0, "fog", 1, coco_image, tuple(questions_for_item(ROW, cfg)))
-    slots = item_prompts(u.questions, cfg)
+    u = engine.Unit(0, "fog", 1, coco_image, tuple(questions_for_item(ROW, cfg)), ("v1", "v3"))  # v3: a branch
+    slots = item_prompts(u.questions, cfg, u.verbal_variants)
     refs = {}
     try:
         for mode in (None, "vision"):
@@ -363,15 +431,19 @@ def test_memory_aware_batch_size(tiny_vlms):
 
 # --------------------------------------------------------------------------- the GPU benchmark script
 
-def _gpu_bench():
+def _bench_module(name: str):
     import importlib.util
 
     from murk import paths
 
-    spec = importlib.util.spec_from_file_location("readout_gpu", paths.project_root() / "benchmarks" / "readout_gpu.py")
+    spec = importlib.util.spec_from_file_location(name, paths.project_root() / "benchmarks" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _gpu_bench():
+    return _bench_module("readout_gpu")
 
 
 def test_gpu_benchmark_builds_the_five_study_models_at_full_size():
