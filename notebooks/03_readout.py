@@ -128,7 +128,7 @@ print(f"{model}: items {span.start}..{span.stop - 1} of {len(table)} into {store
 def stored_attr(store, key):
     """An attribute of an existing store (None without one); a damaged store is named by open_readout_store."""
     try:
-        return json.loads((store / ".zattrs").read_text()).get(key)
+        return workflow.store_attrs(store).get(key)
     except (OSError, ValueError):
         return None
 

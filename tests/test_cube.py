@@ -163,15 +163,17 @@ def test_merge_models_over_the_selection(tmp_path):
 
 
 def _chunk_bytes(store, image_pos):
-    """The bytes of every chunk file of one image position (chunks by image: key <..>.<pos>.<..>)."""
+    """The stored data of one image position in every per-image variable, as bytes (its chunk, decoded: in a
+    sharded store one shard file holds several images' chunks)."""
+    import zarr
+
     out = {}
     for name in ("value", "missing_reason", "input_sha256", "done", *cube.TEXT_READOUTS):
-        for f in sorted((store / name).iterdir()):
-            if not f.name.startswith("."):
-                parts = f.name.split(".")
-                dims = xr.open_zarr(store, consolidated=False)[name].dims
-                if parts[dims.index("image")] == str(image_pos):
-                    out[f"{name}/{f.name}"] = f.read_bytes()
+        arr = zarr.open_array(store / name, mode="r")
+        axis = list(arr.metadata.dimension_names).index("image")
+        sel = tuple(slice(image_pos, image_pos + 1) if a == axis else slice(None) for a in range(arr.ndim))
+        data = arr[sel]
+        out[name] = data.tobytes() if data.dtype.kind in "fb" else repr([str(x) for x in data.ravel()]).encode()
     return out
 
 

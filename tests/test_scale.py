@@ -104,8 +104,10 @@ def _readout_run(root: Path, faults: Path, pause_at: int | None = None) -> Killa
     executed = faults / "03_readout.ipynb"
     cmd = [sys.executable, "-m", "murk.execute", "notebooks/03_readout.py", str(executed), "--cwd", str(ROOT),
            "-p", "output_dir", str(root), "-p", "model", MODEL]
-    chunk = None if pause_at is None else paths.readout_store(MODEL, root) / "value" / f"0.0.0.{pause_at}.0"
-    return KillableRun(cmd, ROOT, _env(), faults, pause_at=chunk)
+    # the value variable's shard file (all images of the store): its (pause_at + 1)-th write is that image's values
+    shard = paths.readout_store(MODEL, root) / "value" / "c" / "0" / "0" / "0" / "0" / "0"
+    return KillableRun(cmd, ROOT, _env(), faults, pause_at=None if pause_at is None else shard,
+                       pause_after=1 + (pause_at or 0))
 
 
 def test_kill_and_resume(prepared, reference, tmp_path):
@@ -126,7 +128,7 @@ def test_kill_and_resume(prepared, reference, tmp_path):
     run.wait_for(lambda: run.paused, "pause inside image 0's write")
     run.kill()
     assert done_flags(store) == [False] * N_ITEMS
-    assert (store / "value" / "0.0.0.0.0").is_file()  # its values were written, its done flag not
+    assert (store / "value" / "c" / "0" / "0" / "0" / "0" / "0").is_file()  # its values written, its done flag not
 
     run = _readout_run(root, tmp_path / "f2")  # kill 2: as soon as the first image is marked done
     run.wait_for(lambda: any(done_flags(store)), "image marked done")
@@ -148,4 +150,4 @@ def test_kill_and_resume(prepared, reference, tmp_path):
     for name in cube.TEXT_READOUTS:
         assert [str(x) for x in ds[name].values.ravel()] == [str(x) for x in reference[0][name].values.ravel()]
     assert not list(store.rglob("*.partial"))  # half-written chunk files of the kills were cleaned
-    zarr.open_group(store, mode="r", zarr_format=2)  # a sound store
+    zarr.open_group(store, mode="r", zarr_format=3)  # a sound store (zarr 3, sharded)
