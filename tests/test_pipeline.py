@@ -94,6 +94,29 @@ def test_products(demo):
     assert base64.b64decode(png) == (demo / "figures" / "accuracy_t2.png").read_bytes()
 
 
+def test_demo_stores_are_a_few_files_and_record_their_cost(demo):
+    """Each read-out store is zarr 3, sharded: one shard file per variable (the demo's images fit one shard), so
+    its files do not grow with its images (the demo's models read out 4, 3 and 2 items); each VLM's read-out
+    recorded its measured cost beside its store, which the next jobs' SLURM requests follow (murk.slurm)."""
+    import zarr
+
+    from murk import slurm
+
+    counts = {}
+    for m, n in stages.DEMO_N.items():
+        store = paths.readout_store(m, demo)
+        files = [f for f in store.rglob("*") if f.is_file()]
+        arrays = [f.parent for f in files if f.name == "zarr.json" and f.parent != store]
+        assert not [f for f in files if f.name.startswith(".z")], "a zarr 2 store"
+        assert len(files) == 2 * len(arrays) + 1, sorted(str(f.relative_to(store)) for f in files)  # metadata + shard
+        assert zarr.open_array(store / "value", mode="r").shards[3] == n
+        counts[m] = len(files)
+        cost = json.loads(slurm.cost_file(store).read_text())
+        assert cost["images"] == n and cost["units"] == 24 * n and cost["device"] == "cpu", cost
+        assert cost["s_per_image"] > 0 and cost["peak_host_bytes"] > 100 << 20, cost
+    assert len(set(counts.values())) == 1 and max(counts.values()) <= 40, counts
+
+
 def test_second_run_does_nothing(demo):
     r = stages.snakemake_demo(demo, "--dry-run")
     assert r.returncode == 0, r.stderr[-3000:]
