@@ -95,7 +95,7 @@ IMAGENET_C_SEVERITIES = (1, 2, 3, 4, 5)
 #: local store writes ``<shard>.<uuid>.partial`` and renames it into place), about 12 kB per image held
 #: (measured on the value, text and done variables, zstd): at most about 3 MB per image written, against
 #: seconds of model time per image. A 4,000-image store is then 16 shards per variable (about 150 files,
-#: not one per image chunk: 36,000); a damaged shard file (a power loss) re-reads the images it holds.
+#: not one per image and variable: 32,000); a damaged shard file (a power loss) re-reads the images it holds.
 IMAGES_PER_SHARD = 256
 
 
