@@ -284,6 +284,23 @@ READOUT_PARAMS = dict(model=lambda wc: SLUG2MODEL[wc.slug], n=lambda wc: N_OF[SL
 SHARD_SIZE = config.get("shard_size")
 
 
+def readout_resource(key, shard=False):
+    """A read-out job's ``runtime`` (min) or ``mem_mb`` from the measured cost of its model's earlier jobs
+    (murk.slurm.model_readout_resources: measured time and peak memory times a margin; more at each retry)."""
+    from murk import slurm as murk_slurm
+
+    device = str(config.get("device") or "").split(":")[0] or None
+
+    def get(wildcards, attempt):
+        model = SLUG2MODEL[wildcards.slug]
+        n = int(N_OF[model])
+        if shard:  # the shard's own images
+            n = max(0, min(int(wildcards.size), n - int(wildcards.shard) * int(wildcards.size)))
+        return murk_slurm.model_readout_resources(os.path.join(OUT_ABS, "readout"), wildcards.slug, model, n,
+                                                  device=device, attempt=attempt)[key]
+    return get
+
+
 def readout_done(slug):
     if not SHARD_SIZE:
         return [f"{OUT}/readout/{slug}.done"]
@@ -311,6 +328,8 @@ rule readout:
         argv=readout_argv,
     resources:
         gpu=1,
+        runtime=readout_resource("runtime"),
+        mem_mb=readout_resource("mem_mb"),
     shell:
         STAGE + " && " + MARK
 
@@ -331,6 +350,8 @@ rule readout_shard:
         argv=lambda wc: readout_argv(wc, shard=True),
     resources:
         gpu=1,
+        runtime=readout_resource("runtime", shard=True),
+        mem_mb=readout_resource("mem_mb", shard=True),
     shell:
         STAGE + " && " + MARK
 

@@ -56,13 +56,15 @@ output_dir = None
 
 # %%
 import json
+import resource
+import time
 import warnings
 
 import matplotlib.pyplot as plt
 import xarray as xr
 from IPython.display import display
 
-from murk import config, cube, depth, engine, items, paths, progress, prompts, readout, render, runlock, workflow
+from murk import config, cube, depth, engine, items, paths, progress, prompts, readout, render, runlock, slurm, workflow
 from murk import design as designs
 
 # one writer per output root (murk.runlock): refused, writing nothing, while another run holds it
@@ -128,15 +130,17 @@ print(f"{model}: items {span.start}..{span.stop - 1} of {len(table)} into {store
 def stored_attr(store, key):
     """An attribute of an existing store (None without one); a damaged store is named by open_readout_store."""
     try:
-        return json.loads((store / ".zattrs").read_text()).get(key)
+        return workflow.store_attrs(store).get(key)
     except (OSError, ValueError):
         return None
 
 
 todo, vlm, k = [], None, None
 if len(span):
+    load_start = time.perf_counter()   # the job's measured cost (below) sizes the next jobs' SLURM requests
     vlm = readout.load_vlm(model, device=device, root=output_dir, trust_remote_code=trust_remote_code,
                            allow_pickle=allow_pickle, command=run_by)
+    load_s = time.perf_counter() - load_start
     if vlm.custom_code_not_run:  # never silently: said here, kept in the store's attributes and the colophon
         print(f"WARNING {model}: {readout.custom_code_note(vlm.custom_code_not_run)}")
     k = images_per_batch or stored_attr(store, "images_per_batch") or cfg["readout"].get("images_per_batch")
@@ -222,6 +226,7 @@ def record_missing(i, reason):
 
 stats = engine.EngineStats()
 if todo:
+    run_start = time.perf_counter()
     batches = engine.plan(todo, span.start, span.stop, k)
     done_items = {i for i in span if done[i - span.start]}
     for res in engine.read_images(vlm, batches, load, config=cfg, done=done_items, stats=stats,
@@ -231,6 +236,16 @@ if todo:
         else:
             cube.write_image(store, res.item - span.start, res.results, inputs[res.item])  # 24 conditions, then `done`
         fallbacks += [f"image {int(table.iloc[res.item]['image_id'])} {f}" for f in res.fallbacks]
+    # what this job cost, beside its store: the next read-out jobs of this model ask SLURM for as much, with a
+    # margin (murk.slurm.readout_resources)
+    on_cuda = str(vlm.device).startswith("cuda")
+    if on_cuda:
+        import torch
+    slurm.write_readout_cost(
+        store, model=model, device=str(vlm.device).split(":")[0], images=len(todo), units=stats.units,
+        run_s=time.perf_counter() - run_start, load_s=load_s,
+        peak_host_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,   # Linux: KiB
+        peak_device_bytes=torch.cuda.max_memory_allocated(vlm.device) if on_cuda else 0, images_per_batch=k)
 print(f"readout {model}: every item processed" if not skipped else
       f"readout {model}: {len(skipped)} item(s) skipped, recorded as missing:\n"
       + "\n".join(f"  image {k_}: {v}" for k_, v in skipped.items()))

@@ -8,9 +8,10 @@ progress it can see on disk (a store's ``done`` flags, a file that a stage creat
 :data:`SITECUSTOMIZE` is loaded into every Python process of the run (it is first on
 PYTHONPATH). It records each process id, so the run's processes can be killed by id, the
 papermill kernel included (Jupyter starts kernels in a session of their own, out of reach of
-the run's process group), and, when armed with ``MURK_TEST_PAUSE_AT`` (a chunk file's path), it
-pauses the process right after that chunk file is in place: in the middle of writing one image
-of a read-out store, its values written, its texts and its ``done`` flag not.
+the run's process group), and, when armed with ``MURK_TEST_PAUSE_AT`` (a chunk or shard file's path), it
+pauses the process right after that file is in place for the ``MURK_TEST_PAUSE_AFTER``-th time (default 1):
+in the middle of writing one image of a read-out store, its values written, its texts and its ``done`` flag
+not (a shard file holds several images and is rewritten for each: its k-th write is the k-th image's).
 """
 
 from __future__ import annotations
@@ -32,10 +33,13 @@ if _d:
         import zarr.storage._local as _local
         _real = _local._put
         _target = os.path.realpath(_target)
+        _after = [int(os.environ.get("MURK_TEST_PAUSE_AFTER", "1"))]
 
         def _put(path, value, exclusive=False):
             n = _real(path, value, exclusive=exclusive)
             if os.path.realpath(str(path)) == _target:
+                _after[0] -= 1
+            if os.path.realpath(str(path)) == _target and _after[0] == 0:
                 open(os.path.join(_d, "paused"), "w").close()
                 time.sleep(3600)  # until the test kills this process
             return n
@@ -58,10 +62,12 @@ class KillableRun:
         A fresh folder for the hook (process ids, the pause flag) and the run's output
         (``output.txt``).
     pause_at : path, optional
-        Pause right after this chunk file has been written (``MURK_TEST_PAUSE_AT``).
+        Pause right after this chunk or shard file has been written (``MURK_TEST_PAUSE_AT``) ...
+    pause_after : int
+        ... for the ``pause_after``-th time (``MURK_TEST_PAUSE_AFTER``; 1 = its first write).
     """
 
-    def __init__(self, argv, cwd, env, faults: Path, pause_at: Path | None = None):
+    def __init__(self, argv, cwd, env, faults: Path, pause_at: Path | None = None, pause_after: int = 1):
         import shutil
 
         shutil.rmtree(faults, ignore_errors=True)
@@ -73,6 +79,7 @@ class KillableRun:
                "PYTHONPATH": os.pathsep.join([str(faults / "hook"), *filter(None, [env.get("PYTHONPATH")])])}
         if pause_at is not None:
             env["MURK_TEST_PAUSE_AT"] = str(pause_at)
+            env["MURK_TEST_PAUSE_AFTER"] = str(int(pause_after))
         self.output = faults / "output.txt"
         with open(self.output, "w") as out:
             self.p = subprocess.Popen(argv, cwd=cwd, env=env, start_new_session=True,
@@ -148,9 +155,9 @@ def done_flags(store: Path) -> list[bool]:
     """
     import zarr
 
-    if not (store / "done" / ".zarray").is_file():
+    if not (store / "done" / "zarr.json").is_file():
         return []
     try:
-        return [bool(x) for x in zarr.open_array(store / "done", mode="r", zarr_format=2)[:]]
+        return [bool(x) for x in zarr.open_array(store / "done", mode="r", zarr_format=3)[:]]
     except Exception:  # noqa: BLE001 - not yet readable
         return []

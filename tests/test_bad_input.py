@@ -250,19 +250,20 @@ def _full_results(v=0.5):
     return {(a, lvl, t): r for a, lvl in cube.CONDITIONS for t in cube.TASKS}
 
 
-def _two_image_store(path):
-    cube.open_readout_store(path, [11, 12], ["car", "bus"], ATTRS14)
+def _two_image_store(path, images_per_shard=1):
+    cube.open_readout_store(path, [11, 12], ["car", "bus"], ATTRS14, images_per_shard=images_per_shard)
     for i in range(2):
         cube.write_image(path, i, _full_results(0.25 * (i + 1)))
     return xr.open_zarr(path, consolidated=False).load()
 
 
 @pytest.mark.parametrize("damage", ["zero-byte", "truncated"])
-@pytest.mark.parametrize("variable,chunk", [("value", "0.0.0.1.0"), ("verbal_text", "0.0.0.1"), ("done", "1")])
+@pytest.mark.parametrize("variable,chunk", [("value", "c/0/0/0/1/0"), ("verbal_text", "c/0/0/0/1"),
+                                            ("done", "c/1")])
 def test_damaged_chunk_is_named_then_re_read_on_resume(tmp_path, damage, variable, chunk):
-    """A chunk file emptied or cut (a power loss after the rename): the merge names the store, the image
-    and the fix; the next read-out marks exactly that image not done (warning with the file) and keeps
-    the other image."""
+    """A shard file emptied or cut (a power loss after the rename), here of one image each: the merge names the
+    store, the image and the fix; the next read-out marks exactly that image not done (warning with the file)
+    and keeps the other image."""
     store = tmp_path / "m.zarr"
     before = _two_image_store(store)
     f = store / variable / chunk
@@ -286,11 +287,34 @@ def test_damaged_chunk_is_named_then_re_read_on_resume(tmp_path, damage, variabl
     xr.testing.assert_identical(after["value"], before["value"])
 
 
+@pytest.mark.parametrize("damage", ["zero-byte", "truncated"])
+def test_damaged_shard_of_several_images_is_re_read_whole(tmp_path, damage):
+    """A store as the read-out writes it (both images in one shard file per variable): a damaged shard file is
+    named for each image it holds, and on resume each of them is read out again; an empty shard file, which zarr
+    reads as missing values without an error, is found by its size."""
+    store = tmp_path / "m.zarr"
+    before = _two_image_store(store, images_per_shard=cube.IMAGES_PER_SHARD)
+    assert sorted(f.relative_to(store / "value").as_posix() for f in (store / "value").rglob("*")
+                  if f.is_file()) == ["c/0/0/0/0/0", "zarr.json"]
+    f = store / "value" / "c" / "0" / "0" / "0" / "0" / "0"
+    data = f.read_bytes()
+    f.write_bytes(b"" if damage == "zero-byte" else data[: len(data) // 2])
+    assert cube.damaged_chunks(store) == {0: [f], 1: [f]}
+    with pytest.raises(ValueError, match=r"position 0: .*position 1: .*run the readout stage"):
+        cube.merge_models({"m": store}, tmp_path / "cube.zarr")
+    with pytest.warns(UserWarning, match=r"image 11 \(position 0\).*\n.*image 12 \(position 1\)"):
+        ds = cube.open_readout_store(store, [11, 12], ["car", "bus"], ATTRS14)
+    assert list(ds["done"].values) == [False, False] and cube.damaged_chunks(store) == {}
+    for i in range(2):
+        cube.write_image(store, i, _full_results(0.25 * (i + 1)))
+    xr.testing.assert_identical(xr.open_zarr(store, consolidated=False).load()["value"], before["value"])
+
+
 def test_store_folder_without_metadata_is_refused_with_the_fix(tmp_path):
     store = tmp_path / "m.zarr"
     _two_image_store(store)
-    (store / ".zgroup").unlink()
-    with pytest.raises(ValueError, match=r"\.zgroup is missing.*rm -r") as e:
+    (store / "zarr.json").unlink()
+    with pytest.raises(ValueError, match=r"zarr\.json is missing.*rm -r") as e:
         cube.open_readout_store(store, [11, 12], ["car", "bus"], ATTRS14)
     assert str(store) in str(e.value)
     with pytest.raises(ValueError, match="rm -r"):
@@ -300,7 +324,7 @@ def test_store_folder_without_metadata_is_refused_with_the_fix(tmp_path):
 def test_unreadable_store_metadata_is_refused_with_the_fix(tmp_path):
     store = tmp_path / "m.zarr"
     _two_image_store(store)
-    (store / "value" / ".zarray").write_text('{"shape": [5,')
+    (store / "value" / "zarr.json").write_text('{"shape": [5,')
     with pytest.raises(ValueError, match="metadata is damaged.*rm -r"):
         cube.open_readout_store(store, [11, 12], ["car", "bus"], ATTRS14)
 

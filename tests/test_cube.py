@@ -163,15 +163,17 @@ def test_merge_models_over_the_selection(tmp_path):
 
 
 def _chunk_bytes(store, image_pos):
-    """The bytes of every chunk file of one image position (chunks by image: key <..>.<pos>.<..>)."""
+    """The stored data of one image position in every per-image variable, as bytes (its chunk, decoded: in a
+    sharded store one shard file holds several images' chunks)."""
+    import zarr
+
     out = {}
     for name in ("value", "missing_reason", "input_sha256", "done", *cube.TEXT_READOUTS):
-        for f in sorted((store / name).iterdir()):
-            if not f.name.startswith("."):
-                parts = f.name.split(".")
-                dims = xr.open_zarr(store, consolidated=False)[name].dims
-                if parts[dims.index("image")] == str(image_pos):
-                    out[f"{name}/{f.name}"] = f.read_bytes()
+        arr = zarr.open_array(store / name, mode="r")
+        axis = list(arr.metadata.dimension_names).index("image")
+        sel = tuple(slice(image_pos, image_pos + 1) if a == axis else slice(None) for a in range(arr.ndim))
+        data = arr[sel]
+        out[name] = data.tobytes() if data.dtype.kind in "fb" else repr([str(x) for x in data.ravel()]).encode()
     return out
 
 
@@ -217,3 +219,59 @@ def test_store_of_an_earlier_murk_gets_input_digests(tmp_path):
     assert list(ds["done"].values) == [True, False] and list(ds["input_sha256"].values) == ["", ""]
     cube.write_image(store, 1, _all_results(2.0), "b" * 64)
     assert list(xr.open_zarr(store, consolidated=False)["input_sha256"].values) == ["", "b" * 64]
+
+
+def _zarr2_store(path, n):
+    """A read-out store as murk wrote it before sharding (zarr 2, one chunk file per image and variable)."""
+    ds = cube.empty_model_dataset(range(11, 11 + n), ["car"] * n)
+    ds.attrs.update({**ATTRS, "schema_version": cube.SCHEMA_VERSION})
+    enc = {name: {"chunks": tuple(1 if d == "image" else ds[name].sizes[d] for d in ds[name].dims)}
+           for name in ["value", "done", "missing_reason", "input_sha256", *cube.TEXT_READOUTS]}
+    ds.to_zarr(path, mode="w", encoding=enc, consolidated=False, zarr_format=2)
+
+
+def test_new_store_is_sharded_and_its_files_do_not_grow_with_images(tmp_path):
+    """A new store is zarr 3 with one shard file per variable up to IMAGES_PER_SHARD images, then one per that
+    many; a store of one image per shard has one file per image and variable (the layout before sharding)."""
+    def files(store):
+        return sorted(f.relative_to(store).as_posix() for f in store.rglob("*") if f.is_file())
+
+    for n in (2, 5):
+        store = tmp_path / f"n{n}.zarr"
+        cube.open_readout_store(store, range(11, 11 + n), ["car"] * n, ATTRS)
+        for i in range(n):
+            cube.write_image(store, i, _all_results(0.1 * i))
+        assert [f for f in files(store) if f.startswith("value/")] == ["value/c/0/0/0/0/0", "value/zarr.json"]
+    assert len(files(tmp_path / "n2.zarr")) == len(files(tmp_path / "n5.zarr"))
+    small = tmp_path / "small.zarr"
+    cube.open_readout_store(small, range(11, 16), ["car"] * 5, ATTRS, images_per_shard=2)
+    for i in range(5):
+        cube.write_image(small, i, _all_results(0.1 * i))
+    assert [f for f in files(small) if f.startswith("value/c")] == [f"value/c/0/0/0/{j}/0" for j in range(3)]
+    xr.testing.assert_identical(xr.open_zarr(small, consolidated=False).load(),
+                                xr.open_zarr(tmp_path / "n5.zarr", consolidated=False).load())
+    with pytest.raises(ValueError, match="images_per_shard=0"):
+        cube.open_readout_store(tmp_path / "zero.zarr", [11], ["car"], ATTRS, images_per_shard=0)
+    assert not (tmp_path / "zero.zarr").exists()
+
+
+def test_zarr2_store_of_an_earlier_murk_is_resumed_as_it_is(tmp_path):
+    """A store written before sharding is resumed (not refused, not rewritten): its damaged chunk file is found
+    and that image alone is read again; new images go into its one-file-per-image layout."""
+    store = tmp_path / "old.zarr"
+    _zarr2_store(store, 3)
+    cube.write_image(store, 0, _all_results(1.0))
+    cube.write_image(store, 1, _all_results(2.0))
+    chunk = store / "value" / "0.0.0.1.0"
+    chunk.write_bytes(b"")
+    assert cube.damaged_chunks(store) == {1: [chunk]}
+    with pytest.warns(UserWarning, match=r"image 12 \(position 1\)"):
+        ds = cube.open_readout_store(store, [11, 12, 13], ["car"] * 3, ATTRS)
+    assert list(ds["done"].values) == [True, False, False]
+    cube.write_image(store, 1, _all_results(2.0))
+    cube.write_image(store, 2, _all_results(3.0))
+    assert (store / ".zgroup").is_file() and not (store / "zarr.json").exists()
+    assert (store / "value" / "0.0.0.2.0").is_file()
+    merged = cube.merge_models({"m": store}, tmp_path / "cube.zarr")
+    assert [float(merged["value"].sel(model="m", image=i, arm="fog", level=0, task="t2", readout="c_int"))
+            for i in (11, 12, 13)] == [1.0, 2.0, 3.0]

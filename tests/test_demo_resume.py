@@ -104,7 +104,7 @@ def demo_runs(demo, tmp_path_factory):
     texts = []
 
     run = make_demo(project, out, base / "k1")  # kill 1: while the read-out writes its store
-    run.wait_for(lambda: (store / ".zgroup").exists(), "read-out store")
+    run.wait_for(lambda: (store / "zarr.json").exists(), "read-out store")
     run.kill()
     texts.append(run.text())
     assert "setting up" not in texts[0], "the Makefile installed into the test's environment"

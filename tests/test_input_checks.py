@@ -78,7 +78,7 @@ def test_foreign_stores_are_found_by_their_hashes(tmp_path):
     assert workflow.foreign_stores(root, "c", "i") == [
         (root / "readout" / "b" / "s2-0000.zarr", "items_hash j… (this run i…)"),
         (root / "cube.zarr", "config_hash d… (this run c…)")]
-    (root / "readout" / "a.zarr" / ".zattrs").write_text("{")
+    (root / "readout" / "a.zarr" / "zarr.json").write_text("{")
     assert (root / "readout" / "a.zarr", "attributes unreadable") in workflow.foreign_stores(root, "c", "i")
 
 

@@ -94,6 +94,30 @@ def test_products(demo):
     assert base64.b64decode(png) == (demo / "figures" / "accuracy_t2.png").read_bytes()
 
 
+def test_demo_stores_are_a_few_files_and_record_their_cost(demo):
+    """Each read-out store is zarr 3, sharded: one shard file per variable (the demo's images fit one shard), so
+    its files do not grow with its images (the demo's models read out 4, 3 and 2 items); each VLM's read-out
+    recorded its measured cost beside its store, which the next jobs' SLURM requests follow (murk.slurm)."""
+    import zarr
+
+    from murk import slurm
+
+    for m, n in stages.DEMO_N.items():
+        store = paths.readout_store(m, demo)
+        files = [f for f in store.rglob("*") if f.is_file()]
+        assert not [f for f in files if f.name.startswith(".z")], "a zarr 2 store"
+        arrays = [f.parent for f in files if f.name == "zarr.json" and f.parent != store]
+        # each variable: its metadata and at most one shard file (none where every value is the fill, e.g. the
+        # verbal wordings' texts of items not asked them); the group's metadata
+        per_array = {a.name: sum(1 for f in a.rglob("*") if f.is_file()) for a in arrays}
+        assert len(arrays) == 16 and set(per_array.values()) <= {1, 2} and per_array["value"] == 2, per_array
+        assert len(files) == 1 + sum(per_array.values()) <= 33, len(files)
+        assert zarr.open_array(store / "value", mode="r").shards[3] == n
+        cost = json.loads(slurm.cost_file(store).read_text())
+        assert cost["images"] == n and cost["units"] == 24 * n and cost["device"] == "cpu", cost
+        assert cost["s_per_image"] > 0 and cost["peak_host_bytes"] > 100 << 20, cost
+
+
 def test_second_run_does_nothing(demo):
     r = stages.snakemake_demo(demo, "--dry-run")
     assert r.returncode == 0, r.stderr[-3000:]

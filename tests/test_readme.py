@@ -63,7 +63,7 @@ def test_by_hand_examples_run_as_printed(demo, tmp_path):
     assert run == workflow.run_id_of(json.loads((out / "items_meta.json").read_text()))
     assert json.loads((out / "depth" / "current.json").read_text())["run_id"] == run
     for store in sorted((out / "readout").glob("*.zarr")):
-        assert json.loads((store / ".zattrs").read_text())["run_id"] == run, store
+        assert workflow.store_attrs(store)["run_id"] == run, store
     assert cube_.attrs["run_id"] == run
     numbers = paper.load_numbers(paths.numbers_file(out))
     assert numbers["run_id"] == run

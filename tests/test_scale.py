@@ -98,14 +98,17 @@ def test_shard_sizes_give_the_same_cube(prepared, reference, tmp_path):
 
 # --- kill and resume, at moments chosen from observed progress (never from wall-clock guesses) ---
 
-def _readout_run(root: Path, faults: Path, pause_at: int | None = None) -> KillableRun:
+def _readout_run(root: Path, faults: Path, pause_at: int | None = None, done_before: int = 0) -> KillableRun:
     """The read-out as Snakemake's rule runs it (papermill through murk.execute on notebooks/03_readout.py),
-    killable; ``pause_at``: pause inside the write of the image at this position (after its values)."""
+    killable; ``pause_at``: pause inside the write of the image at this position (after its values), when
+    ``done_before`` images before it are done already (this run writes the others, in order)."""
     executed = faults / "03_readout.ipynb"
     cmd = [sys.executable, "-m", "murk.execute", "notebooks/03_readout.py", str(executed), "--cwd", str(ROOT),
            "-p", "output_dir", str(root), "-p", "model", MODEL]
-    chunk = None if pause_at is None else paths.readout_store(MODEL, root) / "value" / f"0.0.0.{pause_at}.0"
-    return KillableRun(cmd, ROOT, _env(), faults, pause_at=chunk)
+    # the value variable's shard file (all images of the store), written once per image this run writes
+    shard = paths.readout_store(MODEL, root) / "value" / "c" / "0" / "0" / "0" / "0" / "0"
+    return KillableRun(cmd, ROOT, _env(), faults, pause_at=None if pause_at is None else shard,
+                       pause_after=1 + (pause_at or 0) - done_before)
 
 
 def test_kill_and_resume(prepared, reference, tmp_path):
@@ -126,14 +129,15 @@ def test_kill_and_resume(prepared, reference, tmp_path):
     run.wait_for(lambda: run.paused, "pause inside image 0's write")
     run.kill()
     assert done_flags(store) == [False] * N_ITEMS
-    assert (store / "value" / "0.0.0.0.0").is_file()  # its values were written, its done flag not
+    assert (store / "value" / "c" / "0" / "0" / "0" / "0" / "0").is_file()  # its values written, its done flag not
 
     run = _readout_run(root, tmp_path / "f2")  # kill 2: as soon as the first image is marked done
     run.wait_for(lambda: any(done_flags(store)), "image marked done")
     run.kill()
     assert done_flags(store)[0]
 
-    run = _readout_run(root, tmp_path / "f3", pause_at=last)  # kill 3: inside the last image's write
+    run = _readout_run(root, tmp_path / "f3", pause_at=last, done_before=sum(done_flags(store)))  # kill 3: inside
+    # the last image's write
     run.wait_for(lambda: run.paused, f"pause inside image {last}'s write")
     run.kill()
     assert done_flags(store) == [True] * last + [False]
@@ -148,4 +152,4 @@ def test_kill_and_resume(prepared, reference, tmp_path):
     for name in cube.TEXT_READOUTS:
         assert [str(x) for x in ds[name].values.ravel()] == [str(x) for x in reference[0][name].values.ravel()]
     assert not list(store.rglob("*.partial"))  # half-written chunk files of the kills were cleaned
-    zarr.open_group(store, mode="r", zarr_format=2)  # a sound store
+    zarr.open_group(store, mode="r", zarr_format=3)  # a sound store (zarr 3, sharded)

@@ -1,6 +1,7 @@
 """The SLURM profiles (issue 22): CPU-only by default, every rule sized for a small node, GPUs by choice,
 account and partition added on the command line without losing the profile's per-rule resources."""
 
+import json
 import os
 import re
 import subprocess
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from murk import paths
+from murk import paths, slurm
 
 ROOT = paths.project_root()
 CPU, GPU = (yaml.safe_load((ROOT / "profiles" / p / "config.yaml").read_text()) for p in ("slurm", "slurm-gpu"))
@@ -18,6 +19,8 @@ CPU, GPU = (yaml.safe_load((ROOT / "profiles" / p / "config.yaml").read_text()) 
 RULES = sorted(set(re.findall(r"^rule (\w+):", (ROOT / "Snakefile").read_text(), re.M)) - {"all"})
 #: a small node: 2 CPUs, 8 GB (MB as SLURM counts them)
 SMALL_CPUS, SMALL_MEM_MB = 2, 8000
+#: the rules whose runtime and memory the Snakefile computes from measurements (murk.slurm.readout_resources)
+MEASURED = {"readout", "readout_shard"}
 
 
 def test_every_rule_has_its_memory_cpus_and_time_in_both_profiles():
@@ -26,14 +29,17 @@ def test_every_rule_has_its_memory_cpus_and_time_in_both_profiles():
         rows = profile["set-resources"]
         assert sorted(rows) == RULES
         for rule in RULES:
-            assert {"mem_mb", "runtime", "cpus_per_task"} <= set(rows[rule]), rule
+            # a read-out's runtime and memory here would replace the Snakefile's, computed from measurements
+            assert ({"cpus_per_task"} if rule in MEASURED else {"mem_mb", "runtime", "cpus_per_task"}) \
+                <= set(rows[rule]), rule
+            assert rule not in MEASURED or not {"mem_mb", "runtime"} & set(rows[rule]), rule
     # no default-resources block: the command line's --default-resources (account, partition) replaces nothing
     assert "default-resources" not in CPU and "default-resources" not in GPU
 
 
 def test_cpu_profile_fits_a_small_node_and_asks_no_gpu():
     for rule, row in CPU["set-resources"].items():
-        assert row["cpus_per_task"] <= SMALL_CPUS and row["mem_mb"] <= SMALL_MEM_MB, rule
+        assert row["cpus_per_task"] <= SMALL_CPUS and row.get("mem_mb", 0) <= SMALL_MEM_MB, rule
         assert not row.get("gpu") and "gres" not in row, rule
     # the Snakefile's gpu=1 of the read-outs (one per GPU locally) is overridden here
     assert CPU["set-resources"]["readout_shard"]["gpu"] == 0 == CPU["set-resources"]["readout"]["gpu"]
@@ -54,16 +60,25 @@ def test_gpu_profile_is_the_cpu_profile_plus_gpu_rows():
 @pytest.mark.parametrize("profile,gpu", [("profiles/slurm", 0), ("profiles/slurm-gpu", 1)])
 def test_account_and_partition_on_the_command_line_keep_the_profile(profile, gpu, tmp_path):
     """The README's command with --default-resources: each job gets the account and partition and keeps its
-    rule's memory, CPUs, time and GPUs (Snakemake's dry run prints each job's resources)."""
+    rule's memory, CPUs, time and GPUs (Snakemake's dry run prints each job's resources); the read-out jobs'
+    runtime and memory are the measured cost of their model's earlier jobs times the margin (here one model's
+    record), or the unmeasured request."""
     env = {**os.environ, "MURK_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
            "MURK_COCO_DIR": str(ROOT.parent / "shared" / "coco-val2017-sample"),
            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    measured = {"device": "cpu", "images": 2, "units": 48, "run_s": 600.0, "s_per_image": 300.0, "load_s": 60.0,
+                "peak_host_bytes": 3 << 30, "model": "murk-tiny/smolvlm"}
+    shard_costs = tmp_path / "out" / "readout" / paths.model_slug("murk-tiny/smolvlm")
+    shard_costs.mkdir(parents=True)
+    (shard_costs / f"s2-0000{slurm.COST_SUFFIX}").write_text(json.dumps(measured))
     r = subprocess.run([sys.executable, "-m", "snakemake", "--profile", profile, "-n", "--forceall",
                         "--config", "n_items=6", "shard_size=2", f"output_dir={tmp_path / 'out'}",
                         "--default-resources", "slurm_account=ACCT", "slurm_partition=PART"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     rows = (CPU if gpu == 0 else GPU)["set-resources"]
+    want = slurm.readout_resources(2, [measured])
+    assert (want["runtime"], want["mem_mb"]) == (17, 3994)  # 1.5 x (60 s + 2 x 300 s); 1.3 x 3 GiB
     blocks = [b for b in (r.stdout + r.stderr).split("\nrule ")[1:] if not b.startswith("all:")]
     assert sum(b.startswith("readout_shard:") for b in blocks) == 2 * 3  # two offline models x three shards
     for b in blocks:
@@ -71,5 +86,13 @@ def test_account_and_partition_on_the_command_line_keep_the_profile(profile, gpu
         res = dict(kv.split("=", 1) for kv in re.search(r"resources: (.*)", b).group(1).split(", "))
         assert res["slurm_account"] == "ACCT" and res["slurm_partition"] == "PART", rule
         for key in ("mem_mb", "runtime", "cpus_per_task"):
+            if key != "cpus_per_task" and rule in MEASURED:
+                smol = f"slug={paths.model_slug('murk-tiny/smolvlm')}," in b
+                qwen = slurm.model_readout_resources(tmp_path / "out" / "readout", paths.model_slug("murk-tiny/qwen3vl"),
+                                                     "murk-tiny/qwen3vl", 2)
+                assert qwen["runtime"] == slurm.UNMEASURED_RUNTIME_MIN and "not measured" in qwen["basis"]
+                assert int(res[key]) == (want if smol else qwen)[key], (rule, key, res)
+                assert key != "mem_mb" or int(res[key]) <= SMALL_MEM_MB, res  # the CPU profile's small node too
+                continue
             assert res[key] == str(rows[rule][key]), (rule, key, res)
         assert res.get("gpu", "0") == str(rows[rule].get("gpu", 0)), rule

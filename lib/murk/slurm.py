@@ -22,11 +22,20 @@ The Snakefile's ``onstart`` (the Snakemake main process, SLURM executor, not a d
 - the executor is told to submit without ``-A`` when no account is given, as its own guess does in effect:
   executor 2.8 guesses with ``sacct -nu USER -o Account%256 | tail -1`` split into words without a shell,
   which prints ``sacct: invalid option -- '1'`` at every start and finds no account.
+
+The read-out jobs' runtime and memory are computed, not guessed (:func:`readout_resources`, the Snakefile's
+``resources`` of ``readout`` and ``readout_shard``): every read-out job records what it cost beside its store
+(:func:`write_readout_cost`: seconds per image, loading time, peak host and device memory), and the next jobs of
+that model ask for the measured time of their images and the measured peak memory, times a stated margin
+(:data:`RUNTIME_MARGIN`, :data:`MEMORY_MARGIN`), more at each retry. Before any job of a model has finished there
+is no measurement: the request is :data:`UNMEASURED_RUNTIME_MIN` and the memory the model's weights need
+(:func:`weights_bytes`), said as such.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -37,7 +46,9 @@ from typing import Callable, NamedTuple, Sequence
 
 __all__ = ["MAX_STATUS_INTERVAL_S", "min_job_age", "status_problem", "SQUEUE_FORMAT", "SlurmJob", "Decision",
            "parse_squeue", "decide", "has_gpus", "gpu_problem", "runs_file", "read_runs", "write_runs",
-           "driver_start"]
+           "driver_start", "RUNTIME_MARGIN", "MEMORY_MARGIN", "UNMEASURED_RUNTIME_MIN", "UNMEASURED_MEM_MB",
+           "BASE_HOST_BYTES", "COST_SUFFIX", "cost_file", "write_readout_cost", "read_readout_costs",
+           "weights_bytes", "readout_resources", "model_readout_resources"]
 
 #: the SLURM executor's longest wait between two status checks, s (plugin 2.8, ``max_sleep_time``)
 MAX_STATUS_INTERVAL_S = 180
@@ -342,3 +353,200 @@ def driver_start(workflow, output_dir: str | os.PathLike, snakemake_dir: str | o
             say(f"SLURM job {job_id} ({waiting.pop(job_id).what}) of the killed earlier run has ended")
     if decisions:
         write_runs(path, sorted(uncancelled) + ([this_run] if this_run else []))
+
+
+# --- the read-out jobs' runtime and memory, from measurements ---------------------------------------------------
+
+#: runtime requested = this margin x the measured time (loading + seconds per image x images): images differ in
+#: decode length and verbal rows, nodes of one partition in speed and load
+RUNTIME_MARGIN = 1.5
+#: memory requested = this margin x the measured peak host memory (the kernel's maximum resident set)
+MEMORY_MARGIN = 1.3
+#: runtime of a read-out job of a model that no finished job has measured yet, min (the profiles' former value)
+UNMEASURED_RUNTIME_MIN = 240
+#: memory of such a job when its weights cannot be found on this machine, MB (the CPU profile's former value)
+UNMEASURED_MEM_MB = 8000
+#: host memory of a read-out beside the model's weights (Python, torch, the processor, rendering, a batch), bytes
+BASE_HOST_BYTES = 3 << 30
+#: the shortest runtime asked, min (loading alone takes minutes on a shared filesystem)
+MIN_RUNTIME_MIN = 10
+#: beside a read-out store ``<name>.zarr``: its read-out's measured cost, ``<name>.cost.json``
+COST_SUFFIX = ".cost.json"
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+
+
+def cost_file(store: str | os.PathLike) -> Path:
+    """Where the cost of the read-out of ``store`` (``<name>.zarr``) is recorded: ``<name>.cost.json`` beside it."""
+    store = Path(store)
+    return store.with_name(store.name.removesuffix(".zarr") + COST_SUFFIX)
+
+
+def write_readout_cost(store: str | os.PathLike, *, model: str, device: str, images: int, units: int,
+                       run_s: float, load_s: float, peak_host_bytes: int, peak_device_bytes: int = 0,
+                       images_per_batch: int = 1) -> Path:
+    """Record what one read-out job cost, beside its store (atomically; read by :func:`readout_resources`).
+
+    Parameters
+    ----------
+    store : path
+        The read-out store (a shard's too).
+    model : str
+        The model id.
+    device : str
+        Where it ran: ``"cuda"`` or ``"cpu"`` (only measurements of one kind are combined).
+    images, units : int
+        Images read out by this job (not those resumed as done) and their units (image x condition).
+    run_s : float
+        Seconds the read-out loop took (rendering, model, writing), s.
+    load_s : float
+        Seconds loading the model took, s.
+    peak_host_bytes, peak_device_bytes : int
+        The process's peak resident memory (``ru_maxrss``) and the device's peak allocated memory, bytes.
+    images_per_batch : int
+        The batched engine's images per batch (the device memory depends on it).
+
+    Returns
+    -------
+    Path
+        The file written (:func:`cost_file`). A job that read no image writes nothing (returns the path).
+    """
+    path = cost_file(store)
+    if int(images) < 1:
+        return path
+    rec = {"model": str(model), "device": str(device), "images": int(images), "units": int(units),
+           "run_s": float(run_s), "load_s": float(load_s), "s_per_image": float(run_s) / int(images),
+           "peak_host_bytes": int(peak_host_bytes), "peak_device_bytes": int(peak_device_bytes),
+           "images_per_batch": int(images_per_batch)}
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(rec, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def read_readout_costs(paths: Sequence[str | os.PathLike]) -> list[dict]:
+    """The cost records among ``paths`` (:func:`write_readout_cost`); unreadable or incomplete ones are skipped."""
+    keys = ("device", "images", "s_per_image", "load_s", "peak_host_bytes")
+    out = []
+    for p in paths:
+        try:
+            rec = json.loads(Path(p).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(rec, dict) and all(k in rec for k in keys):
+            try:
+                if int(rec["images"]) >= 1 and float(rec["s_per_image"]) >= 0 and int(rec["peak_host_bytes"]) > 0:
+                    out.append(rec)
+            except (TypeError, ValueError):
+                continue
+    return out
+
+
+def weights_bytes(model: str, hub_cache: str | os.PathLike | None = None) -> int | None:
+    """Bytes of a model's weight files: a local folder's, or the hub cache's snapshot (None when not found).
+
+    Parameters
+    ----------
+    model : str
+        A local checkpoint folder or a hub id (``org/name``).
+    hub_cache : path, optional
+        Default ``$HF_HUB_CACHE``, else ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub``.
+    """
+    folder = Path(model)
+    if not folder.is_dir():
+        cache = Path(hub_cache or os.environ.get("HF_HUB_CACHE")
+                     or Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub")
+        snaps = sorted((cache / ("models--" + model.replace("/", "--")) / "snapshots").glob("*"),
+                       key=lambda p: p.stat().st_mtime)
+        if not snaps:
+            return None
+        folder = snaps[-1]
+    sizes = [f.stat().st_size for f in folder.rglob("*") if f.is_file() and f.suffix in _WEIGHT_SUFFIXES]
+    return sum(sizes) if sizes else None
+
+
+def readout_resources(n_images: int, costs: Sequence[dict] = (), *, device: str | None = None, attempt: int = 1,
+                      weights: int | None = None) -> dict:
+    """Runtime and memory to ask for a read-out job of ``n_images`` images, from measured costs.
+
+    With measurements (of this model, on ``device``'s kind when given), the job asks for
+
+        runtime = RUNTIME_MARGIN x (load_s + n_images x s_per_image) / 60 min, at least MIN_RUNTIME_MIN,
+        mem_mb  = MEMORY_MARGIN x peak_host_bytes / 2**20,
+
+    the largest ``s_per_image``, ``load_s`` and ``peak_host_bytes`` measured (a job that read few images
+    measures its warm-up too: the larger is kept). Without, it asks for :data:`UNMEASURED_RUNTIME_MIN` and
+    ``MEMORY_MARGIN x (BASE_HOST_BYTES + 2 x weights)`` (weights as stored, held twice while loading or
+    converting to float32), or :data:`UNMEASURED_MEM_MB` when the weights are unknown. A retry (``attempt``
+    2, 3, ...: a job that ran out of time or memory) asks ``attempt`` times as much.
+
+    Parameters
+    ----------
+    n_images : int
+        Images of the job (a shard's, or the model's ``n_items``).
+    costs : sequence of dict
+        Cost records (:func:`read_readout_costs`) of this model's earlier jobs.
+    device : {"cuda", "cpu"}, optional
+        Keep only the measurements of this kind (default: all).
+    attempt : int
+        Snakemake's attempt (1 = first).
+    weights : int, optional
+        Bytes of the model's weight files (:func:`weights_bytes`).
+
+    Returns
+    -------
+    dict
+        ``runtime`` (min, int), ``mem_mb`` (MB, int), ``basis`` (str: what the request rests on).
+
+    Examples
+    --------
+    >>> rec = {"device": "cuda", "images": 100, "s_per_image": 1.2, "load_s": 60.0, "peak_host_bytes": 10 << 30}
+    >>> r = readout_resources(1000, [rec], device="cuda")
+    >>> r["runtime"], r["mem_mb"]
+    (32, 13312)
+    """
+    n, attempt = max(0, int(n_images)), max(1, int(attempt))
+    costs = [c for c in costs if device is None or str(c.get("device")) == str(device)]
+    if costs:
+        s_img = max(float(c["s_per_image"]) for c in costs)
+        load = max(float(c["load_s"]) for c in costs)
+        peak = max(int(c["peak_host_bytes"]) for c in costs)
+        runtime = max(MIN_RUNTIME_MIN, math.ceil(RUNTIME_MARGIN * (load + n * s_img) / 60))
+        mem = math.ceil(MEMORY_MARGIN * peak / 2**20)
+        basis = (f"measured on {len(costs)} job(s): {s_img:.3g} s per image, {load:.0f} s loading, peak "
+                 f"{peak / 2**30:.2f} GiB; margins {RUNTIME_MARGIN} (time), {MEMORY_MARGIN} (memory)")
+    else:
+        runtime = UNMEASURED_RUNTIME_MIN
+        if weights:
+            mem = math.ceil(MEMORY_MARGIN * (BASE_HOST_BYTES + 2 * int(weights)) / 2**20)
+            basis = f"not measured yet: {UNMEASURED_RUNTIME_MIN} min, memory from the weights ({weights / 2**30:.2f} GiB)"
+        else:
+            mem = UNMEASURED_MEM_MB
+            basis = f"not measured yet, weights not found: {UNMEASURED_RUNTIME_MIN} min, {UNMEASURED_MEM_MB} MB"
+    return {"runtime": int(runtime * attempt), "mem_mb": int(mem * attempt), "basis": basis}
+
+
+def model_readout_resources(readout_dir: str | os.PathLike, slug: str, model: str, n_images: int, *,
+                            device: str | None = None, attempt: int = 1) -> dict:
+    """:func:`readout_resources` of a read-out job of one model, from the cost records of its earlier jobs.
+
+    Parameters
+    ----------
+    readout_dir : path
+        ``<output root>/readout``: the model's cost records are ``<slug>.cost.json`` (its whole store) and
+        ``<slug>/*.cost.json`` (its shard stores), of any shard size.
+    slug : str
+        The model's folder name (:func:`murk.paths.model_slug`).
+    model : str
+        The model id (its weights are looked up when nothing was measured).
+    n_images : int
+        Images of the job.
+    device : {"cuda", "cpu"}, optional
+        The device the job runs on, when known (the run's ``device`` setting).
+    attempt : int
+        Snakemake's attempt.
+    """
+    folder = Path(readout_dir)
+    files = [folder / f"{slug}{COST_SUFFIX}", *sorted((folder / slug).glob(f"*{COST_SUFFIX}"))]
+    costs = [c for c in read_readout_costs(files) if c.get("model", model) == model]
+    weights = None if costs else weights_bytes(model)
+    return readout_resources(n_images, costs, device=device, attempt=attempt, weights=weights)

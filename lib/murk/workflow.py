@@ -79,7 +79,7 @@ from murk import runlock
 from murk.runlock import RootInUse, hold_root_lock, snakefile_run_lock
 
 __all__ = ["ModelEntry", "model_entries", "IGNORED_SUFFIXES", "SELECTION_KEYS", "store_digest", "write_marker", "read_marker", "stale_reason",
-           "store_of", "rerun_reason", "rerun_words", "force_rerun", "checkpoint_identity", "file_states", "restore_times", "foreign_stores", "refuse_foreign_stores", "running_notebooks_dir", "hold_run_lock",
+           "store_of", "store_attrs", "rerun_reason", "rerun_words", "force_rerun", "checkpoint_identity", "file_states", "restore_times", "foreign_stores", "refuse_foreign_stores", "running_notebooks_dir", "hold_run_lock",
            "hold_root_lock", "snakefile_run_lock", "RootInUse",
            "run_id", "run_id_of", "analysis_id", "refuse_other_run", "refuse_other_depth", "identity_bundle", "IDENTITY_MIME", "IDENTITY_LABEL"]
 
@@ -210,6 +210,37 @@ def model_entries(entries: Any, n_items: int | None = None, setting: str = "mode
 def store_of(marker: str | os.PathLike) -> Path:
     """The store a marker vouches for: ``x.done`` -> ``x.zarr`` (same folder)."""
     return Path(marker).with_suffix(".zarr")
+
+
+def store_attrs(store: str | os.PathLike) -> dict:
+    """A zarr store's attributes, read as JSON only (no zarr, no xarray).
+
+    Parameters
+    ----------
+    store : path
+        A zarr store folder: zarr 3 (``zarr.json``, its ``attributes``; the read-out stores) or zarr 2
+        (``.zattrs``; the cube, and read-out stores of earlier murk versions).
+
+    Returns
+    -------
+    dict
+        The attributes.
+
+    Raises
+    ------
+    FileNotFoundError
+        The store has neither metadata file (none yet: a creation killed half-way).
+    OSError, ValueError
+        The metadata cannot be read, or is not a JSON mapping.
+    """
+    store = Path(store)
+    if (store / "zarr.json").is_file():
+        attrs = json.loads((store / "zarr.json").read_text(encoding="utf-8")).get("attributes", {})
+    else:
+        attrs = json.loads((store / ".zattrs").read_text(encoding="utf-8"))
+    if not isinstance(attrs, dict):
+        raise ValueError(f"the attributes of {store} are not a mapping")
+    return attrs
 
 
 def store_digest(store: str | os.PathLike) -> str:
@@ -482,7 +513,7 @@ SELECTION_KEYS = ("config_hash", "items_hash")
 def foreign_stores(root: str | os.PathLike, config_hash: str, items_hash: str) -> list[tuple[Path, str]]:
     """The stores under an output root that belong to another selection or configuration.
 
-    Reads only each store's attributes (``.zattrs``): every read-out store under
+    Reads only each store's attributes (:func:`store_attrs`): every read-out store under
     ``<root>/readout/`` (shard and monitor stores included) and ``<root>/cube.zarr``.
 
     Parameters
@@ -509,7 +540,7 @@ def foreign_stores(root: str | os.PathLike, config_hash: str, items_hash: str) -
         if not store.is_dir():
             continue
         try:
-            attrs = json.loads((store / ".zattrs").read_text(encoding="utf-8"))
+            attrs = store_attrs(store)
         except FileNotFoundError:
             continue  # no metadata yet (a creation killed half-way): it holds no read-outs
         except (OSError, ValueError):
@@ -694,7 +725,7 @@ def refuse_other_run(stores: Any, run: str, stage: str, source: str | os.PathLik
     ----------
     stores : iterable of path
         The stores the stage is about to read (read-out, shard and monitor stores).
-        Only their attributes (``.zattrs``) are read; a store without them is left
+        Only their attributes (:func:`store_attrs`) are read; a store without them is left
         to the stage's own checks.
     run : str
         This run's :func:`run_id` (from ``items_meta.json``, beside ``source``).
@@ -716,7 +747,7 @@ def refuse_other_run(stores: Any, run: str, stage: str, source: str | os.PathLik
     for store in stores:
         store = Path(store)
         try:
-            attrs = json.loads((store / ".zattrs").read_text(encoding="utf-8"))
+            attrs = store_attrs(store)
         except FileNotFoundError:
             continue
         except (OSError, ValueError):
