@@ -2,9 +2,9 @@
 
 Weights do not change throughput, so each study model is built in memory from its
 published architecture (``ARCHS`` = :data:`murk.architectures.PUBLISHED`: sizes, layer
-pattern, vision tower, real vocabulary size) with random bf16 weights on the GPU, and :func:`murk.engine.read_images` reads
-out synthetic items exactly as the read-out stage will: worker threads render the
-24 conditions of each item (:func:`murk.render.render_conditions`: fog and
+pattern, vision tower, real vocabulary size) with random bf16 weights on the GPU, and
+:func:`murk.engine.read_images` reads out synthetic items exactly as the read-out
+stage will: worker threads render the 24 conditions of each item (:func:`murk.render.render_conditions`: fog and
 underwater sweeps, ImageNet-C fog, blank, shuffled) and run the processor while the
 model reads scheduled batches (``images_per_batch`` from
 :func:`murk.engine.auto_images_per_batch`); 30 % of the items also ask the verbal
@@ -43,10 +43,10 @@ measured rates, and ``study_gpu_hours_all1000=`` for all five on 1000 images (as
 
 Architecture numbers: :data:`murk.architectures.PUBLISHED` (each value transcribed
 from the model's published ``config.json`` or model card, the source beside it).
-Tokenizers: the real ones cannot be downloaded here, so each model gets a byte-level BPE trained on this repository's text (English prose and
-the study's prompts, about 4 characters per token like the real BPEs) with the
-model's real special tokens and chat template structure; the embedding and LM
-head have the real vocabulary size.
+Tokenizers: the real ones cannot be downloaded here, so each model gets a byte-level
+BPE trained on this repository's text (English prose and the study's prompts, about
+4 characters per token like the real BPEs) with the model's real special tokens and
+chat template structure; the embedding and LM head have the real vocabulary size.
 
 Runs in under 10 minutes on one H200 (about 80 s per model with the defaults, a
 global deadline skips what does not fit). Without CUDA it prints one line and
