@@ -48,34 +48,30 @@ def _flops(net, full_tok: float, short_tok: float, full_pairs: float, short_pair
            vision_tokens: float, image_tokens: float, vision_pairs: float) -> float:
     """FLOPs of a read-out of ``net`` (the transformers model) from token, pair and logit counts: language-model
     layers (KV-sharing layers of Gemma 4 on ``short_*``, the others on ``full_*``), LM head, vision tower."""
+    from murk import architectures as A
+
     base = net.model
-    tc = net.config.get_text_config()
+    cfg = net.config
     text = getattr(base, "language_model", None) or getattr(base, "text_model")
     layers = list(text.layers)
-    first_shared = len(layers) - int(getattr(tc, "num_kv_shared_layers", 0) or 0)
+    first_shared = len(layers) - A.kv_shared_layers(cfg)
     f = 0.0
-    types = getattr(tc, "layer_types", None) or ["full_attention"] * len(layers)
-    for i, layer in enumerate(layers):
+    heads = int(A.text_attr(cfg, "num_attention_heads"))
+    for i, (layer, hd) in enumerate(zip(layers, A.head_dims(cfg))):  # head sizes per layer (Gemma 4: 256 / 512)
         shared = i >= first_shared
-        hd = getattr(getattr(layer, "self_attn", None), "head_dim", None)  # the layer's own (Gemma 4: per layer type)
-        if hd is None:
-            hd = int(getattr(tc, "global_head_dim", 0) or 0) if types[i] == "full_attention" else 0
-            hd = hd or int(getattr(tc, "head_dim", None) or tc.hidden_size // tc.num_attention_heads)
-        hd = int(hd)
         f += 2.0 * _params(layer) * (short_tok if shared else full_tok)
-        f += 4.0 * tc.num_attention_heads * hd * (short_pairs if shared else full_pairs)
+        f += 4.0 * heads * hd * (short_pairs if shared else full_pairs)
     other = _params(text, skip=("layers.", "embed_tokens", "embed_tokens_per_layer"))  # norms, PLE projection
     f += 2.0 * other * full_tok
-    f += 2.0 * int(tc.hidden_size) * int(tc.vocab_size) * logits  # LM head on the computed logits
+    f += 2.0 * int(A.text_attr(cfg, "hidden_size")) * int(A.text_attr(cfg, "vocab_size")) * logits  # LM head, computed logits
     vision = getattr(base, "visual", None) or getattr(base, "vision_tower", None) or getattr(base, "vision_model")
     merge_names = ("merger", "deepstack_merger_list")  # Qwen: the merger runs on merged tokens
     f += 2.0 * _params(vision, skip=merge_names + ("pos_embed",)) * vision_tokens
     proj = [getattr(base, n) for n in ("multi_modal_projector", "connector", "embed_vision") if hasattr(base, n)]
     merged = _params(vision) - _params(vision, skip=merge_names) + sum(_params(m) for m in proj)
     f += 2.0 * merged * image_tokens
-    vc = net.config.vision_config
-    vh = int(vc.hidden_size)
-    vl = int(getattr(vc, "depth", None) or vc.num_hidden_layers)
+    vh = int(A.vision_attr(cfg, "hidden_size"))
+    vl = int(A.vision_attr(cfg, "depth", "num_hidden_layers"))
     f += 4.0 * vh * vl * vision_pairs
     return f
 

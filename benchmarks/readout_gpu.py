@@ -1,10 +1,10 @@
 """GPU throughput of the batched read-out engine on the five study models at full size (random weights).
 
 Weights do not change throughput, so each study model is built in memory from its
-real architecture (``ARCHS``: sizes, layer pattern, vision tower, real vocabulary
-size) with random bf16 weights on the GPU, and :func:`murk.engine.read_images` reads
-out synthetic items exactly as the read-out stage will: worker threads render the
-24 conditions of each item (:func:`murk.render.render_conditions`: fog and
+published architecture (``ARCHS`` = :data:`murk.architectures.PUBLISHED`: sizes, layer
+pattern, vision tower, real vocabulary size) with random bf16 weights on the GPU, and
+:func:`murk.engine.read_images` reads out synthetic items exactly as the read-out
+stage will: worker threads render the 24 conditions of each item (:func:`murk.render.render_conditions`: fog and
 underwater sweeps, ImageNet-C fog, blank, shuffled) and run the processor while the
 model reads scheduled batches (``images_per_batch`` from
 :func:`murk.engine.auto_images_per_batch`); 30 % of the items also ask the verbal
@@ -41,16 +41,12 @@ and 400 images; taken here as Gemma-4-E2B and Qwen3-VL-4B), projected from the
 measured rates, and ``study_gpu_hours_all1000=`` for all five on 1000 images (as
 ``data/study.yaml`` sets).
 
-Architecture numbers: Qwen3-VL-2B/4B-Instruct and InternVL3.5-2B-HF from their
-published ``config.json`` (as transformers' configuration classes encode them),
-SmolVLM2-2.2B-Instruct (SigLIP so400m at 384 px, scale factor 3, SmolLM2-1.7B) and
-Gemma-4-E2B-it (35 layers, 4 sliding : 1 full, last 20 layers sharing KV,
-per-layer embeddings, double-wide MLP in the shared layers) from their model
-cards and configs. Tokenizers: the real ones cannot be downloaded here, so each
-model gets a byte-level BPE trained on this repository's text (English prose and
-the study's prompts, about 4 characters per token like the real BPEs) with the
-model's real special tokens and chat template structure; the embedding and LM
-head have the real vocabulary size.
+Architecture numbers: :data:`murk.architectures.PUBLISHED` (each value transcribed
+from the model's published ``config.json`` or model card, the source beside it).
+Tokenizers: the real ones cannot be downloaded here, so each model gets a byte-level
+BPE trained on this repository's text (English prose and the study's prompts, about
+4 characters per token like the real BPEs) with the model's real special tokens and
+chat template structure; the embedding and LM head have the real vocabulary size.
 
 Runs in under 10 minutes on one H200 (about 80 s per model with the defaults, a
 global deadline skips what does not fit). Without CUDA it prints one line and
@@ -71,6 +67,7 @@ sys.path.insert(0, str(ROOT / "lib"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' shared modules (also when imported)
 
 from flops import model_flops  # noqa: E402
+from murk.architectures import PUBLISHED, published_config  # noqa: E402
 from protocol import LoadLog  # noqa: E402
 
 N_CONDITIONS = 24
@@ -79,45 +76,8 @@ STUDY_IMAGES = {"Qwen/Qwen3-VL-2B-Instruct": 1000, "OpenGVLab/InternVL3_5-2B-HF"
                 "HuggingFaceTB/SmolVLM2-2.2B-Instruct": 1000, "google/gemma-4-E2B-it": 600,
                 "Qwen/Qwen3-VL-4B-Instruct": 400}
 
-_QWEN3VL_TEXT = dict(num_key_value_heads=8, head_dim=128, vocab_size=151936, max_position_embeddings=262144,
-                     rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 5_000_000.0,
-                                                         "mrope_section": [24, 20, 20], "mrope_interleaved": True})
-_QWEN3VL_VISION = dict(depth=24, hidden_size=1024, intermediate_size=4096, num_heads=16, patch_size=16,
-                       spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=2304,
-                       deepstack_visual_indexes=[5, 11, 17], hidden_act="gelu_pytorch_tanh")
-ARCHS = {
-    "Qwen/Qwen3-VL-2B-Instruct": dict(
-        family="qwen3vl", text=dict(_QWEN3VL_TEXT, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
-                                    num_attention_heads=16), vision=dict(_QWEN3VL_VISION)),
-    "Qwen/Qwen3-VL-4B-Instruct": dict(
-        family="qwen3vl", text=dict(_QWEN3VL_TEXT, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
-                                    num_attention_heads=32), vision=dict(_QWEN3VL_VISION)),
-    "OpenGVLab/InternVL3_5-2B-HF": dict(
-        family="internvl",  # InternViT-300M at 448 px (patch 14, pixel shuffle 0.5: 256 tokens) + Qwen3-1.7B
-        text=dict(model_type="qwen3", hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
-                  num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=151936,
-                  max_position_embeddings=40960, rope_theta=1_000_000.0, rms_norm_eps=1e-6),
-        vision=dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096,
-                    image_size=[448, 448], patch_size=[14, 14])),
-    "HuggingFaceTB/SmolVLM2-2.2B-Instruct": dict(
-        family="smolvlm",  # SigLIP so400m at 384 px (patch 14: 729 patches, scale 3: 81 tokens) + SmolLM2-1.7B
-        text=dict(model_type="llama", hidden_size=2048, intermediate_size=8192, num_hidden_layers=24,
-                  num_attention_heads=32, num_key_value_heads=32, head_dim=64, vocab_size=49280,
-                  max_position_embeddings=16384, rope_theta=130_000.0, rms_norm_eps=1e-5),
-        vision=dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16,
-                    image_size=384, patch_size=14)),
-    "google/gemma-4-E2B-it": dict(
-        family="gemma",
-        text=dict(hidden_size=1536, intermediate_size=6144, num_hidden_layers=35, num_attention_heads=8,
-                  num_key_value_heads=1, head_dim=256, global_head_dim=512, sliding_window=512,
-                  layer_types=[("full_attention" if (i + 1) % 5 == 0 else "sliding_attention") for i in range(35)],
-                  num_kv_shared_layers=20, use_double_wide_mlp=True, vocab_size=262144,
-                  vocab_size_per_layer_input=262144, hidden_size_per_layer_input=256,
-                  final_logit_softcapping=30.0, max_position_embeddings=131072, rms_norm_eps=1e-6),
-        vision=dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=16, num_attention_heads=12,
-                    num_key_value_heads=12, head_dim=64, patch_size=16, pooling_kernel_size=3,
-                    position_embedding_size=10240)),
-}
+#: the study models' published architectures (murk.architectures.PUBLISHED: values and sources)
+ARCHS = PUBLISHED
 #: Gemma 4's chat format (google/gemma-4-E2B-it; the E-series generation prompt ends with "<|turn>model\n")
 _GEMMA4_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}"
@@ -186,7 +146,8 @@ def _shrink(spec: dict, smoke: bool) -> dict:
              num_key_value_heads=min(2, t.get("num_key_value_heads", 2)), vocab_size=9000)
     if spec["family"] == "gemma":
         t.update(num_hidden_layers=4, layer_types=["sliding_attention", "full_attention"] * 2, num_kv_shared_layers=2,
-                 global_head_dim=16, vocab_size_per_layer_input=9000, hidden_size_per_layer_input=8)
+                 global_head_dim=32, vocab_size_per_layer_input=9000,  # full layers' heads twice as wide, as published
+                 hidden_size_per_layer_input=8)
     else:
         t["num_hidden_layers"] = 2
     if spec["family"] == "qwen3vl":
@@ -218,12 +179,11 @@ def build(name: str, device: str, dtype, smoke: bool = False):
         proc = T.Qwen3VLProcessor(image_processor=ip, tokenizer=tok, video_processor=vp,
                                   chat_template=ck._QWEN3VL_CHAT_TEMPLATE)
         ids = tok.convert_tokens_to_ids
-        config = T.Qwen3VLConfig(
-            vision_config=dict(vx, out_hidden_size=tx["hidden_size"]),
-            text_config=dict(tx, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id),
+        config = published_config(
+            name, spec, text_tokens=dict(bos_token_id=None, eos_token_id=tok.eos_token_id,
+                                         pad_token_id=tok.pad_token_id),
             image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
-            vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"),
-            tie_word_embeddings=True)
+            vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"))
     elif fam == "internvl":
         named = {"start_image_token": "<img>", "end_image_token": "</img>", "context_image_token": "<IMG_CONTEXT>",
                  "video_token": "<video>"}
@@ -236,10 +196,10 @@ def build(name: str, device: str, dtype, smoke: bool = False):
         vp = T.InternVLVideoProcessor(size={"height": side, "width": side})
         proc = T.InternVLProcessor(image_processor=ip, tokenizer=tok, video_processor=vp, image_seq_length=seq,
                                    chat_template=ck._INTERNVL_CHAT_TEMPLATE)
-        config = T.InternVLConfig(
-            vision_config=vx, text_config=dict(tx, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id),
-            image_token_id=tok.convert_tokens_to_ids("<IMG_CONTEXT>"), image_seq_length=seq, downsample_ratio=0.5,
-            tie_word_embeddings=True)
+        config = published_config(
+            name, spec, text_tokens=dict(bos_token_id=None, eos_token_id=tok.eos_token_id,
+                                         pad_token_id=tok.pad_token_id),
+            image_token_id=tok.convert_tokens_to_ids("<IMG_CONTEXT>"), image_seq_length=seq)
     elif fam == "smolvlm":
         named = {"image_token": "<image>", "fake_image_token": "<fake_token_around_image>",
                  "global_image_token": "<global-img>", "end_of_utterance_token": "<end_of_utterance>",
@@ -254,10 +214,10 @@ def build(name: str, device: str, dtype, smoke: bool = False):
         vp = T.SmolVLMVideoProcessor(size={"longest_edge": side}, max_image_size={"longest_edge": side})
         proc = T.SmolVLMProcessor(image_processor=ip, tokenizer=tok, video_processor=vp, image_seq_len=seq,
                                   chat_template=ck._SMOLVLM_CHAT_TEMPLATE)
-        config = T.SmolVLMConfig(
-            image_token_id=tok.convert_tokens_to_ids("<image>"), scale_factor=scale, vision_config=vx,
-            text_config=dict(tx, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                             pad_token_id=tok.pad_token_id), tie_word_embeddings=False)
+        config = published_config(
+            name, spec, text_tokens=dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                                         pad_token_id=tok.pad_token_id),
+            image_token_id=tok.convert_tokens_to_ids("<image>"), scale_factor=scale)
     elif fam == "gemma":
         # Gemma 4's token strings (google/gemma-4-E2B-it tokenizer_config.json) and turn format
         named = {"image_token": "<|image|>", "boi_token": "<|image>", "eoi_token": "<image|>",
@@ -273,13 +233,12 @@ def build(name: str, device: str, dtype, smoke: bool = False):
         proc = T.Gemma4Processor(feature_extractor=T.Gemma4AudioFeatureExtractor(), image_processor=ip,
                                  tokenizer=tok, video_processor=vp, chat_template=tpl, image_seq_length=soft)
         ids = tok.convert_tokens_to_ids
-        config = T.Gemma4Config(
-            vision_config=vx, audio_config=None,
-            text_config=dict(tx, bos_token_id=tok.bos_token_id, pad_token_id=tok.pad_token_id,
-                             eos_token_id=[tok.eos_token_id, ids("<turn|>")]),  # E2B: <eos> and the end of a turn
+        config = published_config(
+            name, spec, text_tokens=dict(bos_token_id=tok.bos_token_id, pad_token_id=tok.pad_token_id,
+                                         eos_token_id=[tok.eos_token_id, ids("<turn|>")]),  # E2B: <eos>, end of turn
             image_token_id=ids("<|image|>"), boi_token_id=ids("<|image>"),
             eoi_token_id=ids("<image|>"), audio_token_id=ids("<|audio|>"), boa_token_id=ids("<|audio>"),
-            eoa_token_index=ids("<audio|>"), video_token_id=ids("<|video|>"), tie_word_embeddings=True)
+            eoa_token_index=ids("<audio|>"), video_token_id=ids("<|video|>"))
     else:  # pragma: no cover - ARCHS is fixed
         raise ValueError(fam)
     torch.manual_seed(0)

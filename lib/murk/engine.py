@@ -101,7 +101,7 @@ from typing import Any
 
 import numpy as np
 
-from murk import whole
+from murk import architectures, whole
 from murk.config import load_config
 from murk.prompts import Question
 from murk.unit import PromptSlot, item_prompts, item_readouts, verbal_groups
@@ -452,18 +452,25 @@ def batching_support(vlm: VLM) -> str | None:
     cfg = vlm.model.config
     if cfg.model_type not in _FAMILIES:
         return f"model type {cfg.model_type!r} is not one of the batched families ({', '.join(_FAMILIES.values())})"
-    tc = cfg.get_text_config()
-    impl = getattr(tc, "_attn_implementation", None) or getattr(cfg, "_attn_implementation", None) or "eager"
+    text_type = architectures.text_attr(cfg, "model_type")
+    impl = _attn_impl(vlm)
     if impl not in ("sdpa", "eager"):
         return f"attention implementation {impl!r} cannot take tree-shaped 4-D masks (use sdpa or eager)"
-    types = set(getattr(tc, "layer_types", None) or ["full_attention"])
+    types = set(architectures.layer_types(cfg))
     if not types <= {"full_attention", "sliding_attention"}:
         return f"layer types {sorted(types)} are not supported (only full and sliding-window attention)"
-    if "sliding_attention" in types and tc.model_type not in _MASK_MAPPING_TEXT_TYPES:
-        return f"text model {tc.model_type!r} has sliding-window layers but takes no mask per layer type"
-    if getattr(tc, "use_bidirectional_attention", None) == "all":
+    if "sliding_attention" in types and text_type not in _MASK_MAPPING_TEXT_TYPES:
+        return f"text model {text_type!r} has sliding-window layers but takes no mask per layer type"
+    if architectures.text_attr(cfg, "use_bidirectional_attention", default=None) == "all":
         return "use_bidirectional_attention='all' is not a causal language model"
     return None
+
+
+def _attn_impl(vlm: VLM) -> str:
+    """The text model's attention implementation (``"sdpa"``, ``"eager"``, ...)."""
+    cfg = vlm.model.config
+    return (architectures.text_attr(cfg, "_attn_implementation", default=None)
+            or getattr(cfg, "_attn_implementation", None) or "eager")
 
 
 def _free_bytes(device: str) -> int:
@@ -478,35 +485,116 @@ def _free_bytes(device: str) -> int:
         return 8 << 30
 
 
-def _row_bytes(vlm: VLM, slots: int, ends: int, gens: int, max_new: int, vision_tokens: int) -> float:
-    """Peak device memory of one row in a batch (bytes; an estimate from the config)."""
+#: length bucket of :func:`read_units` / :func:`read_images` (rows are padded to a multiple of it)
+_DEFAULT_BUCKET = 32
+
+
+def _row_bytes_terms(vlm: VLM, slots: int, ends: int, gens: int, max_new: int, vision_tokens: int,
+                     length: int | None = None) -> dict[str, float]:
+    """Peak device memory of one row in a batch, term by term (bytes; an estimate from the config).
+
+    With ``b`` bytes per element of ``vlm.dtype``, ``L`` the padded row length
+    (``length``: the batch's longest row rounded up to its length bucket; default
+    ``slots`` rounded up to 32 tokens), ``T = L + gens * max_new`` the key slots at the
+    last decode step, and per decoder layer ``i`` its KV heads ``kv_i``, head size
+    ``d_i`` and MLP width ``f_i`` (:func:`murk.architectures.kv_heads`,
+    :func:`~murk.architectures.head_dims`, :func:`~murk.architectures.intermediate_sizes`;
+    ``H`` query heads, ``h`` hidden size, ``V`` vocabulary):
+
+    ``kv_cache``
+        ``sum_i 2 kv_i d_i T b`` over the layers that store a cache (not Gemma 4's
+        KV-sharing layers).
+    ``cache_growth``
+        ``max_i 2 kv_i d_i T b``: a decode step concatenates each layer's cache into a
+        new tensor while the old one is alive.
+    ``activations``
+        One layer's transients: ``L (4 h + 2 H d + 2 kv d + 3 f) b`` (largest ``d``,
+        ``kv``, ``f`` of any layer) plus two float32 norms ``8 L h``.
+    ``per_layer_inputs``
+        Gemma 4's per-layer embeddings, all layers at once: ``2 L n_layers p b``.
+    ``masks``
+        The tree mask ``L^2`` (bool) and one mask per layer type: ``L^2`` bool under
+        sdpa, ``2 L^2 b`` under eager (built then filled); with a sliding window the
+        position difference ``8 L^2`` (int64) and its comparison ``L^2``; under sdpa on
+        CUDA the bool mask converted to an additive ``L^2 b`` mask per call.
+    ``attention_scores``
+        Per-layer score matrices where the kernel materialises them: eager
+        (``H L^2 (b + 4)``: scores and float32 softmax), sdpa on the CPU with a mask
+        (``4 H L^2``), sdpa on CUDA only for head sizes above 256 (math kernel,
+        ``4 H L^2``); the memory-efficient kernel tiles them.
+    ``repeat_kv``
+        Under a custom mask transformers copies K and V to every query head before
+        sdpa or eager attention (its ``use_gqa_in_sdpa`` needs no mask):
+        ``max_i 2 H d_i T b`` where ``kv_i < H``.
+    ``logits``
+        The prompt-final and continuation logits ``(ends + gens) V (b + 8)`` (in the
+        model's dtype, then float32 logits and their softmax).
+    ``vision``
+        The vision tower's transients ``n_v (6 h_v + 2 f_v) b``, plus its scores
+        ``4 H_v n_v^2`` on the CPU.
+
+    Returns
+    -------
+    dict of str to float
+        The terms above, in bytes; :func:`_row_bytes` is their sum.
+    """
     import torch
 
-    tc = vlm.model.config.get_text_config()
-    item = torch.finfo(vlm.dtype).bits // 8
-    hidden = int(tc.hidden_size)
-    inter = int(getattr(tc, "intermediate_size", 4 * hidden) or 4 * hidden)
-    layers = int(tc.num_hidden_layers) - int(getattr(tc, "num_kv_shared_layers", 0) or 0)
-    kv = int(getattr(tc, "num_key_value_heads", None) or tc.num_attention_heads)
-    hd = int(getattr(tc, "global_head_dim", None) or getattr(tc, "head_dim", None) or hidden // tc.num_attention_heads)
-    heads = int(tc.num_attention_heads)
-    vocab = int(tc.vocab_size)
-    total = slots + gens * max_new
-    cache = total * layers * 2 * kv * hd * item
-    act = slots * (6 * hidden + 3 * inter) * item + slots * hidden * 4 * 2  # one layer's transients (+ fp32 norms)
-    ple = int(getattr(tc, "hidden_size_per_layer_input", 0) or 0)  # Gemma's per-layer inputs, all layers at once
-    act += 2 * slots * int(tc.num_hidden_layers) * ple * item
-    masks = 3 * slots * slots  # tree + per-layer-type masks (bool)
-    scores = (heads * slots * slots * 4) if not str(vlm.device).startswith("cuda") else 0  # CPU SDPA materialises them
-    logits = (ends + gens) * vocab * (item + 8)
-    vc = getattr(vlm.model.config, "vision_config", None)
-    vh = int(getattr(vc, "hidden_size", 0) or 0)
-    vi = int(getattr(vc, "intermediate_size", 4 * vh) or 4 * vh)
-    vheads = int(getattr(vc, "num_attention_heads", getattr(vc, "num_heads", 1)) or 1)
-    vision = vision_tokens * (6 * vh + 2 * vi) * item
-    if not str(vlm.device).startswith("cuda"):
+    cfg = vlm.model.config
+    A = architectures
+    cuda = str(vlm.device).startswith("cuda")
+    impl = _attn_impl(vlm)
+    b = torch.finfo(vlm.dtype).bits // 8
+    hidden = int(A.text_attr(cfg, "hidden_size"))
+    heads = int(A.text_attr(cfg, "num_attention_heads"))
+    n_layers = int(A.text_attr(cfg, "num_hidden_layers"))
+    hd, kvh, inter = A.head_dims(cfg), A.kv_heads(cfg), A.intermediate_sizes(cfg)
+    stored = range(n_layers - A.kv_shared_layers(cfg))
+    vocab = int(A.text_attr(cfg, "vocab_size"))
+    L = int(length) if length is not None else int(math.ceil(slots / _DEFAULT_BUCKET) * _DEFAULT_BUCKET)
+    L = max(L, int(slots))
+    T = L + gens * max_new
+    t: dict[str, float] = {}
+    per_slot = [2 * kvh[i] * hd[i] * b for i in stored]
+    t["kv_cache"] = float(T * sum(per_slot))
+    t["cache_growth"] = float(T * max(per_slot, default=0))
+    t["activations"] = float(L * (4 * hidden + 2 * heads * max(hd) + 2 * max(k * d for k, d in zip(kvh, hd))
+                                  + 3 * max(inter)) * b + 8 * L * hidden)
+    ple = int(A.text_attr(cfg, "hidden_size_per_layer_input", default=0))
+    t["per_layer_inputs"] = float(2 * L * n_layers * ple * b)
+    mapping, window, _, _ = _mask_spec(vlm)
+    n_masks = len(mapping) if mapping is not None else 1
+    masks = L * L * (1 + n_masks * (1 if impl == "sdpa" else 2 * b))
+    if window is not None:
+        masks += 9 * L * L
+    if cuda and impl == "sdpa":
+        masks += L * L * b
+    t["masks"] = float(masks)
+    if impl == "eager":
+        scores = heads * L * L * (b + 4)
+    elif not cuda or max(hd) > 256:
+        scores = 4 * heads * L * L
+    else:
+        scores = 0
+    t["attention_scores"] = float(scores)
+    t["repeat_kv"] = float(max((2 * heads * d * T * b for k, d in zip(kvh, hd) if k < heads), default=0))
+    t["logits"] = float((ends + gens) * vocab * (b + 8))
+    vh = int(A.vision_attr(cfg, "hidden_size", default=0))
+    vi = int(A.vision_attr(cfg, "intermediate_size", default=4 * vh))
+    vheads = int(A.vision_attr(cfg, "num_attention_heads", "num_heads", default=1))
+    vision = vision_tokens * (6 * vh + 2 * vi) * b
+    if not cuda:
         vision += vheads * vision_tokens * vision_tokens * 4
-    return float(cache + act + masks + scores + logits + vision)
+    t["vision"] = float(vision)
+    return t
+
+
+def _row_bytes(vlm: VLM, slots: int, ends: int, gens: int, max_new: int, vision_tokens: int,
+               length: int | None = None) -> float:
+    """Peak device memory of one row in a batch (bytes; an estimate from the config): the sum of
+    :func:`_row_bytes_terms` (KV cache and its growth, one layer's activations, per-layer inputs, masks,
+    attention scores and K/V copies, logits, vision tower), for a row padded to ``length`` tokens."""
+    return float(sum(_row_bytes_terms(vlm, slots, ends, gens, max_new, vision_tokens, length).values()))
 
 
 def auto_images_per_batch(vlm: VLM, questions: Sequence[Question] | None = None,
@@ -515,9 +603,11 @@ def auto_images_per_batch(vlm: VLM, questions: Sequence[Question] | None = None,
     """Images per scheduled batch from the device's free memory and the model's size.
 
     One probe row (a grey image at the presented size with the study's prompts)
-    gives the row length; :func:`_row_bytes` estimates a row's peak memory (KV cache
-    of prefix, tree and continuations; one layer's activations; masks; logits of
-    the prompt-final tokens; the vision encoder's activations). The result is the
+    gives the row length; :func:`_row_bytes` estimates a row's peak memory at that
+    length padded to the length bucket (KV cache of prefix, tree and continuations
+    and its growth in decode; one layer's activations; masks; attention scores and
+    the K/V copies per query head where the kernel makes them; logits of the
+    prompt-final tokens; the vision encoder's activations). The result is the
     largest power of two ``k <= max_images`` with ``k * N_CONDITIONS`` rows within
     ``fraction`` of the free memory.
 
@@ -560,7 +650,8 @@ def auto_images_per_batch(vlm: VLM, questions: Sequence[Question] | None = None,
         n, e, g, v = 1024, len(slots), len(slots), 1024
     else:
         n, e, g, v = row.n, row.n_end, len(row.gen_ends), row.n_vision
-    per_image = N_CONDITIONS * _row_bytes(vlm, n, e, g, max_new, v)
+    length = int(math.ceil(n / _DEFAULT_BUCKET) * _DEFAULT_BUCKET)  # the probe is the longest row (largest image)
+    per_image = N_CONDITIONS * _row_bytes(vlm, n, e, g, max_new, v, length=length)
     free = _free_bytes(vlm.device) if free_bytes is None else int(free_bytes)
     cap = max_images if max_images is not None else (8 if str(vlm.device).startswith("cuda") else 1)
     k = max(1, int(fraction * free // max(per_image, 1.0)))
@@ -658,7 +749,8 @@ def _rope_index(vlm: VLM, trunk: tuple[int, ...], grid, types) -> np.ndarray:
     """Qwen-VL's M-RoPE positions (3, k) of the shared prefix (``get_rope_index``), cached per prefix and grid."""
     import torch
 
-    key = (int(vlm.model.config.vision_config.spatial_merge_size), trunk, grid, types)  # all it depends on
+    merge = int(architectures.vision_attr(vlm.model.config, "spatial_merge_size"))
+    key = (merge, trunk, grid, types)  # all it depends on
     with _ROPE_LOCK:
         hit = _ROPE_CACHE.get(key)
     if hit is not None:
@@ -693,7 +785,7 @@ def _patch_tokens(vlm: VLM, enc: Mapping[str, Any]) -> int:
         return int(enc["image_grid_thw"].prod(-1).sum())
     if "image_position_ids" in enc:  # Gemma 4: padded patch list
         return int((enc["image_position_ids"] != -1).all(-1).sum())
-    patch = getattr(getattr(vlm.model.config, "vision_config", None), "patch_size", 14)
+    patch = architectures.vision_attr(vlm.model.config, "patch_size", default=14)
     ph, pw = (patch, patch) if isinstance(patch, int) else tuple(patch)
     n_images = int(np.prod(pv.shape[:-3]))
     return n_images * (int(pv.shape[-2]) // int(ph)) * (int(pv.shape[-1]) // int(pw))
@@ -979,12 +1071,14 @@ def _collate_branches(vlm: VLM, branches: Sequence[_Row], pres: Sequence[np.ndar
 
 def _mask_spec(vlm: VLM) -> tuple[list[str] | None, int | None, bool, str]:
     """(layer types needing their own mask or None for one mask, sliding window, bidirectional image blocks, impl)."""
-    tc = vlm.model.config.get_text_config()
-    types = sorted(set(getattr(tc, "layer_types", None) or ["full_attention"]))
-    window = int(tc.sliding_window) if "sliding_attention" in types and getattr(tc, "sliding_window", None) else None
-    bidir = getattr(tc, "use_bidirectional_attention", None) == "vision"
-    impl = getattr(tc, "_attn_implementation", None) or "eager"
-    mapping = types if (tc.model_type in _MASK_MAPPING_TEXT_TYPES and (window is not None or len(types) > 1)) else None
+    cfg = vlm.model.config
+    types = sorted(set(architectures.layer_types(cfg)))
+    sw = architectures.text_attr(cfg, "sliding_window", default=None)
+    window = int(sw) if "sliding_attention" in types and sw else None
+    bidir = architectures.text_attr(cfg, "use_bidirectional_attention", default=None) == "vision"
+    impl = architectures.text_attr(cfg, "_attn_implementation", default=None) or "eager"
+    text_type = architectures.text_attr(cfg, "model_type")
+    mapping = types if (text_type in _MASK_MAPPING_TEXT_TYPES and (window is not None or len(types) > 1)) else None
     return mapping, window, bidir, impl
 
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from murk import identity, paths
+from murk import architectures, identity, paths
 from murk.checkpoints import (INTERNVL_NAMED_TOKENS, OFFLINE_MODELS, CheckpointFileError, check_weight_files,
                               declared_custom_code, ensure_offline_checkpoint, is_tiny_checkpoint, model_kind)
 from murk.config import load_config
@@ -1111,10 +1111,10 @@ def eos_ids(vlm: VLM) -> set[int]:
 
 def sliding_window(vlm: VLM) -> int | None:
     """The sliding-attention window of the text model in tokens, or None without sliding-window layers."""
-    tc = vlm.model.config.get_text_config()
-    types = getattr(tc, "layer_types", None) or []
-    if any("sliding" in str(t) for t in types) and getattr(tc, "sliding_window", None):
-        return int(tc.sliding_window)
+    cfg = vlm.model.config
+    window = architectures.text_attr(cfg, "sliding_window", default=None)
+    if window and any("sliding" in str(t) for t in architectures.layer_types(cfg)):
+        return int(window)
     return None
 
 
