@@ -563,9 +563,10 @@ def main() -> None:
     peaks = {dt: max(peaks[dt], end[dt]) for dt in peaks}
     mfu = tuple(bt["gflop_per_unit"] * u / peaks["float32"] for u in bt["ups_fp32"])
     mfu = (statistics.median(mfu), min(mfu), max(mfu))
-    mfu_bf16 = statistics.median(bt["gflop_per_unit"] * u / peaks["bfloat16"] for u in bt["ups_bf16"])
+    mfu_bf16 = tuple(bt["gflop_per_unit"] * u / peaks["bfloat16"] for u in bt["ups_bf16"])
+    mfu_bf16 = (statistics.median(mfu_bf16), min(mfu_bf16), max(mfu_bf16))
     print(f"utilisation: {bt['gflop_per_unit']:.1f} GFLOP of useful work per unit; batched engine float32 "
-          f"{fmt_ratio('mfu', mfu)} of {peaks['float32']:.0f} GFLOP/s, bfloat16 mfu_bf16={mfu_bf16:.2f} of "
+          f"{fmt_ratio('mfu', mfu)} of {peaks['float32']:.0f} GFLOP/s, bfloat16 {fmt_ratio('mfu_bf16', mfu_bf16)} of "
           f"{peaks['bfloat16']:.0f} GFLOP/s")
     log.end()
     print(f"tokens_ratio={tok_sep / tok_sh:.2f} lm_tokens_ratio={lm_sep / lm_sh:.2f} "
@@ -575,6 +576,7 @@ def main() -> None:
           f"units_per_s_engine={bt['units_per_s_engine']:.4f} units_per_s_cpu_fp32={bt['units_per_s_cpu_fp32']:.4f} "
           f"units_per_s_cpu_bf16={bt['units_per_s_cpu_bf16']:.4f} {fmt_ratio('batched_ratio', bt['batched_ratio'])} "
           f"{fmt_ratio('cpu_bf16_ratio', bt['cpu_bf16_ratio'])} {fmt_ratio('mfu', mfu)} "
+          f"{fmt_ratio('mfu_bf16', mfu_bf16)} "
           f"padding_share={bt['padding_share']:.3f} bf16_cpu_max_abs_dc_int={bt['bf16_cpu_max_abs_dc_int']:.2e} "
           f"bf16_cpu_flip_rate={bt['bf16_cpu_flip_rate']:.4f} peak_gflops_fp32={peaks['float32']:.0f} "
           f"peak_gflops_bf16={peaks['bfloat16']:.0f} {log.tail()}")

@@ -306,10 +306,15 @@ def read_family(name: str, n_units: int, dtypes: tuple[str, ...], budget_gib: fl
         processor = AutoProcessor.from_pretrained(rf)
         config = full_size_config(name, rf)
     n_params = params_of(name, config)
-    need = n_params * 4 / GIB + 1.0  # float32 weights + the interpreter, libraries and activations
+    # the dtype the weights are built in: float32 when it is asked (the bf16 pass casts them), else the one asked
+    build = "float32" if "float32" in dtypes else dtypes[0]
+    item = 4 if build == "float32" else 2
+    head_rows, hidden = config.get_text_config().vocab_size, config.get_text_config().hidden_size
+    # weights + murk's float32 head copy below float32 + the interpreter, libraries and activations
+    need = n_params * item / GIB + (0 if item == 4 else head_rows * hidden * 4 / GIB) + 1.0
     skip = None
     if need > budget_gib:
-        skip = (f"{n_params / 1e9:.3f} B parameters need about {need:.1f} GiB in float32 (over the budget of "
+        skip = (f"{n_params / 1e9:.3f} B parameters need about {need:.1f} GiB in {build} (over the budget of "
                 f"{budget_gib:g} GiB; bf16 alone {n_params * 2 / GIB:.1f} GiB plus murk's float32 head)")
     else:
         t0 = time.time()
@@ -325,13 +330,13 @@ def read_family(name: str, n_units: int, dtypes: tuple[str, ...], budget_gib: fl
     slots = [s for u in units for s in item_prompts(u.questions, cfg, u.verbal_variants)]
     t = time.perf_counter()
     torch.manual_seed(0)
-    net = AutoModelForImageTextToText.from_config(config, dtype=torch.float32).eval()
+    net = AutoModelForImageTextToText.from_config(config, dtype=getattr(torch, build)).eval()
     n_params = sum(p.numel() for p in net.parameters())
     build_s = time.perf_counter() - t
     f32 = None
     for dt in dtypes:
         dtype = getattr(torch, dt)
-        if dt != "float32":
+        if dt != build:
             f32_probs = f32["probs"] if f32 else None
             net.to(dtype)  # the same weights, rounded (parameter by parameter: no second copy)
             gc.collect()
@@ -399,7 +404,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="*", default=list(SHORT.values()), help=f"any of {list(SHORT.values())}")
     ap.add_argument("--units", type=int, default=2, help="conditions of one COCO image read out per family")
-    ap.add_argument("--dtypes", nargs="*", default=["float32", "bfloat16"], choices=["float32", "bfloat16"])
+    ap.add_argument("--dtypes", nargs="*", default=["float32", "bfloat16"], choices=["float32", "bfloat16"],
+                    help="float32 first: the bf16 pass casts its weights and compares with it; bf16 alone builds "
+                         "the weights in bf16 (half the memory)")
     ap.add_argument("--budget-gib", type=float, default=9.5,
                     help="the most resident memory a family may take (its float32 weights are checked against it)")
     ap.add_argument("--wait", type=float, default=600.0, help="seconds to wait for that much available memory")
@@ -414,8 +421,6 @@ def main(argv=None) -> int:
     if unknown:
         print(f"real_size: unknown models {unknown}; choose from {list(SHORT.values())}")
         return 2
-    if "float32" not in args.dtypes:
-        args.dtypes = ["float32", *args.dtypes]  # the bf16 pass casts the float32 weights
     log = LoadLog("real_size")
     records, failed = [], []
     for n in names:

@@ -19,6 +19,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import real_size  # noqa: E402
 
+#: bf16 engine against bf16 whole prompts, renormalised over the options: five times the 5.6e-3 that
+#: benchmarks/real_size.py measured on InternVL3.5-2B (README, Benchmarks, 2026-12-05)
+BF16_RENORM_TOL = 0.03
+
 
 def test_renormalised_difference_is_bounded_by_the_logit_spread():
     """|dp~| <= tanh(R / 4) for any log-perturbation of spread R, and the worst case reaches it."""
@@ -43,22 +47,26 @@ def test_renormalised_difference_is_bounded_by_the_logit_spread():
     assert np.abs(p * np.exp([4e-6, 0, 0]) - p).max() < 1e-9 < 1e-6 < dp * 2
 
 
-#: the family the full-size test reads out and how (see the test's docstring)
-REALSIZE_FAMILY = "OpenGVLab/InternVL3_5-2B-HF"
+#: the family the full-size test reads out (see the test's docstring)
+REALSIZE_FAMILY = "Qwen/Qwen3-VL-2B-Instruct"
 
 
 @pytest.mark.realsize
 def test_largest_family_within_8_gb_reads_out_at_full_size():
-    """InternVL3.5-2B at its published configuration, float32, one unit: engine vs every prompt whole.
+    """Qwen3-VL-2B at its published configuration in bf16, one unit: the engine against every prompt whole.
 
-    The largest study family whose float32 weights fit in 8 GB (2.04 B parameters,
-    7.6 GiB; Qwen3-VL-2B's are 7.9 GiB, over 8 GB): one COCO image, clean, read out
-    by the batched engine with its real tokenizer and processor, against every one of
-    its prompts scored whole. Checks: no fallback; 256 visual tokens (448-px tile,
-    pixel shuffle 0.5); every first-token probability within 1e-6; the renormalised
-    option probabilities within the bound their logit differences imply and within
-    1e-5; no flipped answer; the peak memory within the engine's estimate plus the
-    interpreter's 1.5 GiB.
+    The largest study family whose read-out fits in 8 GiB: in bf16, 2.13 B parameters
+    (4.0 GiB) and murk's float32 copy of the tied output head (1.2 GiB) (Qwen3-VL-4B's bf16
+    weights alone are 8.3 GiB, Gemma-4-E2B's 8.8 GiB; in float32 no family fits: the
+    2B models' weights are 7.6-8.4 GiB). One COCO image (4:3, clean) read out by the
+    batched engine with the real Qwen3-VL tokenizer, chat template and processor,
+    against each of its 9 prompts scored whole, both in bf16. Checks: no fallback;
+    126 or 140 visual tokens (one 448-px tile, as the real processor gives on COCO's
+    4:3 images); the option probabilities renormalised within :data:`BF16_RENORM_TOL` (the
+    bf16 spread ``benchmarks/real_size.py`` measured); the peak resident memory under 8 GiB
+    and within the weights plus the engine's estimate of the rows plus the interpreter's
+    1.5 GiB. Flips are not asserted: random weights spread the first-token mass almost
+    evenly over the options, so bf16 near-ties are common (2 of 9 on InternVL3.5-2B).
     """
     from murk.checkpoints import real_model_files_dir
 
@@ -67,16 +75,14 @@ def test_largest_family_within_8_gb_reads_out_at_full_size():
     except FileNotFoundError as err:
         pytest.skip(str(err))
     out = io.StringIO()
-    recs = real_size.read_family(REALSIZE_FAMILY, 1, ("float32",), budget_gib=9.5, wait_s=600.0, out=out)
+    recs = real_size.read_family(REALSIZE_FAMILY, 1, ("bfloat16",), budget_gib=8.0, wait_s=600.0, out=out)
     assert len(recs) == 1 and "skipped" not in recs[0], recs
     r = recs[0]
     print(real_size.format_line(r))
-    assert r["params"] > 2.0e9
+    assert r["params"] > 2.0e9 and r["dtype"] == "bfloat16"
     assert r["fallback_units"] == 0
-    assert r["visual_tokens"] == [256]
+    assert len(r["visual_tokens"]) == 1 and r["visual_tokens"][0] in (126, 140)
     assert r["prompts"] == 9
-    assert r["max_abs_dp"] <= 1e-6
-    assert r["renorm_max_abs_dp"] <= r["renorm_bound"] * (1 + 1e-6) + 1e-12
-    assert r["renorm_max_abs_dp"] <= 1e-5
-    assert r["flips"] == 0
+    assert r["renorm_max_abs_dp"] <= BF16_RENORM_TOL
+    assert r["peak_gib"] <= 8.0
     assert r["peak_gib"] <= r["estimate_gib"] + 1.5
