@@ -57,7 +57,7 @@ test: env
 test-fast: env
 	$(PYTEST) -m "not slow and not realsize" $(ARGS)
 
-## test-realsize: a study model read out at full size with random weights (about 8 GB of memory, a few minutes)
+## test-realsize: a study model read out at full size with random weights (under 8 GB of memory, a few minutes)
 test-realsize: env
 	$(BIN)/python -m pytest -q -n 0 -m realsize $(ARGS)
 

@@ -37,7 +37,8 @@ Printed, one line per family and dtype, each with the 1-minute load average it r
 * ``flips``: prompts whose argmax option differs (float32);
 * ``bf16_max_abs_dc_int`` / ``bf16_flip_rate``: the bf16 engine against the float32
   engine on the same weights (c_int and option mass; answer, abstain and abstain2);
-  ``bf16_whole_*``: the bf16 engine against the bf16 whole prompts (as ``readout_gpu.py``).
+  ``bf16_whole_max_abs_dp`` / ``bf16_whole_flip_rate``: the bf16 engine against the bf16 whole
+  prompts (renormalised option probabilities; prompts whose most probable option differs).
 
 The float32 bound. Renormalising over the options divides by the option mass
 ``m = sum_j p_j``, which with random weights is about 1e-4 (the first-token mass is
@@ -56,7 +57,9 @@ a few 1e-6, not 1e-6: that is the bound stated and checked. For a trained model,
 option mass is near 1, the renormalised difference is about the raw one (≤ 1e-6).
 
 Run: ``nice -n 10 .venv/bin/python benchmarks/real_size.py [--models qwen2b intern2b smol2b] [--units 2]``
-(about 4-6 min per family on 2 idle cores). ``--dtypes float32`` skips the bf16 pass.
+(InternVL3.5-2B, one unit, float32 then bf16: 35 min on 2 CPUs at a load of 4-9, 2026-12-05; the whole
+prompts take four fifths of it). ``--dtypes float32`` skips the bf16 pass; ``--dtypes bfloat16`` builds the
+weights in bf16 (half the memory; no comparison with float32).
 """
 
 from __future__ import annotations
