@@ -51,14 +51,14 @@ by the shared-prefix engine one at a time (``read_item``): ``--rounds`` rounds, 
 arms interleaved in alternating order (``protocol.interleave``), so that a change of load
 affects them alike; each ratio is the median of the per-round ratios, with its range.
 Printed: ``units_per_s_engine= units_per_s_cpu_fp32= units_per_s_cpu_bf16=
-batched_ratio= cpu_bf16_ratio= mfu= padding_share= bf16_cpu_max_abs_dc_int=
+batched_ratio= cpu_bf16_ratio= mfu= mfu_bf16= padding_share= bf16_cpu_max_abs_dc_int=
 bf16_cpu_flip_rate=``, with
 
 * ``mfu``: the batched float32 engine's useful model FLOPs per second
   (``flops.model_flops``: vision tower, prefill, decode, LM head and attention over
   real tokens, without padding) over the float32 matmul peak of this CPU
   (``peak_gflops_fp32=``, :func:`murk.hardware.matmul_gflops`, 2048^2, measured at the
-  start and at the end of the run, the higher taken); ``mfu_bf16`` (on the info line)
+  start and at the end of the run, the higher taken); ``mfu_bf16`` (with its range, last line)
   likewise against ``peak_gflops_bf16=``;
 * ``padding_share``: padded language-model positions over all positions prefilled
   and decoded;
