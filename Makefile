@@ -28,7 +28,7 @@ CONFIG_CHECK := $(BIN)/python -m murk.settings
 # JupyterLab refuses to start as root (containers) unless told
 LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: demo test test-fast paper study plan lab env clean-outputs
+.PHONY: demo test test-fast test-realsize paper study plan lab env clean-outputs
 
 ## env: create or update the virtual environment (only when pyproject.toml or the checkout changed)
 env:
@@ -49,13 +49,17 @@ demo: env
 	@$(CONFIG_CHECK) $(ARGS)
 	$(SNAKE) $(ARGS)
 
-## test: the whole test suite (installs first)
+## test: the whole test suite (installs first), except the full-size models (test-realsize)
 test: env
-	$(PYTEST) $(ARGS)
+	$(PYTEST) -m "not realsize" $(ARGS)
 
 ## test-fast: the unit tests only (no end-to-end pipeline runs, a few minutes): the edit-test loop
 test-fast: env
-	$(PYTEST) -m "not slow" $(ARGS)
+	$(PYTEST) -m "not slow and not realsize" $(ARGS)
+
+## test-realsize: a study model read out at full size with random weights (under 8 GB of memory, a few minutes)
+test-realsize: env
+	$(BIN)/python -m pytest -q -n 0 -m realsize $(ARGS)
 
 ## plan: what `make demo` would run (snakemake dry run)
 plan: env

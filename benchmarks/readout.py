@@ -51,14 +51,14 @@ by the shared-prefix engine one at a time (``read_item``): ``--rounds`` rounds, 
 arms interleaved in alternating order (``protocol.interleave``), so that a change of load
 affects them alike; each ratio is the median of the per-round ratios, with its range.
 Printed: ``units_per_s_engine= units_per_s_cpu_fp32= units_per_s_cpu_bf16=
-batched_ratio= cpu_bf16_ratio= mfu= padding_share= bf16_cpu_max_abs_dc_int=
+batched_ratio= cpu_bf16_ratio= mfu= mfu_bf16= padding_share= bf16_cpu_max_abs_dc_int=
 bf16_cpu_flip_rate=``, with
 
 * ``mfu``: the batched float32 engine's useful model FLOPs per second
   (``flops.model_flops``: vision tower, prefill, decode, LM head and attention over
   real tokens, without padding) over the float32 matmul peak of this CPU
   (``peak_gflops_fp32=``, :func:`murk.hardware.matmul_gflops`, 2048^2, measured at the
-  start and at the end of the run, the higher taken); ``mfu_bf16`` (on the info line)
+  start and at the end of the run, the higher taken); ``mfu_bf16`` (with its range, last line)
   likewise against ``peak_gflops_bf16=``;
 * ``padding_share``: padded language-model positions over all positions prefilled
   and decoded;
@@ -563,9 +563,10 @@ def main() -> None:
     peaks = {dt: max(peaks[dt], end[dt]) for dt in peaks}
     mfu = tuple(bt["gflop_per_unit"] * u / peaks["float32"] for u in bt["ups_fp32"])
     mfu = (statistics.median(mfu), min(mfu), max(mfu))
-    mfu_bf16 = statistics.median(bt["gflop_per_unit"] * u / peaks["bfloat16"] for u in bt["ups_bf16"])
+    mfu_bf16 = tuple(bt["gflop_per_unit"] * u / peaks["bfloat16"] for u in bt["ups_bf16"])
+    mfu_bf16 = (statistics.median(mfu_bf16), min(mfu_bf16), max(mfu_bf16))
     print(f"utilisation: {bt['gflop_per_unit']:.1f} GFLOP of useful work per unit; batched engine float32 "
-          f"{fmt_ratio('mfu', mfu)} of {peaks['float32']:.0f} GFLOP/s, bfloat16 mfu_bf16={mfu_bf16:.2f} of "
+          f"{fmt_ratio('mfu', mfu)} of {peaks['float32']:.0f} GFLOP/s, bfloat16 {fmt_ratio('mfu_bf16', mfu_bf16)} of "
           f"{peaks['bfloat16']:.0f} GFLOP/s")
     log.end()
     print(f"tokens_ratio={tok_sep / tok_sh:.2f} lm_tokens_ratio={lm_sep / lm_sh:.2f} "
@@ -575,6 +576,7 @@ def main() -> None:
           f"units_per_s_engine={bt['units_per_s_engine']:.4f} units_per_s_cpu_fp32={bt['units_per_s_cpu_fp32']:.4f} "
           f"units_per_s_cpu_bf16={bt['units_per_s_cpu_bf16']:.4f} {fmt_ratio('batched_ratio', bt['batched_ratio'])} "
           f"{fmt_ratio('cpu_bf16_ratio', bt['cpu_bf16_ratio'])} {fmt_ratio('mfu', mfu)} "
+          f"{fmt_ratio('mfu_bf16', mfu_bf16)} "
           f"padding_share={bt['padding_share']:.3f} bf16_cpu_max_abs_dc_int={bt['bf16_cpu_max_abs_dc_int']:.2e} "
           f"bf16_cpu_flip_rate={bt['bf16_cpu_flip_rate']:.4f} peak_gflops_fp32={peaks['float32']:.0f} "
           f"peak_gflops_bf16={peaks['bfloat16']:.0f} {log.tail()}")
