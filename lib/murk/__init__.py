@@ -16,6 +16,7 @@ items     COCO item selection, distractors, hashes
 depth     metric depth per image (Depth Anything V2 or a named approximation)
 render    one condition of one item: degradation, controls, box marker
 prompts   questions and prompt templates (spec Table II)
+architectures  the study models' published configurations; one accessor for per-layer config values
 vlm       the model and its inputs: loading and its refusals, presentation, option tokens, kernels
 verbal    the verbal-confidence grammar and how a continuation ended
 unit      what a read-out unit asks and records (the four read-outs), the option-mass guard

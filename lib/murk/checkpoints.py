@@ -738,9 +738,9 @@ def _write_json(path: Path, obj) -> None:
 # is among the real files): vocabulary 151,936 rows, rope theta 5e6, interleaved
 # M-RoPE, patch 16, merge 2, temporal patch 2, three deepstack layers; token ids from the
 # tokenizer config (<|image_pad|> 151655, <|video_pad|> 151656, <|vision_start|> 151652,
-# <|vision_end|> 151653, <|im_end|> 151645, <|endoftext|> 151643). The output head is untied, as
-# in the 4B model (the 2B ties it): with random weights a tied head mostly repeats the last input
-# token, which would hide what the continuations exercise (digits, stops, penalties)
+# <|vision_end|> 151653, <|im_end|> 151645, <|endoftext|> 151643). The output head is untied here,
+# although the published 2B and 4B tie it (4.44 B parameters only with a tied head: murk.architectures):
+# with random weights a tied head mostly repeats the last input token, which would hide what the continuations exercise (digits, stops, penalties)
 _QWEN_VOCAB_ROWS = 151_936
 
 
