@@ -22,6 +22,10 @@ import real_size  # noqa: E402
 #: bf16 engine against bf16 whole prompts, renormalised over the options: five times the 5.6e-3 that
 #: benchmarks/real_size.py measured on InternVL3.5-2B (README, Benchmarks, 2026-12-05)
 BF16_RENORM_TOL = 0.03
+#: the memory the read-out adds may exceed the engine's estimate of its rows by this factor (measured at full
+#: size before the estimate counted padding and the attention temporaries: 7-25 % above it in float32; after:
+#: 0.141 GiB measured against 0.166 estimated for Qwen3-VL-2B in bf16, 2026-12-05)
+ROWS_MARGIN = 1.25
 
 
 def test_renormalised_difference_is_bounded_by_the_logit_spread():
@@ -63,9 +67,10 @@ def test_largest_family_within_8_gb_reads_out_at_full_size():
     against each of its 9 prompts scored whole, both in bf16. Checks: no fallback;
     126 or 140 visual tokens (one 448-px tile, as the real processor gives on COCO's
     4:3 images); the option probabilities renormalised within :data:`BF16_RENORM_TOL` (the
-    bf16 spread ``benchmarks/real_size.py`` measured); the peak resident memory under 8 GiB
-    and within the weights plus the engine's estimate of the rows plus the interpreter's
-    1.5 GiB. Flips are not asserted: random weights spread the first-token mass almost
+    bf16 spread ``benchmarks/real_size.py`` measured); the peak resident memory under 8 GiB;
+    the memory the read-out itself added (the peak less the resident memory before it, the
+    weights and the interpreter already in) within :data:`ROWS_MARGIN` of the engine's
+    estimate of the rows (``engine._row_bytes``), and the estimate not above 4 times it. Flips are not asserted: random weights spread the first-token mass almost
     evenly over the options, so bf16 near-ties are common (2 of 9 on InternVL3.5-2B).
     """
     from murk.checkpoints import real_model_files_dir
@@ -85,4 +90,7 @@ def test_largest_family_within_8_gb_reads_out_at_full_size():
     assert r["prompts"] == 9
     assert r["renorm_max_abs_dp"] <= BF16_RENORM_TOL
     assert r["peak_gib"] <= 8.0
-    assert r["peak_gib"] <= r["estimate_gib"] + 1.5
+    assert r["hwm_reset"]  # the high-water mark is the read-out's own
+    rows = r["peak_gib"] - r["rss_before_gib"]
+    assert rows <= ROWS_MARGIN * r["rows_estimate_gib"], (rows, r["rows_estimate_gib"])
+    assert r["rows_estimate_gib"] <= 4.0 * rows, (rows, r["rows_estimate_gib"])
