@@ -811,6 +811,22 @@ def _token_types(enc, ids0: Sequence[int], k: int) -> np.ndarray | None:
     return np.concatenate([t, np.zeros(max(0, k - m), dtype=np.int64)])
 
 
+def _tree_positions(vlm: VLM, enc, ids0: Sequence[int], k: int, dep: np.ndarray,
+                    types: np.ndarray | None) -> np.ndarray:
+    """M-RoPE positions ``(3, n)`` int64 of a token tree: the model's own rope index on the shared trunk (the
+    first ``k`` tokens of ``ids0``, image included; ``types`` their token types), and after it one position per
+    depth, counted on from the trunk's largest position (text: the three axes equal)."""
+    grid = enc["image_grid_thw"].cpu() if "image_grid_thw" in enc else None
+    p3 = _rope_index(vlm, tuple(ids0[:k]), None if grid is None else tuple(map(tuple, grid.tolist())),
+                     None if types is None else tuple(types.tolist()))
+    nxt = int(p3.max()) + 1
+    pos = np.empty((3, len(dep)), dtype=np.int64)
+    trunk = dep < k
+    pos[:, trunk] = p3[:, dep[trunk]]
+    pos[:, ~trunk] = (nxt + dep[~trunk] - k)[None]
+    return pos
+
+
 def _row_from_ids(vlm: VLM, enc, ids: Sequence[Sequence[int]], slots: Sequence[PromptSlot]) -> _Row | str:
     """The token tree of one row from the processor's output ``enc`` (of ``ids[0]``'s prompt) and the prompts'
     token ids. A str is the reason it cannot be batched."""
@@ -823,17 +839,7 @@ def _row_from_ids(vlm: VLM, enc, ids: Sequence[Sequence[int]], slots: Sequence[P
     n = len(tok)
     mrope = is_mrope(vlm)
     types = _token_types(enc, ids[0], k)
-    if mrope:
-        grid = enc["image_grid_thw"].cpu() if "image_grid_thw" in enc else None
-        p3 = _rope_index(vlm, tuple(ids[0][:k]), None if grid is None else tuple(map(tuple, grid.tolist())),
-                         None if types is None else tuple(types.tolist()))
-        nxt = int(p3.max()) + 1
-        pos = np.empty((3, n), dtype=np.int64)
-        trunk = dep < k
-        pos[:, trunk] = p3[:, dep[trunk]]
-        pos[:, ~trunk] = (nxt + dep[~trunk] - k)[None]
-    else:
-        pos = dep.copy()
+    pos = _tree_positions(vlm, enc, ids[0], k, dep, types) if mrope else dep.copy()
     vblock = np.full(n, -1, dtype=np.int64)
     if types is not None:
         vb = _vision_blocks(types)
@@ -895,15 +901,7 @@ def _branch_from_ids(vlm: VLM, enc, core_ids: Sequence[Sequence[int]], ids: Sequ
         m = common_prefix_len([core_ids[0], ids[0]])  # enc is core_ids[0]'s: its token types up to here
         if img not in ids[0][:min(k, m)]:
             return "the image span is not in the prefix the verbal prompts share with the core prompts"
-        grid = enc["image_grid_thw"].cpu() if "image_grid_thw" in enc else None
-        mm = _token_types(enc, ids[0], k)
-        p3 = _rope_index(vlm, tuple(ids[0][:k]), None if grid is None else tuple(map(tuple, grid.tolist())),
-                         None if mm is None else tuple(mm.tolist()))
-        nxt = int(p3.max()) + 1
-        pos = np.empty((3, n), dtype=np.int64)
-        trunk = dep < k
-        pos[:, trunk] = p3[:, dep[trunk]]
-        pos[:, ~trunk] = (nxt + dep[~trunk] - k)[None]
+        pos = _tree_positions(vlm, enc, ids[0], k, dep, _token_types(enc, ids[0], k))
     else:
         pos = dep.copy()
     end_index = {node: e for e, node in enumerate(uniq)}
