@@ -35,7 +35,9 @@ def test_accuracy_fall(clean, end, censored, verdict):
     (0.07, 0.03, 0.10, False, False, claims.LAGS),    # Smol-2.2B in the spec: small but excluding zero
     (-0.06, -0.2, 0.05, False, False, claims.WITH),   # interval holds zero
     (-0.21, -0.3, -0.1, False, False, claims.LEADS),
-    (-1.05, NAN, NAN, False, True, claims.LEADS),     # accuracy never crosses, awareness does: W <= -1.05
+    (-1.05, -1.2, -0.9, False, True, claims.LEADS),   # accuracy never crosses, awareness does: W <= -1.05
+    (-1.05, NAN, NAN, False, True, claims.NO_LAG),    # a bound without interval: not confirmed (issue 39)
+    (-2.11, -2.11, 0.26, False, True, claims.NO_LAG),  # issue 39: a bound whose interval reaches across 0
     (NAN, NAN, NAN, False, False, claims.UNDEFINED),  # both censored
     (0.1, NAN, NAN, False, False, claims.UNDEFINED),  # no interval: nothing is stated
 ])

@@ -238,7 +238,11 @@ def crossing_table(scores: xr.DataArray, n_resamples: int = 2000, seed: int = 0,
         censored at the end of the sweep), ``w_censored_side`` (str, from
         :func:`murk.metrics.blind_spot_width_side`: ``""``, ``"above"`` W is
         "≥", ``"below"`` W is "≤", ``"undefined"``), ``w_lower_bound`` and
-        ``w_upper_bound`` (bool: ``w_censored_side`` is "above" / "below").
+        ``w_upper_bound`` (bool: ``w_censored_side`` is "above" / "below");
+        ``w_p`` (the bootstrap p-value of W = 0, :func:`murk.metrics.bootstrap_p_value`) and
+        ``w_p_margin`` (that |W| is below one sweep level, the dataset's attribute
+        ``w_margin_decades`` = :func:`murk.metrics.level_step_decades`;
+        :func:`murk.metrics.equivalence_p_value`), NaN where W is.
         (model, arm, task): ``v_acc_blank_m``, ``v_acc_blank_lo_m``,
         ``v_acc_blank_hi_m``, ``censored_blank``, ``censored_blank_side``.
     """
@@ -319,6 +323,19 @@ def _crossing_dataset(x, v, side, vb, sideb, ci_level):
     out["w_censored_side"] = wside.where(not_acc, "")
     out["w_lower_bound"] = (wside == "above") & not_acc
     out["w_upper_bound"] = (wside == "below") & not_acc
+    # multiplicity and equivalence (issue 39): W's bootstrap p-value against 0, and that |W| is below one sweep level
+    try:
+        step = metrics.level_step_decades(x["visibility_m"].values[1:])
+    except ValueError:   # a design of one level has no step: no lag can be bounded by one
+        step = float("nan")
+    wbv = wb.transpose(*dims, "bootstrap").values
+    out["w_p"] = w.copy(data=metrics.bootstrap_p_value(wbv, 0.0)).where(not_acc & defined)
+    p_margin = metrics.equivalence_p_value(wbv, step) if np.isfinite(step) else np.full(w.shape, np.nan)
+    out["w_p_margin"] = w.copy(data=p_margin).where(not_acc & defined)
+    out["w_p"].attrs.update(long_name="bootstrap p-value of W = 0 (two-sided; murk.metrics.bootstrap_p_value)")
+    out["w_p_margin"].attrs.update(long_name="bootstrap p-value that |W| < one sweep level (two one-sided tests; "
+                                             "murk.metrics.equivalence_p_value)", margin_decades=step)
+    out.attrs["w_margin_decades"] = step
     out["v_cross_m"].attrs.update(units="m", long_name="crossing visibility")
     out["censored_side"].attrs.update(long_name="side of a bound on v_cross_m: '' exact, 'below' (never reached: "
                                                 "at most v_cross_m, printed <=), 'above' (reached at the first level: "

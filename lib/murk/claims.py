@@ -22,7 +22,7 @@ from murk import metrics
 
 __all__ = ["ABOVE", "AT", "BELOW", "UNDEFINED", "versus_value", "accuracy_fall", "awareness_lag",
            "fall_band", "DIRECTION", "direction", "lag_case", "lag_phrase", "largest_change", "change_words",
-           "they"]
+           "they", "NO_LAG", "PLATEAU", "REACHES_BAND", "IN_BAND_NO_FALL", "NO_COLLAPSE", "band_verdict"]
 
 ABOVE, AT, BELOW, UNDEFINED = "above", "at", "below", "undefined"
 
@@ -100,11 +100,20 @@ def accuracy_fall(clean: tuple[float, float, float], end: tuple[float, float, fl
 
 
 #: verdicts of :func:`awareness_lag`
-LAGS, WITH, LEADS = "lags", "with", "leads"
+LAGS, WITH, LEADS, NO_LAG = "lags", "with", "leads", "no lag established"
 
 
-def awareness_lag(w: float, lo: float, hi: float, lower_bound: bool, upper_bound: bool) -> str:
-    """Whether an awareness signal falls later than accuracy (RQ2, RQ3): the sign of W.
+def awareness_lag(w: float, lo: float, hi: float, lower_bound: bool, upper_bound: bool, margin: float | None = None,
+                  p: float | None = None, p_margin: float | None = None, alpha: float = 0.05) -> str:
+    """Whether an awareness signal falls later than accuracy (RQ2, RQ3): the sign of W, or its absence.
+
+    A lag (or lead) is stated where the evidence excludes W = 0: the interval, or, within a family of
+    such tests, the p-value adjusted for multiplicity (``p``, e.g. :func:`murk.metrics.holm` of
+    :func:`murk.metrics.bootstrap_p_value`). "With" (the signal moves together with accuracy) is stated
+    only where the evidence also excludes a lag of ``margin`` or more, one level of the sweep
+    (:func:`murk.metrics.level_step_decades`; ``p_margin`` from :func:`murk.metrics.equivalence_p_value`,
+    else the interval inside ``(-margin, margin)``): an interval that holds 0 but reaches beyond a level
+    (W = 0.05 [-0.67, 1.10] admits a factor of 12 in visibility) establishes neither, :data:`NO_LAG`.
 
     Parameters
     ----------
@@ -116,25 +125,47 @@ def awareness_lag(w: float, lo: float, hi: float, lower_bound: bool, upper_bound
         V_aware is censored and V_acc is not: W is a lower bound (positive).
     upper_bound : bool
         V_acc is censored and V_aware is not: W is an upper bound (negative).
+    margin : float, optional
+        One sweep level in decades (log10 2 = 0.301 for the study's sweep). Without it (and without
+        ``p_margin``) "with" keeps its weaker meaning: the interval holds 0.
+    p, p_margin : float, optional
+        Adjusted p-values of W = 0 and of |W| >= margin; where given they decide instead of the interval.
+    alpha : float, default 0.05
+        The family-wise level (1 - the interval level).
 
     Returns
     -------
     str
         ``"lags"`` (W > 0: the signal falls in murkier conditions than
         accuracy; a positive lower bound counts), ``"leads"`` (W < 0),
-        ``"with"`` (the interval holds 0: they fall together) or ``"undefined"``.
+        ``"with"`` (|W| below one sweep level), ``"no lag established"`` (neither; also a bound whose
+        interval reaches across 0) or ``"undefined"`` (no W, or an exact W without interval).
 
-    >>> awareness_lag(0.8, 0.7, 0.9, True, False), awareness_lag(0.02, -0.05, 0.1, False, False)
+    >>> awareness_lag(0.8, 0.7, 0.9, True, False), awareness_lag(0.02, -0.05, 0.1, False, False, margin=0.301)
     ('lags', 'with')
+    >>> awareness_lag(0.05, -0.67, 1.10, False, False, margin=0.301), awareness_lag(-2.11, -2.11, 0.26, False, True)
+    ('no lag established', 'no lag established')
     """
     if not _finite(w):
         return UNDEFINED
+    if p is not None:
+        excludes_zero = _finite(p) and float(p) <= alpha
+    else:
+        where = versus_value(w, lo, hi, 0.0)
+        if where == UNDEFINED:
+            return NO_LAG if (lower_bound or upper_bound) else UNDEFINED
+        excludes_zero = where != AT
     if lower_bound:
-        return LAGS if w > 0 else WITH
+        return LAGS if w > 0 and excludes_zero else NO_LAG
     if upper_bound:
-        return LEADS if w < 0 else WITH
-    where = versus_value(w, lo, hi, 0.0)
-    return {ABOVE: LAGS, BELOW: LEADS, AT: WITH}.get(where, UNDEFINED)
+        return LEADS if w < 0 and excludes_zero else NO_LAG
+    if excludes_zero:
+        return LAGS if w > 0 else LEADS
+    if p_margin is not None:
+        return WITH if _finite(p_margin) and float(p_margin) <= alpha else NO_LAG
+    if margin is None:
+        return WITH
+    return WITH if _finite(lo, hi) and -float(margin) < lo and hi < float(margin) else NO_LAG
 
 
 def fall_band(visibility_m, values, clean: float, floor: float, fractions=(0.1, 0.9)) -> tuple[float, float]:
@@ -213,7 +244,8 @@ def lag_case(verdict: str, aware_side: str = "", lower_bound: bool = False, uppe
     str
         ``"not reached"`` (it lags because it never reaches its mid-way value: W ≥ x),
         ``"at the first level"`` (it leads because it has passed its mid-way value at the first level:
-        W ≤ x), ``"bounded"`` (W is a bound that holds zero: nothing can be stated), else ``verdict``.
+        W ≤ x), ``"bounded"`` (W is a bound whose evidence does not exclude zero: nothing can be stated),
+        else ``verdict``.
 
     >>> lag_case("lags", "below", True), lag_case("lags", "", False), lag_case("with", "below", True)
     ('not reached', 'lags', 'bounded')
@@ -222,7 +254,7 @@ def lag_case(verdict: str, aware_side: str = "", lower_bound: bool = False, uppe
         return NOT_REACHED
     if verdict == LEADS and str(aware_side) == "above":
         return AT_FIRST_LEVEL
-    if verdict == WITH and (lower_bound or upper_bound):
+    if verdict in (WITH, NO_LAG) and (lower_bound or upper_bound):
         return BOUNDED
     return verdict
 
@@ -242,7 +274,9 @@ def lag_phrase(case: str, signal: str) -> str:
     str
         E.g. for an abstain rate: ``"lags accuracy, rising only in murkier conditions than those in which
         accuracy falls"``; ``"does not rise to its mid-way value within the sweep, so it lags accuracy (W a
-        lower bound)"``; ``"rises as accuracy falls, no lag observed"``; ``"rises before accuracy falls"``.
+        lower bound)"``; ``"rises as accuracy falls, its interval of W excluding a lag of one sweep level or
+        more"``; ``"cannot be placed against accuracy: no lag can be established, …"``; ``"rises before accuracy
+        falls"``.
 
     Raises
     ------
@@ -255,7 +289,9 @@ def lag_phrase(case: str, signal: str) -> str:
     phrases = {
         LAGS: f"lags accuracy, {ing} only in murkier conditions than those in which accuracy falls",
         NOT_REACHED: f"does not {base} to its mid-way value within the sweep, so it lags accuracy (W a lower bound)",
-        WITH: f"{with_}, no lag observed",
+        WITH: f"{with_}, its interval of W excluding a lag of one sweep level or more",
+        NO_LAG: (f"cannot be placed against accuracy: no lag can be established, {ing} neither clearly later than "
+                 "accuracy falls nor within one sweep level of it (the interval of W is too wide)"),
         LEADS: f"{verb} before accuracy falls, in clearer conditions",
         AT_FIRST_LEVEL: (f"has already {past} past its mid-way value at the first level of the sweep, before "
                          "accuracy falls (W an upper bound)"),
@@ -312,3 +348,50 @@ def they(n: int, one: str = "it", many: str = "they") -> str:
     """``one`` for a single model, ``many`` for more: the pronoun of a sentence about ``n`` models
     (``they(1, "its", "their")`` -> ``"its"``)."""
     return one if int(n) == 1 else many
+
+
+#: verdicts of :func:`band_verdict` (RQ4: the ImageNet-C fog severities against a model's failure band)
+PLATEAU, REACHES_BAND, IN_BAND_NO_FALL, NO_COLLAPSE = ("plateau", "reaches the band", "in the band, no fall",
+                                                       "no collapse")
+
+
+def band_verdict(fall: str, veq_median_m, edge_m: float, changes) -> str:
+    """Whether the ImageNet-C fog severities reach into a model's failure band (RQ4), by position and by accuracy.
+
+    A severity lies in the band by position where its median equivalent visibility is at or below the
+    visibility at which the model's fog accuracy starts to fall (``edge_m``). The severities *reach into the
+    band* only where, at such a severity, the model's accuracy has also fallen below its clean accuracy (the
+    paired change's interval below 0): a severity placed in the band at which accuracy holds or rises above
+    clean does not reach the failure.
+
+    Parameters
+    ----------
+    fall : str
+        The model's fog verdict of :func:`accuracy_fall`.
+    veq_median_m : sequence of float, length S
+        Each severity's median equivalent visibility (m); NaN where undefined.
+    edge_m : float
+        Where fog accuracy has lost a tenth of its clean-to-chance range (m; :func:`fall_band`).
+    changes : sequence of (point, lo, hi), length S
+        Accuracy at each severity minus clean accuracy, with its paired interval.
+
+    Returns
+    -------
+    str
+        :data:`NO_COLLAPSE` (fog accuracy does not fall through its mid-way value), :data:`PLATEAU` (every
+        defined severity lies above the edge), :data:`REACHES_BAND`, :data:`IN_BAND_NO_FALL` (placed in the
+        band, but accuracy does not fall there), or :data:`UNDEFINED` (no equivalent visibility or no edge).
+
+    >>> band_verdict(COLLAPSE, [110, 60], 80, [(0.0, -0.1, 0.1), (0.1, 0.03, 0.2)])
+    'in the band, no fall'
+    """
+    if fall not in (COLLAPSE, PARTIAL):
+        return NO_COLLAPSE
+    veq = np.asarray(veq_median_m, dtype=float)
+    if not np.isfinite(veq).any() or not _finite(edge_m):
+        return UNDEFINED
+    inside = [s for s, v in enumerate(veq) if np.isfinite(v) and v <= float(edge_m)]
+    if not inside:
+        return PLATEAU
+    falls = [s for s in inside if s < len(changes) and versus_value(*changes[s], 0.0) == BELOW]
+    return REACHES_BAND if falls else IN_BAND_NO_FALL

@@ -9,7 +9,8 @@ interval and its answers:
 
 - :func:`floor_verdict`: the control's accuracy against chance and against a guesser
   that uses the category prior alone (:func:`prior_guesser_accuracy`; for a binary task
-  :func:`majority_guesser_accuracy`);
+  :func:`majority_guesser_accuracy`); :func:`floor_verdicts` the same for a family of
+  floors, controlled for multiplicity (Holm);
 - :func:`answer_shares` and :func:`dominant_answer`: one answer given to (almost) every
   question of a task on the blank image;
 - :func:`marker_contrast`: how much the box marker stands out in a rendering, as a
@@ -158,6 +159,66 @@ def floor_verdict(point: float, lo: float, hi: float, chance: float, guesser: fl
     if lo > max(g, chance):
         return ABOVE_GUESSER
     return NO_CONFOUND
+
+
+def floor_verdicts(estimates: Sequence[tuple[float, float, float]], replicates: Sequence[np.ndarray],
+                   chance: Sequence[float], guesser: Sequence[float] | None = None, alpha: float = 0.05) -> list[str]:
+    """The verdicts of a family of control floors, controlled for multiplicity (Holm; issue 39).
+
+    Each floor is tested as :func:`floor_verdict` does (below chance, or above the prior guesser and
+    chance), with the bootstrap p-value of its interval's own test (:func:`murk.metrics.bootstrap_p_value`,
+    one side of the two-sided percentile interval: ``p <= alpha`` where the interval at ``1 - alpha``
+    excludes the reference). The p-values of the family (every floor with an estimate; one between chance
+    and the guesser enters with p = 1) are adjusted by Holm's step-down method
+    (:func:`murk.metrics.holm`), and a confound is stated only where the adjusted p-value is at most
+    ``alpha``: with eight floors per two models, one at-chance floor whose 95 % interval excludes chance by
+    luck is no longer declared a confound.
+
+    Parameters
+    ----------
+    estimates : sequence of (point, lo, hi), length k
+        Each control's accuracy with its interval (what the table prints).
+    replicates : sequence of numpy.ndarray, length k
+        Each control's bootstrap replicates of the accuracy (NaN skipped), the draw of its interval.
+    chance : sequence of float, length k
+        Each floor's chance accuracy (:func:`chance_accuracy`).
+    guesser : sequence of float, optional
+        Each floor's prior guesser (:func:`prior_guesser_accuracy`); default (or NaN) chance.
+    alpha : float, default 0.05
+        The family-wise error rate.
+
+    Returns
+    -------
+    list of str, length k
+        :data:`BELOW_CHANCE`, :data:`ABOVE_GUESSER`, :data:`NO_CONFOUND` or :data:`UNDEFINED`.
+
+    Raises
+    ------
+    ValueError
+        The sequences differ in length.
+    """
+    from murk import metrics
+
+    k = len(estimates)
+    guesser = [np.nan] * k if guesser is None else list(guesser)
+    if not len(replicates) == len(chance) == len(guesser) == k:
+        raise ValueError(f"{k} estimates but {len(replicates)} replicate sets, {len(chance)} chance values and "
+                         f"{len(guesser)} guessers")
+    p = np.full(k, np.nan)
+    side = [UNDEFINED] * k
+    for i, ((point, lo, hi), b, c, g) in enumerate(zip(estimates, replicates, chance, guesser)):
+        if not all(np.isfinite(x) for x in (point, lo, hi, c)):
+            continue
+        ref = max(float(g), float(c)) if g is not None and np.isfinite(g) else float(c)
+        if point < c:
+            side[i], p[i] = BELOW_CHANCE, float(metrics.bootstrap_p_value(b, float(c), side="less"))
+        elif point > ref:
+            side[i], p[i] = ABOVE_GUESSER, float(metrics.bootstrap_p_value(b, ref, side="greater"))
+        else:
+            side[i], p[i] = NO_CONFOUND, 1.0
+    adj = metrics.holm(p)
+    return [UNDEFINED if s == UNDEFINED or not np.isfinite(a) else s if a <= alpha and s != NO_CONFOUND
+            else NO_CONFOUND for s, a in zip(side, adj)]
 
 
 def answer_shares(answers, n_options: int) -> np.ndarray:
