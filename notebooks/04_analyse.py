@@ -547,8 +547,8 @@ def accuracy_finding(arm: str, task: str) -> str:
             hi_v, lo_v = claims.fall_band(VIS[1:], series[1:], series[0], floor)
             FALL_BAND[(m, arm, task)] = (hi_v, lo_v)
             record(f"band.{arm}.{task}.{key(m)}", f"{fmt_visibility(hi_v)}–{fmt_visibility(lo_v)}")
-            if np.isfinite(hi_v) and np.isfinite(lo_v):
-                bands.append((hi_v, lo_v))
+            if np.isfinite(hi_v) and np.isfinite(lo_v) and verdict == claims.COLLAPSE:
+                bands.append((name(m), hi_v, lo_v))   # a band names its model
             text = (f"{name(m)} (clean {fmt(clean[0])}, V_acc = {v_acc} m, at {fmt_level(VIS[END])} m "
                     f"{fmt_estimate(*end)})")
         elif verdict == claims.NO_FALL:   # V_acc censored: a bound, stated as one
@@ -561,11 +561,9 @@ def accuracy_finding(arm: str, task: str) -> str:
     if claims.COLLAPSE in groups:
         band = ""
         if bands:
-            hi_v, lo_v = max(b[0] for b in bands), min(b[1] for b in bands)
-            band = (f"; {'for this model' if len(bands) == 1 else 'over these models'}, the fall from ten to ninety "
-                    "percent of the clean-to-chance range lies "
-                    f"between V = {fmt_visibility(hi_v)} and {fmt_visibility(lo_v)} m, a factor of {fmt(hi_v / lo_v, 1)} "
-                    "in visibility")
+            band = ("; the fall from ten to ninety percent of the clean-to-chance range lies "
+                    + fmt_list(f"between V = {fmt_visibility(hi_v)} and {fmt_visibility(lo_v)} m for {who} (a factor of "
+                               f"{fmt(hi_v / lo_v, 1)} in visibility)" for who, hi_v, lo_v in bands))
         out.append(f"{where}, {task} accuracy collapses to chance for {fmt_list(groups[claims.COLLAPSE])}{band}.")
     if claims.PARTIAL in groups:
         out.append(f"{where}, {task} accuracy falls below its mid-way value but stays above chance at the end of the "
@@ -633,8 +631,13 @@ show_table(paper.markdown_table(rows), "crossings")
 # Does the confidence follow the collapse? For each awareness signal the crossing
 # V_aware is found like V_acc, and W = log10(V_acc / V_aware) compares them: the
 # signal *lags* accuracy when W > 0 (its interval above zero, or a positive lower
-# bound because it never crosses), moves *with* it when the interval holds zero,
-# and *leads* it when W < 0 (`murk.claims.awareness_lag`). Where accuracy itself
+# bound because it never crosses, whose resamples stay above zero), moves *with*
+# it only when the interval of W excludes a lag of one sweep level or more (the
+# design's spacing of its levels, log10 2 for a sweep that halves V), *leads* it
+# when W < 0, and otherwise no lag can be established (`murk.claims.awareness_lag`).
+# The lags of one signal over its model–arm pairs are one family of tests: a lag
+# is stated where W's bootstrap p-value, Holm-adjusted over the family, is at
+# most 1 − the interval level (`murk.metrics.holm`). Where accuracy itself
 # does not cross, no W is defined and no lag is claimed. The end of the sweep
 # (spec Table IV), the calibration (ECE, reliability diagrams), the
 # discrimination (AUROC) and the accuracy of confident answers complete the
@@ -725,6 +728,12 @@ def collapses(m: str, arm: str, task: str) -> bool:
     return numbers[f"verdict.rq1.{arm}.{task}.{key(m)}"] in (claims.COLLAPSE, claims.PARTIAL)
 
 
+#: one level of the sweep in decades (the design's spacing, murk.metrics.level_step_decades): "with" accuracy
+#: only where W's interval excludes a lag of this size or more (murk.claims.awareness_lag)
+W_MARGIN = float(cross.attrs.get("w_margin_decades", np.nan))
+record("methods.w_margin", W_MARGIN, 2)
+
+
 def lag_finding(signal: str, rq: str, task: str = "t2") -> str:
     """The generated sentence on W of one awareness signal over both physical arms.
 
@@ -734,31 +743,42 @@ def lag_finding(signal: str, rq: str, task: str = "t2") -> str:
     confidence falls, an abstain rate rises) and says a censored crossing as
     one: a signal that never reaches its mid-way value within the sweep is not
     said to move, and its W is given as the bound it is
-    (`murk.claims.lag_case`, `murk.claims.lag_phrase`).
+    (`murk.claims.lag_case`, `murk.claims.lag_phrase`). A lag is stated where
+    W's bootstrap p-value, Holm-adjusted over the model–arm pairs of the signal,
+    excludes 0; "together with accuracy" only where it also excludes a lag of
+    one sweep level (`W_MARGIN`), else no lag can be established.
     """
     groups: dict[str, dict[str, list[str]]] = {}
-    for m in VLMS:
-        for arm in physical:
-            cr = cross.sel(model=m, arm=arm, task=task, readout=signal)
-            w, lo, hi = float(cr["w"]), float(cr["w_lo"]), float(cr["w_hi"])
-            lower, upper = bool(cr["w_lower_bound"]), bool(cr["w_upper_bound"])
-            if not np.isfinite(means["mean"].sel(model=m, arm=arm, task=task, readout=signal).values).any():
-                verdict = "undefined: it has no parseable value"
-            elif not collapses(m, arm, task):
-                verdict = "undefined: accuracy does not collapse there (RQ1)"
-            else:
-                verdict = claims.awareness_lag(w, lo, hi, lower, upper)
-                if verdict == claims.UNDEFINED:
-                    verdict = "undefined: neither crossing is defined"
-            record(f"verdict.{rq}.{signal}.{arm}.{task}.{key(m)}", verdict)
-            case = claims.lag_case(verdict, str(cr["censored_side"].values), lower, upper)
-            record(f"lag_case.{rq}.{signal}.{arm}.{task}.{key(m)}", case)   # how the sentence says it
-            detail = ARM_WORDS[arm] if verdict.startswith("undefined") else f"{ARM_WORDS[arm]}: {w_text(w, lo, hi, lower, upper)}"
-            groups.setdefault(case, {}).setdefault(name(m), []).append(detail)
+    pairs = [(m, arm) for m in VLMS for arm in physical]
+    read = [np.isfinite(means["mean"].sel(model=m, arm=arm, task=task, readout=signal).values).any()
+            and collapses(m, arm, task) for m, arm in pairs]
+    # the family of this signal's lags: every model-arm pair whose W is read, Holm-adjusted (murk.metrics.holm)
+    c_ = [cross.sel(model=m, arm=arm, task=task, readout=signal) for m, arm in pairs]
+    p_adj = metrics.holm([float(c["w_p"]) if r else np.nan for c, r in zip(c_, read)])
+    pm_adj = metrics.holm([float(c["w_p_margin"]) if r else np.nan for c, r in zip(c_, read)])
+    record(f"lag.family.{rq}.{signal}.{task}", int(np.isfinite(p_adj).sum()))
+    for (m, arm), cr, pa, pma in zip(pairs, c_, p_adj, pm_adj):
+        w, lo, hi = float(cr["w"]), float(cr["w_lo"]), float(cr["w_hi"])
+        lower, upper = bool(cr["w_lower_bound"]), bool(cr["w_upper_bound"])
+        if not np.isfinite(means["mean"].sel(model=m, arm=arm, task=task, readout=signal).values).any():
+            verdict = "undefined: it has no parseable value"
+        elif not collapses(m, arm, task):
+            verdict = "undefined: accuracy does not collapse there (RQ1)"
+        else:
+            verdict = claims.awareness_lag(w, lo, hi, lower, upper, margin=W_MARGIN, p=pa, p_margin=pma,
+                                           alpha=1 - A["ci_level"])
+            if verdict == claims.UNDEFINED:
+                verdict = "undefined: neither crossing is defined"
+        record(f"verdict.{rq}.{signal}.{arm}.{task}.{key(m)}", verdict)
+        case = claims.lag_case(verdict, str(cr["censored_side"].values), lower, upper)
+        record(f"lag_case.{rq}.{signal}.{arm}.{task}.{key(m)}", case)   # how the sentence says it
+        detail = ARM_WORDS[arm] if verdict.startswith("undefined") else f"{ARM_WORDS[arm]}: {w_text(w, lo, hi, lower, upper)}"
+        groups.setdefault(case, {}).setdefault(name(m), []).append(detail)
     what = SIGNAL_WORDS[signal]
     who = lambda v: fmt_list(f"{m} ({'; '.join(d)})" for m, d in groups[v].items())  # noqa: E731
     out = []
-    for case in (claims.LAGS, claims.NOT_REACHED, claims.WITH, claims.LEADS, claims.AT_FIRST_LEVEL, claims.BOUNDED):
+    for case in (claims.LAGS, claims.NOT_REACHED, claims.WITH, claims.LEADS, claims.AT_FIRST_LEVEL, claims.NO_LAG,
+                 claims.BOUNDED):
         if case in groups:
             out.append(f"The {what} ({task}) {claims.lag_phrase(case, signal)}, for {who(case)}.")
     for verdict in groups:
@@ -995,9 +1015,12 @@ record("finding.rq3.verbal_wordings", (
 # severities *sit on the plateau* for a model when every severity's median V_eq
 # lies above the visibility at which the model's fog accuracy starts to fall
 # (where it has lost a tenth of its clean-to-chance range, `murk.claims.fall_band`;
-# the upper end of the V_acc interval where that is undefined), and *reach into
-# the band* otherwise; they cannot be placed for a model whose accuracy does not
-# collapse.
+# the upper end of the V_acc interval where that is undefined); they *reach into
+# the band* where a severity lies at or below that visibility and the model's
+# accuracy there has fallen below clean (the paired change's interval below 0),
+# and lie in the band *without reaching the failure* where accuracy at every such
+# severity holds or rises (`murk.claims.band_verdict`); they cannot be placed for
+# a model whose accuracy does not collapse.
 
 # %%
 #| label: tbl-nominal
@@ -1089,14 +1112,9 @@ for m in VLMS:
     edge = FALL_BAND.get((m, "fog", "t2"), (np.nan, np.nan))[0]   # where accuracy has lost a tenth of its range
     if not np.isfinite(edge):
         edge = float(cr["v_hi_m"])
-    if not nominal_file.is_file():
-        verdict = "not computed"
-    elif fall not in (claims.COLLAPSE, claims.PARTIAL):
-        verdict = "no collapse"
-    elif np.isfinite(veq_median).any() and np.nanmin(veq_median) > edge:
-        verdict = "plateau"
-    else:
-        verdict = "reaches the band"
+    # by position (a severity's median V_eq at or below the edge) and by accuracy (its change from clean falls,
+    # the interval below 0): a severity placed in the band at which accuracy holds or rises does not reach it
+    verdict = "not computed" if not nominal_file.is_file() else claims.band_verdict(fall, veq_median, edge, diffs)
     record(f"verdict.rq4.t2.{key(m)}", verdict)
     if largest is None:
         change = "no change from clean accuracy can be estimated"
@@ -1122,6 +1140,13 @@ if "plateau" in groups:
 if "reaches the band" in groups:
     out.append(f"The ImageNet-C fog severities ({veq_words}) reach into the failure band for "
                f"{fmt_list(groups['reaches the band'])}.")
+if claims.IN_BAND_NO_FALL in groups:
+    out.append(f"The ImageNet-C fog severities ({veq_words}) lie at visibilities of the failure band but do not reach "
+               f"the failure for {fmt_list(groups[claims.IN_BAND_NO_FALL])}: at no severity placed there does t2 "
+               "accuracy fall below clean (its paired interval below 0).")
+if claims.UNDEFINED in groups:
+    out.append(f"The ImageNet-C fog severities cannot be placed against the failure band for "
+               f"{fmt_list(groups[claims.UNDEFINED])}: no equivalent visibility, or no start of the fall, is defined.")
 if "no collapse" in groups:
     out.append(f"Whether the severities cover the failure band cannot be said for {fmt_list(groups['no collapse'])}: "
                f"{claims.they(len(groups['no collapse']), 'its', 'their')} fog accuracy does not collapse (not observed).")
@@ -1202,7 +1227,11 @@ display(Markdown("\n\n".join(numbers[k] for k in numbers if k.startswith("findin
 # (`murk.diagnostics`: a floor below chance says the distractors carry a prior
 # the model exploits against, a floor above the guesser that the question is
 # answerable without the image, and one answer given to at least
-# `diagnostics.DOMINANT_SHARE` of the questions dominates the task). The
+# `diagnostics.DOMINANT_SHARE` of the questions dominates the task). The floors
+# of every model, control and task are one family of tests: a floor is stated
+# below chance or above the guesser only where the bootstrap p-value of its
+# interval's test, Holm-adjusted over the family, is at most 1 − the interval
+# level (`murk.diagnostics.floor_verdicts`). The
 # numbers are recorded as `diagnostic.*`.
 
 # %%
@@ -1210,6 +1239,7 @@ display(Markdown("\n\n".join(numbers[k] for k in numbers if k.startswith("findin
 #| tbl-cap: "Design diagnostics from the controls, per model and task: blank- and shuffled-image accuracy with bootstrap intervals, chance, the prior guesser's accuracy on the model's items, the verdict of each floor, and t3's most frequent answer on the blank image with its share."
 T3_OPTIONS = list(cfg["prompts"]["t3_options"])
 rows, flagged, floors, dominated = [], set(), {}, {}
+FLOOR_FAMILY: list[tuple] = []   # (model, control, task, estimate, replicates, chance, guesser, table row)
 for m in VLMS:
     ids = set(ds["image"].values[analysis.common_images(ds, [m])].tolist())
     mine = table[table["image_id"].isin(ids)] if len(table) and "t2_options" in table else table.iloc[:0]
@@ -1234,16 +1264,28 @@ for m in VLMS:
         record(f"diagnostic.guesser.{task}.{key(m)}", guesser[task])
         for ctrl in cube.CONTROL_ARMS:
             e = est("mean", model=m, arm=ctrl, level=0, task=task, readout="correct")
-            v = diagnostics.floor_verdict(*e, CHANCE[task], guesser[task])
-            record(f"diagnostic.floor.{ctrl}.{task}.{key(m)}", v)
+            # the replicates of the draw behind the interval (the model's own images), for the family's p-values
+            keep = np.flatnonzero(analysis.common_images(ds, [m]))
+            x_ = image_scores.sel(model=m, arm=ctrl, level=0, task=task, readout="correct").isel(image=keep).values
+            reps = metrics.resampled_means(x_, draw(keep.size)[:A["bootstrap_resamples"]])
             row[f"{ctrl} accuracy"] = paper.estimate_cell(fmt_estimate(*e))
-            row[f"{ctrl} floor"] = v
-            if v in (diagnostics.BELOW_CHANCE, diagnostics.ABOVE_GUESSER):
-                floors.setdefault((ctrl, task, v), []).append(f"{name(m)} ({fmt_estimate(*e)})")
-                flagged.add(m)
+            row[f"{ctrl} floor"] = ""   # the family's verdict, below
+            FLOOR_FAMILY.append((m, ctrl, task, e, reps, CHANCE[task], guesser[task], row))
         row["t3 on the blank: top answer"] = (f"{T3_OPTIONS[top_k]} ({fmt(shares[top_k])})"
                                          if task == "t3" and top_k is not None else "")
         rows.append(row)
+# every control floor of every model and task is one family of tests: a confound is stated where the Holm-adjusted
+# p-value of its interval's test is at most 1 - ci_level (murk.diagnostics.floor_verdicts)
+FLOOR_VERDICTS = diagnostics.floor_verdicts([f[3] for f in FLOOR_FAMILY], [f[4] for f in FLOOR_FAMILY],
+                                            [f[5] for f in FLOOR_FAMILY], [f[6] for f in FLOOR_FAMILY],
+                                            alpha=1 - A["ci_level"])
+record("diagnostic.floor_family", sum(np.isfinite(f[3][0]) for f in FLOOR_FAMILY))
+for (m, ctrl, task, e, _, _, _, row), v in zip(FLOOR_FAMILY, FLOOR_VERDICTS):
+    record(f"diagnostic.floor.{ctrl}.{task}.{key(m)}", v)
+    row[f"{ctrl} floor"] = v
+    if v in (diagnostics.BELOW_CHANCE, diagnostics.ABOVE_GUESSER):
+        floors.setdefault((ctrl, task, v), []).append(f"{name(m)} ({fmt_estimate(*e)})")
+        flagged.add(m)
 out = []
 for (ctrl, task, v), who in floors.items():
     against = "chance" if v == diagnostics.BELOW_CHANCE else "the prior guesser"
@@ -1763,9 +1805,15 @@ if HAS_MONITOR:
             wb = np.log10(np.asarray(vab, float) / np.asarray(vmb, float))
             lo, hi = (np.nanquantile(wb, [lo_q, hi_q]) if np.isfinite(w) and np.isfinite(wb).any()
                       else (np.nan, np.nan))
+        # W's bootstrap p-values (against 0, and that |W| is below one level), for the family's Holm adjustment
+        MON_P[(arm, signal, task, m, mode)] = (
+            (float(metrics.bootstrap_p_value(wb, 0.0)), float(metrics.equivalence_p_value(wb, W_MARGIN)))
+            if np.isfinite(w) and np.isfinite(W_MARGIN) else (np.nan, np.nan))
         return w, lo, hi, wside == "above", wside == "below", (va, side_a), (vm, side_m)
 
-    rows, verdicts = [], {}
+    MON_P: dict[tuple, tuple[float, float]] = {}
+
+    rows, verdicts, family = [], {}, []
     for arm in cube.PHYSICAL_ARMS:
         for signal in ("c_int", "abstain"):
             ac, _ = monitor_crossing(arm, signal, monitor.MONITOR_ID)   # over every image (the monitor's own)
@@ -1776,20 +1824,29 @@ if HAS_MONITOR:
                     w, lo, hi, lower, upper, (va, side_a), (vm, side_m) = monitor_w(arm, signal, task, m)
                     record(f"monitor.w.{signal}.{arm}.{task}.{key(m)}", w, ci=(lo, hi), lower=lower, upper=upper)
                     if signal == "abstain" and task == "t2":
-                        v_ = (claims.awareness_lag(w, lo, hi, lower, upper) if collapses(m, arm, task)
-                              else claims.UNDEFINED)
-                        record(f"verdict.monitor.abstain.{arm}.{task}.{key(m)}", v_)
-                        v_ = claims.lag_case(v_, str(side_m), lower, upper)   # as the sentence says it
-                        verdicts.setdefault(arm, {}).setdefault(v_, []).append((name(m), w_text(w, lo, hi, lower, upper)))
+                        family.append((arm, m, w, lo, hi, lower, upper, side_m))
                     rows.append({"VLM": name(m), "arm": arm, "task": task, "monitor signal": signal,
                                  "V_acc (m)": crossing_text(va, np.nan, np.nan, side_a),
                                  "V_aware monitor (m)": crossing_text(vm, np.nan, np.nan, side_m),
                                  "W": w_text(w, lo, hi, lower, upper).removeprefix("W ").removeprefix("= ")})
+    # the monitor's lags against every model and arm are one family: Holm-adjusted (murk.metrics.holm)
+    read = [collapses(m, arm, "t2") for arm, m, *_ in family]
+    p_adj = metrics.holm([MON_P[(arm, "abstain", "t2", m, monitor.MONITOR_ID)][0] if r else np.nan
+                          for (arm, m, *_), r in zip(family, read)])
+    pm_adj = metrics.holm([MON_P[(arm, "abstain", "t2", m, monitor.MONITOR_ID)][1] if r else np.nan
+                           for (arm, m, *_), r in zip(family, read)])
+    for (arm, m, w, lo, hi, lower, upper, side_m), r, pa, pma in zip(family, read, p_adj, pm_adj):
+        v_ = (claims.awareness_lag(w, lo, hi, lower, upper, margin=W_MARGIN, p=pa, p_margin=pma,
+                                   alpha=1 - A["ci_level"]) if r else claims.UNDEFINED)
+        record(f"verdict.monitor.abstain.{arm}.t2.{key(m)}", v_)
+        v_ = claims.lag_case(v_, str(side_m), lower, upper)   # as the sentence says it
+        verdicts.setdefault(arm, {}).setdefault(v_, []).append((name(m), w_text(w, lo, hi, lower, upper)))
     for arm, by_verdict in verdicts.items():
         where = {"fog": "in fog", "underwater": "under water"}[arm]
         groups = {v: [f"{who} ({w})" for who, w in pairs] for v, pairs in by_verdict.items()}
         out = []
-        for case in (claims.LEADS, claims.AT_FIRST_LEVEL, claims.WITH, claims.LAGS, claims.NOT_REACHED, claims.BOUNDED):
+        for case in (claims.LEADS, claims.AT_FIRST_LEVEL, claims.WITH, claims.LAGS, claims.NOT_REACHED, claims.NO_LAG,
+                     claims.BOUNDED):
             if case in groups:   # in the abstain rate's direction: it rises
                 out.append(f"{where.capitalize()}, the monitor's abstain rate {claims.lag_phrase(case, 'abstain')}, "
                            f"for {fmt_list(groups[case])}.")
@@ -2355,7 +2412,9 @@ bits = [f"{ARM_PHRASE.get(arm, 'in ' + arm)}, " + t.format(what="identification 
         for i, (arm, t) in enumerate(rq1)]
 bits = [b.replace("no collapse of it is", "no collapse is") for b in bits]
 parts.append(bits[0][0].upper() + bits[0][1:] + ("; " + "; ".join(bits[1:]) if bits[1:] else "") + ".")
-LAG_WORDS = {claims.LAGS: "lags it (W > 0)", claims.WITH: "moves with it", claims.LEADS: "moves before it (W < 0)"}
+LAG_WORDS = {claims.LAGS: "lags it (W > 0)", claims.WITH: "moves with it (within one sweep level)",
+             claims.LEADS: "moves before it (W < 0)",
+             claims.NO_LAG: "cannot be placed against it (no lag established, none excluded)"}
 rq23, undefined_signals = [], []
 for signal, rq in (("c_int", "rq2"), ("verbal_conf", "rq2"), ("abstain", "rq3")):
     v = verdicts(f"{rq}.{signal}.{{arm}}.t2", physical)
@@ -2384,12 +2443,15 @@ if n_w:
                  f"No dependence of the abstain rate on the wording of the abstain option {options} is observed "
                  f"({n_w} model–arm pairs).")
 nom = verdicts("rq4.t2")
-if "plateau" in nom or "reaches the band" in nom:
+if "plateau" in nom or "reaches the band" in nom or claims.IN_BAND_NO_FALL in nom:
     bits = []
     if "plateau" in nom:
         bits.append(f"lie above the failure band, on the plateau of accuracy, for {count_phrase(nom['plateau'], n_models, 'model')}")
     if "reaches the band" in nom:
-        bits.append(f"reach into it for {count_phrase(nom['reaches the band'], n_models, 'model')}")
+        bits.append(f"reach into it, accuracy falling there, for {count_phrase(nom['reaches the band'], n_models, 'model')}")
+    if claims.IN_BAND_NO_FALL in nom:   # placed in the band, but accuracy does not fall there: not "reach into"
+        bits.append("lie at visibilities of the band without accuracy falling below clean at any of them for "
+                    + count_phrase(nom[claims.IN_BAND_NO_FALL], n_models, "model"))
     parts.append(f"The ImageNet-C fog severities, equivalent to median visibilities of {numbers['nominal.veq_range']} m, "
                  + fmt_list(bits) + ".")
 else:
@@ -2445,11 +2507,17 @@ if "plateau" in nom:
         f"score over severities {fmt_range(cfg['physics']['imagenet_c_fog_severities'], digits=0)} then measures the plateau, not the failure, and says nothing about where a "
         "model's awareness of its failure begins. A physical axis in metres places the failure band, and the "
         "five severities, on one scale."))
-elif "reaches the band" in nom:
-    record("discussion.nominal", (
-        f"The nominal severities reach into the failure band for {fmt_list(nom['reaches the band'])}: there an "
-        "ImageNet-C evaluation does probe the collapse, although on an ordinal scale whose steps are not equal "
-        "in visibility."))
+elif "reaches the band" in nom or claims.IN_BAND_NO_FALL in nom:
+    said = []
+    if "reaches the band" in nom:
+        said.append(f"The nominal severities reach into the failure band for {fmt_list(nom['reaches the band'])}: "
+                    "there an ImageNet-C evaluation does probe the collapse, although on an ordinal scale whose steps "
+                    "are not equal in visibility.")
+    if claims.IN_BAND_NO_FALL in nom:   # the RQ4 change verdict: placed in the band, accuracy not falling there
+        said.append(f"For {fmt_list(nom[claims.IN_BAND_NO_FALL])} the nominal severities lie at visibilities of the "
+                    "failure band, but accuracy does not fall below clean at any of them: there they do not probe "
+                    "the collapse.")
+    record("discussion.nominal", " ".join(said))
 else:
     record("discussion.nominal", (
         "Where the nominal severities lie relative to the failure band cannot be said from this run; the "

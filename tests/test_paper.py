@@ -107,7 +107,7 @@ def test_formatting():
     assert paper.fmt_interval(nan, 0.25) == ""                       # no interval where it is undefined
     assert paper.fmt_estimate(0.97, 0.95, 0.98) == "0.97 [0.95, 0.98]"
     assert paper.fmt_estimate(nan, 0.1, 0.9) == "n/a"                # no interval for an undefined point
-    assert paper.fmt_estimate(0.8, 0.7, 0.9, lower=True) == "≥ 0.80 [0.70, 0.90]"  # = censored="above"
+    assert paper.fmt_estimate(0.8, 0.7, 0.9, lower=True) == "≥ 0.80"  # = censored="above"; a bound alone (issue 39)
     assert paper.fmt_bound(-0.2, upper=True) == "≤ -0.20"
     assert paper.fmt_range([0.3, nan, 0.1]) == "0.10–0.30" and paper.fmt_range([nan]) == "n/a"
     assert paper.fmt_range([60.4, 147.2], digits=0) == "60–147"
@@ -129,7 +129,7 @@ def test_numbers_record_and_save(tmp_path):
     assert n.record("a", 0.123, ci=(0.1, 0.2)) == "0.12" and n["a.ci"] == "[0.10, 0.20]"
     assert n.record("b", float("nan"), ci=(0.1, 0.2)) == "n/a" and n["b.ci"] == ""
     assert n.record("c", np.int64(7)) == "7" and n.record("d", 3.0, 0) == "3"
-    assert n.record("e", 1.05, ci=(0.9, 1.2), lower=True) == "≥ 1.05" and n["e.ci"] == "[0.90, 1.20]"
+    assert n.record("e", 1.05, ci=(0.9, 1.2), lower=True) == "≥ 1.05" and n["e.ci"] == ""   # a bound alone
     assert n.record("s", "A sentence, as is.") == "A sentence, as is."
     assert n.fill_missing({"a", "z"}) == ["z"] and n["z"] == f"n/a ({paper.NOT_COMPUTED})"
     assert paper.load_numbers(n.save())["e"] == "≥ 1.05"
@@ -276,7 +276,9 @@ def test_bounds_print_on_their_side():
     assert paper.fmt_estimate(float("nan"), 1.953125, 250.0, digits=1) == "n/a"
     assert paper.fmt_estimate(0.5, 0.1, 0.9, "undefined") == "n/a"
     assert paper.fmt_estimate(0.75, 0.38, 1.05) == "0.75 [0.38, 1.05]"
-    assert paper.fmt_estimate(0.8, 0.7, 0.9, "above") == "≥ 0.80 [0.70, 0.90]"
+    assert paper.fmt_estimate(0.8, 0.7, 0.9, "above") == "≥ 0.80"
+    # issue 39: never a bound with an interval that crosses it
+    assert paper.fmt_estimate(-2.11, -2.11, 0.26, upper=True) == "≤ -2.11"
     # a range over models keeps each end's bound (the issue's bare "0.05–0.39")
     assert paper.fmt_range([0.05, 0.39, 0.2], ["", "above", ""]) == "0.05 – ≥ 0.39"
     assert paper.fmt_range([0.05, 0.39]) == "0.05–0.39"

@@ -179,20 +179,23 @@ def fmt_crossing(value: float, censored=None, digits: int = 2, lower_bound_sign:
 
 def fmt_estimate(point: float, lo: float = float("nan"), hi: float = float("nan"), censored=None,
                  digits: int = 2, *, lower: bool = False, upper: bool = False) -> str:
-    """A point with its bootstrap interval, ``"0.75 [0.38, 1.05]"``; bounds as :func:`fmt_crossing`.
+    """A point with its bootstrap interval, ``"0.75 [0.38, 1.05]"``; bounds as :func:`fmt_crossing`, alone.
 
     An undefined point (NaN, or ``censored="undefined"``) prints ``"n/a"`` alone,
     never an interval of something that is not defined; an undefined interval is
     left out. ``lower`` / ``upper`` are the keyword forms of ``censored="above"``
-    (``≥``) / ``"below"`` (``≤``).
+    (``≥``) / ``"below"`` (``≤``). A censored point is a bound and prints as the bound
+    alone (issue 39): its resamples are bounds too, and their interval would cross it
+    (never ``"≤ -2.11 [-2.11, 0.26]"``); a verdict on a bound uses the resamples'
+    side (:func:`murk.claims.awareness_lag`).
 
     >>> fmt_estimate(0.8, 0.7, 0.9, "above"), fmt_estimate(float("nan"), 0.1, 0.9), fmt_estimate(0.2, 0.1, 0.3)
-    ('≥ 0.80 [0.70, 0.90]', 'n/a', '0.20 [0.10, 0.30]')
+    ('≥ 0.80', 'n/a', '0.20 [0.10, 0.30]')
     """
     if censored is None and (lower or upper):
         censored = "above" if lower else "below"
     p = fmt_crossing(point, censored, digits)
-    if p == "n/a":
+    if p == "n/a" or p[0] in "≤≥":
         return p
     ci = fmt_interval(lo, hi, digits)
     return f"{p} {ci}" if ci else p
@@ -399,7 +402,7 @@ class Numbers(dict):
     >>> n["w.c_int.fog.t2.m.ci"]
     '[0.03, 0.10]'
     >>> n.record("w.c_int.underwater.t2.m", 1.05, ci=(0.9, 1.2), lower=True), n["w.c_int.underwater.t2.m.ci"]
-    ('≥ 1.05', '[0.90, 1.20]')
+    ('≥ 1.05', '')
     """
 
     def __init__(self, path: str | os.PathLike | None = None, cell: str | None = None):
@@ -436,7 +439,8 @@ class Numbers(dict):
             without decimals; a float with ``digits`` decimals (NaN: "n/a").
         ci : (lo, hi), optional
             Also record ``<key>.ci`` (:func:`fmt_interval`; ``""`` when the point or
-            the interval is undefined).
+            the interval is undefined, or the point is a bound: a bound prints alone, as in
+            :func:`fmt_estimate`).
         lower, upper : bool
             The value is a lower (``≥``) or upper (``≤``) bound.
 
@@ -454,8 +458,8 @@ class Numbers(dict):
         else:
             s = fmt_bound(value, lower, upper, digits)
         self[key] = s
-        if ci is not None:  # no interval for an undefined point
-            self[key + ".ci"] = fmt_interval(*ci, digits) if s != "n/a" else ""
+        if ci is not None:  # no interval for an undefined point, nor one that would cross a bound
+            self[key + ".ci"] = fmt_interval(*ci, digits) if s != "n/a" and not (lower or upper) else ""
         return s
 
     def fill_missing(self, keys: Iterable[str]) -> list[str]:
