@@ -2078,13 +2078,14 @@ display(Markdown(numbers["finding.monitor.deployable"]))
 # al. 2021; Roschewitz et al. 2025), but murk has a measured visibility: the
 # first-token option probabilities (read-outs `p_option_k`, whose maximum is
 # `c_int`) are recalibrated by temperature scaling (Guo et al. 2017,
-# `murk.recalibration`) fitted on a calibration half of the images (fixed by
-# image id, `murk.monitor.split_images`, seeded) and scored on the other half:
+# `murk.recalibration`) fitted on a calibration half of each model's own images
+# (fixed by image id, `murk.recalibration.model_halves`, seeded; a model run on
+# the first N items: those N) and scored on the other half:
 # no recalibration; one global temperature; an oracle temperature per level; and
 # `T(V̂) = exp(a + b·log10 V̂)` of the *deployable* monitor's estimate. On the
 # test half: ECE and AUROC of the recalibrated internal confidence (pooled over
-# the levels of an arm) and its W, each with its bootstrap interval over test
-# images. *Which abstention signal should be deployed?* Selective prediction is
+# the levels of an arm) and its W, each with its bootstrap interval over the
+# model's own test images. *Which abstention signal should be deployed?* Selective prediction is
 # judged by risk–coverage (Geifman & El-Yaniv 2017; for VQA Whitehead et al.
 # 2022): each signal ranks the answers, and the area under the risk–coverage
 # curve (AURC, `murk.metrics.aurc`), its excess over the best possible ranking
@@ -2104,50 +2105,58 @@ HAS_OPTIONS = (all(o in ds["readout"].values for o in OPTS)
 V_HAT_ID = monitor.MONITOR_DEPLOYABLE_ID          # the temperature's visibility: what a deployed system sees
 HAS_VHAT = V_HAT_ID in full["model"].values
 RECAL_ARMS = list(cube.PHYSICAL_ARMS)
-CAL = monitor.split_images(ds["image"].values, seed=A["bootstrap_seed"])   # True: the calibration half
-TEST = np.flatnonzero(~CAL)
 record("recal.seed", int(A["bootstrap_seed"]))
-record("recal.n_calibration_images", int(CAL.sum()))
-record("recal.n_test_images", int(TEST.size))
-RECAL = {}   # (model, task) -> conf {method: (arm, level, unit)}, params, question values, unit -> image position
+# Each model's halves are drawn from its own images (a model on the first N items: those N), and its test half
+# is resampled with the draw of its own test images: nothing of it comes from images it was not run on.
+RECAL = {}   # (model, task) -> conf {method: (arm, level, unit)}, params, question values, unit -> own image
+HALVES = {}  # model -> (its own images' cube positions, True: calibration half, test half's positions among own)
 for m in VLMS if HAS_OPTIONS else []:
+    own, cal = recalibration.model_halves(ds, m, seed=A["bootstrap_seed"])
+    HALVES[m] = (own, cal, np.flatnonzero(~cal))
+    record(f"recal.n_calibration_images.{key(m)}", int(cal.sum()))
+    record(f"recal.n_test_images.{key(m)}", int((~cal).sum()))
     for task in ("t2", "t3"):
-        q, unit_image = analysis.question_scores(ds.sel(model=[m], arm=RECAL_ARMS), task)
+        q, unit_image = analysis.question_scores(ds.sel(model=[m], arm=RECAL_ARMS).isel(image=own), task)
         q = q.isel(model=0).transpose("arm", "level", "unit", "readout")
         shape = q.shape[:3]
         vh = None
         if HAS_VHAT:
             v_img = full["value"].sel(model=V_HAT_ID, task="t2", readout="visibility_hat_m", arm=RECAL_ARMS)
-            vh = v_img.transpose("arm", "level", "image").values[:, :, unit_image].ravel()
+            vh = v_img.transpose("arm", "level", "image").values[:, :, own[unit_image]].ravel()
         group = np.broadcast_to(np.arange(shape[0] * shape[1]).reshape(shape[0], shape[1], 1), shape).ravel()
         try:
+            if cal.all():
+                raise ValueError(f"none of its {own.size} images is in the test half")
             conf, params = recalibration.recalibrate(
                 q.sel(readout=OPTS).values.reshape(-1, len(OPTS)), q.sel(readout="target").values.ravel(),
-                np.broadcast_to(CAL[unit_image], shape).ravel(), group=group, visibility_m=vh)
+                np.broadcast_to(cal[unit_image], shape).ravel(), group=group, visibility_m=vh)
         except ValueError as e:   # e.g. no calibration image with read-outs: recorded, nothing stated
             RECAL[(m, task)] = {"error": str(e)}
             continue
         RECAL[(m, task)] = {"conf": {k: v.reshape(shape) for k, v in conf.items()}, "params": params, "q": q,
-                            "unit_image": unit_image}
+                            "unit_image": unit_image, "own": own, "cal": cal, "test": HALVES[m][2],
+                            "draw": draw(HALVES[m][2].size)[: A["bootstrap_resamples"]]}
         record(f"recal.global_T.{task}.{key(m)}", params["global_T"])
         if "visibility_ab" in params:
             record(f"recal.a.{task}.{key(m)}", params["visibility_ab"][0])
             record(f"recal.b.{task}.{key(m)}", params["visibility_ab"][1])
+record("recal.halves", "; ".join(f"{name(m)}, {int(c.sum())} and {t.size} of its {o.size} images"
+                                for m, (o, c, t) in HALVES.items()) or "none (no model has option probabilities)")
 
 
 def test_rows(m: str, task: str, arm: str):
     """The test half of one model, task and arm, pooled over levels: (question values (level, unit, readout), the
     positions of the units in the test half (units of calibration images excluded), the unit -> test image
-    position map)."""
+    position map, over the model's own test images)."""
     r = RECAL[(m, task)]
-    keep = ~CAL[r["unit_image"]]
-    pos = np.searchsorted(TEST, r["unit_image"][keep])
+    keep = ~r["cal"][r["unit_image"]]
+    pos = np.searchsorted(r["test"], r["unit_image"][keep])
     return r["q"].sel(arm=arm).isel(unit=np.flatnonzero(keep)), np.flatnonzero(keep), pos
 
 
-def per_image(x: np.ndarray) -> np.ndarray:
-    """(arm, level, unit) -> (arm, level, image): t3's two questions averaged per image, as the cube's scores."""
-    n_img = ds.sizes["image"]
+def per_image(x: np.ndarray, n_img: int) -> np.ndarray:
+    """(arm, level, unit) -> (arm, level, image) over ``n_img`` images: t3's two questions averaged per image, as
+    the cube's scores."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         return np.nanmean(x.reshape(x.shape[0], x.shape[1], x.shape[2] // n_img, n_img), axis=2)
@@ -2159,7 +2168,6 @@ def at_bound(temps) -> str:
     return " (at a bound)" if any(min(abs(t / b - 1) for b in recalibration.T_BOUNDS) < 1e-3 for t in temps) else ""
 
 
-B_RECAL = draw(TEST.size)[: A["bootstrap_resamples"]]   # the draw over the test images
 lo_q, hi_q = (1 - A["ci_level"]) / 2, 1 - (1 - A["ci_level"]) / 2
 RECAL_SCORES = {}   # (model, task) -> image-level scores of the test half, one "model" per method (for W)
 rows, RELIAB = [], {}
@@ -2169,19 +2177,19 @@ for (m, task), r in RECAL.items():
         continue
     ai = {a: i for i, a in enumerate(RECAL_ARMS)}
     # image-level scores (t3: the mean of its two questions) of the test images, methods as models
-    corr = r["q"].sel(readout="correct").values
-    sc_vals = np.stack([np.stack([per_image(corr), per_image(c)], axis=-1) for c in r["conf"].values()])
-    scores_m = xr.DataArray(sc_vals[:, :, :, None][..., TEST, :], dims=("model", "arm", "level", "task", "image", "readout"),
+    corr, n_own, test = r["q"].sel(readout="correct").values, r["own"].size, r["test"]
+    sc_vals = np.stack([np.stack([per_image(corr, n_own), per_image(c, n_own)], axis=-1) for c in r["conf"].values()])
+    scores_m = xr.DataArray(sc_vals[:, :, :, None][..., test, :], dims=("model", "arm", "level", "task", "image", "readout"),
                             coords={"model": list(r["conf"]), "arm": RECAL_ARMS, "level": ds["level"].values,
                                     "visibility_m": ("level", ds["visibility_m"].values), "task": [task],
-                                    "image": ds["image"].values[TEST], "readout": ["correct", "c_int"]})
+                                    "image": ds["image"].values[r["own"][test]], "readout": ["correct", "c_int"]})
     RECAL_SCORES[(m, task)] = scores_m
     cr = analysis.crossing_table(scores_m, A["bootstrap_resamples_crossing"], A["bootstrap_seed"], A["ci_level"],
-                                 CHANCE, arms=RECAL_ARMS, counts=draw(TEST.size))
+                                 CHANCE, arms=RECAL_ARMS, counts=draw(test.size))
     for arm in RECAL_ARMS:
         qa, keep, pos = test_rows(m, task, arm)
         k_ = qa.sel(readout="correct").values.ravel()
-        cnt = B_RECAL[:, np.broadcast_to(pos, qa.shape[:2]).ravel()]
+        cnt = r["draw"][:, np.broadcast_to(pos, qa.shape[:2]).ravel()]
         for method, c in r["conf"].items():
             c_ = np.clip(c[ai[arm]][:, keep].ravel(), 0.0, 1.0)
             ece = float(metrics.expected_calibration_error(c_, k_))
@@ -2195,7 +2203,8 @@ for (m, task), r in RECAL.items():
             record(f"{base}.ece", ece, ci=(float(ece_lo), float(ece_hi)))
             record(f"{base}.auroc", auc, ci=(float(auc_lo), float(auc_hi)))
             record(f"{base}.w", w, ci=(wlo, whi), lower=lower, upper=upper)
-            verdict = claims.awareness_lag(w, wlo, whi, lower, upper) if collapses(m, arm, task) else claims.UNDEFINED
+            verdict = (claims.awareness_lag(w, wlo, whi, lower, upper, margin=W_MARGIN) if collapses(m, arm, task)
+                       else claims.UNDEFINED)
             record(f"verdict.recal.{method}.{arm}.{task}.{key(m)}", verdict)
             if task == "t2":
                 ok = np.isfinite(c_) & np.isfinite(k_)
@@ -2214,26 +2223,33 @@ for (m, task), r in RECAL.items():
                          "AUROC": fmt_estimate(auc, float(auc_lo), float(auc_hi)),
                          "W": w_text(w, wlo, whi, lower, upper).removeprefix("W ").removeprefix("= ")})
 
-CLOSES = {claims.WITH: "closes (its interval holds 0)", claims.LEADS: "is reversed (the confidence falls first)",
-          claims.LAGS: "stays open", claims.UNDEFINED: "cannot be stated"}
-parts_ = []
+parts_, stated_ = [], False   # a sentence per model, over its own test images; "closes" only where W was > 0 before
 for (m, task), r in RECAL.items():
-    if "error" in r or task != "t2" or "visibility" not in r["conf"]:
+    if task != "t2":
         continue
+    if "error" in r:
+        parts_.append(f"For {name(m)} recalibration was not computed ({r['error']})")
+        continue
+    if "visibility" not in r["conf"]:
+        continue
+    arm_parts = []
     for arm in RECAL_ARMS:
         b_ = f"recal.{{}}.{arm}.t2.{key(m)}.w"
-        v_ = numbers[f"verdict.recal.visibility.{arm}.t2.{key(m)}"]
         fmt_w = lambda mt: (numbers[b_.format(mt)] + (f" {numbers[b_.format(mt) + '.ci']}"  # noqa: E731
                                                       if numbers[b_.format(mt) + ".ci"] else ""))
         if all(numbers[b_.format(mt)] == "n/a" for mt in r["conf"]):
-            parts_.append(f"for {name(m)} {ARM_WORDS[arm]}, W of the internal confidence is undefined with and "
-                          "without recalibration (no crossing of accuracy or of the confidence is defined)")
+            arm_parts.append(f"{ARM_WORDS[arm]}, W of the internal confidence is undefined with and without "
+                             "recalibration (no crossing of accuracy or of the confidence is defined)")
             continue
-        parts_.append(f"for {name(m)} {ARM_WORDS[arm]}, W of the internal confidence is {fmt_w('none')} without "
-                      f"recalibration, {fmt_w('global')} with one temperature, {fmt_w('per_level')} with an oracle "
-                      f"temperature per level and {fmt_w('visibility')} with T(V̂): with T(V̂) the blind spot "
-                      f"{CLOSES.get(v_, CLOSES[claims.UNDEFINED])}"
-                      + (" (accuracy does not collapse there, or W is undefined)" if v_ == claims.UNDEFINED else ""))
+        change = claims.blind_spot_change(numbers[f"verdict.recal.none.{arm}.t2.{key(m)}"],
+                                          numbers[f"verdict.recal.visibility.{arm}.t2.{key(m)}"])
+        arm_parts.append(f"{ARM_WORDS[arm]}, W of the internal confidence is {fmt_w('none')} without "
+                         f"recalibration, {fmt_w('global')} with one temperature, {fmt_w('per_level')} with an oracle "
+                         f"temperature per level and {fmt_w('visibility')} with T(V̂): {change}")
+    n_ = int(numbers[f"recal.n_test_images.{key(m)}"])
+    parts_.append(f"On the {n_} test image{'' if n_ == 1 else 's'} of {name(m)} (t2), "
+                  + "; ".join(arm_parts))
+    stated_ = True
 if not HAS_OPTIONS:
     why = "the cube holds no option probabilities (a cube of schema 3 or older)"
 elif not HAS_VHAT:
@@ -2241,8 +2257,8 @@ elif not HAS_VHAT:
 else:
     why = ""
 record("finding.recal", (
-    f"On the {numbers['recal.n_test_images']} test images (t2), " + "; ".join(parts_) + "."
-    if parts_ else f"Recalibration by visibility was not computed: {why or 'no model has read-outs on both halves'}."))
+    ". ".join(parts_) + "."
+    if stated_ else f"Recalibration by visibility was not computed: {why or 'no model has read-outs on both halves'}."))
 show_table(paper.markdown_table(rows) if rows else not_computed(why or "no recalibration"), "recalibration")
 
 # %%
@@ -2277,7 +2293,7 @@ def rc_signals(m: str, task: str, arm: str) -> tuple[dict, np.ndarray, np.ndarra
     for mode, sname in ((monitor.MONITOR_DEPLOYABLE_ID, "monitor_deployable"), (monitor.MONITOR_ID, "monitor_oracle")):
         if mode in full["model"].values:
             mv = full["value"].sel(model=mode, task="t2", arm=arm).transpose("level", "image", "readout")
-            u_img = RECAL[(m, task)]["unit_image"][keep]
+            u_img = RECAL[(m, task)]["own"][RECAL[(m, task)]["unit_image"][keep]]   # the monitor's cube positions
             sig[sname] = monitor.certified_visibility(mv.sel(readout="visibility_hat_m").values[:, u_img],
                                                       mv.sel(readout="visibility_hat_censored").values[:, u_img])
     if "visibility" in RECAL[(m, task)]["conf"]:
@@ -2296,7 +2312,7 @@ for (m, task), r in RECAL.items():
         sig, corr, pos = rc_signals(m, task, arm)
         if corr.size == 0:
             continue
-        boot = {s: metrics.resampled_aurc(v, corr, B_RECAL, image_index=pos) for s, v in sig.items()}
+        boot = {s: metrics.resampled_aurc(v, corr, r["draw"], image_index=pos) for s, v in sig.items()}
         point = {s: metrics.aurc(v, corr) for s, v in sig.items()}
         for s, v in sig.items():
             lo, hi = metrics.percentile_interval(boot[s], A["ci_level"])
@@ -2308,7 +2324,7 @@ for (m, task), r in RECAL.items():
             for r_ in RISKS:
                 cov = metrics.coverage_at_risk(v, corr, r_)
                 clo, chi = metrics.percentile_interval(
-                    metrics.resampled_coverage_at_risk(v, corr, r_, B_RECAL, image_index=pos), A["ci_level"])
+                    metrics.resampled_coverage_at_risk(v, corr, r_, r["draw"], image_index=pos), A["ci_level"])
                 record(f"{base}.coverage_at_{int(round(100 * r_))}", cov, ci=(float(clo), float(chi)))
                 row[f"coverage at risk ≤ {100 * r_:g} %"] = fmt_estimate(cov, float(clo), float(chi))
             rows.append(row)

@@ -113,6 +113,20 @@ def synthetic_paper(tmp_path_factory, request):
 
 
 @_pytest_tiny.fixture(scope="session")
+def synthetic_subset(tmp_path_factory):
+    """Model a of the synthetic design read out on the first ``N_SUBSET`` of its images only, the monitor on all
+    (tests/synthetic.py ``SUBSET``), analysed through papermill (no paper): its root."""
+    import json
+
+    import stages
+    import synthetic
+
+    root = synthetic.write_root(tmp_path_factory.mktemp("synthetic_subset") / "out", **synthetic.SUBSET)
+    stages.run("04_analyse", root, models=json.dumps(synthetic.SUBSET["models"]))
+    return root
+
+
+@_pytest_tiny.fixture(scope="session")
 def synthetic_bare(tmp_path_factory):
     """The synthetic design without the sections that need more than the read-outs (tests/synthetic.py ``BARE``:
     no nominal equivalence, no verbal wordings, no parseable verbal confidence, no monitor; two models whose ids

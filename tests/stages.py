@@ -109,3 +109,44 @@ def copy_root(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
     import shutil
 
     return Path(shutil.copytree(src, dst, symlinks=True))
+
+
+def check_recalibration_over_own_images(root, numbers: dict, n_of: dict, A: dict) -> None:
+    """Issue 39, on an analysed ``root`` whose models ``n_of`` ({model id: N}) were read out on the first N images:
+    a subset model's recalibration halves are drawn from its own images, the finding states its own
+    n, and its intervals resample only its own test images: ECE of the uncalibrated confidence recomputed here
+    from its own test images and their draw (``bootstrap_counts(n_test, B, seed)``) is the one printed."""
+    import re
+
+    import numpy as np
+    import xarray as xr
+
+    from murk import metrics, monitor, paper, paths, unit
+
+    ds = xr.open_zarr(Path(root) / "cube.zarr").load()
+    ids = ds["image"].values
+    finding = numbers["finding.recal"]
+    for m, n in n_of.items():
+        k = paths.model_slug(m)
+        test = ~monitor.split_images(ids[:n], seed=A["bootstrap_seed"])   # its own images: the first n
+        assert numbers[f"recal.n_test_images.{k}"] == str(int(test.sum())), m
+        assert numbers[f"recal.n_calibration_images.{k}"] == str(int((~test).sum())), m
+        if not test.any():
+            assert f"recalibration was not computed (none of its {n} images is in the test half)" in finding
+            continue
+        assert re.search(rf"On the {int(test.sum())} test images? of {re.escape(m.split('/')[-1])}\b", finding), m
+        if numbers[f"recal.none.fog.t2.{k}.ece"] == "n/a":
+            continue
+        v = ds["value"].sel(model=m, arm="fog", task="t2").isel(image=np.flatnonzero(test))   # (level, image, readout)
+        opts = [f"p_option_{j}" for j in range(unit.N_OPTION_READOUTS)]
+        p = v.sel(readout=opts).transpose("level", "image", "readout").values
+        ok = ~np.all(np.isnan(p), axis=-1)
+        c = np.where(ok, np.nanmax(np.where(ok[..., None], p, 0.0), axis=-1), np.nan).ravel()
+        y = v.sel(readout="correct").transpose("level", "image").values.ravel()
+        draw = metrics.bootstrap_counts(int(test.sum()), A["bootstrap_resamples_crossing"], A["bootstrap_seed"])
+        cnt = draw[: A["bootstrap_resamples"], np.tile(np.arange(int(test.sum())), ds.sizes["level"])]
+        lo, hi = metrics.percentile_interval(metrics.resampled_ece(np.clip(c, 0, 1), y, cnt), A["ci_level"])
+        assert numbers[f"recal.none.fog.t2.{k}.ece"] == paper.fmt(float(metrics.expected_calibration_error(c, y)))
+        assert numbers[f"recal.none.fog.t2.{k}.ece.ci"] == paper.fmt_interval(float(lo), float(hi)), m
+        lo, hi = metrics.percentile_interval(metrics.resampled_auroc(np.clip(c, 0, 1), y, cnt), A["ci_level"])
+        assert numbers[f"recal.none.fog.t2.{k}.auroc.ci"] in ("", paper.fmt_interval(float(lo), float(hi))), m

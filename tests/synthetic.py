@@ -56,6 +56,10 @@ IMAGENET_C_CORRECT = ((30, 29, 27, 28, 29), (27, 29, 28, 26, 25))
 #: the variant root without nominal equivalence, verbal wordings and parseable verbal confidence
 BARE = {"models": ["runs/run1/final", "runs/run2/final"], "nominal": False, "n_verbal": 0, "parse": False,
         "monitor": False, "diagnostic": True}
+#: the variant root with a subset model (issue 39): model a alone, read out on the first N_SUBSET images only (the
+#: monitor on all of them), without the nominal equivalence
+N_SUBSET = 12
+SUBSET = {"models": MODELS[:1], "n_run": {0: N_SUBSET}, "nominal": False}
 
 
 def accuracy_curve(level: int, v_half: float, chance: float = 0.25, clean: float = 1.0) -> float:
@@ -76,7 +80,7 @@ def largest_imagenet_c_change(k: int) -> tuple[int, float]:
 
 
 def write_root(root: Path, models=None, nominal: bool = True, n_verbal: int = N_VERBAL, parse: bool = True,
-               monitor: bool = True, diagnostic: bool = False) -> Path:
+               monitor: bool = True, diagnostic: bool = False, n_run: dict | None = None) -> Path:
     """Write items, two read-out stores, the deployable monitor's store and a nominal equivalence under ``root``;
     returns it.
 
@@ -85,7 +89,8 @@ def write_root(root: Path, models=None, nominal: bool = True, n_verbal: int = N_
     deployable monitor, :func:`write_monitor`) make the variants (:data:`BARE`). ``diagnostic`` gives the first
     model a confounded design (blank-image t2 accuracy 0, below chance; "No" to every t3
     question on the blank image) and the second an unconfounded one (every control's answers spread evenly over
-    the options); otherwise every answer is option 0."""
+    the options); otherwise every answer is option 0. ``n_run`` ({model index: N}) reads a model out on the first
+    N images only (a subset model, its entry's ``n_items``: :data:`SUBSET`)."""
     models = MODELS if models is None else list(models)
     root = Path(root)
     ids = list(range(100, 100 + N_IMAGES))
@@ -101,11 +106,12 @@ def write_root(root: Path, models=None, nominal: bool = True, n_verbal: int = N_
         # checkpoint declared that was not run; model b (a store of an older murk) records none of them
         extra = ({"ignored_generation_settings": json.dumps(IGNORED_A), "trust_remote_code": 0, "allow_pickle": 0,
                   "custom_code_not_run": json.dumps(CUSTOM_CODE_NOT_RUN_A)} if k == 0 else {})
-        cube.open_readout_store(store, table["image_id"], table["category"], {
+        n_k = N_IMAGES if n_run is None else int(n_run.get(k, N_IMAGES))
+        cube.open_readout_store(store, table["image_id"][:n_k], table["category"][:n_k], {
             "config_hash": "c" * 64, "items_hash": "i" * 64, "model_id": model, "model_revision": "r",
             "depth_backend": "constant-13.8m", "depth_approximate": 1, "pipeline_check": k,
             "n_visual_tokens": 64, "n_verbal_items": n_verbal, **extra})
-        for i in range(N_IMAGES):
+        for i in range(n_k):
             res = {}
             for arm, lvl in cube.CONDITIONS:
                 for task in cube.TASKS:

@@ -112,3 +112,24 @@ def test_largest_change_is_by_magnitude_with_its_sign():
 def test_they():
     assert claims.they(1, "its", "their") == "its" and claims.they(2, "its", "their") == "their"
     assert claims.they(3) == "they"
+
+
+def test_the_blind_spot_closes_only_where_there_was_one():
+    """Issue 39: "closes" needs W > 0 before recalibration (a lag) and W holding 0 after; with W holding 0 before
+    and after (the planted W = 0 of 0.01 [-0.02, 0.03]) the words say there was no blind spot to close."""
+    before_w0 = claims.awareness_lag(0.01, -0.02, 0.03, False, False)
+    after_w0 = claims.awareness_lag(0.0, -0.04, 0.05, False, False)
+    assert (before_w0, after_w0) == (claims.WITH, claims.WITH)
+    words = claims.blind_spot_change(before_w0, after_w0)
+    assert "closes" not in words and words.startswith("there was no blind spot to close")
+    lag = claims.awareness_lag(0.8, 0.6, 1.0, False, False)
+    assert claims.blind_spot_change(lag, after_w0) == "with T(V̂) the blind spot closes (its interval holds 0)"
+    assert claims.blind_spot_change(claims.awareness_lag(0.7, 0.7, 0.9, True, False), lag).endswith("stays open")
+    assert "reversed" in claims.blind_spot_change(lag, claims.LEADS)
+    # a negative W before (the confidence falls first) is no blind spot either; T(V̂) may open one
+    for after in (claims.WITH, claims.LAGS, claims.LEADS):
+        assert "closes" not in claims.blind_spot_change(claims.LEADS, after)
+        assert claims.blind_spot_change(claims.LEADS, after).startswith("there was no blind spot to close")
+    assert "opens one" in claims.blind_spot_change(claims.WITH, claims.LAGS)
+    for b, a in ((claims.UNDEFINED, claims.WITH), (claims.LAGS, claims.UNDEFINED)):
+        assert "cannot be stated" in claims.blind_spot_change(b, a)

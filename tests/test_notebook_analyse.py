@@ -792,8 +792,13 @@ def test_recalibration_and_risk_coverage_on_the_synthetic_cube(numbers):
     its overconfidence grows as V falls, so T(V) rises as V falls (b < 0); every recalibrated W is stated with its
     interval, and the sentence's verdict is the one the interval gives. Risk-coverage: the (perfect) monitor's V̂
     ranks model a's answers, whose errors sit in the murky levels, better than its internal confidence, which
-    is higher on errors than on correct answers; the best signal the sentence names is the recorded one."""
-    from murk import claims
+    is higher on errors than on correct answers; the best signal the sentence names is the recorded one.
+    Issue 39: each model's sentence states its own test half's n (the split of its own images), and what T(V̂)
+    did to the blind spot is said from W before and after (:func:`murk.claims.blind_spot_change`)."""
+    from murk import claims, config, monitor
+
+    seed = config.load_config()["analysis"]["bootstrap_seed"]
+    n_test = int((~monitor.split_images(np.arange(100, 100 + synthetic.N_IMAGES), seed=seed)).sum())
 
     for arm in ("fog", "underwater"):
         for method in ("none", "global"):
@@ -811,18 +816,46 @@ def test_recalibration_and_risk_coverage_on_the_synthetic_cube(numbers):
                 lo, hi = _interval(ci)
                 assert verdict == (claims.WITH if lo <= 0 <= hi else claims.LEADS if hi < 0 else claims.LAGS)
         where = "in fog" if arm == "fog" else "under water"
-        verdict = numbers[f"verdict.recal.visibility.{arm}.t2.{KEY}"]
-        phrase = {claims.WITH: "closes", claims.LEADS: "is reversed", claims.LAGS: "stays open"}[verdict]
+        before, after = (numbers[f"verdict.recal.{mt}.{arm}.t2.{KEY}"] for mt in ("none", "visibility"))
+        assert before == claims.LAGS   # the planted blind spot: the words may say what T(V̂) did to it
+        if after in (claims.WITH, claims.LEADS, claims.LAGS):
+            phrase = {claims.WITH: "closes", claims.LEADS: "is reversed", claims.LAGS: "stays open"}[after]
+            tail = {claims.WITH: " (its interval holds 0)", claims.LEADS: " (the confidence falls first)",
+                    claims.LAGS: ""}
+            assert claims.blind_spot_change(before, after) == f"with T(V̂) the blind spot {phrase}" + tail[after]
+        else:
+            assert "closes cannot be established" in claims.blind_spot_change(before, after)
         w_ci = lambda mt: " ".join(filter(None, (numbers[f"recal.{mt}.{arm}.t2.{KEY}.w"],  # noqa: E731
                                                  numbers[f"recal.{mt}.{arm}.t2.{KEY}.w.ci"])))
         w_vis = w_ci("visibility")
-        assert (f"for synthetic-a {where}, W of the internal confidence is {w_ci('none')} without "
+        assert (f"{where}, W of the internal confidence is {w_ci('none')} without "
                 f"recalibration") in numbers["finding.recal"]
-        assert f"{w_vis} with T(V̂): with T(V̂) the blind spot {phrase}" in numbers["finding.recal"]
+        assert f"{w_vis} with T(V̂): {claims.blind_spot_change(before, after)}" in numbers["finding.recal"]
         # risk-coverage
         aurc = {s: float(numbers[f"rc.{s}.{arm}.t2.{KEY}.aurc"]) for s in ("c_int", "monitor_deployable", "abstain")}
         assert aurc["monitor_deployable"] < aurc["c_int"] and aurc["abstain"] < aurc["c_int"]
         best = numbers[f"rc.best.{arm}.t2.{KEY}"]
         assert best != "none" and f"for synthetic-a, {best} ranks the answers best" in numbers["finding.rc"]
     assert float(numbers[f"recal.b.t2.{KEY}"].replace("−", "-")) < 0
-    assert numbers["recal.n_calibration_images"] == str(synthetic.N_IMAGES - int(numbers["recal.n_test_images"]))
+    for key_ in (KEY, "murk-tiny--synthetic-b"):
+        assert numbers[f"recal.n_test_images.{key_}"] == str(n_test)
+        assert numbers[f"recal.n_calibration_images.{key_}"] == str(synthetic.N_IMAGES - n_test)
+    assert numbers["finding.recal"].startswith(f"On the {n_test} test images of synthetic-a (t2), in fog, W ")
+    assert f". On the {n_test} test images of synthetic-b † (t2), in fog, W " in numbers["finding.recal"]
+
+
+def test_a_subset_models_recalibration_is_over_its_own_images(synthetic_subset):
+    """Issue 39, planted: model a read out on the first 12 of the 30 images (the monitor on all 30). Its halves are
+    drawn from its 12 images, the finding states the n of its own test half (not the 30 images' test half), and
+    its intervals are those of the draw over its own test images, recomputed here from the cube."""
+    from murk import config, monitor
+
+    A = config.load_config()["analysis"]
+    numbers = paper.load_numbers(paths.numbers_file(synthetic_subset))
+    ids = np.arange(100, 100 + synthetic.N_IMAGES)
+    n_own = int((~monitor.split_images(ids[: synthetic.N_SUBSET], seed=A["bootstrap_seed"])).sum())
+    assert n_own != int((~monitor.split_images(ids, seed=A["bootstrap_seed"])).sum())   # the planted difference
+    assert numbers["finding.recal"].startswith(f"On the {n_own} test images of synthetic-a (t2), in fog, W ")
+    assert f"synthetic-a, {synthetic.N_SUBSET - n_own} and {n_own} of its {synthetic.N_SUBSET} images" == \
+        numbers["recal.halves"]
+    stages.check_recalibration_over_own_images(synthetic_subset, numbers, {MODELS[0]: synthetic.N_SUBSET}, A)

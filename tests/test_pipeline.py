@@ -234,3 +234,4 @@ def test_models_on_subsets_of_the_items(demo):
             assert got.shape == ref[var].values.shape, var
             np.testing.assert_allclose(got, ref[var].values, rtol=1e-12, atol=1e-14, err_msg=f"{m} {var}")
         assert int(sc["n"].sel(model=m, arm="fog", level=0, task="t2", readout="correct")) == stages.DEMO_N[m]
+    stages.check_recalibration_over_own_images(demo, numbers, stages.DEMO_N, A)

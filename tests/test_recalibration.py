@@ -153,3 +153,31 @@ def test_recalibrate_on_a_visibility_dependent_overconfidence(logits):
     assert np.array_equal(conf["none"][2:], rc.option_confidence(p[2:]))
     with pytest.raises(ValueError, match="no calibration row"):
         rc.recalibrate(p, y, np.zeros(n, bool))
+
+
+def test_a_subset_models_halves_are_its_own_images():
+    """Issue 39: a model read out on the first 6 of 10 images (NOT_RUN after; wild values planted there) is split
+    over its own 6 images only, each image in the half the split of all images puts it in, whatever the values."""
+    import xarray as xr
+
+    from murk import cube
+
+    ids = np.arange(500, 510)
+    reason = np.full((2, 10), "", dtype=object)
+    reason[1, 6:] = cube.NOT_RUN
+    value = np.zeros((2, 10))
+    value[1, 6:] = 1e9                              # wild values where the subset model was not run
+    ds = xr.Dataset({"value": (("model", "image"), value), "missing_reason": (("model", "image"), reason)},
+                    coords={"model": ["org/all", "org/subset"], "image": ids})
+    own, cal = rc.model_halves(ds, "org/subset", seed=3)
+    np.testing.assert_array_equal(own, np.arange(6))
+    np.testing.assert_array_equal(cal, monitor.split_images(ids, seed=3)[:6])
+    np.testing.assert_array_equal(cal, monitor.split_images(ids[:6], seed=3))   # the subset's store alone
+    own_all, cal_all = rc.model_halves(ds, "org/all", seed=3)
+    np.testing.assert_array_equal(own_all, np.arange(10))
+    np.testing.assert_array_equal(cal_all, monitor.split_images(ids, seed=3))
+    ds2 = ds.assign(value=ds["value"].where(ds["missing_reason"] != cube.NOT_RUN))   # NaN there instead: no change
+    for a, b in zip(rc.model_halves(ds2, "org/subset", seed=3), (own, cal)):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(KeyError):
+        rc.model_halves(ds, "org/absent")

@@ -22,7 +22,8 @@ from murk import metrics
 
 __all__ = ["ABOVE", "AT", "BELOW", "UNDEFINED", "versus_value", "accuracy_fall", "awareness_lag",
            "fall_band", "DIRECTION", "direction", "lag_case", "lag_phrase", "largest_change", "change_words",
-           "they", "NO_LAG", "PLATEAU", "REACHES_BAND", "IN_BAND_NO_FALL", "NO_COLLAPSE", "band_verdict"]
+           "they", "NO_LAG", "PLATEAU", "REACHES_BAND", "IN_BAND_NO_FALL", "NO_COLLAPSE", "band_verdict",
+           "blind_spot_change"]
 
 ABOVE, AT, BELOW, UNDEFINED = "above", "at", "below", "undefined"
 
@@ -395,3 +396,59 @@ def band_verdict(fall: str, veq_median_m, edge_m: float, changes) -> str:
         return PLATEAU
     falls = [s for s in inside if s < len(changes) and versus_value(*changes[s], 0.0) == BELOW]
     return REACHES_BAND if falls else IN_BAND_NO_FALL
+
+
+def blind_spot_change(before: str, after: str, method: str = "T(V̂)") -> str:
+    """What a recalibration did to a blind spot, in words, from the verdicts of W before and after it.
+
+    A blind spot *closes* only where there was one, W > 0 before (its interval
+    excludes 0 above, or a positive lower bound), and W holds 0 after; where W
+    held 0, or was negative, before, the words say there was no blind spot to
+    close (issue 39), whatever the verdict after.
+
+    Parameters
+    ----------
+    before, after : str
+        Verdicts of :func:`awareness_lag` (``"lags"``, ``"with"``, ``"leads"``,
+        ``"undefined"``) of W without recalibration and with ``method``.
+    method : str, default "T(V̂)"
+        The recalibration's name in the sentence.
+
+    Returns
+    -------
+    str
+        A clause, e.g. ``"with T(V̂) the blind spot closes (its interval holds 0)"`` or
+        ``"there was no blind spot to close (W holds 0 without recalibration and with T(V̂))"``.
+
+    >>> blind_spot_change("lags", "with")
+    'with T(V̂) the blind spot closes (its interval holds 0)'
+    >>> blind_spot_change("with", "with")
+    'there was no blind spot to close (W holds 0 without recalibration and with T(V̂))'
+    >>> blind_spot_change("lags", "no lag established")[:48]
+    'with T(V̂), whether the blind spot closes cannot'
+    """
+    cannot = "both no lag and a lag of a sweep level or more"
+    if before == NO_LAG and after not in (UNDEFINED,):
+        return (f"whether there was a blind spot to close cannot be established (W's interval without "
+                f"recalibration admits {cannot})")
+    if after == NO_LAG and before in (LAGS, WITH, LEADS):
+        if before == LAGS:
+            return (f"with {method}, whether the blind spot closes cannot be established (W's interval admits "
+                    f"{cannot})")
+        was = ("W holds 0 without recalibration" if before == WITH else
+               "the confidence falls before accuracy without recalibration")
+        return f"there was no blind spot to close ({was}; with {method} no lag can be established)"
+    if UNDEFINED in (before, after) or before not in (LAGS, WITH, LEADS) or after not in (LAGS, WITH, LEADS):
+        return (f"what {method} does to the blind spot cannot be stated (accuracy does not collapse there, or W "
+                "is undefined)")
+    if before == LAGS:
+        return {WITH: f"with {method} the blind spot closes (its interval holds 0)",
+                LAGS: f"with {method} the blind spot stays open",
+                LEADS: f"with {method} the blind spot is reversed (the confidence falls first)"}[after]
+    was = ("W holds 0 without recalibration" if before == WITH else
+           "the confidence falls before accuracy without recalibration")
+    return {WITH: f"there was no blind spot to close ({was} and with {method})" if before == WITH else
+                  f"there was no blind spot to close ({was}; with {method} W holds 0)",
+            LAGS: f"there was no blind spot to close ({was}), and {method} opens one",
+            LEADS: f"there was no blind spot to close ({was}; with {method} too)" if before == LEADS else
+                   f"there was no blind spot to close ({was}); with {method} the confidence falls first"}[after]

@@ -19,6 +19,7 @@ monitor's estimate (:mod:`murk.monitor`), and an oracle temperature per level.
 :func:`option_confidence`      max over options (c_int)
 :func:`option_answer`          argmax over options
 :func:`recalibrate`            the four methods fitted on one half, applied to all
+:func:`model_halves`           one model's own images and its calibration half of them
 =============================  ==================================================
 
 References
@@ -36,11 +37,12 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import minimize, minimize_scalar
 
-from murk.monitor import CAP_M
+from murk import cube
+from murk.monitor import CAP_M, split_images
 
 __all__ = ["SUM_TOL", "T_BOUNDS", "P_FLOOR", "METHODS", "apply_temperature", "fit_temperature",
            "fit_visibility_temperature", "visibility_temperature", "negative_log_likelihood",
-           "option_confidence", "option_answer", "recalibrate"]
+           "option_confidence", "option_answer", "recalibrate", "model_halves"]
 
 #: Tolerance on a row's sum of option probabilities (they are renormalised read-outs, so
 #: they sum to 1 up to float64 rounding of a few ulp; 1e-6 also admits float32 stores).
@@ -435,3 +437,39 @@ def recalibrate(probs, target, calibrate, *, group=None, visibility_m=None) -> t
         params["visibility_ab"] = (float(a), float(b))
         params["n_no_visibility"] = int((ok & ~has_v).sum())
     return conf, params
+
+
+def model_halves(ds, model: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """One model's own images and the calibration half of them: its recalibration's sample.
+
+    A model read out on the first N items only (its entry's ``n_items``) is
+    fitted and scored on those N images: the halves are drawn from them
+    (:func:`murk.monitor.split_images` of their image ids, so an image falls in
+    the same half for every model that was run on it), and its test half and its
+    bootstrap are over its own test images, never over images it was not run on
+    (:data:`murk.cube.NOT_RUN`).
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        The cube (:func:`murk.cube.merge_models`), with a ``model`` and an ``image`` dim.
+    model : str
+        A model id of the cube.
+    seed : int, default 0
+        Seed of the split (config ``analysis.bootstrap_seed``).
+
+    Returns
+    -------
+    own : numpy.ndarray of int64, shape (n_own,)
+        Positions of the model's own images on the cube's ``image`` dim, in cube order.
+    calibrate : numpy.ndarray of bool, shape (n_own,)
+        True where the image is in the calibration half; ``own[~calibrate]`` is the test half.
+
+    Raises
+    ------
+    KeyError
+        ``model`` is not in the cube.
+    """
+    run = np.asarray(cube.images_run(ds.sel(model=[model])).transpose("model", "image").values[0], dtype=bool)
+    own = np.flatnonzero(run)
+    return own, split_images(np.asarray(ds["image"].values)[own], seed=seed)
