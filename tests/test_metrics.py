@@ -524,7 +524,7 @@ def test_coverage_at_risk_hand_case():
     assert coverage_at_risk(conf, corr, 0.4) == 1.0    # a bound equal to the risk counts
     assert coverage_at_risk(conf, corr, 0.3) == 0.8
     assert coverage_at_risk([0.9, 0.8], [0, 1], 0.2) == 0.0  # no point reaches the bound
-    # ties enter together: the tied pair is one point (coverage 2/3, risk 1/2), not a first answer at risk 0
+    # a tie is taken in random order: the tied pair first has expected risk 1/2 after either answer
     assert coverage_at_risk([0.9, 0.9, 0.1], [1, 0, 1], 0.4) == 1.0  # all three: risk 1/3
     assert coverage_at_risk([0.9, 0.9], [1, 0], 0.4) == 0.0
 
