@@ -2259,7 +2259,7 @@ for (m, task), r in RECAL.items():
                 row[f"coverage at risk ≤ {100 * r_:g} %"] = fmt_estimate(cov, float(clo), float(chi))
             rows.append(row)
             if task == "t2":
-                CURVES.setdefault((name(m), arm), {})[RC_NAMES[s]] = metrics.risk_coverage(v, corr)
+                CURVES.setdefault((name(m), arm), {})[RC_NAMES[s]] = metrics.expected_risk_coverage(v, corr)
         # the best signal: named only where its paired resamples beat every other signal (murk.claims.best_signal)
         rc_verdict = claims.best_signal(point, boot, A["ci_level"])
         record(f"rc.best.{arm}.{task}.{key(m)}", RC_NAMES[rc_verdict[0]] if rc_verdict[0] else "none")
@@ -2276,7 +2276,7 @@ display(Markdown(numbers["finding.rc"]))
 
 # %%
 #| label: fig-risk-coverage
-#| fig-cap: "Risk–coverage curves on the test half (t2, all levels of each arm): the error rate of the answers kept against the share kept, as each signal's threshold falls."
+#| fig-cap: "Risk–coverage curves on the test half (t2, all levels of each arm): the error rate of the answers kept against the share kept, as each signal's threshold falls (answers of tied scores taken in random order: the expected error rate)."
 if CURVES:
     show(figures.plot_risk_coverage(CURVES, list(dict.fromkeys(r_ for r_, _ in CURVES)), RECAL_ARMS), "risk_coverage")
 else:

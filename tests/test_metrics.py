@@ -34,6 +34,7 @@ from murk.metrics import (
     risk_coverage_curve,
     selective_risk_coverage,
     risk_coverage,
+    expected_risk_coverage,
     aurc,
     excess_aurc,
     coverage_at_risk,
@@ -649,6 +650,8 @@ def test_equally_informative_signals_of_different_granularity_get_the_same_aurc(
     assert excess_aurc(signals["c_int"], corr) == pytest.approx(excess_aurc(signals["v_hat"], corr), abs=1e-12)
     for r in (0.05, 0.1, 0.25, 0.4, 0.7):
         assert coverage_at_risk(signals["c_int"], corr, r) == coverage_at_risk(signals["v_hat"], corr, r), r
+    curves = [expected_risk_coverage(v, corr) for v in signals.values()]   # the figure's curves coincide
+    np.testing.assert_allclose(curves[0], curves[1], atol=1e-15)
     # where the murky error rate rises as V falls, V̂ ranks the answers truly better
     better, corr2, _ = planted_signals(murky_wrong=(0.25, 0.75, 1.0))
     assert aurc(better["v_hat"], corr2) < aurc(better["c_int"], corr2) - 0.01
@@ -662,6 +665,11 @@ def test_tie_aware_aurc_and_coverage_equal_the_average_over_all_tie_orders():
         corr = (rng.random(n) < 0.6).astype(float)
         curve = _expected_curve_by_enumeration(conf, corr)
         assert aurc(conf, corr) == pytest.approx(curve.mean(), abs=1e-14), (conf, corr)
+        cov, risk = expected_risk_coverage(conf, corr)
+        np.testing.assert_allclose(risk, curve, atol=1e-14)
+        np.testing.assert_array_equal(cov, np.arange(1, n + 1) / n)
+        ends, end_risk = risk_coverage(conf, corr)          # the group ends lie on the expected curve, exactly
+        assert set(zip(ends.tolist(), end_risk.tolist())) <= set(zip(cov.tolist(), risk.tolist()))
         e = n - corr.sum()
         i = np.arange(1, n + 1)
         assert excess_aurc(conf, corr) == pytest.approx(curve.mean() - np.mean(np.maximum(0, i - (n - e)) / i),

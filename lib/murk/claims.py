@@ -417,7 +417,7 @@ def best_signal_words(model: str, verdict: tuple, labels: dict, estimate: str, s
         best, with the lowest one and the signals it is not separated from.
 
     >>> best_signal_words("M", (None, "v", ["c"]), {"v": "V̂", "c": "c_int"}, "0.10 [0.05, 0.15]")
-    'for M, no signal can be named best: the lowest AURC, of V̂ (0.10 [0.05, 0.15]), is not below that of c_int in the interval of their paired difference'
+    'for M, no signal can be named best: the lowest AURC, 0.10 [0.05, 0.15] of V̂, is not below that of c_int in the interval of their paired difference'
     """
     best, leader, rivals = verdict
     if leader is None:
@@ -427,5 +427,5 @@ def best_signal_words(model: str, verdict: tuple, labels: dict, estimate: str, s
                 "signal: the interval of each paired difference excludes 0 in its favour")
     names = [labels[t] for t in rivals]
     them = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-    return (f"for {model}, no signal can be named best: the lowest {statistic}, of {labels[leader]} ({estimate}), "
+    return (f"for {model}, no signal can be named best: the lowest {statistic}, {estimate} of {labels[leader]}, "
             f"is not below that of {them} in the interval of their paired difference")

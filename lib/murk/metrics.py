@@ -26,6 +26,7 @@ resampled_ece              ECE of every bootstrap resample, (..., B)
 resampled_auroc            AUROC of every bootstrap resample, (..., B)
 risk_coverage_curve        selective answering by thresholding a confidence
 risk_coverage              (coverage, risk), one point per distinct confidence
+expected_risk_coverage     (coverage, risk) at every answer, ties in random order (expectation)
 aurc                       area under the risk-coverage curve (Geifman et al. 2019), ties in random order
 excess_aurc                AURC minus that of the optimal ranking (E-AURC)
 coverage_at_risk           largest coverage with risk <= a bound (Whitehead et al. 2022)
@@ -87,6 +88,7 @@ __all__ = [
     "resampled_auroc",
     "risk_coverage_curve",
     "risk_coverage",
+    "expected_risk_coverage",
     "aurc",
     "excess_aurc",
     "coverage_at_risk",
@@ -1293,6 +1295,50 @@ def risk_coverage(confidence, correct) -> tuple[np.ndarray, np.ndarray]:
     """
     answered, errors = _nonempty_points(confidence, correct, "risk_coverage")
     return answered / answered[-1], errors / answered
+
+
+def expected_risk_coverage(confidence, correct) -> tuple[np.ndarray, np.ndarray]:
+    """Risk-coverage curve at every answer, the expectation over random orders within tie groups.
+
+    Answers are accepted from the highest confidence down, one at a time; at
+    i accepted answers, coverage = i / n and risk = ``E[E_i] / i``, the
+    expected error fraction when each tie group is taken in a uniformly random
+    order: inside a group of m answers with e wrong ones, entered with k
+    answers and a wrong ones accepted, ``E[E_{k+j}] = a + j e/m``. The curve
+    whose mean risk is :func:`aurc` and on which :func:`coverage_at_risk`
+    reads its coverage; at the end of each group it passes through the point
+    of :func:`risk_coverage`. Without ties it is the empirical curve.
+
+    Parameters
+    ----------
+    confidence, correct : array_like
+        Shape (n,), as :func:`risk_coverage`; NaN pairs dropped.
+
+    Returns
+    -------
+    coverage, risk : numpy.ndarray
+        Shape (m,), float64, m = number of valid pairs: coverage ``i / m``
+        (i = 1..m), the expected risk in [0, 1].
+
+    Raises
+    ------
+    ValueError
+        As :func:`risk_coverage`.
+
+    Examples
+    --------
+    >>> cov, risk = expected_risk_coverage([0.9, 0.5, 0.5], [1, 1, 0])
+    >>> cov.tolist(), risk.tolist()
+    ([0.3333333333333333, 0.6666666666666666, 1.0], [0.0, 0.25, 0.3333333333333333])
+    """
+    answered, errors = _nonempty_points(confidence, correct, "expected_risk_coverage")
+    n = answered[-1]
+    i = np.arange(1.0, n + 1.0)
+    g = np.searchsorted(answered, i)                         # the group of the i-th answer
+    k = np.where(g > 0, answered[g - 1], 0.0)
+    a = np.where(g > 0, errors[g - 1], 0.0)
+    m, e = answered[g] - k, errors[g] - a
+    return i / n, (a * m + (i - k) * e) / (i * m)
 
 
 def aurc(confidence, correct) -> float:
