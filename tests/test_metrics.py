@@ -685,6 +685,17 @@ def test_tie_aware_aurc_and_coverage_equal_the_average_over_all_tie_orders():
         o = np.lexsort((rng.random(300), -conf))
         draws.append(np.mean(np.cumsum(1.0 - corr[o]) / np.arange(1, 301)))
     assert abs(aurc(conf, corr) - np.mean(draws)) < 4 * np.std(draws) / np.sqrt(len(draws))
+    # the harmonic sums: the table of integer counts and the digamma form (other weights) agree
+    from scipy.special import digamma
+
+    from murk.metrics import _harmonic_gap
+
+    k, top = np.array([0.0, 3.0, 100.0, 5000.0]), np.array([2.0, 8.0, 107.0, 5003.0])
+    exact = [sum(1 / i for i in range(int(a) + 1, int(b) + 1)) for a, b in zip(k, top)]
+    np.testing.assert_allclose(_harmonic_gap(k, top), exact,
+                               rtol=0, atol=1e-15)   # absolute: the sums' terms are rounded at H's scale
+    np.testing.assert_allclose(_harmonic_gap(k + 0.5, top + 0.5), digamma(top + 1.5) - digamma(k + 1.5), rtol=0,
+                               atol=1e-15)
     # bootstrap weights: a resample equals the tie-aware AURC of the repeated data (the copies are tied too)
     counts = bootstrap_counts(300, 20, 5)
     got = resampled_aurc(conf, corr, counts)

@@ -1184,7 +1184,7 @@ def _entering(answered: np.ndarray, errors: np.ndarray, where: np.ndarray):
 
 def _harmonic_gap(k: np.ndarray, A: np.ndarray) -> np.ndarray:
     """``sum_{i=k+1..A} 1/i`` (1-D): a table of harmonic numbers for integer counts, else digamma differences."""
-    if k.size and np.all(A == np.round(A)) and np.all(k == np.round(k)) and A.max() <= 2**26:
+    if k.size and A.max() <= 2**22 and np.all(A == np.round(A)) and np.all(k == np.round(k)):   # table <= 32 MiB
         H = np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1.0, A.max() + 1.0))])
         return H[A.astype(np.int64)] - H[k.astype(np.int64)]
     from scipy.special import digamma
