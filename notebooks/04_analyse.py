@@ -2205,7 +2205,7 @@ else:
 
 # %%
 #| label: tbl-risk-coverage
-#| tbl-cap: "Risk–coverage of every abstention signal on the test half, all levels of one arm: AURC (the mean selective risk over the answers as each enters, tied scores in random order in expectation; lower is better) with its paired bootstrap interval, its excess over the best possible ranking (E-AURC), and the largest coverage whose risk stays within each bound."
+#| tbl-cap: "Risk–coverage of every abstention signal on the test half, all levels of one arm: AURC (the mean selective risk over the answers as each enters, lower is better) with its paired bootstrap interval, its excess over the best possible ranking (E-AURC), and the largest coverage whose risk stays within each bound."
 RISKS = (0.10, 0.25)   # the bounded risks of the coverage read-off (issue 24: 10 % and 25 % of errors)
 RC_NAMES = {"c_int": "internal confidence", "verbal_conf": "verbalized confidence", "abstain": "1 − p(abstain)",
             "abstain2": "1 − p(abstain₂)", "monitor_deployable": "V̂ (deployable)", "monitor_oracle": "V̂ (oracle)",
@@ -2276,7 +2276,7 @@ display(Markdown(numbers["finding.rc"]))
 
 # %%
 #| label: fig-risk-coverage
-#| fig-cap: "Risk–coverage curves on the test half (t2, all levels of each arm): the error rate of the answers kept against the share kept, as each signal's threshold falls (answers of tied scores taken in random order: the expected error rate)."
+#| fig-cap: "Risk–coverage curves on the test half (t2, all levels of each arm): the error rate of the answers kept against the share kept, as each signal's threshold falls."
 if CURVES:
     show(figures.plot_risk_coverage(CURVES, list(dict.fromkeys(r_ for r_, _ in CURVES)), RECAL_ARMS), "risk_coverage")
 else:
