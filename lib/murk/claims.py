@@ -323,10 +323,12 @@ def best_signal(point: dict, resamples: dict, ci: float = 0.95, lower_is_better:
 
     A signal s is named best only where it beats **every** other signal t: the
     percentile interval (level ``ci``) of the paired difference ``t - s`` over
-    the same resamples lies above 0 (below 0 where higher is better). This is
-    an intersection-union test (the verdict needs every comparison, so no
-    multiplicity correction is needed for it); at most one signal can pass
-    it. Where none does, no signal is named.
+    the same resamples lies above 0 (below 0 where higher is better). For one
+    signal this is an intersection-union rule (it needs every comparison, so
+    its error rate is at most that of one comparison, with no correction);
+    at most one signal can pass it, and a signal that is not truly better
+    than some other passes only if that one comparison errs. Where none
+    passes, no signal is named.
 
     Parameters
     ----------
