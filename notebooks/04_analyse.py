@@ -2092,7 +2092,10 @@ display(Markdown(numbers["finding.monitor.deployable"]))
 # (E-AURC) and the coverage at a bounded risk compare the rankings; intervals
 # come from paired image resamples (the same draw for every signal), and a
 # signal is named the best only where it beats each other signal in the
-# interval of their paired difference.
+# interval of their paired difference. Tied scores (a confidence in whole
+# percent, V̂ at its cap, c_int at 1) are taken in random order: each
+# statistic is its expectation over the orders within ties, in closed form,
+# so a coarser signal is not ranked below an equally informative finer one.
 
 # %%
 #| label: tbl-recalibration
@@ -2329,20 +2332,14 @@ for (m, task), r in RECAL.items():
                 row[f"coverage at risk ≤ {100 * r_:g} %"] = fmt_estimate(cov, float(clo), float(chi))
             rows.append(row)
             if task == "t2":
-                CURVES.setdefault((name(m), arm), {})[RC_NAMES[s]] = metrics.risk_coverage(v, corr)
-        # the best signal: the lowest AURC, named only where it beats every other signal in their paired difference
-        order = sorted(point, key=lambda s: point[s])
-        best = order[0]
-        beats = all(np.quantile(boot[s] - boot[best], lo_q) > 0 for s in order[1:])
-        record(f"rc.best.{arm}.{task}.{key(m)}", RC_NAMES[best] if beats else "none")
+                CURVES.setdefault((name(m), arm), {})[RC_NAMES[s]] = metrics.expected_risk_coverage(v, corr)
+        # the best signal: named only where its paired resamples beat every other signal (murk.claims.best_signal)
+        rc_verdict = claims.best_signal(point, boot, A["ci_level"])
+        record(f"rc.best.{arm}.{task}.{key(m)}", RC_NAMES[rc_verdict[0]] if rc_verdict[0] else "none")
         if task == "t2":
-            b_ = f"rc.{best}.{arm}.t2.{key(m)}.aurc"
-            best_parts.setdefault(arm, []).append(
-                f"for {name(m)}, {RC_NAMES[best]} ranks the answers best (AURC {numbers[b_]} {numbers[b_ + '.ci']}), "
-                f"ahead of every other signal in the paired resamples" if beats else
-                f"for {name(m)} no signal separates from the others: the lowest AURC, of {RC_NAMES[best]} "
-                f"({numbers[b_]} {numbers[b_ + '.ci']}), is within the paired interval of "
-                f"{RC_NAMES[next(s for s in order[1:] if not np.quantile(boot[s] - boot[best], lo_q) > 0)]}")
+            b_ = f"rc.{rc_verdict[1]}.{arm}.t2.{key(m)}.aurc"
+            best_parts.setdefault(arm, []).append(claims.best_signal_words(
+                name(m), rc_verdict, RC_NAMES, f"{numbers[b_]} {numbers[b_ + '.ci']}"))
 record("finding.rc", " ".join(f"{ARM_WORDS[arm].capitalize()}, " + "; ".join(p) + "." for arm, p in best_parts.items())
        or f"Risk–coverage was not computed: {why or 'no model has read-outs on the test half'}.")
 show_table(paper.markdown_table(rows) if rows else not_computed(why or "no risk-coverage"), "risk-coverage")

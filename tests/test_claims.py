@@ -133,3 +133,52 @@ def test_the_blind_spot_closes_only_where_there_was_one():
     assert "opens one" in claims.blind_spot_change(claims.WITH, claims.LAGS)
     for b, a in ((claims.UNDEFINED, claims.WITH), (claims.LAGS, claims.UNDEFINED)):
         assert "cannot be stated" in claims.blind_spot_change(b, a)
+def _rc_verdict(signals, correct, image, n_resamples=1000, seed=1):
+    from murk import metrics
+
+    counts = metrics.bootstrap_counts(int(image.max()) + 1, n_resamples, seed)
+    point = {s: metrics.aurc(v, correct) for s, v in signals.items()}
+    boot = {s: metrics.resampled_aurc(v, correct, counts, image_index=image) for s, v in signals.items()}
+    return point, claims.best_signal(point, boot, 0.95)
+
+
+def test_no_signal_is_named_best_where_two_equally_informative_signals_differ_only_in_granularity():
+    """Issue 39: c_int (1.0 clear, 0.25 murky) and a perfect V̂ carry the same information (one error rate on every
+    murky level); the sentence names no best signal. Where the murky errors rise as V falls, V̂ is truly better and
+    is named, ahead of c_int and of an uninformative score."""
+    from test_metrics import planted_signals
+
+    labels = {"c_int": "internal confidence", "v_hat": "V̂ (deployable)", "noise": "noise"}
+    signals, correct, image = planted_signals(n_images=40)
+    point, verdict = _rc_verdict(signals, correct, image)
+    assert verdict[0] is None and verdict[2], (point, verdict)
+    words = claims.best_signal_words("M", verdict, labels, "0.12 [0.10, 0.14]")
+    other = {"c_int": "v_hat", "v_hat": "c_int"}[verdict[1]]
+    assert words == (f"for M, no signal can be named best: the lowest AURC, 0.12 [0.10, 0.14] of {labels[verdict[1]]}, "
+                     f"is not below that of {labels[other]} in the interval of their paired difference")
+
+    signals, correct, image = planted_signals(n_images=40, murky_wrong=(0.25, 0.75, 1.0))
+    signals["noise"] = np.random.default_rng(2).random(correct.size)
+    point, verdict = _rc_verdict(signals, correct, image)
+    assert verdict == ("v_hat", "v_hat", []), (point, verdict)
+    assert claims.best_signal_words("M", verdict, labels, "0.05 [0.03, 0.07]") == (
+        "for M, V̂ (deployable) ranks the answers best (AURC 0.05 [0.03, 0.07]), ahead of every other signal: the "
+        "interval of each paired difference excludes 0 in its favour")
+
+
+def test_best_signal_needs_every_paired_difference():
+    r = {"a": np.array([0.10, 0.12, 0.11, 0.13]), "b": np.array([0.20, 0.22, 0.21, 0.25]),
+         "c": np.array([0.15, 0.11, 0.16, 0.12])}
+    point = {"a": 0.11, "b": 0.22, "c": 0.14}
+    assert claims.best_signal(point, r, 0.9) == (None, "a", ["c"])          # a beats b, not c (0.12 vs 0.11)
+    assert claims.best_signal({"a": 0.11, "b": 0.22}, {"a": r["a"], "b": r["b"]}, 0.9) == ("a", "a", [])
+    # higher is better (a coverage): b beats both
+    assert claims.best_signal(point, r, 0.9, lower_is_better=False) == ("b", "b", [])
+    # equal statistics up to rounding are not separated; a NaN point is never the leader
+    same = {"a": r["a"], "b": r["a"] + 1e-15}
+    assert claims.best_signal({"a": 0.11, "b": 0.11}, same, 0.9)[0] is None
+    assert claims.best_signal({"a": NAN, "c": 0.14}, {"a": r["a"], "c": r["c"]}, 0.9)[1] == "c"
+    with pytest.raises(ValueError, match="different signals"):
+        claims.best_signal({"a": 0.1}, {"b": r["b"]})
+    with pytest.raises(ValueError, match="one shape"):
+        claims.best_signal({"a": 0.1, "b": 0.2}, {"a": r["a"], "b": r["b"][:2]})

@@ -34,6 +34,7 @@ from murk.metrics import (
     risk_coverage_curve,
     selective_risk_coverage,
     risk_coverage,
+    expected_risk_coverage,
     aurc,
     excess_aurc,
     coverage_at_risk,
@@ -524,7 +525,7 @@ def test_coverage_at_risk_hand_case():
     assert coverage_at_risk(conf, corr, 0.4) == 1.0    # a bound equal to the risk counts
     assert coverage_at_risk(conf, corr, 0.3) == 0.8
     assert coverage_at_risk([0.9, 0.8], [0, 1], 0.2) == 0.0  # no point reaches the bound
-    # ties enter together: the tied pair is one point (coverage 2/3, risk 1/2), not a first answer at risk 0
+    # a tie is taken in random order: the tied pair first has expected risk 1/2 after either answer
     assert coverage_at_risk([0.9, 0.9, 0.1], [1, 0, 1], 0.4) == 1.0  # all three: risk 1/3
     assert coverage_at_risk([0.9, 0.9], [1, 0], 0.4) == 0.0
 
@@ -595,6 +596,129 @@ def test_resampled_aurc_and_coverage_at_risk_equal_the_plain_functions():
         resampled_aurc(conf, corr, img_counts, image_index=image[:-1])
     with pytest.raises(ValueError, match="max_risk"):
         resampled_coverage_at_risk(conf, corr, -0.1, counts)
+
+
+# ----------------------------------------------------------------------------- ties (issue 39)
+
+#: planted sweep: three clear levels and three murky ones (metres)
+PLANT_V = np.array([8.0, 4.0, 2.0, 0.5, 0.25, 0.125])
+
+
+def planted_signals(n_images: int = 24, seed: int = 0, murky_wrong=(0.75, 0.75, 0.75)):
+    """Answers of one model over the planted sweep (level-major, ``n_images`` per level) and two signals.
+
+    Clear levels: every answer right; murky level i: a fraction ``murky_wrong[i]`` wrong, on images drawn at random
+    per level. ``c_int`` is 1.0 on the clear levels and 0.25 on the murky ones; ``v_hat`` is the level's V (a
+    perfect V̂). With one error rate on every murky level (the default) the two carry the same information about
+    the answers; with rising rates V̂ ranks them truly better. Returns (signals dict, correct, image index).
+    """
+    rng = np.random.default_rng(seed)
+    correct = []
+    for lvl in range(PLANT_V.size):
+        ok = np.ones(n_images)
+        if lvl >= 3:
+            ok[rng.permutation(n_images)[: int(round(murky_wrong[lvl - 3] * n_images))]] = 0.0
+        correct.append(ok)
+    level = np.repeat(np.arange(PLANT_V.size), n_images)
+    signals = {"c_int": np.where(level < 3, 1.0, 0.25), "v_hat": PLANT_V[level]}
+    return signals, np.concatenate(correct), np.tile(np.arange(n_images), PLANT_V.size)
+
+
+def _expected_curve_by_enumeration(conf, corr):
+    """E[E_i] / i for i = 1..n, averaged over every order within tie groups (no murk code)."""
+    from itertools import permutations, product
+
+    conf, wrong = np.asarray(conf, float), 1.0 - np.asarray(corr, float)
+    levels = sorted(set(conf.tolist()), reverse=True)
+    groups = [np.flatnonzero(conf == v) for v in levels]
+    curves = [np.cumsum(np.concatenate([wrong[list(p)] for p in perm])) / np.arange(1, conf.size + 1)
+              for perm in product(*[list(permutations(g)) for g in groups])]
+    return np.mean(curves, axis=0)
+
+
+def test_equally_informative_signals_of_different_granularity_get_the_same_aurc():
+    """Issue 39: c_int (two values) and a perfect V̂ (six) carry the same information when every murky level has
+    the same error rate; giving each tied answer its group's end risk ranked V̂ ahead (0.12 against 0.16 in the
+    issue); as the expectation over tie orders both have one AURC, E-AURC and coverage at every bound."""
+    signals, corr, _ = planted_signals()
+    a = {s: aurc(v, corr) for s, v in signals.items()}
+    assert a["c_int"] == pytest.approx(a["v_hat"], abs=1e-12)
+    # the value by hand: the murky block of 3 n answers (3 n (3/4) wrong) enters after 3 n right answers, the
+    # expected errors after j of them j (3/4): AURC = (1/6n) sum_j (3/4) j / (3n + j)
+    n = 3 * 24
+    assert a["c_int"] == pytest.approx(sum(0.75 * j / (n + j) for j in range(1, n + 1)) / (2 * n), abs=1e-12)
+    assert excess_aurc(signals["c_int"], corr) == pytest.approx(excess_aurc(signals["v_hat"], corr), abs=1e-12)
+    for r in (0.05, 0.1, 0.25, 0.4, 0.7):
+        assert coverage_at_risk(signals["c_int"], corr, r) == coverage_at_risk(signals["v_hat"], corr, r), r
+    curves = [expected_risk_coverage(v, corr) for v in signals.values()]   # the figure's curves coincide
+    np.testing.assert_allclose(curves[0], curves[1], atol=1e-15)
+    # where the murky error rate rises as V falls, V̂ ranks the answers truly better
+    better, corr2, _ = planted_signals(murky_wrong=(0.25, 0.75, 1.0))
+    assert aurc(better["v_hat"], corr2) < aurc(better["c_int"], corr2) - 0.01
+
+
+def test_tie_aware_aurc_and_coverage_equal_the_average_over_all_tie_orders():
+    rng = np.random.default_rng(39)
+    for trial in range(100):
+        n = int(rng.integers(1, 8))
+        conf = rng.integers(0, int(rng.integers(1, 4)), n).astype(float)   # few values: ties
+        corr = (rng.random(n) < 0.6).astype(float)
+        curve = _expected_curve_by_enumeration(conf, corr)
+        assert aurc(conf, corr) == pytest.approx(curve.mean(), abs=1e-14), (conf, corr)
+        cov, risk = expected_risk_coverage(conf, corr)
+        np.testing.assert_allclose(risk, curve, atol=1e-14)
+        np.testing.assert_array_equal(cov, np.arange(1, n + 1) / n)
+        ends, end_risk = risk_coverage(conf, corr)          # the group ends lie on the expected curve, exactly
+        assert set(zip(ends.tolist(), end_risk.tolist())) <= set(zip(cov.tolist(), risk.tolist()))
+        e = n - corr.sum()
+        i = np.arange(1, n + 1)
+        assert excess_aurc(conf, corr) == pytest.approx(curve.mean() - np.mean(np.maximum(0, i - (n - e)) / i),
+                                                        abs=1e-14)
+        for r in (0.0, 0.2, 0.25, 1 / 3, 0.5):
+            ok = np.flatnonzero(curve <= r + 1e-12)
+            assert coverage_at_risk(conf, corr, r) == ((ok.max() + 1) / n if ok.size else 0.0), (conf, corr, r)
+    # larger input: against many random tie orders (Monte Carlo, 4 standard errors)
+    conf = np.round(rng.random(300), 1)
+    corr = (rng.random(300) < conf).astype(float)
+    draws = []
+    for _ in range(1000):
+        o = np.lexsort((rng.random(300), -conf))
+        draws.append(np.mean(np.cumsum(1.0 - corr[o]) / np.arange(1, 301)))
+    assert abs(aurc(conf, corr) - np.mean(draws)) < 4 * np.std(draws) / np.sqrt(len(draws))
+    # the harmonic sums: the table of integer counts and the digamma form (other weights) agree
+    from scipy.special import digamma
+
+    from murk.metrics import _harmonic_gap
+
+    k, top = np.array([0.0, 3.0, 100.0, 5000.0]), np.array([2.0, 8.0, 107.0, 5003.0])
+    exact = [sum(1 / i for i in range(int(a) + 1, int(b) + 1)) for a, b in zip(k, top)]
+    np.testing.assert_allclose(_harmonic_gap(k, top), exact,
+                               rtol=0, atol=1e-15)   # absolute: the sums' terms are rounded at H's scale
+    np.testing.assert_allclose(_harmonic_gap(k + 0.5, top + 0.5), digamma(top + 1.5) - digamma(k + 1.5), rtol=0,
+                               atol=1e-15)
+    # bootstrap weights: a resample equals the tie-aware AURC of the repeated data (the copies are tied too)
+    counts = bootstrap_counts(300, 20, 5)
+    got = resampled_aurc(conf, corr, counts)
+    for b in range(20):
+        rep = np.repeat(np.arange(300), counts[b].astype(int))
+        assert got[b] == pytest.approx(aurc(conf[rep], corr[rep]), abs=1e-12)
+
+
+def test_untied_scores_keep_their_values_bit_for_bit():
+    """Without ties the expectation over tie orders is the one order: the values are the group-end ones, computed
+    the same way as before (each answer's risk E_i / i, summed, over n), bit for bit."""
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 7, 300):
+        conf = rng.permutation(n) / n          # distinct
+        corr = (rng.random(n) < 0.7).astype(float)
+        wrong = 1.0 - corr[np.argsort(-conf, kind="stable")]
+        risk = np.cumsum(wrong) / np.arange(1.0, n + 1.0)
+        assert aurc(conf, corr) == float((1.0 * risk).sum() / n)
+        assert resampled_aurc(conf, corr, np.ones((2, n))).tolist() == [float(risk.sum() / n)] * 2
+        for r in (0.1, 0.3):
+            ok = np.flatnonzero(risk <= r)
+            assert coverage_at_risk(conf, corr, r) == (float(np.arange(1.0, n + 1.0)[ok].max() / n) if ok.size
+                                                       else 0.0)
 
 
 def test_selective_risk_coverage_abstain():

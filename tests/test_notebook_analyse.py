@@ -834,8 +834,18 @@ def test_recalibration_and_risk_coverage_on_the_synthetic_cube(numbers):
         # risk-coverage
         aurc = {s: float(numbers[f"rc.{s}.{arm}.t2.{KEY}.aurc"]) for s in ("c_int", "monitor_deployable", "abstain")}
         assert aurc["monitor_deployable"] < aurc["c_int"] and aurc["abstain"] < aurc["c_int"]
+        # the sentence states the recorded verdict (murk.claims.best_signal, tie-aware AURC): a signal is named only
+        # where its paired resamples beat every other; else the lowest AURC is reported as not separated
         best = numbers[f"rc.best.{arm}.t2.{KEY}"]
-        assert best != "none" and f"for synthetic-a, {best} ranks the answers best" in numbers["finding.rc"]
+        said = next(t for t in numbers["finding.rc"].split(". ") if t.startswith(where.capitalize()))
+        said = next(p for p in said.split("; ") if "for synthetic-a," in p)
+        if best != "none":
+            assert f"for synthetic-a, {best} ranks the answers best" in said, said
+        else:
+            assert "for synthetic-a, no signal can be named best: the lowest AURC, " in said, said
+            assert "ranks the answers best" not in said
+        lowest = min(float(numbers[k]) for k in numbers if k.startswith("rc.") and k.endswith(f".{arm}.t2.{KEY}.aurc"))
+        assert f"AURC {paper.fmt(lowest)} [" in said or f"AURC, {paper.fmt(lowest)} [" in said, said
     assert float(numbers[f"recal.b.t2.{KEY}"].replace("−", "-")) < 0
     for key_ in (KEY, "murk-tiny--synthetic-b"):
         assert numbers[f"recal.n_test_images.{key_}"] == str(n_test)

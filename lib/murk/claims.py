@@ -452,3 +452,122 @@ def blind_spot_change(before: str, after: str, method: str = "T(V̂)") -> str:
             LAGS: f"there was no blind spot to close ({was}), and {method} opens one",
             LEADS: f"there was no blind spot to close ({was}; with {method} too)" if before == LEADS else
                    f"there was no blind spot to close ({was}); with {method} the confidence falls first"}[after]
+
+
+__all__ += ["best_signal", "best_signal_words"]
+
+
+def best_signal(point: dict, resamples: dict, ci: float = 0.95, lower_is_better: bool = True,
+                atol: float = 1e-12) -> tuple[str | None, str | None, list]:
+    """Which signal, if any, is the best by a statistic and its paired resamples (e.g. AURC).
+
+    A signal s is named best only where it beats **every** other signal t: the
+    percentile interval (level ``ci``) of the paired difference ``t - s`` over
+    the same resamples lies above 0 (below 0 where higher is better). For one
+    signal this is an intersection-union rule (it needs every comparison, so
+    its error rate is at most that of one comparison, with no correction);
+    at most one signal can pass it, and a signal that is not truly better
+    than some other passes only if that one comparison errs. Where none
+    passes, no signal is named.
+
+    Parameters
+    ----------
+    point : dict
+        Signal -> the statistic on the data (e.g. :func:`murk.metrics.aurc`);
+        it picks the signal a sentence reports where none is named.
+    resamples : dict
+        Signal -> shape (B,) float array, the statistic of each of the same B
+        resamples (paired: entry b is the same draw for every signal, e.g.
+        :func:`murk.metrics.resampled_aurc` with one ``counts``); NaN
+        resamples are skipped (:func:`murk.metrics.percentile_interval`).
+        Same keys as ``point``.
+    ci : float, default 0.95
+        Level of the intervals of the paired differences.
+    lower_is_better : bool, default True
+        True for a risk (AURC, E-AURC), False for a coverage.
+    atol : float, default 1e-12
+        A difference within it is 0 (rounding of two equal statistics, e.g.
+        two rankings with the same expected risk curve, is no separation).
+
+    Returns
+    -------
+    best : str or None
+        The signal that beats every other, or None.
+    leader : str or None
+        ``best`` where one is named, else the signal with the best point
+        (ties: the first; None without signals).
+    rivals : list of str
+        The signals that ``leader`` does not beat (empty where ``best`` is
+        named), in the order of ``point``.
+
+    Raises
+    ------
+    ValueError
+        If the keys of ``point`` and ``resamples`` differ, the resamples do
+        not share one shape (B,), or ``ci`` is not in (0, 1).
+
+    >>> r = {"a": np.array([0.1, 0.2, 0.15]), "b": np.array([0.3, 0.4, 0.35]), "c": np.array([0.12, 0.1, 0.2])}
+    >>> best_signal({"a": 0.15, "b": 0.35, "c": 0.14}, r, 0.9)
+    (None, 'c', ['a'])
+    >>> best_signal({"a": 0.15, "b": 0.35}, {"a": r["a"], "b": r["b"]}, 0.9)
+    ('a', 'a', [])
+    """
+    if set(point) != set(resamples):
+        raise ValueError(f"best_signal: point and resamples name different signals: {sorted(point)} against "
+                         f"{sorted(resamples)}")
+    arrays = {s: np.asarray(resamples[s], dtype=np.float64) for s in point}
+    shapes = {v.shape for v in arrays.values()}
+    if len(shapes) > 1 or any(len(sh) != 1 for sh in shapes):
+        raise ValueError(f"best_signal: every signal needs resamples of one shape (B,), got {sorted(shapes)}")
+    if not arrays:
+        return None, None, []
+    sign = 1.0 if lower_is_better else -1.0
+
+    def beats(s: str, t: str) -> bool:
+        lo, _ = metrics.percentile_interval(sign * (arrays[t] - arrays[s]), ci)
+        return bool(lo > atol)
+
+    best = next((s for s in arrays if all(beats(s, t) for t in arrays if t != s)), None)
+    if best is not None:
+        return best, best, []
+    key = {s: sign * float(v) if _finite(v) else math.inf for s, v in point.items()}
+    leader = min(point, key=lambda s: key[s])
+    return None, leader, [t for t in point if t != leader and not beats(leader, t)]
+
+
+def best_signal_words(model: str, verdict: tuple, labels: dict, estimate: str, statistic: str = "AURC") -> str:
+    """The sentence (lower case, no final stop) of a :func:`best_signal` verdict for one model.
+
+    Parameters
+    ----------
+    model : str
+        The model's name as the paper prints it.
+    verdict : tuple
+        ``(best, leader, rivals)`` from :func:`best_signal`.
+    labels : dict
+        Signal -> its name in the paper.
+    estimate : str
+        The leader's statistic with its interval as printed (e.g. ``"0.12 [0.08, 0.16]"``).
+    statistic : str, default "AURC"
+        The statistic's name.
+
+    Returns
+    -------
+    str
+        Where a signal is named: that it ranks the answers best, ahead of every
+        other in the paired resamples; otherwise that no signal can be named
+        best, with the lowest one and the signals it is not separated from.
+
+    >>> best_signal_words("M", (None, "v", ["c"]), {"v": "V̂", "c": "c_int"}, "0.10 [0.05, 0.15]")
+    'for M, no signal can be named best: the lowest AURC, 0.10 [0.05, 0.15] of V̂, is not below that of c_int in the interval of their paired difference'
+    """
+    best, leader, rivals = verdict
+    if leader is None:
+        return f"for {model}, no signal was compared"
+    if best is not None:
+        return (f"for {model}, {labels[best]} ranks the answers best ({statistic} {estimate}), ahead of every other "
+                "signal: the interval of each paired difference excludes 0 in its favour")
+    names = [labels[t] for t in rivals]
+    them = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return (f"for {model}, no signal can be named best: the lowest {statistic}, {estimate} of {labels[leader]}, "
+            f"is not below that of {them} in the interval of their paired difference")

@@ -30,7 +30,8 @@ resampled_ece              ECE of every bootstrap resample, (..., B)
 resampled_auroc            AUROC of every bootstrap resample, (..., B)
 risk_coverage_curve        selective answering by thresholding a confidence
 risk_coverage              (coverage, risk), one point per distinct confidence
-aurc                       area under the risk-coverage curve (Geifman et al. 2019)
+expected_risk_coverage     (coverage, risk) at every answer, ties in random order (expectation)
+aurc                       area under the risk-coverage curve (Geifman et al. 2019), ties in random order
 excess_aurc                AURC minus that of the optimal ranking (E-AURC)
 coverage_at_risk           largest coverage with risk <= a bound (Whitehead et al. 2022)
 resampled_aurc             AURC of every bootstrap resample, (B,)
@@ -95,6 +96,7 @@ __all__ = [
     "resampled_auroc",
     "risk_coverage_curve",
     "risk_coverage",
+    "expected_risk_coverage",
     "aurc",
     "excess_aurc",
     "coverage_at_risk",
@@ -1344,22 +1346,80 @@ def _nonempty_points(confidence, correct, func: str) -> tuple[np.ndarray, np.nda
     return answered, errors
 
 
+def _entering(answered: np.ndarray, errors: np.ndarray, where: np.ndarray):
+    """For the groups at the flat positions ``where`` of (..., G) cumulative counts: the answers ``k`` and wrong
+    answers ``a`` before the group, and its own answers ``m`` and wrong answers ``e`` (1-D, float64)."""
+    G = answered.shape[-1]
+    A, E = answered.reshape(-1), errors.reshape(-1)
+    first = where % G == 0
+    prev = np.where(first, 0, where - 1)
+    k = np.where(first, 0.0, A[prev])
+    a = np.where(first, 0.0, E[prev])
+    return k, a, A[where] - k, E[where] - a
+
+
+def _harmonic_gap(k: np.ndarray, A: np.ndarray) -> np.ndarray:
+    """``sum_{i=k+1..A} 1/i`` (1-D): a table of harmonic numbers for integer counts, else digamma differences."""
+    if k.size and A.max() <= 2**22 and np.all(A == np.round(A)) and np.all(k == np.round(k)):   # table <= 32 MiB
+        H = np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1.0, A.max() + 1.0))])
+        return H[A.astype(np.int64)] - H[k.astype(np.int64)]
+    from scipy.special import digamma
+
+    return digamma(A + 1.0) - digamma(k + 1.0)
+
+
 def _aurc_of_points(answered: np.ndarray, errors: np.ndarray) -> np.ndarray:
-    """``sum_g (A_g - A_{g-1}) E_g / A_g / A_G`` over the last axis; groups with no new answer add 0."""
-    entering = np.diff(answered, axis=-1, prepend=0.0)
+    """Tie-aware AURC over the last axis: the mean over answers of the expected risk as each enters.
+
+    A group of ``m`` tied answers with ``e`` wrong ones, entered with ``k`` answers and ``a`` wrong ones before it,
+    contributes ``sum_{j=1..m} (a + j e/m) / (k + j)`` (the expected risk after j of its answers, in a uniformly
+    random order of the group). With ``c = a - k e/m`` each summand is ``e/m + c/(k + j)``, so the sum is
+    ``m E/A + c (H_A - H_k - m/A)`` (A = k + m, E = a + e, H the harmonic numbers): the risk at the group's end
+    for each of its answers plus a correction that is 0 for a group of one answer or where ``c = 0`` (left out
+    there, so untied answers give the group-end value bit for bit). Groups with no new answer add 0.
+    """
     with np.errstate(invalid="ignore", divide="ignore"):
-        terms = np.where(entering > 0, entering * (errors / answered), 0.0)
+        m = np.diff(answered, axis=-1, prepend=0.0)
+        terms = np.where(m > 0, m * (errors / answered), 0.0)
+        at = np.flatnonzero(m > 1)
+        if at.size:
+            k, a, mt, e = _entering(answered, errors, at)
+            c = a - k * (e / mt)
+            fix = c != 0                              # c = 0: the group's risk equals the risk before it
+            at, k, mt, c = at[fix], k[fix], mt[fix], c[fix]
+            At = k + mt
+            terms.reshape(-1)[at] += c * (_harmonic_gap(k, At) - mt / At)   # the bracket is >= 0
         total = answered[..., -1]
         return np.where(total > 0, terms.sum(axis=-1) / total, np.nan)
 
 
 def _coverage_at_risk_of_points(answered: np.ndarray, errors: np.ndarray, max_risk: float) -> np.ndarray:
-    """Largest ``A_g / A_G`` with ``E_g / A_g <= max_risk`` over the last axis (0 if none, NaN if A_G = 0)."""
-    with np.errstate(invalid="ignore", divide="ignore"):
+    """Largest coverage ``i / A_G`` whose expected risk (tie-aware, see :func:`coverage_at_risk`) is ``<= max_risk``.
+
+    Over the last axis; 0 if none, NaN if ``A_G = 0``. Inside a group (k answers and a wrong ones before it, m
+    answers and e wrong ones in it) the expected risk after j of its answers, ``rho(j) = (a m + j e) / ((k + j) m)``,
+    is monotone in j; at its end it is ``E_g / A_g``. Where the end is above the bound and rho rises (``a m < k e``),
+    the largest j with rho(j) <= max_risk is ``floor(c / (max_risk - e/m)) - k`` (``c = a - k e/m``), checked with
+    its two neighbours in exact integer arithmetic of the numerator and the denominator (integer weights), so a
+    risk equal to the bound counts.
+    """
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         ok = (answered > 0) & (errors / answered <= max_risk)
-        total = answered[..., -1:]
-        best = np.where(ok, answered / total, 0.0).max(axis=-1)
-        return np.where(total[..., 0] > 0, best, np.nan)
+        best = np.where(ok, answered, 0.0)
+        m = np.diff(answered, axis=-1, prepend=0.0)
+        at = np.flatnonzero((m > 1) & ~ok)
+        if at.size:
+            k, a, mt, e = _entering(answered, errors, at)
+            rising = a * mt < k * e
+            at, k, a, mt, e = at[rising], k[rising], a[rising], mt[rising], e[rising]
+            guess = np.floor((a - k * (e / mt)) / (max_risk - e / mt))   # max_risk < e/m where rho rises past it
+            flat = best.reshape(-1)
+            for shift in (-1.0, 0.0, 1.0):
+                i = np.clip(guess + shift, k + 1.0, k + mt - 1.0)
+                hit = (i > k) & (i < k + mt) & ((a * mt + (i - k) * e) / (i * mt) <= max_risk)
+                flat[at[hit]] = np.maximum(flat[at[hit]], i[hit])
+        total = answered[..., -1]
+        return np.where(total > 0, best.max(axis=-1) / total, np.nan)
 
 
 def _check_max_risk(max_risk) -> float:
@@ -1378,7 +1438,10 @@ def risk_coverage(confidence, correct) -> tuple[np.ndarray, np.ndarray]:
     share of the n valid answers with ``c >= tau`` and risk = the error
     fraction among them (Geifman & El-Yaniv 2017, spec ref
     ``geifman2017selective``). The same points as :func:`risk_coverage_curve`
-    without the thresholds, but empty input raises.
+    without the thresholds, but empty input raises. These are the ends of the
+    tie groups, where the expected risk of :func:`aurc` (random order inside
+    a group) equals the group-end risk; between two points the expected risk
+    after j of a group's answers is ``(a + j e/m) / (k + j)`` (see :func:`aurc`).
 
     Parameters
     ----------
@@ -1410,16 +1473,73 @@ def risk_coverage(confidence, correct) -> tuple[np.ndarray, np.ndarray]:
     return answered / answered[-1], errors / answered
 
 
-def aurc(confidence, correct) -> float:
-    """Area under the risk-coverage curve (AURC), lower is better.
+def expected_risk_coverage(confidence, correct) -> tuple[np.ndarray, np.ndarray]:
+    """Risk-coverage curve at every answer, the expectation over random orders within tie groups.
 
-    The mean over the n valid answers of the selective risk at the point
-    where each answer enters the accepted set: ``AURC = (1/n) sum_g m_g r_g``
-    with ``m_g`` the answers of confidence group g and ``r_g`` the risk of
-    :func:`risk_coverage` at g. For distinct confidences this is the AURC of
-    Geifman, Uziel & El-Yaniv (ICLR 2019, "Bias-reduced uncertainty
+    Answers are accepted from the highest confidence down, one at a time; at
+    i accepted answers, coverage = i / n and risk = ``E[E_i] / i``, the
+    expected error fraction when each tie group is taken in a uniformly random
+    order: inside a group of m answers with e wrong ones, entered with k
+    answers and a wrong ones accepted, ``E[E_{k+j}] = a + j e/m``. The curve
+    whose mean risk is :func:`aurc` and on which :func:`coverage_at_risk`
+    reads its coverage; at the end of each group it passes through the point
+    of :func:`risk_coverage`. Without ties it is the empirical curve.
+
+    Parameters
+    ----------
+    confidence, correct : array_like
+        Shape (n,), as :func:`risk_coverage`; NaN pairs dropped.
+
+    Returns
+    -------
+    coverage, risk : numpy.ndarray
+        Shape (m,), float64, m = number of valid pairs: coverage ``i / m``
+        (i = 1..m), the expected risk in [0, 1].
+
+    Raises
+    ------
+    ValueError
+        As :func:`risk_coverage`.
+
+    Examples
+    --------
+    >>> cov, risk = expected_risk_coverage([0.9, 0.5, 0.5], [1, 1, 0])
+    >>> cov.tolist(), risk.tolist()
+    ([0.3333333333333333, 0.6666666666666666, 1.0], [0.0, 0.25, 0.3333333333333333])
+    """
+    answered, errors = _nonempty_points(confidence, correct, "expected_risk_coverage")
+    n = answered[-1]
+    i = np.arange(1.0, n + 1.0)
+    g = np.searchsorted(answered, i)                         # the group of the i-th answer
+    k = np.where(g > 0, answered[g - 1], 0.0)
+    a = np.where(g > 0, errors[g - 1], 0.0)
+    m, e = answered[g] - k, errors[g] - a
+    return i / n, (a * m + (i - k) * e) / (i * m)
+
+
+def aurc(confidence, correct) -> float:
+    """Area under the risk-coverage curve (AURC), lower is better, tie-aware.
+
+    The mean over the n valid answers of the selective risk at the moment
+    each answer enters the accepted set, answers taken from the highest
+    confidence down: ``AURC = (1/n) sum_{i=1..n} E_i / i`` with ``E_i`` the
+    wrong answers among the first i. For distinct confidences this is the
+    AURC of Geifman, Uziel & El-Yaniv (ICLR 2019, "Bias-reduced uncertainty
     estimation for deep neural classifiers"; risk-coverage curve: Geifman &
-    El-Yaniv 2017); tied answers all enter at their group's point.
+    El-Yaniv 2017). Where confidences tie, the order inside a tie group is
+    not given by the signal, so the AURC is the expectation over uniformly
+    random orders within each tie group (the rule by which the Mann-Whitney
+    AUROC counts a tie 1/2), in closed form, no sampling: a group of m answers
+    with e wrong ones, entered with k answers and a wrong ones accepted
+    before it, has after j of its answers ``E[E_{k+j}] = a + j e/m`` wrong
+    answers on average (hypergeometric mean: the expected errors rise
+    linearly across the group), so its answers add
+    ``sum_{j=1..m} (a + j e/m) / (k + j)``, which is
+    ``m (a + e)/(k + m) + (a - k e/m) (H_{k+m} - H_k - m/(k + m))`` with
+    ``H`` the harmonic numbers. This does not favour a finer signal over a
+    coarser one carrying the same information (a confidence in whole
+    percent, a V̂ at its cap, c_int saturated at 1), as giving each tied
+    answer the risk at the group's end did.
 
     Parameters
     ----------
@@ -1440,6 +1560,8 @@ def aurc(confidence, correct) -> float:
     --------
     >>> aurc([0.9, 0.8, 0.7, 0.6, 0.5], [1, 1, 0, 1, 0])  # (0 + 0 + 1/3 + 1/4 + 2/5) / 5
     0.19666666666666666
+    >>> aurc([0.9, 0.5, 0.5], [1, 1, 0])  # (0 + (1/2)/2 + 1/3) / 3: the tie's two orders averaged
+    0.19444444444444442
     """
     answered, errors = _nonempty_points(confidence, correct, "aurc")
     return float(_aurc_of_points(answered, errors))
@@ -1455,9 +1577,10 @@ def excess_aurc(confidence, correct) -> float:
         AURC* = (1/n) sum_{i=1..n} max(0, i - (n - e)) / i
 
     (Geifman, Uziel & El-Yaniv, ICLR 2019, whose continuous approximation is
-    ``r + (1 - r) ln(1 - r)``; here the exact finite sum). E-AURC is >= 0,
-    also with ties (the risk of a group's point is at least the optimal risk
-    at every position inside the group), and 0 for a perfect ranking.
+    ``r + (1 - r) ln(1 - r)``; here the exact finite sum). The AURC is the
+    tie-aware one of :func:`aurc` (the expectation over orders within tie
+    groups), so E-AURC is >= 0 also with ties (every order's AURC is at least
+    the optimal one), and 0 for a perfect ranking.
 
     Parameters
     ----------
@@ -1482,12 +1605,21 @@ def excess_aurc(confidence, correct) -> float:
 
 
 def coverage_at_risk(confidence, correct, max_risk: float) -> float:
-    """Coverage at a risk bound (C@R, Whitehead et al. 2022).
+    """Coverage at a risk bound (C@R, Whitehead et al. 2022), tie-aware.
 
-    The largest coverage among the points of :func:`risk_coverage` whose
-    risk is ``<= max_risk``: the share of the questions the model can answer,
-    by thresholding its confidence, while keeping its error fraction within
-    the bound.
+    The largest coverage ``i / n`` (i = 1..n answers accepted from the
+    highest confidence down) whose expected risk ``E[E_i] / i`` is
+    ``<= max_risk``, the expectation being over uniformly random orders
+    within tie groups, as :func:`aurc`: at the end of a tie group the
+    expected risk is the risk of :func:`risk_coverage`; after j of the m
+    answers of a group (e wrong; k answers, a wrong, before it) it is
+    ``(a + j e/m) / (k + j)``, so a threshold may fall inside a group (the
+    group's answers then accepted in a random order: a randomized selective
+    answerer whose expected error fraction meets the bound). For distinct
+    confidences this is the largest coverage among the points of
+    :func:`risk_coverage` with risk ``<= max_risk``: the share of the
+    questions the model can answer, by thresholding its confidence, while
+    keeping its error fraction within the bound.
 
     Parameters
     ----------
@@ -1511,6 +1643,8 @@ def coverage_at_risk(confidence, correct, max_risk: float) -> float:
     --------
     >>> coverage_at_risk([0.9, 0.8, 0.7, 0.6], [1, 0, 1, 1], 0.3)  # risks 0, 1/2, 1/3, 1/4
     1.0
+    >>> coverage_at_risk([0.9, 0.5, 0.5, 0.5], [1, 1, 0, 0], 0.35)  # expected risks 0, 1/3, 4/9, 1/2
+    0.5
     """
     max_risk = _check_max_risk(max_risk)
     answered, errors = _nonempty_points(confidence, correct, "coverage_at_risk")
@@ -1552,9 +1686,10 @@ def resampled_aurc(confidence, correct, counts: np.ndarray, image_index: np.ndar
     Each answer is weighted by its draw count ``w_i`` in resample b (count 0:
     left out): with ``A_g``, ``E_g`` the summed weights of the answers and
     of the wrong answers with a confidence >= that of group g,
-    ``AURC_b = sum_g (A_g - A_{g-1}) (E_g / A_g) / A_G``, which equals
-    :func:`aurc` of the resampled data (each answer repeated ``w_i`` times)
-    exactly up to rounding. Cumulative sums over the (resamples x answers)
+    ``AURC_b`` is the tie-aware sum of :func:`aurc` over those groups (the
+    copies of an answer drawn twice are tied too), which equals :func:`aurc`
+    of the resampled data (each answer repeated ``w_i`` times) exactly up to
+    rounding. Cumulative sums over the (resamples x answers)
     weights, no Python loop over resamples unless ``B x n`` exceeds
     ``max_elements``.
 
@@ -1595,10 +1730,11 @@ def resampled_coverage_at_risk(confidence, correct, max_risk: float, counts: np.
                                image_index: np.ndarray | None = None, max_elements: int = 2**23) -> np.ndarray:
     """Coverage at a risk bound (:func:`coverage_at_risk`) of every bootstrap resample.
 
-    Weights as :func:`resampled_aurc`; the points of a resample are its
+    Weights as :func:`resampled_aurc`; the group ends of a resample are its
     cumulative weighted counts ``A_g / A_G`` (coverage) and ``E_g / A_g``
-    (risk), exact for integer counts, so the result equals
-    :func:`coverage_at_risk` of the resampled data.
+    (risk), the expected risk inside a group as :func:`coverage_at_risk`,
+    exact for integer counts, so the result equals :func:`coverage_at_risk`
+    of the resampled data.
 
     Parameters
     ----------
