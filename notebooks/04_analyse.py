@@ -2171,7 +2171,6 @@ def at_bound(temps) -> str:
     return " (at a bound)" if any(min(abs(t / b - 1) for b in recalibration.T_BOUNDS) < 1e-3 for t in temps) else ""
 
 
-lo_q, hi_q = (1 - A["ci_level"]) / 2, 1 - (1 - A["ci_level"]) / 2
 RECAL_SCORES = {}   # (model, task) -> image-level scores of the test half, one "model" per method (for W)
 rows, RELIAB = [], {}
 for (m, task), r in RECAL.items():
