@@ -1048,7 +1048,8 @@ def crossref(md: str, prefix_captions: bool = True) -> str:
 #: :func:`crossref`), a table too long for the rest of its page breaks across
 #: pages and repeats its header row (``table.header`` repeats) without splitting a row, its caption
 #: stays with its first rows, table text is set smaller, ragged and left-aligned (a table of nine or more columns
-#: a point smaller again), and a heading never ends a page alone.
+#: a point smaller again), a heading never ends a page alone, and no figure or table is separated from the
+#: "Source:" line after it.
 TYPST_HEADER = """\
 // murk (pandoc + Typst fallback of the paper): captions carry their numbers in citation order
 // (murk.paper.crossref), so Typst's own numbering by placement is off
@@ -1060,6 +1061,9 @@ TYPST_HEADER = """\
 // cells left-aligned (pandoc centres the table, and cells of alignment auto would inherit the centring)
 #show table.cell: set align(left)
 #show figure.caption: it => block(sticky: true, it)
+// a figure sticks to the block after it, its "Source:" line (murk.paper.resolve_embeds): never separated by a
+// page break (a table, which may break across pages, carries its source in its caption instead)
+#show figure.where(kind: image): set block(sticky: true)
 // a table of nine or more columns (the crossings, spec Table V) is set a point smaller
 #show table: it => if type(it.columns) == array and it.columns.len() >= 9 { set text(size: 7pt); it } else { it }
 #set table(inset: (x: 4pt, y: 3pt))
@@ -1268,6 +1272,22 @@ def _cite_html(value: str, key: str, label: str, href: str) -> str:
     return f'{value}[↗]({href} "{title}"){{.murk-source {attrs}}}'
 
 
+#: a table embed as :func:`_embed` writes it: caption line, body, then its "Source:" block naming the same cell
+_TABLE_SOURCE_RE = re.compile(r"^(: [^\n]*?)(\s*\{#(tbl-[A-Za-z0-9_-]+)\})[ \t]*\n(.*?)\n+::: \{\.embed-source\}\n"
+                              r"(Source: \[[^\n]*?, cell `\3`\]\([^)\n]*\))\n:::\n", re.M | re.S)
+
+
+def sources_into_table_captions(md: str) -> str:
+    """Move each embedded table's "Source:" line into its caption (the PDF: a table may break across
+    pages, so a line after it could start a page alone; its caption stays with its first rows).
+
+    >>> sources_into_table_captions(": A table. {#tbl-a}\\n\\n| x |\\n|---|\\n| 1 |\\n\\n"
+    ...                             "::: {.embed-source}\\nSource: [nb.ipynb, cell `tbl-a`](nb.html#tbl-a)\\n:::\\n")
+    ': A table. Source: [nb.ipynb, cell `tbl-a`](nb.html#tbl-a) {#tbl-a}\\n\\n| x |\\n|---|\\n| 1 |\\n'
+    """
+    return _TABLE_SOURCE_RE.sub(lambda m: f"{m.group(1)} {m.group(5)}{m.group(2)}\n{m.group(4)}\n", md)
+
+
 def _cite_typst(md: str, cites: list[tuple[str, str]], source: str) -> str:
     """The PDF's form of the cited numbers: the values as they are, and in each block of text (a paragraph)
     that cites numbers one footnote naming their cells and keys (at the end of the sentence of its last one)."""
@@ -1401,7 +1421,8 @@ def render_paper(qmd: str | os.PathLike | None = None, output_dir: str | os.Path
         fig_dir.mkdir(exist_ok=True)
         # captions numbered in citation order (crossref); Typst's own numbering is off; each paragraph that
         # cites numbers names their cells in a footnote
-        md_typ = _cite_typst(md_marked, cites, "notebooks/04_analyse.py")
+        # a figure keeps its "Source:" line after it (TYPST_HEADER: sticky), a table carries it in its caption
+        md_typ = sources_into_table_captions(_cite_typst(md_marked, cites, "notebooks/04_analyse.py"))
         for f in figs:
             src = Path(f)
             shutil.copy2(src, fig_dir / src.name)
