@@ -93,6 +93,13 @@ def _embedded(nb_path) -> str:
             words = 1 + 5 * k % 9
         nb.cells.append(cell)
         parts.append(sentence * words + f"\n\n{{{{< embed ../outputs/notebooks/{nb_path.name}#{label} >}}}}\n")
+    # a figure taller than the page at the text width (spec Fig. 4 at the study's size)
+    png = io.BytesIO()
+    Image.new("RGB", (600, 1000), (200, 230, 200)).save(png, "PNG")
+    cell = nbformat.v4.new_code_cell("#| label: fig-tall\n#| fig-cap: 'Embedded tall figure.'\nx")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={"image/png": base64.b64encode(png.getvalue()).decode()})]
+    nb.cells.append(cell)
+    parts.append(f"A paragraph.\n\n{{{{< embed ../outputs/notebooks/{nb_path.name}#fig-tall >}}}}\n")
     nb_path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, nb_path)
     return "\n".join(parts)
@@ -189,11 +196,12 @@ def test_no_heading_ends_a_page_alone(rendered):
 def test_no_page_starts_with_a_source_line(rendered):
     """Issue 39: a figure's or table's "Source:" line is never separated from it by a page break (it was
     orphaned at the top of a page); the document puts the ends of 16 embeds, figures then tables, at many
-    heights of their pages. A figure keeps the line after it, a table (which may break) carries it in its caption."""
+    heights of their pages, then a figure taller than a page. A figure keeps the line after it (one too tall
+    for the page is scaled down to leave room), a table (which may break) carries it in its caption."""
     res, _ = rendered
     pages = pdf_words(res["pdf"])
     lines = [(k, w) for k, (_, _, words) in enumerate(pages) for w in words if w[0] == "Source:"]
-    assert len(lines) == N_EMBEDDED_FIGURES + N_EMBEDDED_TABLES and len({k for k, _ in lines}) >= 4          # every embed has its source, on many pages
+    assert len(lines) == N_EMBEDDED_FIGURES + N_EMBEDDED_TABLES + 1 and len({k for k, _ in lines}) >= 4          # every embed has its source, on many pages
     for k, (_, _, words) in enumerate(pages):
         top = min(words, key=lambda w: (round(w[2]), w[1]))
         assert top[0] != "Source:", f"page {k + 1} starts with a source line, apart from its figure or table"
@@ -204,6 +212,10 @@ def test_no_page_starts_with_a_source_line(rendered):
         assert len(at) == 1 and at[0][0] in _pages_of(pages, f"e{k:02d}r0"), (k, at)
         p, y = at[0]
         assert any(w[0] == "Source:" and abs(w[2] - y) < 2 for w in pages[p][2]), f"table {k:02d}: source not in its caption"
+    # a figure taller than the page is scaled to fit it with its caption and source line
+    tall = [k for k, (_, _, words) in enumerate(pages) for a, b in zip(words, words[1:])
+            if a[0] == "tall" and b[0] == "figure."]
+    assert tall and tall == _pages_of(pages, "fig-tall"), (tall, _pages_of(pages, "fig-tall"))
 
 
 def test_typst_options_follow_quarto_yml(tmp_path):

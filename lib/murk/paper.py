@@ -1104,6 +1104,62 @@ def typst_options(quarto_yml: str | os.PathLike | None = None) -> dict:
     return out
 
 
+#: paper sizes (cm) of :func:`typst_options`' ``papersize`` values the fallback knows
+PAPER_CM = {"a4": (21.0, 29.7), "us-letter": (21.59, 27.94), "a5": (14.8, 21.0)}
+#: height (cm) kept free on a page for a figure's caption (up to three lines), its "Source:" line and the gaps
+FIGURE_TEXT_CM = 4.0
+
+
+def _length_cm(value: str) -> float | None:
+    m = re.fullmatch(r"\s*([\d.]+)\s*(cm|mm|in|pt)\s*", str(value))
+    return float(m.group(1)) * {"cm": 1.0, "mm": 0.1, "in": 2.54, "pt": 2.54 / 72}[m.group(2)] if m else None
+
+
+def fit_figures_to_page(md: str, base: str | os.PathLike, options: Mapping | None = None) -> str:
+    """Give each figure of ``md`` too tall for a page (at the text width) an explicit height, so that it fits
+    one page together with its caption and "Source:" line (Typst would otherwise fill the page with the
+    image and push them onto the next).
+
+    Parameters
+    ----------
+    md : str
+        Markdown with figures ``![caption](path){#fig-… …}``, paths relative to ``base``.
+    base : path
+        Folder the figure paths are relative to.
+    options : mapping, optional
+        :func:`typst_options` (default: this project's): ``papersize`` and ``margin`` (``x``, ``y``).
+
+    Returns
+    -------
+    str
+        ``md`` with `` height=…cm`` added to the attributes of each figure (PNG, JPEG) whose height at the
+        text width exceeds the page's text height less :data:`FIGURE_TEXT_CM`; unchanged where the paper size or
+        margins are not known.
+    """
+    from PIL import Image
+
+    opts = typst_options() if options is None else options
+    paper_cm = PAPER_CM.get(str(opts.get("papersize", "a4")))
+    margin = opts.get("margin") or {}
+    mx = _length_cm(margin.get("x", margin.get("rest", "2.5cm")))
+    my = _length_cm(margin.get("y", margin.get("rest", "2.5cm")))
+    if paper_cm is None or mx is None or my is None:
+        return md
+    text_w, max_h = paper_cm[0] - 2 * mx, paper_cm[1] - 2 * my - FIGURE_TEXT_CM
+
+    def one(m):
+        try:
+            with Image.open(Path(base) / m.group(2)) as im:
+                w, h = im.size
+        except (OSError, ValueError):
+            return m.group(0)
+        if "height=" in m.group(3) or text_w * h / w <= max_h:
+            return m.group(0)
+        return f"{m.group(1)}{{{m.group(3)} height={max_h:.1f}cm}}"
+
+    return re.sub(r"(!\[[^\]]*\]\(([^)\s]+\.(?:png|jpe?g))\))\{([^}]*)\}", one, md)
+
+
 def _figure_paths(md: str) -> list[str]:
     return re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", md)
 
@@ -1427,6 +1483,7 @@ def render_paper(qmd: str | os.PathLike | None = None, output_dir: str | os.Path
             src = Path(f)
             shutil.copy2(src, fig_dir / src.name)
             md_typ = md_typ.replace(f"]({f})", f"](figures/{src.name})")
+        md_typ = fit_figures_to_page(md_typ, out)   # a study-sized figure fits one page with its caption and source
         header = out / "typst-header.typ"
         header.write_text(TYPST_HEADER, encoding="utf-8")
         page = out / "typst-page.json"  # JSON is YAML: pandoc reads it as a metadata file
