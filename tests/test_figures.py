@@ -343,3 +343,20 @@ def test_coinciding_abstain_rates_are_both_visible():
         assert below.get_linestyle() != above.get_linestyle() and below.get_marker() != above.get_marker()
     labels = _legend_labels(fig)
     assert any("main wording" in lab for lab in labels) and any("I don't know" in lab for lab in labels)
+
+
+def test_coinciding_models_are_each_visible_in_the_signal_figures():
+    """Issue 39 ("check the others too"): where the curves of several models coincide (here everywhere; in a
+    study, rates at 0 or 1), each model keeps a marker of its own shape, and one drawn earlier is larger, so it
+    shows around those drawn over it; the legend shows each model's marker."""
+    models = [f"org/m{i}" for i in range(5)]
+    means = _means(verbal_nan=False).isel(model=[0] * 5).assign_coords(model=models)
+    for fig in (figures.plot_signals(means, "t2", chance=0.25), figures.plot_signal_vs_visibility(means, "abstain")):
+        for ax in fig.axes:
+            series = [ln for ln in ax.lines if len(ln.get_xdata()) > 2 and ln.get_marker() not in (None, "None", "")]
+            assert len(series) == len(models)
+            assert len({ln.get_marker() for ln in series}) == len(models)
+            sizes = [ln.get_markersize() for ln in series]                 # drawing order
+            assert all(a >= b + 0.9 for a, b in zip(sizes, sizes[1:])), sizes
+        assert len({h.get_marker() for h in fig.legends[0].legend_handles if h.get_label() in
+                    [figures.model_label(m, (), models) for m in models]}) == len(models)

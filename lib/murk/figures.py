@@ -29,7 +29,8 @@ __all__ = ["LOW_MASS_MARK", "model_label", "display_names",
            "PIPELINE_CHECK_MARK", "stamp_pipeline_check", "level_axis", "placeholder",
            "plot_scene_levels", "plot_reliability", "plot_abstain_comparison", "plot_blind_spot_widths",
            "plot_nominal_vs_physical", "plot_item_grid", "plot_monitor_accuracy", "plot_signals", "FIG3_SIGNALS",
-           "plot_risk_coverage", "plot_reliability_methods", "example_caption", "ABSTAIN_WORDS"]
+           "plot_risk_coverage", "plot_reliability_methods", "example_caption", "ABSTAIN_WORDS",
+           "model_marks", "MODEL_MARKERS"]
 
 #: Paul Tol, "muted" qualitative scheme (colour-blind safe, nine colours)
 PALETTE = ("#332288", "#CC6677", "#117733", "#DDCC77", "#88CCEE", "#882255", "#44AA99", "#999933", "#AA4499")
@@ -329,6 +330,31 @@ def plot_signal_vs_visibility(means: xr.Dataset, readout: str, task: str = "t2",
     return fig
 
 
+#: markers of the models in a panel, in their drawing order (a model's marker is fixed by its place in the run)
+MODEL_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h")
+
+
+def model_marks(models) -> dict[str, dict]:
+    """Marker style of each model in a panel of several: a distinct shape, hollow, larger for a model drawn
+    earlier (beneath), so that where the curves of several models coincide (rates at 0 or 1) every model's
+    marker still shows around the ones drawn over it.
+
+    Parameters
+    ----------
+    models : sequence of str
+        The models in drawing order.
+
+    Returns
+    -------
+    dict
+        model -> keyword arguments of ``Axes.plot`` (``marker``, ``ms`` in points, ``mfc``, ``mew``).
+    """
+    models = [str(m) for m in models]
+    n = len(models)
+    return {m: dict(marker=MODEL_MARKERS[j % len(MODEL_MARKERS)], ms=3.5 + 1.0 * (n - 1 - j), mfc="none", mew=1.0)
+            for j, m in enumerate(models)}
+
+
 def _signal_panel(ax, means: xr.Dataset, readout: str, task: str, arm: str, colors: dict, drawn: set, *,
                   chance: float | None = None, reference: str | None = None, band: bool = True, marked=(),
                   why: str = "no values", floor: float | None = None) -> None:
@@ -339,6 +365,7 @@ def _signal_panel(ax, means: xr.Dataset, readout: str, task: str, arm: str, colo
     x_clean = vis[1] * 2.0  # clean drawn one factor 2 left of the first level
     has_blank = "blank" in means["arm"].values
     empty = []
+    marks = model_marks(means["model"].values)
     for model in means["model"].values:
         m = means.sel(model=model, arm=arm, task=task, readout=readout)
         c = colors[str(model)]
@@ -356,11 +383,12 @@ def _signal_panel(ax, means: xr.Dataset, readout: str, task: str, arm: str, colo
             ok = np.isfinite(y[1:]) & np.isfinite(m["lo"].values[1:]) & np.isfinite(m["hi"].values[1:])
             ax.fill_between(vis[1:], m["lo"].values[1:], m["hi"].values[1:], where=ok, color=c, alpha=0.2,
                             lw=0)
-        ax.plot(vis[1:], y[1:], "-o", color=c, ms=3, lw=1.5)
+        ax.plot(vis[1:], y[1:], "-", color=c, lw=1.5, **marks[str(model)])
         m0, lo0, hi0 = (float(m[k].values[0]) for k in ("mean", "lo", "hi"))
         if np.isfinite(m0):
             yerr = [[max(m0 - lo0, 0.0)], [max(hi0 - m0, 0.0)]] if band and np.isfinite(lo0 + hi0) else None
-            ax.errorbar([x_clean], [m0], yerr=yerr, fmt="s", color=c, ms=4, capsize=2)
+            ax.errorbar([x_clean], [m0], yerr=yerr, fmt="none", color=c, capsize=2)
+            ax.plot([x_clean], [m0], ls="none", color=c, **marks[str(model)])   # clean, not joined
         if has_blank:
             b = float(means["mean"].sel(model=model, arm="blank", level=0, task=task, readout=readout))
             if np.isfinite(b):
@@ -374,15 +402,16 @@ def _signal_panel(ax, means: xr.Dataset, readout: str, task: str, arm: str, colo
     _empty_note(ax, empty, why)
     level_axis(ax, vis[1:], x_clean)
     ax.set_xlabel("visibility (m)", fontsize=9)
-    ax.set_ylim(-0.02, 1.02)
+    ax.set_ylim(-0.06, 1.06)  # markers at 0 and 1 drawn whole
     ax.tick_params(axis="y", labelsize=FONT)
     ax.grid(alpha=0.3)
 
 
 def _signal_handles(means, colors, drawn, marked, *, reference=None, chance=None) -> list:
     """Legend handles of :func:`_signal_panel`'s marks that were drawn (models with their †)."""
-    handles = [plt.Line2D([], [], color=colors[str(m)], marker="o", ms=3, lw=1.5,
-                          label=model_label(m, marked, means["model"].values))
+    marks = model_marks(means["model"].values)
+    handles = [plt.Line2D([], [], color=colors[str(m)], lw=1.5, label=model_label(m, marked, means["model"].values),
+                          **{**marks[str(m)], "ms": 5})
                for m in means["model"].values if str(m) in drawn]
     if "reference" in drawn:
         handles.append(plt.Line2D([], [], color="0.4", ls="--", lw=0.9, label=READOUT_LABELS.get(reference, reference)))
@@ -582,7 +611,7 @@ def plot_abstain_comparison(means: xr.Dataset, task: str = "t2", arms=("fog", "u
                 ax.axhline(chance, color="0.6", lw=0.7)
             ax.axvline(np.sqrt(x_clean * vis[1]), color="0.8", lw=0.6)
             level_axis(ax, vis[1:], x_clean)
-            ax.set_ylim(-0.02, 1.02)
+            ax.set_ylim(-0.06, 1.06)  # markers at 0 and 1 drawn whole
             ax.tick_params(axis="y", labelsize=FONT)
             ax.grid(alpha=0.3)
             if i == 0:
