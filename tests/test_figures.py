@@ -270,6 +270,7 @@ def test_example_tiles_state_the_abstain_decision_both_ways_and_the_figure_names
                                  title="read-outs of Qwen3-VL-2B-Instruct (t2)")
     assert fig._suptitle.get_text() == "read-outs of Qwen3-VL-2B-Instruct (t2)"
     assert [ax.get_xlabel() for ax in fig.axes] == [abst, ans]
+    assert _overlaps(fig) == []          # the title is drawn over no column title, tile or caption
 
 
 #: the study's five models (data/study.yaml), one of them marked †, and the demo's two
@@ -293,6 +294,9 @@ def _overlaps(fig) -> list[str]:
                   ax.xaxis.label, ax.yaxis.label, ax.title]:
             if t.get_visible() and t.get_text().strip():
                 labels.append((f"{t.get_text()!r} of {ax.get_title()!r}", t.get_window_extent(r)))
+    for f in (fig, *getattr(fig, "subfigs", ())):        # the figure's (and its halves') titles
+        if f._suptitle is not None and f._suptitle.get_text().strip():
+            labels.append((f"title {f._suptitle.get_text()!r}", f._suptitle.get_window_extent(r)))
     bad = [f"{name} over the axes {ax.get_title()!r}" for name, box in labels for ax, frame in frames
            if box.overlaps(frame)]
     bad += [f"{a} over {b}" for i, (a, x) in enumerate(labels) for b, y in labels[i + 1:] if x.overlaps(y)]

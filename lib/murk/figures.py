@@ -718,7 +718,8 @@ def _blind_spot_panel(ax, crossings: xr.Dataset, task: str, arm: str, signals, m
             else:  # the note stays inside its panel (clipped: a long model name is cut, never "W undefined")
                 who = f" · {model_label(model, marked, models)}" if len(models) > 1 else ""
                 ax.text(0.02, y, f"W undefined{who}", transform=ax.get_yaxis_transform(), fontsize=6.5,
-                        va="center", color=colors[model], clip_on=True)
+                        va="center", color=colors[model], clip_on=True,
+                        bbox=dict(facecolor="white", edgecolor="none", pad=0.3, alpha=0.85))  # over the W = 0 line
             ticks.append(y)
             labels.append(READOUT_LABELS.get(sig, sig) if j == 0 else "")
     ax.axvline(0, color="0.3", ls="--", lw=1)
@@ -925,9 +926,11 @@ def plot_item_grid(tiles, row_labels, col_labels, captions=None, tile_px: float 
                 ax.set_ylabel(row_labels[r], fontsize=FONT)
             if captions:
                 ax.set_xlabel(captions[r][c], fontsize=7)
-    if title:
-        fig.suptitle(title, fontsize=9)
-    fig.tight_layout(pad=0.3)
+    if title:   # in a strip of its own above the column titles
+        fig.suptitle(title, fontsize=9, y=1.0, va="top")
+        fig.tight_layout(pad=0.3, rect=(0, 0, 1, 1 - 0.3 / fig.get_figheight()))
+    else:
+        fig.tight_layout(pad=0.3)
     return fig
 
 
