@@ -271,6 +271,10 @@ def test_example_tiles_state_the_abstain_decision_both_ways_and_the_figure_names
     assert fig._suptitle.get_text() == "read-outs of Qwen3-VL-2B-Instruct (t2)"
     assert [ax.get_xlabel() for ax in fig.axes] == [abst, ans]
     assert _overlaps(fig) == []          # the title is drawn over no column title, tile or caption
+    banner = figures.stamp_pipeline_check(fig).texts[-2]       # and it is clear of a pipeline-check banner
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    assert not banner.get_bbox_patch().get_window_extent(r).overlaps(fig._suptitle.get_window_extent(r))
 
 
 #: the study's five models (data/study.yaml), one of them marked †, and the demo's two

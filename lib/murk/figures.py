@@ -926,9 +926,10 @@ def plot_item_grid(tiles, row_labels, col_labels, captions=None, tile_px: float 
                 ax.set_ylabel(row_labels[r], fontsize=FONT)
             if captions:
                 ax.set_xlabel(captions[r][c], fontsize=7)
-    if title:   # in a strip of its own above the column titles
-        fig.suptitle(title, fontsize=9, y=1.0, va="top")
-        fig.tight_layout(pad=0.3, rect=(0, 0, 1, 1 - 0.3 / fig.get_figheight()))
+    if title:   # in a strip of its own above the column titles, clear of a pipeline-check banner above the figure
+        h = fig.get_figheight()
+        fig.suptitle(title, fontsize=9, y=1.0 - 0.07 / h, va="top")
+        fig.tight_layout(pad=0.3, rect=(0, 0, 1, 1 - 0.38 / h))
     else:
         fig.tight_layout(pad=0.3)
     return fig
