@@ -347,7 +347,8 @@ def test_coinciding_abstain_rates_are_both_visible():
         assert len(series) == 2
         below, above = sorted(series, key=lambda ln: ln.get_zorder())
         assert below.get_zorder() < above.get_zorder()
-        assert below.get_linewidth() >= above.get_linewidth() + 1.0 and below.get_markersize() >= above.get_markersize() + 1.5
+        assert below.get_linewidth() >= above.get_linewidth() + 1.0
+        assert below.get_markersize() >= above.get_markersize() + 1.5
         assert below.get_linestyle() != above.get_linestyle() and below.get_marker() != above.get_marker()
     labels = _legend_labels(fig)
     assert any("main wording" in lab for lab in labels) and any("I don't know" in lab for lab in labels)

@@ -97,7 +97,8 @@ def _embedded(nb_path) -> str:
     png = io.BytesIO()
     Image.new("RGB", (600, 1000), (200, 230, 200)).save(png, "PNG")
     cell = nbformat.v4.new_code_cell("#| label: fig-tall\n#| fig-cap: 'Embedded tall figure.'\nx")
-    cell.outputs = [nbformat.v4.new_output("display_data", data={"image/png": base64.b64encode(png.getvalue()).decode()})]
+    cell.outputs = [nbformat.v4.new_output("display_data",
+                                           data={"image/png": base64.b64encode(png.getvalue()).decode()})]
     nb.cells.append(cell)
     parts.append(f"A paragraph.\n\n{{{{< embed ../outputs/notebooks/{nb_path.name}#fig-tall >}}}}\n")
     nb_path.parent.mkdir(parents=True, exist_ok=True)
@@ -201,7 +202,8 @@ def test_no_page_starts_with_a_source_line(rendered):
     res, _ = rendered
     pages = pdf_words(res["pdf"])
     lines = [(k, w) for k, (_, _, words) in enumerate(pages) for w in words if w[0] == "Source:"]
-    assert len(lines) == N_EMBEDDED_FIGURES + N_EMBEDDED_TABLES + 1 and len({k for k, _ in lines}) >= 4          # every embed has its source, on many pages
+    assert len(lines) == N_EMBEDDED_FIGURES + N_EMBEDDED_TABLES + 1
+    assert len({k for k, _ in lines}) >= 4          # every embed has its source, on many pages
     for k, (_, _, words) in enumerate(pages):
         top = min(words, key=lambda w: (round(w[2]), w[1]))
         assert top[0] != "Source:", f"page {k + 1} starts with a source line, apart from its figure or table"
@@ -211,7 +213,7 @@ def test_no_page_starts_with_a_source_line(rendered):
               if a[0] == "table" and b[0] == f"{k:02d}."]
         assert len(at) == 1 and at[0][0] in _pages_of(pages, f"e{k:02d}r0"), (k, at)
         p, y = at[0]
-        assert any(w[0] == "Source:" and abs(w[2] - y) < 2 for w in pages[p][2]), f"table {k:02d}: source not in its caption"
+        assert any(w[0] == "Source:" and abs(w[2] - y) < 2 for w in pages[p][2]), f"table {k:02d}"
     # a figure taller than the page is scaled to fit it with its caption and source line
     tall = [k for k, (_, _, words) in enumerate(pages) for a, b in zip(words, words[1:])
             if a[0] == "tall" and b[0] == "figure."]

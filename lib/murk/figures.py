@@ -584,8 +584,8 @@ def plot_abstain_comparison(means: xr.Dataset, task: str = "t2", arms=("fog", "u
                              sharex=True, sharey=True, squeeze=False)
     # drawn bottom to top; where two rates coincide (both 0 or 1) the lower one stays visible around the upper:
     # abstain₂ a wide pale dashed line with large open squares, the main wording a thin solid line with small dots
-    styles = (("abstain2", "--", "s", "abstain₂ (“I don't know”)"), ("abstain", "-", "o", "abstain (main wording)"),
-              ("correct", ":", "^", "accuracy"))
+    styles = (("abstain2", "--", "s", "abstain₂ (“I don't know”)"),
+              ("abstain", "-", "o", "abstain (main wording)"), ("correct", ":", "^", "accuracy"))
     look = {"abstain2": dict(lw=3.0, alpha=0.55, ms=5.5, mfc="none", mew=1.0, zorder=2),
             "abstain": dict(lw=1.1, ms=3.0, zorder=3), "correct": dict(lw=1.5, ms=3.0, zorder=2.5)}
     for i, m in enumerate(models):
