@@ -385,8 +385,8 @@ rule analyse:
         numbers=f"{OUT}/paper_numbers.json",
         figures=expand(f"{OUT}/figures/{{name}}_{{task}}.{{ext}}",
                        name=["accuracy", "confidence", "verbal", "abstain", "reliability", "abstain2",
-                             "blind_spot", "signals"], task=["t2", "t3"], ext=["png", "pdf"])
-        + expand(f"{OUT}/figures/{{name}}.{{ext}}", name=["nominal_t2", "examples_t2", "monitor_vhat",
+                             "signals"], task=["t2", "t3"], ext=["png", "pdf"])
+        + expand(f"{OUT}/figures/{{name}}.{{ext}}", name=["blind_spot", "nominal_t2", "examples_t2", "monitor_vhat",
                                                            "reliability_recal", "risk_coverage"],
                  ext=["png", "pdf"]),
         scores=f"{OUT}/analysis/scores.nc",

@@ -822,9 +822,9 @@ show(figures.plot_signal_vs_visibility(means, "verbal_conf", "t2", chance=CHANCE
                                       marked=LOW_MASS), "verbal_t2")
 
 # %%
-#| label: fig-blind-spot-t2
-#| fig-cap: "Blind-spot widths W of the four awareness signals with bootstrap intervals, t2; the legend names the marks that occur (crossings, lower and upper bounds); W is undefined where accuracy does not cross."
-show(figures.plot_blind_spot_widths(cross, "t2", marked=LOW_MASS), "blind_spot_t2")
+#| label: fig-blind-spot
+#| fig-cap: "Blind-spot widths W of the four awareness signals with bootstrap intervals, t2 (upper half) and t3 (lower half); the legend names the marks that occur (crossings, lower and upper bounds); W is undefined where accuracy does not cross."
+show(figures.plot_blind_spot_widths(cross, ("t2", "t3"), marked=LOW_MASS), "blind_spot")
 
 # %%
 #| label: tbl-end-of-sweep
@@ -1475,11 +1475,6 @@ show(figures.plot_signal_vs_visibility(means, "correct", "t3", chance=CHANCE["t3
 #| fig-cap: "Accuracy, internal confidence, verbalized confidence and the abstain rate against visibility, t3 (verification), with the conventions of the t2 figure (spec Fig. 8)."
 show(figures.plot_signals(means, "t3", chance=CHANCE["t3"], marked=LOW_MASS), "signals_t3")
 
-# %%
-#| label: fig-blind-spot-t3
-#| fig-cap: "Blind-spot widths W of the four awareness signals, t3."
-show(figures.plot_blind_spot_widths(cross, "t3", marked=LOW_MASS), "blind_spot_t3")
-
 # %% [markdown]
 # The same views for t3 and the remaining signals are written as files for
 # completeness (not in the paper).
@@ -1565,11 +1560,11 @@ show_table(paper.markdown_table([{"setting": f"`{r['setting']}`", "value": one_l
 # %% [markdown]
 # Examples: the first items across fog and underwater levels with the first
 # model's t2 answer (✓ correct, ✗ wrong), internal confidence c, verbalized
-# confidence v and abstention, rendered again from the items and the depth cache.
+# confidence v and abstain decision (abst. / ans.), rendered again from the items and the depth cache.
 
 # %%
 #| label: fig-examples
-#| fig-cap: "The first items across fog and underwater levels with the first model's t2 answer (✓ correct, ✗ wrong), internal confidence c, verbalized confidence v and abstention."
+#| fig-cap: "The first items across fog and underwater levels with one model's t2 answer (✓ correct, ✗ wrong), internal confidence c, verbalized confidence v and abstain decision (abst.: abstained, ans.: answered); the model is named above the grid."
 example_levels, n_examples = tuple(k for k in (0, 3, 5, 6, 7, 8) if k <= END), 3   # END: the design's last level
 model0 = VLMS[0]
 tiles, captions, row_labels = [], [], []
@@ -1599,16 +1594,16 @@ for i in range(len(table)) if current is not None and "file_name" in table else 
             c = v.sel(level=k_)
             ans = c.sel(readout="answer").item()
             answer = row["t2_options"][int(ans)] if np.isfinite(ans) else "n/a"
-            cap.append(f"{answer} {'✓' if c.sel(readout='correct').item() == 1 else '✗'}\n"
-                       f"c={fmt(c.sel(readout='c_int').item())} v={fmt(c.sel(readout='verbal_conf').item())}"
-                       f"{' abst.' if c.sel(readout='abstain').item() == 1 else ''}")
+            cap.append(figures.example_caption(answer, c.sel(readout="correct").item(), c.sel(readout="c_int").item(),
+                                               c.sel(readout="verbal_conf").item(), c.sel(readout="abstain").item()))
         captions.append(cap)
         row_labels.append(f"{row['category']} · {arm}")
 record("examples.model", f"`{model0}`" + (f" {DAGGER}" if model0 in LOW_MASS else ""))
 record("examples.n_items", len(tiles) // 2)
 if tiles:
     fig = figures.plot_item_grid(tiles, row_labels, ["clean" if k_ == 0 else f"V = {fmt_level(VIS[k_])} m"
-                                                     for k_ in example_levels], captions)
+                                                     for k_ in example_levels], captions,
+                                 title=f"read-outs of {name(model0)} (t2)")
 else:
     fig = figures.placeholder(f"examples: {paper.NOT_COMPUTED} (no depth cache or no readable image)")
 show(fig, "examples_t2")

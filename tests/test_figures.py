@@ -11,6 +11,15 @@ from PIL import Image  # noqa: E402
 from murk import cube, figures, physics  # noqa: E402
 
 MODELS = ["org/model-a", "murk-tiny/model-b"]
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """Each test's figures are closed after it (memory; matplotlib warns past 20 open figures)."""
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
 SIGNALS = ["correct", "c_int", "verbal_conf", "abstain", "abstain2"]
 
 
@@ -212,3 +221,151 @@ def test_figure_files_carry_the_identities(tmp_path):
     assert b"r-111111111111" in pdf.read_bytes() and b"a-aaaaaaaaaaaa" in pdf.read_bytes()
     assert figures.file_identity(figures.save(figures.placeholder("x"), tmp_path, "given",
                                               identity={"run_id": "r-2"})[0]) == {"run_id": "r-2"}
+
+
+def _crossings_by_task(models, w_by_task: dict, undefined=()) -> xr.Dataset:
+    """Crossings of ``models`` whose W is ``w_by_task[task]`` everywhere, NaN (undefined) for the models in
+    ``undefined``."""
+    dims = ("model", "arm", "task", "readout")
+    tasks = list(w_by_task)
+    w = np.broadcast_to(np.array([w_by_task[t] for t in tasks], float)[None, None, :, None],
+                        (len(models), 2, len(tasks), len(SIGNALS))).copy()
+    for m in undefined:
+        w[models.index(m)] = np.nan
+    flags = np.zeros(w.shape, bool)
+    coords = {"model": models, "arm": ["fog", "underwater"], "task": tasks, "readout": SIGNALS}
+    return xr.Dataset({"w": (dims, w), "w_lo": (dims, w - 0.1), "w_hi": (dims, w + 0.1),
+                       "w_lower_bound": (dims, flags), "w_upper_bound": (dims, flags)}, coords=coords)
+
+
+def test_blind_spot_is_one_figure_with_t2_above_t3():
+    """Issue 39: spec Fig. 4 is one figure, t2 in the upper half and t3 in the lower, each half titled by its
+    task and drawing that task's W (one panel per arm)."""
+    fig = figures.plot_blind_spot_widths(_crossings_by_task(MODELS, {"t2": 0.2, "t3": 0.7}))
+    assert len(fig.axes) == 4
+    halves = [sub.get_suptitle() if hasattr(sub, "get_suptitle") else sub._suptitle.get_text() for sub in fig.subfigs]
+    assert halves == ["t2 (identification)", "t3 (verification)"]
+    fig.canvas.draw()
+    upper, lower = fig.axes[:2], fig.axes[2:]
+    assert [ax.get_title() for ax in upper] == [ax.get_title() for ax in lower] == [
+        figures.ARM_TITLES["fog"], figures.ARM_TITLES["underwater"]]
+    assert min(ax.get_window_extent().y0 for ax in upper) > max(ax.get_window_extent().y1 for ax in lower)
+
+    def dots(ax):
+        return {round(float(ln.get_xdata()[0]), 3) for ln in ax.lines if ln.get_marker() == "o"}
+    assert all(dots(ax) == {0.2} for ax in upper) and all(dots(ax) == {0.7} for ax in lower)
+    # one task still draws one half
+    assert len(figures.plot_blind_spot_widths(_crossings_by_task(MODELS, {"t2": 0.2, "t3": 0.7}), "t3").axes) == 2
+
+
+def test_example_tiles_state_the_abstain_decision_both_ways_and_the_figure_names_its_model():
+    """Issue 39 (spec Fig. 9): "abst." where the model abstained, "ans." where it answered (never nothing, which
+    reads as "not shown"), "n/a" where not read; the grid carries the title it is given (the model's name)."""
+    abst = figures.example_caption("dog", 0.0, 0.81, 0.9, 1.0)
+    ans = figures.example_caption("dog", 1.0, 0.81, np.nan, 0.0)
+    assert abst == "dog ✗\nc=0.81 v=0.90 abst." and ans == "dog ✓\nc=0.81 v=n/a ans."
+    assert figures.example_caption("n/a", np.nan, np.nan, np.nan, np.nan).endswith("abst. n/a")
+    tile = np.zeros((8, 8, 3), np.uint8)
+    fig = figures.plot_item_grid([[tile, tile]], ["dog · fog"], ["clean", "V = 250 m"], [[abst, ans]],
+                                 title="read-outs of Qwen3-VL-2B-Instruct (t2)")
+    assert fig._suptitle.get_text() == "read-outs of Qwen3-VL-2B-Instruct (t2)"
+    assert [ax.get_xlabel() for ax in fig.axes] == [abst, ans]
+    assert _overlaps(fig) == []          # the title is drawn over no column title, tile or caption
+    banner = figures.stamp_pipeline_check(fig).texts[-2]       # and it is clear of a pipeline-check banner
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    assert not banner.get_bbox_patch().get_window_extent(r).overlaps(fig._suptitle.get_window_extent(r))
+
+
+#: the study's five models (data/study.yaml), one of them marked †, and the demo's two
+STUDY_MODELS = ["Qwen/Qwen3-VL-2B-Instruct", "OpenGVLab/InternVL3_5-2B-HF", "HuggingFaceTB/SmolVLM2-2.2B-Instruct",
+                "google/gemma-4-E2B-it", "Qwen/Qwen3-VL-4B-Instruct"]
+
+
+def _overlaps(fig) -> list[str]:
+    """What is drawn over what: a tick label, axis label or title over an axes (its frame and data area) or over
+    another such label; a note inside an axes (``ax.texts``) reaching out of it."""
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    frames = [(ax, ax.get_window_extent(r)) for ax in fig.axes]
+    def shown(ticks, lim, at):   # the tick labels drawn: those of ticks within the view limits
+        lo, hi = sorted(lim)
+        return [t for t in ticks if lo - 1e-9 * abs(hi - lo) <= t.get_position()[at] <= hi + 1e-9 * abs(hi - lo)]
+
+    labels = []
+    for ax in fig.axes:
+        for t in [*shown(ax.get_xticklabels(), ax.get_xlim(), 0), *shown(ax.get_yticklabels(), ax.get_ylim(), 1),
+                  ax.xaxis.label, ax.yaxis.label, ax.title]:
+            if t.get_visible() and t.get_text().strip():
+                labels.append((f"{t.get_text()!r} of {ax.get_title()!r}", t.get_window_extent(r)))
+    for f in (fig, *getattr(fig, "subfigs", ())):        # the figure's (and its halves') titles
+        if f._suptitle is not None and f._suptitle.get_text().strip():
+            labels.append((f"title {f._suptitle.get_text()!r}", f._suptitle.get_window_extent(r)))
+    bad = [f"{name} over the axes {ax.get_title()!r}" for name, box in labels for ax, frame in frames
+           if box.overlaps(frame)]
+    bad += [f"{a} over {b}" for i, (a, x) in enumerate(labels) for b, y in labels[i + 1:] if x.overlaps(y)]
+    for ax, frame in frames:
+        for t in ax.texts:
+            box = t.get_window_extent(r)
+            clipped = (t.get_clip_on() and t.get_clip_box() is not None   # a long note cut at the frame, its start in
+                       and np.allclose(t.get_clip_box().extents, frame.extents))
+            inside = (box.x0 >= frame.x0 - 1 and (clipped or box.x1 <= frame.x1 + 1)
+                      and box.y0 >= frame.y0 - 1 and box.y1 <= frame.y1 + 1)
+            if t.get_text().strip() and not inside:
+                bad.append(f"note {t.get_text()!r} out of the axes {ax.get_title()!r}")
+    return bad
+
+
+@pytest.mark.parametrize("models, long", [(STUDY_MODELS, True), (["murk-tiny/smolvlm", "murk-tiny/qwen3vl"], False),
+                                          (["murk-tiny/smolvlm"], False)], ids=["study", "demo", "one"])
+def test_no_label_is_drawn_over_an_axes_in_the_blind_spot_figure(models, long):
+    """Issue 39: the last row's label ("W undefined") sat on the axis, and a long one ran over the next panel;
+    at the study's size (5 models x 2 arms, the last with a long name), the demo's, and one model, every row, tick
+    and axis label stays off every axes and off every other label, and notes stay inside their panel."""
+    last = models[-1] + ("-with-a-long-local-folder-name" if long else "")
+    models = [*models[:-1], last]
+    fig = figures.plot_blind_spot_widths(_crossings_by_task(models, {"t2": 0.2, "t3": -0.3}, undefined=[last]),
+                                         marked=[last])
+    assert _overlaps(fig) == []
+    # the check can fail: a row label moved onto the frame is found
+    ax = fig.axes[0]
+    ax.set_ylim(min(ax.get_yticks()), max(ax.get_yticks()))
+    ax.tick_params(axis="y", pad=-20)
+    assert _overlaps(fig)
+
+
+def test_coinciding_abstain_rates_are_both_visible():
+    """Issue 39 (spec Fig. 6): where the main-wording and the "I don't know" abstain rates coincide (both 0), the
+    one drawn on top is thinner, with smaller markers, than the one beneath, in another line style and marker, so
+    both are seen."""
+    means = _means(verbal_nan=False)
+    means["mean"].loc[dict(readout=["abstain", "abstain2"])] = 0.0
+    fig = figures.plot_abstain_comparison(means, chance=0.25)
+    for ax in fig.axes:
+        series = [ln for ln in ax.lines if len(ln.get_xdata()) > 2 and not np.ptp(np.asarray(ln.get_ydata(), float))
+                  and float(ln.get_ydata()[0]) == 0.0]
+        assert len(series) == 2
+        below, above = sorted(series, key=lambda ln: ln.get_zorder())
+        assert below.get_zorder() < above.get_zorder()
+        assert below.get_linewidth() >= above.get_linewidth() + 1.0
+        assert below.get_markersize() >= above.get_markersize() + 1.5
+        assert below.get_linestyle() != above.get_linestyle() and below.get_marker() != above.get_marker()
+    labels = _legend_labels(fig)
+    assert any("main wording" in lab for lab in labels) and any("I don't know" in lab for lab in labels)
+
+
+def test_coinciding_models_are_each_visible_in_the_signal_figures():
+    """Issue 39 ("check the others too"): where the curves of several models coincide (here everywhere; in a
+    study, rates at 0 or 1), each model keeps a marker of its own shape, and one drawn earlier is larger, so it
+    shows around those drawn over it; the legend shows each model's marker."""
+    models = [f"org/m{i}" for i in range(5)]
+    means = _means(verbal_nan=False).isel(model=[0] * 5).assign_coords(model=models)
+    for fig in (figures.plot_signals(means, "t2", chance=0.25), figures.plot_signal_vs_visibility(means, "abstain")):
+        for ax in fig.axes:
+            series = [ln for ln in ax.lines if len(ln.get_xdata()) > 2 and ln.get_marker() not in (None, "None", "")]
+            assert len(series) == len(models)
+            assert len({ln.get_marker() for ln in series}) == len(models)
+            sizes = [ln.get_markersize() for ln in series]                 # drawing order
+            assert all(a >= b + 0.9 for a, b in zip(sizes, sizes[1:])), sizes
+        assert len({h.get_marker() for h in fig.legends[0].legend_handles if h.get_label() in
+                    [figures.model_label(m, (), models) for m in models]}) == len(models)

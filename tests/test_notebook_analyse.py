@@ -107,10 +107,11 @@ def test_tables_figures_and_their_cells(root):
             pngs = [o["data"]["image/png"] for o in cell["outputs"] if "image/png" in o.get("data", {})]
             assert len(pngs) == 1, label          # one figure per labelled cell
             assert paper.cell_options(cell["source"]).get("fig-cap"), label
-    for name in ("accuracy", "confidence", "verbal", "abstain", "reliability", "abstain2", "blind_spot", "signals"):
+    for name in ("accuracy", "confidence", "verbal", "abstain", "reliability", "abstain2", "signals"):
         for task in ("t2", "t3"):
             for ext in ("png", "pdf"):
                 assert (fdir / f"{name}_{task}.{ext}").is_file(), (name, task, ext)
+    assert (fdir / "blind_spot.png").is_file() and (fdir / "blind_spot.pdf").is_file()   # spec Fig. 4: t2 and t3
     assert "≥" in (adir / "tbl-crossings.md").read_text(encoding="utf-8")
     t4 = (adir / "tbl-end-of-sweep.md").read_text(encoding="utf-8")
     assert t4.count("\n") >= 2 + 2 * len(MODELS) - 1 and "ECE c_int" in t4

@@ -52,6 +52,60 @@ def _small_table(k: int) -> str:
     return paper.markdown_table([{"row": f"s{k:02d}r{j}", "value": f"{0.1 * j:.2f}"} for j in range(8)])
 
 
+#: the analysis identities of the rendered root's numbers file and executed notebook (they must agree)
+IDS = {"run_id": "r-111111111111", "analysis_id": "a-aaaaaaaaaaaa"}
+N_EMBEDDED_FIGURES, N_EMBEDDED_TABLES = 8, 8
+
+
+def _embedded(nb_path) -> str:
+    """An executed-notebook stand-in of 8 figures of growing height, then 8 tables of varying length, and the
+    paper part that embeds them one by one after paragraphs of varying length: their ends, and so their
+    "Source:" lines (:func:`murk.paper.resolve_embeds`), fall at many heights of their pages."""
+    import base64
+    import io
+
+    import nbformat
+    from PIL import Image
+
+    from murk import workflow
+
+    nb = nbformat.v4.new_notebook()
+    ident = nbformat.v4.new_code_cell(f"#| label: {workflow.IDENTITY_LABEL}\ndisplay(...)")
+    ident.outputs = [nbformat.v4.new_output("display_data", data=workflow.identity_bundle(**IDS))]
+    nb.cells.append(ident)
+    sentence = "A sentence of body text that moves the next figure down the page. "
+    parts = ["# Figures and their sources\n"]
+    for k in range(N_EMBEDDED_FIGURES + N_EMBEDDED_TABLES):
+        if k < N_EMBEDDED_FIGURES:
+            label = f"fig-e{k:02d}"
+            png = io.BytesIO()
+            Image.new("RGB", (400, 60 + 13 * k), (200, 200, 230)).save(png, "PNG")
+            cell = nbformat.v4.new_code_cell(f"#| label: {label}\n#| fig-cap: 'Embedded figure {k:02d}.'\nx")
+            cell.outputs = [nbformat.v4.new_output("display_data",
+                                                   data={"image/png": base64.b64encode(png.getvalue()).decode()})]
+            words = 1 + (4 * k + 11) % 21
+        else:
+            label = f"tbl-e{k:02d}"
+            cell = nbformat.v4.new_code_cell(f"#| label: {label}\n#| tbl-cap: 'Embedded table {k:02d}.'\nx")
+            rows = paper.markdown_table([{"row": f"e{k:02d}r{j}", "value": f"{0.1 * j:.2f}"}
+                                         for j in range(3 + (7 * k) % 23)])
+            cell.outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": rows})]
+            words = 1 + 5 * k % 9
+        nb.cells.append(cell)
+        parts.append(sentence * words + f"\n\n{{{{< embed ../outputs/notebooks/{nb_path.name}#{label} >}}}}\n")
+    # a figure taller than the page at the text width (spec Fig. 4 at the study's size)
+    png = io.BytesIO()
+    Image.new("RGB", (600, 1000), (200, 230, 200)).save(png, "PNG")
+    cell = nbformat.v4.new_code_cell("#| label: fig-tall\n#| fig-cap: 'Embedded tall figure.'\nx")
+    cell.outputs = [nbformat.v4.new_output("display_data",
+                                           data={"image/png": base64.b64encode(png.getvalue()).decode()})]
+    nb.cells.append(cell)
+    parts.append(f"A paragraph.\n\n{{{{< embed ../outputs/notebooks/{nb_path.name}#fig-tall >}}}}\n")
+    nb_path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, nb_path)
+    return "\n".join(parts)
+
+
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
     """A document whose headings, each followed by a table, land at many heights of their pages
@@ -74,8 +128,9 @@ def rendered(tmp_path_factory):
                  "{{< include ../outputs/analysis/tbl-sweep.md >}}\n\n"
                  ": Crossing visibilities and blind-spot widths. {#tbl-crossings}\n\n"
                  "{{< include ../outputs/analysis/tbl-crossings.md >}}\n")
+    parts.append(_embedded(out / "notebooks" / "04_analyse.ipynb"))
     (src / "index.qmd").write_text("\n".join(parts), encoding="utf-8")
-    paper.write_numbers({}, out / "paper_numbers.json")
+    paper.write_numbers(dict(IDS), out / "paper_numbers.json")
     res = paper.render_paper(src / "index.qmd", output_dir=out)
     return res, labels
 
@@ -137,6 +192,32 @@ def test_no_heading_ends_a_page_alone(rendered):
         at = [p for p, (_, _, words) in enumerate(pages)
               if any(a[0] == "Section" and b[0] == f"{k:02d}" for a, b in zip(words, words[1:]))]
         assert at and at == _pages_of(pages, f"s{k:02d}r0"), f"Section {k:02d} (page {at}) is apart from its table"
+
+
+def test_no_page_starts_with_a_source_line(rendered):
+    """Issue 39: a figure's or table's "Source:" line is never separated from it by a page break (it was
+    orphaned at the top of a page); the document puts the ends of 16 embeds, figures then tables, at many
+    heights of their pages, then a figure taller than a page. A figure keeps the line after it (one too tall
+    for the page is scaled down to leave room), a table (which may break) carries it in its caption."""
+    res, _ = rendered
+    pages = pdf_words(res["pdf"])
+    lines = [(k, w) for k, (_, _, words) in enumerate(pages) for w in words if w[0] == "Source:"]
+    assert len(lines) == N_EMBEDDED_FIGURES + N_EMBEDDED_TABLES + 1
+    assert len({k for k, _ in lines}) >= 4          # every embed has its source, on many pages
+    for k, (_, _, words) in enumerate(pages):
+        top = min(words, key=lambda w: (round(w[2]), w[1]))
+        assert top[0] != "Source:", f"page {k + 1} starts with a source line, apart from its figure or table"
+    # each table's source is in its caption (one line with "table NN."), on the page of its first row
+    for k in range(N_EMBEDDED_FIGURES, N_EMBEDDED_FIGURES + N_EMBEDDED_TABLES):
+        at = [(p, a[2]) for p, (_, _, words) in enumerate(pages) for a, b in zip(words, words[1:])
+              if a[0] == "table" and b[0] == f"{k:02d}."]
+        assert len(at) == 1 and at[0][0] in _pages_of(pages, f"e{k:02d}r0"), (k, at)
+        p, y = at[0]
+        assert any(w[0] == "Source:" and abs(w[2] - y) < 2 for w in pages[p][2]), f"table {k:02d}"
+    # a figure taller than the page is scaled to fit it with its caption and source line
+    tall = [k for k, (_, _, words) in enumerate(pages) for a, b in zip(words, words[1:])
+            if a[0] == "tall" and b[0] == "figure."]
+    assert tall and tall == _pages_of(pages, "fig-tall"), (tall, _pages_of(pages, "fig-tall"))
 
 
 def test_typst_options_follow_quarto_yml(tmp_path):

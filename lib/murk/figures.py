@@ -16,6 +16,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.patches  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402
@@ -28,7 +29,8 @@ __all__ = ["LOW_MASS_MARK", "model_label", "display_names",
            "PIPELINE_CHECK_MARK", "stamp_pipeline_check", "level_axis", "placeholder",
            "plot_scene_levels", "plot_reliability", "plot_abstain_comparison", "plot_blind_spot_widths",
            "plot_nominal_vs_physical", "plot_item_grid", "plot_monitor_accuracy", "plot_signals", "FIG3_SIGNALS",
-           "plot_risk_coverage", "plot_reliability_methods"]
+           "plot_risk_coverage", "plot_reliability_methods", "example_caption", "ABSTAIN_WORDS",
+           "model_marks", "MODEL_MARKERS"]
 
 #: Paul Tol, "muted" qualitative scheme (colour-blind safe, nine colours)
 PALETTE = ("#332288", "#CC6677", "#117733", "#DDCC77", "#88CCEE", "#882255", "#44AA99", "#999933", "#AA4499")
@@ -328,6 +330,31 @@ def plot_signal_vs_visibility(means: xr.Dataset, readout: str, task: str = "t2",
     return fig
 
 
+#: markers of the models in a panel, in their drawing order (a model's marker is fixed by its place in the run)
+MODEL_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h")
+
+
+def model_marks(models) -> dict[str, dict]:
+    """Marker style of each model in a panel of several: a distinct shape, hollow, larger for a model drawn
+    earlier (beneath), so that where the curves of several models coincide (rates at 0 or 1) every model's
+    marker still shows around the ones drawn over it.
+
+    Parameters
+    ----------
+    models : sequence of str
+        The models in drawing order.
+
+    Returns
+    -------
+    dict
+        model -> keyword arguments of ``Axes.plot`` (``marker``, ``ms`` in points, ``mfc``, ``mew``).
+    """
+    models = [str(m) for m in models]
+    n = len(models)
+    return {m: dict(marker=MODEL_MARKERS[j % len(MODEL_MARKERS)], ms=3.5 + 1.0 * (n - 1 - j), mfc="none", mew=1.0)
+            for j, m in enumerate(models)}
+
+
 def _signal_panel(ax, means: xr.Dataset, readout: str, task: str, arm: str, colors: dict, drawn: set, *,
                   chance: float | None = None, reference: str | None = None, band: bool = True, marked=(),
                   why: str = "no values", floor: float | None = None) -> None:
@@ -338,6 +365,7 @@ def _signal_panel(ax, means: xr.Dataset, readout: str, task: str, arm: str, colo
     x_clean = vis[1] * 2.0  # clean drawn one factor 2 left of the first level
     has_blank = "blank" in means["arm"].values
     empty = []
+    marks = model_marks(means["model"].values)
     for model in means["model"].values:
         m = means.sel(model=model, arm=arm, task=task, readout=readout)
         c = colors[str(model)]
@@ -355,11 +383,12 @@ def _signal_panel(ax, means: xr.Dataset, readout: str, task: str, arm: str, colo
             ok = np.isfinite(y[1:]) & np.isfinite(m["lo"].values[1:]) & np.isfinite(m["hi"].values[1:])
             ax.fill_between(vis[1:], m["lo"].values[1:], m["hi"].values[1:], where=ok, color=c, alpha=0.2,
                             lw=0)
-        ax.plot(vis[1:], y[1:], "-o", color=c, ms=3, lw=1.5)
+        ax.plot(vis[1:], y[1:], "-", color=c, lw=1.5, **marks[str(model)])
         m0, lo0, hi0 = (float(m[k].values[0]) for k in ("mean", "lo", "hi"))
         if np.isfinite(m0):
             yerr = [[max(m0 - lo0, 0.0)], [max(hi0 - m0, 0.0)]] if band and np.isfinite(lo0 + hi0) else None
-            ax.errorbar([x_clean], [m0], yerr=yerr, fmt="s", color=c, ms=4, capsize=2)
+            ax.errorbar([x_clean], [m0], yerr=yerr, fmt="none", color=c, capsize=2)
+            ax.plot([x_clean], [m0], ls="none", color=c, **marks[str(model)])   # clean, not joined
         if has_blank:
             b = float(means["mean"].sel(model=model, arm="blank", level=0, task=task, readout=readout))
             if np.isfinite(b):
@@ -373,15 +402,16 @@ def _signal_panel(ax, means: xr.Dataset, readout: str, task: str, arm: str, colo
     _empty_note(ax, empty, why)
     level_axis(ax, vis[1:], x_clean)
     ax.set_xlabel("visibility (m)", fontsize=9)
-    ax.set_ylim(-0.02, 1.02)
+    ax.set_ylim(-0.06, 1.06)  # markers at 0 and 1 drawn whole
     ax.tick_params(axis="y", labelsize=FONT)
     ax.grid(alpha=0.3)
 
 
 def _signal_handles(means, colors, drawn, marked, *, reference=None, chance=None) -> list:
     """Legend handles of :func:`_signal_panel`'s marks that were drawn (models with their †)."""
-    handles = [plt.Line2D([], [], color=colors[str(m)], marker="o", ms=3, lw=1.5,
-                          label=model_label(m, marked, means["model"].values))
+    marks = model_marks(means["model"].values)
+    handles = [plt.Line2D([], [], color=colors[str(m)], lw=1.5, label=model_label(m, marked, means["model"].values),
+                          **{**marks[str(m)], "ms": 5})
                for m in means["model"].values if str(m) in drawn]
     if "reference" in drawn:
         handles.append(plt.Line2D([], [], color="0.4", ls="--", lw=0.9, label=READOUT_LABELS.get(reference, reference)))
@@ -524,8 +554,9 @@ def plot_abstain_comparison(means: xr.Dataset, task: str = "t2", arms=("fog", "u
     """Abstain rate with the main wording, with "I don't know" and accuracy (spec Fig. 6 style).
 
     One row per model, one column per arm; log-V axis in metres from clear
-    (left, clean at the left edge) to murky. Solid: abstain (main wording);
-    dashed: abstain₂ ("I don't know"); dotted: accuracy; bands: bootstrap
+    (left, clean at the left edge) to murky. Solid with small dots: abstain (main wording);
+    wide pale dashed with large open squares: abstain₂ ("I don't know"), drawn beneath, so that
+    where both rates coincide each stays visible; dotted: accuracy; bands: bootstrap
     intervals where the point is defined. The model's colour is fixed by
     :func:`model_colors`.
 
@@ -551,8 +582,12 @@ def plot_abstain_comparison(means: xr.Dataset, task: str = "t2", arms=("fog", "u
     x_clean = vis[1] * 2.0
     fig, axes = plt.subplots(len(models), len(arms), figsize=(3.6 * len(arms), 2.0 * len(models) + 0.6),
                              sharex=True, sharey=True, squeeze=False)
-    styles = (("abstain", "-", "o", "abstain (main wording)"), ("abstain2", "--", "s", "abstain₂ (“I don't know”)"),
-              ("correct", ":", "^", "accuracy"))
+    # drawn bottom to top; where two rates coincide (both 0 or 1) the lower one stays visible around the upper:
+    # abstain₂ a wide pale dashed line with large open squares, the main wording a thin solid line with small dots
+    styles = (("abstain2", "--", "s", "abstain₂ (“I don't know”)"),
+              ("abstain", "-", "o", "abstain (main wording)"), ("correct", ":", "^", "accuracy"))
+    look = {"abstain2": dict(lw=3.0, alpha=0.55, ms=5.5, mfc="none", mew=1.0, zorder=2),
+            "abstain": dict(lw=1.1, ms=3.0, zorder=3), "correct": dict(lw=1.5, ms=3.0, zorder=2.5)}
     for i, m in enumerate(models):
         c = colors[m]
         for j, arm in enumerate(arms):
@@ -566,9 +601,9 @@ def plot_abstain_comparison(means: xr.Dataset, task: str = "t2", arms=("fog", "u
                     continue
                 ok = np.isfinite(y[1:]) & np.isfinite(d["lo"].values[1:]) & np.isfinite(d["hi"].values[1:])
                 ax.fill_between(vis[1:], d["lo"].values[1:], d["hi"].values[1:], where=ok, color=c, alpha=0.12, lw=0)
-                ax.plot(vis[1:], y[1:], ls, color=c, lw=1.5, marker=mk, ms=2.5)
+                ax.plot(vis[1:], y[1:], ls, color=c, marker=mk, **look[ro])
                 if np.isfinite(y[0]):
-                    ax.plot([x_clean], [float(y[0])], mk, color=c, ms=3.5)  # clean, not joined
+                    ax.plot([x_clean], [float(y[0])], mk, color=c, **look[ro])  # clean, not joined
             if empty:
                 ax.text(0.5, 0.5, "no values: " + ", ".join(empty), transform=ax.transAxes, ha="center",
                         va="center", fontsize=FONT, color="0.3")
@@ -576,7 +611,7 @@ def plot_abstain_comparison(means: xr.Dataset, task: str = "t2", arms=("fog", "u
                 ax.axhline(chance, color="0.6", lw=0.7)
             ax.axvline(np.sqrt(x_clean * vis[1]), color="0.8", lw=0.6)
             level_axis(ax, vis[1:], x_clean)
-            ax.set_ylim(-0.02, 1.02)
+            ax.set_ylim(-0.06, 1.06)  # markers at 0 and 1 drawn whole
             ax.tick_params(axis="y", labelsize=FONT)
             ax.grid(alpha=0.3)
             if i == 0:
@@ -585,7 +620,9 @@ def plot_abstain_comparison(means: xr.Dataset, task: str = "t2", arms=("fog", "u
                 ax.set_xlabel("visibility (m)", fontsize=9)
             if j == 0:
                 ax.set_ylabel(model_label(m, marked, models), fontsize=FONT, color=c)
-    handles = [plt.Line2D([], [], color="0.2", ls=ls, marker=mk, ms=3, lw=1.5, label=lab) for _, ls, mk, lab in styles]
+    handles = [plt.Line2D([], [], color="0.2", ls=ls, marker=mk, label=lab, **{k: v for k, v in look[ro].items()
+                                                                           if k != "zorder"})
+               for ro, ls, mk, lab in (styles[1], styles[0], styles[2])]
     if chance is not None:
         handles.append(plt.Line2D([], [], color="0.6", lw=0.7, label="chance"))
     fig.text(0.005, 0.5, f"rate ({task})", rotation=90, va="center", fontsize=9)
@@ -655,73 +692,102 @@ def plot_scene_levels(image, depth_m, bbox, visibilities_m=SCENE_LEVELS_M, *, bo
     return fig
 
 
-def plot_blind_spot_widths(crossings: xr.Dataset, task: str = "t2", arms=("fog", "underwater"),
+TASK_TITLES = {"t2": "t2 (identification)", "t3": "t3 (verification)"}
+#: height of one row (a model's W for one signal) of the blind-spot figure (in)
+BLIND_SPOT_ROW_IN = 0.15
+
+
+def _blind_spot_panel(ax, crossings: xr.Dataset, task: str, arm: str, signals, models: list[str], colors: dict,
+                      marked, kinds: set) -> None:
+    """One panel of the blind-spot figure: the W of each (signal, model) of one task and arm, a row each,
+    signals in groups from the top; adds the kinds of mark drawn ("point", "lower", "upper") to ``kinds``."""
+    ticks, labels = [], []
+    for i, sig in enumerate(signals):
+        for j, model in enumerate(models):
+            y = -(i * (len(models) + 1) + j)
+            c = crossings.sel(model=model, arm=arm, task=task, readout=sig)
+            w, lo, hi = (float(c[k]) for k in ("w", "w_lo", "w_hi"))
+            bound = bool(c["w_lower_bound"])
+            upper = bool(c["w_upper_bound"]) if "w_upper_bound" in c else False
+            if np.isfinite(w):
+                if np.isfinite(lo) and np.isfinite(hi):
+                    ax.plot([lo, hi], [y, y], color=colors[model], lw=1.5)
+                kind = "lower" if bound else "upper" if upper else "point"
+                kinds.add(kind)
+                ax.plot([w], [y], {"lower": ">", "upper": "<", "point": "o"}[kind], color=colors[model], ms=4.5)
+            else:  # the note stays inside its panel (clipped: a long model name is cut, never "W undefined")
+                who = f" · {model_label(model, marked, models)}" if len(models) > 1 else ""
+                ax.text(0.02, y, f"W undefined{who}", transform=ax.get_yaxis_transform(), fontsize=6.5,
+                        va="center", color=colors[model], clip_on=True,
+                        bbox=dict(facecolor="white", edgecolor="none", pad=0.3, alpha=0.85))  # over the W = 0 line
+            ticks.append(y)
+            labels.append(READOUT_LABELS.get(sig, sig) if j == 0 else "")
+    ax.axvline(0, color="0.3", ls="--", lw=1)
+    if not any(np.isfinite(float(crossings["w"].sel(model=m, arm=arm, task=task, readout=s_)))
+               for m in models for s_ in signals):
+        ax.set_xlim(-1, 1)  # nothing to show: W = 0 in the middle, the notes on the left
+    ax.set_yticks(ticks)
+    ax.set_yticklabels(labels, fontsize=FONT)
+    # a row's marks and its label stay clear of the frame: half a group's gap above the first row and below the last
+    ax.set_ylim(min(ticks) - 0.9, 0.9)
+    ax.tick_params(axis="x", labelsize=FONT)
+    ax.set_xlabel(r"W = log$_{10}$(V$_\mathrm{acc}$ / V$_\mathrm{aware}$) (decades)", fontsize=9)
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))  # tick labels apart at any range
+    ax.set_title(ARM_TITLES.get(arm, arm), fontsize=9)
+    ax.grid(alpha=0.3, axis="x")
+
+
+def plot_blind_spot_widths(crossings: xr.Dataset, tasks=("t2", "t3"), arms=("fog", "underwater"),
                            signals=("c_int", "verbal_conf", "abstain", "abstain2"), marked=()):
-    """Blind-spot widths W with bootstrap intervals (spec Fig. 4), one panel per arm.
+    """Blind-spot widths W with bootstrap intervals (spec Fig. 4): one row of panels per task (t2 in the upper
+    half, t3 in the lower, as the spec), one panel per arm.
 
     Parameters
     ----------
     crossings : Dataset from :func:`murk.analysis.crossing_table`
         ``w``, ``w_lo``, ``w_hi`` (decades) and ``w_lower_bound`` (and
         ``w_upper_bound``) over (model, arm, task, readout).
-    task : {"t2", "t3"}
+    tasks : str or sequence of str
+        The tasks, top to bottom (default t2 then t3, spec Fig. 4); one task (a str) draws one row.
+    arms : sequence of str
+        The arms, left to right.
+    signals : sequence of str
+        The awareness signals, top to bottom within a panel (a group of one row per model each).
     marked : sequence of str, optional
         Models labelled with a † (:func:`model_label`): those whose median clean
         option mass is below the threshold (:func:`murk.analysis.low_option_mass`).
 
     Returns
     -------
-    matplotlib Figure. A crossing on both sides is a dot with its interval; a
-    lower bound (censored awareness crossing) a right-pointing triangle, an upper
+    matplotlib Figure, (len(tasks) × len(arms)) axes, row-major. A crossing on both sides is a dot with its
+    interval; a lower bound (censored awareness crossing) a right-pointing triangle, an upper
     bound (censored accuracy crossing) a left-pointing one; an undefined W (no
     crossing of either) is written "W undefined" with no interval. The legend
     lists the marks that occur. W = 0 (awareness falls with accuracy) is the
     dashed line.
+
+    Raises
+    ------
+    KeyError
+        A task, arm, signal or model not in ``crossings``.
     """
+    tasks = (tasks,) if isinstance(tasks, str) else tuple(tasks)
     models = [str(m) for m in crossings["model"].values]
     colors = model_colors(models)
-    n_rows = len(signals) * len(models)
-    fig, axes = plt.subplots(1, len(arms), figsize=(3.6 * len(arms), 1.0 + 0.26 * n_rows), sharey=True,
-                             squeeze=False)
+    n_rows = len(signals) * (len(models) + 1) + 1
+    fig = plt.figure(figsize=(3.6 * len(arms), len(tasks) * (1.2 + BLIND_SPOT_ROW_IN * n_rows)), layout="constrained")
     kinds: set[str] = set()
-    for ax, arm in zip(axes[0], arms):
-        ticks, labels = [], []
-        for i, sig in enumerate(signals):
-            for j, model in enumerate(models):
-                y = -(i * (len(models) + 1) + j)
-                c = crossings.sel(model=model, arm=arm, task=task, readout=sig)
-                w, lo, hi = (float(c[k]) for k in ("w", "w_lo", "w_hi"))
-                bound = bool(c["w_lower_bound"])
-                upper = bool(c["w_upper_bound"]) if "w_upper_bound" in c else False
-                if np.isfinite(w):
-                    if np.isfinite(lo) and np.isfinite(hi):
-                        ax.plot([lo, hi], [y, y], color=colors[model], lw=1.5)
-                    kind = "lower" if bound else "upper" if upper else "point"
-                    kinds.add(kind)
-                    ax.plot([w], [y], {"lower": ">", "upper": "<", "point": "o"}[kind], color=colors[model], ms=5)
-                else:
-                    ax.text(0.03, y, f"{model_label(model, marked, models)}: W undefined",
-                            transform=ax.get_yaxis_transform(), fontsize=7, va="center", color=colors[model])
-                ticks.append(y)
-                labels.append(READOUT_LABELS.get(sig, sig) if j == 0 else "")
-        ax.axvline(0, color="0.3", ls="--", lw=1)
-        if not any(np.isfinite(float(crossings["w"].sel(model=m, arm=arm, task=task, readout=s_)))
-                   for m in models for s_ in signals):
-            ax.set_xlim(-1, 1)  # nothing to show: W = 0 in the middle, the notes on the left
-        ax.set_yticks(ticks)
-        ax.set_yticklabels(labels, fontsize=FONT)
-        ax.tick_params(axis="x", labelsize=FONT)
-        ax.set_xlabel(r"W = log$_{10}$(V$_\mathrm{acc}$ / V$_\mathrm{aware}$) (decades)", fontsize=9)
-        ax.set_title(ARM_TITLES.get(arm, arm), fontsize=9)
-        ax.grid(alpha=0.3, axis="x")
+    for sub, task in zip(np.atleast_1d(fig.subfigures(len(tasks), 1)), tasks):  # a task's half, titled
+        sub.suptitle(TASK_TITLES.get(task, task), fontsize=9, fontweight="bold")
+        for ax, arm in zip(sub.subplots(1, len(arms), sharey=True, squeeze=False)[0], arms):
+            _blind_spot_panel(ax, crossings, task, arm, signals, models, colors, marked, kinds)
     handles = [plt.Line2D([], [], color=colors[m], lw=1.5, label=model_label(m, marked, models)) for m in models]
     names = {"point": ("o", "both cross"), "lower": (">", "lower bound (awareness never crosses)"),
              "upper": ("<", "upper bound (accuracy never crosses)")}
     handles += [plt.Line2D([], [], color="0.3", marker=names[k][0], ls="none", ms=5, label=names[k][1])
                 for k in ("point", "lower", "upper") if k in kinds]
-    fig.suptitle(f"blind-spot width W ({task})", fontsize=9)
-    fig.tight_layout()
-    _legend_below(fig, handles, ncol=min(len(handles), 3))
+    fig.suptitle("blind-spot width W", fontsize=9)
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 3), fontsize=FONT, frameon=False)
     return fig
 
 
@@ -795,7 +861,39 @@ def plot_nominal_vs_physical(means: xr.Dataset, v_eq_median_m, task: str = "t2",
     return fig
 
 
-def plot_item_grid(tiles, row_labels, col_labels, captions=None, tile_px: float = 1.6):
+#: the abstain decision as a tile of the examples figure writes it (spec Fig. 9): either way, so that "answered"
+#: never reads as "not shown"
+ABSTAIN_WORDS = {True: "abst.", False: "ans."}
+
+
+def example_caption(answer: str, correct, c_int: float, verbal_conf: float, abstained) -> str:
+    """The text under one tile of the examples figure (spec Fig. 9): the answer with ✓ (correct) or ✗,
+    then the internal confidence c, the verbalized confidence v and the abstain decision, "abst." (the model
+    chose the abstain option) or "ans." (it did not), "abst. n/a" where the read-out is missing.
+
+    Parameters
+    ----------
+    answer : str
+        The chosen option as text ("n/a" where none).
+    correct : float or bool
+        1 (True) where the answer is correct; anything else is written ✗.
+    c_int, verbal_conf : float
+        Confidences in [0, 1]; NaN is written "n/a" (:func:`murk.paper.fmt`).
+    abstained : float or bool
+        1 (True) abstained, 0 (False) answered, NaN not read.
+
+    Returns
+    -------
+    str, two lines.
+    """
+    from murk.paper import fmt
+
+    a = float(abstained) if abstained is not None else float("nan")
+    decision = ABSTAIN_WORDS[a == 1] if np.isfinite(a) else "abst. n/a"
+    return f"{answer} {'✓' if correct == 1 else '✗'}\nc={fmt(c_int)} v={fmt(verbal_conf)} {decision}"
+
+
+def plot_item_grid(tiles, row_labels, col_labels, captions=None, tile_px: float = 1.6, title: str | None = None):
     """A grid of rendered images with a caption under each (spec Figs. 2 and 9).
 
     Parameters
@@ -803,9 +901,11 @@ def plot_item_grid(tiles, row_labels, col_labels, captions=None, tile_px: float 
     tiles : nested list, rows × columns of uint8 (H, W, 3) images
     row_labels, col_labels : list of str
     captions : nested list of str, optional
-        Text under each tile (e.g. a model's answer and confidences).
+        Text under each tile (e.g. a model's answer and confidences, :func:`example_caption`).
     tile_px : float
         Width of a tile in inches.
+    title : str, optional
+        Written above the grid (e.g. the model whose read-outs the captions give).
 
     Returns
     -------
@@ -826,7 +926,12 @@ def plot_item_grid(tiles, row_labels, col_labels, captions=None, tile_px: float 
                 ax.set_ylabel(row_labels[r], fontsize=FONT)
             if captions:
                 ax.set_xlabel(captions[r][c], fontsize=7)
-    fig.tight_layout(pad=0.3)
+    if title:   # in a strip of its own above the column titles, clear of a pipeline-check banner above the figure
+        h = fig.get_figheight()
+        fig.suptitle(title, fontsize=9, y=1.0 - 0.07 / h, va="top")
+        fig.tight_layout(pad=0.3, rect=(0, 0, 1, 1 - 0.38 / h))
+    else:
+        fig.tight_layout(pad=0.3)
     return fig
 
 

@@ -1052,7 +1052,8 @@ def crossref(md: str, prefix_captions: bool = True) -> str:
 #: :func:`crossref`), a table too long for the rest of its page breaks across
 #: pages and repeats its header row (``table.header`` repeats) without splitting a row, its caption
 #: stays with its first rows, table text is set smaller, ragged and left-aligned (a table of nine or more columns
-#: a point smaller again), and a heading never ends a page alone.
+#: a point smaller again), a heading never ends a page alone, and no figure or table is separated from the
+#: "Source:" line after it.
 TYPST_HEADER = """\
 // murk (pandoc + Typst fallback of the paper): captions carry their numbers in citation order
 // (murk.paper.crossref), so Typst's own numbering by placement is off
@@ -1064,6 +1065,9 @@ TYPST_HEADER = """\
 // cells left-aligned (pandoc centres the table, and cells of alignment auto would inherit the centring)
 #show table.cell: set align(left)
 #show figure.caption: it => block(sticky: true, it)
+// a figure sticks to the block after it, its "Source:" line (murk.paper.resolve_embeds): never separated by a
+// page break (a table, which may break across pages, carries its source in its caption instead)
+#show figure.where(kind: image): set block(sticky: true)
 // a table of nine or more columns (the crossings, spec Table V) is set a point smaller
 #show table: it => if type(it.columns) == array and it.columns.len() >= 9 { set text(size: 7pt); it } else { it }
 #set table(inset: (x: 4pt, y: 3pt))
@@ -1102,6 +1106,62 @@ def typst_options(quarto_yml: str | os.PathLike | None = None) -> dict:
     if isinstance(typ.get("margin"), dict):
         out["margin"] = {str(k): str(v) for k, v in typ["margin"].items()}
     return out
+
+
+#: paper sizes (cm) of :func:`typst_options`' ``papersize`` values the fallback knows
+PAPER_CM = {"a4": (21.0, 29.7), "us-letter": (21.59, 27.94), "a5": (14.8, 21.0)}
+#: height (cm) kept free on a page for a figure's caption (up to three lines), its "Source:" line and the gaps
+FIGURE_TEXT_CM = 4.0
+
+
+def _length_cm(value: str) -> float | None:
+    m = re.fullmatch(r"\s*([\d.]+)\s*(cm|mm|in|pt)\s*", str(value))
+    return float(m.group(1)) * {"cm": 1.0, "mm": 0.1, "in": 2.54, "pt": 2.54 / 72}[m.group(2)] if m else None
+
+
+def fit_figures_to_page(md: str, base: str | os.PathLike, options: Mapping | None = None) -> str:
+    """Give each figure of ``md`` too tall for a page (at the text width) an explicit height, so that it fits
+    one page together with its caption and "Source:" line (Typst would otherwise fill the page with the
+    image and push them onto the next).
+
+    Parameters
+    ----------
+    md : str
+        Markdown with figures ``![caption](path){#fig-… …}``, paths relative to ``base``.
+    base : path
+        Folder the figure paths are relative to.
+    options : mapping, optional
+        :func:`typst_options` (default: this project's): ``papersize`` and ``margin`` (``x``, ``y``).
+
+    Returns
+    -------
+    str
+        ``md`` with `` height=…cm`` added to the attributes of each figure (PNG, JPEG) whose height at the
+        text width exceeds the page's text height less :data:`FIGURE_TEXT_CM`; unchanged where the paper size or
+        margins are not known.
+    """
+    from PIL import Image
+
+    opts = typst_options() if options is None else options
+    paper_cm = PAPER_CM.get(str(opts.get("papersize", "a4")))
+    margin = opts.get("margin") or {}
+    mx = _length_cm(margin.get("x", margin.get("rest", "2.5cm")))
+    my = _length_cm(margin.get("y", margin.get("rest", "2.5cm")))
+    if paper_cm is None or mx is None or my is None:
+        return md
+    text_w, max_h = paper_cm[0] - 2 * mx, paper_cm[1] - 2 * my - FIGURE_TEXT_CM
+
+    def one(m):
+        try:
+            with Image.open(Path(base) / m.group(2)) as im:
+                w, h = im.size
+        except (OSError, ValueError):
+            return m.group(0)
+        if "height=" in m.group(3) or text_w * h / w <= max_h:
+            return m.group(0)
+        return f"{m.group(1)}{{{m.group(3)} height={max_h:.1f}cm}}"
+
+    return re.sub(r"(!\[[^\]]*\]\(([^)\s]+\.(?:png|jpe?g))\))\{([^}]*)\}", one, md)
 
 
 def _figure_paths(md: str) -> list[str]:
@@ -1272,6 +1332,22 @@ def _cite_html(value: str, key: str, label: str, href: str) -> str:
     return f'{value}[↗]({href} "{title}"){{.murk-source {attrs}}}'
 
 
+#: a table embed as :func:`_embed` writes it: caption line, body, then its "Source:" block naming the same cell
+_TABLE_SOURCE_RE = re.compile(r"^(: [^\n]*?)(\s*\{#(tbl-[A-Za-z0-9_-]+)\})[ \t]*\n(.*?)\n+::: \{\.embed-source\}\n"
+                              r"(Source: \[[^\n]*?, cell `\3`\]\([^)\n]*\))\n:::\n", re.M | re.S)
+
+
+def sources_into_table_captions(md: str) -> str:
+    """Move each embedded table's "Source:" line into its caption (the PDF: a table may break across
+    pages, so a line after it could start a page alone; its caption stays with its first rows).
+
+    >>> sources_into_table_captions(": A table. {#tbl-a}\\n\\n| x |\\n|---|\\n| 1 |\\n\\n"
+    ...                             "::: {.embed-source}\\nSource: [nb.ipynb, cell `tbl-a`](nb.html#tbl-a)\\n:::\\n")
+    ': A table. Source: [nb.ipynb, cell `tbl-a`](nb.html#tbl-a) {#tbl-a}\\n\\n| x |\\n|---|\\n| 1 |\\n'
+    """
+    return _TABLE_SOURCE_RE.sub(lambda m: f"{m.group(1)} {m.group(5)}{m.group(2)}\n{m.group(4)}\n", md)
+
+
 def _cite_typst(md: str, cites: list[tuple[str, str]], source: str) -> str:
     """The PDF's form of the cited numbers: the values as they are, and in each block of text (a paragraph)
     that cites numbers one footnote naming their cells and keys (at the end of the sentence of its last one)."""
@@ -1405,11 +1481,13 @@ def render_paper(qmd: str | os.PathLike | None = None, output_dir: str | os.Path
         fig_dir.mkdir(exist_ok=True)
         # captions numbered in citation order (crossref); Typst's own numbering is off; each paragraph that
         # cites numbers names their cells in a footnote
-        md_typ = _cite_typst(md_marked, cites, "notebooks/04_analyse.py")
+        # a figure keeps its "Source:" line after it (TYPST_HEADER: sticky), a table carries it in its caption
+        md_typ = sources_into_table_captions(_cite_typst(md_marked, cites, "notebooks/04_analyse.py"))
         for f in figs:
             src = Path(f)
             shutil.copy2(src, fig_dir / src.name)
             md_typ = md_typ.replace(f"]({f})", f"](figures/{src.name})")
+        md_typ = fit_figures_to_page(md_typ, out)   # a study-sized figure fits one page with its caption and source
         header = out / "typst-header.typ"
         header.write_text(TYPST_HEADER, encoding="utf-8")
         page = out / "typst-page.json"  # JSON is YAML: pandoc reads it as a metadata file
