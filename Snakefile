@@ -135,8 +135,14 @@ _UPDATED = [f"{OUT}/{f}" for f in ("items.json", "items_meta.json", "depth/curre
 _STATES = murk_workflow.file_states(_UPDATED) if workflow.is_main_process else {}
 
 
+_RECORDS = {}   # Snakemake's metadata of the update() outputs when the jobs start (murk.workflow.metadata_records)
+
+
 onerror:
     murk_workflow.restore_times(_STATES)
+    # a failed job's params are recorded by Snakemake too: put back the records of the outputs it left unchanged,
+    # so that a refused or failed run does not make the next run (with the old settings) re-run the chain
+    murk_workflow.restore_metadata(workflow.persistence, _RECORDS, _STATES)
 
 
 # On a SLURM cluster: say so at once when the executor may never see a job end (murk.slurm.status_problem:
@@ -146,6 +152,7 @@ onerror:
 # Before the first submission (murk.slurm.driver_start): GPU jobs on a cluster without GPUs are refused; the
 # live jobs of a killed earlier driver of this output root are cancelled (pending) or waited for (running).
 onstart:
+    _RECORDS.update(murk_workflow.metadata_records(workflow.persistence, _UPDATED))
     if getattr(workflow.executor_plugin, "name", "").endswith("slurm"):
         _unsafe = murk_settings.remote_job_problems(workflow.config_settings.config_args,
                                                     workflow.config_settings.configfiles)

@@ -105,6 +105,12 @@ def test_analyse_models_left_at_none_are_the_roots_when_the_run_settings_have_no
     with pytest.raises(FileNotFoundError) as e:       # nothing there: one line, what to set
         workflow.analyse_models(None, root)
     assert "\n" not in str(e.value) and "parameters cell" in str(e.value) and "MURK_OFFLINE=1" in str(e.value)
+    # the read-out notebook, which writes the stores: the run settings' models on a root that records none
+    assert workflow.analyse_models(None, root, required=False) == (config.run_settings()["models"], None)
+    assert workflow.root_depth_backend(root) is None
+    (root / "depth").mkdir(parents=True)
+    (root / "depth" / "current.json").write_text(json.dumps({"depth_backend": "constant-13.8m"}))
+    assert workflow.root_depth_backend(root) == "constant"   # the depth notebook's backend 'auto' there
     offline = config.run_settings()["offline_models"]
     for m in offline:
         _store(root, m)
@@ -120,3 +126,6 @@ def test_analyse_models_left_at_none_are_the_roots_when_the_run_settings_have_no
     # the notebook's num-cube cell asks for them
     src = (ROOT / "notebooks" / "04_analyse.py").read_text()
     assert "workflow.analyse_models(models, output_dir, shard_size)" in src
+    assert "workflow.analyse_models(None, output_dir, shard_size, required=False)" in (
+        ROOT / "notebooks" / "03_readout.py").read_text()
+    assert "workflow.root_depth_backend(output_dir)" in (ROOT / "notebooks" / "02_depth.py").read_text()

@@ -78,8 +78,8 @@ from typing import Any, NamedTuple
 from murk import runlock
 from murk.runlock import RootInUse, hold_root_lock, snakefile_run_lock
 
-__all__ = ["ModelEntry", "model_entries", "root_models", "analyse_models", "IGNORED_SUFFIXES", "SELECTION_KEYS", "store_digest", "write_marker", "read_marker", "stale_reason",
-           "store_of", "store_attrs", "rerun_reason", "rerun_words", "force_rerun", "checkpoint_identity", "file_states", "restore_times", "foreign_stores", "refuse_foreign_stores", "running_notebooks_dir", "hold_run_lock",
+__all__ = ["ModelEntry", "model_entries", "root_models", "analyse_models", "root_depth_backend", "IGNORED_SUFFIXES", "SELECTION_KEYS", "store_digest", "write_marker", "read_marker", "stale_reason",
+           "store_of", "store_attrs", "rerun_reason", "rerun_words", "force_rerun", "checkpoint_identity", "file_states", "restore_times", "metadata_records", "restore_metadata", "foreign_stores", "refuse_foreign_stores", "running_notebooks_dir", "hold_run_lock",
            "hold_root_lock", "snakefile_run_lock", "RootInUse",
            "run_id", "run_id_of", "analysis_id", "refuse_other_run", "refuse_other_depth", "identity_bundle", "IDENTITY_MIME", "IDENTITY_LABEL"]
 
@@ -247,7 +247,7 @@ def root_models(output_dir: str | os.PathLike) -> tuple[list, str] | None:
 
 
 def analyse_models(models: Any, output_dir: str | os.PathLike, shard_size: int | None = None,
-                   offline: bool | None = None) -> tuple[Any, str | None]:
+                   offline: bool | None = None, required: bool = True) -> tuple[Any, str | None]:
     """The analyse notebook's ``models`` when left at None: the run settings' models if the root holds their
     read-outs, else the models the root records (:func:`root_models`).
 
@@ -264,6 +264,9 @@ def analyse_models(models: Any, output_dir: str | os.PathLike, shard_size: int |
         The read-outs' shard size (where the stores are).
     offline : bool, optional
         Default :func:`murk.paths.offline` (which run settings' list is the default).
+    required : bool
+        The read-outs must be there (the analyse notebook); False (the read-out notebook, which writes them):
+        the run settings' models when the root records none.
 
     Returns
     -------
@@ -275,7 +278,7 @@ def analyse_models(models: Any, output_dir: str | os.PathLike, shard_size: int |
     FileNotFoundError
         Neither the run settings' models nor models the root records have their read-out stores there: one
         line naming the root and what to set (``models`` in the parameters cell, ``-y 'models: [...]'``, or
-        ``MURK_OFFLINE=1`` for an offline run's root).
+        ``MURK_OFFLINE=1`` for an offline run's root). Not raised when ``required`` is False.
     """
     from murk import config, paths
 
@@ -297,15 +300,31 @@ def analyse_models(models: Any, output_dir: str | os.PathLike, shard_size: int |
     if have_stores(default):
         return default, None
     recorded = root_models(root)
+    if not required and recorded is None:
+        return default, None
     if recorded is not None and have_stores(recorded[0]):
         return recorded[0], (f"murk: models = None, and the run settings' {key} ({', '.join(map(str, default))}) "
-                             f"have no read-out in {root}: analysing the models of {recorded[1]}")
+                             f"have no read-out in {root}: taking the models of {recorded[1]}")
     other = "MURK_OFFLINE=1 (e.g. MURK_OFFLINE=1 make lab) for an offline run's root" if not offline else \
         "MURK_OFFLINE unset for an online run's root"
+    if not required:
+        return default, None
     raise FileNotFoundError(
         f"the analyse notebook's models = None takes the run settings' {key} ({', '.join(map(str, default))}), and "
         f"{root} holds no read-out of them nor records other models: set models in the parameters cell (e.g. "
         f"models = ['murk-tiny/smolvlm']; papermill -y 'models: [...]'), or {other}")
+
+
+def root_depth_backend(output_dir: str | os.PathLike) -> str | None:
+    """The depth backend the root's depth stage used, as a ``backend`` parameter: ``"constant"`` where
+    ``depth/current.json`` names murk's constant backend (an offline run), else None."""
+    from murk import paths
+
+    try:
+        name = json.loads((paths.depth_dir(output_dir) / "current.json").read_text(encoding="utf-8"))["depth_backend"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return "constant" if str(name).startswith("constant") else None
 
 
 def store_of(marker: str | os.PathLike) -> Path:
@@ -946,6 +965,81 @@ def restore_times(states: dict[str, tuple[str, int]]) -> list[Path]:
                 os.utime(p, ns=(st.st_atime_ns, mtime_ns))
                 fixed.append(p)
         except OSError:
+            continue
+    return fixed
+
+
+def metadata_records(persistence: Any, files: list[str | os.PathLike]) -> dict[str, Any]:
+    """Snakemake's metadata record of each file (what its last job recorded: params, code, input), before jobs run.
+
+    Snakemake 9 records a *failed* job's params for its outputs too (``Job.postprocess(error=True)`` ends with
+    ``persistence.finished``), so a refused select, whose ``update()`` outputs are restored unchanged, would
+    leave the refused run's params recorded, and the next run with the old settings would run select and
+    everything after it again. The Snakefile takes these records when the run starts (``onstart``) and
+    :func:`restore_metadata` puts them back on error.
+
+    Parameters
+    ----------
+    persistence : snakemake.persistence.Persistence
+        ``workflow.persistence`` (its ``_read_record``: the key of a local file is its path as the rule gives it).
+    files : list of path
+        The ``update()`` outputs.
+
+    Returns
+    -------
+    dict
+        ``{path: record or None}``; empty when this Snakemake has no such records.
+    """
+    read = getattr(persistence, "_read_record", None)
+    if read is None:
+        return {}
+    out = {}
+    for f in files:
+        try:
+            out[str(f)] = read(str(f))
+        except Exception:  # noqa: BLE001 - a record Snakemake cannot read is left to Snakemake
+            continue
+    return out
+
+
+def restore_metadata(persistence: Any, records: dict[str, Any], states: dict[str, tuple[str, int]]) -> list[str]:
+    """Put back the metadata record of each file whose content is the one recorded before the run.
+
+    Parameters
+    ----------
+    persistence : snakemake.persistence.Persistence
+        ``workflow.persistence``.
+    records : dict
+        :func:`metadata_records` at the run's start.
+    states : dict
+        :func:`file_states` at the run's start: a file whose content differs now was written by a job that
+        succeeded, and keeps its new record.
+
+    Returns
+    -------
+    list of str
+        The files whose record was put back (or removed, where they had none).
+    """
+    write, delete = getattr(persistence, "_write_record", None), getattr(persistence, "_delete_record", None)
+    if write is None or delete is None or not hasattr(persistence, "_read_record"):
+        return []
+    clear = getattr(persistence, "_clear_cache", lambda: None)
+    fixed = []
+    for f, old in records.items():
+        p = Path(f)
+        try:
+            if f in states and (not p.is_file() or hashlib.sha256(p.read_bytes()).hexdigest() != states[f][0]):
+                continue
+            clear()
+            if persistence._read_record(f) == old:
+                continue
+            if old is None:
+                delete(f)
+            else:
+                write(f, old)
+            clear()
+            fixed.append(f)
+        except Exception:  # noqa: BLE001 - never turn the run's error into another one
             continue
     return fixed
 
