@@ -75,7 +75,7 @@ cfg = designs.config_of(meta)   # data/config.yaml with the run's design (murk.d
 # a parameter left at None takes its default from the run settings (data/workflow.yaml), as Snakemake does
 if model is None or max_items is None:  # (Snakemake passes both)
     # (the models the root records where it holds no read-out of the run settings': Lab without MURK_OFFLINE)
-    _models, _models_note = workflow.analyse_models(None, output_dir, shard_size, required=False)
+    _models, _models_note = config.analyse_models(None, output_dir, shard_size, required=False)
     if _models_note and model is None:
         print(_models_note)
     listed = workflow.model_entries(_models, len(table), "the run settings' models")

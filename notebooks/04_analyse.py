@@ -163,7 +163,7 @@ def w_text(w: float, lo: float, hi: float, lower: bool, upper: bool) -> str:
 # a parameter left at None takes its default from the run settings (data/workflow.yaml), as Snakemake does; models
 # left at None whose read-outs this root lacks are the models the root records (in Lab after an offline run)
 shard_size = config.run_default("shard_size", shard_size)
-models, _models_note = workflow.analyse_models(models, output_dir, shard_size)
+models, _models_note = config.analyse_models(models, output_dir, shard_size)
 if _models_note:
     print(_models_note)
 ENTRIES = workflow.model_entries(models, None, "the analyse notebook's parameter models")   # n None: not given

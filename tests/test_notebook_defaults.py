@@ -98,34 +98,32 @@ def test_analyse_models_left_at_none_are_the_roots_when_the_run_settings_have_no
     line what to set; the run settings' models win where their read-outs are there."""
     import json
 
-    from murk import workflow
-
     monkeypatch.delenv("MURK_OFFLINE", raising=False)
     root = tmp_path / "outputs"
     with pytest.raises(FileNotFoundError) as e:       # nothing there: one line, what to set
-        workflow.analyse_models(None, root)
+        config.analyse_models(None, root)
     assert "\n" not in str(e.value) and "parameters cell" in str(e.value) and "MURK_OFFLINE=1" in str(e.value)
     # the read-out notebook, which writes the stores: the run settings' models on a root that records none
-    assert workflow.analyse_models(None, root, required=False) == (config.run_settings()["models"], None)
-    assert workflow.root_depth_backend(root) is None
+    assert config.analyse_models(None, root, required=False) == (config.run_settings()["models"], None)
+    assert config.root_depth_backend(root) is None
     (root / "depth").mkdir(parents=True)
     (root / "depth" / "current.json").write_text(json.dumps({"depth_backend": "constant-13.8m"}))
-    assert workflow.root_depth_backend(root) == "constant"   # the depth notebook's backend 'auto' there
+    assert config.root_depth_backend(root) == "constant"   # the depth notebook's backend 'auto' there
     offline = config.run_settings()["offline_models"]
     for m in offline:
         _store(root, m)
     _store(root, "murk/visibility-monitor")
-    got, note = workflow.analyse_models(None, root)     # no numbers file: the stores' model ids, not the monitor
+    got, note = config.analyse_models(None, root)     # no numbers file: the stores' model ids, not the monitor
     assert sorted(got) == sorted(offline) and str(root) in note
     entries = [{"id": offline[0], "n_items": 4}, {"id": offline[1], "n_items": 3}]
     paths.numbers_file(root).write_text(json.dumps({"analysis.models": json.dumps(entries)}))
-    assert workflow.analyse_models(None, root)[0] == entries   # the last analysis's entries, with their n_items
-    assert workflow.analyse_models(["x/y"], root) == (["x/y"], None)   # a value given is kept
+    assert config.analyse_models(None, root)[0] == entries   # the last analysis's entries, with their n_items
+    assert config.analyse_models(["x/y"], root) == (["x/y"], None)   # a value given is kept
     monkeypatch.setenv("MURK_OFFLINE", "1")
-    assert workflow.analyse_models(None, root) == (offline, None)      # the run settings' models, as before
+    assert config.analyse_models(None, root) == (offline, None)      # the run settings' models, as before
     # the notebook's num-cube cell asks for them
     src = (ROOT / "notebooks" / "04_analyse.py").read_text()
-    assert "workflow.analyse_models(models, output_dir, shard_size)" in src
-    assert "workflow.analyse_models(None, output_dir, shard_size, required=False)" in (
+    assert "config.analyse_models(models, output_dir, shard_size)" in src
+    assert "config.analyse_models(None, output_dir, shard_size, required=False)" in (
         ROOT / "notebooks" / "03_readout.py").read_text()
-    assert "workflow.root_depth_backend(output_dir)" in (ROOT / "notebooks" / "02_depth.py").read_text()
+    assert "config.root_depth_backend(output_dir)" in (ROOT / "notebooks" / "02_depth.py").read_text()
