@@ -19,10 +19,15 @@ from murk.paths import model_slug
 
 configfile: "data/workflow.yaml"
 
+# Offline or not (murk.settings.resolve_offline): MURK_OFFLINE (or HF_HUB_OFFLINE) decides when set; else a short
+# probe of the hub and COCO (3 s at most): without network the run is the offline demo, said in one line, and its
+# jobs inherit MURK_OFFLINE=1.
+OFFLINE, _OFFLINE_NOTE = murk_settings.resolve_offline()
+if OFFLINE:
+    os.environ["MURK_OFFLINE"] = "1"
 # The run settings are checked before anything runs, also in a dry run (murk.settings.SCHEMA, the keys,
 # types and ranges data/workflow.yaml documents): an unknown key, a wrong type or range, an empty model
 # list or an output_dir that is a file is refused here, naming it as it was typed (--config n_items=abc).
-OFFLINE = os.environ.get("MURK_OFFLINE", "0").lower() in {"1", "true", "yes"}
 try:
     _RUN = murk_settings.check_run_settings(
         config, murk_settings.setting_origins(list(config), workflow.config_settings.config,
@@ -30,11 +35,18 @@ try:
 except ValueError as _e:
     raise WorkflowError(str(_e)) from None
 config.update(_RUN.settings)   # normalised: trust_remote_code=true is True, shard_size=null is None
+# the COCO folder: coco_dir, else MURK_COCO_DIR, else (offline) the sample next to the project; offline without
+# any, one line says what to set, before anything is written (murk.settings.resolve_coco_dir)
+try:
+    COCO_DIR, _COCO_NOTE = murk_settings.resolve_coco_dir(config.get("coco_dir"), offline=OFFLINE)
+except ValueError as _e:
+    raise WorkflowError(str(_e)) from None
 # OUT: Snakemake's paths (relative to its working directory, as given); OUT_ABS: the same folder, absolute,
 # given to the notebooks and murk.paper (murk.paths.output_dir takes a relative path from the project root).
 OUT, OUT_ABS = _RUN.output_dir, _RUN.output_root
 if workflow.is_main_process:
-    murk_settings.announce(_RUN)   # the output root and the models that run (once, on stderr)
+    # why offline and where COCO comes from (when murk chose), the output root and the models (once, on stderr)
+    murk_settings.announce(_RUN._replace(notes=[n for n in (_OFFLINE_NOTE, _COCO_NOTE) if n] + list(_RUN.notes)))
 
 # One run per output root (murk.runlock): this run holds its root's lock for its lifetime; a second
 # run on a root in use is refused, naming the live run. The Snakemake locks a killed run left behind
@@ -54,11 +66,7 @@ MODELS = [e.id for e in MODEL_ENTRIES]
 N_OF = {e.id: e.n_items for e in MODEL_ENTRIES}   # model -> its number of items
 # Mode-dependent settings are resolved here, so that they are params of the rules:
 # switching MURK_OFFLINE or MURK_COCO_DIR re-runs the stages they affect.
-COCO_DIR = config.get("coco_dir") or os.environ.get("MURK_COCO_DIR") or ""
-if COCO_DIR and not os.path.isdir(COCO_DIR):
-    raise WorkflowError(f"COCO folder {COCO_DIR!r} (MURK_COCO_DIR or coco_dir) is not a folder: point it at a "
-                        f"folder in COCO's layout, e.g. ../shared/coco-val2017-sample")
-COCO_DIR = os.path.abspath(COCO_DIR) if COCO_DIR else ""
+# (COCO_DIR: resolved above, before the output root's lock)
 DEPTH_BACKEND = config["depth_backend"]
 if DEPTH_BACKEND == "auto":
     DEPTH_BACKEND = "constant" if OFFLINE else "depth-anything-v2"
@@ -127,8 +135,14 @@ _UPDATED = [f"{OUT}/{f}" for f in ("items.json", "items_meta.json", "depth/curre
 _STATES = murk_workflow.file_states(_UPDATED) if workflow.is_main_process else {}
 
 
+_RECORDS = {}   # Snakemake's metadata of the update() outputs when the jobs start (murk.workflow.metadata_records)
+
+
 onerror:
     murk_workflow.restore_times(_STATES)
+    # a failed job's params are recorded by Snakemake too: put back the records of the outputs it left unchanged,
+    # so that a refused or failed run does not make the next run (with the old settings) re-run the chain
+    murk_workflow.restore_metadata(workflow.persistence, _RECORDS, _STATES)
 
 
 # On a SLURM cluster: say so at once when the executor may never see a job end (murk.slurm.status_problem:
@@ -138,6 +152,7 @@ onerror:
 # Before the first submission (murk.slurm.driver_start): GPU jobs on a cluster without GPUs are refused; the
 # live jobs of a killed earlier driver of this output root are cancelled (pending) or waited for (running).
 onstart:
+    _RECORDS.update(murk_workflow.metadata_records(workflow.persistence, _UPDATED))
     if getattr(workflow.executor_plugin, "name", "").endswith("slurm"):
         _unsafe = murk_settings.remote_job_problems(workflow.config_settings.config_args,
                                                     workflow.config_settings.configfiles)

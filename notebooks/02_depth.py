@@ -67,6 +67,10 @@ figures.set_identity(run_id=RUN_ID)   # into the scene figure's file metadata
 # %%
 # a parameter left at None takes its default from the run settings (data/workflow.yaml), as Snakemake does
 backend, model = config.run_default("depth_backend", backend), config.run_default("depth_model", model)
+# (in Lab without MURK_OFFLINE, on an offline run's root: that run's backend, as MURK_OFFLINE=1 would pick it)
+if backend == "auto" and not paths.offline() and config.root_depth_backend(output_dir):
+    backend = config.root_depth_backend(output_dir)
+    print(f"murk: backend 'auto' is {backend} here: this root's depth stage used it (an offline run's root)")
 est = depth.get_backend(backend, model)
 folder = depth.depth_cache_dir(est.name, output_dir)
 folder.mkdir(parents=True, exist_ok=True)

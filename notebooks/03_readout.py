@@ -74,7 +74,11 @@ table, meta = items.read_items(output_dir)
 cfg = designs.config_of(meta)   # data/config.yaml with the run's design (murk.design; the study's: as it is)
 # a parameter left at None takes its default from the run settings (data/workflow.yaml), as Snakemake does
 if model is None or max_items is None:  # (Snakemake passes both)
-    listed = workflow.model_entries(config.run_default("models"), len(table), "the run settings' models")
+    # (the models the root records where it holds no read-out of the run settings': Lab without MURK_OFFLINE)
+    _models, _models_note = config.analyse_models(None, output_dir, shard_size, required=False)
+    if _models_note and model is None:
+        print(_models_note)
+    listed = workflow.model_entries(_models, len(table), "the run settings' models")
     model = model or listed[0].id
     if max_items is None:  # a model listed with n_items is read out on its first n_items, as Snakemake does
         max_items = next((e.n_items for e in listed if e.id == model and e.n_items < len(table)), None)

@@ -42,7 +42,7 @@
 # (one parameter a line, its comment above it: papermill reads `name = value` lines)
 # models whose read-out stores form the cube: ids, or {id: ..., n_items: N} for a model read out on the first
 # N items (papermill -y 'models: [...]'); None: the run settings' models (data/workflow.yaml; offline_models if
-# MURK_OFFLINE=1)
+# MURK_OFFLINE=1), or, where the output root holds no read-out of them, the models the root records
 models = None
 # the read-outs' shard size (None: the run settings' shard_size; null: one store per model)
 shard_size = None
@@ -160,8 +160,12 @@ def w_text(w: float, lo: float, hi: float, lower: bool, upper: bool) -> str:
 
 # %%
 #| label: num-cube
-# a parameter left at None takes its default from the run settings (data/workflow.yaml), as Snakemake does
-models, shard_size = config.run_default("models", models), config.run_default("shard_size", shard_size)
+# a parameter left at None takes its default from the run settings (data/workflow.yaml), as Snakemake does; models
+# left at None whose read-outs this root lacks are the models the root records (in Lab after an offline run)
+shard_size = config.run_default("shard_size", shard_size)
+models, _models_note = config.analyse_models(models, output_dir, shard_size)
+if _models_note:
+    print(_models_note)
 ENTRIES = workflow.model_entries(models, None, "the analyse notebook's parameter models")   # n None: not given
 # each model's n: its entry's n_items, at most the selection (a root whose items.json lists no items, a cube
 # analysed without its select stage, takes the images of its stores)

@@ -64,6 +64,8 @@ def lab_server(tmp_path_factory):
                JUPYTERLAB_SETTINGS_DIR=str(tmp / "user-settings"),
                JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"))
     env.pop("JUPYTER_CONFIG_PATH", None)
+    for var in ("MURK_OFFLINE", "MURK_COCO_DIR", "HF_HUB_OFFLINE", "MURK_OUTPUT_DIR"):   # `make lab` as printed
+        env.pop(var, None)
     args = [str(LAUNCHER), "--no-browser", f"--port={port}", "--ServerApp.port_retries=0",
             "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={token}", str(copy)]
     if os.geteuid() == 0:
@@ -253,3 +255,46 @@ def test_snakemake_is_refused_a_root_a_lab_kernel_holds_until_it_is_shut_down(la
     while runlock.root_holder(root, ROOT / ".snakemake") is not None and time.monotonic() < deadline:
         time.sleep(0.5)
     assert runlock.root_holder(root, ROOT / ".snakemake") is None
+
+
+# --- Run All after the offline demo (issue 39 item 5) ---------------------------------------------------------------
+
+@pytest.mark.slow
+def test_run_all_of_the_analyse_notebook_after_the_offline_demo(lab_server, demo, tmp_path):
+    """`make lab` as the README prints it (no MURK_OFFLINE in Lab's environment) after the offline demo: Run All
+    on the analyse notebook, pointed at (a copy of) the demo's root in its parameters cell, finds the demo's models
+    in the root and completes with no error and no warning (stages.notebook_problems' rule)."""
+    import jupytext
+    import stages
+
+    base, token, copy = lab_server
+    root = stages.copy_root(demo, tmp_path / "outputs")
+    cells = [c for c in jupytext.read(copy / "04_analyse.py").cells if c.cell_type == "code"]
+    sid, kc = _lab_session(base, token, copy, "04_analyse.py")
+    problems, said = [], []
+    try:
+        for c in cells:
+            src = c.source + (f"\noutput_dir = {str(root)!r}\n" if "parameters" in c.metadata.get("tags", []) else "")
+            err: list[str] = []
+
+            def hook(msg):
+                if msg["msg_type"] == "stream":
+                    said.append(msg["content"]["text"])
+                    if msg["content"]["name"] == "stderr":
+                        err.append(msg["content"]["text"])
+
+            reply = kc.execute_interactive(src, timeout=600, output_hook=hook)["content"]
+            label = next((ln.split(":", 1)[1].strip() for ln in src.splitlines() if ln.startswith("#| label:")), "")
+            if reply["status"] != "ok":
+                problems.append(f"[{label}] {reply.get('ename')}: {reply.get('evalue', '')[:300]}")
+                break
+            problems += [f"[{label}] {p}" for p in stages.text_problems("".join(err))]
+        kc.stop_channels()
+    finally:
+        _request(base, token, "DELETE", f"/api/sessions/{sid}", raw=True)
+    assert not problems, "\n".join(problems)
+    assert any("murk: models = None" in t for t in said), "the notebook says where its models came from"
+    from murk import paper, paths as mpaths
+
+    models = json.loads(paper.load_numbers(mpaths.numbers_file(root))["analysis.models"])
+    assert [m["id"] for m in models] == [m["id"] for m in stages.DEMO_MODELS]   # the demo's three models

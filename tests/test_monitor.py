@@ -507,3 +507,19 @@ def test_deployable_with_the_constant_backend(sample_scenes):
     opaque = out[("fog", 7)]
     assert opaque["visibility_hat_censored"] == -1.0 and opaque["abstain"] == 1.0
     assert opaque["visibility_hat_m"] == pytest.approx(depth_mod.CONSTANT_DEPTH_M)
+
+
+def test_gate_interval_of_a_rule_that_answers_nothing_is_undefined_without_a_warning():
+    """A rule that answers no question in any resample (the gate at the murkiest levels, a tiny demo) has an
+    undefined risk: its interval is NaN, and numpy's `All-NaN slice` warning (cell tbl-monitor-gate of the demo's
+    analyse notebook, issue 39 item 5) is not raised."""
+    import warnings
+
+    ids = np.repeat(np.arange(4), 3)
+    rows = {"none": (np.zeros(12, bool), np.ones(12)), "all": (np.ones(12, bool), np.r_[np.ones(6), np.zeros(6)])}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = mon._bootstrap_rows(rows, ids, n_resamples=50, seed=0, ci=0.95)
+    assert np.isnan(out["none"]["risk_ci"]).all() and out["none"]["coverage_ci"] == (0.0, 0.0)
+    lo, hi = out["all"]["risk_ci"]
+    assert 0.0 <= lo <= 0.5 <= hi <= 1.0

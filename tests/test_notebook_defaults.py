@@ -80,3 +80,50 @@ def test_papermill_reads_every_parameter_of_every_notebook(stage, tmp_path, capl
     expected = parameters(stage)
     assert list(found) == list(expected)
     assert {k: ast.literal_eval(v["default"]) for k, v in found.items()} == expected
+
+
+def _store(root, model_id):
+    """A read-out store as its attributes record it (zarr 3 metadata only: all that the lookup reads)."""
+    import json
+
+    store = paths.readout_store(model_id, root)
+    store.mkdir(parents=True)
+    (store / "zarr.json").write_text(json.dumps({"zarr_format": 3, "node_type": "group",
+                                                 "attributes": {"model_id": model_id}}))
+
+
+def test_analyse_models_left_at_none_are_the_roots_when_the_run_settings_have_no_read_out(tmp_path, monkeypatch):
+    """The analyse notebook in Lab after the offline demo, MURK_OFFLINE not set in Lab (issue 39 item 5): its
+    models = None finds the demo's models (the numbers file's analysis.models, else the stores), or says in one
+    line what to set; the run settings' models win where their read-outs are there."""
+    import json
+
+    monkeypatch.delenv("MURK_OFFLINE", raising=False)
+    root = tmp_path / "outputs"
+    with pytest.raises(FileNotFoundError) as e:       # nothing there: one line, what to set
+        config.analyse_models(None, root)
+    assert "\n" not in str(e.value) and "parameters cell" in str(e.value) and "MURK_OFFLINE=1" in str(e.value)
+    # the read-out notebook, which writes the stores: the run settings' models on a root that records none
+    assert config.analyse_models(None, root, required=False) == (config.run_settings()["models"], None)
+    assert config.root_depth_backend(root) is None
+    (root / "depth").mkdir(parents=True)
+    (root / "depth" / "current.json").write_text(json.dumps({"depth_backend": "constant-13.8m"}))
+    assert config.root_depth_backend(root) == "constant"   # the depth notebook's backend 'auto' there
+    offline = config.run_settings()["offline_models"]
+    for m in offline:
+        _store(root, m)
+    _store(root, "murk/visibility-monitor")
+    got, note = config.analyse_models(None, root)     # no numbers file: the stores' model ids, not the monitor
+    assert sorted(got) == sorted(offline) and str(root) in note
+    entries = [{"id": offline[0], "n_items": 4}, {"id": offline[1], "n_items": 3}]
+    paths.numbers_file(root).write_text(json.dumps({"analysis.models": json.dumps(entries)}))
+    assert config.analyse_models(None, root)[0] == entries   # the last analysis's entries, with their n_items
+    assert config.analyse_models(["x/y"], root) == (["x/y"], None)   # a value given is kept
+    monkeypatch.setenv("MURK_OFFLINE", "1")
+    assert config.analyse_models(None, root) == (offline, None)      # the run settings' models, as before
+    # the notebook's num-cube cell asks for them
+    src = (ROOT / "notebooks" / "04_analyse.py").read_text()
+    assert "config.analyse_models(models, output_dir, shard_size)" in src
+    assert "config.analyse_models(None, output_dir, shard_size, required=False)" in (
+        ROOT / "notebooks" / "03_readout.py").read_text()
+    assert "config.root_depth_backend(output_dir)" in (ROOT / "notebooks" / "02_depth.py").read_text()

@@ -27,7 +27,8 @@ import yaml
 from murk import paths
 
 __all__ = ["load_config", "config_hash", "canonical_json", "frozen_folder", "freeze_run",
-           "settings_table", "git_commit", "package_versions", "run_settings_file", "run_settings", "run_default"]
+           "settings_table", "git_commit", "package_versions", "run_settings_file", "run_settings", "run_default",
+           "root_models", "analyse_models", "root_depth_backend"]
 
 
 def load_config(path: str | Path | None = None) -> dict[str, Any]:
@@ -153,6 +154,126 @@ def run_default(key: str, value: Any = None) -> Any:
     if key in _settings.SCHEMA and _settings.SCHEMA[key].kind != "models":
         return _settings.check_setting(key, value, origin)
     return value
+
+
+def root_models(output_dir: str | os.PathLike) -> tuple[list, str] | None:
+    """The models an output root was analysed or read out with, as the root itself records them.
+
+    Parameters
+    ----------
+    output_dir : path
+        The output root (absolute, or as :func:`murk.paths.output_dir` takes it).
+
+    Returns
+    -------
+    (list, str) or None
+        The model entries (a hub id or folder, or ``{"id": ..., "n_items": N}``) and where they were read:
+        the models the root's last analysis was given (``paper_numbers.json``, its ``analysis.models``), else
+        the ``model_id`` of each read-out store under ``readout/`` (the monitors left out); None when the root
+        records none.
+    """
+    from murk import paths, workflow
+
+    root = paths.output_dir(output_dir)
+    numbers = paths.numbers_file(root)
+    try:
+        value = json.loads(numbers.read_text(encoding="utf-8")).get("analysis.models")
+        value = value.get("value") if isinstance(value, dict) else value
+        entries = json.loads(value) if isinstance(value, str) else None
+        if isinstance(entries, list) and entries:
+            return entries, f"{numbers} (the models its last analysis was given)"
+    except (OSError, ValueError, AttributeError):
+        pass
+    found = []
+    for store in sorted((root / "readout").glob("*.zarr")) + sorted((root / "readout").glob("*/s*-0000.zarr")):
+        try:
+            mid = workflow.store_attrs(store).get("model_id")
+        except (OSError, ValueError):
+            continue
+        if isinstance(mid, str) and mid and not mid.startswith("murk/visibility-monitor") and mid not in found:
+            found.append(mid)
+    return (found, f"the read-out stores in {root / 'readout'}") if found else None
+
+
+def analyse_models(models: Any, output_dir: str | os.PathLike, shard_size: int | None = None,
+                   offline: bool | None = None, required: bool = True) -> tuple[Any, str | None]:
+    """The analyse notebook's ``models`` when left at None: the run settings' models if the root holds their
+    read-outs, else the models the root records (:func:`root_models`).
+
+    A notebook run in JupyterLab after a documented run (``make demo`` offline, a by-hand read-out) finds that
+    run's models whatever ``MURK_OFFLINE`` says in Lab's environment.
+
+    Parameters
+    ----------
+    models : list, str or None
+        The parameter as given; anything but None is returned as it is.
+    output_dir : path
+        The output root.
+    shard_size : int, optional
+        The read-outs' shard size (where the stores are).
+    offline : bool, optional
+        Default :func:`murk.paths.offline` (which run settings' list is the default).
+    required : bool
+        The read-outs must be there (the analyse notebook); False (the read-out notebook, which writes them):
+        the run settings' models when the root records none.
+
+    Returns
+    -------
+    (models, str or None)
+        The models to analyse, and a line saying where they came from when they are not the run settings'.
+
+    Raises
+    ------
+    FileNotFoundError
+        Neither the run settings' models nor models the root records have their read-out stores there: one
+        line naming the root and what to set (``models`` in the parameters cell, ``-y 'models: [...]'``, or
+        ``MURK_OFFLINE=1`` for an offline run's root). Not raised when ``required`` is False.
+    """
+    from murk import paths, workflow
+
+    if models is not None:
+        return models, None
+    offline = paths.offline() if offline is None else bool(offline)
+    key = "offline_models" if offline else "models"
+    default = run_default("models")
+    root = paths.output_dir(output_dir)
+
+    def have_stores(entries) -> bool:
+        try:
+            ids = [e.id for e in workflow.model_entries(entries, None, key)]
+        except ValueError:
+            return False
+        stores = [paths.readout_stores(m, 1, shard_size, root) for m in ids]   # (a sharded read-out: its first shard)
+        return all(Path(s[0] if isinstance(s, list) else s).exists() for s in stores)
+
+    if have_stores(default):
+        return default, None
+    recorded = root_models(root)
+    if not required and recorded is None:
+        return default, None
+    if recorded is not None and have_stores(recorded[0]):
+        return recorded[0], (f"murk: models = None, and the run settings' {key} ({', '.join(map(str, default))}) "
+                             f"have no read-out in {root}: taking the models of {recorded[1]}")
+    other = "MURK_OFFLINE=1 (e.g. MURK_OFFLINE=1 make lab) for an offline run's root" if not offline else \
+        "MURK_OFFLINE unset for an online run's root"
+    if not required:
+        return default, None
+    raise FileNotFoundError(
+        f"the analyse notebook's models = None takes the run settings' {key} ({', '.join(map(str, default))}), and "
+        f"{root} holds no read-out of them nor records other models: set models in the parameters cell (e.g. "
+        f"models = ['murk-tiny/smolvlm']; papermill -y 'models: [...]'), or {other}")
+
+
+def root_depth_backend(output_dir: str | os.PathLike) -> str | None:
+    """The depth backend the root's depth stage used, as a ``backend`` parameter: ``"constant"`` where
+    ``depth/current.json`` names murk's constant backend (an offline run), else None."""
+    from murk import paths
+
+    try:
+        name = json.loads((paths.depth_dir(output_dir) / "current.json").read_text(encoding="utf-8"))["depth_backend"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return "constant" if str(name).startswith("constant") else None
 
 
 def canonical_json(obj: Any) -> str:

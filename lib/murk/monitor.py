@@ -1105,8 +1105,16 @@ def _bootstrap_rows(rows: dict, image_ids, n_resamples: int, seed: int, ci: floa
         with np.errstate(invalid="ignore", divide="ignore"):
             cov = counts @ a_i / (counts @ n_i)
             risk = counts @ e_i / (counts @ a_i)
-        out[name] = {"coverage_ci": tuple(np.nanpercentile(cov, q)), "risk_ci": tuple(np.nanpercentile(risk, q))}
+        out[name] = {"coverage_ci": _percentiles(cov, q), "risk_ci": _percentiles(risk, q)}
     return out
+
+
+def _percentiles(x: np.ndarray, q: list[float]) -> tuple[float, ...]:
+    """``np.nanpercentile(x, q)``, or NaNs where no resample defines the value (a risk where nothing was
+    answered in any resample: undefined, not an All-NaN warning)."""
+    if not np.isfinite(x).any():
+        return tuple(np.nan for _ in q)
+    return tuple(float(v) for v in np.nanpercentile(x, q))
 
 
 def compare_at_equal_coverage(score_monitor, score_cint, abstain_vlm, correct, split, *, image_ids=None,

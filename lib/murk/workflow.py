@@ -79,7 +79,7 @@ from murk import runlock
 from murk.runlock import RootInUse, hold_root_lock, snakefile_run_lock
 
 __all__ = ["ModelEntry", "model_entries", "IGNORED_SUFFIXES", "SELECTION_KEYS", "store_digest", "write_marker", "read_marker", "stale_reason",
-           "store_of", "store_attrs", "rerun_reason", "rerun_words", "force_rerun", "checkpoint_identity", "file_states", "restore_times", "foreign_stores", "refuse_foreign_stores", "running_notebooks_dir", "hold_run_lock",
+           "store_of", "store_attrs", "rerun_reason", "rerun_words", "force_rerun", "checkpoint_identity", "file_states", "restore_times", "metadata_records", "restore_metadata", "foreign_stores", "refuse_foreign_stores", "running_notebooks_dir", "hold_run_lock",
            "hold_root_lock", "snakefile_run_lock", "RootInUse",
            "run_id", "run_id_of", "analysis_id", "refuse_other_run", "refuse_other_depth", "identity_bundle", "IDENTITY_MIME", "IDENTITY_LABEL"]
 
@@ -845,6 +845,81 @@ def restore_times(states: dict[str, tuple[str, int]]) -> list[Path]:
                 os.utime(p, ns=(st.st_atime_ns, mtime_ns))
                 fixed.append(p)
         except OSError:
+            continue
+    return fixed
+
+
+def metadata_records(persistence: Any, files: list[str | os.PathLike]) -> dict[str, Any]:
+    """Snakemake's metadata record of each file (what its last job recorded: params, code, input), before jobs run.
+
+    Snakemake 9 records a *failed* job's params for its outputs too (``Job.postprocess(error=True)`` ends with
+    ``persistence.finished``), so a refused select, whose ``update()`` outputs are restored unchanged, would
+    leave the refused run's params recorded, and the next run with the old settings would run select and
+    everything after it again. The Snakefile takes these records when the run starts (``onstart``) and
+    :func:`restore_metadata` puts them back on error.
+
+    Parameters
+    ----------
+    persistence : snakemake.persistence.Persistence
+        ``workflow.persistence`` (its ``_read_record``: the key of a local file is its path as the rule gives it).
+    files : list of path
+        The ``update()`` outputs.
+
+    Returns
+    -------
+    dict
+        ``{path: record or None}``; empty when this Snakemake has no such records.
+    """
+    read = getattr(persistence, "_read_record", None)
+    if read is None:
+        return {}
+    out = {}
+    for f in files:
+        try:
+            out[str(f)] = read(str(f))
+        except Exception:  # noqa: BLE001 - a record Snakemake cannot read is left to Snakemake
+            continue
+    return out
+
+
+def restore_metadata(persistence: Any, records: dict[str, Any], states: dict[str, tuple[str, int]]) -> list[str]:
+    """Put back the metadata record of each file whose content is the one recorded before the run.
+
+    Parameters
+    ----------
+    persistence : snakemake.persistence.Persistence
+        ``workflow.persistence``.
+    records : dict
+        :func:`metadata_records` at the run's start.
+    states : dict
+        :func:`file_states` at the run's start: a file whose content differs now was written by a job that
+        succeeded, and keeps its new record.
+
+    Returns
+    -------
+    list of str
+        The files whose record was put back (or removed, where they had none).
+    """
+    write, delete = getattr(persistence, "_write_record", None), getattr(persistence, "_delete_record", None)
+    if write is None or delete is None or not hasattr(persistence, "_read_record"):
+        return []
+    clear = getattr(persistence, "_clear_cache", lambda: None)
+    fixed = []
+    for f, old in records.items():
+        p = Path(f)
+        try:
+            if f in states and (not p.is_file() or hashlib.sha256(p.read_bytes()).hexdigest() != states[f][0]):
+                continue
+            clear()
+            if persistence._read_record(f) == old:
+                continue
+            if old is None:
+                delete(f)
+            else:
+                write(f, old)
+            clear()
+            fixed.append(f)
+        except Exception:  # noqa: BLE001 - never turn the run's error into another one
             continue
     return fixed
 
