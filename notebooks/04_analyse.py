@@ -2490,7 +2490,7 @@ record("intro.contribution.measurement", (
     f"tasks (identification, t2, and verification, t3), with blank- and shuffled-image controls, "
     f"{designs.design_of(cfg)['distractors']} distractors and the ImageNet-C fog severities as a nominal control: "
     f"{numbers['n_conditions']} conditions per model." + pc_words))
-evidence = []
+evidence, unstated = [], []
 for signal, rq in (("c_int", "rq2"), ("verbal_conf", "rq2"), ("abstain", "rq3")):
     v = verdicts(f"{rq}.{signal}.{{arm}}.t2", physical)
     defined = {k_: g for k_, g in v.items() if k_ in LAG_WORDS}
@@ -2500,7 +2500,10 @@ for signal, rq in (("c_int", "rq2"), ("verbal_conf", "rq2"), ("abstain", "rq3"))
                                                                for k_, g in defined.items())
                         + f" of the {n_def} model–arm pairs where W is defined")
     else:
-        evidence.append(f"whether the {SIGNAL_WORDS[signal]} follows it cannot be stated")
+        unstated.append(f"the {SIGNAL_WORDS[signal]}")
+if unstated:
+    evidence.append(f"whether {fmt_list(unstated)} follow{'s' if len(unstated) == 1 else ''} it cannot be stated "
+                    "(accuracy does not collapse, or the signal has no values)")
 n_w = sum(len(g) for k_, g in wording.items() if k_ != claims.UNDEFINED)
 dep_w = len(wording.get(claims.ABOVE, [])) + len(wording.get(claims.BELOW, []))
 evidence.append((f"the abstain rate depends on the wording of the abstain option for {dep_w} of {n_w} model–arm pairs"
@@ -2524,8 +2527,10 @@ confounded = sum(numbers.get(f"diagnostic.floor.{c}.{t}.{key(m)}") in (diagnosti
                                                                       diagnostics.ABOVE_GUESSER)
                  for m in VLMS for t in ("t2", "t3") for c in cube.CONTROL_ARMS)
 n_dominated = sum(len(who) for who in dominated.values())
-marker_words = (f", and the box marker is hard to see at {fmt_level(V_END)} m on a share of {fmt(hard['fog'])} of "
-                f"the items in fog" if "fog" in hard and np.isfinite(hard["fog"]) else "")
+marker_share = hard.get("fog", np.nan)
+marker_words = ("" if not np.isfinite(marker_share) else f", and the box marker is hard to see at {fmt_level(V_END)} m "
+                "in fog on " + ("none" if marker_share == 0 else "all" if marker_share == 1 else
+                                f"a share of {fmt(marker_share)}") + " of the items")
 record("intro.contribution.diagnostics", (
     "Design diagnostics for confidence studies under degradation, the checks through which the spec's pilot found "
     "its own design confounded (a distractor prior, an answer bias of the yes/no question, a box marker), run on "

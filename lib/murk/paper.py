@@ -873,7 +873,8 @@ def _embed(nb_path: Path, label: str, cell, fig_dir: Path, link: str) -> str:
 def _placeholder(label: str, fig_dir: Path, why: str) -> str:
     """A labelled stand-in for an embed whose notebook is missing: the paper says so instead of failing."""
     text = f"{NOT_COMPUTED}: {why}"
-    cap = text + (f" ({SPEC_COUNTERPARTS[label]})" if label in SPEC_COUNTERPARTS else "")  # the spec's map holds
+    # the placeholder's caption names its spec counterpart too (SPEC_COUNTERPARTS)
+    cap = text + (f" ({SPEC_COUNTERPARTS[label]})" if label in SPEC_COUNTERPARTS else "")
     if label.startswith("fig-"):
         fig_dir.mkdir(parents=True, exist_ok=True)
         f = fig_dir / f"missing-{label}.svg"
