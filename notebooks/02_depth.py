@@ -126,7 +126,7 @@ fig.tight_layout()
 
 # %%
 #| label: fig-scene
-#| fig-cap: "One scene across the sweep in fog (top) and under water (bottom), degraded first, the box drawn after the degradation."
+#| fig-cap: "One scene across the sweep in fog (top) and under water (bottom), degraded first, the box drawn after the degradation (spec Fig. 2)."
 scene, passed = None, {}
 for i in range(len(table)):
     row = table.iloc[i]

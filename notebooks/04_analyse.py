@@ -328,7 +328,7 @@ record("pipeline_check_note", (
 
 # %%
 #| label: tbl-models
-#| tbl-cap: "Models, the items each was read out on (the first n of the selection), revisions, visual tokens per image and the median first-token probability on the option letters on clean images (option mass, t2 / t3); † marks a model below the threshold."
+#| tbl-cap: "Models, the items each was read out on (the first n of the selection), revisions, visual tokens per image and the median first-token probability on the option letters on clean images (option mass, t2 / t3); † marks a model below the threshold (beyond the spec as a table; in the text of spec Section III)."
 show_table(paper.markdown_table([
     {"model": f"`{m}`" + (f" {DAGGER}" if str(m) in LOW_MASS else ""), "items (n)": str(N_OF[str(m)]),
      "revision": f"`{str(rev)[:23 if str(rev).startswith('sha256:') else 12] or 'n/a'}`",
@@ -347,7 +347,7 @@ show_table(paper.markdown_table([
 
 # %%
 #| label: tbl-missing
-#| tbl-cap: "Items that could not be read out (missing or undecodable image, image over the pixel limit or of another size than its annotation, missing depth), by model."
+#| tbl-cap: "Items that could not be read out (missing or undecodable image, image over the pixel limit or of another size than its annotation, missing depth), by model (beyond the spec)."
 rows = []
 if "missing_reason" in full:
     reasons = full["missing_reason"].transpose("model", "image").values
@@ -827,7 +827,7 @@ show(figures.plot_signal_vs_visibility(means, "verbal_conf", "t2", chance=CHANCE
 
 # %%
 #| label: fig-blind-spot
-#| fig-cap: "Blind-spot widths W of the four awareness signals with bootstrap intervals, t2 (upper half) and t3 (lower half); the legend names the marks that occur (crossings, lower and upper bounds); W is undefined where accuracy does not cross."
+#| fig-cap: "Blind-spot widths W of the four awareness signals with bootstrap intervals, t2 (upper half) and t3 (lower half); the legend names the marks that occur (crossings, lower and upper bounds); W is undefined where accuracy does not cross (spec Fig. 4: t2 upper, t3 lower)."
 show(figures.plot_blind_spot_widths(cross, ("t2", "t3"), marked=LOW_MASS), "blind_spot")
 
 # %%
@@ -853,7 +853,7 @@ show_table(paper.markdown_table(rows), "end-of-sweep")
 
 # %%
 #| label: fig-reliability-t2
-#| fig-cap: "Reliability diagrams of the internal confidence over the degraded levels, t2; marker area: share of the answers in the bin; grey: confidence of at least 0.9."
+#| fig-cap: "Reliability diagrams of the internal confidence over the degraded levels, t2; marker area: share of the answers in the bin; grey: confidence of at least 0.9 (spec Fig. 5)."
 show(figures.plot_reliability(sc, "t2", marked=LOW_MASS), "reliability_t2")
 
 # %% [markdown]
@@ -862,7 +862,7 @@ show(figures.plot_reliability(sc, "t2", marked=LOW_MASS), "reliability_t2")
 
 # %%
 #| label: tbl-confident
-#| tbl-cap: "Accuracy of t2 answers given with high internal confidence, pooled over the murky levels of both arms, with their number n."
+#| tbl-cap: "Accuracy of t2 answers given with high internal confidence, pooled over the murky levels of both arms, with their number n (beyond the spec as a table; in the text of spec Section IV)."
 threshold = f"{sc.attrs['confident_threshold']:g}"
 answered = [m for m in VLMS if int(sc["confident_n"].sel(model=m))]
 parts = []
@@ -882,7 +882,7 @@ show_table(paper.markdown_table([
 
 # %%
 #| label: tbl-auroc
-#| tbl-cap: "AUROC of the internal confidence as a detector of correct answers, per arm and level (rows) and model (columns), t2, with bootstrap intervals."
+#| tbl-cap: "AUROC of the internal confidence as a detector of correct answers, per arm and level (rows) and model (columns), t2, with bootstrap intervals (beyond the spec as a table; in the text of spec Section IV)."
 rows = []
 for arm in physical:
     for lvl in sc["level"].values:
@@ -953,7 +953,7 @@ show(figures.plot_signal_vs_visibility(means, "abstain", "t2", reference="correc
 
 # %%
 #| label: fig-abstain2-t2
-#| fig-cap: "Abstain rates with the main wording (solid) and with “I don't know” (dashed), with accuracy (dotted), one row per model, t2."
+#| fig-cap: "Abstain rates with the main wording (solid) and with “I don't know” (dashed), with accuracy (dotted), one row per model, t2 (spec Fig. 6)."
 show(figures.plot_abstain_comparison(means, "t2", chance=CHANCE["t2"], marked=LOW_MASS), "abstain2_t2")
 
 # %% [markdown]
@@ -1161,7 +1161,7 @@ display(Markdown(numbers["finding.rq4.t2"]))
 
 # %%
 #| label: fig-nominal
-#| fig-cap: "Nominal ImageNet-C severities placed at their median equivalent visibility on each model's fog curve, t2; the severities are numbered above the axes."
+#| fig-cap: "Nominal ImageNet-C severities placed at their median equivalent visibility on each model's fog curve, t2; the severities are numbered above the axes (spec Fig. 7)."
 if np.isfinite(veq_median).any():
     fig = figures.plot_nominal_vs_physical(means, veq_median, "t2", chance=CHANCE["t2"], marked=LOW_MASS)
 else:
@@ -1240,7 +1240,7 @@ display(Markdown("\n\n".join(numbers[k] for k in numbers if k.startswith("findin
 
 # %%
 #| label: tbl-diagnostics
-#| tbl-cap: "Design diagnostics from the controls, per model and task: blank- and shuffled-image accuracy with bootstrap intervals, chance, the prior guesser's accuracy on the model's items, the verdict of each floor, and t3's most frequent answer on the blank image with its share."
+#| tbl-cap: "Design diagnostics from the controls, per model and task: blank- and shuffled-image accuracy with bootstrap intervals, chance, the prior guesser's accuracy on the model's items, the verdict of each floor, and t3's most frequent answer on the blank image with its share (beyond the spec as a table; in the text of spec Section IV)."
 T3_OPTIONS = list(cfg["prompts"]["t3_options"])
 rows, flagged, floors, dominated = [], set(), {}, {}
 FLOOR_FAMILY: list[tuple] = []   # (model, control, task, estimate, replicates, chance, guesser, table row)
@@ -1323,7 +1323,7 @@ display(Markdown(numbers["finding.diagnostic"]))
 
 # %%
 #| label: tbl-marker
-#| tbl-cap: "The box marker as a vision encoder sees it: its contrast against its surround, averaged over the patches it touches, on the clean image and at the design's murkiest level of each physical arm (median over items), and the share of items whose marker is hard to see."
+#| tbl-cap: "The box marker as a vision encoder sees it: its contrast against its surround, averaged over the patches it touches, on the clean image and at the design's murkiest level of each physical arm (median over items), and the share of items whose marker is hard to see (beyond the spec)."
 WIDTH, COLOR = int(cfg["render"]["box_width_px"]), tuple(cfg["render"].get("box_color_rgb", (255, 0, 0)))
 V_END = float(SWEEP[-1])
 contrast = {"clean": [], "fog": [], "underwater": []}
@@ -1391,7 +1391,7 @@ display(Markdown(numbers["finding.diagnostic_marker"]))
 
 # %%
 #| label: tbl-design-comparison
-#| tbl-cap: "This run's design and, when another design's run is given (compare_with), that run's, on the models and images both read out: blank- and shuffled-image accuracy (t2), t3's most frequent blank-image answer share, and V_acc (t2) in fog and under water."
+#| tbl-cap: "This run's design and, when another design's run is given (compare_with), that run's, on the models and images both read out: blank- and shuffled-image accuracy (t2), t3's most frequent blank-image answer share, and V_acc (t2) in fog and under water (beyond the spec)."
 record("finding.design", designs.describe_design(cfg))
 record("methods.distractors", designs.methods_text(cfg, "distractors"))   # the paper's methods: this design's rules
 record("methods.binary_task", designs.methods_text(cfg, "binary_task"))
@@ -1500,7 +1500,7 @@ figures.save(figures.plot_abstain_comparison(means, "t3", chance=CHANCE["t3"], m
 
 # %%
 #| label: tbl-monotonicity
-#| tbl-cap: "Monotonicity: adjacent level pairs moving the wrong way, raw · beyond two standard errors, per series."
+#| tbl-cap: "Monotonicity: adjacent level pairs moving the wrong way, raw · beyond two standard errors, per series (beyond the spec)."
 short = {"correct": "accuracy", "c_int": "c_int", "verbal_conf": "verbal", "abstain": "abstain", "abstain2": "abstain₂"}
 mono_arms = [a for a in (*cube.PHYSICAL_ARMS, "imagenet_c") if a in sc["arm"].values]
 rows = []
@@ -1568,7 +1568,7 @@ show_table(paper.markdown_table([{"setting": f"`{r['setting']}`", "value": one_l
 
 # %%
 #| label: fig-examples
-#| fig-cap: "The first items across fog and underwater levels with one model's t2 answer (✓ correct, ✗ wrong), internal confidence c, verbalized confidence v and abstain decision (abst.: abstained, ans.: answered); the model is named above the grid."
+#| fig-cap: "The first items across fog and underwater levels with one model's t2 answer (✓ correct, ✗ wrong), internal confidence c, verbalized confidence v and abstain decision (abst.: abstained, ans.: answered); the model is named above the grid (spec Fig. 9)."
 example_levels, n_examples = tuple(k for k in (0, 3, 5, 6, 7, 8) if k <= END), 3   # END: the design's last level
 model0 = VLMS[0]
 tiles, captions, row_labels = [], [], []
@@ -1674,7 +1674,7 @@ if not HAS_MONITOR:   # one sentence each for what the paper would say about it 
 
 # %%
 #| label: fig-monitor
-#| fig-cap: "The monitor's estimate V̂ against the true visibility V: median and P10–P90 over images; grey: within a factor of two."
+#| fig-cap: "The monitor's estimate V̂ against the true visibility V: median and P10–P90 over images; grey: within a factor of two (beyond the spec)."
 if HAS_MONITOR:
     show(figures.plot_monitor_accuracy(VIS[1:], {arm: band[arm][0] for arm in cube.PHYSICAL_ARMS}), "monitor_vhat",
          pipeline_check=False)
@@ -1683,7 +1683,7 @@ else:
 
 # %%
 #| label: tbl-monitor-accuracy
-#| tbl-cap: "Accuracy of the monitor's visibility estimate per level (oracle: the rendering's depth and arm; deployable: the degraded image alone, its last two columns); upper bounds: the share of the oracle's estimates where most usable pixels are opaque, so that V̂ only bounds V from above (the monitor then abstains); on the ImageNet-C severities, the share of images whose estimate lies within a factor of two of their own gain-matched equivalent visibility."
+#| tbl-cap: "Accuracy of the monitor's visibility estimate per level (oracle: the rendering's depth and arm; deployable: the degraded image alone, its last two columns); upper bounds: the share of the oracle's estimates where most usable pixels are opaque, so that V̂ only bounds V from above (the monitor then abstains); on the ImageNet-C severities, the share of images whose estimate lies within a factor of two of their own gain-matched equivalent visibility (beyond the spec)."
 if HAS_MONITOR:
     rows = []
     for arm in cube.PHYSICAL_ARMS:
@@ -1745,7 +1745,7 @@ show_table(md, "monitor-accuracy")
 
 # %%
 #| label: tbl-monitor-w
-#| tbl-cap: "The monitor as an awareness signal: its crossing visibility and W = log10(V_acc / V_aware) against each VLM, with paired bootstrap intervals."
+#| tbl-cap: "The monitor as an awareness signal: its crossing visibility and W = log10(V_acc / V_aware) against each VLM, with paired bootstrap intervals (beyond the spec)."
 if HAS_MONITOR:
     MODES = [mode for mode in monitor.MONITOR_IDS if mode in full["model"].values]   # the oracle, the deployable mode
     mscores = analysis.image_scores(full.sel(model=[*MODES, *VLMS]))
@@ -1866,7 +1866,7 @@ show_table(md, "monitor-w")
 
 # %%
 #| label: tbl-monitor-gate
-#| tbl-cap: "The gate on the report half of the images (t2, all levels of one arm): coverage and risk of answering everything, of the VLM's abstain option, of the monitor (oracle and deployable) and of the internal confidence at matched coverage; n: questions in the report half, V̂ upper bounds: those whose estimate is only an upper bound (opaque), which never pass the monitor's gate."
+#| tbl-cap: "The gate on the report half of the images (t2, all levels of one arm): coverage and risk of answering everything, of the VLM's abstain option, of the monitor (oracle and deployable) and of the internal confidence at matched coverage; n: questions in the report half, V̂ upper bounds: those whose estimate is only an upper bound (opaque), which never pass the monitor's gate (beyond the spec)."
 MODE_NAME = {monitor.MONITOR_ID: "oracle", monitor.MONITOR_DEPLOYABLE_ID: "deployable"}
 if HAS_MONITOR:
     rows = []
@@ -1918,7 +1918,7 @@ show_table(md, "monitor-gate")
 
 # %%
 #| label: tbl-monitor-depth
-#| tbl-cap: "The monitor given a wrong depth, against the rendering depth (oracle), on the first items: share of V̂ within a factor of two of V over the monitor's band, median V̂ over the oracle's V̂, share of (image, level) cells whose gate decision changes, and clean images below the gate."
+#| tbl-cap: "The monitor given a wrong depth, against the rendering depth (oracle), on the first items: share of V̂ within a factor of two of V over the monitor's band, median V̂ over the oracle's V̂, share of (image, level) cells whose gate decision changes, and clean images below the gate (beyond the spec)."
 try:
     current = depth.current_depth(output_dir)
 except FileNotFoundError:  # a cube analysed without its depth stage
@@ -2015,7 +2015,7 @@ display(Markdown(numbers["finding.monitor.depth"]))
 
 # %%
 #| label: tbl-monitor-modes
-#| tbl-cap: "The monitor in both modes: oracle (the rendering's depth and arm) and deployable (the degraded image alone); within ×2: share of V̂ within a factor of two of V over the monitor's band; upper bounds: at the murkiest level; arm identified: share of the arm's renderings read as that arm; clean abstentions: false abstentions on the clean images; W: the abstain rate's blind-spot width against each VLM (t2)."
+#| tbl-cap: "The monitor in both modes: oracle (the rendering's depth and arm) and deployable (the degraded image alone); within ×2: share of V̂ within a factor of two of V over the monitor's band; upper bounds: at the murkiest level; arm identified: share of the arm's renderings read as that arm; clean abstentions: false abstentions on the clean images; W: the abstain rate's blind-spot width against each VLM (t2) (beyond the spec)."
 HAS_DEPLOYABLE = HAS_MONITOR and monitor.MONITOR_DEPLOYABLE_ID in MODES
 if HAS_DEPLOYABLE:
     rows = []
@@ -2098,7 +2098,7 @@ display(Markdown(numbers["finding.monitor.deployable"]))
 
 # %%
 #| label: tbl-recalibration
-#| tbl-cap: "Recalibration of the internal confidence on the test half of the images (split by image id, seeded): no recalibration, one global temperature, an oracle temperature per level (the range of the fitted T over the arm's levels) and T(V̂) = exp(a + b·log10 V̂) of the deployable monitor's estimate; ECE and AUROC pooled over the arm's levels, and W, each with its bootstrap interval over the test images."
+#| tbl-cap: "Recalibration of the internal confidence on the test half of the images (split by image id, seeded): no recalibration, one global temperature, an oracle temperature per level (the range of the fitted T over the arm's levels) and T(V̂) = exp(a + b·log10 V̂) of the deployable monitor's estimate; ECE and AUROC pooled over the arm's levels, and W, each with its bootstrap interval over the test images (beyond the spec)."
 RECAL_NAMES = {"none": "none", "global": "global T", "per_level": "oracle T per level",
                "visibility": "T(V̂), deployable monitor"}
 OPTS = [f"p_option_{i}" for i in range(unit.N_OPTION_READOUTS)]
@@ -2267,7 +2267,7 @@ display(Markdown(numbers["finding.recal"]))
 
 # %%
 #| label: fig-reliability-recal
-#| fig-cap: "Reliability of the internal confidence on the test half (t2, pooled over the levels of each arm) before and after recalibration: accuracy against mean confidence per bin (marker area: answers in the bin); the dashed diagonal is perfect calibration."
+#| fig-cap: "Reliability of the internal confidence on the test half (t2, pooled over the levels of each arm) before and after recalibration: accuracy against mean confidence per bin (marker area: answers in the bin); the dashed diagonal is perfect calibration (beyond the spec)."
 if RELIAB:
     models_ = list(dict.fromkeys(r_ for r_, _ in RELIAB))
     show(figures.plot_reliability_methods(RELIAB, models_, RECAL_ARMS), "reliability_recal")
@@ -2276,7 +2276,7 @@ else:
 
 # %%
 #| label: tbl-risk-coverage
-#| tbl-cap: "Risk–coverage of every abstention signal on the test half, all levels of one arm: AURC (the mean selective risk over the answers as each enters, lower is better) with its paired bootstrap interval, its excess over the best possible ranking (E-AURC), and the largest coverage whose risk stays within each bound."
+#| tbl-cap: "Risk–coverage of every abstention signal on the test half, all levels of one arm: AURC (the mean selective risk over the answers as each enters, lower is better) with its paired bootstrap interval, its excess over the best possible ranking (E-AURC), and the largest coverage whose risk stays within each bound (beyond the spec)."
 RISKS = (0.10, 0.25)   # the bounded risks of the coverage read-off (issue 24: 10 % and 25 % of errors)
 RC_NAMES = {"c_int": "internal confidence", "verbal_conf": "verbalized confidence", "abstain": "1 − p(abstain)",
             "abstain2": "1 − p(abstain₂)", "monitor_deployable": "V̂ (deployable)", "monitor_oracle": "V̂ (oracle)",
@@ -2347,7 +2347,7 @@ display(Markdown(numbers["finding.rc"]))
 
 # %%
 #| label: fig-risk-coverage
-#| fig-cap: "Risk–coverage curves on the test half (t2, all levels of each arm): the error rate of the answers kept against the share kept, as each signal's threshold falls."
+#| fig-cap: "Risk–coverage curves on the test half (t2, all levels of each arm): the error rate of the answers kept against the share kept, as each signal's threshold falls (beyond the spec)."
 if CURVES:
     show(figures.plot_risk_coverage(CURVES, list(dict.fromkeys(r_ for r_, _ in CURVES)), RECAL_ARMS), "risk_coverage")
 else:
@@ -2543,6 +2543,81 @@ record("discussion.scope", (
     "model's own awareness; its measured accuracy and gate are in the section before."))
 display(Markdown("\n\n".join(numbers[k] for k in ("abstract", "discussion.confidence", "discussion.abstention",
                                                      "discussion.nominal", "discussion.scope"))))
+
+# %% [markdown]
+# The introduction's contributions, (i)–(iv) as the spec lists its own: each
+# item is written from this run (the design, the models and items run, the
+# verdicts above), so that it claims what the cube shows and no more; the
+# results of random-weight checkpoints are labelled as the pipeline check they are.
+
+# %%
+#| label: num-contributions
+arms_words = fmt_list({"fog": "fog (Koschmieder)", "underwater": "clear water (Pope–Fry absorption)"}.get(a, a)
+                      for a in physical)
+record("intro.contribution.protocol", (
+    "A protocol that places accuracy, internal confidence, verbalized confidence and abstention on one physical "
+    f"axis, the visibility V in metres, for {arms_words}, with a scale-free summary, the blind-spot width "
+    "W = log10(V_acc / V_aware), fixed with the rest of the design in the run's frozen configuration "
+    f"(hash {numbers['config_hash']})."))
+subset = [f"{name(m)} on the first {N_OF[m]}" for m in VLMS if N_OF[m] < ds.sizes["image"]]
+pc_words = (f" The read-outs of {fmt_list(name(m) for m in PC_MODELS)} come from random-weight checkpoints: a "
+            "pipeline check of murk end to end, not a measurement of any VLM." if PC_MODELS else "")
+ALL_PC = bool(PC_MODELS) and len(PC_MODELS) == n_models
+record("intro.contribution.measurement", (
+    ("A pipeline check" if ALL_PC else "A measurement") + f" on {numbers['n_items']} COCO val2017 images" + (f" ({fmt_list(subset)})" if subset else "")
+    + f", {model_words}, {len(physical)} physical degradation arm{'s' if len(physical) != 1 else ''} and two "
+    f"tasks (identification, t2, and verification, t3), with blank- and shuffled-image controls, "
+    f"{designs.design_of(cfg)['distractors']} distractors and the ImageNet-C fog severities as a nominal control: "
+    f"{numbers['n_conditions']} conditions per model." + pc_words))
+evidence, unstated = [], []
+for signal, rq in (("c_int", "rq2"), ("verbal_conf", "rq2"), ("abstain", "rq3")):
+    v = verdicts(f"{rq}.{signal}.{{arm}}.t2", physical)
+    defined = {k_: g for k_, g in v.items() if k_ in LAG_WORDS}
+    n_def = sum(len(g) for g in defined.values())
+    if n_def:
+        evidence.append(f"the {SIGNAL_WORDS[signal]} " + fmt_list(f"{LAG_WORDS[k_]} for {len(g)}"
+                                                               for k_, g in defined.items())
+                        + f" of the {n_def} model–arm pairs where W is defined")
+    else:
+        unstated.append(f"the {SIGNAL_WORDS[signal]}")
+if unstated:
+    evidence.append(f"whether {fmt_list(unstated)} follow{'s' if len(unstated) == 1 else ''} it cannot be stated "
+                    "(accuracy does not collapse, or the signal has no values)")
+n_w = sum(len(g) for k_, g in wording.items() if k_ != claims.UNDEFINED)
+dep_w = len(wording.get(claims.ABOVE, [])) + len(wording.get(claims.BELOW, []))
+evidence.append((f"the abstain rate depends on the wording of the abstain option for {dep_w} of {n_w} model–arm pairs"
+                 if dep_w else f"no dependence of the abstain rate on the option's wording is observed ({n_w} "
+                 "model–arm pairs)") if n_w else "whether the abstain rate depends on the option's wording cannot "
+                "be stated")
+if "nominal.veq_range" in numbers:
+    where = ([f"on the plateau of accuracy for {count_phrase(nom['plateau'], n_models, 'model')}"]
+             if "plateau" in nom else []) + ([f"in the failure band for "
+                                               f"{count_phrase(nom['reaches the band'], n_models, 'model')}"]
+                                              if "reaches the band" in nom else [])
+    evidence.append(f"the ImageNet-C fog severities are equivalent to median visibilities of "
+                    f"{numbers['nominal.veq_range']} m" + (", " + fmt_list(where) if where else ""))
+lead = ("What this run's read-outs show, all of them a pipeline check (random-weight checkpoints, no finding about "
+        "any VLM): " if ALL_PC else
+        f"Evidence, for the models run (the read-outs of {fmt_list(name(m) for m in PC_MODELS)} only a pipeline "
+        "check): " if PC_MODELS else "Evidence, for the models run: ")
+record("intro.contribution.evidence", lead + "against accuracy on t2, " + "; ".join(evidence) + ".")
+n_floors = len(VLMS) * 2 * len(cube.CONTROL_ARMS)
+confounded = sum(numbers.get(f"diagnostic.floor.{c}.{t}.{key(m)}") in (diagnostics.BELOW_CHANCE,
+                                                                      diagnostics.ABOVE_GUESSER)
+                 for m in VLMS for t in ("t2", "t3") for c in cube.CONTROL_ARMS)
+n_dominated = sum(len(who) for who in dominated.values())
+marker_share = hard.get("fog", np.nan)
+marker_words = ("" if not np.isfinite(marker_share) else f", and the box marker is hard to see at {fmt_level(V_END)} m "
+                "in fog on " + ("none" if marker_share == 0 else "all" if marker_share == 1 else
+                                f"a share of {fmt(marker_share)}") + " of the items")
+record("intro.contribution.diagnostics", (
+    "Design diagnostics for confidence studies under degradation, the checks through which the spec's pilot found "
+    "its own design confounded (a distractor prior, an answer bias of the yes/no question, a box marker), run on "
+    f"this design's controls: {confounded} of the {n_floors} control floors (model, task, blank or shuffled image) "
+    f"lie below chance or above a prior guesser, one answer dominates t3 on the blank image for {n_dominated} of "
+    f"{n_models} model{'s' if n_models != 1 else ''}" + marker_words + "."))
+display(Markdown("\n".join(f"- ({i}) {numbers['intro.contribution.' + k]}" for i, k in
+                           zip(("i", "ii", "iii", "iv"), ("protocol", "measurement", "evidence", "diagnostics")))))
 
 # %% [markdown]
 # ## Colophon and the numbers file

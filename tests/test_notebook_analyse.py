@@ -737,6 +737,11 @@ def test_the_demo_abstract_says_no_collapse(demo):
         assert _expected_abstract_rq1(n, arm) in n["abstract"]
     assert "collapses to chance for" not in n["abstract"] and "pipeline check" in n["abstract"]
     assert n["discussion.confidence"].startswith("No lag of a confidence")
+    # the introduction's contributions (issue 39): a run of random-weight checkpoints only is a pipeline check,
+    # neither a measurement nor evidence, and no lag is claimed where accuracy does not collapse
+    assert n["intro.contribution.measurement"].startswith(f"A pipeline check on {n['n_items']} COCO val2017 images")
+    assert n["intro.contribution.evidence"].startswith("What this run's read-outs show, all of them a pipeline check")
+    assert "lags it" not in n["intro.contribution.evidence"] and "cannot be stated" in n["intro.contribution.evidence"]
 
 
 def test_one_analysis_identity_in_every_artifact_and_a_mixed_paper_refused(root, numbers, synthetic_paper, tmp_path):

@@ -420,3 +420,157 @@ def test_the_rendered_paper_carries_the_identities(tmp_path):
     assert '<meta name="murk-run-id" content="r-111111111111">' in head
     assert '<meta name="murk-analysis-id" content="a-aaaaaaaaaaaa">' in head
     assert "Run r-111111111111, analysis a-aaaaaaaaaaaa." in " ".join(html.split())
+
+
+# --- the spec's map (issue 39, item 4): every figure and table named as its spec counterpart, the spec's
+# section numbers, a generated contributions list ---
+
+#: the spec the study follows (README); where it is not beside the repository, the figures and tables its text
+#: names, as read from it (the test below checks the two agree where the spec is present)
+SPEC = paths.project_root().parent / "shared" / "spec" / "000_5b25beb428bfee63.txt"
+SPEC_NAMED = {"Fig. 2", "Fig. 3", "Fig. 4", "Fig. 5", "Fig. 6", "Fig. 7", "Fig. 8", "Fig. 9", "Table II",
+              "Table III", "Table IV", "Table V", "Table VI", "Table VII", "Table IX", "Table X"}
+
+
+def _spec_text() -> str:
+    return SPEC.read_text(encoding="utf-8") if SPEC.is_file() else " ".join(sorted(SPEC_NAMED))
+
+
+def _paper_captions() -> dict[str, str]:
+    """The figures and tables paper/index.qmd embeds: label -> the caption its notebook cell gives
+    (``#| fig-cap:`` / ``#| tbl-cap:`` of notebooks/<stage>.py, the source of the executed notebook)."""
+    out = {}
+    for nb, label in paper.EMBED_RE.findall(QMD.read_text(encoding="utf-8")):
+        src = (paths.project_root() / "notebooks" / (nb.rsplit("/", 1)[-1].removesuffix(".ipynb") + ".py"))
+        cells = {}
+        for cell in src.read_text(encoding="utf-8").split("# %%"):
+            opts = paper.cell_options(cell.lstrip("\n"))
+            if opts.get("label"):
+                cells[opts["label"]] = opts
+        assert label in cells, (src, label)
+        out[label] = str(cells[label].get("fig-cap" if label.startswith("fig-") else "tbl-cap", ""))
+    return out
+
+
+def test_the_spec_names_the_figures_and_tables_the_map_is_held_against():
+    assert paper.spec_mentions("Figure 2; (Fig.\xa04, Table\xa0V); Figs. 3 and 8; Tables IX and X") == {
+        "Fig. 2", "Fig. 4", "Table V", "Fig. 3", "Fig. 8", "Table IX", "Table X"}
+    if not SPEC.is_file():
+        pytest.skip(f"{SPEC} not present")
+    assert paper.spec_mentions(_spec_text()) == SPEC_NAMED
+
+
+def test_every_figure_and_table_names_its_spec_counterpart():
+    """Each figure and table the paper embeds has an entry in murk.paper.SPEC_COUNTERPARTS ("spec Fig. N",
+    "spec Table N" or "beyond the spec") that its caption carries, and every figure and table the spec's text
+    names is named by one of them."""
+    captions = _paper_captions()
+    assert len(captions) > 30
+    assert paper.spec_map_problems(_spec_text(), captions) == []
+    named = {label: paper.spec_counterpart(label) for label in captions}
+    assert named["fig-signals-t2"] == "spec Fig. 3" and named["tbl-sweep-t3"] == "spec Table X"
+    assert named["tbl-monitor-gate"].startswith("beyond the spec")
+
+
+def test_the_spec_map_check_notices_each_gap():
+    """Change one side of the map and the check says so: a figure added without a counterpart, a spec figure
+    with none, a caption that does not name its counterpart or names another one."""
+    captions = _paper_captions()
+    spec = _spec_text()
+    problems = paper.spec_map_problems(spec, {**captions, "fig-new": "A new figure."})
+    assert problems == ["fig-new: no spec counterpart (murk.paper.SPEC_COUNTERPARTS)"]
+    without = {k: v for k, v in captions.items() if k != "fig-nominal"}
+    assert paper.spec_map_problems(spec, without) == ["spec Fig. 7: no figure or table of the paper names it"]
+    assert paper.spec_map_problems(spec + " Table VIII", captions) == [
+        "spec Table VIII: no figure or table of the paper names it"]
+    bare = {**captions, "tbl-prompts": captions["tbl-prompts"].replace("(spec Table II)", "")}
+    problems = paper.spec_map_problems(spec, bare)
+    assert problems and all("tbl-prompts" in p or "Table II" in p for p in problems), problems
+    wrong = {**captions, "tbl-nominal": captions["tbl-nominal"] + " (spec Table VI)"}
+    assert any("tbl-nominal: its caption names ['Table VI']" in p for p in paper.spec_map_problems(spec, wrong))
+    with pytest.raises(KeyError, match="SPEC_COUNTERPARTS"):
+        paper.spec_counterpart("fig-new")
+
+
+def _top_sections(text: str) -> list[str]:
+    """The numbered top-level headings of a .qmd, in order (not .unnumbered, not .appendix)."""
+    heads = re.findall(r"^# (.+?)\s*(\{[^}]*\})?\s*$", paper.CELL_RE.sub("", text), flags=re.M)
+    return [h for h, attrs in heads if ".unnumbered" not in attrs and ".appendix" not in attrs]
+
+
+def test_the_sections_follow_the_spec_and_are_numbered_in_both_renderers():
+    """The paper's top-level sections are the spec's I-VI in its order (the beyond-the-spec parts are subsections
+    of the results); both renderers run the filter that numbers them in Roman numerals (Quarto: _quarto.yml;
+    the fallback: murk.paper.LUA_FILTERS), and it numbers HTML and Typst alike."""
+    import pypandoc
+    import yaml
+
+    assert _top_sections(QMD.read_text(encoding="utf-8")) == list(paper.SPEC_SECTIONS.values())
+    quarto = yaml.safe_load((paths.project_root() / "_quarto.yml").read_text(encoding="utf-8"))
+    assert [f"paper/{f}" for f in paper.LUA_FILTERS] == quarto["filters"]
+    assert not quarto.get("number-sections") and not quarto["format"]["html"].get("number-sections")
+    lua = paths.project_root() / "paper" / paper.SECTION_FILTER
+    md = ("# Abstract {.unnumbered}\n\nx\n\n" + "".join(f"# {s}\n\n## Part\n\n## Part\n\n" for s in
+                                                        paper.SPEC_SECTIONS.values())
+          + "# Sweep tables {.appendix}\n\n# Colophon {.appendix}\n\n# References {.unnumbered}\n")
+    for fmt_ in ("html5", "typst"):
+        out = " ".join(re.sub(r"<[^>]+>", "", pypandoc.convert_text(md, fmt_, format="markdown",
+                                                                      extra_args=[f"--lua-filter={lua}"])).split())
+        for num, title in paper.SPEC_SECTIONS.items():
+            assert f"{num}. {title}" in out, (fmt_, num, out)
+        assert "A. Part" in out and "B. Part" in out and "C. Part" not in out, out
+        assert "Appendix A. Sweep tables" in out and "Appendix B. Colophon" in out, out
+        assert "Abstract" in out and ". Abstract" not in out and ". References" not in out, out
+
+
+def test_the_introduction_lists_the_contributions_from_the_run():
+    """The introduction carries the spec's (i)-(iv) as a list whose every item is a generated number key."""
+    text = QMD.read_text(encoding="utf-8")
+    intro = text.split("\n# Introduction\n", 1)[1].split("\n# Related work", 1)[0]
+    items = re.findall(r"^\(([ivx]+)\) `\{python\} N\[\"(intro\.contribution\.[a-z]+)\"\]`\s*$", intro, flags=re.M)
+    assert [i for i, _ in items] == ["i", "ii", "iii", "iv"], intro
+    src = (paths.project_root() / "notebooks" / "04_analyse.py").read_text(encoding="utf-8")
+    for _, k in items:
+        assert f'record("{k}"' in src, k   # written by the analyse notebook, not typed
+
+
+def _rendered_texts(res) -> tuple[str, str]:
+    """The rendered paper's HTML as text (tags dropped, entities decoded, whitespace collapsed), and its PDF's text."""
+    import html as html_lib
+    import shutil
+    import subprocess
+
+    html = " ".join(html_lib.unescape(re.sub(r"<[^>]+>", " ", res["html"].read_text(encoding="utf-8"))).split())
+    if shutil.which("pdftotext") is None:
+        pytest.skip("poppler-utils (pdftotext) not installed")
+    pdf = subprocess.run(["pdftotext", str(res["pdf"]), "-"], capture_output=True, text=True, check=True).stdout
+    return html, " ".join(pdf.split())
+
+
+@pytest.mark.slow
+def test_the_rendered_paper_carries_the_spec_map(synthetic_paper):
+    """In the HTML and in the PDF of a rendered paper (the synthetic root of tests/test_notebook_analyse.py):
+    every figure and table of the spec is named by a caption ("spec Fig. N" / "spec Table N"), the beyond-the-spec
+    ones say so, the sections carry the spec's numbers I-VI, and the introduction lists the contributions
+    (i)-(iv) as the run's numbers give them."""
+    root, res = synthetic_paper
+    numbers = paper.load_numbers(paths.numbers_file(root))
+    html_raw = res["html"].read_text(encoding="utf-8")
+    html, pdf = _rendered_texts(res)
+    beyond = sum(1 for p in _paper_captions().values() if "beyond the spec" in p)
+    for where, text in (("html", html), ("pdf", pdf)):
+        for m in sorted(SPEC_NAMED):
+            assert f"spec {m}" in text, (where, m)
+        assert text.count("beyond the spec") >= beyond, where
+        for num, title in paper.SPEC_SECTIONS.items():
+            assert f"{num}. {title}" in text, (where, num, title)
+        assert "Appendix A. Sweep tables" in text, where
+        # the introduction's text (after the HTML's table of contents, which lists the numbered headings too)
+        intro = text.split(f"I. {paper.SPEC_SECTIONS['I']}")[-1].split(f"II. {paper.SPEC_SECTIONS['II']}", 1)[0]
+        for k in ("protocol", "measurement", "evidence", "diagnostics"):
+            value = " ".join(numbers[f"intro.contribution.{k}"].split())
+            assert value[:80] in intro, (where, k)
+        assert numbers["config_hash"] in intro and f"on {numbers['n_items']} COCO val2017 images" in intro, where
+        assert "pipeline check" in intro, where   # the synthetic root's random-weight model stays labelled
+    assert '<ol type="i">' in html_raw.split('id="introduction"', 1)[1].split('id="related-work"', 1)[0]
+    assert all(f"({i}) " in pdf for i in ("i", "ii", "iii", "iv"))

@@ -52,7 +52,9 @@ __all__ = ["fmt", "fmt_interval", "fmt_estimate", "fmt_bound", "fmt_crossing", "
            "remake_words",
            "resolve_qmd", "crossref", "label_numbers", "render_paper", "typst_options", "TYPST_HEADER", "markdown_table", "write_text_atomic",
            "write_netcdf_atomic",
-           "verbatim", "estimate_cell", "CELL_BREAK", "LUA_FILTER", "notebook_identity", "MixedPaperError",
+           "verbatim", "estimate_cell", "CELL_BREAK", "LUA_FILTER", "SECTION_FILTER", "LUA_FILTERS",
+           "SPEC_SECTIONS", "SPEC_COUNTERPARTS", "spec_counterpart", "spec_mentions", "spec_map_problems",
+           "notebook_identity", "MixedPaperError",
            "refuse_mixed_paper", "stamp_html"]
 
 INLINE_RE = re.compile(r"`\{python\}\s*N\[\s*[\"']([^\"']+)[\"']\s*\]\s*`")
@@ -875,6 +877,8 @@ def _embed(nb_path: Path, label: str, cell, fig_dir: Path, link: str) -> str:
 def _placeholder(label: str, fig_dir: Path, why: str) -> str:
     """A labelled stand-in for an embed whose notebook is missing: the paper says so instead of failing."""
     text = f"{NOT_COMPUTED}: {why}"
+    # the placeholder's caption names its spec counterpart too (SPEC_COUNTERPARTS)
+    cap = text + (f" ({SPEC_COUNTERPARTS[label]})" if label in SPEC_COUNTERPARTS else "")
     if label.startswith("fig-"):
         fig_dir.mkdir(parents=True, exist_ok=True)
         f = fig_dir / f"missing-{label}.svg"
@@ -883,9 +887,9 @@ def _placeholder(label: str, fig_dir: Path, why: str) -> str:
                      f'<rect width="640" height="60" fill="#f4f4f4" stroke="#999"/>'
                      f'<text x="320" y="35" font-family="sans-serif" font-size="14" text-anchor="middle">{esc}</text>'
                      f'</svg>', encoding="utf-8")
-        return f"![{text}]({f.as_posix()}){{#{label}}}\n"
+        return f"![{cap}]({f.as_posix()}){{#{label}}}\n"
     body = markdown_table([{"note": text}])
-    return f": {text} {{#{label}}}\n\n{body}" if label.startswith("tbl-") else f"*{text}*\n"
+    return f": {cap} {{#{label}}}\n\n{body}" if label.startswith("tbl-") else f"*{text}*\n"
 
 
 def resolve_embeds(text: str, redirect, fig_dir: str | os.PathLike, link_from: str | os.PathLike,
@@ -993,6 +997,144 @@ def resolve_qmd(text: str, numbers: Mapping[str, str], base_dir: str | os.PathLi
     return text
 
 
+# --- the spec's map: each figure and table of the paper named as its counterpart in the spec ---
+
+#: The spec's sections (its numbering, I–VI) and the paper's top-level sections that carry them, in order;
+#: ``paper/sections.lua`` numbers the paper's sections so (the beyond-the-spec parts are subsections of IV).
+SPEC_SECTIONS = {"I": "Introduction", "II": "Related work", "III": "Methods", "IV": "Results", "V": "Discussion",
+                 "VI": "Limitations"}
+
+_BEYOND = "beyond the spec"
+_IN_TEXT = "beyond the spec as a table; in the text of spec Section {}"
+
+#: The spec's map, as data: every figure and table the paper embeds (its cell label) -> the counterpart its
+#: caption names: ``spec Fig. N`` / ``spec Table N`` (the spec's own numbering: Figs. 2–9, Tables II–X, as its
+#: text cites them), or "beyond the spec" for what the spec has no figure or table of. The captions
+#: (``#| fig-cap:`` / ``#| tbl-cap:`` of the labelled cells of notebooks/04_analyse.py and 02_depth.py) carry
+#: the phrase verbatim; :func:`spec_map_problems` checks the captions, the paper's embeds and the spec's
+#: mentions against it (tests/test_paper.py). The spec's text names no Fig. 1, Table I or Table VIII.
+SPEC_COUNTERPARTS: dict[str, str] = {
+    "fig-scene": "spec Fig. 2",                # one scene at the levels of the sweep
+    "tbl-prompts": "spec Table II",            # the prompt templates
+    "tbl-config": "spec Table III",            # the fixed settings of the run
+    "tbl-models": _IN_TEXT.format("III"),      # the models (the spec lists them in Methods)
+    "fig-signals-t2": "spec Fig. 3",           # accuracy, confidence and abstention against V, t2
+    "tbl-crossings": "spec Table V",           # crossing visibilities and blind-spot widths
+    "fig-blind-spot": "spec Fig. 4",           # blind-spot widths, t2 upper and t3 lower, as the spec
+    "fig-reliability-t2": "spec Fig. 5",       # reliability of the internal confidence
+    "tbl-end-of-sweep": "spec Table IV",       # the end of the sweep (1.95 m)
+    "tbl-confident": _IN_TEXT.format("IV"),    # accuracy of the confident answers
+    "tbl-auroc": _IN_TEXT.format("IV"),        # AUROC per level
+    "fig-abstain2-t2": "spec Fig. 6",          # the generic abstain wording
+    "tbl-verbal-wordings": "spec Table VI",    # the verbalized-confidence wordings
+    "fig-nominal": "spec Fig. 7",              # the nominal severities on the fog curves
+    "tbl-nominal": "spec Table VII",           # ImageNet-C severities as visibilities
+    "tbl-diagnostics": _IN_TEXT.format("IV"),  # the controls, (a)–(c) of the spec's results
+    "tbl-marker": _BEYOND,
+    "tbl-design-comparison": _BEYOND,
+    "tbl-monotonicity": _BEYOND,
+    "fig-signals-t3": "spec Fig. 8",           # the verification task t3
+    "fig-examples": "spec Fig. 9",             # example images with one model's read-outs
+    "fig-monitor": _BEYOND,
+    "tbl-monitor-accuracy": _BEYOND,
+    "tbl-monitor-w": _BEYOND,
+    "tbl-monitor-gate": _BEYOND,
+    "tbl-monitor-depth": _BEYOND,
+    "tbl-monitor-modes": _BEYOND,
+    "tbl-recalibration": _BEYOND,
+    "fig-reliability-recal": _BEYOND,
+    "tbl-risk-coverage": _BEYOND,
+    "fig-risk-coverage": _BEYOND,
+    "tbl-sweep-t2": "spec Table IX",           # every level, t2
+    "tbl-sweep-t3": "spec Table X",            # every level, t3
+    "tbl-missing": _BEYOND,
+}
+
+#: a figure or table a text names: "Figure 2", "Fig. 4", "Figs. 3 and 8", "Table V", "Tables IX and X"
+_SPEC_REF_RE = re.compile(r"\b(Fig(?:ure)?s?\.?|Tables?)\s+([0-9]+|[IVXL]+)(?:\s*(?:,|and|–|-)\s*([0-9]+|[IVXL]+))?\b")
+
+
+def spec_mentions(text: str) -> set[str]:
+    """The figures and tables a text names, in the form ``"Fig. 4"`` / ``"Table V"``.
+
+    Parameters
+    ----------
+    text : str
+        The spec's text (or a caption); "Figure 2", "Fig. 4", "Figs. 3 and 8", "Tables IX and X" (also with
+        non-breaking spaces) are read.
+
+    Returns
+    -------
+    set of str
+
+    >>> sorted(spec_mentions("Figure 2 shows; (Fig. 4, Table V); Figs. 3 and 8; Tables IX and X"))
+    ['Fig. 2', 'Fig. 3', 'Fig. 4', 'Fig. 8', 'Table IX', 'Table V', 'Table X']
+    """
+    out = set()
+    for m in _SPEC_REF_RE.finditer(text.replace("\xa0", " ")):
+        kind = "Fig." if m.group(1).startswith("Fig") else "Table"
+        out.update(f"{kind} {n}" for n in m.group(2, 3) if n)
+    return out
+
+
+def spec_counterpart(label: str) -> str:
+    """The phrase the caption of the paper's figure or table ``label`` carries: ``"spec Fig. 3"``,
+    ``"spec Table V"`` or a "beyond the spec" phrase (:data:`SPEC_COUNTERPARTS`).
+
+    Raises
+    ------
+    KeyError
+        ``label`` has no entry: add it to ``murk.paper.SPEC_COUNTERPARTS`` with its spec counterpart, or
+        "beyond the spec".
+    """
+    try:
+        return SPEC_COUNTERPARTS[label]
+    except KeyError:
+        raise KeyError(f"the paper's {label!r} has no spec counterpart: add it to murk.paper.SPEC_COUNTERPARTS "
+                       f"(\"spec Fig. N\", \"spec Table N\" or \"beyond the spec\")") from None
+
+
+def spec_map_problems(spec_text: str, captions: Mapping[str, str],
+                      counterparts: Mapping[str, str] | None = None) -> list[str]:
+    """What keeps the paper from carrying the spec's map; empty when it does.
+
+    Parameters
+    ----------
+    spec_text : str
+        The spec's text: every figure and table it names (:func:`spec_mentions`) needs a counterpart.
+    captions : mapping
+        The paper's embedded figures and tables: cell label -> its caption (``fig-cap`` / ``tbl-cap``).
+    counterparts : mapping, optional
+        label -> caption phrase; default :data:`SPEC_COUNTERPARTS`.
+
+    Returns
+    -------
+    list of str
+        One line per problem: an embedded figure or table without an entry, a caption that does not carry
+        its entry's phrase or names another spec figure or table, a spec figure or table that no embedded one
+        names, an entry naming what the spec does not have.
+    """
+    counterparts = SPEC_COUNTERPARTS if counterparts is None else counterparts
+    named = spec_mentions(spec_text)
+    problems, covered = [], set()
+    for label, caption in captions.items():
+        if label not in counterparts:
+            problems.append(f"{label}: no spec counterpart (murk.paper.SPEC_COUNTERPARTS)")
+            continue
+        phrase = counterparts[label]
+        mine = spec_mentions(phrase) if phrase.startswith("spec ") else set()
+        covered |= mine
+        if phrase not in caption:
+            problems.append(f"{label}: its caption does not say {phrase!r}: {caption!r}")
+        others = {m for m in spec_mentions(caption.replace(phrase, "")) if f"spec {m}" in caption} - mine
+        if others:
+            problems.append(f"{label}: its caption names {sorted(others)}, its counterpart is {phrase!r}")
+        if mine - named:
+            problems.append(f"{label}: {phrase!r} is not a figure or table the spec names")
+    problems += [f"spec {m}: no figure or table of the paper names it" for m in sorted(named - covered)]
+    return problems
+
+
 LABEL_RE = re.compile(r"\{#((fig|tbl)-[A-Za-z0-9_-]+)\}")
 XREF_RE = re.compile(r"@((fig|tbl)-[A-Za-z0-9_-]+)")
 
@@ -1079,6 +1221,11 @@ TYPST_HEADER = """\
 #: the Lua filter that both Quarto (``filters:`` in ``_quarto.yml``) and :func:`render_paper` run: a raw
 #: ``<br>`` (:data:`CELL_BREAK`) becomes a line break of every output format
 LUA_FILTER = "linebreak.lua"
+#: the Lua filter that numbers the sections as the spec does (I–VI, subsections A, B, …, appendices A, B, …;
+#: Quarto's number-sections would be Arabic): run by Quarto (``_quarto.yml``) and by :func:`render_paper`
+SECTION_FILTER = "sections.lua"
+#: the Lua filters of both renderers, in the order they run (``_quarto.yml``'s ``filters:``)
+LUA_FILTERS = (LUA_FILTER, SECTION_FILTER)
 
 
 def typst_options(quarto_yml: str | os.PathLike | None = None) -> dict:
@@ -1461,10 +1608,11 @@ def render_paper(qmd: str | os.PathLike | None = None, output_dir: str | os.Path
     md_path.write_text(md, encoding="utf-8")
     bib = qmd.parent / "references.bib"
     common = ["--standalone", "--citeproc", f"--bibliography={bib}", f"--resource-path={qmd.parent}:{root}"]
-    lua = qmd.parent / LUA_FILTER
-    if not lua.is_file():
-        lua = paths.project_root() / "paper" / LUA_FILTER
-    common.insert(0, f"--lua-filter={lua}")  # before --citeproc, as Quarto runs its filters
+    for name in reversed(LUA_FILTERS):  # before --citeproc, as Quarto runs its filters, in _quarto.yml's order
+        lua = qmd.parent / name
+        if not lua.is_file():
+            lua = paths.project_root() / "paper" / name
+        common.insert(0, f"--lua-filter={lua}")
     html = out / "index.html"
     pypandoc.convert_file(str(md_path), "html5", format="markdown", outputfile=str(html),
                           extra_args=[*common, "--embed-resources", "--mathml", "--toc",
