@@ -328,6 +328,31 @@ def _cube(root: Path) -> xr.Dataset:
     return ds
 
 
+def _fresh_readouts(fresh: Path, model: str) -> list[str]:
+    """The Snakemake targets of a fresh root up to its read-outs (``model``'s and the visibility monitor's):
+    what the cube is merged from, without the analysis and the paper (:func:`_cube_of_stores`)."""
+    return [f"{fresh}/readout/{paths.model_slug(model)}.done", f"{fresh}/readout/murk--visibility-monitor.done"]
+
+
+def _cube_of_stores(root: Path, models: list[str]) -> xr.Dataset:
+    """The cube of ``root``'s read-out stores (the VLMs ``models`` and the visibility monitor's two), merged as the
+    analyse notebook's cell ``num-cube`` merges it (murk.cube.merge_models with the run identity and the images
+    digest of items_meta.json, on the selection's images), read as :func:`_cube` reads it.
+
+    The reference cube of a fresh root run up to its read-outs (:func:`_fresh_readouts`): the analysis and the paper
+    after it are the updated root's, run through Snakemake; the merge is the one the notebook calls (the demo's and
+    the synthetic root's notebooks run it end to end, and a change there makes the comparison fail)."""
+    from murk import items, monitor
+
+    table, meta = items.read_items(root)
+    stores = {m: paths.readout_store(m, root) for m in (*models, *monitor.MONITOR_IDS)}
+    cube.merge_models(stores, paths.cube_store(root),
+                      attrs={"run_id": workflow.run_id(meta["config_hash"], meta["items_hash"]),
+                             "images_sha256": meta.get("images_sha256", "")},
+                      images=(table["image_id"], table["category"]))
+    return _cube(root)
+
+
 def _plan_lists_the_rerun(out: Path, r: subprocess.CompletedProcess, why: str) -> None:
     """A dry run (make plan) names the stale store, lists the read-out and everything after it."""
     text = r.stdout + r.stderr
