@@ -574,3 +574,12 @@ def test_the_rendered_paper_carries_the_spec_map(synthetic_paper):
         assert "pipeline check" in intro, where   # the synthetic root's random-weight model stays labelled
     assert '<ol type="i">' in html_raw.split('id="introduction"', 1)[1].split('id="related-work"', 1)[0]
     assert all(f"({i}) " in pdf for i in ("i", "ii", "iii", "iv"))
+
+
+def test_the_html_numbers_the_contributions_as_the_pdf_does():
+    """Issue 39: pandoc writes the "(i)" list of contributions as <ol type="i">, which browsers draw "i."; the
+    paper's stylesheet draws "(i)", as the PDF does (looked at in headless Chromium)."""
+    css = (QMD.parent / "paper.css").read_text(encoding="utf-8")
+    rule = re.search(r'ol\[type="i"\]\s*>\s*li::before\s*\{([^}]*)\}', css)
+    assert rule and re.search(r'content:\s*"\("\s*counter\(\s*([\w-]+)\s*,\s*lower-roman\s*\)\s*"\)"', rule.group(1))
+    assert re.search(r'ol\[type="i"\]\s*\{[^}]*list-style:\s*none', css)
