@@ -1090,14 +1090,13 @@ def pick_threshold(score, correct, target_coverage: float | None = None, select=
 
 def _bootstrap_rows(rows: dict, image_ids, n_resamples: int, seed: int, ci: float) -> dict:
     """Percentile intervals of coverage and risk, resampling report-half images."""
-    from murk.metrics import bootstrap_indices
+    from murk.metrics import bootstrap_indices, percentile_interval
 
     uniq, inv = np.unique(np.asarray(image_ids), return_inverse=True)
     idx = bootstrap_indices(uniq.size, n_resamples, seed)
     counts = np.zeros((n_resamples, uniq.size))
     np.add.at(counts, (np.repeat(np.arange(n_resamples), uniq.size), idx.ravel()), 1.0)
     out = {}
-    q = [50 * (1 - ci), 50 * (1 + ci)]
     for name, (answered, correct) in rows.items():
         n_i = np.bincount(inv, minlength=uniq.size).astype(float)
         a_i = np.bincount(inv, weights=answered.astype(float), minlength=uniq.size)
@@ -1105,16 +1104,11 @@ def _bootstrap_rows(rows: dict, image_ids, n_resamples: int, seed: int, ci: floa
         with np.errstate(invalid="ignore", divide="ignore"):
             cov = counts @ a_i / (counts @ n_i)
             risk = counts @ e_i / (counts @ a_i)
-        out[name] = {"coverage_ci": _percentiles(cov, q), "risk_ci": _percentiles(risk, q)}
+        # murk.metrics.percentile_interval: NaN, without an All-NaN warning, where no resample defines the value
+        # (a risk where nothing was answered in any resample)
+        out[name] = {"coverage_ci": tuple(float(v) for v in percentile_interval(cov, ci)),
+                     "risk_ci": tuple(float(v) for v in percentile_interval(risk, ci))}
     return out
-
-
-def _percentiles(x: np.ndarray, q: list[float]) -> tuple[float, ...]:
-    """``np.nanpercentile(x, q)``, or NaNs where no resample defines the value (a risk where nothing was
-    answered in any resample: undefined, not an All-NaN warning)."""
-    if not np.isfinite(x).any():
-        return tuple(np.nan for _ in q)
-    return tuple(float(v) for v in np.nanpercentile(x, q))
 
 
 def compare_at_equal_coverage(score_monitor, score_cint, abstain_vlm, correct, split, *, image_ids=None,
