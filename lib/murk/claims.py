@@ -23,7 +23,7 @@ from murk import metrics
 __all__ = ["ABOVE", "AT", "BELOW", "UNDEFINED", "versus_value", "accuracy_fall", "awareness_lag",
            "fall_band", "DIRECTION", "direction", "lag_case", "lag_phrase", "largest_change", "change_words",
            "they", "NO_LAG", "PLATEAU", "REACHES_BAND", "IN_BAND_NO_FALL", "NO_COLLAPSE", "band_verdict",
-           "blind_spot_change"]
+           "blind_spot_change", "best_signal", "best_signal_words"]
 
 ABOVE, AT, BELOW, UNDEFINED = "above", "at", "below", "undefined"
 
@@ -428,15 +428,15 @@ def blind_spot_change(before: str, after: str, method: str = "T(V̂)") -> str:
     'with T(V̂), whether the blind spot closes cannot'
     """
     cannot = "both no lag and a lag of a sweep level or more"
-    if before == NO_LAG and after not in (UNDEFINED,):
-        return (f"whether there was a blind spot to close cannot be established (W's interval without "
+    was = ("W holds 0 without recalibration" if before == WITH else
+           "the confidence falls before accuracy without recalibration")   # read where before is WITH or LEADS
+    if before == NO_LAG and after != UNDEFINED:
+        return ("whether there was a blind spot to close cannot be established (W's interval without "
                 f"recalibration admits {cannot})")
     if after == NO_LAG and before in (LAGS, WITH, LEADS):
         if before == LAGS:
             return (f"with {method}, whether the blind spot closes cannot be established (W's interval admits "
                     f"{cannot})")
-        was = ("W holds 0 without recalibration" if before == WITH else
-               "the confidence falls before accuracy without recalibration")
         return f"there was no blind spot to close ({was}; with {method} no lag can be established)"
     if UNDEFINED in (before, after) or before not in (LAGS, WITH, LEADS) or after not in (LAGS, WITH, LEADS):
         return (f"what {method} does to the blind spot cannot be stated (accuracy does not collapse there, or W "
@@ -445,16 +445,12 @@ def blind_spot_change(before: str, after: str, method: str = "T(V̂)") -> str:
         return {WITH: f"with {method} the blind spot closes (its interval holds 0)",
                 LAGS: f"with {method} the blind spot stays open",
                 LEADS: f"with {method} the blind spot is reversed (the confidence falls first)"}[after]
-    was = ("W holds 0 without recalibration" if before == WITH else
-           "the confidence falls before accuracy without recalibration")
     return {WITH: f"there was no blind spot to close ({was} and with {method})" if before == WITH else
                   f"there was no blind spot to close ({was}; with {method} W holds 0)",
             LAGS: f"there was no blind spot to close ({was}), and {method} opens one",
             LEADS: f"there was no blind spot to close ({was}; with {method} too)" if before == LEADS else
                    f"there was no blind spot to close ({was}); with {method} the confidence falls first"}[after]
 
-
-__all__ += ["best_signal", "best_signal_words"]
 
 
 def best_signal(point: dict, resamples: dict, ci: float = 0.95, lower_is_better: bool = True,
