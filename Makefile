@@ -22,9 +22,9 @@ ARGS ?=
 TEST_WORKERS ?= 3
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 SNAKE := PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(or $(CORES),1)
-# the --configfile files among the arguments, checked before Snakemake reads them (murk.settings.check_configfile:
+# the --configfile files among the arguments, checked before Snakemake reads them (murk.core.check_configfile:
 # Snakemake's own loader says "mix whitespace and tab" of a file with a Python tag, naming neither)
-CONFIG_CHECK := $(BIN)/python -m murk.settings
+CONFIG_CHECK := $(BIN)/python -m murk.core.settings
 # JupyterLab refuses to start as root (containers) unless told
 LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 

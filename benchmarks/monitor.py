@@ -44,8 +44,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' shar
 import numpy as np  # noqa: E402
 from protocol import LoadLog  # noqa: E402
 
-from murk import depth as murk_depth
-from murk import monitor, paths, physics, render
+from murk import scene
+from murk.core import _paths as paths
+from murk.monitor import _monitor as monitor
+from murk.scene import _depth as murk_depth
+from murk.scene import _physics as physics
+from murk.scene import _render as render
 
 CORE = (physics.SWEEP_M >= 3.9) & (physics.SWEEP_M <= 62.5)
 
@@ -60,9 +64,9 @@ def load_scenes(n_images: int):
     records = sorted(ann["images"], key=lambda r: r["file_name"])
     records = records[:: max(1, len(records) // n_images)][:n_images]
     for rec in records:
-        full = render.load_image(root / "val2017" / rec["file_name"])
-        size = render.presented_size(full.shape[1], full.shape[0])
-        image = render.resize_image(full, size)
+        full = scene.load_image(root / "val2017" / rec["file_name"])
+        size = scene.presented_size(full.shape[1], full.shape[0])
+        image = scene.resize_image(full, size)
         ground = monitor.ground_plane_depth(image.shape[0], image.shape[1])
         scaled = [render.scale_bbox(b, (full.shape[1], full.shape[0]), size) for b in boxes.get(rec["id"], [])]
         yield rec["id"], image, {"ground": ground, "billboard": monitor.billboard_depth(ground, scaled)}

@@ -1,11 +1,11 @@
 """Benchmark: does the preparation keep an accelerator busy? (issue 38 item 4)
 
-:func:`murk.engine.read_images` prepares each image (rendering its 24 conditions, the box, the
+:func:`murk.readout.read_images` prepares each image (rendering its 24 conditions, the box, the
 processor, chat templates, tokenizer and token trees of every unit) in worker processes while one
 model thread runs the collated batches. This script puts an **emulated model** in that thread: it
 waits a fixed time per batch and uses no CPU, as an accelerator's forward passes nearly do, so the
 CPUs are the workers'. With the real Qwen3-VL processor, chat template and tokenizer (the
-real-format checkpoint ``murk-realformat/qwen3vl``, :func:`murk.checkpoints.build_realformat_checkpoint`)
+real-format checkpoint ``murk-realformat/qwen3vl``, :func:`murk.offline.build_realformat_checkpoint`)
 and COCO images at 448 px:
 
 1. ``prep``: the model takes no time; the steady-state interval between batches is the preparation
@@ -24,7 +24,7 @@ prep_s_per_batch= wait_share= wait_share_with_fill= load=1min,5min,15min cpus=``
 then per multiple the verdict on the median ``wait_share`` of the rounds, with the load.
 
 Run: ``python benchmarks/prep.py`` (about 4 minutes on 2 cores; ``--workers`` defaults to the CPUs
-the job was given, :func:`murk.engine.job_cpus`: the emulated model needs none).
+the job was given, :func:`murk.readout.job_cpus`: the emulated model needs none).
 """
 
 from __future__ import annotations
@@ -42,8 +42,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 
 import numpy as np  # noqa: E402
 
-from murk import engine, render  # noqa: E402
-from murk.prompts import VERBAL_WORDINGS, questions_for_item  # noqa: E402
+from murk.protocol import questions_for_item  # noqa: E402
+from murk.protocol._prompts import VERBAL_WORDINGS  # noqa: E402
+from murk.readout import _engine as engine  # noqa: E402
+from murk.scene import _render as render  # noqa: E402
 
 ROW = {"category": "umbrella", "t2_options": ["car", "umbrella", "bench", "kite"], "t2_answer_index": 1,
        "t3_distractor": "truck"}
@@ -52,8 +54,8 @@ ROW = {"category": "umbrella", "t2_options": ["car", "umbrella", "bench", "kite"
 @dataclass(frozen=True)
 class BenchLoad:
     """A picklable ``load(item)``: a COCO image with a synthetic depth ramp and a central box, its 24 conditions
-    rendered by :func:`murk.render.render_conditions` in the worker (as the read-out stage's
-    :class:`murk.engine.ItemJobs` does with the real depth)."""
+    rendered by :func:`murk.scene.render_conditions` in the worker (as the read-out stage's
+    :class:`murk.readout.ItemJobs` does with the real depth)."""
 
     images: tuple
     config: dict
@@ -71,7 +73,7 @@ class BenchLoad:
 
 
 class EmulatedModel:
-    """Stands in for :func:`murk.engine._run_prepared`: sleeps ``seconds`` per batch, records when it was called."""
+    """Stands in for :func:`murk.readout._engine._run_prepared`: sleeps ``seconds`` per batch, records when it was called."""
 
     def __init__(self, seconds: float):
         self.seconds = float(seconds)
@@ -153,8 +155,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from murk.checkpoints import build_realformat_checkpoint
-    from murk.config import load_config
+    from murk.core import load_config
+    from murk.offline import build_realformat_checkpoint
     from murk.readout import load_vlm
 
     torch.set_num_threads(1)  # the model thread's torch: the emulated model computes nothing

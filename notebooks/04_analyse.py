@@ -14,7 +14,7 @@
 # This notebook is the analysis of the study. It merges the models' read-out
 # stores into the cube (`cube.zarr`, dims model × arm × level × task × image ×
 # readout), computes every statistic from one paired bootstrap over images
-# (`murk.analysis.analyse`, spec Sec. III), and then answers the study's
+# (`murk.results.analyse`, spec Sec. III), and then answers the study's
 # questions one by one:
 #
 # * **RQ1** over what range of visibility does accuracy collapse?
@@ -31,10 +31,10 @@
 # `record(key, value, …)`, and every cell that records one is labelled (`num-…`,
 # or its table's or figure's label): the numbers file keeps, for each key, the
 # label of the cell that recorded it (`paper_numbers.provenance.json`,
-# `murk.paper.load_provenance`), also for keys built with f-strings, and the HTML
+# `murk.report.load_provenance`), also for keys built with f-strings, and the HTML
 # paper links each number to that cell in the rendered notebook. Every sentence
 # that states a finding is generated from the numbers with its condition
-# (`murk.claims`): it says "not observed", or the opposite, when the cube says so.
+# (`murk.report`): it says "not observed", or the opposite, when the cube says so.
 # Nothing is typed by hand. The numbers file (`paper_numbers.json`) is written by
 # the last cell.
 
@@ -65,24 +65,19 @@ import numpy as np
 import xarray as xr
 from IPython.display import Image, Markdown, display
 
-from murk import analysis, claims, config, cube, depth, diagnostics, figures, items, metrics, monitor, nominal, paper
-from murk import paths
-from murk import design as designs
-from murk import workflow
-from murk import physics, progress, prompts, readout, recalibration, render, unit
-from murk.paper import (fmt, fmt_crossing, fmt_estimate, fmt_interval, fmt_level, fmt_list, fmt_range, fmt_visibility,
-                        fmt_visibility_interval)
-from murk import runlock
+from murk import core, monitor, pipeline, protocol, readout, report, results, scene
+from murk.report import (fmt, fmt_crossing, fmt_estimate, fmt_interval, fmt_level, fmt_list, fmt_range, fmt_visibility,
+                         fmt_visibility_interval)
 
-# one writer per output root (murk.runlock): refused, writing nothing, while another run holds it
-ROOT_LOCK = runlock.hold_for_stage(output_dir, stage="04_analyse")
+# one writer per output root (murk.pipeline): refused, writing nothing, while another run holds it
+ROOT_LOCK = pipeline.hold_for_stage(output_dir, stage="04_analyse")
 
-FIG_DIR, TABLE_DIR = paths.figures_dir(output_dir), paths.analysis_dir(output_dir)
+FIG_DIR, TABLE_DIR = core.figures_dir(output_dir), core.analysis_dir(output_dir)
 TABLE_DIR.mkdir(parents=True, exist_ok=True)
-numbers = paper.Numbers(paths.numbers_file(output_dir))
+numbers = report.Numbers(core.numbers_file(output_dir))
 record = numbers.record
-table, meta = items.read_items(output_dir)
-cfg = designs.config_of(meta)   # data/config.yaml with the run's design (murk.design; the study's: as it is)
+table, meta = protocol.read_items(output_dir)
+cfg = protocol.config_of(meta)   # data/config.yaml with the run's design (murk.protocol; the study's: as it is)
 A = cfg["analysis"]
 CHANCE = A["chance"]
 
@@ -97,19 +92,19 @@ CHANCE = A["chance"]
 # %%
 def show(fig, name: str, pipeline_check: bool | None = None) -> None:
     """Save ``fig`` as figures/<name>.png|pdf and display the PNG."""
-    png, _ = figures.save(fig, FIG_DIR, name, pipeline_check=PIPELINE_CHECK if pipeline_check is None else pipeline_check)
+    png, _ = report.save(fig, FIG_DIR, name, pipeline_check=PIPELINE_CHECK if pipeline_check is None else pipeline_check)
     display(Image(filename=str(png)))
 
 
 def show_table(md: str, name: str) -> None:
     """Display a Markdown table and keep it as analysis/tbl-<name>.md."""
-    paper.write_text_atomic(TABLE_DIR / f"tbl-{name}.md", md)
+    report.write_text_atomic(TABLE_DIR / f"tbl-{name}.md", md)
     display(Markdown(md))
 
 
 def not_computed(what: str) -> str:
     """A one-row table saying that this run did not compute ``what`` (keeps the caption and label)."""
-    return paper.markdown_table([{"note": f"{paper.NOT_COMPUTED}: {what}"}])
+    return report.markdown_table([{"note": f"{report.NOT_COMPUTED}: {what}"}])
 
 
 LOW_MASS: list[str] = []       # models whose first token is not the answer (option mass below the threshold)
@@ -118,16 +113,16 @@ DAGGER = "†"                   # their mark in every table, figure legend and 
 
 def plain_name(m: str) -> str:
     """Display name of a model: the shortest suffix of its id unique among the run's models
-    (`murk.figures.display_names`, as in every figure legend)."""
-    return figures.display_names([*VLMS, str(m)])[str(m)]
+    (`murk.report.display_names`, as in every figure legend)."""
+    return report.display_names([*VLMS, str(m)])[str(m)]
 
 
 def name(m: str) -> str:
     """Display name of a model, with the † of a model whose median clean option mass is below the threshold."""
-    return figures.display_names([*VLMS, str(m)], LOW_MASS)[str(m)]
+    return report.display_names([*VLMS, str(m)], LOW_MASS)[str(m)]
 
 
-key = paths.model_slug         # a model in numbers keys
+key = core.model_slug         # a model in numbers keys
 
 
 def crossing_text(v: float, lo: float, hi: float, side) -> str:
@@ -137,7 +132,7 @@ def crossing_text(v: float, lo: float, hi: float, side) -> str:
     s = fmt_crossing(v, side, 1)
     if s == "n/a" or s[0] in "≤≥":
         return s
-    return paper.fmt_visibility_estimate(v, lo, hi)   # the interval at the point's precision
+    return report.fmt_visibility_estimate(v, lo, hi)   # the interval at the point's precision
 
 
 def w_text(w: float, lo: float, hi: float, lower: bool, upper: bool) -> str:
@@ -150,9 +145,9 @@ def w_text(w: float, lo: float, hi: float, lower: bool, upper: bool) -> str:
 #
 # The read-out stores of the models (one per model, or one per shard) and, when
 # it ran, the visibility monitor's store are merged into `cube.zarr`
-# (`murk.cube.merge_models`, atomic; stores written for other items, another
+# (`murk.results.merge_models`, atomic; stores written for other items, another
 # config or another depth backend are refused). A model read out on the first N
-# items only (its entry `{id: ..., n_items: N}`, `murk.workflow.model_entries`)
+# items only (its entry `{id: ..., n_items: N}`, `murk.core.model_entries`)
 # has a shorter store: in the cube its other images are "not run" (NaN,
 # `missing_reason` `cube.NOT_RUN`, never bad input), the coordinate `n_items`
 # holds each model's n, and every statistic of the model is over its own images.
@@ -162,25 +157,25 @@ def w_text(w: float, lo: float, hi: float, lower: bool, upper: bool) -> str:
 #| label: num-cube
 # a parameter left at None takes its default from the run settings (data/workflow.yaml), as Snakemake does; models
 # left at None whose read-outs this root lacks are the models the root records (in Lab after an offline run)
-shard_size = config.run_default("shard_size", shard_size)
-models, _models_note = config.analyse_models(models, output_dir, shard_size)
+shard_size = core.run_default("shard_size", shard_size)
+models, _models_note = core.analyse_models(models, output_dir, shard_size)
 if _models_note:
     print(_models_note)
-ENTRIES = workflow.model_entries(models, None, "the analyse notebook's parameter models")   # n None: not given
+ENTRIES = core.model_entries(models, None, "the analyse notebook's parameter models")   # n None: not given
 # each model's n: its entry's n_items, at most the selection (a root whose items.json lists no items, a cube
 # analysed without its select stage, takes the images of its stores)
 N_ENTRY = {e.id: min(e.n_items, len(table) or e.n_items) if e.n_items else len(table) for e in ENTRIES}
-stores = {e.id: paths.readout_stores(e.id, N_ENTRY[e.id], shard_size, output_dir) for e in ENTRIES}
+stores = {e.id: core.readout_stores(e.id, N_ENTRY[e.id], shard_size, output_dir) for e in ENTRIES}
 for mode_id in monitor.MONITOR_IDS:   # the oracle and the deployable monitor, never sharded
-    if paths.readout_store(mode_id, output_dir).exists():
-        stores[mode_id] = paths.readout_store(mode_id, output_dir)
+    if core.readout_store(mode_id, output_dir).exists():
+        stores[mode_id] = core.readout_store(mode_id, output_dir)
 flat = [p for v in stores.values() for p in (v if isinstance(v, list) else [v])]
 missing = [str(p) for p in flat if not Path(p).exists()]
 if missing:
     raise FileNotFoundError(f"read-out stores missing: {missing}; run the readout stage for these models")
-RUN_ID = workflow.run_id(meta["config_hash"], meta["items_hash"])   # this selection's identity (items_meta.json)
-workflow.refuse_other_run(flat, RUN_ID, "analyse", paths.items_file(output_dir))   # before anything is written
-full = cube.merge_models(stores, paths.cube_store(output_dir), attrs={"git_commit": config.git_commit(), "run_id": RUN_ID,
+RUN_ID = pipeline.run_id(meta["config_hash"], meta["items_hash"])   # this selection's identity (items_meta.json)
+pipeline.refuse_other_run(flat, RUN_ID, "analyse", core.items_file(output_dir))   # before anything is written
+full = results.merge_models(stores, core.cube_store(output_dir), attrs={"git_commit": core.git_commit(), "run_id": RUN_ID,
                                                                      # the selected images' content (select's record)
                                                                      "images_sha256": meta.get("images_sha256", "")},
                          images=(table["image_id"], table["category"]) if len(table) else None).load()
@@ -189,13 +184,13 @@ for e in ENTRIES:  # an entry that gives its n_items must find a store of that m
         raise ValueError(f"the read-out store of {e.id} holds {int(full['n_items'].sel(model=e.id))} items, its "
                          f"entry in models asks for n_items: {e.n_items}: run its read-out with that n_items "
                          f"(snakemake does), or give the entry the store's n_items")
-# a design whose sweep ends earlier, or with one abstain wording, is analysed on what it measures (murk.design)
-full = designs.restrict_to_design(full, cfg)
+# a design whose sweep ends earlier, or with one abstain wording, is analysed on what it measures (murk.protocol)
+full = protocol.restrict_to_design(full, cfg)
 ds = full.sel(model=[m for m in full["model"].values if m not in monitor.MONITOR_IDS])
 VLMS = [str(m) for m in ds["model"].values]
 PIPELINE_CHECK = bool(ds["pipeline_check"].any())
 VIS = ds["visibility_m"].values           # level 0 (clean, inf) and the sweep
-SWEEP = np.asarray(designs.sweep_of(cfg))  # the design's sweep (the study's: physics.SWEEP_M)
+SWEEP = np.asarray(protocol.sweep_of(cfg))  # the design's sweep (the study's: physics.SWEEP_M)
 END = len(SWEEP)                           # the last, murkiest level
 
 
@@ -209,29 +204,29 @@ if PIPELINE_CHECK:
     display(Markdown("**" + full.attrs["note"] + "**"))
 
 # %% [markdown]
-# What this analysis is: the run's identity (`murk.workflow.run_id`, the
-# selection) and the analysis identity (`murk.workflow.analysis_id`: the run, the
+# What this analysis is: the run's identity (`murk.pipeline.run_id`, the
+# selection) and the analysis identity (`murk.pipeline.analysis_id`: the run, the
 # models and item counts given here, the content of every store read and the
 # settings). The numbers file, every figure file's metadata and the output below
 # record both; the paper is rendered only from a numbers file and this executed
-# notebook of one analysis identity (`python -m murk.paper` refuses a mix).
+# notebook of one analysis identity (`python -m murk.report.paper` refuses a mix).
 
 # %%
 #| label: murk-identity
-_root = paths.output_dir(output_dir)
-_inputs = {os.path.relpath(p, _root): workflow.store_digest(p) for p in flat}
+_root = core.output_dir(output_dir)
+_inputs = {os.path.relpath(p, _root): pipeline.store_digest(p) for p in flat}
 _nominal_file = TABLE_DIR / "nominal_equivalence.nc"
 if _nominal_file.is_file():
     _inputs[os.path.relpath(_nominal_file, _root)] = "sha256:" + hashlib.sha256(_nominal_file.read_bytes()).hexdigest()
 ANALYSIS_MODELS = [e.id if e.n_items is None else {"id": e.id, "n_items": e.n_items} for e in ENTRIES]
-ANALYSIS_ID = workflow.analysis_id(RUN_ID, [(e.id, N_ENTRY[e.id]) for e in ENTRIES], _inputs, {
+ANALYSIS_ID = pipeline.analysis_id(RUN_ID, [(e.id, N_ENTRY[e.id]) for e in ENTRIES], _inputs, {
     "shard_size": shard_size, "monitor_sensitivity_items": monitor_sensitivity_items,
     "git_commit": full.attrs.get("git_commit", "unknown")})
-figures.set_identity(run_id=RUN_ID, analysis_id=ANALYSIS_ID)   # into every figure file's metadata
+report.set_identity(run_id=RUN_ID, analysis_id=ANALYSIS_ID)   # into every figure file's metadata
 record("run_id", RUN_ID)
 record("analysis_id", ANALYSIS_ID)
 record("analysis.models", json.dumps(ANALYSIS_MODELS))   # what the analysis was given (the paper's refusal names it)
-display(workflow.identity_bundle(run_id=RUN_ID, analysis_id=ANALYSIS_ID, models=ANALYSIS_MODELS,
+display(pipeline.identity_bundle(run_id=RUN_ID, analysis_id=ANALYSIS_ID, models=ANALYSIS_MODELS,
                                  inputs=_inputs), raw=True)
 
 # %% [markdown]
@@ -240,14 +235,14 @@ display(workflow.identity_bundle(run_id=RUN_ID, analysis_id=ANALYSIS_ID, models=
 # of its first-token probability on the letters (a wrong template or prefill, a
 # first token such as `(`, `**` or `The`, random weights) is answering from a
 # sliver of its distribution. The median option mass on clean images per model
-# and task (`murk.analysis.median_option_mass`) goes into the models table; a
+# and task (`murk.readout.median_option_mass`) goes into the models table; a
 # model below `murk.readout.OPTION_MASS_MIN` is marked † wherever it appears and
 # its results are not interpreted (the read-out stage warned about it).
 
 # %%
 #| label: num-option-mass
-option_mass = analysis.median_option_mass(ds)            # (model, task = t2, t3)
-LOW_MASS[:] = analysis.low_option_mass(ds)
+option_mass = readout.median_option_mass(ds)            # (model, task = t2, t3)
+LOW_MASS[:] = results.low_option_mass(ds)
 
 
 def fmt_mass(x: float) -> str:
@@ -269,8 +264,8 @@ low_pc = [m for m in LOW_MASS if bool(ds["pipeline_check"].sel(model=m))]
 record("option_mass.footnote", (
     f"{DAGGER} Median first-token probability on the option letters on clean images below "
     f"{readout.OPTION_MASS_MIN:g} (t2 or t3) for {fmt_list(plain_name(m) for m in LOW_MASS)}: the answer "
-    f"and internal confidence of {claims.they(len(LOW_MASS), 'this model', 'these models')} rest on a small part of "
-    f"the first-token distribution; {claims.they(len(LOW_MASS), 'its', 'their')} results are not interpreted"
+    f"and internal confidence of {report.they(len(LOW_MASS), 'this model', 'these models')} rest on a small part of "
+    f"the first-token distribution; {report.they(len(LOW_MASS), 'its', 'their')} results are not interpreted"
     + (" (expected of random-weight checkpoints: " + fmt_list(plain_name(m) for m in low_pc) + ")"
        if low_pc else "") + "."
     if LOW_MASS else
@@ -299,7 +294,7 @@ record("methods.n_items_per_model", (
     + "; each model's statistics are over its own items, and where models are compared, over the items they share"
     if any(N_OF[m] < ds.sizes["image"] for m in VLMS) else
     f"{'Every model is' if len(VLMS) > 1 else 'The model is'} read out on all {ds.sizes['image']} items"))
-record("n_conditions", len(cube.CONDITIONS))
+record("n_conditions", len(scene.CONDITIONS))
 record("config_hash", ds.attrs["config_hash"][:12])
 record("items_hash", ds.attrs["items_hash"][:12])
 record("images_sha256", str(full.attrs.get("images_sha256") or "not recorded")[:12])   # the images' content
@@ -309,7 +304,7 @@ approximate = bool(int(ds.attrs.get("depth_approximate", 0)))
 depth_model = str(ds.attrs.get("depth_model", "") or "")
 record("methods.depth", (
     f"Metric depth comes from the `{ds.attrs['depth_backend']}` backend, an explicit approximation used because "
-    f"no depth weights were available: every pixel is placed at {depth.CONSTANT_DEPTH_M:g} m, the spec's median "
+    f"no depth weights were available: every pixel is placed at {scene.CONSTANT_DEPTH_M:g} m, the spec's median "
     "scene depth, so the fog is uniform over each image and the crossing visibilities in metres rest on that "
     "assumption (W does not)" if approximate else
     f"Metric depth comes from `{ds.attrs['depth_backend']}`"
@@ -329,7 +324,7 @@ record("pipeline_check_note", (
 # %%
 #| label: tbl-models
 #| tbl-cap: "Models, the items each was read out on (the first n of the selection), revisions, visual tokens per image and the median first-token probability on the option letters on clean images (option mass, t2 / t3); † marks a model below the threshold (beyond the spec as a table; in the text of spec Section III)."
-show_table(paper.markdown_table([
+show_table(report.markdown_table([
     {"model": f"`{m}`" + (f" {DAGGER}" if str(m) in LOW_MASS else ""), "items (n)": str(N_OF[str(m)]),
      "revision": f"`{str(rev)[:23 if str(rev).startswith('sha256:') else 12] or 'n/a'}`",
      "visual tokens / image": str(int(nv)),
@@ -353,22 +348,22 @@ if "missing_reason" in full:
     reasons = full["missing_reason"].transpose("model", "image").values
     for mi, m in enumerate(full["model"].values):
         for ii, img in enumerate(full["image"].values):
-            if str(reasons[mi, ii]) and str(reasons[mi, ii]) != cube.NOT_RUN:
+            if str(reasons[mi, ii]) and str(reasons[mi, ii]) != results.NOT_RUN:
                 rows.append({"model": f"`{m}`", "image": str(int(img)), "reason": str(reasons[mi, ii])})
 record("n_missing_items", len({r["image"] for r in rows}))
-# images stored rotated that every stage used transposed (the select stage's record, murk.items.image_checks)
-_report = paths.items_file(output_dir).with_name("items_report.json")
+# images stored rotated that every stage used transposed (the select stage's record, murk.protocol.image_checks)
+_report = core.items_file(output_dir).with_name("items_report.json")
 _transposed = json.loads(_report.read_text()).get("image_checks", {}).get("transposed", {}) if _report.is_file() else {}
 record("colophon.transposed_images", "; ".join(
     f"image {k} (stored {v.split(' is stored ', 1)[-1].split(':', 1)[0]})" for k, v in _transposed.items()) or "none")
-show_table(paper.markdown_table(rows or [{"model": "all", "image": "–", "reason": "none: every item was read out"}]),
+show_table(report.markdown_table(rows or [{"model": "all", "image": "–", "reason": "none: every item was read out"}]),
            "missing")
 
 # %% [markdown]
 # ## The scores
 #
 # One draw of image resamples serves every statistic, so differences and
-# crossings are paired (`murk.analysis.analyse`): condition means with their
+# crossings are paired (`murk.results.analyse`): condition means with their
 # percentile intervals, ECE and AUROC of the confidences, coverage and risk of
 # the abstain options, the crossing visibilities V_acc and V_aware (mid-way
 # between the clean value and the floor, linear in log V, censored at the end of
@@ -378,13 +373,13 @@ show_table(paper.markdown_table(rows or [{"model": "all", "image": "–", "reaso
 
 # %%
 #| label: num-analyse
-res = analysis.analyse(ds, A["bootstrap_resamples"], A["bootstrap_resamples_crossing"], A["bootstrap_seed"],
+res = results.analyse(ds, A["bootstrap_resamples"], A["bootstrap_resamples_crossing"], A["bootstrap_seed"],
                        A["ci_level"], CHANCE)
 means, cross, sc = res["means"], res["crossings"], res["scores"]
 sc.attrs.update({k: str(ds.attrs[k]) for k in ("config_hash", "items_hash", "depth_backend") if k in ds.attrs})
 sc.attrs["git_commit"] = str(full.attrs.get("git_commit", "unknown"))
 for name_, obj in (("scores", sc), ("condition_means", means), ("crossings", cross)):
-    paper.write_netcdf_atomic(obj, TABLE_DIR / f"{name_}.nc")
+    report.write_netcdf_atomic(obj, TABLE_DIR / f"{name_}.nc")
 _DRAWS: dict[int, np.ndarray] = {}
 
 
@@ -392,27 +387,27 @@ def draw(n: int) -> np.ndarray:
     """The bootstrap draw over ``n`` images (resamples × images; its first rows are the per-condition draw),
     made once per sample size: a model's own images, or the images two models share (the first n)."""
     if n not in _DRAWS:
-        _DRAWS[n] = analysis.resample_counts(n, A["bootstrap_resamples_crossing"], A["bootstrap_seed"])
+        _DRAWS[n] = results.resample_counts(n, A["bootstrap_resamples_crossing"], A["bootstrap_seed"])
     return _DRAWS[n]
 
 
 counts = draw(ds.sizes["image"])
-image_scores = analysis.image_scores(ds)   # (model, arm, level, task = t2 | t3, image, readout)
+image_scores = results.image_scores(ds)   # (model, arm, level, task = t2 | t3, image, readout)
 
 
 def est(var: str, **sel) -> tuple[float, float, float]:
     """(point, lo, hi) of a scores variable."""
     x = sc[var].sel(**sel)
-    return tuple(float(x.sel(stat=s)) for s in analysis.STATS)
+    return tuple(float(x.sel(stat=s)) for s in results.STATS)
 
 
 def paired_difference(a: xr.DataArray, b: xr.DataArray) -> tuple[float, float, float]:
     """Mean over images of a - b with its paired bootstrap interval, over the images the models of ``a`` and
     ``b`` (their scalar ``model`` coordinates) were run on: a model's own images, with the draw of its scores."""
     ms = sorted({str(x["model"].values) for x in (a, b) if "model" in x.coords and x["model"].ndim == 0})
-    keep = np.flatnonzero(analysis.common_images(ds, ms) if ms else np.ones(a.sizes["image"], bool))
+    keep = np.flatnonzero(results.common_images(ds, ms) if ms else np.ones(a.sizes["image"], bool))
     d = (a - b).isel(image=keep).expand_dims(k=[0])
-    m = analysis.condition_means(d, A["bootstrap_resamples"], A["bootstrap_seed"], A["ci_level"],
+    m = results.condition_means(d, A["bootstrap_resamples"], A["bootstrap_seed"], A["ci_level"],
                                  counts=draw(keep.size))
     return tuple(float(m[v].sel(k=0)) for v in ("mean", "lo", "hi"))
 
@@ -454,8 +449,8 @@ record("cfg.chance_t2", f"{CHANCE['t2']:g}")
 record("cfg.chance_t3", f"{CHANCE['t3']:g}")
 record("cfg.confident_threshold", f"{sc.attrs['confident_threshold']:g}")
 record("cfg.confident_max_v_m", fmt_level(sc.attrs["confident_max_visibility_m"]))
-record("cfg.ece_bins", int(inspect.signature(analysis.confidence_scores).parameters["n_bins"].default))
-record("cfg.value_dtype", f"`{np.dtype(cube.VALUE_DTYPE).name}`")
+record("cfg.ece_bins", int(inspect.signature(results.confidence_scores).parameters["n_bins"].default))
+record("cfg.value_dtype", f"`{np.dtype(results.VALUE_DTYPE).name}`")
 record("cfg.option_mass_min", f"{readout.OPTION_MASS_MIN:g}")
 record("cfg.monitor_quantile", f"{monitor.QUANTILE:g}")
 record("cfg.monitor_far_fraction", f"{monitor.FAR_FRACTION:.4g}")
@@ -467,13 +462,13 @@ record("methods.verbal_grammar", (
     f"continuation that reaches the {cfg['readout']['verbal_max_new_tokens']}-token limit with its number at the very "
     "end counts as missing, because the cut may have removed digits"))
 
-physical = [a for a in cube.PHYSICAL_ARMS if a in sc["arm"].values]
+physical = [a for a in results.PHYSICAL_ARMS if a in sc["arm"].values]
 for m in VLMS:
     k = key(m)
     for arm in physical:
         for task in sc["task"].values:
             for lvl in sc["level"].values:
-                labels = [paper.level_label(sc["visibility_m"].sel(level=lvl))] + (["end"] if lvl == END else [])
+                labels = [report.level_label(sc["visibility_m"].sel(level=lvl))] + (["end"] if lvl == END else [])
                 cell = dict(model=m, arm=arm, level=lvl, task=task)
                 for lab in labels:
                     for ro in sc["readout"].values:
@@ -509,7 +504,7 @@ for m in VLMS:
             record(f"v.correct_blank.{arm}.{task}.{k}.ci", fmt_visibility_interval(lo, hi) if np.isfinite(pt) and not cb
                    else "")
     for task in sc["task"].values:
-        for ctrl in cube.CONTROL_ARMS:
+        for ctrl in results.CONTROL_ARMS:
             pt, lo, hi = est("mean", model=m, arm=ctrl, level=0, task=task, readout="correct")
             record(f"correct.{ctrl}.{task}.{k}", pt, ci=(lo, hi))
     pt, lo, hi = est("confident_accuracy", model=m)
@@ -523,11 +518,11 @@ print(f"{len(numbers)} numbers recorded")
 # For each model, arm and task: accuracy on the clean image, along the sweep and
 # at its murkiest level, and the crossing visibility V_acc where it reaches the
 # mid-way value between its clean value and chance. A *collapse* is stated only
-# when the cube shows one (`murk.claims.accuracy_fall`): the clean accuracy is
+# when the cube shows one (`murk.report.accuracy_fall`): the clean accuracy is
 # above chance (its interval excludes chance), V_acc is not censored, and the
 # accuracy at the end of the sweep is back at chance. Where it collapses, the
 # band of the fall is the range of visibility over which accuracy loses ten to
-# ninety percent of its clean-to-chance range (`murk.claims.fall_band`).
+# ninety percent of its clean-to-chance range (`murk.report.fall_band`).
 
 # %%
 #| label: num-rq1
@@ -543,44 +538,44 @@ def accuracy_finding(arm: str, task: str) -> str:
         c = dict(model=m, arm=arm, task=task, readout="correct")
         clean, end = est("mean", **c, level=0), est("mean", **c, level=END)
         cr = cross.sel(model=m, arm=arm, task=task, readout="correct")
-        verdict = claims.accuracy_fall(clean, end, bool(cr["censored"]), floor)
+        verdict = report.accuracy_fall(clean, end, bool(cr["censored"]), floor)
         record(f"verdict.rq1.{arm}.{task}.{key(m)}", verdict)
         v_acc = crossing_text(float(cr["v_cross_m"]), float(cr["v_lo_m"]), float(cr["v_hi_m"]), str(cr["censored_side"].values))
-        if verdict in (claims.COLLAPSE, claims.PARTIAL):
+        if verdict in (report.COLLAPSE, report.PARTIAL):
             series = means["mean"].sel(model=m, arm=arm, task=task, readout="correct").values
-            hi_v, lo_v = claims.fall_band(VIS[1:], series[1:], series[0], floor)
+            hi_v, lo_v = report.fall_band(VIS[1:], series[1:], series[0], floor)
             FALL_BAND[(m, arm, task)] = (hi_v, lo_v)
             record(f"band.{arm}.{task}.{key(m)}", f"{fmt_visibility(hi_v)}–{fmt_visibility(lo_v)}")
-            if np.isfinite(hi_v) and np.isfinite(lo_v) and verdict == claims.COLLAPSE:
+            if np.isfinite(hi_v) and np.isfinite(lo_v) and verdict == report.COLLAPSE:
                 bands.append((name(m), hi_v, lo_v))   # a band names its model
             text = (f"{name(m)} (clean {fmt(clean[0])}, V_acc = {v_acc} m, at {fmt_level(VIS[END])} m "
                     f"{fmt_estimate(*end)})")
-        elif verdict == claims.NO_FALL:   # V_acc censored: a bound, stated as one
+        elif verdict == report.NO_FALL:   # V_acc censored: a bound, stated as one
             text = f"{name(m)} (clean {fmt(clean[0])}, at {fmt_level(VIS[END])} m {fmt_estimate(*end)}, V_acc {v_acc} m)"
         else:
             text = f"{name(m)} ({fmt_estimate(*clean)})"
         groups.setdefault(verdict, []).append(text)
     where = {"fog": "In fog", "underwater": "Under water"}[arm]
     out = []
-    if claims.COLLAPSE in groups:
+    if report.COLLAPSE in groups:
         band = ""
         if bands:
             band = ("; the fall from ten to ninety percent of the clean-to-chance range lies "
                     + fmt_list(f"between V = {fmt_visibility(hi_v)} and {fmt_visibility(lo_v)} m for {who} (a factor of "
                                f"{fmt(hi_v / lo_v, 1)} in visibility)" for who, hi_v, lo_v in bands))
-        out.append(f"{where}, {task} accuracy collapses to chance for {fmt_list(groups[claims.COLLAPSE])}{band}.")
-    if claims.PARTIAL in groups:
+        out.append(f"{where}, {task} accuracy collapses to chance for {fmt_list(groups[report.COLLAPSE])}{band}.")
+    if report.PARTIAL in groups:
         out.append(f"{where}, {task} accuracy falls below its mid-way value but stays above chance at the end of the "
-                   f"sweep for {fmt_list(groups[claims.PARTIAL])}.")
-    if claims.NO_FALL in groups:
+                   f"sweep for {fmt_list(groups[report.PARTIAL])}.")
+    if report.NO_FALL in groups:
         out.append(f"{where}, {task} accuracy does not fall to its mid-way value within the sweep for "
-                   f"{fmt_list(groups[claims.NO_FALL])}: no collapse is observed.")
-    if claims.NO_SKILL in groups:
+                   f"{fmt_list(groups[report.NO_FALL])}: no collapse is observed.")
+    if report.NO_SKILL in groups:
         out.append(f"{where}, {task} accuracy is not above chance ({fmt(floor)}) even on the clean image for "
-                   f"{fmt_list(groups[claims.NO_SKILL])}, so there is no collapse to place on the axis "
+                   f"{fmt_list(groups[report.NO_SKILL])}, so there is no collapse to place on the axis "
                    f"(not observed).")
-    if claims.UNDEFINED in groups:
-        out.append(f"{where}, no {task} accuracy could be estimated for {fmt_list(groups[claims.UNDEFINED])}.")
+    if report.UNDEFINED in groups:
+        out.append(f"{where}, no {task} accuracy could be estimated for {fmt_list(groups[report.UNDEFINED])}.")
     return " ".join(out)
 
 
@@ -598,12 +593,12 @@ display(Markdown("\n\n".join(numbers[f"finding.rq1.{arm}.t2"] for arm in physica
 # %%
 #| label: fig-accuracy-t2
 #| fig-cap: "t2 accuracy against visibility in the fog and underwater arms, clean image at the left edge; bands: bootstrap intervals; dashed: chance; dotted: each model's blank-image accuracy."
-show(figures.plot_signal_vs_visibility(means, "correct", "t2", chance=CHANCE["t2"], marked=LOW_MASS), "accuracy_t2")
+show(report.plot_signal_vs_visibility(means, "correct", "t2", chance=CHANCE["t2"], marked=LOW_MASS), "accuracy_t2")
 
 # %%
 #| label: fig-signals-t2
 #| fig-cap: "Accuracy, internal confidence, verbalized confidence and the abstain rate (main wording) against visibility, t2, one row per signal and one column per arm (spec Fig. 3); clean image at the left edge; bands: bootstrap intervals; dashed: chance; dash-dotted: the abstain rate's floor, one; dotted: each model's blank-image value."
-show(figures.plot_signals(means, "t2", chance=CHANCE["t2"], marked=LOW_MASS), "signals_t2")
+show(report.plot_signals(means, "t2", chance=CHANCE["t2"], marked=LOW_MASS), "signals_t2")
 
 # %%
 #| label: tbl-crossings
@@ -616,18 +611,18 @@ for m in VLMS:
             c = cross.sel(model=m, arm=arm, task=task)
             acc = c.sel(readout="correct")
             row = {"model": name(m), "arm": arm, "task": task,
-                   "V_acc (m)": paper.estimate_cell(crossing_text(
+                   "V_acc (m)": report.estimate_cell(crossing_text(
                        float(acc["v_cross_m"]), float(acc["v_lo_m"]), float(acc["v_hi_m"]), str(acc["censored_side"].values))),
-                   "V_acc, blank (m)": paper.estimate_cell(crossing_text(
+                   "V_acc, blank (m)": report.estimate_cell(crossing_text(
                        float(c["v_acc_blank_m"]), float(c["v_acc_blank_lo_m"]), float(c["v_acc_blank_hi_m"]),
                        str(c["censored_blank_side"].values)))}
-            for ro in analysis.AWARENESS_SIGNALS:
+            for ro in results.AWARENESS_SIGNALS:
                 cr = c.sel(readout=ro)
-                row[W_COLUMNS[ro]] = paper.estimate_cell(fmt_estimate(
+                row[W_COLUMNS[ro]] = report.estimate_cell(fmt_estimate(
                     float(cr["w"]), float(cr["w_lo"]), float(cr["w_hi"]), lower=bool(cr["w_lower_bound"]),
                     upper=bool(cr["w_upper_bound"])))
             rows.append(row)
-show_table(paper.markdown_table(rows), "crossings")
+show_table(report.markdown_table(rows), "crossings")
 
 # %% [markdown]
 # ## RQ2 · Internal and verbalized confidence
@@ -638,10 +633,10 @@ show_table(paper.markdown_table(rows), "crossings")
 # bound because it never crosses, whose resamples stay above zero), moves *with*
 # it only when the interval of W excludes a lag of one sweep level or more (the
 # design's spacing of its levels, log10 2 for a sweep that halves V), *leads* it
-# when W < 0, and otherwise no lag can be established (`murk.claims.awareness_lag`).
+# when W < 0, and otherwise no lag can be established (`murk.report.awareness_lag`).
 # The lags of one signal over its model–arm pairs are one family of tests: a lag
 # is stated where W's bootstrap p-value, Holm-adjusted over the family, is at
-# most 1 − the interval level (`murk.metrics.holm`). Where accuracy itself
+# most 1 − the interval level (`murk.results.holm`). Where accuracy itself
 # does not cross, no W is defined and no lag is claimed. The end of the sweep
 # (spec Table IV), the calibration (ECE, reliability diagrams), the
 # discrimination (AUROC) and the accuracy of confident answers complete the
@@ -653,16 +648,16 @@ show_table(paper.markdown_table(rows), "crossings")
 # finds a confidence in it, and *cut* when it ran to the token limit instead of
 # ending (its `verbal_stop`; a number touching the cut counts as missing, because
 # the cut may have removed digits). The rates per model, arm, level and wording
-# (`murk.analysis.verbal_rates`, pooled over tasks) are kept in
+# (`murk.results.verbal_rates`, pooled over tasks) are kept in
 # `analysis/verbal_rates.nc`; the paper states them next to every verbal mean, and
 # a model that never gives a parseable confidence gets no mean at all.
 
 # %%
 #| label: num-rq2-verbal-rates
-rates = analysis.verbal_rates(ds)                        # (model, arm, level, wording): n_asked, parse_rate, limit_hit_rate
-rates_t = analysis.verbal_rates(ds, by_task=True)        # the same per task (t2, t3_true, t3_false)
-paper.write_text_atomic(TABLE_DIR / "verbal_rates.csv", rates.to_dataframe().to_csv())
-paper.write_netcdf_atomic(rates, TABLE_DIR / "verbal_rates.nc")
+rates = results.verbal_rates(ds)                        # (model, arm, level, wording): n_asked, parse_rate, limit_hit_rate
+rates_t = results.verbal_rates(ds, by_task=True)        # the same per task (t2, t3_true, t3_false)
+report.write_text_atomic(TABLE_DIR / "verbal_rates.csv", rates.to_dataframe().to_csv())
+report.write_netcdf_atomic(rates, TABLE_DIR / "verbal_rates.nc")
 
 
 def pooled_rates(parts: list[xr.Dataset], dims) -> xr.Dataset:
@@ -729,11 +724,11 @@ ARM_WORDS = {"fog": "in fog", "underwater": "under water"}
 
 def collapses(m: str, arm: str, task: str) -> bool:
     """Whether RQ1 found the accuracy of ``m`` to fall through its mid-way value (a W is then meaningful)."""
-    return numbers[f"verdict.rq1.{arm}.{task}.{key(m)}"] in (claims.COLLAPSE, claims.PARTIAL)
+    return numbers[f"verdict.rq1.{arm}.{task}.{key(m)}"] in (report.COLLAPSE, report.PARTIAL)
 
 
-#: one level of the sweep in decades (the design's spacing, murk.metrics.level_step_decades): "with" accuracy
-#: only where W's interval excludes a lag of this size or more (murk.claims.awareness_lag)
+#: one level of the sweep in decades (the design's spacing, murk.results.level_step_decades): "with" accuracy
+#: only where W's interval excludes a lag of this size or more (murk.report.awareness_lag)
 W_MARGIN = float(cross.attrs.get("w_margin_decades", np.nan))
 record("methods.w_margin", W_MARGIN, 2)
 
@@ -743,11 +738,11 @@ def lag_finding(signal: str, rq: str, task: str = "t2") -> str:
 
     W is read only where accuracy collapses (RQ1); elsewhere, and where the
     signal has no values, the sentence says that no lag can be stated. The
-    sentence follows the signal's direction (`murk.claims.direction`: a
+    sentence follows the signal's direction (`murk.report.direction`: a
     confidence falls, an abstain rate rises) and says a censored crossing as
     one: a signal that never reaches its mid-way value within the sweep is not
     said to move, and its W is given as the bound it is
-    (`murk.claims.lag_case`, `murk.claims.lag_phrase`). A lag is stated where
+    (`murk.report.lag_case`, `murk.report.lag_phrase`). A lag is stated where
     W's bootstrap p-value, Holm-adjusted over the model–arm pairs of the signal,
     excludes 0; "together with accuracy" only where it also excludes a lag of
     one sweep level (`W_MARGIN`), else no lag can be established.
@@ -756,10 +751,10 @@ def lag_finding(signal: str, rq: str, task: str = "t2") -> str:
     pairs = [(m, arm) for m in VLMS for arm in physical]
     read = [np.isfinite(means["mean"].sel(model=m, arm=arm, task=task, readout=signal).values).any()
             and collapses(m, arm, task) for m, arm in pairs]
-    # the family of this signal's lags: every model-arm pair whose W is read, Holm-adjusted (murk.metrics.holm)
+    # the family of this signal's lags: every model-arm pair whose W is read, Holm-adjusted (murk.results.holm)
     c_ = [cross.sel(model=m, arm=arm, task=task, readout=signal) for m, arm in pairs]
-    p_adj = metrics.holm([float(c["w_p"]) if r else np.nan for c, r in zip(c_, read)])
-    pm_adj = metrics.holm([float(c["w_p_margin"]) if r else np.nan for c, r in zip(c_, read)])
+    p_adj = results.holm([float(c["w_p"]) if r else np.nan for c, r in zip(c_, read)])
+    pm_adj = results.holm([float(c["w_p_margin"]) if r else np.nan for c, r in zip(c_, read)])
     record(f"lag.family.{rq}.{signal}.{task}", int(np.isfinite(p_adj).sum()))
     for (m, arm), cr, pa, pma in zip(pairs, c_, p_adj, pm_adj):
         w, lo, hi = float(cr["w"]), float(cr["w_lo"]), float(cr["w_hi"])
@@ -769,22 +764,22 @@ def lag_finding(signal: str, rq: str, task: str = "t2") -> str:
         elif not collapses(m, arm, task):
             verdict = "undefined: accuracy does not collapse there (RQ1)"
         else:
-            verdict = claims.awareness_lag(w, lo, hi, lower, upper, margin=W_MARGIN, p=pa, p_margin=pma,
+            verdict = report.awareness_lag(w, lo, hi, lower, upper, margin=W_MARGIN, p=pa, p_margin=pma,
                                            alpha=1 - A["ci_level"])
-            if verdict == claims.UNDEFINED:
+            if verdict == report.UNDEFINED:
                 verdict = "undefined: neither crossing is defined"
         record(f"verdict.{rq}.{signal}.{arm}.{task}.{key(m)}", verdict)
-        case = claims.lag_case(verdict, str(cr["censored_side"].values), lower, upper)
+        case = report.lag_case(verdict, str(cr["censored_side"].values), lower, upper)
         record(f"lag_case.{rq}.{signal}.{arm}.{task}.{key(m)}", case)   # how the sentence says it
         detail = ARM_WORDS[arm] if verdict.startswith("undefined") else f"{ARM_WORDS[arm]}: {w_text(w, lo, hi, lower, upper)}"
         groups.setdefault(case, {}).setdefault(name(m), []).append(detail)
     what = SIGNAL_WORDS[signal]
     who = lambda v: fmt_list(f"{m} ({'; '.join(d)})" for m, d in groups[v].items())  # noqa: E731
     out = []
-    for case in (claims.LAGS, claims.NOT_REACHED, claims.WITH, claims.LEADS, claims.AT_FIRST_LEVEL, claims.NO_LAG,
-                 claims.BOUNDED):
+    for case in (report.LAGS, report.NOT_REACHED, report.WITH, report.LEADS, report.AT_FIRST_LEVEL, report.NO_LAG,
+                 report.BOUNDED):
         if case in groups:
-            out.append(f"The {what} ({task}) {claims.lag_phrase(case, signal)}, for {who(case)}.")
+            out.append(f"The {what} ({task}) {report.lag_phrase(case, signal)}, for {who(case)}.")
     for verdict in groups:
         if verdict.startswith("undefined"):
             out.append(f"No lag of the {what} ({task}) can be stated for {who(verdict)}: {verdict.split(': ', 1)[1]}.")
@@ -816,19 +811,19 @@ display(Markdown("\n\n".join(numbers[k] for k in numbers if k.startswith("findin
 # %%
 #| label: fig-confidence-t2
 #| fig-cap: "Internal confidence (solid) against visibility with accuracy (thin dashed) for reference, t2; bands: bootstrap intervals; dashed grey: chance; dotted: blank image."
-show(figures.plot_signal_vs_visibility(means, "c_int", "t2", chance=CHANCE["t2"], reference="correct",
+show(report.plot_signal_vs_visibility(means, "c_int", "t2", chance=CHANCE["t2"], reference="correct",
                                       marked=LOW_MASS), "confidence_t2")
 
 # %%
 #| label: fig-verbal-t2
 #| fig-cap: "Verbalized confidence (solid) against visibility with accuracy (thin dashed), t2; a panel names the models whose verbalized confidence could not be parsed."
-show(figures.plot_signal_vs_visibility(means, "verbal_conf", "t2", chance=CHANCE["t2"], reference="correct",
+show(report.plot_signal_vs_visibility(means, "verbal_conf", "t2", chance=CHANCE["t2"], reference="correct",
                                       marked=LOW_MASS), "verbal_t2")
 
 # %%
 #| label: fig-blind-spot
 #| fig-cap: "Blind-spot widths W of the four awareness signals with bootstrap intervals, t2 (upper half) and t3 (lower half); the legend names the marks that occur (crossings, lower and upper bounds); W is undefined where accuracy does not cross (spec Fig. 4: t2 upper, t3 lower)."
-show(figures.plot_blind_spot_widths(cross, ("t2", "t3"), marked=LOW_MASS), "blind_spot")
+show(report.plot_blind_spot_widths(cross, ("t2", "t3"), marked=LOW_MASS), "blind_spot")
 
 # %%
 #| label: tbl-end-of-sweep
@@ -849,12 +844,12 @@ for m in VLMS:
                      "mean verbal": verbal_mean(r_, *est("mean", **cell, readout="verbal_conf")),
                      "verbal parsed / cut": f"{fmt(float(r_['parse_rate']))} / {fmt(float(r_['limit_hit_rate']))}",
                      "ECE c_int": fmt_estimate(*est("ece", **cell, confidence="c_int"))})
-show_table(paper.markdown_table(rows), "end-of-sweep")
+show_table(report.markdown_table(rows), "end-of-sweep")
 
 # %%
 #| label: fig-reliability-t2
 #| fig-cap: "Reliability diagrams of the internal confidence over the degraded levels, t2; marker area: share of the answers in the bin; grey: confidence of at least 0.9 (spec Fig. 5)."
-show(figures.plot_reliability(sc, "t2", marked=LOW_MASS), "reliability_t2")
+show(report.plot_reliability(sc, "t2", marked=LOW_MASS), "reliability_t2")
 
 # %% [markdown]
 # Confident errors: pooled over the murky levels of both arms, how often an
@@ -875,7 +870,7 @@ if len(answered) < len(VLMS):
                  f"confidence of at least {threshold}")
 record("finding.rq2.confident", f"Pooled over the levels with V ≤ {fmt_level(sc.attrs['confident_max_visibility_m'])} "
                                 f"m in both arms, " + "; ".join(parts) + ".")
-show_table(paper.markdown_table([
+show_table(report.markdown_table([
     {"model": name(m), f"accuracy of answers with c_int ≥ {sc.attrs['confident_threshold']:g}":
      fmt_estimate(*est("confident_accuracy", model=m)), "n": str(int(sc["confident_n"].sel(model=m)))}
     for m in VLMS]), "confident")
@@ -888,10 +883,10 @@ for arm in physical:
     for lvl in sc["level"].values:
         row = {"arm": arm, "V (m)": fmt_level(VIS[lvl])}
         for m in VLMS:
-            row[name(m)] = paper.estimate_cell(fmt_estimate(*est("auroc", model=m, arm=arm, level=lvl, task="t2",
+            row[name(m)] = report.estimate_cell(fmt_estimate(*est("auroc", model=m, arm=arm, level=lvl, task="t2",
                                                                  confidence="c_int")))
         rows.append(row)
-show_table(paper.markdown_table(rows), "auroc")
+show_table(report.markdown_table(rows), "auroc")
 
 # %% [markdown]
 # ## RQ3 · Abstention and its wording
@@ -915,7 +910,7 @@ def wording_finding(task: str = "t2") -> str:
         for arm in physical:
             sel = dict(model=m, arm=arm, level=MID, task=task)
             d = paired_difference(image_scores.sel(**sel, readout="abstain"), image_scores.sel(**sel, readout="abstain2"))
-            where = claims.versus_value(*d, 0.0)
+            where = report.versus_value(*d, 0.0)
             record(f"verdict.rq3.wording.{arm}.{task}.{key(m)}", where)
             record(f"diff.abstain_abstain2.{arm}.{task}.{key(m)}", d[0], ci=d[1:])
             groups.setdefault(where, {}).setdefault(name(m), []).append(
@@ -924,16 +919,16 @@ def wording_finding(task: str = "t2") -> str:
     who = lambda v: fmt_list(f"{m} ({'; '.join(d)})" for m, d in groups[v].items())  # noqa: E731
     at = f"At V = {fmt_level(VIS[MID])} m ({task}, main wording against “I don't know”)"
     out = []
-    if claims.ABOVE in groups:
-        out.append(f"{at} the main wording is chosen more often by {who(claims.ABOVE)}: there the abstention "
+    if report.ABOVE in groups:
+        out.append(f"{at} the main wording is chosen more often by {who(report.ABOVE)}: there the abstention "
                    "depends on the wording.")
-    if claims.BELOW in groups:
-        out.append(f"{at} “I don't know” is chosen more often by {who(claims.BELOW)}: there the abstention "
+    if report.BELOW in groups:
+        out.append(f"{at} “I don't know” is chosen more often by {who(report.BELOW)}: there the abstention "
                    "depends on the wording.")
-    if claims.AT in groups:
-        out.append(f"{at} no wording effect is observed for {who(claims.AT)}.")
-    if claims.UNDEFINED in groups:
-        out.append(f"{at} the abstain rates are undefined for {fmt_list(groups[claims.UNDEFINED])}.")
+    if report.AT in groups:
+        out.append(f"{at} no wording effect is observed for {who(report.AT)}.")
+    if report.UNDEFINED in groups:
+        out.append(f"{at} the abstain rates are undefined for {fmt_list(groups[report.UNDEFINED])}.")
     return " ".join(out)
 
 
@@ -949,12 +944,12 @@ display(Markdown("\n\n".join(numbers[k] for k in numbers if k.startswith("findin
 # %%
 #| label: fig-abstain-t2
 #| fig-cap: "Abstain rate with the main wording (solid) against visibility with accuracy (thin dashed), t2."
-show(figures.plot_signal_vs_visibility(means, "abstain", "t2", reference="correct", marked=LOW_MASS), "abstain_t2")
+show(report.plot_signal_vs_visibility(means, "abstain", "t2", reference="correct", marked=LOW_MASS), "abstain_t2")
 
 # %%
 #| label: fig-abstain2-t2
 #| fig-cap: "Abstain rates with the main wording (solid) and with “I don't know” (dashed), with accuracy (dotted), one row per model, t2 (spec Fig. 6)."
-show(figures.plot_abstain_comparison(means, "t2", chance=CHANCE["t2"], marked=LOW_MASS), "abstain2_t2")
+show(report.plot_abstain_comparison(means, "t2", chance=CHANCE["t2"], marked=LOW_MASS), "abstain2_t2")
 
 # %% [markdown]
 # The wording of the verbalized-confidence request (spec Table VI): only the
@@ -964,7 +959,7 @@ show(figures.plot_abstain_comparison(means, "t2", chance=CHANCE["t2"], marked=LO
 # %%
 #| label: tbl-verbal-wordings
 #| tbl-cap: "Verbalized confidence under the request wordings v1–v3 on the items asked all three, t2, fog (spec Table VI): mean (none: no parseable confidence), and the shares of the continuations with a parseable confidence (parsed) and cut by the token limit (cut)."
-WORDINGS = [w for w in analysis.VERBAL_WORDING_READOUTS if analysis.VERBAL_WORDING_READOUTS[w][0] in ds["readout"].values]
+WORDINGS = [w for w in results.VERBAL_WORDING_READOUTS if results.VERBAL_WORDING_READOUTS[w][0] in ds["readout"].values]
 WORDING_MODELS = []   # the models asked all three wordings on some items
 if "verbal_conf_v2" not in ds["readout"].values:
     md = not_computed("this cube has no verbal wording variants")
@@ -978,7 +973,7 @@ else:
                         | {f"{w}{c}": "–" for w in WORDINGS for c in ("", " parsed", " cut")})
             continue
         sub = ds.sel(model=[m]).isel(image=np.flatnonzero(asked))
-        r_sub = analysis.verbal_rates(sub, by_task=True).sel(model=m, arm="fog", task="t2")
+        r_sub = results.verbal_rates(sub, by_task=True).sel(model=m, arm="fog", task="t2")
         for v in [v for v in (np.inf, 62.5, 15.625, 7.8125, 3.90625, 1.953125) if np.isclose(VIS, v).any()]:
             lvl = 0 if not np.isfinite(v) else level_of(v)
             cell = sub["value"].sel(model=m, arm="fog", level=lvl, task="t2")
@@ -988,14 +983,14 @@ else:
             for w in WORDINGS:
                 r_ = r_sub.sel(level=lvl, wording=w)
                 row[w] = ("none" if float(r_["n_asked"]) and float(r_["parse_rate"]) == 0
-                          else fmt(mean(analysis.VERBAL_WORDING_READOUTS[w][0])))
+                          else fmt(mean(results.VERBAL_WORDING_READOUTS[w][0])))
                 row[f"{w} parsed"] = fmt(float(r_["parse_rate"]))
                 row[f"{w} cut"] = fmt(float(r_["limit_hit_rate"]))
                 if lvl == 0:
                     record(f"verbal.wording.parse_rate.{key(m)}.{w}.clean", float(r_["parse_rate"]))
                     record(f"verbal.wording.limit_hit_rate.{key(m)}.{w}.clean", float(r_["limit_hit_rate"]))
             rows.append(row)
-    md = paper.markdown_table(rows)
+    md = report.markdown_table(rows)
 show_table(md, "verbal-wordings")
 unasked = [m for m in VLMS if m not in WORDING_MODELS]
 record("finding.rq3.verbal_wordings", (
@@ -1011,19 +1006,19 @@ record("finding.rq3.verbal_wordings", (
 #
 # The depth stage translated each ImageNet-C fog severity into the fog
 # visibility V_eq that retains the same contrast gain, per image
-# (`murk.nominal.nominal_equivalence`; the luma std ratio frozen before the pilot
+# (`murk.scene.nominal_equivalence`; the luma std ratio frozen before the pilot
 # is the check). Here: the median V_eq and its spread across images (spec
 # Table VII), each model's accuracy at the severities against its clean
 # accuracy (paired differences; the largest change by magnitude is stated with
 # its sign and severity), and whether the severities reach the failure band. The
 # severities *sit on the plateau* for a model when every severity's median V_eq
 # lies above the visibility at which the model's fog accuracy starts to fall
-# (where it has lost a tenth of its clean-to-chance range, `murk.claims.fall_band`;
+# (where it has lost a tenth of its clean-to-chance range, `murk.report.fall_band`;
 # the upper end of the V_acc interval where that is undefined); they *reach into
 # the band* where a severity lies at or below that visibility and the model's
 # accuracy there has fallen below clean (the paired change's interval below 0),
 # and lie in the band *without reaching the failure* where accuracy at every such
-# severity holds or rises (`murk.claims.band_verdict`); they cannot be placed for
+# severity holds or rises (`murk.report.band_verdict`); they cannot be placed for
 # a model whose accuracy does not collapse.
 
 # %%
@@ -1034,7 +1029,7 @@ veq_median = np.full(5, np.nan)
 if nominal_file.is_file():
     with xr.open_dataset(nominal_file) as f:
         nds = f.load()
-    tab = nominal.table_vii(nds)
+    tab = scene.table_vii(nds)
     veq_median = tab["median_v_eq_gain_m"].to_numpy(float)
     for sev, r in tab.iterrows():
         record(f"nominal.veq.{sev}", r["median_v_eq_gain_m"], 0)
@@ -1047,7 +1042,7 @@ if nominal_file.is_file():
     REASON_COLS = {"several_roots": "several roots", "outside_0_1": "gain ∉ (0, 1)", "no_root": "no root",
                    "saturated": "saturated", "undefined": "undefined", "missing_input": "no input"}
     shown_reasons = [r_ for r_ in REASON_COLS if f"n_{r_}" in tab and int(tab[f"n_{r_}"].sum())]
-    md = paper.markdown_table([
+    md = report.markdown_table([
         {"ImageNet-C severity": str(s), "median V_eq (gain), m": fmt(r.median_v_eq_gain_m, 0),
          "P90/P10 across images": (fmt(r.spread_p90_p10, 1) + "×") if np.isfinite(r.spread_p90_p10) else "n/a",
          "median V_eq (std ratio), m": fmt(r.median_v_eq_std_ratio_m, 0), "images": str(int(r.n_images))}
@@ -1087,7 +1082,7 @@ show_table(md, "nominal")
 # %%
 #| label: num-rq4-severities
 # Methods: what changes between neighbouring severities, from the implementation's table of the fog's constants
-record("methods.imagenet_c_severities", nominal.describe_severities())
+record("methods.imagenet_c_severities", scene.describe_severities())
 if nominal_file.is_file():
     record("finding.rq4.nominal", (
         f"By retained contrast gain the ImageNet-C fog severities correspond to median equivalent visibilities of "
@@ -1109,7 +1104,7 @@ for m in VLMS:
     diffs = [paired_difference(image_scores.sel(model=m, arm="imagenet_c", level=s_, task="t2", readout="correct"),
                                image_scores.sel(model=m, arm="fog", level=0, task="t2", readout="correct"))
              for s_ in range(1, 6)]
-    largest = claims.largest_change(diffs)   # by magnitude: a severity may lie above clean accuracy too
+    largest = report.largest_change(diffs)   # by magnitude: a severity may lie above clean accuracy too
     sev_acc = fmt_range(acc.sel(model=m, arm="imagenet_c", level=slice(1, 5), task="t2").values)
     cr = cross.sel(model=m, arm="fog", task="t2", readout="correct")
     fall = numbers[f"verdict.rq1.fog.t2.{key(m)}"]
@@ -1118,22 +1113,22 @@ for m in VLMS:
         edge = float(cr["v_hi_m"])
     # by position (a severity's median V_eq at or below the edge) and by accuracy (its change from clean falls,
     # the interval below 0): a severity placed in the band at which accuracy holds or rises does not reach it
-    verdict = "not computed" if not nominal_file.is_file() else claims.band_verdict(fall, veq_median, edge, diffs)
+    verdict = "not computed" if not nominal_file.is_file() else report.band_verdict(fall, veq_median, edge, diffs)
     record(f"verdict.rq4.t2.{key(m)}", verdict)
     if largest is None:
         change = "no change from clean accuracy can be estimated"
-        record(f"rq4.largest_change.verdict.t2.{key(m)}", claims.UNDEFINED)
+        record(f"rq4.largest_change.verdict.t2.{key(m)}", report.UNDEFINED)
     else:
         d = diffs[largest]
         record(f"rq4.largest_change.t2.{key(m)}", d[0], ci=d[1:])
         record(f"rq4.largest_change.severity.t2.{key(m)}", largest + 1)
-        record(f"rq4.largest_change.verdict.t2.{key(m)}", claims.versus_value(*d, 0.0))   # above / below / at clean
-        words = claims.change_words(*d)
+        record(f"rq4.largest_change.verdict.t2.{key(m)}", report.versus_value(*d, 0.0))   # above / below / at clean
+        words = report.change_words(*d)
         change = (f"the largest change from clean, {words}, at severity {largest + 1}" if not words.startswith("no change")
                   else f"no change from clean at any severity ({fmt_estimate(*d)} at most)")
     detail = (f"t2 accuracy {sev_acc} over severities 1–5 against {fmt(float(acc.sel(model=m, arm='fog', level=0, task='t2')))} "
               f"clean, {change}")
-    if fall in (claims.COLLAPSE, claims.PARTIAL):
+    if fall in (report.COLLAPSE, report.PARTIAL):
         detail = f"its fog accuracy starts to fall at V = {fmt_visibility(edge)} m; " + detail
     groups.setdefault(verdict, []).append(f"{name(m)} ({detail})")
 veq_words = f"median V_eq {fmt_range(veq_median, digits=0)} m"
@@ -1144,16 +1139,16 @@ if "plateau" in groups:
 if "reaches the band" in groups:
     out.append(f"The ImageNet-C fog severities ({veq_words}) reach into the failure band for "
                f"{fmt_list(groups['reaches the band'])}.")
-if claims.IN_BAND_NO_FALL in groups:
+if report.IN_BAND_NO_FALL in groups:
     out.append(f"The ImageNet-C fog severities ({veq_words}) lie at visibilities of the failure band but do not reach "
-               f"the failure for {fmt_list(groups[claims.IN_BAND_NO_FALL])}: at no severity placed there does t2 "
+               f"the failure for {fmt_list(groups[report.IN_BAND_NO_FALL])}: at no severity placed there does t2 "
                "accuracy fall below clean (its paired interval below 0).")
-if claims.UNDEFINED in groups:
+if report.UNDEFINED in groups:
     out.append(f"The ImageNet-C fog severities cannot be placed against the failure band for "
-               f"{fmt_list(groups[claims.UNDEFINED])}: no equivalent visibility, or no start of the fall, is defined.")
+               f"{fmt_list(groups[report.UNDEFINED])}: no equivalent visibility, or no start of the fall, is defined.")
 if "no collapse" in groups:
     out.append(f"Whether the severities cover the failure band cannot be said for {fmt_list(groups['no collapse'])}: "
-               f"{claims.they(len(groups['no collapse']), 'its', 'their')} fog accuracy does not collapse (not observed).")
+               f"{report.they(len(groups['no collapse']), 'its', 'their')} fog accuracy does not collapse (not observed).")
 if "not computed" in groups:
     out.append("Without the nominal equivalence, whether the severities cover the failure band is not stated.")
 record("finding.rq4.t2", " ".join(out))
@@ -1163,9 +1158,9 @@ display(Markdown(numbers["finding.rq4.t2"]))
 #| label: fig-nominal
 #| fig-cap: "Nominal ImageNet-C severities placed at their median equivalent visibility on each model's fog curve, t2; the severities are numbered above the axes (spec Fig. 7)."
 if np.isfinite(veq_median).any():
-    fig = figures.plot_nominal_vs_physical(means, veq_median, "t2", chance=CHANCE["t2"], marked=LOW_MASS)
+    fig = report.plot_nominal_vs_physical(means, veq_median, "t2", chance=CHANCE["t2"], marked=LOW_MASS)
 else:
-    fig = figures.placeholder(f"nominal equivalence: {paper.NOT_COMPUTED}")
+    fig = report.placeholder(f"nominal equivalence: {report.NOT_COMPUTED}")
 show(fig, "nominal_t2")
 
 # %% [markdown]
@@ -1182,38 +1177,38 @@ show(fig, "nominal_t2")
 
 # %%
 #| label: num-controls
-for ctrl in cube.CONTROL_ARMS:
+for ctrl in results.CONTROL_ARMS:
     for task in ("t2", "t3"):
         groups = {}
         for m in VLMS:
             e = est("mean", model=m, arm=ctrl, level=0, task=task, readout="correct")
-            groups.setdefault(claims.versus_value(*e, CHANCE[task]), []).append(f"{name(m)} ({fmt_estimate(*e)})")
+            groups.setdefault(report.versus_value(*e, CHANCE[task]), []).append(f"{name(m)} ({fmt_estimate(*e)})")
         what = {"blank": "On the blank image", "shuffled": "On the shuffled image"}[ctrl]
         out = []
-        if claims.AT in groups:
-            out.append(f"{what}, {task} accuracy is at chance ({fmt(CHANCE[task])}) for {fmt_list(groups[claims.AT])}.")
-        if claims.ABOVE in groups:
-            out.append(f"{what}, {task} accuracy is above chance for {fmt_list(groups[claims.ABOVE])}: the question "
+        if report.AT in groups:
+            out.append(f"{what}, {task} accuracy is at chance ({fmt(CHANCE[task])}) for {fmt_list(groups[report.AT])}.")
+        if report.ABOVE in groups:
+            out.append(f"{what}, {task} accuracy is above chance for {fmt_list(groups[report.ABOVE])}: the question "
                        "can be answered without the scene.")
-        if claims.BELOW in groups:
-            out.append(f"{what}, {task} accuracy is below chance for {fmt_list(groups[claims.BELOW])}.")
-        if claims.UNDEFINED in groups:
-            out.append(f"{what}, no {task} accuracy could be estimated for {fmt_list(groups[claims.UNDEFINED])}.")
+        if report.BELOW in groups:
+            out.append(f"{what}, {task} accuracy is below chance for {fmt_list(groups[report.BELOW])}.")
+        if report.UNDEFINED in groups:
+            out.append(f"{what}, no {task} accuracy could be estimated for {fmt_list(groups[report.UNDEFINED])}.")
         record(f"finding.controls.{ctrl}.{task}", " ".join(out))
 groups = {}
 raw = ds["value"].sel(arm="blank", level=0, readout="correct")
 for m in VLMS:
     d = paired_difference(raw.sel(model=m, task="t3_false"), raw.sel(model=m, task="t3_true"))
-    groups.setdefault(claims.versus_value(*d, 0.0), []).append(f"{name(m)} ({fmt_estimate(*d)})")
+    groups.setdefault(report.versus_value(*d, 0.0), []).append(f"{name(m)} ({fmt_estimate(*d)})")
 out = []
-if claims.ABOVE in groups:
+if report.ABOVE in groups:
     out.append(f"On the blank image t3 is answered “no” more often than the truth warrants by "
-               f"{fmt_list(groups[claims.ABOVE])} (accuracy on distractor minus true-category questions).")
-if claims.BELOW in groups:
+               f"{fmt_list(groups[report.ABOVE])} (accuracy on distractor minus true-category questions).")
+if report.BELOW in groups:
     out.append(f"On the blank image t3 is answered “yes” more often than the truth warrants by "
-               f"{fmt_list(groups[claims.BELOW])} (accuracy on distractor minus true-category questions).")
-if claims.AT in groups:
-    out.append(f"On the blank image no answer bias of t3 is observed for {fmt_list(groups[claims.AT])} "
+               f"{fmt_list(groups[report.BELOW])} (accuracy on distractor minus true-category questions).")
+if report.AT in groups:
+    out.append(f"On the blank image no answer bias of t3 is observed for {fmt_list(groups[report.AT])} "
                "(accuracy on distractor minus true-category questions).")
 record("finding.controls.t3_bias", " ".join(out))
 display(Markdown("\n\n".join(numbers[k] for k in numbers if k.startswith("finding.controls."))))
@@ -1228,14 +1223,14 @@ display(Markdown("\n\n".join(numbers[k] for k in numbers if k.startswith("findin
 # this run's items (t2; estimated on the same items, so optimistic on a small
 # run, a conservative reference; for t3 the guesser is the majority answer, at
 # chance by construction), and on the blank image the share of t3's most frequent answer
-# (`murk.diagnostics`: a floor below chance says the distractors carry a prior
+# (`murk.results`: a floor below chance says the distractors carry a prior
 # the model exploits against, a floor above the guesser that the question is
 # answerable without the image, and one answer given to at least
 # `diagnostics.DOMINANT_SHARE` of the questions dominates the task). The floors
 # of every model, control and task are one family of tests: a floor is stated
 # below chance or above the guesser only where the bootstrap p-value of its
 # interval's test, Holm-adjusted over the family, is at most 1 − the interval
-# level (`murk.diagnostics.floor_verdicts`). The
+# level (`murk.results.floor_verdicts`). The
 # numbers are recorded as `diagnostic.*`.
 
 # %%
@@ -1245,17 +1240,17 @@ T3_OPTIONS = list(cfg["prompts"]["t3_options"])
 rows, flagged, floors, dominated = [], set(), {}, {}
 FLOOR_FAMILY: list[tuple] = []   # (model, control, task, estimate, replicates, chance, guesser, table row)
 for m in VLMS:
-    ids = set(ds["image"].values[analysis.common_images(ds, [m])].tolist())
+    ids = set(ds["image"].values[results.common_images(ds, [m])].tolist())
     mine = table[table["image_id"].isin(ids)] if len(table) and "t2_options" in table else table.iloc[:0]
-    guesser = {"t2": diagnostics.prior_guesser_accuracy(list(mine["t2_options"]), list(mine["t2_answer_index"]))
+    guesser = {"t2": results.prior_guesser_accuracy(list(mine["t2_options"]), list(mine["t2_answer_index"]))
                if len(mine) else np.nan,
-               "t3": diagnostics.majority_guesser_accuracy(["true", "false"] * len(ids))}
+               "t3": results.majority_guesser_accuracy(["true", "false"] * len(ids))}
     blank_t3 = ds["value"].sel(model=m, arm="blank", level=0, task=["t3_true", "t3_false"], readout="answer")
     try:
-        shares = diagnostics.answer_shares(blank_t3.values, len(T3_OPTIONS))
+        shares = results.answer_shares(blank_t3.values, len(T3_OPTIONS))
     except ValueError:   # an answer outside the options: no share to read
         shares = np.full(len(T3_OPTIONS), np.nan)
-    top = diagnostics.dominant_answer(shares)
+    top = results.dominant_answer(shares)
     top_k = int(np.nanargmax(shares)) if np.isfinite(shares).any() else None
     record(f"diagnostic.t3_blank_top_share.{key(m)}", shares[top_k] if top_k is not None else np.nan)
     record(f"diagnostic.t3_blank_top_answer.{key(m)}", T3_OPTIONS[top_k] if top_k is not None else "n/a")
@@ -1266,47 +1261,47 @@ for m in VLMS:
         row = {"VLM": name(m), "task": task, "chance": fmt(CHANCE[task]),
                "prior guesser": fmt(guesser[task]) if np.isfinite(guesser[task]) else "n/a"}
         record(f"diagnostic.guesser.{task}.{key(m)}", guesser[task])
-        for ctrl in cube.CONTROL_ARMS:
+        for ctrl in results.CONTROL_ARMS:
             e = est("mean", model=m, arm=ctrl, level=0, task=task, readout="correct")
             # the replicates of the draw behind the interval (the model's own images), for the family's p-values
-            keep = np.flatnonzero(analysis.common_images(ds, [m]))
+            keep = np.flatnonzero(results.common_images(ds, [m]))
             x_ = image_scores.sel(model=m, arm=ctrl, level=0, task=task, readout="correct").isel(image=keep).values
-            reps = metrics.resampled_means(x_, draw(keep.size)[:A["bootstrap_resamples"]])
-            row[f"{ctrl} accuracy"] = paper.estimate_cell(fmt_estimate(*e))
+            reps = results.resampled_means(x_, draw(keep.size)[:A["bootstrap_resamples"]])
+            row[f"{ctrl} accuracy"] = report.estimate_cell(fmt_estimate(*e))
             row[f"{ctrl} floor"] = ""   # the family's verdict, below
             FLOOR_FAMILY.append((m, ctrl, task, e, reps, CHANCE[task], guesser[task], row))
         row["t3 on the blank: top answer"] = (f"{T3_OPTIONS[top_k]} ({fmt(shares[top_k])})"
                                          if task == "t3" and top_k is not None else "")
         rows.append(row)
 # every control floor of every model and task is one family of tests: a confound is stated where the Holm-adjusted
-# p-value of its interval's test is at most 1 - ci_level (murk.diagnostics.floor_verdicts)
-FLOOR_VERDICTS = diagnostics.floor_verdicts([f[3] for f in FLOOR_FAMILY], [f[4] for f in FLOOR_FAMILY],
+# p-value of its interval's test is at most 1 - ci_level (murk.results.floor_verdicts)
+FLOOR_VERDICTS = results.floor_verdicts([f[3] for f in FLOOR_FAMILY], [f[4] for f in FLOOR_FAMILY],
                                             [f[5] for f in FLOOR_FAMILY], [f[6] for f in FLOOR_FAMILY],
                                             alpha=1 - A["ci_level"])
 record("diagnostic.floor_family", sum(np.isfinite(f[3][0]) for f in FLOOR_FAMILY))
 for (m, ctrl, task, e, _, _, _, row), v in zip(FLOOR_FAMILY, FLOOR_VERDICTS):
     record(f"diagnostic.floor.{ctrl}.{task}.{key(m)}", v)
     row[f"{ctrl} floor"] = v
-    if v in (diagnostics.BELOW_CHANCE, diagnostics.ABOVE_GUESSER):
+    if v in (results.BELOW_CHANCE, results.ABOVE_GUESSER):
         floors.setdefault((ctrl, task, v), []).append(f"{name(m)} ({fmt_estimate(*e)})")
         flagged.add(m)
 out = []
 for (ctrl, task, v), who in floors.items():
-    against = "chance" if v == diagnostics.BELOW_CHANCE else "the prior guesser"
-    out.append(f"On the {ctrl} image the {task} floor lies {'below' if v == diagnostics.BELOW_CHANCE else 'above'} "
-               f"{against} for {fmt_list(who)}: {diagnostics.VERDICT_TEXT[v]}.")
+    against = "chance" if v == results.BELOW_CHANCE else "the prior guesser"
+    out.append(f"On the {ctrl} image the {task} floor lies {'below' if v == results.BELOW_CHANCE else 'above'} "
+               f"{against} for {fmt_list(who)}: {results.VERDICT_TEXT[v]}.")
 for answer, who in dominated.items():
     verb = "answers" if len(who) == 1 else "answer"
     out.append(f"On the blank image {fmt_list(who)} {verb} “{answer}” to at least "
-               f"{fmt(diagnostics.DOMINANT_SHARE)} of the t3 questions: the answer bias dominates the task, which "
+               f"{fmt(results.DOMINANT_SHARE)} of the t3 questions: the answer bias dominates the task, which "
                "then measures whether the boxed object is judged visible rather than how well the answer is calibrated.")
 clear = [name(m) for m in VLMS if m not in flagged]
 if clear:
-    out.append(f"For {fmt_list(clear)} the controls show no design confound: {claims.they(len(clear), 'its', 'their')} "
+    out.append(f"For {fmt_list(clear)} the controls show no design confound: {report.they(len(clear), 'its', 'their')} "
                f"floors are at chance or between chance and the prior guesser, and no answer dominates t3 on the "
                "blank image.")
 record("finding.diagnostic", " ".join(out))
-show_table(paper.markdown_table(rows), "diagnostics")
+show_table(report.markdown_table(rows), "diagnostics")
 
 # %%
 display(Markdown(numbers["finding.diagnostic"]))
@@ -1316,7 +1311,7 @@ display(Markdown(numbers["finding.diagnostic"]))
 # of 3 px). murk renders each item at the design's murkiest level with and
 # without the box and measures how much the box stands out as a vision encoder
 # sees it: the colour difference the box makes, averaged over the encoder's
-# patches that it touches (`murk.diagnostics.marker_contrast`; patch side
+# patches that it touches (`murk.results.marker_contrast`; patch side
 # `diagnostics.PATCH_PX`, the study models' `patch_size`), and counts an item as
 # hard to see below `diagnostics.HARD_TO_SEE_CONTRAST` (murk's threshold). The
 # clean image is the reference.
@@ -1328,33 +1323,33 @@ WIDTH, COLOR = int(cfg["render"]["box_width_px"]), tuple(cfg["render"].get("box_
 V_END = float(SWEEP[-1])
 contrast = {"clean": [], "fog": [], "underwater": []}
 try:
-    current = depth.current_depth(output_dir)
+    current = scene.current_depth(output_dir)
 except FileNotFoundError:  # a cube analysed without its depth stage: no renderings
     current = None
 n_marker = len(table) if current is not None and "file_name" in table else 0
-for i in progress.bar(range(n_marker), desc="analyse: marker contrast", unit="img") if n_marker else []:
+for i in core.bar(range(n_marker), desc="analyse: marker contrast", unit="img") if n_marker else []:
     row = table.iloc[i]
     try:  # bad input or a failed rendering: left out here, recorded as missing in the cube
-        img, size = render.load_presented(Path(meta["image_dir"]) / row["file_name"], cfg["render"]["max_side_px"],
+        img, size = scene.load_presented(Path(meta["image_dir"]) / row["file_name"], cfg["render"]["max_side_px"],
                                           expected_size=(int(row["width"]), int(row["height"])))
-        z = depth.load_depth(current["path"], int(row["image_id"]), shape=img.shape[:2])
-        shown = {"clean": img, "fog": physics.fog_sweep(img, z, np.asarray([V_END]))[0],
-                 "underwater": physics.underwater_sweep(img, z, np.asarray([V_END]))[0]}
+        z = scene.load_depth(current["path"], int(row["image_id"]), shape=img.shape[:2])
+        shown = {"clean": img, "fog": scene.fog_sweep(img, z, np.asarray([V_END]))[0],
+                 "underwater": scene.underwater_sweep(img, z, np.asarray([V_END]))[0]}
     except (FileNotFoundError, ValueError, OSError):
         continue
-    bbox = render.scale_bbox(row["bbox"], (int(row["width"]), int(row["height"])), size)
+    bbox = scene.scale_bbox(row["bbox"], (int(row["width"]), int(row["height"])), size)
     for arm, x in shown.items():
-        contrast[arm].append(diagnostics.marker_contrast(render.draw_box(x, bbox, WIDTH, COLOR), x))
+        contrast[arm].append(results.marker_contrast(scene.draw_box(x, bbox, WIDTH, COLOR), x))
 record("diagnostic.marker.width_px", WIDTH)
-record("diagnostic.marker.patch_px", diagnostics.PATCH_PX)
-record("diagnostic.marker.threshold", fmt(diagnostics.HARD_TO_SEE_CONTRAST))
+record("diagnostic.marker.patch_px", results.PATCH_PX)
+record("diagnostic.marker.threshold", fmt(results.HARD_TO_SEE_CONTRAST))
 record("diagnostic.marker.v_end_m", fmt_level(V_END))
 rows, hard = [], {}
 for arm, c in contrast.items():
     c = np.asarray(c, float)
     ok = c[np.isfinite(c)]
     med = float(np.median(ok)) if ok.size else np.nan
-    share = float(np.mean(ok < diagnostics.HARD_TO_SEE_CONTRAST)) if ok.size else np.nan
+    share = float(np.mean(ok < results.HARD_TO_SEE_CONTRAST)) if ok.size else np.nan
     hard[arm] = share
     record(f"diagnostic.marker.median.{arm}", med)
     record(f"diagnostic.marker.hard_share.{arm}", share)
@@ -1368,48 +1363,48 @@ else:
         return "none" if x == 0 else "all" if x == 1 else f"a share of {fmt(x)}"
 
     hard_any = any(hard[a] > 0 for a in ("fog", "underwater"))
-    out = (f"As a vision encoder's {diagnostics.PATCH_PX}-px patches see it, the {WIDTH}-px box is hard to see "
-           f"(contrast below {fmt(diagnostics.HARD_TO_SEE_CONTRAST)}) at {fmt_level(V_END)} m on "
+    out = (f"As a vision encoder's {results.PATCH_PX}-px patches see it, the {WIDTH}-px box is hard to see "
+           f"(contrast below {fmt(results.HARD_TO_SEE_CONTRAST)}) at {fmt_level(V_END)} m on "
            f"{share_text(hard['fog'])} of the items in fog and {share_text(hard['underwater'])} under water, and on "
            f"{share_text(hard['clean'])} of the clean images"
            + (": at the murkiest level a share of the questions concerns a marker the model may not see." if hard_any
               else ": the marker stays visible at the murkiest level."))
 record("finding.diagnostic_marker", out)
-show_table(paper.markdown_table(rows), "marker")
+show_table(report.markdown_table(rows), "marker")
 
 # %%
 display(Markdown(numbers["finding.diagnostic_marker"]))
 
 # %% [markdown]
-# Two designs side by side. The run's design (`murk.design`: the study's, or a
+# Two designs side by side. The run's design (`murk.protocol`: the study's, or a
 # variant such as the spec's pilot, `data/pilot.yaml`) is stated first. When
 # another design's run is given (`compare_with`: its output folder, e.g. the
 # study's design next to the pilot's), the floors, t3's blank-image answer bias
 # and V_acc are compared on the models and images both runs read out
-# (`murk.diagnostics.design_summary`, point estimates over the shared images;
+# (`murk.results.design_summary`, point estimates over the shared images;
 # each run restricted to its own design's sweep).
 
 # %%
 #| label: tbl-design-comparison
 #| tbl-cap: "This run's design and, when another design's run is given (compare_with), that run's, on the models and images both read out: blank- and shuffled-image accuracy (t2), t3's most frequent blank-image answer share, and V_acc (t2) in fog and under water (beyond the spec)."
-record("finding.design", designs.describe_design(cfg))
-record("methods.distractors", designs.methods_text(cfg, "distractors"))   # the paper's methods: this design's rules
-record("methods.binary_task", designs.methods_text(cfg, "binary_task"))
-compare_with = config.run_default("compare_with", compare_with)
+record("finding.design", report.describe_design(cfg))
+record("methods.distractors", report.methods_text(cfg, "distractors"))   # the paper's methods: this design's rules
+record("methods.binary_task", report.methods_text(cfg, "binary_task"))
+compare_with = core.run_default("compare_with", compare_with)
 CMP_ROWS, CMP_WHY, o_ds, o_cfg, other_root = [], None, None, None, None
 if compare_with:
     other_root = Path(compare_with).expanduser().resolve()
-    if other_root == Path(paths.output_dir(output_dir)).resolve():
+    if other_root == Path(core.output_dir(output_dir)).resolve():
         CMP_WHY = f"compare_with names this run's own folder {other_root}"
-    elif not paths.cube_store(other_root).exists() or not paths.items_file(other_root).is_file():
+    elif not core.cube_store(other_root).exists() or not core.items_file(other_root).is_file():
         CMP_WHY = (f"{other_root} holds no analysed run (cube.zarr, items.json): run that design first, e.g. make "
                    f"demo for the study's design into outputs")
     else:
-        _, o_meta = items.read_items(other_root)
-        o_cfg = designs.config_of(o_meta)
-        o_ds = designs.restrict_to_design(cube.open_cube(paths.cube_store(other_root)).load(), o_cfg)
+        _, o_meta = protocol.read_items(other_root)
+        o_cfg = protocol.config_of(o_meta)
+        o_ds = protocol.restrict_to_design(results.open_cube(core.cube_store(other_root)).load(), o_cfg)
         record("diagnostic.compare.root", str(other_root))
-        record("diagnostic.compare.design_there", designs.describe_design(o_cfg))
+        record("diagnostic.compare.design_there", report.describe_design(o_cfg))
 
 
 def vtxt(d, arm, unit=" m"):
@@ -1428,19 +1423,19 @@ def cmp_row(m, label, d, n_images):
 sentences = []
 o_models = set(map(str, o_ds["model"].values)) if o_ds is not None else set()
 for m in VLMS:
-    mine = ds["image"].values[analysis.common_images(ds, [m])].tolist()
+    mine = ds["image"].values[results.common_images(ds, [m])].tolist()
     if m not in o_models:   # this design alone, on the model's own images
-        CMP_ROWS.append(cmp_row(m, "this design", diagnostics.design_summary(ds, m, mine, CHANCE), len(mine)))
+        CMP_ROWS.append(cmp_row(m, "this design", results.design_summary(ds, m, mine, CHANCE), len(mine)))
         continue
     o_sub = o_ds.sel(model=[m])
-    ids = sorted(set(mine) & set(o_sub["image"].values[analysis.common_images(o_sub, [m])].tolist()))
+    ids = sorted(set(mine) & set(o_sub["image"].values[results.common_images(o_sub, [m])].tolist()))
     record(f"diagnostic.compare.n_images.{key(m)}", len(ids))
     if not ids:
-        CMP_ROWS.append(cmp_row(m, "this design", diagnostics.design_summary(ds, m, mine, CHANCE), len(mine)))
+        CMP_ROWS.append(cmp_row(m, "this design", results.design_summary(ds, m, mine, CHANCE), len(mine)))
         sentences.append(f"{name(m)} was read out on no image that both runs share.")
         continue
-    a = diagnostics.design_summary(ds, m, ids, CHANCE)
-    b = diagnostics.design_summary(o_ds, m, ids, CHANCE)
+    a = results.design_summary(ds, m, ids, CHANCE)
+    b = results.design_summary(o_ds, m, ids, CHANCE)
     for k_, v_ in a.items():
         record(f"diagnostic.compare.here.{k_}.{key(m)}", v_)
         record(f"diagnostic.compare.there.{k_}.{key(m)}", b[k_])
@@ -1458,10 +1453,10 @@ if not compare_with:
 elif CMP_WHY:
     cmp_out = f"The design comparison was not made: {CMP_WHY}."
 else:
-    cmp_out = (f"The run compared, in {other_root}, uses {designs.design_name(o_cfg)}. " + " ".join(sentences)
+    cmp_out = (f"The run compared, in {other_root}, uses {report.design_name(o_cfg)}. " + " ".join(sentences)
                + ("" if o_models & set(VLMS) else " It read out none of this run's models."))
 record("finding.design_comparison", cmp_out)
-show_table(paper.markdown_table(CMP_ROWS) if CMP_ROWS else not_computed("this run read out no model"),
+show_table(report.markdown_table(CMP_ROWS) if CMP_ROWS else not_computed("this run read out no model"),
            "design-comparison")
 
 # %%
@@ -1472,12 +1467,12 @@ display(Markdown(numbers["finding.design"] + "\n\n" + numbers["finding.design_co
 # %%
 #| label: fig-accuracy-t3
 #| fig-cap: "t3 (verification) accuracy against visibility; conventions as for t2."
-show(figures.plot_signal_vs_visibility(means, "correct", "t3", chance=CHANCE["t3"], marked=LOW_MASS), "accuracy_t3")
+show(report.plot_signal_vs_visibility(means, "correct", "t3", chance=CHANCE["t3"], marked=LOW_MASS), "accuracy_t3")
 
 # %%
 #| label: fig-signals-t3
 #| fig-cap: "Accuracy, internal confidence, verbalized confidence and the abstain rate against visibility, t3 (verification), with the conventions of the t2 figure (spec Fig. 8)."
-show(figures.plot_signals(means, "t3", chance=CHANCE["t3"], marked=LOW_MASS), "signals_t3")
+show(report.plot_signals(means, "t3", chance=CHANCE["t3"], marked=LOW_MASS), "signals_t3")
 
 # %% [markdown]
 # The same views for t3 and the remaining signals are written as files for
@@ -1485,10 +1480,10 @@ show(figures.plot_signals(means, "t3", chance=CHANCE["t3"], marked=LOW_MASS), "s
 
 # %%
 for ro, fname in (("c_int", "confidence"), ("verbal_conf", "verbal"), ("abstain", "abstain")):
-    figures.save(figures.plot_signal_vs_visibility(means, ro, "t3", chance=CHANCE["t3"] if ro != "abstain" else None,
+    report.save(report.plot_signal_vs_visibility(means, ro, "t3", chance=CHANCE["t3"] if ro != "abstain" else None,
                                                    reference="correct", marked=LOW_MASS), FIG_DIR, f"{fname}_t3", PIPELINE_CHECK)
-figures.save(figures.plot_reliability(sc, "t3", marked=LOW_MASS), FIG_DIR, "reliability_t3", PIPELINE_CHECK)
-figures.save(figures.plot_abstain_comparison(means, "t3", chance=CHANCE["t3"], marked=LOW_MASS), FIG_DIR,
+report.save(report.plot_reliability(sc, "t3", marked=LOW_MASS), FIG_DIR, "reliability_t3", PIPELINE_CHECK)
+report.save(report.plot_abstain_comparison(means, "t3", chance=CHANCE["t3"], marked=LOW_MASS), FIG_DIR,
              "abstain2_t3", PIPELINE_CHECK)
 
 # %% [markdown]
@@ -1502,13 +1497,13 @@ figures.save(figures.plot_abstain_comparison(means, "t3", chance=CHANCE["t3"], m
 #| label: tbl-monotonicity
 #| tbl-cap: "Monotonicity: adjacent level pairs moving the wrong way, raw · beyond two standard errors, per series (beyond the spec)."
 short = {"correct": "accuracy", "c_int": "c_int", "verbal_conf": "verbal", "abstain": "abstain", "abstain2": "abstain₂"}
-mono_arms = [a for a in (*cube.PHYSICAL_ARMS, "imagenet_c") if a in sc["arm"].values]
+mono_arms = [a for a in (*results.PHYSICAL_ARMS, "imagenet_c") if a in sc["arm"].values]
 rows = []
 for m in VLMS:
     for arm in mono_arms:
         for task in sc["task"].values:
             row = {"model": name(m), "arm": arm, "task": str(task)}
-            for ro in analysis.SIGNALS:
+            for ro in results.SIGNALS:
                 c = dict(model=m, arm=arm, task=task, readout=ro)
                 k_ = int(sc["mono_pairs"].sel(**c))
                 r_, s_ = float(sc["mono_raw"].sel(**c)), float(sc["mono_beyond_noise"].sel(**c))
@@ -1522,7 +1517,7 @@ for label, arms in (("", physical), (".imagenet_c", ["imagenet_c"] if "imagenet_
         record(f"mono.pooled{label}.{k_}", wrong / pairs if pairs else float("nan"))
         record(f"mono.pooled{label}.{k_}.count", f"{round(wrong)}/{int(pairs)}")
 record("mono.pooled.what", "models, tasks, the five signals and the two physical arms (fog and underwater)")
-show_table(paper.markdown_table(rows), "monotonicity")
+show_table(report.markdown_table(rows), "monotonicity")
 
 # %%
 #| label: tbl-sweep-t2
@@ -1533,11 +1528,11 @@ def sweep_table(task: str) -> str:
         for arm in physical:
             for lvl in sc["level"].values:
                 row = {"model": name(m), "arm": arm, "V (m)": fmt_level(VIS[lvl])}
-                for ro in analysis.SIGNALS:
-                    row[short[ro]] = paper.estimate_cell(fmt_estimate(*est("mean", model=m, arm=arm, level=lvl,
+                for ro in results.SIGNALS:
+                    row[short[ro]] = report.estimate_cell(fmt_estimate(*est("mean", model=m, arm=arm, level=lvl,
                                                                            task=task, readout=ro)))
                 rows.append(row)
-    return paper.markdown_table(rows)
+    return report.markdown_table(rows)
 
 
 show_table(sweep_table("t2"), "sweep-t2")
@@ -1551,15 +1546,15 @@ show_table(sweep_table("t3"), "sweep-t3")
 #| label: tbl-prompts
 #| tbl-cap: "Prompt templates (spec Table II), verbatim; a placeholder in braces is filled in per item, ⏎ marks a line break."
 one_line = lambda v: str(v).replace("\n", " ⏎ ")  # noqa: E731
-show_table(paper.markdown_table([{"prompt": r["name"], "template": paper.verbatim(one_line(r["template"])),
-                                  "example": paper.verbatim(one_line(r["example"]))}
-                                 for r in prompts.prompt_table(cfg)]), "prompts")
+show_table(report.markdown_table([{"prompt": r["name"], "template": report.verbatim(one_line(r["template"])),
+                                  "example": report.verbatim(one_line(r["example"]))}
+                                 for r in protocol.prompt_table(cfg)]), "prompts")
 
 # %%
 #| label: tbl-config
 #| tbl-cap: "Frozen configuration (spec Table III)."
-show_table(paper.markdown_table([{"setting": f"`{r['setting']}`", "value": one_line(r["value"])}
-                                 for r in config.settings_table(cfg)]), "config")
+show_table(report.markdown_table([{"setting": f"`{r['setting']}`", "value": one_line(r["value"])}
+                                 for r in core.settings_table(cfg)]), "config")
 
 # %% [markdown]
 # Examples: the first items across fog and underwater levels with the first
@@ -1573,7 +1568,7 @@ example_levels, n_examples = tuple(k for k in (0, 3, 5, 6, 7, 8) if k <= END), 3
 model0 = VLMS[0]
 tiles, captions, row_labels = [], [], []
 try:
-    current = depth.current_depth(output_dir)
+    current = scene.current_depth(output_dir)
 except FileNotFoundError:  # a cube analysed without its depth stage: no examples
     current = None
 for i in range(len(table)) if current is not None and "file_name" in table else []:
@@ -1581,35 +1576,35 @@ for i in range(len(table)) if current is not None and "file_name" in table else 
         break
     row = table.iloc[i]
     try:  # inputs and both renderings first: bad input or a failed rendering skips the item (recorded in the cube)
-        img, size = render.load_presented(Path(meta["image_dir"]) / row["file_name"], cfg["render"]["max_side_px"],
+        img, size = scene.load_presented(Path(meta["image_dir"]) / row["file_name"], cfg["render"]["max_side_px"],
                                           expected_size=(int(row["width"]), int(row["height"])))
-        z = depth.load_depth(current["path"], int(row["image_id"]), shape=img.shape[:2])
+        z = scene.load_depth(current["path"], int(row["image_id"]), shape=img.shape[:2])
         stacks = {arm: list(sweep(img, z, np.asarray([VIS[k] for k in example_levels if k > 0])))
-                  for arm, sweep in (("fog", physics.fog_sweep), ("underwater", physics.underwater_sweep))}
+                  for arm, sweep in (("fog", scene.fog_sweep), ("underwater", scene.underwater_sweep))}
     except (FileNotFoundError, ValueError, OSError):
         continue
-    bbox = render.scale_bbox(row["bbox"], (int(row["width"]), int(row["height"])), size)
+    bbox = scene.scale_bbox(row["bbox"], (int(row["width"]), int(row["height"])), size)
     for arm, stack in stacks.items():
         shown = [img] + stack
-        tiles.append([render.draw_box(x, bbox, cfg["render"]["box_width_px"]) for x in shown])
+        tiles.append([scene.draw_box(x, bbox, cfg["render"]["box_width_px"]) for x in shown])
         v = ds["value"].sel(model=model0, arm=arm, task="t2", image=int(row["image_id"]))
         cap = []
         for k_ in example_levels:
             c = v.sel(level=k_)
             ans = c.sel(readout="answer").item()
             answer = row["t2_options"][int(ans)] if np.isfinite(ans) else "n/a"
-            cap.append(figures.example_caption(answer, c.sel(readout="correct").item(), c.sel(readout="c_int").item(),
+            cap.append(report.example_caption(answer, c.sel(readout="correct").item(), c.sel(readout="c_int").item(),
                                                c.sel(readout="verbal_conf").item(), c.sel(readout="abstain").item()))
         captions.append(cap)
         row_labels.append(f"{row['category']} · {arm}")
 record("examples.model", f"`{model0}`" + (f" {DAGGER}" if model0 in LOW_MASS else ""))
 record("examples.n_items", len(tiles) // 2)
 if tiles:
-    fig = figures.plot_item_grid(tiles, row_labels, ["clean" if k_ == 0 else f"V = {fmt_level(VIS[k_])} m"
+    fig = report.plot_item_grid(tiles, row_labels, ["clean" if k_ == 0 else f"V = {fmt_level(VIS[k_])} m"
                                                      for k_ in example_levels], captions,
                                  title=f"read-outs of {name(model0)} (t2)")
 else:
-    fig = figures.placeholder(f"examples: {paper.NOT_COMPUTED} (no depth cache or no readable image)")
+    fig = report.placeholder(f"examples: {report.NOT_COMPUTED} (no depth cache or no readable image)")
 show(fig, "examples_t2")
 
 # %% [markdown]
@@ -1636,7 +1631,7 @@ def vhat_band(mode: str) -> dict:
     out = {}
     with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
-        for arm in cube.PHYSICAL_ARMS:
+        for arm in results.PHYSICAL_ARMS:
             sweep_ = v.sel(arm=arm).isel(level=slice(1, None)).transpose("level", "image").values
             out[arm] = (np.nanpercentile(sweep_, [10, 50, 90], axis=-1), np.abs(np.log2(sweep_ / VIS[1:, None])) <= 1)
     return out
@@ -1645,11 +1640,11 @@ def vhat_band(mode: str) -> dict:
 BAND = {mode: vhat_band(mode) for mode in monitor.MONITOR_IDS if mode in full["model"].values}
 if HAS_MONITOR:
     band = BAND[monitor.MONITOR_ID]
-    for arm in cube.PHYSICAL_ARMS:
+    for arm in results.PHYSICAL_ARMS:
         record(f"monitor.share_x2.{arm}", 100 * float(np.mean(band[arm][1][mid_band])), 0)
     BAND_DEPLOYABLE = BAND.get(monitor.MONITOR_DEPLOYABLE_ID, {})   # beside the oracle's, level by level
 record("monitor.band", f"{fmt_level(VIS[1:][mid_band].max())}–{fmt_level(VIS[1:][mid_band].min())}" if HAS_MONITOR
-       else paper.NOT_COMPUTED)
+       else report.NOT_COMPUTED)
 OPAQUE = {}   # arm -> share of the monitor's estimates that are upper bounds (opaque), per sweep level
 if HAS_MONITOR:
     mon_t2 = full["value"].sel(model=monitor.MONITOR_ID, task="t2")
@@ -1658,12 +1653,12 @@ if HAS_MONITOR:
     ok0 = np.isfinite(a0)
     record("monitor.false_abstain_clean", float(np.mean(a0[ok0] == 1)) if ok0.any() else np.nan)
     record("monitor.false_abstain_clean.count", f"{int(np.sum(a0[ok0] == 1))}/{int(ok0.sum())}")
-    for arm in cube.PHYSICAL_ARMS:
+    for arm in results.PHYSICAL_ARMS:
         code = mon_t2.sel(arm=arm, readout="visibility_hat_censored").isel(level=slice(1, None)).values  # (level, image)
         with np.errstate(invalid="ignore"):
             OPAQUE[arm] = np.array([np.mean(c[np.isfinite(c)] == -1) if np.isfinite(c).any() else np.nan for c in code])
         for k_, v in enumerate(VIS[1:]):
-            record(f"monitor.opaque_share.{arm}.{paper.level_label(v)}", 100 * OPAQUE[arm][k_], 0)
+            record(f"monitor.opaque_share.{arm}.{report.level_label(v)}", 100 * OPAQUE[arm][k_], 0)
         record(f"monitor.opaque_share.{arm}.end", 100 * OPAQUE[arm][-1], 0)
 record("monitor.threshold_m", monitor.DEFAULT_THRESHOLD_M, 1)
 if not HAS_MONITOR:   # one sentence each for what the paper would say about it (no per-arm findings)
@@ -1676,17 +1671,17 @@ if not HAS_MONITOR:   # one sentence each for what the paper would say about it 
 #| label: fig-monitor
 #| fig-cap: "The monitor's estimate V̂ against the true visibility V: median and P10–P90 over images; grey: within a factor of two (beyond the spec)."
 if HAS_MONITOR:
-    show(figures.plot_monitor_accuracy(VIS[1:], {arm: band[arm][0] for arm in cube.PHYSICAL_ARMS}), "monitor_vhat",
+    show(report.plot_monitor_accuracy(VIS[1:], {arm: band[arm][0] for arm in results.PHYSICAL_ARMS}), "monitor_vhat",
          pipeline_check=False)
 else:
-    show(figures.placeholder(f"visibility monitor: {paper.NOT_COMPUTED}"), "monitor_vhat", pipeline_check=False)
+    show(report.placeholder(f"visibility monitor: {report.NOT_COMPUTED}"), "monitor_vhat", pipeline_check=False)
 
 # %%
 #| label: tbl-monitor-accuracy
 #| tbl-cap: "Accuracy of the monitor's visibility estimate per level (oracle: the rendering's depth and arm; deployable: the degraded image alone, its last two columns); upper bounds: the share of the oracle's estimates where most usable pixels are opaque, so that V̂ only bounds V from above (the monitor then abstains); on the ImageNet-C severities, the share of images whose estimate lies within a factor of two of their own gain-matched equivalent visibility (beyond the spec)."
 if HAS_MONITOR:
     rows = []
-    for arm in cube.PHYSICAL_ARMS:
+    for arm in results.PHYSICAL_ARMS:
         q, within = band[arm]
         for k_, v in enumerate(VIS[1:]):
             rows.append({"arm": arm, "V (m)": fmt_level(v), "median V̂ (m)": fmt_visibility(q[1, k_]),
@@ -1730,7 +1725,7 @@ if HAS_MONITOR:
         "fractal haze rather than the depth-dependent attenuation the monitor assumes, its median estimate spans "
         f"{numbers['monitor.imagenet_c_range']} m; the last rows of the monitor's accuracy table compare each "
         "image's estimate with its own gain-matched equivalent visibility."))
-    md = paper.markdown_table(rows)
+    md = report.markdown_table(rows)
 else:
     md = not_computed("the monitor stage did not run")
 show_table(md, "monitor-accuracy")
@@ -1741,25 +1736,25 @@ show_table(md, "monitor-accuracy")
 # whether it abstains before the VLM's accuracy falls (W < 0). The monitor runs
 # on every item; against a VLM read out on the first N items only, both
 # crossings and the paired bootstrap are over the images they share
-# (`murk.analysis.common_images`), with the draw of that VLM's own scores.
+# (`murk.results.common_images`), with the draw of that VLM's own scores.
 
 # %%
 #| label: tbl-monitor-w
 #| tbl-cap: "The monitor as an awareness signal: its crossing visibility and W = log10(V_acc / V_aware) against each VLM, with paired bootstrap intervals (beyond the spec)."
 if HAS_MONITOR:
     MODES = [mode for mode in monitor.MONITOR_IDS if mode in full["model"].values]   # the oracle, the deployable mode
-    mscores = analysis.image_scores(full.sel(model=[*MODES, *VLMS]))
+    mscores = results.image_scores(full.sel(model=[*MODES, *VLMS]))
     lo_q, hi_q = (1 - A["ci_level"]) / 2, 1 - (1 - A["ci_level"]) / 2
     PAIRED = {}   # the images the monitor shares with a VLM -> (positions, draw, bootstrap means over them)
     MON_CROSS = {}   # (arm, signal, shared images) -> the monitor's crossing over them
 
     def paired(m: str):
         """The images the monitor and VLM ``m`` were both run on (positions), their draw, the resampled means."""
-        keep = analysis.common_images(full, [monitor.MONITOR_ID, m])
+        keep = results.common_images(full, [monitor.MONITOR_ID, m])
         if keep.tobytes() not in PAIRED:
             idx = np.flatnonzero(keep)
             cnt = draw(idx.size)
-            PAIRED[keep.tobytes()] = (idx, cnt, metrics.bootstrap_resample_means(mscores.isel(image=idx), "image",
+            PAIRED[keep.tobytes()] = (idx, cnt, results.bootstrap_resample_means(mscores.isel(image=idx), "image",
                                                                                 counts=cnt))
         return PAIRED[keep.tobytes()]
 
@@ -1779,7 +1774,7 @@ if HAS_MONITOR:
                 present=mi.sel(arm=arm, readout="c_int").transpose("level", "image").notnull().values,
                 counts=cnt, ci=A["ci_level"])
             b_m = boot.sel(model=mode, arm=arm, task="t2", readout=signal).transpose(..., "level")
-            vmb, _ = metrics.crossing_visibility(VIS[1:], b_m.isel(level=slice(1, None)).values,
+            vmb, _ = results.crossing_visibility(VIS[1:], b_m.isel(level=slice(1, None)).values,
                                                  b_m.isel(level=0).values, monitor.SIGNAL_FLOOR[signal])
             MON_CROSS[k] = (ac, vmb)
         return MON_CROSS[k]
@@ -1794,10 +1789,10 @@ if HAS_MONITOR:
         cr = cross.sel(model=m, arm=arm, task=task, readout="correct")
         va, side_a = float(cr["v_cross_m"]), str(cr["censored_side"].values)
         b_a = boot.sel(model=m, arm=arm, task=task, readout="correct").transpose(..., "level")
-        vab, _ = metrics.crossing_visibility(VIS[1:], b_a.isel(level=slice(1, None)).values,
+        vab, _ = results.crossing_visibility(VIS[1:], b_a.isel(level=slice(1, None)).values,
                                              b_a.isel(level=0).values, CHANCE[task])
-        wside = str(metrics.blind_spot_width_side(side_a, side_m))
-        w = (float(metrics.blind_spot_width(va, vm)) if np.isfinite(va) and np.isfinite(vm)
+        wside = str(results.blind_spot_width_side(side_a, side_m))
+        w = (float(results.blind_spot_width(va, vm)) if np.isfinite(va) and np.isfinite(vm)
              and wside != "undefined" else np.nan)
         with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -1806,14 +1801,14 @@ if HAS_MONITOR:
                       else (np.nan, np.nan))
         # W's bootstrap p-values (against 0, and that |W| is below one level), for the family's Holm adjustment
         MON_P[(arm, signal, task, m, mode)] = (
-            (float(metrics.bootstrap_p_value(wb, 0.0)), float(metrics.equivalence_p_value(wb, W_MARGIN)))
+            (float(results.bootstrap_p_value(wb, 0.0)), float(results.equivalence_p_value(wb, W_MARGIN)))
             if np.isfinite(w) and np.isfinite(W_MARGIN) else (np.nan, np.nan))
         return w, lo, hi, wside == "above", wside == "below", (va, side_a), (vm, side_m)
 
     MON_P: dict[tuple, tuple[float, float]] = {}
 
     rows, verdicts, family = [], {}, []
-    for arm in cube.PHYSICAL_ARMS:
+    for arm in results.PHYSICAL_ARMS:
         for signal in ("c_int", "abstain"):
             ac, _ = monitor_crossing(arm, signal, monitor.MONITOR_ID)   # over every image (the monitor's own)
             record(f"monitor.v.{signal}.{arm}", crossing_text(ac["v_cross_m"], ac["v_lo_m"], ac["v_hi_m"],
@@ -1828,38 +1823,38 @@ if HAS_MONITOR:
                                  "V_acc (m)": crossing_text(va, np.nan, np.nan, side_a),
                                  "V_aware monitor (m)": crossing_text(vm, np.nan, np.nan, side_m),
                                  "W": w_text(w, lo, hi, lower, upper).removeprefix("W ").removeprefix("= ")})
-    # the monitor's lags against every model and arm are one family: Holm-adjusted (murk.metrics.holm)
+    # the monitor's lags against every model and arm are one family: Holm-adjusted (murk.results.holm)
     read = [collapses(m, arm, "t2") for arm, m, *_ in family]
-    p_adj = metrics.holm([MON_P[(arm, "abstain", "t2", m, monitor.MONITOR_ID)][0] if r else np.nan
+    p_adj = results.holm([MON_P[(arm, "abstain", "t2", m, monitor.MONITOR_ID)][0] if r else np.nan
                           for (arm, m, *_), r in zip(family, read)])
-    pm_adj = metrics.holm([MON_P[(arm, "abstain", "t2", m, monitor.MONITOR_ID)][1] if r else np.nan
+    pm_adj = results.holm([MON_P[(arm, "abstain", "t2", m, monitor.MONITOR_ID)][1] if r else np.nan
                            for (arm, m, *_), r in zip(family, read)])
     for (arm, m, w, lo, hi, lower, upper, side_m), r, pa, pma in zip(family, read, p_adj, pm_adj):
-        v_ = (claims.awareness_lag(w, lo, hi, lower, upper, margin=W_MARGIN, p=pa, p_margin=pma,
-                                   alpha=1 - A["ci_level"]) if r else claims.UNDEFINED)
+        v_ = (report.awareness_lag(w, lo, hi, lower, upper, margin=W_MARGIN, p=pa, p_margin=pma,
+                                   alpha=1 - A["ci_level"]) if r else report.UNDEFINED)
         record(f"verdict.monitor.abstain.{arm}.t2.{key(m)}", v_)
-        v_ = claims.lag_case(v_, str(side_m), lower, upper)   # as the sentence says it
+        v_ = report.lag_case(v_, str(side_m), lower, upper)   # as the sentence says it
         verdicts.setdefault(arm, {}).setdefault(v_, []).append((name(m), w_text(w, lo, hi, lower, upper)))
     for arm, by_verdict in verdicts.items():
         where = {"fog": "in fog", "underwater": "under water"}[arm]
         groups = {v: [f"{who} ({w})" for who, w in pairs] for v, pairs in by_verdict.items()}
         out = []
-        for case in (claims.LEADS, claims.AT_FIRST_LEVEL, claims.WITH, claims.LAGS, claims.NOT_REACHED, claims.NO_LAG,
-                     claims.BOUNDED):
+        for case in (report.LEADS, report.AT_FIRST_LEVEL, report.WITH, report.LAGS, report.NOT_REACHED, report.NO_LAG,
+                     report.BOUNDED):
             if case in groups:   # in the abstain rate's direction: it rises
-                out.append(f"{where.capitalize()}, the monitor's abstain rate {claims.lag_phrase(case, 'abstain')}, "
+                out.append(f"{where.capitalize()}, the monitor's abstain rate {report.lag_phrase(case, 'abstain')}, "
                            f"for {fmt_list(groups[case])}.")
-        if claims.UNDEFINED in groups:
-            n_ = len(by_verdict[claims.UNDEFINED])
-            out.append(f"Against {fmt_list(who for who, _ in by_verdict[claims.UNDEFINED])} nothing is stated {where}: "
-                       f"{claims.they(n_, 'its', 'their')} accuracy does not collapse there, or no crossing is defined.")
+        if report.UNDEFINED in groups:
+            n_ = len(by_verdict[report.UNDEFINED])
+            out.append(f"Against {fmt_list(who for who, _ in by_verdict[report.UNDEFINED])} nothing is stated {where}: "
+                       f"{report.they(n_, 'its', 'their')} accuracy does not collapse there, or no crossing is defined.")
         record(f"finding.monitor.{arm}", " ".join(out))
     record("finding.monitor.awareness", (
         f"On the clean images it abstains on a share of {numbers['monitor.false_abstain_clean']} "
         f"({numbers['monitor.false_abstain_clean.count']}): false abstentions, since nothing is clearer; its crossing "
         f"visibility is {numbers['monitor.v.abstain.fog']} m in fog and {numbers['monitor.v.abstain.underwater']} m "
-        "under water. " + " ".join(numbers[f"finding.monitor.{arm}"] for arm in cube.PHYSICAL_ARMS)).strip())
-    md = paper.markdown_table(rows)
+        "under water. " + " ".join(numbers[f"finding.monitor.{arm}"] for arm in results.PHYSICAL_ARMS)).strip())
+    md = report.markdown_table(rows)
 else:
     md = not_computed("the monitor stage did not run")
 show_table(md, "monitor-w")
@@ -1871,9 +1866,9 @@ MODE_NAME = {monitor.MONITOR_ID: "oracle", monitor.MONITOR_DEPLOYABLE_ID: "deplo
 if HAS_MONITOR:
     rows = []
     for m in VLMS:
-        sub = full.isel(image=np.flatnonzero(analysis.common_images(full, [monitor.MONITOR_ID, m])))  # shared images
+        sub = full.isel(image=np.flatnonzero(results.common_images(full, [monitor.MONITOR_ID, m])))  # shared images
         ids = sub["image"].values
-        for arm in cube.PHYSICAL_ARMS:
+        for arm in results.PHYSICAL_ARMS:
             v = sub["value"].sel(model=m, arm=arm, task="t2")
             flat = lambda da: da.transpose("level", "image").values.ravel()  # noqa: E731
             img = np.broadcast_to(ids, (v.sizes["level"], ids.size)).ravel()
@@ -1900,7 +1895,7 @@ if HAS_MONITOR:
                                  "V̂ upper bounds": str(r.get("n_monitor_bound_below", "n/a"))})
                     record(f"{prefix}.gate.{g}.coverage.{arm}.{key(m)}", r["coverage"])
                     record(f"{prefix}.gate.{g}.risk.{arm}.{key(m)}", r["risk"])
-    md = paper.markdown_table(rows)
+    md = report.markdown_table(rows)
 else:
     md = not_computed("the monitor stage did not run")
 show_table(md, "monitor-gate")
@@ -1920,22 +1915,22 @@ show_table(md, "monitor-gate")
 #| label: tbl-monitor-depth
 #| tbl-cap: "The monitor given a wrong depth, against the rendering depth (oracle), on the first items: share of V̂ within a factor of two of V over the monitor's band, median V̂ over the oracle's V̂, share of (image, level) cells whose gate decision changes, and clean images below the gate (beyond the spec)."
 try:
-    current = depth.current_depth(output_dir)
+    current = scene.current_depth(output_dir)
 except FileNotFoundError:  # a cube analysed without its depth stage
     current = None
 n_sens = min(int(monitor_sensitivity_items or 0), len(table)) if current is not None and "file_name" in table else 0
 SENS = {"oracle": ("oracle (rendering depth)", lambda z: z), "kappa_0.5": ("depth × κ = 0.5", lambda z: 0.5 * z),
         "kappa_2": ("depth × κ = 2", lambda z: 2.0 * z),
-        "constant": (f"constant {depth.CONSTANT_DEPTH_M:g} m", lambda z: np.full(z.shape, depth.CONSTANT_DEPTH_M,
+        "constant": (f"constant {scene.CONSTANT_DEPTH_M:g} m", lambda z: np.full(z.shape, scene.CONSTANT_DEPTH_M,
                                                                                    np.float32))}
 THR = monitor.DEFAULT_THRESHOLD_M
 sens = {}   # (arm, variant) -> dict of V̂ (image, level), codes, clean V̂ and codes
-partner_ = items.shuffled_partner(len(table), cfg["items"].get("shuffle_offset", 37)) if n_sens else None
-for i in progress.bar(range(n_sens), desc="analyse: monitor depth sensitivity", unit="img") if n_sens else []:
+partner_ = protocol.shuffled_partner(len(table), cfg["items"].get("shuffle_offset", 37)) if n_sens else None
+for i in core.bar(range(n_sens), desc="analyse: monitor depth sensitivity", unit="img") if n_sens else []:
     try:  # inputs and both renderings first: an image contributes to every row or to none
-        x = render.item_inputs(table, i, partner_[i], meta["image_dir"], current["path"], cfg)
+        x = scene.item_inputs(table, i, partner_[i], meta["image_dir"], current["path"], cfg)
         stacks = {arm: [x["image"]] + list(sweep(x["image"], x["depth_m"], VIS[1:]))
-                  for arm, sweep in (("fog", physics.fog_sweep), ("underwater", physics.underwater_sweep))}
+                  for arm, sweep in (("fog", scene.fog_sweep), ("underwater", scene.underwater_sweep))}
     except (FileNotFoundError, ValueError, OSError):  # bad input or a failed rendering, recorded as missing in the cube
         continue
     for arm, shown in stacks.items():
@@ -1969,7 +1964,7 @@ record("monitor.depth.what", (
     "equals the oracle here" if approximate else f"`{ds.attrs['depth_backend']}`"))
 if rows:
     parts = []
-    for arm in cube.PHYSICAL_ARMS:
+    for arm in results.PHYSICAL_ARMS:
         n_ = lambda k_, what: numbers[f"monitor.depth.{k_}.{arm}.{what}"]  # noqa: E731
         parts.append(f"{ARM_WORDS[arm]}, the median V̂ is {n_('kappa_0.5', 'ratio_to_oracle')} and "
                      f"{n_('kappa_2', 'ratio_to_oracle')} times the oracle's with κ = 0.5 and 2, and the gate's "
@@ -1978,11 +1973,11 @@ if rows:
     # a global depth factor kappa must move V̂ by kappa exactly (only beta * z enters the image formation)
     scale_exact = all(abs(float(np.nanmedian(np.asarray(sens[(a, f'kappa_{k}')]['v'], float)[:, 1:]
                                             / np.asarray(sens[(a, 'oracle')]['v'], float)[:, 1:])) / float(k) - 1) < 1e-3
-                      for a in cube.PHYSICAL_ARMS for k in ("0.5", "2"))
+                      for a in results.PHYSICAL_ARMS for k in ("0.5", "2"))
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         log_ratio = [np.log(np.asarray(sens[(a, "constant")]["v"], float)[:, 1:]
-                            / np.asarray(sens[(a, "oracle")]["v"], float)[:, 1:]) for a in cube.PHYSICAL_ARMS]
+                            / np.asarray(sens[(a, "oracle")]["v"], float)[:, 1:]) for a in results.PHYSICAL_ARMS]
         shape_changes = any(float(np.nanstd(r_)) > 0.01 for r_ in log_ratio)   # not one global factor
     record("finding.monitor.depth", (
         f"on the first {numbers['monitor.depth.n_items']} items (study depth: {numbers['monitor.depth.what']}), "
@@ -1992,9 +1987,9 @@ if rows:
         + ("; a wrong depth shape biases V̂ by a factor that differs between images and levels."
            if shape_changes else "; the constant depth moves V̂ by one global factor at most here (the study's depth "
            "is itself constant, or a constant times it).")))
-    md = paper.markdown_table(rows)
+    md = report.markdown_table(rows)
 else:
-    record("finding.monitor.depth", f"{paper.NOT_COMPUTED} (no depth cache, or monitor_sensitivity_items = 0).")
+    record("finding.monitor.depth", f"{report.NOT_COMPUTED} (no depth cache, or monitor_sensitivity_items = 0).")
     md = not_computed("no depth cache, or monitor_sensitivity_items = 0")
 show_table(md, "monitor-depth")
 
@@ -2025,7 +2020,7 @@ if HAS_DEPLOYABLE:
         a0 = mv.sel(arm="fog", level=0, readout="abstain").values
         ok0 = np.isfinite(a0)
         record(f"monitor.{tag}.false_abstain_clean.count", f"{int(np.sum(a0[ok0] == 1))}/{int(ok0.sum())}")
-        for arm in cube.PHYSICAL_ARMS:
+        for arm in results.PHYSICAL_ARMS:
             sweep_ = mv.sel(arm=arm).isel(level=slice(1, None)).transpose("readout", "level", "image")
             record(f"monitor.{tag}.share_x2.{arm}", 100 * float(np.mean(BAND[mode][arm][1][mid_band])), 0)
             code = sweep_.sel(readout="visibility_hat_censored").values[-1]
@@ -2059,7 +2054,7 @@ if HAS_DEPLOYABLE:
            "the same constant, so here the two modes differ only by the estimated arm and veiling light; this "
            "is a pipeline check of the deployable path, not a measurement of monocular depth under fog."
            if approximate else "")))
-    md = paper.markdown_table(rows)
+    md = report.markdown_table(rows)
 else:
     record("finding.monitor.deployable", "The oracle and the deployable monitor are not both in this output root, "
                                          "so the two modes are not compared.")
@@ -2077,8 +2072,8 @@ display(Markdown(numbers["finding.monitor.deployable"]))
 # al. 2021; Roschewitz et al. 2025), but murk has a measured visibility: the
 # first-token option probabilities (read-outs `p_option_k`, whose maximum is
 # `c_int`) are recalibrated by temperature scaling (Guo et al. 2017,
-# `murk.recalibration`) fitted on a calibration half of each model's own images
-# (fixed by image id, `murk.recalibration.model_halves`, seeded; a model run on
+# `murk.monitor`) fitted on a calibration half of each model's own images
+# (fixed by image id, `murk.monitor.model_halves`, seeded; a model run on
 # the first N items: those N) and scored on the other half:
 # no recalibration; one global temperature; an oracle temperature per level; and
 # `T(V̂) = exp(a + b·log10 V̂)` of the *deployable* monitor's estimate. On the
@@ -2087,7 +2082,7 @@ display(Markdown(numbers["finding.monitor.deployable"]))
 # model's own test images. *Which abstention signal should be deployed?* Selective prediction is
 # judged by risk–coverage (Geifman & El-Yaniv 2017; for VQA Whitehead et al.
 # 2022): each signal ranks the answers, and the area under the risk–coverage
-# curve (AURC, `murk.metrics.aurc`), its excess over the best possible ranking
+# curve (AURC, `murk.results.aurc`), its excess over the best possible ranking
 # (E-AURC) and the coverage at a bounded risk compare the rankings; intervals
 # come from paired image resamples (the same draw for every signal), and a
 # signal is named the best only where it beats each other signal in the
@@ -2101,24 +2096,24 @@ display(Markdown(numbers["finding.monitor.deployable"]))
 #| tbl-cap: "Recalibration of the internal confidence on the test half of the images (split by image id, seeded): no recalibration, one global temperature, an oracle temperature per level (the range of the fitted T over the arm's levels) and T(V̂) = exp(a + b·log10 V̂) of the deployable monitor's estimate; ECE and AUROC pooled over the arm's levels, and W, each with its bootstrap interval over the test images (beyond the spec)."
 RECAL_NAMES = {"none": "none", "global": "global T", "per_level": "oracle T per level",
                "visibility": "T(V̂), deployable monitor"}
-OPTS = [f"p_option_{i}" for i in range(unit.N_OPTION_READOUTS)]
+OPTS = [f"p_option_{i}" for i in range(readout.N_OPTION_READOUTS)]
 HAS_OPTIONS = (all(o in ds["readout"].values for o in OPTS)
                and bool(ds["value"].sel(readout="p_option_0").notnull().any()))
 V_HAT_ID = monitor.MONITOR_DEPLOYABLE_ID          # the temperature's visibility: what a deployed system sees
 HAS_VHAT = V_HAT_ID in full["model"].values
-RECAL_ARMS = list(cube.PHYSICAL_ARMS)
+RECAL_ARMS = list(results.PHYSICAL_ARMS)
 record("recal.seed", int(A["bootstrap_seed"]))
 # Each model's halves are drawn from its own images (a model on the first N items: those N), and its test half
 # is resampled with the draw of its own test images: nothing of it comes from images it was not run on.
 RECAL = {}   # (model, task) -> conf {method: (arm, level, unit)}, params, question values, unit -> own image
 HALVES = {}  # model -> (its own images' cube positions, True: calibration half, test half's positions among own)
 for m in VLMS if HAS_OPTIONS else []:
-    own, cal = recalibration.model_halves(ds, m, seed=A["bootstrap_seed"])
+    own, cal = monitor.model_halves(ds, m, seed=A["bootstrap_seed"])
     HALVES[m] = (own, cal, np.flatnonzero(~cal))
     record(f"recal.n_calibration_images.{key(m)}", int(cal.sum()))
     record(f"recal.n_test_images.{key(m)}", int((~cal).sum()))
     for task in ("t2", "t3"):
-        q, unit_image = analysis.question_scores(ds.sel(model=[m], arm=RECAL_ARMS).isel(image=own), task)
+        q, unit_image = results.question_scores(ds.sel(model=[m], arm=RECAL_ARMS).isel(image=own), task)
         q = q.isel(model=0).transpose("arm", "level", "unit", "readout")
         shape = q.shape[:3]
         vh = None
@@ -2129,7 +2124,7 @@ for m in VLMS if HAS_OPTIONS else []:
         try:
             if cal.all():
                 raise ValueError(f"none of its {own.size} images is in the test half")
-            conf, params = recalibration.recalibrate(
+            conf, params = monitor.recalibrate(
                 q.sel(readout=OPTS).values.reshape(-1, len(OPTS)), q.sel(readout="target").values.ravel(),
                 np.broadcast_to(cal[unit_image], shape).ravel(), group=group, visibility_m=vh)
         except ValueError as e:   # e.g. no calibration image with read-outs: recorded, nothing stated
@@ -2165,9 +2160,9 @@ def per_image(x: np.ndarray, n_img: int) -> np.ndarray:
 
 
 def at_bound(temps) -> str:
-    """" (at a bound)" when a fitted temperature is a bound of the search (`murk.recalibration.T_BOUNDS`): the
+    """" (at a bound)" when a fitted temperature is a bound of the search (`murk.monitor.T_BOUNDS`): the
     likelihood is flat there (all answers right, or confidences at the floor), so T is not an estimate."""
-    return " (at a bound)" if any(min(abs(t / b - 1) for b in recalibration.T_BOUNDS) < 1e-3 for t in temps) else ""
+    return " (at a bound)" if any(min(abs(t / b - 1) for b in monitor.T_BOUNDS) < 1e-3 for t in temps) else ""
 
 
 RECAL_SCORES = {}   # (model, task) -> image-level scores of the test half, one "model" per method (for W)
@@ -2185,7 +2180,7 @@ for (m, task), r in RECAL.items():
                                     "visibility_m": ("level", ds["visibility_m"].values), "task": [task],
                                     "image": ds["image"].values[r["own"][test]], "readout": ["correct", "c_int"]})
     RECAL_SCORES[(m, task)] = scores_m
-    cr = analysis.crossing_table(scores_m, A["bootstrap_resamples_crossing"], A["bootstrap_seed"], A["ci_level"],
+    cr = results.crossing_table(scores_m, A["bootstrap_resamples_crossing"], A["bootstrap_seed"], A["ci_level"],
                                  CHANCE, arms=RECAL_ARMS, counts=draw(test.size))
     for arm in RECAL_ARMS:
         qa, keep, pos = test_rows(m, task, arm)
@@ -2193,10 +2188,10 @@ for (m, task), r in RECAL.items():
         cnt = r["draw"][:, np.broadcast_to(pos, qa.shape[:2]).ravel()]
         for method, c in r["conf"].items():
             c_ = np.clip(c[ai[arm]][:, keep].ravel(), 0.0, 1.0)
-            ece = float(metrics.expected_calibration_error(c_, k_))
-            auc = float(metrics.auroc(c_, k_))
-            ece_lo, ece_hi = metrics.percentile_interval(metrics.resampled_ece(c_, k_, cnt), A["ci_level"])
-            auc_lo, auc_hi = metrics.percentile_interval(metrics.resampled_auroc(c_, k_, cnt), A["ci_level"])
+            ece = float(results.expected_calibration_error(c_, k_))
+            auc = float(results.auroc(c_, k_))
+            ece_lo, ece_hi = results.percentile_interval(results.resampled_ece(c_, k_, cnt), A["ci_level"])
+            auc_lo, auc_hi = results.percentile_interval(results.resampled_auroc(c_, k_, cnt), A["ci_level"])
             w_ = cr.sel(model=method, arm=arm, task=task, readout="c_int")
             w, wlo, whi = float(w_["w"]), float(w_["w_lo"]), float(w_["w_hi"])
             lower, upper = bool(w_["w_lower_bound"]), bool(w_["w_upper_bound"])
@@ -2204,12 +2199,12 @@ for (m, task), r in RECAL.items():
             record(f"{base}.ece", ece, ci=(float(ece_lo), float(ece_hi)))
             record(f"{base}.auroc", auc, ci=(float(auc_lo), float(auc_hi)))
             record(f"{base}.w", w, ci=(wlo, whi), lower=lower, upper=upper)
-            verdict = (claims.awareness_lag(w, wlo, whi, lower, upper, margin=W_MARGIN) if collapses(m, arm, task)
-                       else claims.UNDEFINED)
+            verdict = (report.awareness_lag(w, wlo, whi, lower, upper, margin=W_MARGIN) if collapses(m, arm, task)
+                       else report.UNDEFINED)
             record(f"verdict.recal.{method}.{arm}.{task}.{key(m)}", verdict)
             if task == "t2":
                 ok = np.isfinite(c_) & np.isfinite(k_)
-                RELIAB.setdefault((name(m), arm), {})[RECAL_NAMES[method]] = metrics.reliability_bins(c_[ok], k_[ok])
+                RELIAB.setdefault((name(m), arm), {})[RECAL_NAMES[method]] = results.reliability_bins(c_[ok], k_[ok])
             t_txt = ""
             if method == "global":
                 t_txt = f"T = {fmt(r['params']['global_T'], 2)}" + at_bound([r["params"]["global_T"]])
@@ -2242,7 +2237,7 @@ for (m, task), r in RECAL.items():
             arm_parts.append(f"{ARM_WORDS[arm]}, W of the internal confidence is undefined with and without "
                              "recalibration (no crossing of accuracy or of the confidence is defined)")
             continue
-        change = claims.blind_spot_change(numbers[f"verdict.recal.none.{arm}.t2.{key(m)}"],
+        change = report.blind_spot_change(numbers[f"verdict.recal.none.{arm}.t2.{key(m)}"],
                                           numbers[f"verdict.recal.visibility.{arm}.t2.{key(m)}"])
         arm_parts.append(f"{ARM_WORDS[arm]}, W of the internal confidence is {fmt_w('none')} without "
                          f"recalibration, {fmt_w('global')} with one temperature, {fmt_w('per_level')} with an oracle "
@@ -2260,7 +2255,7 @@ else:
 record("finding.recal", (
     ". ".join(parts_) + "."
     if stated_ else f"Recalibration by visibility was not computed: {why or 'no model has read-outs on both halves'}."))
-show_table(paper.markdown_table(rows) if rows else not_computed(why or "no recalibration"), "recalibration")
+show_table(report.markdown_table(rows) if rows else not_computed(why or "no recalibration"), "recalibration")
 
 # %%
 display(Markdown(numbers["finding.recal"]))
@@ -2270,9 +2265,9 @@ display(Markdown(numbers["finding.recal"]))
 #| fig-cap: "Reliability of the internal confidence on the test half (t2, pooled over the levels of each arm) before and after recalibration: accuracy against mean confidence per bin (marker area: answers in the bin); the dashed diagonal is perfect calibration (beyond the spec)."
 if RELIAB:
     models_ = list(dict.fromkeys(r_ for r_, _ in RELIAB))
-    show(figures.plot_reliability_methods(RELIAB, models_, RECAL_ARMS), "reliability_recal")
+    show(report.plot_reliability_methods(RELIAB, models_, RECAL_ARMS), "reliability_recal")
 else:
-    show(figures.placeholder(f"recalibration: {paper.NOT_COMPUTED}"), "reliability_recal")
+    show(report.placeholder(f"recalibration: {report.NOT_COMPUTED}"), "reliability_recal")
 
 # %%
 #| label: tbl-risk-coverage
@@ -2313,34 +2308,34 @@ for (m, task), r in RECAL.items():
         sig, corr, pos = rc_signals(m, task, arm)
         if corr.size == 0:
             continue
-        boot = {s: metrics.resampled_aurc(v, corr, r["draw"], image_index=pos) for s, v in sig.items()}
-        point = {s: metrics.aurc(v, corr) for s, v in sig.items()}
+        boot = {s: results.resampled_aurc(v, corr, r["draw"], image_index=pos) for s, v in sig.items()}
+        point = {s: results.aurc(v, corr) for s, v in sig.items()}
         for s, v in sig.items():
-            lo, hi = metrics.percentile_interval(boot[s], A["ci_level"])
+            lo, hi = results.percentile_interval(boot[s], A["ci_level"])
             base = f"rc.{s}.{arm}.{task}.{key(m)}"
             record(f"{base}.aurc", point[s], ci=(float(lo), float(hi)))
-            record(f"{base}.eaurc", metrics.excess_aurc(v, corr))
+            record(f"{base}.eaurc", results.excess_aurc(v, corr))
             row = {"VLM": name(m), "task": task, "arm": arm, "signal": RC_NAMES[s],
                    "AURC": fmt_estimate(point[s], float(lo), float(hi)), "E-AURC": numbers[f"{base}.eaurc"]}
             for r_ in RISKS:
-                cov = metrics.coverage_at_risk(v, corr, r_)
-                clo, chi = metrics.percentile_interval(
-                    metrics.resampled_coverage_at_risk(v, corr, r_, r["draw"], image_index=pos), A["ci_level"])
+                cov = results.coverage_at_risk(v, corr, r_)
+                clo, chi = results.percentile_interval(
+                    results.resampled_coverage_at_risk(v, corr, r_, r["draw"], image_index=pos), A["ci_level"])
                 record(f"{base}.coverage_at_{int(round(100 * r_))}", cov, ci=(float(clo), float(chi)))
                 row[f"coverage at risk ≤ {100 * r_:g} %"] = fmt_estimate(cov, float(clo), float(chi))
             rows.append(row)
             if task == "t2":
-                CURVES.setdefault((name(m), arm), {})[RC_NAMES[s]] = metrics.expected_risk_coverage(v, corr)
-        # the best signal: named only where its paired resamples beat every other signal (murk.claims.best_signal)
-        rc_verdict = claims.best_signal(point, boot, A["ci_level"])
+                CURVES.setdefault((name(m), arm), {})[RC_NAMES[s]] = results.expected_risk_coverage(v, corr)
+        # the best signal: named only where its paired resamples beat every other signal (murk.report.best_signal)
+        rc_verdict = report.best_signal(point, boot, A["ci_level"])
         record(f"rc.best.{arm}.{task}.{key(m)}", RC_NAMES[rc_verdict[0]] if rc_verdict[0] else "none")
         if task == "t2":
             b_ = f"rc.{rc_verdict[1]}.{arm}.t2.{key(m)}.aurc"
-            best_parts.setdefault(arm, []).append(claims.best_signal_words(
+            best_parts.setdefault(arm, []).append(report.best_signal_words(
                 name(m), rc_verdict, RC_NAMES, f"{numbers[b_]} {numbers[b_ + '.ci']}"))
 record("finding.rc", " ".join(f"{ARM_WORDS[arm].capitalize()}, " + "; ".join(p) + "." for arm, p in best_parts.items())
        or f"Risk–coverage was not computed: {why or 'no model has read-outs on the test half'}.")
-show_table(paper.markdown_table(rows) if rows else not_computed(why or "no risk-coverage"), "risk-coverage")
+show_table(report.markdown_table(rows) if rows else not_computed(why or "no risk-coverage"), "risk-coverage")
 
 # %%
 display(Markdown(numbers["finding.rc"]))
@@ -2349,9 +2344,9 @@ display(Markdown(numbers["finding.rc"]))
 #| label: fig-risk-coverage
 #| fig-cap: "Risk–coverage curves on the test half (t2, all levels of each arm): the error rate of the answers kept against the share kept, as each signal's threshold falls (beyond the spec)."
 if CURVES:
-    show(figures.plot_risk_coverage(CURVES, list(dict.fromkeys(r_ for r_, _ in CURVES)), RECAL_ARMS), "risk_coverage")
+    show(report.plot_risk_coverage(CURVES, list(dict.fromkeys(r_ for r_, _ in CURVES)), RECAL_ARMS), "risk_coverage")
 else:
-    show(figures.placeholder(f"risk–coverage: {paper.NOT_COMPUTED}"), "risk_coverage")
+    show(report.placeholder(f"risk–coverage: {report.NOT_COMPUTED}"), "risk_coverage")
 
 
 # %% [markdown]
@@ -2359,7 +2354,7 @@ else:
 #
 # The paper's abstract and its Discussion are generated here from the verdicts
 # recorded above (`verdict.rq1.*` … `verdict.rq4.*`, each decided by
-# `murk.claims` on the bootstrap intervals): they count, per question, the models
+# `murk.report` on the bootstrap intervals): they count, per question, the models
 # (and arms) for which the cube shows an effect, and say "not observed" or "cannot
 # be stated" where it does not, so that they change when the cube does. A signal's
 # direction is its own: accuracy and confidence fall in murkier conditions, the
@@ -2380,7 +2375,7 @@ def verdicts(prefix: str, arms=None) -> dict[str, list[str]]:
             if k not in numbers:
                 continue
             v = numbers[k]
-            v = claims.UNDEFINED if v.startswith("undefined") else v
+            v = report.UNDEFINED if v.startswith("undefined") else v
             out.setdefault(v, []).append(name(m) + (f" {ARM_PHRASE[arm]}" if arm else ""))
     return out
 
@@ -2407,12 +2402,12 @@ parts = [f"How murky can a scene get before a vision-language model knows that i
 rq1 = []   # (arm, sentence template with {what}: the same template in every arm is said once)
 for arm in physical:
     v = verdicts(f"rq1.{arm}.t2")
-    if claims.COLLAPSE in v:
-        rq1.append((arm, "{what} collapses to chance for " + count_phrase(v[claims.COLLAPSE], n_models, "model")))
-    elif claims.PARTIAL in v:
+    if report.COLLAPSE in v:
+        rq1.append((arm, "{what} collapses to chance for " + count_phrase(v[report.COLLAPSE], n_models, "model")))
+    elif report.PARTIAL in v:
         rq1.append((arm, "{what} falls through its mid-way value, but not to chance, for "
-                    + count_phrase(v[claims.PARTIAL], n_models, "model")))
-    elif claims.NO_SKILL in v and len(v[claims.NO_SKILL]) == n_models:
+                    + count_phrase(v[report.PARTIAL], n_models, "model")))
+    elif report.NO_SKILL in v and len(v[report.NO_SKILL]) == n_models:
         rq1.append((arm, "{what} is not above chance even on the clean image, so no collapse can be placed on the "
                     "axis"))
     else:
@@ -2423,9 +2418,9 @@ bits = [f"{ARM_PHRASE.get(arm, 'in ' + arm)}, " + t.format(what="identification 
         for i, (arm, t) in enumerate(rq1)]
 bits = [b.replace("no collapse of it is", "no collapse is") for b in bits]
 parts.append(bits[0][0].upper() + bits[0][1:] + ("; " + "; ".join(bits[1:]) if bits[1:] else "") + ".")
-LAG_WORDS = {claims.LAGS: "lags it (W > 0)", claims.WITH: "moves with it (within one sweep level)",
-             claims.LEADS: "moves before it (W < 0)",
-             claims.NO_LAG: "cannot be placed against it (no lag established, none excluded)"}
+LAG_WORDS = {report.LAGS: "lags it (W > 0)", report.WITH: "moves with it (within one sweep level)",
+             report.LEADS: "moves before it (W < 0)",
+             report.NO_LAG: "cannot be placed against it (no lag established, none excluded)"}
 rq23, undefined_signals = [], []
 for signal, rq in (("c_int", "rq2"), ("verbal_conf", "rq2"), ("abstain", "rq3")):
     v = verdicts(f"{rq}.{signal}.{{arm}}.t2", physical)
@@ -2436,7 +2431,7 @@ for signal, rq in (("c_int", "rq2"), ("verbal_conf", "rq2"), ("abstain", "rq3"))
         undefined_signals.append(what)
         continue
     bits = [f"{LAG_WORDS[k_]} for {len(g)}" for k_, g in defined.items()]
-    rq23.append(f"the {what}, which {claims.direction(signal)} in murkier conditions, " + fmt_list(bits)
+    rq23.append(f"the {what}, which {report.direction(signal)} in murkier conditions, " + fmt_list(bits)
                 + f" of the {n_def} model–arm pairs where accuracy collapses and W is defined")
 if rq23:
     parts.append("Against accuracy, " + "; ".join(rq23) + ".")
@@ -2444,9 +2439,9 @@ if undefined_signals:
     parts.append(f"Whether the {fmt_list(undefined_signals)} follow{'s' if len(undefined_signals) == 1 else ''} "
                  "the collapse of accuracy cannot be stated: accuracy does not collapse, or the signal has no values.")
 wording = verdicts("rq3.wording.{arm}.t2", physical)
-n_w = sum(len(g) for k_, g in wording.items() if k_ != claims.UNDEFINED)
+n_w = sum(len(g) for k_, g in wording.items() if k_ != report.UNDEFINED)
 if n_w:
-    dep = len(wording.get(claims.ABOVE, [])) + len(wording.get(claims.BELOW, []))
+    dep = len(wording.get(report.ABOVE, [])) + len(wording.get(report.BELOW, []))
     options = (f"(“I cannot tell, the image is too unclear to decide” against “I don't know”, "
                f"V = {numbers['cfg.mid_level_m']} m)")
     parts.append(f"The abstain rate depends on the wording of the abstain option {options} for {dep} of {n_w} "
@@ -2454,15 +2449,15 @@ if n_w:
                  f"No dependence of the abstain rate on the wording of the abstain option {options} is observed "
                  f"({n_w} model–arm pairs).")
 nom = verdicts("rq4.t2")
-if "plateau" in nom or "reaches the band" in nom or claims.IN_BAND_NO_FALL in nom:
+if "plateau" in nom or "reaches the band" in nom or report.IN_BAND_NO_FALL in nom:
     bits = []
     if "plateau" in nom:
         bits.append(f"lie above the failure band, on the plateau of accuracy, for {count_phrase(nom['plateau'], n_models, 'model')}")
     if "reaches the band" in nom:
         bits.append(f"reach into it, accuracy falling there, for {count_phrase(nom['reaches the band'], n_models, 'model')}")
-    if claims.IN_BAND_NO_FALL in nom:   # placed in the band, but accuracy does not fall there: not "reach into"
+    if report.IN_BAND_NO_FALL in nom:   # placed in the band, but accuracy does not fall there: not "reach into"
         bits.append("lie at visibilities of the band without accuracy falling below clean at any of them for "
-                    + count_phrase(nom[claims.IN_BAND_NO_FALL], n_models, "model"))
+                    + count_phrase(nom[report.IN_BAND_NO_FALL], n_models, "model"))
     parts.append(f"The ImageNet-C fog severities, equivalent to median visibilities of {numbers['nominal.veq_range']} m, "
                  + fmt_list(bits) + ".")
 else:
@@ -2477,8 +2472,8 @@ record("abstract", " ".join(parts))
 # the Discussion: what the verdicts mean, one paragraph per theme
 lag_c = verdicts("rq2.c_int.{arm}.t2", physical)
 lag_v = verdicts("rq2.verbal_conf.{arm}.t2", physical)
-lagging = lag_c.get(claims.LAGS, []) + lag_v.get(claims.LAGS, [])
-following = lag_c.get(claims.WITH, []) + lag_v.get(claims.WITH, [])
+lagging = lag_c.get(report.LAGS, []) + lag_v.get(report.LAGS, [])
+following = lag_c.get(report.WITH, []) + lag_v.get(report.WITH, [])
 if lagging:
     record("discussion.confidence", (
         f"Where a confidence lags accuracy ({fmt_list(sorted(set(lagging)))}), there is a band of visibility in "
@@ -2497,13 +2492,13 @@ else:
         "within the sweep, or the confidences have no defined crossing. The question needs models whose accuracy "
         "starts above chance on the clean image and collapses within the sweep."))
 ab = verdicts("rq3.abstain.{arm}.t2", physical)
-dep = wording.get(claims.ABOVE, []) + wording.get(claims.BELOW, [])
-if ab.get(claims.WITH) or ab.get(claims.LEADS):
+dep = wording.get(report.ABOVE, []) + wording.get(report.BELOW, [])
+if ab.get(report.WITH) or ab.get(report.LEADS):
     text = (f"An explicit abstain option rises with or before the collapse of accuracy for "
-            f"{fmt_list(ab.get(claims.WITH, []) + ab.get(claims.LEADS, []))}: offering the option exposes what a "
+            f"{fmt_list(ab.get(report.WITH, []) + ab.get(report.LEADS, []))}: offering the option exposes what a "
             "stated confidence may hide.")
-elif ab.get(claims.LAGS):
-    text = (f"The abstain option rises only after accuracy has fallen for {fmt_list(ab[claims.LAGS])}: offering "
+elif ab.get(report.LAGS):
+    text = (f"The abstain option rises only after accuracy has fallen for {fmt_list(ab[report.LAGS])}: offering "
             "it does not by itself make a model say that it cannot see in time.")
 else:
     text = "Whether an explicit abstain option follows the collapse cannot be stated from this run."
@@ -2518,14 +2513,14 @@ if "plateau" in nom:
         f"score over severities {fmt_range(cfg['physics']['imagenet_c_fog_severities'], digits=0)} then measures the plateau, not the failure, and says nothing about where a "
         "model's awareness of its failure begins. A physical axis in metres places the failure band, and the "
         "five severities, on one scale."))
-elif "reaches the band" in nom or claims.IN_BAND_NO_FALL in nom:
+elif "reaches the band" in nom or report.IN_BAND_NO_FALL in nom:
     said = []
     if "reaches the band" in nom:
         said.append(f"The nominal severities reach into the failure band for {fmt_list(nom['reaches the band'])}: "
                     "there an ImageNet-C evaluation does probe the collapse, although on an ordinal scale whose steps "
                     "are not equal in visibility.")
-    if claims.IN_BAND_NO_FALL in nom:   # the RQ4 change verdict: placed in the band, accuracy not falling there
-        said.append(f"For {fmt_list(nom[claims.IN_BAND_NO_FALL])} the nominal severities lie at visibilities of the "
+    if report.IN_BAND_NO_FALL in nom:   # the RQ4 change verdict: placed in the band, accuracy not falling there
+        said.append(f"For {fmt_list(nom[report.IN_BAND_NO_FALL])} the nominal severities lie at visibilities of the "
                     "failure band, but accuracy does not fall below clean at any of them: there they do not probe "
                     "the collapse.")
     record("discussion.nominal", " ".join(said))
@@ -2567,7 +2562,7 @@ record("intro.contribution.measurement", (
     ("A pipeline check" if ALL_PC else "A measurement") + f" on {numbers['n_items']} COCO val2017 images" + (f" ({fmt_list(subset)})" if subset else "")
     + f", {model_words}, {len(physical)} physical degradation arm{'s' if len(physical) != 1 else ''} and two "
     f"tasks (identification, t2, and verification, t3), with blank- and shuffled-image controls, "
-    f"{designs.design_of(cfg)['distractors']} distractors and the ImageNet-C fog severities as a nominal control: "
+    f"{protocol.design_of(cfg)['distractors']} distractors and the ImageNet-C fog severities as a nominal control: "
     f"{numbers['n_conditions']} conditions per model." + pc_words))
 evidence, unstated = [], []
 for signal, rq in (("c_int", "rq2"), ("verbal_conf", "rq2"), ("abstain", "rq3")):
@@ -2583,8 +2578,8 @@ for signal, rq in (("c_int", "rq2"), ("verbal_conf", "rq2"), ("abstain", "rq3"))
 if unstated:
     evidence.append(f"whether {fmt_list(unstated)} follow{'s' if len(unstated) == 1 else ''} it cannot be stated "
                     "(accuracy does not collapse, or the signal has no values)")
-n_w = sum(len(g) for k_, g in wording.items() if k_ != claims.UNDEFINED)
-dep_w = len(wording.get(claims.ABOVE, [])) + len(wording.get(claims.BELOW, []))
+n_w = sum(len(g) for k_, g in wording.items() if k_ != report.UNDEFINED)
+dep_w = len(wording.get(report.ABOVE, [])) + len(wording.get(report.BELOW, []))
 evidence.append((f"the abstain rate depends on the wording of the abstain option for {dep_w} of {n_w} model–arm pairs"
                  if dep_w else f"no dependence of the abstain rate on the option's wording is observed ({n_w} "
                  "model–arm pairs)") if n_w else "whether the abstain rate depends on the option's wording cannot "
@@ -2601,10 +2596,10 @@ lead = ("What this run's read-outs show, all of them a pipeline check (random-we
         f"Evidence, for the models run (the read-outs of {fmt_list(name(m) for m in PC_MODELS)} only a pipeline "
         "check): " if PC_MODELS else "Evidence, for the models run: ")
 record("intro.contribution.evidence", lead + "against accuracy on t2, " + "; ".join(evidence) + ".")
-n_floors = len(VLMS) * 2 * len(cube.CONTROL_ARMS)
-confounded = sum(numbers.get(f"diagnostic.floor.{c}.{t}.{key(m)}") in (diagnostics.BELOW_CHANCE,
-                                                                      diagnostics.ABOVE_GUESSER)
-                 for m in VLMS for t in ("t2", "t3") for c in cube.CONTROL_ARMS)
+n_floors = len(VLMS) * 2 * len(results.CONTROL_ARMS)
+confounded = sum(numbers.get(f"diagnostic.floor.{c}.{t}.{key(m)}") in (results.BELOW_CHANCE,
+                                                                      results.ABOVE_GUESSER)
+                 for m in VLMS for t in ("t2", "t3") for c in results.CONTROL_ARMS)
 n_dominated = sum(len(who) for who in dominated.values())
 marker_share = hard.get("fog", np.nan)
 marker_words = ("" if not np.isfinite(marker_share) else f", and the box marker is hard to see at {fmt_level(V_END)} m "
@@ -2675,7 +2670,7 @@ for m in VLMS:
                              + (f"the built-in `{used}` was used instead" if used else "not used by murk"))
 record("colophon.ignored_generation_settings", "; ".join(gen_parts))
 # the weights each model was read out with, as the cube records them: a hub snapshot's commit, a local folder's
-# content digest (sha256:…, murk.identity: a re-saved checkpoint is another revision)
+# content digest (sha256:…, murk.core: a re-saved checkpoint is another revision)
 record("colophon.model_revisions", "; ".join(f"`{m}`: `{rev or 'not recorded'}`" for m, rev in
                                              zip(ds["model"].values, ds["model_revision"].values) if str(m) in VLMS))
 record("colophon.loading_options", "; ".join(f"{opts} for {fmt_list(ms)}" for opts, ms in load_groups.items())
@@ -2686,11 +2681,11 @@ print(numbers["colophon.model_revisions"], numbers["colophon.ignored_generation_
 
 # %%
 #| label: num-numbers-file
-for pkg, v in config.package_versions().items():
+for pkg, v in core.package_versions().items():
     record(f"version.{pkg}", v)
-qmd = paths.project_root() / "paper" / "index.qmd"
-filled = numbers.fill_missing(paper.cited_keys(qmd.read_text(encoding="utf-8"))) if qmd.is_file() else []
+qmd = core.project_root() / "paper" / "index.qmd"
+filled = numbers.fill_missing(report.cited_keys(qmd.read_text(encoding="utf-8"))) if qmd.is_file() else []
 if filled:
-    print(f"{paper.NOT_COMPUTED}: {filled}")
+    print(f"{report.NOT_COMPUTED}: {filled}")
 numbers.save()
 print(f"{len(numbers)} numbers written to {numbers.path}")

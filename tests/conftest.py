@@ -15,6 +15,14 @@ if _os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         _os.environ.setdefault(_var, _share)
 
+# the benchmarks' baseline engine (benchmarks/baseline.py) is tested against the reference scorer: the project
+# root is importable (``from benchmarks.baseline import read_item``) whatever folder pytest was started from
+import sys as _sys  # noqa: E402
+
+_ROOT = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+if _ROOT not in _sys.path:
+    _sys.path.append(_ROOT)
+
 
 # --- what all workers share: built once per session, by the first worker that asks ---
 def _once_for_all_workers(request, tmp_path_factory, name: str, build):
@@ -43,14 +51,14 @@ def _once_for_all_workers(request, tmp_path_factory, name: str, build):
         return pickle.loads(result.read_bytes())
 
 
-# --- tiny offline checkpoints (murk.checkpoints) and a COCO image: readout tests ---
+# --- tiny offline checkpoints (murk.offline) and a COCO image: readout tests ---
 import pytest as _pytest_tiny
 
 
 @_pytest_tiny.fixture(scope="session")
 def tiny_checkpoint_dirs(tmp_path_factory, request):
     """Folders of the tiny checkpoints, built once per session for all workers: {arch: Path} (read only)."""
-    from murk.checkpoints import TINY_MODELS, build_tiny_checkpoint
+    from murk.offline import TINY_MODELS, build_tiny_checkpoint
 
     return _once_for_all_workers(request, tmp_path_factory, "tiny_checkpoints", lambda root: {
         arch: build_tiny_checkpoint(arch, root / arch, seed=0) for arch in TINY_MODELS.values()})
@@ -70,7 +78,7 @@ def coco_image():
     import numpy as np
     from PIL import Image
 
-    from murk import paths
+    from murk.core import _paths as paths
 
     folder = paths.project_root().parent / "shared" / "coco-val2017-sample" / "val2017"
     files = sorted(folder.glob("*.jpg")) if folder.is_dir() else []
@@ -80,7 +88,7 @@ def coco_image():
         return np.asarray(im.convert("RGB"), dtype=np.uint8)
 
 
-# --- frozen run records (murk.config.freeze_run): never written into the project's data/ ---
+# --- frozen run records (murk.core.freeze_run): never written into the project's data/ ---
 @_pytest_tiny.fixture(scope="session", autouse=True)
 def _frozen_records_in_tmp(tmp_path_factory):
     """Point MURK_FROZEN_DIR at a session temporary folder (subprocesses inherit it)."""
@@ -102,7 +110,7 @@ def synthetic_paper(tmp_path_factory, request):
         import stages
         import synthetic
 
-        from murk import paper
+        from murk.report import paper
 
         root = synthetic.write_root(folder / "out")
         # the models as JSON text, as `papermill -p models '[...]'` passes them (issue 20): parsed, not iterated
@@ -134,7 +142,7 @@ def synthetic_bare(tmp_path_factory):
     import stages
     import synthetic
 
-    from murk import paper
+    from murk.report import paper
 
     root = synthetic.write_root(tmp_path_factory.mktemp("synthetic_bare") / "out", **synthetic.BARE)
     stages.run("04_analyse", root, models=synthetic.BARE["models"])
@@ -163,7 +171,7 @@ def demo(tmp_path_factory, request):
     return _once_for_all_workers(request, tmp_path_factory, "demo", build)
 
 
-# --- real-format checkpoints (murk.checkpoints.build_realformat_checkpoint): issue 12 ---
+# --- real-format checkpoints (murk.offline.build_realformat_checkpoint): issue 12 ---
 @_pytest_tiny.fixture(scope="session")
 def realformat_checkpoint_dirs(tmp_path_factory, request):
     """Folders of the five real-format checkpoints, built once per session for all workers: {family: Path}
@@ -171,7 +179,7 @@ def realformat_checkpoint_dirs(tmp_path_factory, request):
 
     Skipped when ``shared/real-model-files`` is absent (they are built from it).
     """
-    from murk.checkpoints import REALFORMAT_MODELS, build_realformat_checkpoint, real_model_files_dir
+    from murk.offline import REALFORMAT_MODELS, build_realformat_checkpoint, real_model_files_dir
 
     try:
         real_model_files_dir()

@@ -12,7 +12,7 @@ import re
 import sys
 from pathlib import Path
 
-from murk import paths
+from murk.core import _paths as paths
 
 ROOT = paths.project_root()
 BIN = Path(sys.executable).parent
@@ -25,7 +25,7 @@ def executed_path(stage: str, output_dir: str | os.PathLike, suffix: str = "") -
 
 def run(stage: str, output_dir: str | os.PathLike, suffix: str = "", **params) -> Path:
     """Execute ``notebooks/<stage>.py`` with papermill (parameters ``params``; None keeps the default), through
-    murk's engine (:func:`murk.execute.register_engine`: the kernel manager and stream handling of the Snakefile's
+    murk's engine (:func:`murk.pipeline.register_engine`: the kernel manager and stream handling of the Snakefile's
     rules).
 
     Raises
@@ -37,7 +37,7 @@ def run(stage: str, output_dir: str | os.PathLike, suffix: str = "", **params) -
     import nbformat
     import papermill
 
-    from murk import execute
+    from murk.pipeline import execute
 
     out = executed_path(stage, output_dir, suffix)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -53,12 +53,12 @@ def run(stage: str, output_dir: str | os.PathLike, suffix: str = "", **params) -
 
 
 def command(stage: str, output_dir: str | os.PathLike, suffix: str = "", **params) -> list[str]:
-    """The command of :func:`run`, for a subprocess (e.g. to kill it): papermill through ``murk.execute``, as
+    """The command of :func:`run`, for a subprocess (e.g. to kill it): papermill through ``murk.pipeline.execute``, as
     the Snakefile's rules run it (the .py notebook converted to a file beside the executed one, no pipe)."""
     out = executed_path(stage, output_dir, suffix)
     out.parent.mkdir(parents=True, exist_ok=True)
     args = [a for k, v in {"output_dir": output_dir, **params}.items() if v is not None for a in ("-p", k, str(v))]
-    return [sys.executable, "-m", "murk.execute", f"notebooks/{stage}.py", str(out), "--cwd", str(ROOT), *args]
+    return [sys.executable, "-m", "murk.pipeline.execute", f"notebooks/{stage}.py", str(out), "--cwd", str(ROOT), *args]
 
 
 SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"
@@ -77,7 +77,7 @@ def snakemake(out: str | os.PathLike, *args: str, n_items: int = 3, run_name: st
 
 #: the study-shaped demo of the session fixture ``demo`` (tests/conftest.py): three models, two of them on
 #: subsets of different sizes (the spec runs two of its five models on the first 600 and 400 items), set in
-#: the run settings as a configfile would (``murk.workflow.model_entries``)
+#: the run settings as a configfile would (``murk.core.model_entries``)
 DEMO_N_ITEMS = 4
 DEMO_MODELS = [{"id": "murk-tiny/smolvlm"}, {"id": "murk-tiny/qwen3vl", "n_items": 3},
                {"id": "murk-tiny/gemma", "n_items": 2}]
@@ -122,7 +122,11 @@ def check_recalibration_over_own_images(root, numbers: dict, n_of: dict, A: dict
     import numpy as np
     import xarray as xr
 
-    from murk import metrics, monitor, paper, paths, unit
+    from murk.core import _paths as paths
+    from murk.monitor import _monitor as monitor
+    from murk.readout import _item_readouts as unit
+    from murk.report import paper
+    from murk.results import _metrics as metrics
 
     ds = xr.open_zarr(Path(root) / "cube.zarr").load()
     ids = ds["image"].values

@@ -37,7 +37,11 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from murk import cube, items, paths, physics
+from murk import scene
+from murk.core import _paths as paths
+from murk.protocol import _items as items
+from murk.results import _cube as cube
+from murk.scene import _physics as physics
 
 MODELS = ["org/synthetic-a", "murk-tiny/synthetic-b"]   # the second is a pipeline check
 N_IMAGES = 30
@@ -113,7 +117,7 @@ def write_root(root: Path, models=None, nominal: bool = True, n_verbal: int = N_
             "n_visual_tokens": 64, "n_verbal_items": n_verbal, **extra})
         for i in range(n_k):
             res = {}
-            for arm, lvl in cube.CONDITIONS:
+            for arm, lvl in scene.CONDITIONS:
                 for task in cube.TASKS:
                     chance = 0.25 if task == "t2" else 0.5
                     top = 1.0 if k == 0 else CLEAN_B
@@ -181,7 +185,7 @@ def write_monitor(root: Path, table) -> Path:
     """The deployable monitor's store of a perfect monitor: V̂ = V on the sweep levels (a point estimate), a lower
     bound at its cap on the clean image and the ImageNet-C severities, an upper bound (opaque) on the blank image.
     Only the deployable mode: the oracle's sections say that its stage did not run."""
-    from murk import monitor as mon
+    from murk.monitor import _monitor as mon
 
     model = mon.MONITOR_DEPLOYABLE_ID
     store = paths.readout_store(model, root)
@@ -191,7 +195,7 @@ def write_monitor(root: Path, table) -> Path:
         "kind": "monitor", "monitor_threshold_m": mon.DEFAULT_THRESHOLD_M})
     for i in range(len(table)):
         res = {}
-        for arm, lvl in cube.CONDITIONS:
+        for arm, lvl in scene.CONDITIONS:
             if arm in ("fog", "underwater"):
                 v, code = float(physics.SWEEP_M[lvl - 1]), 0.0
             elif arm == "blank":

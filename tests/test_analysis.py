@@ -1,4 +1,4 @@
-"""Tests of murk.analysis on small synthetic cubes: pairing, determinism, hand-checked statistics."""
+"""Tests of murk.results on small synthetic cubes: pairing, determinism, hand-checked statistics."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from murk import analysis, cube, metrics
+from murk.results import _analysis as analysis
+from murk.results import _cube as cube
+from murk.results import _metrics as metrics
 
 N = 40
 
@@ -198,7 +200,7 @@ def test_scores_dataset_stat_layout(res):
 
 
 def _cube_through_the_store(tmp_path, c_int, correct):
-    """A one-model cube written image by image with murk.cube and merged: c_int/correct at fog level 1, t2."""
+    """A one-model cube written image by image with murk.results and merged: c_int/correct at fog level 1, t2."""
     n = len(c_int)
     store = tmp_path / "m.zarr"
     attrs = {"config_hash": "c", "items_hash": "i", "model_id": "m", "depth_backend": "constant-13.8m"}
@@ -250,7 +252,7 @@ def test_crossing_at_the_first_level_is_a_bound_from_below():
     assert float(cr["v_cross_m"].sel(readout="correct")) == 250.0 and not bool(cr["censored"].sel(readout="correct"))
     assert str(cr["w_censored_side"].sel(readout="abstain").values) == "above"
     assert bool(cr["w_lower_bound"].sel(readout="abstain")) and not bool(cr["w_upper_bound"].sel(readout="abstain"))
-    from murk import paper
+    from murk.report import paper
     assert paper.fmt_crossing(float(cr["v_cross_m"].sel(readout="correct")),
                               str(cr["censored_side"].sel(readout="correct").values), 1) == "≥ 250"
 
@@ -262,7 +264,7 @@ def test_both_censored_w_prints_no_interval():
     cr = analysis.crossing_table(s, 50, 0).sel(model="org/m0", arm="fog", task="t2", readout="c_int")
     assert str(cr["w_censored_side"].values) == "undefined"
     assert np.isnan(float(cr["w"])) and np.isnan(float(cr["w_lo"])) and np.isnan(float(cr["w_hi"]))
-    from murk import paper
+    from murk.report import paper
     assert paper.fmt_estimate(float(cr["w"]), float(cr["w_lo"]), float(cr["w_hi"]),
                               str(cr["w_censored_side"].values)) == "n/a"
 

@@ -10,7 +10,12 @@ import pytest
 import xarray as xr
 from PIL import Image
 
-from murk import cube, diskfull, items, paths, render
+from murk import scene
+from murk.core import _diskfull as diskfull
+from murk.core import _paths as paths
+from murk.protocol import _items as items
+from murk.results import _cube as cube
+from murk.scene import _render as render
 
 import stages  # tests/stages.py: the stage notebooks through papermill
 
@@ -57,13 +62,13 @@ def test_grey_cmyk_alpha_images_become_rgb(tmp_path):
     for mode, fill in (("L", 90), ("CMYK", (10, 20, 30, 40)), ("RGBA", (10, 20, 30, 128)), ("P", 3)):
         p = tmp_path / f"x-{mode}.{'jpg' if mode in ('L', 'CMYK') else 'png'}"
         Image.new(mode, (21, 13), fill).save(p)
-        im = render.load_image(p)
+        im = scene.load_image(p)
         assert im.shape == (13, 21, 3) and im.dtype == np.uint8, mode
 
 
 def _exif(orientation):
     exif = Image.Exif()
-    exif[render.EXIF_ORIENTATION_TAG] = orientation
+    exif[scene.EXIF_ORIENTATION_TAG] = orientation
     return exif
 
 
@@ -75,9 +80,9 @@ def test_exif_orientation_is_ignored_where_the_stored_size_agrees_with_the_annot
         p = tmp_path / f"rot{orientation}.png"
         Image.fromarray(a).save(p, exif=_exif(orientation))
         for expected in (None, (40, 10)):
-            got = render.load_image(p, expected)
+            got = scene.load_image(p, expected)
             assert got.shape == (10, 40, 3) and (got == a).all(), (orientation, expected)
-        assert render.inspect_image(p, (40, 10)) == ""
+        assert scene.inspect_image(p, (40, 10)) == ""
 
 
 def test_an_image_stored_rotated_is_used_transposed_where_that_makes_it_agree(tmp_path):
@@ -87,13 +92,13 @@ def test_an_image_stored_rotated_is_used_transposed_where_that_makes_it_agree(tm
     a = np.random.default_rng(1).integers(0, 255, (40, 80, 3), dtype=np.uint8)  # annotation: 80 x 40 px
     p = tmp_path / "phone.png"
     Image.fromarray(a).transpose(Image.Transpose.ROTATE_90).save(p, exif=_exif(6))  # stored 40 x 80, shown upright
-    with pytest.warns(render.TransposedImageWarning) as w:
-        got = render.load_image(p, (80, 40))
+    with pytest.warns(scene.TransposedImageWarning) as w:
+        got = scene.load_image(p, (80, 40))
     assert got.shape == (40, 80, 3) and (got == a).all()  # exactly the annotated pixels
-    note = render.inspect_image(p, (80, 40))
+    note = scene.inspect_image(p, (80, 40))
     for part in (str(p), "stored 40 x 80 px", "EXIF orientation 6", "80 x 40 px", "used transposed"):
         assert part in note and part in str(w[0].message), part
-    with pytest.warns(render.TransposedImageWarning):
+    with pytest.warns(scene.TransposedImageWarning):
         img, size = render.load_presented(p, 448, expected_size=(80, 40))
     assert size == (80, 40) and (img == a).all()
 
@@ -107,7 +112,7 @@ def test_an_image_whose_size_disagrees_with_its_annotation_is_refused_with_both_
                                                                                       stored, annotated):
     p = tmp_path / "x.png"
     Image.new("RGB", stored, (9, 9, 9)).save(p, exif=_exif(orientation))
-    for f in (lambda: render.load_image(p, annotated), lambda: render.inspect_image(p, annotated),
+    for f in (lambda: scene.load_image(p, annotated), lambda: scene.inspect_image(p, annotated),
               lambda: render.load_presented(p, 448, expected_size=annotated)):
         with pytest.raises(ValueError) as e:
             f()
@@ -126,15 +131,15 @@ def test_an_image_over_pillows_pixel_limit_is_a_value_error_naming_file_and_size
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 20_000)  # 60,000 pixels > 2 x 20,000: Pillow refuses
     with pytest.raises(Image.DecompressionBombError):
         Image.open(p)
-    for f in (lambda: render.load_image(p), lambda: render.load_image(p, (300, 200)),
-              lambda: render.inspect_image(p, (300, 200)), lambda: render.load_presented(p, 448)):
+    for f in (lambda: scene.load_image(p), lambda: scene.load_image(p, (300, 200)),
+              lambda: scene.inspect_image(p, (300, 200)), lambda: render.load_presented(p, 448)):
         with pytest.raises(ValueError) as e:
             f()
         msg = str(e.value)
         assert str(p) in msg and "300 x 200 px (60,000 pixels)" in msg and "decompression-bomb limit of 40,000" in msg
         assert "recorded as missing" in msg
     monkeypatch.undo()
-    assert render.load_image(p, (300, 200)).shape == (200, 300, 3)
+    assert scene.load_image(p, (300, 200)).shape == (200, 300, 3)
 
 
 def test_item_inputs_record_an_over_limit_image_and_fall_back_for_its_partner(tmp_path, monkeypatch):
@@ -170,7 +175,7 @@ def test_disk_full_while_writing_the_cube_keeps_the_previous_cube(tmp_path, monk
     cube.open_readout_store(store, [1], ["car"], attrs)
     r = {k: 0.5 for k in cube.READOUTS}
     r.update({k: "" for k in cube.TEXT_READOUTS})
-    cube.write_image(store, 0, {(a, lvl, t): r for a, lvl in cube.CONDITIONS for t in cube.TASKS})
+    cube.write_image(store, 0, {(a, lvl, t): r for a, lvl in scene.CONDITIONS for t in cube.TASKS})
     out = tmp_path / "cube.zarr"
     cube.merge_models({"m": store}, out)
     before = xr.open_zarr(out).load()
@@ -200,13 +205,14 @@ def test_out_of_memory_halves_the_batch_and_goes_on(tiny_vlms, coco_image, monke
     """A (simulated) CUDA out-of-memory error on a batch of prompt tails: halve it, same read-outs."""
     import torch
 
-    from murk import baseline, prompts, readout
+    from benchmarks import baseline
+    from murk.protocol import _prompts as prompts
 
     vlm = tiny_vlms["qwen3vl"]
     row = {"category": "car", "t2_options": ["dog", "car", "bus", "cat"], "t2_answer_index": 1,
            "t3_distractor": "bus"}
     questions = prompts.questions_for_item(row)
-    ref = readout.read_item(vlm, coco_image, questions)
+    ref = baseline.read_item(vlm, coco_image, questions)
     real = baseline._run_tails
     calls = []
 
@@ -218,7 +224,7 @@ def test_out_of_memory_halves_the_batch_and_goes_on(tiny_vlms, coco_image, monke
 
     monkeypatch.setattr(baseline, "_run_tails", small_gpu)
     with caplog.at_level("WARNING", logger="murk"):
-        got = readout.read_item(vlm, coco_image, questions)
+        got = baseline.read_item(vlm, coco_image, questions)
     assert max(calls) > 2 and "halving" in caplog.text
     for task in ref:
         for k in ("c_int", "answer", "abstain", "abstain2", "option_mass"):
@@ -229,7 +235,7 @@ def test_out_of_memory_halves_the_batch_and_goes_on(tiny_vlms, coco_image, monke
 # --- errors a user can cause name the file and the fix (issue 14) ---
 
 def test_annotation_file_that_is_not_json_names_the_file_and_the_fix(tmp_path):
-    from murk import items
+    from murk.protocol import _items as items
 
     ann = tmp_path / "annotations" / "instances_val2017.json"
     ann.parent.mkdir()
@@ -247,7 +253,7 @@ ATTRS14 = {"config_hash": "c", "items_hash": "i", "model_id": "m", "depth_backen
 def _full_results(v=0.5):
     r = {k: v for k in cube.READOUTS}
     r.update({k: "x" for k in cube.TEXT_READOUTS})
-    return {(a, lvl, t): r for a, lvl in cube.CONDITIONS for t in cube.TASKS}
+    return {(a, lvl, t): r for a, lvl in scene.CONDITIONS for t in cube.TASKS}
 
 
 def _two_image_store(path, images_per_shard=1):
@@ -518,7 +524,9 @@ def test_disk_full_in_the_depth_cache_figures_numbers_tables_and_selection(tmp_p
     and the previous file is kept as it was."""
     import matplotlib.pyplot as plt
 
-    from murk import depth, figures, paper
+    from murk.report import paper
+    from murk.report import _figures as figures
+    from murk.scene import _depth as depth
 
     root = _root(tmp_path)
     folder = root / "depth" / "constant"
@@ -574,8 +582,8 @@ def _tiny_items():
 
 
 def test_the_paper_command_prints_one_line_on_a_full_disk(tmp_path, monkeypatch, capsys):
-    """``python -m murk.paper`` (make paper): pandoc's error on a full disk becomes murk's one line, exit 1."""
-    from murk import paper
+    """``python -m murk.report.paper`` (make paper): pandoc's error on a full disk becomes murk's one line, exit 1."""
+    from murk.report import paper
 
     root = _root(tmp_path)
 

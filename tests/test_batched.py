@@ -1,4 +1,4 @@
-"""Tests of the batched read-out engine (murk.engine) on every tiny family.
+"""Tests of the batched read-out engine (murk.readout) on every tiny family.
 
 * fp32 equality with every prompt scored on its own (``score_prompts`` /
   ``read_item`` with ``shared_prefix=False``) within 1e-6 in every read-out and
@@ -19,14 +19,13 @@ import math
 import numpy as np
 import pytest
 
-from murk import engine
-from murk.checkpoints import TINY_MODELS
-from murk.config import load_config
-from murk.prompts import questions_for_item
-from murk.readout import (READOUTS, TEXT_READOUTS, build_prompt_text, item_prompts, item_readouts, present_image,
-                          read_item, score_prompts)
-from murk.vlm import count_visual_tokens, image_inputs, letter_probs, single_tile_kwargs
-from murk.whole import read_unit
+from benchmarks.baseline import read_item, score_prompts
+from murk.core import load_config
+from murk.offline import TINY_MODELS
+from murk.protocol import questions_for_item
+from murk.readout import (READOUTS, TEXT_READOUTS, build_prompt_text, count_visual_tokens, image_inputs, item_prompts,
+                          item_readouts, letter_probs, present_image, read_unit, single_tile_kwargs)
+from murk.readout import _engine as engine
 
 ARCHS = sorted(set(TINY_MODELS.values()))
 ROW = {"category": "umbrella", "t2_options": ["car", "umbrella", "bench", "kite"], "t2_answer_index": 1,
@@ -176,7 +175,7 @@ def test_batched_equals_each_prompt_on_realformat_checkpoints(family, request, i
     try:
         vlm = request.getfixturevalue("realformat_vlms")[family]
     except pytest.FixtureLookupError:
-        pytest.skip("no real-format checkpoints in this tree (murk.checkpoints.build_realformat_checkpoint)")
+        pytest.skip("no real-format checkpoints in this tree (murk.offline.build_realformat_checkpoint)")
     cfg = load_config()
     u = engine.Unit(0, "fog", 5, images[1], tuple(questions_for_item(ROW, cfg)), ("v1", "v3"))
     (readouts, probs), = engine._read_units_with_probs(vlm, [u], cfg)[0]
@@ -411,7 +410,7 @@ def test_unsupported_units_fall_back_to_every_prompt_run_whole(tiny_vlms, images
     stats = engine.EngineStats()
     got = engine.read_units(vlm, [u], cfg, stats=stats)[0]
     assert stats.fallback_units == 1
-    assert _max_diff(got, read_unit(vlm, u.image, u.questions, cfg)) == 0.0  # murk.whole: transformers' own path
+    assert _max_diff(got, read_unit(vlm, u.image, u.questions, cfg)) == 0.0  # murk.readout: transformers' own path
     assert _max_diff(got, read_item(vlm, u.image, u.questions, cfg)) <= TOL  # and the per-unit baseline agrees
     res = list(engine.read_images(vlm, [[0]], _loader(images, cfg, conditions=(("clean", 0),)), config=cfg,
                                   progress=False))
@@ -434,7 +433,7 @@ def test_memory_aware_batch_size(tiny_vlms):
 def _bench_module(name: str):
     import importlib.util
 
-    from murk import paths
+    from murk.core import _paths as paths
 
     spec = importlib.util.spec_from_file_location(name, paths.project_root() / "benchmarks" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
@@ -479,7 +478,7 @@ def test_gpu_benchmark_without_cuda_exits_cleanly():
     import subprocess
     import sys
 
-    from murk import paths
+    from murk.core import _paths as paths
 
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     r = subprocess.run([sys.executable, str(paths.project_root() / "benchmarks" / "readout_gpu.py")], env=env,
@@ -497,7 +496,7 @@ def test_gpu_benchmark_smoke_runs_its_whole_code_path(tmp_path):
     import subprocess
     import sys
 
-    from murk import paths
+    from murk.core import _paths as paths
 
     r = subprocess.run([sys.executable, str(paths.project_root() / "benchmarks" / "readout_gpu.py"), "--smoke",
                         "--models", "gemma-e2b", "--seconds", "1", "--bf16-units", "2"],

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from murk import checkpoints, readout
-from murk.checkpoints import CheckpointFileError, check_weight_files, safetensors_tensor_names
-from murk.readout import load_vlm, setting_words
+from murk import readout
+from murk.offline import _checkpoints as checkpoints
+from murk.readout import CheckpointFileError, check_weight_files, load_vlm, safetensors_tensor_names, setting_words
 
 
 def _copy(src: Path, dst: Path) -> Path:
@@ -223,7 +223,7 @@ def test_the_study_architectures_are_image_text_models(tiny_checkpoint_dirs):
     from transformers import AutoConfig
 
     for arch, folder in tiny_checkpoint_dirs.items():
-        assert checkpoints.model_kind(AutoConfig.from_pretrained(folder)) is None, arch
+        assert readout.model_kind(AutoConfig.from_pretrained(folder)) is None, arch
 
 
 # ----------------------------------------------------------------- the words of the command that ran

@@ -1,4 +1,4 @@
-"""Tests of murk.config: the configuration hash, the frozen run record, Table III."""
+"""Tests of murk.core: the configuration hash, the frozen run record, Table III."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
-from murk import config as mc
-from murk import items, paths
+from murk.core import _config as mc
+from murk.core import _paths as paths
+from murk.protocol import _items as items
 
 import stages  # tests/stages.py: the stage notebooks through papermill
 
@@ -51,7 +52,7 @@ def test_config_hash_changes_with_any_setting(section, key, value):
 
 
 def test_config_hash_is_the_same_in_another_process():
-    code = "from murk.config import config_hash; print(config_hash())"
+    code = "from murk.core import config_hash; print(config_hash())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONHASHSEED": "99"})
     assert out.stdout.strip() == mc.config_hash()

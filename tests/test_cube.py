@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from murk import cube, physics
+from murk import scene
+from murk.results import _cube as cube
+from murk.scene import _physics as physics
 
 
 def _result(value=0.5, text="x"):
@@ -15,15 +17,15 @@ def _result(value=0.5, text="x"):
 
 def _all_results(value=0.5):
     return {(arm, lvl, task): _result(value, f"{arm}{lvl}{task}")
-            for arm, lvl in cube.CONDITIONS for task in cube.TASKS}
+            for arm, lvl in scene.CONDITIONS for task in cube.TASKS}
 
 
 ATTRS = {"config_hash": "c" * 64, "items_hash": "i" * 64, "model_id": "m", "depth_backend": "constant-13.8m"}
 
 
 def test_conditions_are_the_spec_24():
-    assert len(cube.CONDITIONS) == 24
-    assert len(set(cube.CONDITIONS)) == 24
+    assert len(scene.CONDITIONS) == 24
+    assert len(set(scene.CONDITIONS)) == 24
 
 
 def test_level_coords_units_and_values():

@@ -11,7 +11,7 @@ import shutil
 import pytest
 import xarray as xr
 
-from murk import paths
+from murk.core import _paths as paths
 from test_workflow import _cube, _plan_lists_the_rerun, _tree, needs_sample
 
 

@@ -30,7 +30,8 @@ import xarray as xr
 
 from _killing import KillableRun
 from _pdf import check_pdf_keeps_every_table_row, check_rows_on_lines
-from murk import paths, workflow
+from murk.core import _paths as paths
+from murk.pipeline import markers as workflow
 
 import stages  # tests/stages.py: the session demo's settings
 
@@ -130,7 +131,7 @@ def test_killed_make_demo_resumes_to_the_same_cube(demo_runs):
     assert "removed the stale Snakemake lock" in texts[1] and "removed the stale Snakemake lock" in texts[2]
     a = xr.open_zarr(ref / "cube.zarr").load()
     b = xr.open_zarr(out / "cube.zarr").load()
-    # the commit stamp names the checkout the analysis ran in: the project copy is none (murk.config.git_commit);
+    # the commit stamp names the checkout the analysis ran in: the project copy is none (murk.core.git_commit);
     # everything else is the uninterrupted run's
     assert b.attrs["git_commit"] == "unknown"
     xr.testing.assert_identical(a, b.assign_attrs(git_commit=a.attrs["git_commit"]))

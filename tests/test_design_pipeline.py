@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from murk import config, design, paper, paths
+from murk.core import _config as config
+from murk.core import _paths as paths
+from murk.report import paper
 
 import stages  # tests/stages.py: Snakemake and the stage notebooks
 from test_pipeline import _plain, _text

@@ -1,4 +1,4 @@
-"""Design diagnostics from the controls (murk.diagnostics; issue 26, item 2: the kernels)."""
+"""Design diagnostics from the controls (murk.results; issue 26, item 2: the kernels)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from murk import diagnostics as dg
-from murk import metrics
+from murk.results import _diagnostics as dg
+from murk.results import _metrics as metrics
 
 
 def _floor(n_correct: int, n: int, seed: int = 0) -> tuple[float, float, float]:

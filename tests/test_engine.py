@@ -1,4 +1,4 @@
-"""Tests of the shared-prefix engine (murk.readout.score_prompts / read_item) on all tiny architectures.
+"""Tests of the shared-prefix engine (benchmarks.baseline.score_prompts / read_item) on all tiny architectures.
 
 The engine must give the read-outs of scoring each full prompt on its own
 (largest |dp| <= 1e-6 in float32), whatever else shares the batch (in bfloat16:
@@ -12,10 +12,11 @@ import math
 import numpy as np
 import pytest
 
-from murk.checkpoints import TINY_MODELS
-from murk.config import load_config
-from murk.prompts import questions_for_item, render_prompt
-from murk.readout import READOUTS, TEXT_READOUTS, read_item, read_question, score_prompts
+from benchmarks.baseline import read_item, score_prompts
+from murk.core import load_config
+from murk.offline import TINY_MODELS
+from murk.protocol import questions_for_item, render_prompt
+from murk.readout import READOUTS, TEXT_READOUTS, read_question
 
 ARCHS = sorted(set(TINY_MODELS.values()))
 ROW = {"category": "umbrella", "t2_options": ["car", "umbrella", "bench", "kite"], "t2_answer_index": 1,
@@ -95,7 +96,9 @@ def test_all_tiny_architectures_through_the_readout_stage(demo, tmp_path, monkey
     import yaml
 
     import stages  # tests/stages.py: the stage notebooks through papermill
-    from murk import cube, paths
+    from murk import scene
+    from murk.core import _paths as paths
+    from murk.results import _cube as cube
 
     monkeypatch.setenv("MURK_OFFLINE", "1")
     monkeypatch.setenv("MURK_COCO_DIR", str(stages.SAMPLE))
@@ -116,7 +119,7 @@ def test_all_tiny_architectures_through_the_readout_stage(demo, tmp_path, monkey
         assert bool(ds["done"].all()), model
         assert ds.attrs["pipeline_check"] == 1 and ds.attrs["n_visual_tokens"] > 0
         v = ds["value"]
-        for arm, lvl in cube.CONDITIONS:
+        for arm, lvl in scene.CONDITIONS:
             arm = "fog" if arm == "clean" else arm
             cell = v.sel(arm=arm, level=lvl, readout=["answer", "c_int", "abstain", "abstain2", "option_mass"])
             assert cell.notnull().all(), (model, arm, lvl)
@@ -142,7 +145,7 @@ def test_all_tiny_architectures_through_the_readout_stage(demo, tmp_path, monkey
     # (task, image): recorded on its own images, NaN on the images only the other models were read out on
     assert (np.isfinite(got).sum(axis=-1) == stages.DEMO_N["murk-tiny/qwen3vl"]).all()
     assert np.isin(got[np.isfinite(got)], [0.0, 1.0]).all()
-    from murk import analysis
+    from murk.results import _analysis as analysis
 
     rates = analysis.verbal_rates(reopened)
     for model in TINY_MODELS:  # three tasks (t2, t3_true, t3_false) a continuation each, per asked image
@@ -198,7 +201,7 @@ def test_softmax_is_float32_in_bf16():
     """The vocabulary softmax of bf16 logits is taken in float32 (a bf16 softmax sums to 1 only within ~1e-2)."""
     import torch
 
-    from murk.vlm import softmax32
+    from murk.readout import softmax32
 
     logits = (torch.randn(4, 50_000) * 8).to(torch.bfloat16)
     p = softmax32(logits)
@@ -223,7 +226,7 @@ def test_bf16_output_head_runs_in_float32(tiny_checkpoint_dirs, coco_image):
     """In bfloat16 the logits are not rounded to 8 bits: the head runs on a float32 copy of its weight."""
     import torch
 
-    from murk.vlm import build_prompt_text, encode, load_vlm, present_image
+    from murk.readout import build_prompt_text, encode, load_vlm, present_image
 
     vlm = load_vlm(str(tiny_checkpoint_dirs["qwen3vl"]), device="cpu", dtype="bfloat16")
     head = vlm.model.get_output_embeddings()

@@ -1,4 +1,4 @@
-"""murk.engine.read_images: preparation in worker processes (issue 38 item 4).
+"""murk.readout.read_images: preparation in worker processes (issue 38 item 4).
 
 The preparing workers are processes when ``workers >= 2`` and what they need can be sent to them,
 threads otherwise; the read-outs are the same bit for bit either way, and bad input, a failed rendering
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from murk import engine
-from murk.config import load_config
-from murk.prompts import questions_for_item
+from murk.core import load_config
+from murk.protocol import questions_for_item
+from murk.readout import _engine as engine
 
 ROWS = ({"category": "umbrella", "t2_options": ["car", "umbrella", "bench", "kite"], "t2_answer_index": 1,
          "t3_distractor": "truck"},
@@ -184,7 +184,7 @@ def test_workers_from_the_cpus_the_job_was_given(monkeypatch):
 
 
 def test_the_stages_load_pickles_and_reports_bad_input(tmp_path):
-    """murk.engine.ItemJobs (the read-out stage's load) travels to a process by pickle, and a missing image is
+    """murk.readout.ItemJobs (the read-out stage's load) travels to a process by pickle, and a missing image is
     bad input (FileNotFoundError, recorded by read_images as the image's missing reason)."""
     import pandas as pd
 

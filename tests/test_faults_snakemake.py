@@ -33,7 +33,7 @@ import pytest
 import xarray as xr
 from PIL import Image
 
-from murk import paths
+from murk.core import _paths as paths
 
 ROOT = paths.project_root()
 SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"

@@ -1,4 +1,4 @@
-"""murk.figures: plotting functions take data and return a figure; what the reader sees is checked here."""
+"""murk.report: plotting functions take data and return a figure; what the reader sees is checked here."""
 
 import matplotlib
 
@@ -8,7 +8,9 @@ import pytest  # noqa: E402
 import xarray as xr  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from murk import cube, figures, physics  # noqa: E402
+from murk.report import _figures as figures  # noqa: E402
+from murk.results import _cube as cube  # noqa: E402
+from murk.scene import _physics as physics  # noqa: E402
 
 MODELS = ["org/model-a", "murk-tiny/model-b"]
 

@@ -1,4 +1,4 @@
-"""Tests of murk.items on the shared real COCO samples."""
+"""Tests of murk.protocol on the shared real COCO samples."""
 
 from __future__ import annotations
 
@@ -12,19 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from murk import paths
-from murk.config import load_config
-from murk.items import (
-    COLUMNS,
-    _candidate_pool,
-    candidate_ids,
-    items_hash,
-    load_items,
-    save_items,
-    select_items,
-    selection_report,
-    shuffled_partner,
-)
+from murk.core import load_config
+from murk.core import _paths as paths
+from murk.protocol import (COLUMNS, candidate_ids, items_hash, load_items, save_items, select_items, selection_report,
+                           shuffled_partner)
+from murk.protocol._items import _candidate_pool
 
 SHARED = paths.project_root().parent / "shared"
 VAL_SAMPLE = SHARED / "coco-val2017-sample" / "annotations" / "instances_val2017.json"
@@ -153,7 +145,7 @@ def test_hash_is_the_same_in_other_processes(items):
     """Two separate processes with different string-hash seeds give the in-process hash (and the README's)."""
     code = (
         "import warnings; warnings.simplefilter('ignore');"
-        "from murk.items import select_items, items_hash;"
+        "from murk.protocol import select_items, items_hash;"
         f"print(items_hash(select_items({str(VAL_SAMPLE)!r}, n_items=1000, seed=1)))"
     )
     hashes = [

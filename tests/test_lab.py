@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from murk import paths
+from murk.core import _paths as paths
 
 ROOT = paths.project_root()
 LAUNCHER = ROOT / "lab" / "jupyter-lab"
@@ -231,7 +231,7 @@ def test_snakemake_is_refused_a_root_a_lab_kernel_holds_until_it_is_shut_down(la
     """A stage run in Lab keeps its root for the kernel's life: make demo into it is refused naming the kernel
     and its notebook; shutting the kernel down frees the root."""
     import stages
-    from murk import runlock
+    from murk.pipeline import _locks as runlock
 
     base, token, copy = lab_server
     root = tmp_path / "outputs"
@@ -358,7 +358,8 @@ def test_run_all_of_the_analyse_notebook_in_chromium_after_the_offline_demo(lab_
     assert not problems, f"Run All in Lab (screenshot {shot}):\n" + "\n".join(problems)
     assert len(prompts) == n_code and all(p not in ("", "[ ]:", "[*]:") for p in prompts), prompts
     assert "murk: models = None" in page, "the notebook says where its models came from"
-    from murk import paper, paths as mpaths
+    from murk.core import _paths as mpaths
+    from murk.report import paper
 
     models = json.loads(paper.load_numbers(mpaths.numbers_file(root))["analysis.models"])
     assert [m["id"] for m in models] == [m["id"] for m in stages.DEMO_MODELS]   # the demo's three models

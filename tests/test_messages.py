@@ -17,10 +17,15 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from murk import config, cube, diskfull, images, items, paper, workflow
+from murk.core import COMMAND_LINE, SettingsError, check_run_settings, settings
+from murk.core import _config as config
+from murk.core import _diskfull as diskfull
+from murk.pipeline import markers as workflow
+from murk.protocol import _items as items
 from murk.readout import load_vlm
-from murk import settings
-from murk.settings import COMMAND_LINE, SettingsError, check_run_settings
+from murk.report import paper
+from murk.results import _cube as cube
+from murk.scene import _images as images
 
 import stages
 
@@ -102,12 +107,12 @@ def test_a_missing_or_failed_embed_says_what_to_run(tmp_path, monkeypatch, capsy
         assert str(nb) in msg and label in msg and "re-run the stage" not in msg
         assert "fix: run the command that made this output root again with --forcerun analyse added" in msg
         assert f"make demo ARGS='--config output_dir={root} --forcerun analyse'" in msg
-        assert "python -m murk.execute notebooks/04_analyse.py " in msg and f"-p output_dir {root}" in msg  # or the README's by-hand command
+        assert "python -m murk.pipeline.execute notebooks/04_analyse.py " in msg and f"-p output_dir {root}" in msg  # or the README's by-hand command
         errors.append(e.value)
     assert isinstance(errors[0], KeyError) and isinstance(errors[1], ValueError)  # as the callers caught them
     assert "--forcerun depth" in paper.remake_words(root / "notebooks" / "02_depth.ipynb")
 
-    def render(**kwargs):  # what render_paper meets (python -m murk.paper under make demo / make paper)
+    def render(**kwargs):  # what render_paper meets (python -m murk.report.paper under make demo / make paper)
         raise errors[0]
 
     monkeypatch.setattr(paper, "refuse_mixed_paper", lambda root: {})
@@ -115,7 +120,7 @@ def test_a_missing_or_failed_embed_says_what_to_run(tmp_path, monkeypatch, capsy
     monkeypatch.setattr(paper.shutil, "which", lambda name: None)
     assert paper.main(["--output-dir", str(root), "--fallback"]) == 2
     err = capsys.readouterr().err
-    assert _one_line(err.strip()).startswith(f"murk: make paper (python -m murk.paper) cannot render the paper of "
+    assert _one_line(err.strip()).startswith(f"murk: make paper (python -m murk.report.paper) cannot render the paper of "
                                              f"{root}: {nb} has no cell labelled 'fig-absent'")
 
 
@@ -177,7 +182,7 @@ def test_make_paper_into_a_read_only_root_refuses_before_pandoc(read_only_dir, m
     monkeypatch.setattr(paper.shutil, "which", lambda name: None)
     assert paper.main(["--output-dir", str(read_only_dir), "--fallback"]) == 2
     err = _one_line(capsys.readouterr().err.strip())
-    assert err.startswith(f"murk: make paper (python -m murk.paper) cannot write the paper of {read_only_dir}: "
+    assert err.startswith(f"murk: make paper (python -m murk.report.paper) cannot write the paper of {read_only_dir}: "
                           f"{read_only_dir} is ")
     assert "nothing was written" in err and f"fix: make {read_only_dir} writable" in err
 

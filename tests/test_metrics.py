@@ -1,4 +1,4 @@
-"""Tests of murk.metrics: reference values, n-dimensional input, NaN handling."""
+"""Tests of murk.results: reference values, n-dimensional input, NaN handling."""
 
 from __future__ import annotations
 
@@ -8,39 +8,14 @@ import xarray as xr
 from sklearn.calibration import calibration_curve
 from sklearn.metrics import roc_auc_score
 
-from murk.config import load_config
-from murk.metrics import (
-    CENSOR_M,
-    accuracy,
-    auroc,
-    blind_spot_width,
-    bootstrap_indices,
-    bootstrap_mean,
-    bootstrap_resample_means,
-    crossing_visibility,
-    crossing_visibility_da,
-    expected_calibration_error,
-    abstain_rate,
-    bootstrap_counts,
-    counts_from_indices,
-    mean_confidence,
-    monotonicity,
-    monotonicity_da,
-    percentile_interval,
-    reliability_bins,
-    resampled_auroc,
-    resampled_ece,
-    resampled_means,
-    risk_coverage_curve,
-    selective_risk_coverage,
-    risk_coverage,
-    expected_risk_coverage,
-    aurc,
-    excess_aurc,
-    coverage_at_risk,
-    resampled_aurc,
-    resampled_coverage_at_risk,
-)
+from murk.core import load_config
+from murk.results import (CENSOR_M, abstain_rate, accuracy, aurc, auroc, blind_spot_width, bootstrap_counts,
+                          bootstrap_indices, bootstrap_mean, bootstrap_resample_means, counts_from_indices,
+                          coverage_at_risk, crossing_visibility, crossing_visibility_da, excess_aurc,
+                          expected_calibration_error, expected_risk_coverage, mean_confidence, monotonicity,
+                          monotonicity_da, percentile_interval, reliability_bins, resampled_aurc, resampled_auroc,
+                          resampled_coverage_at_risk, resampled_ece, resampled_means, risk_coverage,
+                          risk_coverage_curve, selective_risk_coverage)
 
 SWEEP = np.array([250.0, 125.0, 62.5, 31.25, 15.625, 7.8125, 3.90625, 1.953125])
 
@@ -688,7 +663,7 @@ def test_tie_aware_aurc_and_coverage_equal_the_average_over_all_tie_orders():
     # the harmonic sums: the table of integer counts and the digamma form (other weights) agree
     from scipy.special import digamma
 
-    from murk.metrics import _harmonic_gap
+    from murk.results._metrics import _harmonic_gap
 
     k, top = np.array([0.0, 3.0, 100.0, 5000.0]), np.array([2.0, 8.0, 107.0, 5003.0])
     exact = [sum(1 / i for i in range(int(a) + 1, int(b) + 1)) for a, b in zip(k, top)]
@@ -847,7 +822,7 @@ def test_crossing_side_of_the_bound():
 
 
 def test_blind_spot_width_side():
-    from murk.metrics import blind_spot_width_side
+    from murk.results import blind_spot_width_side
 
     acc = ["", "", "below", "above", "below", "above", "below", "above", ""]
     aware = ["below", "above", "", "", "below", "above", "above", "below", ""]

@@ -27,8 +27,11 @@ import json
 import numpy as np
 import pytest
 
-from murk import monitor as mon
-from murk import paths, physics, render
+from murk import scene
+from murk.core import _paths as paths
+from murk.monitor import _monitor as mon
+from murk.scene import _physics as physics
+from murk.scene import _render as render
 
 N_IMAGES = 16
 CORE = (physics.SWEEP_M >= 3.9) & (physics.SWEEP_M <= 62.5)  # levels 3-7: 62.5 ... 3.9 m
@@ -52,9 +55,9 @@ def sample_scenes():
     records = records[:: max(1, len(records) // N_IMAGES)][:N_IMAGES]
     scenes = []
     for rec in records:
-        full = render.load_image(SAMPLE / "val2017" / rec["file_name"])
-        size = render.presented_size(full.shape[1], full.shape[0])
-        image = render.resize_image(full, size)
+        full = scene.load_image(SAMPLE / "val2017" / rec["file_name"])
+        size = scene.presented_size(full.shape[1], full.shape[0])
+        image = scene.resize_image(full, size)
         ground = mon.ground_plane_depth(image.shape[0], image.shape[1])
         scaled = [render.scale_bbox(b, (full.shape[1], full.shape[0]), size) for b in boxes.get(rec["id"], [])]
         scenes.append((rec["id"], image, {"ground": ground, "billboard": mon.billboard_depth(ground, scaled)}))
@@ -292,7 +295,7 @@ def test_compare_at_equal_coverage():
 
 
 def test_monitor_readouts(synthetic):
-    from murk import cube
+    from murk.results import _cube as cube
 
     image, depth = synthetic
     conds = {("clean", 0): image, ("fog", 7): physics.fog(image, depth, physics.SWEEP_M[6]),
@@ -493,7 +496,7 @@ def test_deployable_with_the_constant_backend(sample_scenes):
     """The offline backend (13.8 m everywhere, whatever the image): V_hat still tracks V where the uniform veil
     leaves some transmission (V above about 14 m), and below that every pixel is opaque and V_hat is the upper
     bound 13.8 m, on which the gate abstains."""
-    from murk import depth as depth_mod
+    from murk.scene import _depth as depth_mod
 
     backend = depth_mod.get_backend("constant")
     _, image, _ = sample_scenes[2]

@@ -9,7 +9,10 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from murk import claims, diagnostics as dg, metrics, physics
+from murk.report import _claims as claims
+from murk.results import _diagnostics as dg
+from murk.results import _metrics as metrics
+from murk.scene import _physics as physics
 
 NAN = float("nan")
 STEP = metrics.level_step_decades(physics.SWEEP_M)   # one level of the study's sweep, from the design

@@ -1,4 +1,4 @@
-"""Tests of murk.nominal: the ImageNet-C fog control and its equivalent visibility."""
+"""Tests of murk.scene: the ImageNet-C fog control and its equivalent visibility."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from murk import nominal as nm
-from murk import physics as ph
+from murk.scene import _nominal as nm
+from murk.scene import _physics as ph
 
 COCO_DIR = Path("/work/shared/coco-val2017-sample/val2017")
 
@@ -297,7 +297,7 @@ def test_imagenet_c_fog_reproduces_across_processes(small):
 
     here = hashlib.sha256(nm.imagenet_c_fog(small, 4, seed=nm.imagenet_c_seed(1, 77)).tobytes()).hexdigest()
     code = ("import hashlib, sys, numpy as np; sys.path.insert(0, sys.argv[1]);"
-            "from murk import nominal as nm; import tests.test_nominal as t;"
+            "from murk.scene import _nominal as nm; import tests.test_nominal as t;"
             "img = t._textured(64, 96);"
             "print(hashlib.sha256(nm.imagenet_c_fog(img, 4, seed=nm.imagenet_c_seed(1, 77)).tobytes()).hexdigest())")
     root = Path(__file__).resolve().parents[1]
@@ -358,8 +358,9 @@ def test_nominal_equivalence_on_sample_items(tmp_path):
     """Two real COCO images, constant depth, small presented size (speed)."""
     import pandas as pd
 
-    from murk import depth as dp
-    from murk import paths, render
+    from murk import scene
+    from murk.core import _paths as paths
+    from murk.scene import _depth as dp
 
     folder = paths.project_root().parent / "shared" / "coco-val2017-sample" / "val2017"
     files = sorted(folder.glob("*.jpg"))[:2] if folder.is_dir() else []
@@ -367,8 +368,8 @@ def test_nominal_equivalence_on_sample_items(tmp_path):
         pytest.skip(f"COCO sample images absent in {folder}")
     rows = []
     for f in files:
-        img = render.load_image(f)
-        w, h = render.presented_size(img.shape[1], img.shape[0], 96)
+        img = scene.load_image(f)
+        w, h = scene.presented_size(img.shape[1], img.shape[0], 96)
         dp.save_depth(tmp_path, int(f.stem), np.full((h, w), 13.8, np.float32))
         rows.append({"image_id": int(f.stem), "file_name": f.name, "width": img.shape[1],
                      "height": img.shape[0]})
@@ -382,8 +383,8 @@ def test_nominal_equivalence_on_sample_items(tmp_path):
     assert list(ds["image"].values) == [r["image_id"] for r in rows]
     assert ds["v_eq_gain_m"].attrs["units"] == "m" and ds.attrs["depth_backend"] == "constant-13.8m"
     # Same images as the cube's imagenet_c arm: the seed rule of render_conditions.
-    img = render.load_image(files[0])
-    img = render.resize_image(img, render.presented_size(img.shape[1], img.shape[0], 96))
+    img = scene.load_image(files[0])
+    img = scene.resize_image(img, scene.presented_size(img.shape[1], img.shape[0], 96))
     sev2 = nm.imagenet_c_fog(img, 2, seed=nm.imagenet_c_seed(1, rows[0]["image_id"]))
     assert ds["gain"].values[0, 1] == pytest.approx(nm.contrast_gain(img, sev2))
     finite = np.isfinite(ds["v_eq_gain_m"].values)
@@ -473,8 +474,8 @@ def test_too_small_image_is_recorded_not_fatal(tmp_path):
     import pandas as pd
     from PIL import Image
 
-    from murk import depth as dp
-    from murk import render
+    from murk import scene
+    from murk.scene import _depth as dp
 
     Image.fromarray(_textured(20, 200)).save(tmp_path / "thin.png")
     Image.fromarray(_textured(48, 64)).save(tmp_path / "ok.png")
@@ -486,9 +487,9 @@ def test_too_small_image_is_recorded_not_fatal(tmp_path):
     assert "image 1 (thin.png)" in str(ds["missing_reason"].values[0]) and "32 px" in str(ds["missing_reason"].values[0])
     assert (ds["reason"].values[0] == "missing_input").all() and ds["missing_reason"].values[1] == ""
     assert np.isfinite(ds["gain"].values[1]).all()
-    with pytest.raises(render.ImageTooSmallError, match="32 px"):
+    with pytest.raises(scene.ImageTooSmallError, match="32 px"):
         nm.imagenet_c_fog(_textured(20, 200), 1, seed=0)
-    assert issubclass(render.ImageTooSmallError, ValueError)
+    assert issubclass(scene.ImageTooSmallError, ValueError)
 
 
 SAMPLE = Path("/work/shared/coco-val2017-sample")
@@ -504,7 +505,8 @@ def test_monotone_share_on_the_sample_matches_the_spec():
     the independent-fractal contrast is checked on the gains alone."""
     import json
 
-    from murk import monitor, render
+    from murk import scene
+    from murk.monitor import _monitor as monitor
 
     ann = SAMPLE / "annotations" / "instances_val2017.json"
     if not ann.is_file():
@@ -512,8 +514,8 @@ def test_monotone_share_on_the_sample_matches_the_spec():
     records = sorted(json.loads(ann.read_text())["images"], key=lambda r: r["file_name"])[::8]
     v_eq, independent = [], []
     for rec in records:
-        full = render.load_image(SAMPLE / "val2017" / rec["file_name"])
-        img = render.resize_image(full, render.presented_size(full.shape[1], full.shape[0]))
+        full = scene.load_image(SAMPLE / "val2017" / rec["file_name"])
+        img = scene.resize_image(full, scene.presented_size(full.shape[1], full.shape[0]))
         depth = monitor.ground_plane_depth(*img.shape[:2])
         seed = nm.imagenet_c_seed(1, rec["id"])
         degraded = np.stack([nm.imagenet_c_fog(img, s, seed) for s in nm.IMAGENET_C_SEVERITIES])
@@ -560,7 +562,7 @@ def test_negative_depth_map_is_recorded_not_fatal(tmp_path):
     import pandas as pd
     from PIL import Image
 
-    from murk import depth as dp
+    from murk.scene import _depth as dp
 
     for iid in (1, 2):
         Image.fromarray(_textured(48, 64)).save(tmp_path / f"{iid}.png")

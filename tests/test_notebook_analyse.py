@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from murk import paper, paths, physics
+from murk.core import _paths as paths
+from murk.report import paper
+from murk.scene import _physics as physics
 
 import stages
 import synthetic
@@ -553,7 +555,7 @@ def test_rq4_names_the_largest_change_by_magnitude_with_its_sign_and_severity(nu
 
 
 def test_methods_describes_the_severities_from_the_parameter_table(numbers, synthetic_paper):
-    from murk import nominal
+    from murk.scene import _nominal as nominal
 
     assert numbers["methods.imagenet_c_severities"] == nominal.describe_severities()
     text = " ".join(html_lib.unescape(synthetic_paper[1]["html"].read_text(encoding="utf-8")).translate(STRAIGHT).split())
@@ -628,13 +630,14 @@ def test_models_with_the_same_last_part_keep_apart_everywhere(bare, synthetic_ba
 
 def test_every_prompt_of_table_ii_reads_back_exactly_from_the_html_and_the_pdf(synthetic_paper):
     """Issue 20: placeholders (``<number>``, ``{category}``) and straight quotes of the prompt texts survive
-    pandoc and Typst: each template and example of murk.prompts.prompt_table, as data/config.yaml holds it,
+    pandoc and Typst: each template and example of murk.protocol.prompt_table, as data/config.yaml holds it,
     is a cell of the HTML's prompts table and a run of the PDF table's column text."""
     import html as html_lib
     import shutil
     from html.parser import HTMLParser
 
-    from murk import config, prompts
+    from murk.core import _config as config
+    from murk.protocol import _prompts as prompts
 
     _, res = synthetic_paper
     rows = prompts.prompt_table(config.load_config())
@@ -747,12 +750,13 @@ def test_the_demo_abstract_says_no_collapse(demo):
 def test_one_analysis_identity_in_every_artifact_and_a_mixed_paper_refused(root, numbers, synthetic_paper, tmp_path):
     """Issue 21: the numbers file, the executed notebook (the cell the paper reads), the cube, every figure file and
     the rendered paper carry the run identity of items_meta.json and one analysis identity; a copy of the root whose
-    numbers file is of another analysis is refused by `python -m murk.paper`, writing nothing."""
+    numbers file is of another analysis is refused by `python -m murk.report.paper`, writing nothing."""
     import json
     import subprocess
     import sys
 
-    from murk import figures, workflow
+    from murk.pipeline import markers as workflow
+    from murk.report import _figures as figures
 
     run = workflow.run_id("c" * 64, "i" * 64)                  # tests/synthetic.py's items_meta.json
     assert numbers["run_id"] == run and re.fullmatch(r"a-[0-9a-f]{12}", numbers["analysis_id"])
@@ -775,13 +779,13 @@ def test_one_analysis_identity_in_every_artifact_and_a_mixed_paper_refused(root,
     other = dict(numbers, analysis_id="a-000000000000", **{"analysis.models": json.dumps(MODELS[:1])})
     paper.write_numbers(other, paths.numbers_file(copy))
     before = {p: p.read_bytes() for p in sorted(copy.rglob("*")) if p.is_file()}
-    r = subprocess.run([sys.executable, "-m", "murk.paper", "--output-dir", str(copy)], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "murk.report.paper", "--output-dir", str(copy)], capture_output=True,
                        text=True, timeout=600, cwd=tmp_path)
     assert r.returncode == 2, r.stdout + r.stderr
     assert {p: p.read_bytes() for p in sorted(copy.rglob("*")) if p.is_file()} == before
     for s in ("a-000000000000", numbers["analysis_id"], str(paths.numbers_file(copy)),
               str(paths.notebooks_out_dir(copy) / "04_analyse.ipynb"),
-              "python -m murk.execute notebooks/04_analyse.py out/notebooks/04_analyse.ipynb -y 'models: [org/synthetic-a]' "
+              "python -m murk.pipeline.execute notebooks/04_analyse.py out/notebooks/04_analyse.ipynb -y 'models: [org/synthetic-a]' "
               "-p output_dir out",
               f"rm {paths.numbers_file(copy)}, then make paper"):
         assert s in r.stderr, (s, r.stderr)
@@ -800,8 +804,10 @@ def test_recalibration_and_risk_coverage_on_the_synthetic_cube(numbers):
     ranks model a's answers, whose errors sit in the murky levels, better than its internal confidence, which
     is higher on errors than on correct answers; the best signal the sentence names is the recorded one.
     Issue 39: each model's sentence states its own test half's n (the split of its own images), and what T(V̂)
-    did to the blind spot is said from W before and after (:func:`murk.claims.blind_spot_change`)."""
-    from murk import claims, config, monitor
+    did to the blind spot is said from W before and after (:func:`murk.report.blind_spot_change`)."""
+    from murk.core import _config as config
+    from murk.monitor import _monitor as monitor
+    from murk.report import _claims as claims
 
     seed = config.load_config()["analysis"]["bootstrap_seed"]
     n_test = int((~monitor.split_images(np.arange(100, 100 + synthetic.N_IMAGES), seed=seed)).sum())
@@ -840,7 +846,7 @@ def test_recalibration_and_risk_coverage_on_the_synthetic_cube(numbers):
         # risk-coverage
         aurc = {s: float(numbers[f"rc.{s}.{arm}.t2.{KEY}.aurc"]) for s in ("c_int", "monitor_deployable", "abstain")}
         assert aurc["monitor_deployable"] < aurc["c_int"] and aurc["abstain"] < aurc["c_int"]
-        # the sentence states the recorded verdict (murk.claims.best_signal, tie-aware AURC): a signal is named only
+        # the sentence states the recorded verdict (murk.report.best_signal, tie-aware AURC): a signal is named only
         # where its paired resamples beat every other; else the lowest AURC is reported as not separated
         best = numbers[f"rc.best.{arm}.t2.{KEY}"]
         said = next(t for t in numbers["finding.rc"].split(". ") if t.startswith(where.capitalize()))
@@ -864,7 +870,8 @@ def test_a_subset_models_recalibration_is_over_its_own_images(synthetic_subset):
     """Issue 39, planted: model a read out on the first 12 of the 30 images (the monitor on all 30). Its halves are
     drawn from its 12 images, the finding states the n of its own test half (not the 30 images' test half), and
     its intervals are those of the draw over its own test images, recomputed here from the cube."""
-    from murk import config, monitor
+    from murk.core import _config as config
+    from murk.monitor import _monitor as monitor
 
     A = config.load_config()["analysis"]
     numbers = paper.load_numbers(paths.numbers_file(synthetic_subset))

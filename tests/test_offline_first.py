@@ -1,8 +1,8 @@
 """The first command works offline (issue 39 item 6): without network, `make demo` runs the offline demo.
 
-The Snakefile decides offline or online before any stage runs (:func:`murk.settings.resolve_offline`: MURK_OFFLINE
+The Snakefile decides offline or online before any stage runs (:func:`murk.core.resolve_offline`: MURK_OFFLINE
 or HF_HUB_OFFLINE when set, else a short probe of the hub and COCO), says so in one line, and offline without
-MURK_COCO_DIR reads the COCO sample next to the project (:func:`murk.settings.resolve_coco_dir`); with neither,
+MURK_COCO_DIR reads the COCO sample next to the project (:func:`murk.core.resolve_coco_dir`); with neither,
 one line says what to set. The probe is made to fail by pointing it at a closed local port (MURK_NETWORK_PROBE).
 """
 
@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from murk import paths, settings
+from murk.core import settings
+from murk.core import _paths as paths
 
 import stages
 

@@ -7,7 +7,8 @@ import re
 import numpy as np
 import pytest
 
-from murk import paper, paths
+from murk.core import _paths as paths
+from murk.report import paper
 
 QMD = paths.project_root() / "paper" / "index.qmd"
 #: a number standing alone in prose (not part of a name such as t2 or val2017)
@@ -146,7 +147,7 @@ def test_numbers_keep_the_cell_that_recorded_each_key(tmp_path):
     script = f"""
 from IPython.core.interactiveshell import InteractiveShell
 sh = InteractiveShell.instance()
-cells = ["from murk import paper\\nn = paper.Numbers({str(tmp_path / 'n.json')!r})\\nn.record('setup', 1)",
+cells = ["from murk import report\\nn = report.Numbers({str(tmp_path / 'n.json')!r})\\nn.record('setup', 1)",
          "#| label: num-a\\nfor i in range(2):\\n    n.record(f'k.{{i}}', i, ci=(0, 1))",
          "n.record('scratch', 2)",
          "#| label: tbl-b\\n#| tbl-cap: 'B'\\nn['plain'] = 'x'\\nn.record('k.0', 5)",
@@ -349,11 +350,12 @@ def _identity_notebook(path, ids, cells=None):
     """An executed-notebook stand-in whose cell ``murk-identity`` records ``ids`` (workflow.identity_bundle)."""
     import nbformat
 
-    from murk import workflow
+    from murk import core
+    from murk.pipeline import markers as workflow
 
     _notebook(path, cells or {})
     nb = nbformat.read(path, as_version=4)
-    cell = nbformat.v4.new_code_cell(f"#| label: {workflow.IDENTITY_LABEL}\ndisplay(...)")
+    cell = nbformat.v4.new_code_cell(f"#| label: {core.IDENTITY_LABEL}\ndisplay(...)")
     cell.outputs = [nbformat.v4.new_output("display_data", data=workflow.identity_bundle(**ids))]
     nb.cells.insert(0, cell)
     nbformat.write(nb, path)
@@ -366,7 +368,7 @@ def _tree(root):
 
 def test_make_paper_refuses_numbers_and_notebook_of_two_analyses(tmp_path, capsys, monkeypatch):
     """Issue 21: a numbers file of one analysis and an executed analyse notebook of another are refused by
-    `python -m murk.paper` (what `make paper` runs) before anything is written, naming both files, both analysis
+    `python -m murk.report.paper` (what `make paper` runs) before anything is written, naming both files, both analysis
     identities and the fix: the README's papermill command writing outputs/notebooks/04_analyse.ipynb, or rm the
     numbers file and make paper."""
     monkeypatch.chdir(tmp_path)
@@ -382,7 +384,7 @@ def test_make_paper_refuses_numbers_and_notebook_of_two_analyses(tmp_path, capsy
     assert _tree(root) == before and not (root / "paper").exists()     # nothing written
     assert str(paths.numbers_file(root)) in err and str(nb) in err
     assert "a-aaaaaaaaaaaa" in err and "a-bbbbbbbbbbbb" in err
-    cmd = ("python -m murk.execute notebooks/04_analyse.py out/notebooks/04_analyse.ipynb "
+    cmd = ("python -m murk.pipeline.execute notebooks/04_analyse.py out/notebooks/04_analyse.ipynb "
            "-y 'models: [murk-tiny/smolvlm, {id: murk-tiny/qwen3vl, n_items: 3}]' -p output_dir out")
     assert cmd in err, err
     assert f"rm {paths.numbers_file(root)}, then make paper ARGS='--config output_dir={root}'" in err
@@ -461,7 +463,7 @@ def test_the_spec_names_the_figures_and_tables_the_map_is_held_against():
 
 
 def test_every_figure_and_table_names_its_spec_counterpart():
-    """Each figure and table the paper embeds has an entry in murk.paper.SPEC_COUNTERPARTS ("spec Fig. N",
+    """Each figure and table the paper embeds has an entry in murk.report.SPEC_COUNTERPARTS ("spec Fig. N",
     "spec Table N" or "beyond the spec") that its caption carries, and every figure and table the spec's text
     names is named by one of them."""
     captions = _paper_captions()
@@ -478,7 +480,7 @@ def test_the_spec_map_check_notices_each_gap():
     captions = _paper_captions()
     spec = _spec_text()
     problems = paper.spec_map_problems(spec, {**captions, "fig-new": "A new figure."})
-    assert problems == ["fig-new: no spec counterpart (murk.paper.SPEC_COUNTERPARTS)"]
+    assert problems == ["fig-new: no spec counterpart (murk.report.SPEC_COUNTERPARTS)"]
     without = {k: v for k, v in captions.items() if k != "fig-nominal"}
     assert paper.spec_map_problems(spec, without) == ["spec Fig. 7: no figure or table of the paper names it"]
     assert paper.spec_map_problems(spec + " Table VIII", captions) == [
@@ -501,7 +503,7 @@ def _top_sections(text: str) -> list[str]:
 def test_the_sections_follow_the_spec_and_are_numbered_in_both_renderers():
     """The paper's top-level sections are the spec's I-VI in its order (the beyond-the-spec parts are subsections
     of the results); both renderers run the filter that numbers them in Roman numerals (Quarto: _quarto.yml;
-    the fallback: murk.paper.LUA_FILTERS), and it numbers HTML and Typst alike."""
+    the fallback: murk.report.LUA_FILTERS), and it numbers HTML and Typst alike."""
     import pypandoc
     import yaml
 

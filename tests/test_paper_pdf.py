@@ -1,7 +1,7 @@
 """The paper's PDF without Quarto (pandoc + Typst): long tables break across pages with their header
 repeated, no row is lost, the page is A4 as `_quarto.yml` says, and no heading ends a page alone
 (issue 14). A study-sized sweep table (5 models x 2 arms x 9 levels) is rendered through
-:func:`murk.paper.render_paper`; the demo papers themselves are checked in ``test_demo_resume.py``
+:func:`murk.report.render_paper`; the demo papers themselves are checked in ``test_demo_resume.py``
 and ``test_faults_snakemake.py``.
 """
 
@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from _pdf import check_pdf_keeps_every_table_row, check_rows_on_lines, pdf_words
-from murk import paper
+from murk.report import paper
 
 pytestmark = pytest.mark.skipif(shutil.which("pdftotext") is None, reason="poppler-utils (pdftotext) not installed")
 
@@ -60,17 +60,18 @@ N_EMBEDDED_FIGURES, N_EMBEDDED_TABLES = 8, 8
 def _embedded(nb_path) -> str:
     """An executed-notebook stand-in of 8 figures of growing height, then 8 tables of varying length, and the
     paper part that embeds them one by one after paragraphs of varying length: their ends, and so their
-    "Source:" lines (:func:`murk.paper.resolve_embeds`), fall at many heights of their pages."""
+    "Source:" lines (:func:`murk.report.resolve_embeds`), fall at many heights of their pages."""
     import base64
     import io
 
     import nbformat
     from PIL import Image
 
-    from murk import workflow
+    from murk import core
+    from murk.pipeline import markers as workflow
 
     nb = nbformat.v4.new_notebook()
-    ident = nbformat.v4.new_code_cell(f"#| label: {workflow.IDENTITY_LABEL}\ndisplay(...)")
+    ident = nbformat.v4.new_code_cell(f"#| label: {core.IDENTITY_LABEL}\ndisplay(...)")
     ident.outputs = [nbformat.v4.new_output("display_data", data=workflow.identity_bundle(**IDS))]
     nb.cells.append(ident)
     sentence = "A sentence of body text that moves the next figure down the page. "

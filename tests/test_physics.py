@@ -1,11 +1,11 @@
-"""Tests of murk.physics: Eq. (1) of the spec, fog (Koschmieder) and underwater (Pope-Fry)."""
+"""Tests of murk.scene: Eq. (1) of the spec, fog (Koschmieder) and underwater (Pope-Fry)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from murk import physics as ph
+from murk.scene import _physics as ph
 
 KAPPAS = (0.1, 0.37, 0.5, 2.0, 3.0, 7.3, 1000.0)
 
@@ -36,7 +36,7 @@ def test_constants_match_spec():
 
 
 def test_constants_match_frozen_config():
-    from murk.config import load_config
+    from murk.core import load_config
 
     physics = load_config()["physics"]
     assert physics["koschmieder_constant"] == ph.KOSCHMIEDER_CONSTANT

@@ -13,7 +13,10 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from murk import cube, paper, paths
+from murk import scene
+from murk.core import _paths as paths
+from murk.report import paper
+from murk.results import _cube as cube
 
 import stages  # tests/stages.py: Snakemake and the stage notebooks
 
@@ -57,7 +60,7 @@ def test_products(demo):
     # probabilities are probabilities
     reason = ds["missing_reason"].load()
     for m, n in stages.DEMO_N.items():
-        for arm, lvl in cube.CONDITIONS:
+        for arm, lvl in scene.CONDITIONS:
             arm = "fog" if arm == "clean" else arm
             cell = v.sel(model=m, arm=arm, level=lvl,
                          readout=["answer", "correct", "c_int", "abstain", "abstain2", "option_mass"])
@@ -97,10 +100,10 @@ def test_products(demo):
 def test_demo_stores_are_a_few_files_and_record_their_cost(demo):
     """Each read-out store is zarr 3, sharded: one shard file per variable (the demo's images fit one shard), so
     its files do not grow with its images (the demo's models read out 4, 3 and 2 items); each VLM's read-out
-    recorded its measured cost beside its store, which the next jobs' SLURM requests follow (murk.slurm)."""
+    recorded its measured cost beside its store, which the next jobs' SLURM requests follow (murk.pipeline)."""
     import zarr
 
-    from murk import slurm
+    from murk.pipeline import _slurm as slurm
 
     for m, n in stages.DEMO_N.items():
         store = paths.readout_store(m, demo)
@@ -203,7 +206,8 @@ def test_models_on_subsets_of_the_items(demo):
     """The study's design on the demo (issue 20): three models, two on subsets of different sizes, set in the run
     settings. The models table and Methods give each n; no not-run image is listed as bad input; a subset model's
     estimates equal those of its own images analysed alone."""
-    from murk import analysis, config
+    from murk.core import _config as config
+    from murk.results import _analysis as analysis
 
     numbers = paper.load_numbers(paths.numbers_file(demo))
     rows = {r["model"].removesuffix(" †"): r for r in _table_rows(demo, "models")}

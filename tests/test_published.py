@@ -1,6 +1,6 @@
 """The five study models at their published configurations, on the meta device (issue 38, item 1).
 
-Each model of :data:`murk.architectures.PUBLISHED` is built with
+Each model of :data:`murk.readout.PUBLISHED` is built with
 ``AutoModelForImageTextToText.from_config`` under ``torch.device("meta")`` (shapes, no
 memory) under the installed transformers, with the real processor and tokenizer of
 its family where ``shared/real-model-files`` has them (the real-format checkpoints'
@@ -12,7 +12,7 @@ with a stand-in tokenizer), and checked for:
   ``PUBLISHED``: Qwen3-VL-2B 2.128 B within 0.5 %, Qwen3-VL-4B 4.44 B within 1 %,
   InternVL3.5-2B 2.3 B within 2.2 % (the model card rounds to 0.1 B), SmolVLM2 2.25 B
   within 1 %, Gemma-4-E2B 5.1 B with its audio encoder within 1 %);
-* batch sizing (:func:`murk.engine.auto_images_per_batch`) for a 16-GiB and a
+* batch sizing (:func:`murk.readout.auto_images_per_batch`) for a 16-GiB and a
   141-GiB CUDA device, the memory estimate term by term, the FLOP count of
   ``benchmarks/flops.py``, the attention masks, and the visual tokens of a COCO
   image at <= 448 px, one tile;
@@ -32,16 +32,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from murk import architectures as A
-from murk import engine
-from murk.config import load_config
-from murk.prompts import EXAMPLE_ITEM, questions_for_item
-from murk.unit import item_prompts
-from murk.vlm import present_image, vlm_from_parts
+from murk.core import load_config
+from murk.protocol import EXAMPLE_ITEM, questions_for_item
+from murk.readout import item_prompts, present_image, vlm_from_parts
+from murk.readout import _architectures as A
+from murk.readout import _engine as engine
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = list(A.PUBLISHED)
-#: the real-format checkpoint (murk.checkpoints.REALFORMAT_MODELS) whose processor each model reads with
+#: the real-format checkpoint (murk.offline.REALFORMAT_MODELS) whose processor each model reads with
 PROCESSOR_OF = {"Qwen/Qwen3-VL-2B-Instruct": "qwen3vl", "Qwen/Qwen3-VL-4B-Instruct": "qwen3vl",
                 "OpenGVLab/InternVL3_5-2B-HF": "internvl", "HuggingFaceTB/SmolVLM2-2.2B-Instruct": "smolvlm2",
                 "google/gemma-4-E2B-it": "gemma4"}

@@ -20,7 +20,12 @@ from pathlib import Path
 import pytest
 import xarray as xr
 
-from murk import figures, monitor, paper, paths, workflow
+from murk import core
+from murk.core import _paths as paths
+from murk.monitor import _monitor as monitor
+from murk.pipeline import markers as workflow
+from murk.report import paper
+from murk.report import _figures as figures
 
 import stages
 
@@ -40,7 +45,7 @@ def readme_block(heading: str) -> str:
 
 def test_by_hand_examples_run_as_printed(demo, tmp_path):
     block = readme_block("## One stage by hand")
-    assert "python -m murk.execute" in block and "-y 'models:" in block
+    assert "python -m murk.pipeline.execute" in block and "-y 'models:" in block
     work = tmp_path / "project"
     work.mkdir()
     (work / "notebooks").symlink_to(ROOT / "notebooks")
@@ -63,7 +68,7 @@ def test_by_hand_examples_run_as_printed(demo, tmp_path):
     assert run == workflow.run_id_of(json.loads((out / "items_meta.json").read_text()))
     assert json.loads((out / "depth" / "current.json").read_text())["run_id"] == run
     for store in sorted((out / "readout").glob("*.zarr")):
-        assert workflow.store_attrs(store)["run_id"] == run, store
+        assert core.store_attrs(store)["run_id"] == run, store
     assert cube_.attrs["run_id"] == run
     numbers = paper.load_numbers(paths.numbers_file(out))
     assert numbers["run_id"] == run
@@ -79,7 +84,7 @@ def test_by_hand_examples_run_as_printed(demo, tmp_path):
     kept = mine.read_bytes()
     shutil.copy2(demo / "notebooks" / "04_analyse.ipynb", mine)
     before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
-    r = subprocess.run([sys.executable, "-m", "murk.paper", "--output-dir", str(out)], cwd=work, env=env,
+    r = subprocess.run([sys.executable, "-m", "murk.report.paper", "--output-dir", str(out)], cwd=work, env=env,
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 2, r.stdout[-3000:] + r.stderr[-3000:]
     assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
@@ -90,7 +95,7 @@ def test_by_hand_examples_run_as_printed(demo, tmp_path):
     assert "rm " + str(paths.numbers_file(out)) + ", then make paper" in r.stderr
     mine.write_bytes(kept)
     # the paper rendered afterwards (make paper's converter) takes its text and its embedded tables from this run
-    r = subprocess.run([sys.executable, "-m", "murk.paper", "--output-dir", str(work / "outputs")], cwd=work, env=env,
+    r = subprocess.run([sys.executable, "-m", "murk.report.paper", "--output-dir", str(work / "outputs")], cwd=work, env=env,
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     html = (work / "outputs" / "paper" / "index.html").read_text(encoding="utf-8")

@@ -73,7 +73,7 @@ def test_largest_family_within_8_gb_reads_out_at_full_size():
     estimate of the rows (``engine._row_bytes``), and the estimate not above 4 times it. Flips are not asserted: random weights spread the first-token mass almost
     evenly over the options, so bf16 near-ties are common (2 of 9 on InternVL3.5-2B).
     """
-    from murk.checkpoints import real_model_files_dir
+    from murk.offline import real_model_files_dir
 
     try:
         real_model_files_dir()

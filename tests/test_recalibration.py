@@ -1,10 +1,10 @@
-"""Tests of murk.recalibration: temperature scaling, globally, by visibility and per level (issue 24)."""
+"""Tests of murk.monitor: temperature scaling, globally, by visibility and per level (issue 24)."""
 
 import numpy as np
 import pytest
 
-from murk import monitor
-from murk import recalibration as rc
+from murk.monitor import _monitor as monitor
+from murk.monitor import _recalibration as rc
 
 
 def _softmax(z):
@@ -160,7 +160,7 @@ def test_a_subset_models_halves_are_its_own_images():
     over its own 6 images only, each image in the half the split of all images puts it in, whatever the values."""
     import xarray as xr
 
-    from murk import cube
+    from murk.results import _cube as cube
 
     ids = np.arange(500, 510)
     reason = np.full((2, 10), "", dtype=object)

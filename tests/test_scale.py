@@ -15,7 +15,9 @@ import pytest
 import xarray as xr
 
 from _killing import KillableRun, done_flags
-from murk import cube, items, paths
+from murk.core import _paths as paths
+from murk.protocol import _items as items
+from murk.results import _cube as cube
 
 import stages  # tests/stages.py: the stage notebooks through papermill
 
@@ -99,11 +101,11 @@ def test_shard_sizes_give_the_same_cube(prepared, reference, tmp_path):
 # --- kill and resume, at moments chosen from observed progress (never from wall-clock guesses) ---
 
 def _readout_run(root: Path, faults: Path, pause_at: int | None = None, done_before: int = 0) -> KillableRun:
-    """The read-out as Snakemake's rule runs it (papermill through murk.execute on notebooks/03_readout.py),
+    """The read-out as Snakemake's rule runs it (papermill through murk.pipeline.execute on notebooks/03_readout.py),
     killable; ``pause_at``: pause inside the write of the image at this position (after its values), when
     ``done_before`` images before it are done already (this run writes the others, in order)."""
     executed = faults / "03_readout.ipynb"
-    cmd = [sys.executable, "-m", "murk.execute", "notebooks/03_readout.py", str(executed), "--cwd", str(ROOT),
+    cmd = [sys.executable, "-m", "murk.pipeline.execute", "notebooks/03_readout.py", str(executed), "--cwd", str(ROOT),
            "-p", "output_dir", str(root), "-p", "model", MODEL]
     # the value variable's shard file (all images of the store), written once per image this run writes
     shard = paths.readout_store(MODEL, root) / "value" / "c" / "0" / "0" / "0" / "0" / "0"

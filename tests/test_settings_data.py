@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from murk import paths, settings
-from murk.settings import SettingsError, check_run_settings, model_id_problem, remote_job_problems
+from murk.core import SettingsError, check_run_settings, model_id_problem, remote_job_problems, settings
+from murk.core import _paths as paths
 
 ROOT = paths.project_root()
 SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"

@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 import xarray as xr
 
-from murk import paths, runlock
+from murk.core import _paths as paths
+from murk.pipeline import _locks as runlock
 
 ROOT = paths.project_root()
 SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"

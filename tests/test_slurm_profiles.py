@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from murk import paths, slurm
+from murk.core import _paths as paths
+from murk.pipeline import _slurm as slurm
 
 ROOT = paths.project_root()
 CPU, GPU = (yaml.safe_load((ROOT / "profiles" / p / "config.yaml").read_text()) for p in ("slurm", "slurm-gpu"))
@@ -19,7 +20,7 @@ CPU, GPU = (yaml.safe_load((ROOT / "profiles" / p / "config.yaml").read_text()) 
 RULES = sorted(set(re.findall(r"^rule (\w+):", (ROOT / "Snakefile").read_text(), re.M)) - {"all"})
 #: a small node: 2 CPUs, 8 GB (MB as SLURM counts them)
 SMALL_CPUS, SMALL_MEM_MB = 2, 8000
-#: the rules whose runtime and memory the Snakefile computes from measurements (murk.slurm.readout_resources)
+#: the rules whose runtime and memory the Snakefile computes from measurements (murk.pipeline.readout_resources)
 MEASURED = {"readout", "readout_shard"}
 
 

@@ -1,7 +1,7 @@
-"""One writer per output root, whatever writes (issue 37, item 3): murk.runlock.hold_for_stage with real processes.
+"""One writer per output root, whatever writes (issue 37, item 3): murk.pipeline.hold_for_stage with real processes.
 
 A Snakemake run holds its root's lock as the Snakefile takes it (``runlock.snakefile_run_lock``); a stage run
-outside it (a papermill or JupyterLab kernel, ``python -m murk.execute``) calls ``runlock.hold_for_stage``. Each
+outside it (a papermill or JupyterLab kernel, ``python -m murk.pipeline.execute``) calls ``runlock.hold_for_stage``. Each
 holder is a process of its own here, so the locks are the kernel's ``flock`` between processes.
 """
 
@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from murk import paths, runlock
+from murk.core import _paths as paths
+from murk.pipeline import _locks as runlock
 
 ROOT = paths.project_root()
 LIB = str(ROOT / "lib")
@@ -24,7 +25,7 @@ LIB = str(ROOT / "lib")
 #: holds a root as the Snakefile's main process does, prints its record and the token its jobs inherit
 SNAKEMAKE_HOLDER = textwrap.dedent("""
     import json, os, sys
-    from murk import runlock
+    from murk.pipeline import _locks as runlock
     runlock.snakefile_run_lock(sys.argv[2], sys.argv[1], dry_run=False, argv=["snakemake", "--cores", "1"])
     print(json.dumps({"env": os.environ[runlock.RUN_ENV]}), flush=True)
     sys.stdin.readline()   # hold until the test says so
@@ -33,7 +34,7 @@ SNAKEMAKE_HOLDER = textwrap.dedent("""
 #: a stage's first cell: hold_for_stage(output_dir, stage=...); "stay" keeps the process (a kernel) alive
 STAGE = textwrap.dedent("""
     import json, sys
-    from murk import runlock
+    from murk.pipeline import _locks as runlock
     try:
         lock = runlock.hold_for_stage(sys.argv[2], stage="04_analyse", snakemake_dir=sys.argv[1])
     except runlock.RootInUse as e:
@@ -47,7 +48,7 @@ STAGE = textwrap.dedent("""
 #: Snakemake's lock step started while a stage holds the root: refused or not
 SNAKEMAKE_START = textwrap.dedent("""
     import sys
-    from murk import runlock
+    from murk.pipeline import _locks as runlock
     try:
         notes = runlock.snakefile_run_lock(sys.argv[2], sys.argv[1], dry_run=sys.argv[3] == "dry",
                                            argv=["snakemake", "-c1"])
@@ -163,13 +164,13 @@ def test_unlock_is_not_refused_for_a_stage_holder(checkout):
     kernel = _popen(STAGE, snake, root, "stay")
     try:
         json.loads(kernel.stdout.readline())
-        r = _run("import sys\nfrom murk import runlock\nrunlock.refuse_unlock(sys.argv[1])\nprint('ok')", snake)
+        r = _run("import sys\nfrom murk.pipeline import _locks as runlock\nrunlock.refuse_unlock(sys.argv[1])\nprint('ok')", snake)
         assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
     finally:
         _end(kernel)
 
 
-# --- by hand: python -m murk.execute and papermill as users run them, while a run holds the root --------------
+# --- by hand: python -m murk.pipeline.execute and papermill as users run them, while a run holds the root --------------
 
 def _stage_env(tmp_path: Path) -> dict:
     return _env(MURK_OFFLINE="1", HF_HUB_OFFLINE="1", MPLBACKEND="Agg",
@@ -197,7 +198,7 @@ def test_murk_execute_into_a_live_root_is_refused_before_it_writes(live_root, tm
     root, live = live_root
     before = _files(root)
     # the README's by-hand analyse: the executed notebook where the paper embeds from, in the live root
-    cmd = [sys.executable, "-m", "murk.execute", "notebooks/04_analyse.py",
+    cmd = [sys.executable, "-m", "murk.pipeline.execute", "notebooks/04_analyse.py",
            str(root / "notebooks" / "04_analyse.ipynb"),
            "-p", "output_dir", str(root), "-y", "models: [murk-tiny/smolvlm]"]
     r = subprocess.run(cmd, cwd=ROOT, env=_stage_env(tmp_path), capture_output=True, text=True, timeout=300)
@@ -207,7 +208,7 @@ def test_murk_execute_into_a_live_root_is_refused_before_it_writes(live_root, tm
     assert _files(root) == before   # the live run's notebook, not even a converted .input.ipynb beside it
     # an executed notebook placed in the live root, though output_dir names another root: refused as well
     other = tmp_path / "outputs-mine"
-    cmd = [sys.executable, "-m", "murk.execute", "notebooks/01_select.py", str(root / "notebooks" / "mine.ipynb"),
+    cmd = [sys.executable, "-m", "murk.pipeline.execute", "notebooks/01_select.py", str(root / "notebooks" / "mine.ipynb"),
            "-p", "output_dir", str(other)]
     r = subprocess.run(cmd, cwd=ROOT, env=_stage_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert r.returncode == 3 and str(root) in r.stderr, r.stdout + r.stderr
@@ -242,7 +243,7 @@ def test_murk_execute_of_a_notebook_that_is_no_stage_takes_no_root(live_root, tm
     busy = _popen(SNAKEMAKE_HOLDER, ROOT / ".snakemake", default)
     json.loads(busy.stdout.readline())
     try:
-        r = subprocess.run([sys.executable, "-m", "murk.execute", str(nb), str(tmp_path / "toy.ipynb"),
+        r = subprocess.run([sys.executable, "-m", "murk.pipeline.execute", str(nb), str(tmp_path / "toy.ipynb"),
                             "-k", "python3"], cwd=tmp_path,
                            env={**_stage_env(tmp_path), "MURK_OUTPUT_DIR": str(default)}, capture_output=True,
                            text=True, timeout=300)
@@ -250,7 +251,7 @@ def test_murk_execute_of_a_notebook_that_is_no_stage_takes_no_root(live_root, tm
     finally:
         _end(busy)
     before = _files(root)
-    r = subprocess.run([sys.executable, "-m", "murk.execute", str(nb), str(root / "notebooks" / "toy.ipynb"),
+    r = subprocess.run([sys.executable, "-m", "murk.pipeline.execute", str(nb), str(root / "notebooks" / "toy.ipynb"),
                         "-k", "python3"],
                        cwd=tmp_path, env=_stage_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert r.returncode == 3 and f"pid {live.pid}" in r.stderr, r.stdout + r.stderr
@@ -258,6 +259,6 @@ def test_murk_execute_of_a_notebook_that_is_no_stage_takes_no_root(live_root, tm
 
 
 def execute_parameters(nb):
-    from murk import execute
+    from murk.pipeline import execute
 
     return execute.parameters_of(nb)

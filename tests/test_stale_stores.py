@@ -27,7 +27,9 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from murk import identity, paths, workflow
+from murk.core import _identity as identity
+from murk.core import _paths as paths
+from murk.pipeline import markers as workflow
 from test_workflow import (SAMPLE, _cube, _cube_of_stores, _fresh_readouts, _papermill_readout, _plan_lists_the_rerun,
                            _tree, needs_sample)
 
@@ -79,7 +81,7 @@ def test_stale_store_re_saved_weights_and_a_replaced_image_are_re_read_and_the_p
     """The three, in order, on one root: :func:`_stale_store_is_refused_planned_and_re_read`, then
     :func:`_re_saved_weights_re_read_the_model_and_re_make_cube_and_paper`, then
     :func:`_a_replaced_image_is_read_again_and_the_cube_is_a_fresh_runs`."""
-    from murk.checkpoints import build_tiny_checkpoint
+    from murk.offline import build_tiny_checkpoint
 
     monkeypatch.setenv(identity.CACHE_ENV, str(tmp_path / "digests.json"))  # the digest cache of this test
     coco = Path(shutil.copytree(SAMPLE, tmp_path / "coco"))   # never the shared sample itself

@@ -1,4 +1,4 @@
-"""One writer per read-out store (murk.runlock.hold_store_lock), with two real processes."""
+"""One writer per read-out store (murk.pipeline.hold_store_lock), with two real processes."""
 
 import json
 import os
@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from murk import runlock
+from murk.pipeline import _locks as runlock
 
 LIB = str(Path(__file__).resolve().parents[1] / "lib")
 
 HOLDER = textwrap.dedent("""
     import sys
-    from murk import runlock
+    from murk.pipeline import _locks as runlock
     runlock.hold_store_lock(sys.argv[1], "snakemake")
     print("held", flush=True)
     sys.stdin.readline()   # hold until the test says so
@@ -23,7 +23,7 @@ HOLDER = textwrap.dedent("""
 
 SECOND = textwrap.dedent("""
     import sys
-    from murk import runlock
+    from murk.pipeline import _locks as runlock
     try:
         runlock.hold_store_lock(sys.argv[1], "snakemake")
     except runlock.StoreInUse as e:

@@ -1,7 +1,7 @@
 """The terminal of a run (issue 22): each stage's progress on it, no alarming noise, a failure said plainly.
 
-A stage notebook runs in a Jupyter kernel through ``python -m murk.execute`` (papermill's command line with
-murk's kernel manager), and its loops draw their bars with :func:`murk.progress.bar`: in the notebook, and on
+A stage notebook runs in a Jupyter kernel through ``python -m murk.pipeline.execute`` (papermill's command line with
+murk's kernel manager), and its loops draw their bars with :func:`murk.core.bar`: in the notebook, and on
 the terminal of the run. These tests drive the real tools: a real kernel, papermill, and the session's
 default-target Snakemake run (the ``demo`` fixture, whose terminal text tests/conftest.py keeps beside its
 root).
@@ -21,7 +21,10 @@ from pathlib import Path
 import pytest
 
 import stages
-from murk import execute, paths, progress, workflow
+from murk.core import _paths as paths
+from murk.core import _progress as progress
+from murk.pipeline import execute
+from murk.pipeline import markers as workflow
 
 ROOT = paths.project_root()
 
@@ -47,9 +50,9 @@ fail = False
 # %%
 import tqdm.auto  # as transformers and huggingface_hub import it
 
-from murk import progress
+from murk import core
 
-for i in progress.bar(range(n), desc="toy", unit="img"):
+for i in core.bar(range(n), desc="toy", unit="img"):
     pass
 print("loop done")
 
@@ -96,12 +99,12 @@ def _run(tmp_path: Path, *params: str, pytest_env: bool = False,
         (tmp_path / "blocked" / "ipywidgets").mkdir(parents=True)
         (tmp_path / "blocked" / "ipywidgets" / "__init__.py").write_text("raise ImportError('not installed')\n")
         env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "blocked"), env["PYTHONPATH"]])
-    r = subprocess.run([sys.executable, "-m", "murk.execute", str(nb), str(out), *params], cwd=tmp_path, env=env,
+    r = subprocess.run([sys.executable, "-m", "murk.pipeline.execute", str(nb), str(out), *params], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=300)
     return r, out
 
 
-# --- murk.progress outside a kernel ---
+# --- murk.core outside a kernel ---
 
 def test_a_bar_outside_a_kernel_is_one_tqdm_bar_on_stderr(capsys):
     seen = list(progress.bar(range(4), desc="loop", unit="img"))
@@ -140,7 +143,7 @@ def test_a_disabled_bar_writes_nothing(capsys):
     assert capsys.readouterr().err == ""
 
 
-# --- a real kernel through murk.execute ---
+# --- a real kernel through murk.pipeline.execute ---
 
 @pytest.mark.parametrize("pytest_env,ipywidgets", [(False, True), (True, True), (False, False)],
                          ids=["fd-captured", "fd-not-captured", "without-ipywidgets"])
@@ -167,7 +170,7 @@ def test_a_stage_run_shows_its_bar_on_the_terminal_and_nothing_alarming(tmp_path
 
 
 def test_without_murk_execute_the_bar_is_a_widget_and_stays_off_the_terminal(tmp_path, capfd, monkeypatch):
-    """As in JupyterLab (a kernel that murk.execute did not start; ipywidgets installed): the notebook's bar is
+    """As in JupyterLab (a kernel that murk.pipeline.execute did not start; ipywidgets installed): the notebook's bar is
     tqdm's widget, and the kernel's terminal (here the test's standard error) gets no bar."""
     import nbformat
     import papermill
@@ -192,14 +195,14 @@ def test_a_failed_cell_is_named_with_its_error_and_the_executed_notebook(tmp_pat
     assert "    raise FileNotFoundError(" in r.stderr  # the cell
     assert "FileNotFoundError: items.json not found under out/: run the select stage first" in r.stderr
     assert f"murk: the executed notebook, with the traceback: {out}" in r.stderr
-    assert "Traceback (most recent call last)" not in r.stderr  # not murk.execute's own stack
+    assert "Traceback (most recent call last)" not in r.stderr  # not murk.pipeline.execute's own stack
     nb = json.loads(out.read_text())
     errors = [o for c in nb["cells"] for o in c.get("outputs", []) if o["output_type"] == "error"]
     assert [e["ename"] for e in errors] == ["FileNotFoundError"]
 
 
 def test_murk_execute_refuses_a_missing_notebook(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "murk.execute", str(tmp_path / "nope.py"), str(tmp_path / "o.ipynb")],
+    r = subprocess.run([sys.executable, "-m", "murk.pipeline.execute", str(tmp_path / "nope.py"), str(tmp_path / "o.ipynb")],
                        capture_output=True, text=True, timeout=60,
                        env={**os.environ, "PYTHONPATH": str(ROOT / "lib")})
     assert r.returncode == 2 and f"notebook {tmp_path / 'nope.py'} not found" in r.stderr

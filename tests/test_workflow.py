@@ -1,4 +1,4 @@
-"""The workflow's bookkeeping (murk.workflow, the Snakefile): stale stores are noticed, stale locks
+"""The workflow's bookkeeping (murk.pipeline.markers, the Snakefile): stale stores are noticed, stale locks
 are removed, refusals write nothing (issue 14).
 
 The unit tests check the markers and the lock; the slow tests run Snakemake on the offline demo
@@ -21,7 +21,11 @@ from pathlib import Path
 import pytest
 import xarray as xr
 
-from murk import cube, paths, runlock, workflow
+from murk import core, scene
+from murk.core import _paths as paths
+from murk.pipeline import _locks as runlock
+from murk.pipeline import markers as workflow
+from murk.results import _cube as cube
 
 ROOT = paths.project_root()
 SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"
@@ -34,7 +38,7 @@ def _store(path: Path) -> Path:
     cube.open_readout_store(path, [11, 12], ["car", "bus"], attrs)
     r = {k: 0.5 for k in cube.READOUTS}
     r.update({k: "x" for k in cube.TEXT_READOUTS})
-    cube.write_image(path, 0, {(a, lvl, t): r for a, lvl in cube.CONDITIONS for t in cube.TASKS})
+    cube.write_image(path, 0, {(a, lvl, t): r for a, lvl in scene.CONDITIONS for t in cube.TASKS})
     return path
 
 
@@ -82,7 +86,7 @@ def test_stale_markers_are_named_and_nothing_is_deleted(tmp_path):
 
 HOLD = """
 import sys, time
-from murk import workflow
+from murk.pipeline import markers as workflow
 removed = workflow.hold_run_lock(sys.argv[1])
 print(len(removed), flush=True)
 if len(sys.argv) > 2:
@@ -117,7 +121,7 @@ def test_stale_snakemake_lock_is_removed_only_when_no_run_is_alive(tmp_path):
 
 HOLD_ROOT = """
 import json, sys, time
-from murk import runlock
+from murk.pipeline import _locks as runlock
 snake, root, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 try:
     if mode == "unlock":
@@ -136,7 +140,7 @@ if mode == "stay":
 
 
 class _Run:
-    """A process that takes an output root's lock as a Snakemake main process does (murk.runlock)."""
+    """A process that takes an output root's lock as a Snakemake main process does (murk.pipeline)."""
 
     def __init__(self, snake: Path, root: Path | str, mode: str = "once"):
         self.p = subprocess.Popen([sys.executable, "-c", HOLD_ROOT, str(snake), str(root), mode],
@@ -336,13 +340,14 @@ def _fresh_readouts(fresh: Path, model: str) -> list[str]:
 
 def _cube_of_stores(root: Path, models: list[str]) -> xr.Dataset:
     """The cube of ``root``'s read-out stores (the VLMs ``models`` and the visibility monitor's two), merged as the
-    analyse notebook's cell ``num-cube`` merges it (murk.cube.merge_models with the run identity and the images
+    analyse notebook's cell ``num-cube`` merges it (murk.results.merge_models with the run identity and the images
     digest of items_meta.json, on the selection's images), read as :func:`_cube` reads it.
 
     The reference cube of a fresh root run up to its read-outs (:func:`_fresh_readouts`): the analysis and the paper
     after it are the updated root's, run through Snakemake; the merge is the one the notebook calls (the demo's and
     the synthetic root's notebooks run it end to end, and a change there makes the comparison fail)."""
-    from murk import items, monitor
+    from murk.monitor import _monitor as monitor
+    from murk.protocol import _items as items
 
     table, meta = items.read_items(root)
     stores = {m: paths.readout_store(m, root) for m in (*models, *monitor.MONITOR_IDS)}
@@ -358,7 +363,7 @@ def _plan_lists_the_rerun(out: Path, r: subprocess.CompletedProcess, why: str) -
     text = r.stdout + r.stderr
     assert r.returncode == 0, text[-3000:]
     # "would run again" for a store that is kept or damaged; "would run (no store of it ...)" after the README's
-    # repair step removed store and marker (murk.workflow.rerun_words)
+    # repair step removed store and marker (murk.pipeline.rerun_words)
     again = "is missing too" not in why
     said = ("would run again" if again else "would run (no store of it in this output root")
     assert why in r.stderr and said in r.stderr and "and the cube and paper after it" in r.stderr, r.stderr[-3000:]
@@ -397,23 +402,23 @@ def test_make_targets_pass_args_and_lab_runs_as_root():
 
 
 def test_model_entries_plain_ids_and_mappings():
-    got = workflow.model_entries(["org/a", {"id": "org/b", "n_items": 4}, {"id": "org/c"}], 6, "models")
+    got = core.model_entries(["org/a", {"id": "org/b", "n_items": 4}, {"id": "org/c"}], 6, "models")
     assert got == [("org/a", 6), ("org/b", 4), ("org/c", 6)]
     assert [e.id for e in got] == ["org/a", "org/b", "org/c"] and got[1].n_items == 4
     # more than the run has: all of them (as n_verbal_items)
-    assert workflow.model_entries([{"id": "org/b", "n_items": 600}], 8) == [("org/b", 8)]
-    assert workflow.model_entries(["org/a"], None) == [("org/a", None)]
+    assert core.model_entries([{"id": "org/b", "n_items": 600}], 8) == [("org/b", 8)]
+    assert core.model_entries(["org/a"], None) == [("org/a", None)]
 
 
 def test_model_entries_from_text():
     """papermill -p models '[...]' passes a string: it is parsed as YAML/JSON, not iterated over."""
-    assert workflow.model_entries('["org/a", "org/b"]', 3) == [("org/a", 3), ("org/b", 3)]
-    assert workflow.model_entries('[org/a, {id: org/b, n_items: 2}]', 3) == [("org/a", 3), ("org/b", 2)]
-    assert workflow.model_entries('[{"id": "org/b", "n_items": 2}]', 3) == [("org/b", 2)]
-    assert workflow.model_entries("org/a", 3) == [("org/a", 3)]
+    assert core.model_entries('["org/a", "org/b"]', 3) == [("org/a", 3), ("org/b", 3)]
+    assert core.model_entries('[org/a, {id: org/b, n_items: 2}]', 3) == [("org/a", 3), ("org/b", 2)]
+    assert core.model_entries('[{"id": "org/b", "n_items": 2}]', 3) == [("org/b", 2)]
+    assert core.model_entries("org/a", 3) == [("org/a", 3)]
     for bad in ('["org/a", ', "org/a, org/b"):
         with pytest.raises(ValueError, match=r"-y 'models: \[") as e:
-            workflow.model_entries(bad, 3)
+            core.model_entries(bad, 3)
         assert "\n" not in str(e.value)
 
 
@@ -430,7 +435,7 @@ def test_model_entries_from_text():
 ])
 def test_model_entries_refusals_name_the_setting_and_the_fix(entries, match):
     with pytest.raises(ValueError, match=match) as e:
-        workflow.model_entries(entries, 6, "offline_models (data/workflow.yaml)")
+        core.model_entries(entries, 6, "offline_models (data/workflow.yaml)")
     assert "offline_models (data/workflow.yaml)" in str(e.value)
 
 
@@ -439,7 +444,7 @@ def test_study_settings_express_the_spec_design():
     import yaml
 
     study = yaml.safe_load((ROOT / "data" / "study.yaml").read_text())
-    got = workflow.model_entries(study["models"], study["n_items"], "models (data/study.yaml)")
+    got = core.model_entries(study["models"], study["n_items"], "models (data/study.yaml)")
     assert study["n_items"] == 1000 and sorted(n for _, n in got) == [400, 600, 1000, 1000, 1000]
     assert dict(got)["google/gemma-4-E2B-it"] == 600 and dict(got)["Qwen/Qwen3-VL-4B-Instruct"] == 400
 
@@ -480,19 +485,19 @@ def test_a_bad_model_entry_is_refused_by_snakemake_naming_the_setting(tmp_path):
     r = _plan(tmp_path, {"offline_models": [{"id": "murk-tiny/qwen3vl", "items": 3}]})
     assert r.returncode != 0
     err = r.stdout + r.stderr
-    assert "run.yaml (--configfile): offline_models, entry 1" in err  # the file that set it (murk.settings)
+    assert "run.yaml (--configfile): offline_models, entry 1" in err  # the file that set it (murk.core.settings)
     assert "unknown key(s) items; the keys are id and n_items" in err
 
 
 def test_two_folders_with_the_same_last_part_get_their_own_stores(tmp_path):
-    """One slug function (murk.paths.model_slug) for the Snakefile's markers and the notebooks' stores and
+    """One slug function (murk.core.model_slug) for the Snakefile's markers and the notebooks' stores and
     numbers keys: two checkpoints ``…/run1/final`` and ``…/run2/final`` never share a store or a key."""
     a, b = str(tmp_path / "run1" / "final"), str(tmp_path / "run2" / "final")
     assert paths.model_slug(a) != paths.model_slug(b)
     assert paths.readout_store(a, tmp_path) != paths.readout_store(b, tmp_path)
     assert paths.model_slug("murk-tiny/smolvlm") == "murk-tiny--smolvlm"   # hub-style ids as before
     r = _plan(tmp_path, {"offline_models": [a, b]})
-    assert r.returncode != 0 and "neither a hub id" in r.stdout + r.stderr   # a model folder must exist (murk.settings)
+    assert r.returncode != 0 and "neither a hub id" in r.stdout + r.stderr   # a model folder must exist (murk.core.settings)
     Path(a).mkdir(parents=True), Path(b).mkdir(parents=True)
     r = _plan(tmp_path, {"offline_models": [a, b]})
     assert r.returncode == 0, r.stderr[-3000:]
@@ -515,7 +520,7 @@ def _lock_block() -> str:
 # A tiny workflow around the Snakefile's lock block: one job that runs until its root holds `release`.
 TINY = '''import os, sys
 from snakemake.exceptions import WorkflowError
-from murk import workflow as murk_workflow
+from murk.pipeline import markers as murk_workflow
 OUT = config["output_dir"]
 {block}
 rule all:
@@ -695,7 +700,7 @@ def test_a_stage_refuses_stores_of_another_run_naming_both_identities(tmp_path):
 
 def test_identity_bundle_is_json_and_text():
     b = workflow.identity_bundle(run_id="r-1", analysis_id="a-2", models=["m"])
-    assert b[workflow.IDENTITY_MIME] == {"run_id": "r-1", "analysis_id": "a-2", "models": ["m"]}
+    assert b[core.IDENTITY_MIME] == {"run_id": "r-1", "analysis_id": "a-2", "models": ["m"]}
     assert b["text/plain"] == "murk identity: run_id r-1, analysis_id a-2"
 
 
