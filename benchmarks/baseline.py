@@ -29,8 +29,7 @@ import numpy as np
 
 from murk.core import load_config
 from murk.protocol import Question
-from murk.readout import item_prompts, verbal_groups
-from murk.readout import continuation_stop
+from murk.readout import continuation_stop, item_prompts, verbal_groups
 from murk.readout import (MM_KEYS_PER_ROW, VLM, build_prompt_text, common_prefix_len, eos_ids, image_inputs,
                           image_token_id, is_mrope, present_image, sliding_window, softmax32)
 from murk.readout import readouts_from_scores

@@ -10,7 +10,7 @@ import pytest
 import xarray as xr
 
 from murk import readout
-from murk.readout import LowOptionMassWarning, OPTION_MASS_MIN, check_option_mass
+from murk.readout import OPTION_MASS_MIN, LowOptionMassWarning, check_option_mass
 from murk.results import _analysis as analysis
 from murk.results import _cube as cube
 

@@ -1,8 +1,9 @@
 """The core: the layout of data/ and outputs/, the frozen configuration and its hash, the run settings' schema,
 file identities and digests, atomic writes on a full disk, progress bars.
 
-Layer 1 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report < pipeline). It imports nothing of murk: every other layer may import it.
-The names below are its public surface; the modules behind it (``_config``, ``_diskfull``, ``_identity``, ``_paths``, ``_progress``, ``settings``) are
+Layer 1 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
+pipeline). It imports nothing of murk: every other layer may import it. The names below are its public surface;
+the modules behind it (``_config``, ``_diskfull``, ``_identity``, ``_paths``, ``_progress``, ``settings``) are
 its implementation.
 """
 

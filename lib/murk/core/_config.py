@@ -172,9 +172,8 @@ def root_models(output_dir: str | os.PathLike) -> tuple[list, str] | None:
         the ``model_id`` of each read-out store under ``readout/`` (the monitors left out); None when the root
         records none.
     """
-    from murk.core import _paths as paths
     from murk.core import _identity
-    from murk.core import settings
+    from murk.core import _paths as paths
 
     root = paths.output_dir(output_dir)
     numbers = paths.numbers_file(root)
@@ -231,9 +230,8 @@ def analyse_models(models: Any, output_dir: str | os.PathLike, shard_size: int |
         line naming the root and what to set (``models`` in the parameters cell, ``-y 'models: [...]'``, or
         ``MURK_OFFLINE=1`` for an offline run's root). Not raised when ``required`` is False.
     """
-    from murk.core import _paths as paths
-    from murk.core import _identity
     from murk.core import settings
+    from murk.core import _paths as paths
 
     if models is not None:
         return models, None

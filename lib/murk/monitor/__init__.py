@@ -1,9 +1,9 @@
 """The visibility monitor (beyond the spec): its estimator, gate and evaluation, and the recalibration of
 confidence by the monitor's visibility.
 
-Layer 7 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report < pipeline). It may import the layers below it: core, scene, protocol, offline, readout, results.
-The names below are its public surface; the modules behind it (``_monitor``, ``_recalibration``) are
-its implementation.
+Layer 7 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
+pipeline). It may import the layers below it: core, scene, protocol, offline, readout, results. The names below
+are its public surface; the modules behind it (``_monitor``, ``_recalibration``) are its implementation.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""The offline checkpoints: tiny random-weight builds of the real architectures and real-format stand-ins,
-built on first use where a run is offline (pipeline checks; their answers carry no information).
+"""The offline checkpoints: tiny random-weight builds of the real architectures and real-format stand-ins, built on
+first use where a run is offline (pipeline checks; their answers carry no information).
 
-Layer 4 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report < pipeline). It may import :mod:`murk.core`, :mod:`murk.scene` and :mod:`murk.protocol`.
-The names below are its public surface; the modules behind it (``_checkpoints``) are
-its implementation.
+Layer 4 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
+pipeline). It may import :mod:`murk.core`, :mod:`murk.scene` and :mod:`murk.protocol`. The names below are its
+public surface; the modules behind it (``_checkpoints``) are its implementation.
 """
 
 from __future__ import annotations

@@ -22,7 +22,6 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from murk import core
 

@@ -1,9 +1,9 @@
-"""The pipeline: markers and stale stores (``python -m murk.pipeline.markers``), run identities, the locks of
-an output root, executing a stage notebook (``python -m murk.pipeline.execute``) and the SLURM cluster.
+"""The pipeline: markers and stale stores (``python -m murk.pipeline.markers``), run identities, the locks of an
+output root, executing a stage notebook (``python -m murk.pipeline.execute``) and the SLURM cluster.
 
-Layer 9 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report < pipeline). It may import every other layer; none imports it.
-The names below are its public surface; the modules behind it (``_locks``, ``_slurm``, ``execute``, ``markers``) are
-its implementation.
+Layer 9 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
+pipeline). It may import every other layer; none imports it. The names below are its public surface; the modules
+behind it (``_locks``, ``_slurm``, ``execute``, ``markers``) are its implementation.
 """
 
 from __future__ import annotations

@@ -73,10 +73,10 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
+from murk.core import IDENTITY_MIME, IDENTITY_VERSION, store_attrs
 from murk.pipeline import _locks as runlock
-from murk.core import IDENTITY_LABEL, IDENTITY_MIME, IDENTITY_VERSION, ModelEntry, model_entries, store_attrs
 from murk.pipeline._locks import RootInUse, hold_root_lock, snakefile_run_lock
 
 __all__ = ["IGNORED_SUFFIXES", "SELECTION_KEYS", "store_digest", "write_marker", "read_marker", "stale_reason",

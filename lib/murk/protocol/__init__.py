@@ -1,9 +1,9 @@
-"""The protocol: the COCO annotations, the selection of items and distractors, the questions and prompt
-templates (spec Table II), and the design variants (pilot and study).
+"""The protocol: the COCO annotations, the selection of items and distractors, the questions and prompt templates
+(spec Table II), and the design variants (pilot and study).
 
-Layer 3 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report < pipeline). It may import :mod:`murk.core` and :mod:`murk.scene`.
-The names below are its public surface; the modules behind it (``_coco``, ``_design``, ``_items``, ``_prompts``) are
-its implementation.
+Layer 3 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
+pipeline). It may import :mod:`murk.core` and :mod:`murk.scene`. The names below are its public surface; the
+modules behind it (``_coco``, ``_design``, ``_items``, ``_prompts``) are its implementation.
 """
 
 from __future__ import annotations

@@ -1,12 +1,20 @@
-"""The read-out: the four read-outs of spec Sec. III (answer, internal confidence, verbalized confidence,
-abstain). The model and its inputs (loading, its file checks and refusals, presentation, option tokens),
-the verbal-confidence grammar, what a read-out unit asks and records, the batched production engine, the
-whole-prompt reference scorer (the engine's fallback), the study models' published configurations and
-the hardware.
+"""The read-out: the four read-outs of spec Sec. III (answer, internal confidence, verbalized confidence, abstain).
+The model and its inputs (loading, its file checks and refusals, presentation, option tokens), the
+verbal-confidence grammar, what a read-out unit asks and records, the batched production engine, the
+whole-prompt reference scorer (the engine's fallback), the study models' published configurations and the
+hardware.
 
-Layer 5 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report < pipeline). It may import the layers below it: :mod:`murk.core`, :mod:`murk.scene`, :mod:`murk.protocol`,
-:mod:`murk.offline`.
-The names below are its public surface; the modules behind it (``_architectures``, ``_engine``, ``_hardware``, ``_item_readouts``, ``_reference``, ``_verbal``, ``_vlm``, ``_weight_files``) are
+Per question and condition (spec Sec. III, "Four read-outs"): the **answer** (the option with the largest
+first-token probability after the prefill "Answer:"), the **internal confidence** ``c_int = max_k p_k / sum_k
+p_k``, the **verbalized confidence** (the integer after "Confidence:" in the greedy 12-token continuation,
+divided by 100) and **abstain** (two wordings: the extra option's letter is the most probable). Answers are
+never parsed from generated text. The read-out stage runs the batched engine (:func:`read_images`, many units
+per forward pass); :func:`read_question` runs every prompt whole (the reference, and the engine's fallback).
+
+Layer 5 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
+pipeline). It may import the layers below it: :mod:`murk.core`, :mod:`murk.scene`, :mod:`murk.protocol`,
+:mod:`murk.offline`. The names below are its public surface; the modules behind it (``_architectures``,
+``_engine``, ``_hardware``, ``_item_readouts``, ``_reference``, ``_verbal``, ``_vlm``, ``_weight_files``) are
 its implementation.
 """
 

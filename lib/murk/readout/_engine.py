@@ -101,10 +101,10 @@ from typing import Any
 
 import numpy as np
 
-from murk.readout import _architectures as architectures
-from murk.readout import _reference as reference
 from murk.core import load_config
 from murk.protocol import Question
+from murk.readout import _architectures as architectures
+from murk.readout import _reference as reference
 from murk.readout._item_readouts import PromptSlot, item_prompts, item_readouts, verbal_groups
 from murk.readout._verbal import VERBAL_STOP_EOS, VERBAL_STOP_LIMIT
 from murk.readout._vlm import (VLM, build_prompt_text, common_prefix_len, eos_ids, image_inputs, image_token_id,

@@ -33,12 +33,11 @@ from typing import Any
 
 import numpy as np
 
-from murk.readout import _architectures as architectures
 from murk import core
-from murk.offline import INTERNVL_NAMED_TOKENS
-from murk.offline import OFFLINE_MODELS, ensure_offline_checkpoint, is_tiny_checkpoint
-from murk.readout._weight_files import CheckpointFileError, check_weight_files, declared_custom_code, model_kind
 from murk.core import load_config
+from murk.offline import INTERNVL_NAMED_TOKENS, OFFLINE_MODELS, ensure_offline_checkpoint, is_tiny_checkpoint
+from murk.readout import _architectures as architectures
+from murk.readout._weight_files import CheckpointFileError, check_weight_files, declared_custom_code, model_kind
 
 __all__ = [
     "DEFAULT_MAX_SIDE_PX",

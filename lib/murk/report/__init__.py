@@ -1,9 +1,10 @@
-"""The report: number formatting, the numbers file and its provenance, the wording of findings (claims) and
-of design variants, figures and the paper's rendering (``python -m murk.report.paper``).
+"""The report: number formatting, the numbers file and its provenance, the wording of findings (claims) and of
+design variants, figures and the paper's rendering (``python -m murk.report.paper``).
 
-Layer 8 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report < pipeline). It may import the layers below it: core, scene, protocol, offline, readout, results, monitor.
-The names below are its public surface; the modules behind it (``_claims``, ``_design_words``, ``_figures``, ``paper``) are
-its implementation.
+Layer 8 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
+pipeline). It may import the layers below it: core, scene, protocol, offline, readout, results, monitor. The
+names below are its public surface; the modules behind it (``_claims``, ``_design_words``, ``_figures``,
+``paper``) are its implementation.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """The results: the result cube's schema and stores, the metrics (accuracy, bootstrap, crossing visibility,
 blind-spot width), the scores dataset of the analysis and the diagnostics.
 
-Layer 6 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report < pipeline). It may import the layers below it: core, scene, protocol, offline, readout.
-The names below are its public surface; the modules behind it (``_analysis``, ``_cube``, ``_diagnostics``, ``_metrics``) are
-its implementation.
+Layer 6 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
+pipeline). It may import the layers below it: core, scene, protocol, offline, readout. The names below are its
+public surface; the modules behind it (``_analysis``, ``_cube``, ``_diagnostics``, ``_metrics``) are its
+implementation.
 """
 
 from __future__ import annotations

@@ -37,9 +37,9 @@ import warnings
 import numpy as np
 import xarray as xr
 
+from murk.readout import OPTION_MASS_MIN, median_option_mass
 from murk.results import _cube as cube
 from murk.results import _metrics as metrics
-from murk.readout import OPTION_MASS_MIN, median_option_mass
 
 __all__ = ["SIGNALS", "AWARENESS_SIGNALS", "CONFIDENCES", "DIRECTION", "STATS", "image_scores",
            "question_scores", "resample_counts", "condition_means", "floor_of", "crossing_table",

@@ -57,9 +57,8 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import xarray as xr
 
-from murk import core
-from murk import scene
-from murk.scene import CONDITIONS, IMAGENET_C_SEVERITIES, N_LEVELS  # noqa: F401  (CONDITIONS: the cube's docs)
+from murk import core, scene
+from murk.scene import IMAGENET_C_SEVERITIES, N_LEVELS
 
 __all__ = [
     "SCHEMA_VERSION", "DIMS", "ARMS", "PHYSICAL_ARMS", "CONTROL_ARMS", "TASKS", "READOUTS",

@@ -1,9 +1,9 @@
-"""The scene: Eq. (1) of the spec (fog by Koschmieder, underwater by Pope-Fry), reading and resizing images,
-metric depth per image, the ImageNet-C fog control, and one condition of one item rendered (the 24 conditions).
+"""The scene: Eq. (1) of the spec (fog by Koschmieder, underwater by Pope-Fry), reading and resizing images, metric
+depth per image, the ImageNet-C fog control, and one condition of one item rendered (the 24 conditions).
 
-Layer 2 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report < pipeline). It may import :mod:`murk.core` only.
-The names below are its public surface; the modules behind it (``_depth``, ``_images``, ``_nominal``, ``_physics``, ``_render``) are
-its implementation.
+Layer 2 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
+pipeline). It may import :mod:`murk.core` only. The names below are its public surface; the modules behind it
+(``_depth``, ``_images``, ``_nominal``, ``_physics``, ``_render``) are its implementation.
 """
 
 from __future__ import annotations

@@ -673,8 +673,8 @@ def nominal_equivalence(items, image_dir, depth_dir, *, max_side: int = 448, see
     """
     import pandas as pd
     import xarray as xr
-    from murk.scene import _depth
     from murk.core import bar as progress_bar
+    from murk.scene import _depth
 
     table = pd.DataFrame(items)
     severities = [int(s) for s in severities]

@@ -19,6 +19,7 @@ import numpy as np
 
 from murk.scene import _nominal as nominal
 from murk.scene import _physics as physics
+from murk.scene._nominal import IMAGENET_C_SEVERITIES
 from murk.scene._images import (EXIF_ORIENTATION_TAG, MIN_SIDE_PX, TRANSPOSING_ORIENTATIONS, ImageTooSmallError,
                                 TransposedImageWarning, inspect_image, load_image, presented_size, resize_image,
                                 resize_depth, to_rgb8)
@@ -26,7 +27,7 @@ from murk.scene._images import (EXIF_ORIENTATION_TAG, MIN_SIDE_PX, TRANSPOSING_O
 __all__ = ["ImageTooSmallError", "MIN_SIDE_PX", "EXIF_ORIENTATION_TAG", "TRANSPOSING_ORIENTATIONS",
            "TransposedImageWarning", "inspect_image", "load_image", "to_rgb8", "presented_size", "resize_image",
            "resize_depth", "scale_bbox", "draw_box", "render_conditions", "load_presented", "item_inputs",
-           "N_LEVELS", "IMAGENET_C_SEVERITIES", "CONDITIONS"]
+           "N_LEVELS", "CONDITIONS"]
 
 
 def scale_bbox(bbox: Sequence[float], src_size: tuple[int, int], dst_size: tuple[int, int]) -> tuple[float, ...]:
@@ -260,8 +261,6 @@ def item_inputs(table, i: int, partner: int, image_dir: str | os.PathLike, depth
 
 #: the levels of a physical arm: 0 (clean) and one per sweep visibility (spec Sec. III)
 N_LEVELS = 1 + len(physics.SWEEP_M)
-#: the ImageNet-C fog severities read out (the control arm's levels 1-5)
-IMAGENET_C_SEVERITIES = (1, 2, 3, 4, 5)
 
 
 def _condition_list() -> tuple[tuple[str, int], ...]:
