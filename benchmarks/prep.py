@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 import numpy as np  # noqa: E402
 
 from murk.protocol import questions_for_item  # noqa: E402
-from murk.protocol._prompts import VERBAL_WORDINGS  # noqa: E402
+from murk.protocol import VERBAL_WORDINGS  # noqa: E402
 from murk.readout import _engine as engine  # noqa: E402
 from murk.scene import _render as render  # noqa: E402
 

@@ -51,6 +51,7 @@ from murk.protocol._items import (  # noqa: F401
     input_digests,
 )
 from murk.protocol._prompts import (  # noqa: F401
+    VERBAL_WORDINGS,
     TASKS,
     PROMPT_VARIANTS,
     Question,
@@ -63,6 +64,7 @@ from murk.protocol._prompts import (  # noqa: F401
 )
 
 __all__ = [
+    "VERBAL_WORDINGS",
     "ANNOTATIONS_URL",
     "ANNOTATIONS_MD5",
     "IMAGES_URL",

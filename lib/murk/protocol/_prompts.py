@@ -26,6 +26,7 @@ from murk.core import load_config
 
 __all__ = [
     "TASKS",
+    "VERBAL_WORDINGS",
     "PROMPT_VARIANTS",
     "Question",
     "indefinite_article",
