@@ -312,3 +312,40 @@ def test_the_package_index_names_every_layer():
     doc = ast.get_docstring(ast.parse((LIB / "__init__.py").read_text(encoding="utf-8"))) or ""
     missing = [name for name in LAYERS if f"murk.{name}" not in doc]
     assert missing == [], f"murk/__init__.py's index does not name {missing}"
+
+
+def faces_read(tree: ast.Module) -> list[tuple[int, str, str]]:
+    """Every name read through a layer's face: ``(line, layer, name)`` for ``from murk.<layer> import name`` and
+    ``<layer>.name`` where ``from murk import <layer> [as alias]`` bound it."""
+    out, aliases = [], {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == PACKAGE:
+                aliases.update({a.asname or a.name: a.name for a in node.names if a.name in LAYERS})
+            elif node.module.count(".") == 1 and node.module.split(".")[1] in LAYERS:
+                out += [(node.lineno, node.module.split(".")[1], a.name) for a in node.names]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+            out.append((node.lineno, aliases[node.value.id], node.attr))
+    return out
+
+
+def test_checker_reads_the_names_taken_through_a_face():
+    tree = ast.parse("from murk import core, scene as s\nfrom murk.report import fmt\nx = core.bar, s.CONDITIONS\n")
+    assert sorted(faces_read(tree)) == [(2, "report", "fmt"), (3, "core", "bar"), (3, "scene", "CONDITIONS")]
+
+
+def test_every_name_read_through_a_face_is_there():
+    """A layer's face has every name the library and the stage notebooks read through it (a name missing from
+    its ``__init__`` fails only when the line runs, e.g. in the read-out stage of an offline demo)."""
+    import importlib
+    import importlib.util
+
+    files = sorted(LIB.rglob("*.py")) + sorted((LIB.parents[1] / "notebooks").glob("*.py"))
+    missing = []
+    for path in files:
+        for line, layer, name in faces_read(ast.parse(path.read_text(encoding="utf-8"))):
+            face = importlib.import_module(f"{PACKAGE}.{layer}")
+            if not hasattr(face, name) and importlib.util.find_spec(f"{PACKAGE}.{layer}.{name}") is None:
+                missing.append(f"{path.relative_to(LIB.parents[1])}:{line}: murk.{layer}.{name}")
+    assert missing == [], "names read through a layer's face that it does not export:\n" + "\n".join(missing)
