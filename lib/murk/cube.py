@@ -73,7 +73,10 @@ ARMS = ("fog", "underwater", "imagenet_c", "blank", "shuffled")
 PHYSICAL_ARMS = ("fog", "underwater")
 CONTROL_ARMS = ("blank", "shuffled")
 TASKS = ("t2", "t3_true", "t3_false")
-#: numeric read-outs, in the order of the ``readout`` coordinate
+#: numeric read-outs, in the order of the ``readout`` coordinate (float64; NaN = missing): what
+#: :func:`murk.unit.item_readouts` records per question. ``verbal_stop``, ``verbal_stop_v2`` and
+#: ``verbal_stop_v3``: how the continuation of wording v1/v2/v3 ended (0 = end-of-sequence, 1 = token
+#: limit, NaN = not asked)
 READOUTS = ("answer", "correct", "c_int", "verbal_conf", "abstain", "abstain2", "option_mass",
             "verbal_conf_v2", "verbal_conf_v3", "visibility_hat_m", "visibility_hat_censored", "verbal_stop",
             "verbal_stop_v2", "verbal_stop_v3", "p_option_0", "p_option_1", "p_option_2", "p_option_3",

@@ -1563,7 +1563,7 @@ def read_units(vlm: VLM, units: Sequence[Unit], config: Mapping[str, Any] | None
     -------
     list of dict
         Per unit, ``{task: readouts}`` (:func:`murk.unit.item_readouts`: every key of
-        :data:`murk.unit.READOUTS` and :data:`murk.unit.TEXT_READOUTS`).
+        :data:`murk.cube.READOUTS` and :data:`murk.cube.TEXT_READOUTS`).
 
     Raises
     ------

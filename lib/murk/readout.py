@@ -28,7 +28,8 @@ their public names, so that ``murk.readout.<name>`` keeps working:
 from __future__ import annotations
 
 from murk.baseline import PromptScores, read_item, score_prompts
-from murk.unit import (OPTION_MASS_MIN, READOUTS, TEXT_READOUTS, LowOptionMassWarning, PromptSlot,
+from murk.cube import READOUTS, TEXT_READOUTS
+from murk.unit import (OPTION_MASS_MIN, LowOptionMassWarning, PromptSlot,
                        check_option_mass, item_prompts, item_readouts, median_option_mass, verbal_groups)
 from murk.verbal import VERBAL_STOP_EOS, VERBAL_STOP_LIMIT, continuation_stop, parse_verbal_confidence
 from murk.vlm import (LOAD_COMMANDS, VLM, build_prompt_text, custom_code_note, hub_revision, load_vlm,

@@ -194,7 +194,7 @@ def read_question(vlm: VLM, image: np.ndarray, question: Question, config: Mappi
     Returns
     -------
     dict
-        Every key of :data:`murk.unit.READOUTS` and :data:`murk.unit.TEXT_READOUTS`
+        Every key of :data:`murk.cube.READOUTS` and :data:`murk.cube.TEXT_READOUTS`
         (:func:`murk.unit.item_readouts`); the wording variants (``*_v2``, ``*_v3``)
         and other sources' read-outs are NaN / empty.
 
