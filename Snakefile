@@ -13,6 +13,7 @@ import sys
 from snakemake.exceptions import WorkflowError
 
 from murk import design as murk_design
+from murk import paper as murk_paper
 from murk import settings as murk_settings
 from murk import workflow as murk_workflow
 from murk.paths import model_slug
@@ -405,12 +406,7 @@ rule analyse:
                                                            "reliability_recal", "risk_coverage"],
                  ext=["png", "pdf"]),
         scores=f"{OUT}/analysis/scores.nc",
-        tables=expand(f"{OUT}/analysis/{{t}}.md", t=["tbl-crossings", "tbl-end-of-sweep", "tbl-sweep-t2",
-                                                     "tbl-sweep-t3", "tbl-auroc", "tbl-monotonicity",
-                                                     "tbl-confident", "tbl-models", "tbl-prompts", "tbl-config",
-                                                     "tbl-verbal-wordings", "tbl-monitor-accuracy",
-                                                     "tbl-monitor-w", "tbl-monitor-gate", "tbl-monitor-modes", "tbl-recalibration", "tbl-risk-coverage", "tbl-missing",
-                                                     "tbl-nominal"]),
+        tables=expand(f"{OUT}/analysis/{{t}}.md", t=murk_paper.ANALYSIS_TABLES),  # the notebook writes these
         cube=directory(f"{OUT}/cube.zarr"),
     log:
         f"{RUNNING}/04_analyse.ipynb",

@@ -102,7 +102,10 @@ def show(fig, name: str, pipeline_check: bool | None = None) -> None:
 
 
 def show_table(md: str, name: str) -> None:
-    """Display a Markdown table and keep it as analysis/tbl-<name>.md."""
+    """Display a Markdown table and keep it as analysis/tbl-<name>.md (a name of ``paper.ANALYSIS_TABLES``,
+    the list the Snakefile declares)."""
+    if f"tbl-{name}" not in paper.ANALYSIS_TABLES:
+        raise ValueError(f"table tbl-{name} is not in murk.paper.ANALYSIS_TABLES: add it to murk.paper.SPEC_COUNTERPARTS")
     paper.write_text_atomic(TABLE_DIR / f"tbl-{name}.md", md)
     display(Markdown(md))
 

@@ -472,6 +472,29 @@ def test_every_figure_and_table_names_its_spec_counterpart():
     assert named["tbl-monitor-gate"].startswith("beyond the spec")
 
 
+def _tables_written(notebook_source: str) -> list[str]:
+    """The ``tbl-<name>`` files a notebook's ``show_table(md, "<name>")`` calls write."""
+    import ast
+
+    return ["tbl-" + n.args[1].value for n in ast.walk(ast.parse(notebook_source))
+            if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "show_table" and len(n.args) > 1
+            and isinstance(n.args[1], ast.Constant)]
+
+
+def test_the_snakefile_declares_every_table_the_analysis_writes():
+    """The analyse rule's tables are murk.paper.ANALYSIS_TABLES (derived, not hand-listed); the notebook
+    writes exactly those: a table added to the notebook and not to the list fails here (and at run time,
+    in its show_table)."""
+    source = (paths.project_root() / "notebooks" / "04_analyse.py").read_text(encoding="utf-8")
+    written = _tables_written(source)
+    assert len(written) == len(set(written)) == 23
+    assert set(written) == set(paper.ANALYSIS_TABLES)
+    planted = source + '\nshow_table(md, "planted")\n'
+    assert set(_tables_written(planted)) != set(paper.ANALYSIS_TABLES)
+    snakefile = (paths.project_root() / "Snakefile").read_text(encoding="utf-8")
+    assert 't=murk_paper.ANALYSIS_TABLES' in snakefile and '"tbl-crossings"' not in snakefile
+
+
 def test_the_spec_map_check_notices_each_gap():
     """Change one side of the map and the check says so: a figure added without a counterpart, a spec figure
     with none, a caption that does not name its counterpart or names another one."""

@@ -1050,6 +1050,11 @@ SPEC_COUNTERPARTS: dict[str, str] = {
     "tbl-missing": _BEYOND,
 }
 
+#: The tables the analysis notebook writes (``analysis/<label>.md``, one per labelled table cell), in the
+#: order of :data:`SPEC_COUNTERPARTS`: the one list the notebook's ``show_table`` checks its names against and
+#: the Snakefile's analyse rule declares as outputs.
+ANALYSIS_TABLES: tuple[str, ...] = tuple(k for k in SPEC_COUNTERPARTS if k.startswith("tbl-"))
+
 #: a figure or table a text names: "Figure 2", "Fig. 4", "Figs. 3 and 8", "Table V", "Tables IX and X"
 _SPEC_REF_RE = re.compile(r"\b(Fig(?:ure)?s?\.?|Tables?)\s+([0-9]+|[IVXL]+)(?:\s*(?:,|and|–|-)\s*([0-9]+|[IVXL]+))?\b")
 
