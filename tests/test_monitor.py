@@ -229,15 +229,6 @@ def test_visibility_confidence_and_gate():
         mon.visibility_confidence(1.0, (10.0, 1.0))
 
 
-def test_coverage_risk():
-    assert mon.coverage_risk([False, False, True, True], [1, 0, 0, 0]) == (0.5, 0.5)
-    cov, risk = mon.coverage_risk([True, True], [1, 0])
-    assert cov == 0.0 and np.isnan(risk)
-    assert mon.coverage_risk([False, False, True], [1, np.nan, 0]) == (0.5, 0.0)
-    with pytest.raises(ValueError):
-        mon.coverage_risk([True], [1, 0])
-
-
 def test_split_images_is_per_image_and_reproducible():
     ids = np.arange(1000) * 7 + 3
     half = mon.split_images(ids, seed=0)

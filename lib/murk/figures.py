@@ -1009,7 +1009,7 @@ def plot_risk_coverage(curves: dict, row_labels, col_labels, signal_labels: dict
     Parameters
     ----------
     curves : dict (row, col) -> dict signal -> (coverage, risk)
-        Per panel, each signal's curve (:func:`murk.metrics.risk_coverage`: 1-D
+        Per panel, each signal's curve (:func:`murk.metrics.expected_risk_coverage`: 1-D
         float arrays, coverage rising to 1); a panel may be missing.
     row_labels, col_labels : sequence of str
         Panel rows (e.g. models) and columns (e.g. arms), in order.
