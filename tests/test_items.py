@@ -17,7 +17,7 @@ from murk.config import load_config
 from murk.items import (
     COLUMNS,
     _candidate_pool,
-    candidate_ids,
+    _candidate_ids,
     items_hash,
     load_items,
     save_items,
@@ -363,7 +363,7 @@ def test_selection_report_on_a_made_up_table(tmp_path):
 @needs_val
 def test_selection_report_on_the_sample(items):
     r = selection_report(items, VAL_SAMPLE)
-    assert r["n_candidates"] == 37 == len(candidate_ids(VAL_SAMPLE)) and r["n_items"] == 37
+    assert r["n_candidates"] == 37 == len(_candidate_ids(VAL_SAMPLE)) and r["n_items"] == 37
     assert sum(r["target_share"].values()) == pytest.approx(1.0)
     assert r["guesser_category"] == "person"
     assert 0.25 <= r["guesser_accuracy_t2"] <= r["target_share"]["person"] + 0.25
@@ -391,7 +391,7 @@ def test_full_val2017_has_1146_candidates():
     f, why = _full_val2017()
     if f is None:
         pytest.skip(f"candidate count 1146 not checked: {why}")
-    assert len(candidate_ids(f)) == 1146
+    assert len(_candidate_ids(f)) == 1146
     table = select_items(f, n_items=1000, seed=1)
     assert len(table) == 1000
     r = selection_report(table, f)

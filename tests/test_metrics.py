@@ -16,15 +16,15 @@ from murk.metrics import (
     auroc,
     blind_spot_width,
     bootstrap_indices,
-    bootstrap_mean,
+    _bootstrap_mean,
     bootstrap_resample_means,
     crossing_visibility,
-    crossing_visibility_da,
+    _crossing_visibility_da,
     expected_calibration_error,
-    abstain_rate,
+    _abstain_rate,
     bootstrap_counts,
     counts_from_indices,
-    mean_confidence,
+    _mean_confidence,
     monotonicity,
     monotonicity_da,
     percentile_interval,
@@ -79,7 +79,7 @@ def test_bootstrap_mean_values_and_pairing():
     x[0, 3] = np.nan
     da = xr.DataArray(x, dims=("task", "image"), coords={"task": ["t2", "t3"]})
     cfg = load_config()["analysis"]
-    ds = bootstrap_mean(da, "image", n_resamples=cfg["bootstrap_resamples"], seed=cfg["bootstrap_seed"],
+    ds = _bootstrap_mean(da, "image", n_resamples=cfg["bootstrap_resamples"], seed=cfg["bootstrap_seed"],
                         ci=cfg["ci_level"])
     assert set(ds.data_vars) == {"mean", "lo", "hi"}
     np.testing.assert_allclose(ds["mean"].values, np.nanmean(x, axis=-1))
@@ -90,10 +90,10 @@ def test_bootstrap_mean_values_and_pairing():
     assert (ds["lo"] <= ds["mean"]).all() and (ds["mean"] <= ds["hi"]).all()
     assert list(ds["task"].values) == ["t2", "t3"]
     # explicit indices reproduce the seeded draw (paired use)
-    ds2 = bootstrap_mean(da, indices=idx)
+    ds2 = _bootstrap_mean(da, indices=idx)
     xr.testing.assert_allclose(ds[["lo", "hi"]], ds2[["lo", "hi"]])
     with pytest.raises(ValueError):
-        bootstrap_mean(da, ci=1.5)
+        _bootstrap_mean(da, ci=1.5)
     with pytest.raises(ValueError):
         bootstrap_resample_means(da, "image", bootstrap_indices(39, 10, 0))
 
@@ -193,7 +193,7 @@ def test_crossing_xarray_wrapper():
     y = np.array([[1.0, 1.0, 0.98, 0.95, 0.9, 0.5, 0.3, 0.25], np.full(8, 0.95)])
     da = xr.DataArray(y, dims=("signal", "visibility_m"),
                       coords={"signal": ["acc", "c_int"], "visibility_m": SWEEP})
-    ds = crossing_visibility_da(da[:, ::-1], xr.DataArray([1.0, 0.99], dims="signal"), 0.25)
+    ds = _crossing_visibility_da(da[:, ::-1], xr.DataArray([1.0, 0.99], dims="signal"), 0.25)
     ref_v, ref_c = crossing_visibility(SWEEP, y, np.array([1.0, 0.99]), 0.25)
     np.testing.assert_allclose(ds["v_cross_m"].values, ref_v)
     np.testing.assert_array_equal(ds["censored"].values, ref_c)
@@ -432,8 +432,8 @@ def test_reliability_bins_xarray():
 
 def test_mean_confidence_and_abstain_rate():
     da = xr.DataArray([[0.5, 1.0, np.nan]], dims=("model", "image"))
-    assert float(mean_confidence(da, "image")[0]) == 0.75
-    assert float(abstain_rate(np.array([1.0, 0.0, 0.0, 1.0]))) == 0.5
+    assert float(_mean_confidence(da, "image")[0]) == 0.75
+    assert float(_abstain_rate(np.array([1.0, 0.0, 0.0, 1.0]))) == 0.5
 
 
 # ----------------------------------------------------------------------------- selective answering
@@ -863,7 +863,7 @@ def test_crossing_side_of_the_bound():
     _, _, sides = crossing_visibility(SWEEP, np.stack([y, np.full(8, 0.9), np.full(8, 0.3)]), 1.0, 0.25,
                                       return_side=True)
     assert sides.tolist() == ["", "below", "above"]
-    ds = crossing_visibility_da(xr.DataArray(np.full(8, 0.3), dims="visibility_m", coords={"visibility_m": SWEEP}),
+    ds = _crossing_visibility_da(xr.DataArray(np.full(8, 0.3), dims="visibility_m", coords={"visibility_m": SWEEP}),
                                 1.0, 0.25)
     assert str(ds["censored_side"].values) == "above"
 

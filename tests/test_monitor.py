@@ -65,7 +65,7 @@ def sample_scenes():
 def sweep_estimates(sample_scenes):
     """{(arm, depth model): (N, L) V_hat}, rendered and estimated once."""
     cases = [("fog", "ground"), ("fog", "billboard"), ("underwater", "ground")]
-    return {(arm, dm): np.array([mon.estimate_sweep(image, depths[dm], arm) for _, image, depths in sample_scenes])
+    return {(arm, dm): np.array([mon._estimate_sweep(image, depths[dm], arm) for _, image, depths in sample_scenes])
             for arm, dm in cases}
 
 

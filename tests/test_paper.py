@@ -466,8 +466,8 @@ def test_every_figure_and_table_names_its_spec_counterpart():
     names is named by one of them."""
     captions = _paper_captions()
     assert len(captions) > 30
-    assert paper.spec_map_problems(_spec_text(), captions) == []
-    named = {label: paper.spec_counterpart(label) for label in captions}
+    assert paper._spec_map_problems(_spec_text(), captions) == []
+    named = {label: paper._spec_counterpart(label) for label in captions}
     assert named["fig-signals-t2"] == "spec Fig. 3" and named["tbl-sweep-t3"] == "spec Table X"
     assert named["tbl-monitor-gate"].startswith("beyond the spec")
 
@@ -500,19 +500,19 @@ def test_the_spec_map_check_notices_each_gap():
     with none, a caption that does not name its counterpart or names another one."""
     captions = _paper_captions()
     spec = _spec_text()
-    problems = paper.spec_map_problems(spec, {**captions, "fig-new": "A new figure."})
+    problems = paper._spec_map_problems(spec, {**captions, "fig-new": "A new figure."})
     assert problems == ["fig-new: no spec counterpart (murk.paper.SPEC_COUNTERPARTS)"]
     without = {k: v for k, v in captions.items() if k != "fig-nominal"}
-    assert paper.spec_map_problems(spec, without) == ["spec Fig. 7: no figure or table of the paper names it"]
-    assert paper.spec_map_problems(spec + " Table VIII", captions) == [
+    assert paper._spec_map_problems(spec, without) == ["spec Fig. 7: no figure or table of the paper names it"]
+    assert paper._spec_map_problems(spec + " Table VIII", captions) == [
         "spec Table VIII: no figure or table of the paper names it"]
     bare = {**captions, "tbl-prompts": captions["tbl-prompts"].replace("(spec Table II)", "")}
-    problems = paper.spec_map_problems(spec, bare)
+    problems = paper._spec_map_problems(spec, bare)
     assert problems and all("tbl-prompts" in p or "Table II" in p for p in problems), problems
     wrong = {**captions, "tbl-nominal": captions["tbl-nominal"] + " (spec Table VI)"}
-    assert any("tbl-nominal: its caption names ['Table VI']" in p for p in paper.spec_map_problems(spec, wrong))
+    assert any("tbl-nominal: its caption names ['Table VI']" in p for p in paper._spec_map_problems(spec, wrong))
     with pytest.raises(KeyError, match="SPEC_COUNTERPARTS"):
-        paper.spec_counterpart("fig-new")
+        paper._spec_counterpart("fig-new")
 
 
 def _top_sections(text: str) -> list[str]:

@@ -83,7 +83,7 @@ def test_stale_markers_are_named_and_nothing_is_deleted(tmp_path):
 HOLD = """
 import sys, time
 from murk import workflow
-removed = workflow.hold_run_lock(sys.argv[1])
+removed = workflow._hold_run_lock(sys.argv[1])
 print(len(removed), flush=True)
 if len(sys.argv) > 2:
     time.sleep(3600)

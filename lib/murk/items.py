@@ -51,7 +51,6 @@ __all__ = [
     "COLUMNS",
     "HASH_COLUMNS",
     "select_items",
-    "candidate_ids",
     "selection_report",
     "items_hash",
     "save_items",
@@ -529,7 +528,7 @@ def select_items(
     return _table(rows)
 
 
-def candidate_ids(
+def _candidate_ids(
     annotation_file: str | os.PathLike | None = None, config: dict[str, Any] | None = None
 ) -> np.ndarray:
     """Image ids of the selection candidates (spec Section III).
@@ -584,7 +583,7 @@ def selection_report(
         Plain JSON-serialisable values:
 
         ``n_candidates`` : int
-            Images passing the filter (:func:`candidate_ids`; spec: 1146 on
+            Images passing the filter (:func:`_candidate_ids`; spec: 1146 on
             full val2017).
         ``n_items`` : int
             Rows of ``table``.

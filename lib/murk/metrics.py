@@ -75,19 +75,15 @@ __all__ = [
     "resampled_means",
     "resampled_sums",
     "bootstrap_resample_means",
-    "bootstrap_mean",
     "percentile_interval",
     "bootstrap_p_value",
     "equivalence_p_value",
     "holm",
     "level_step_decades",
     "crossing_visibility",
-    "crossing_visibility_da",
     "blind_spot_width",
     "blind_spot_width_side",
     "accuracy",
-    "mean_confidence",
-    "abstain_rate",
     "expected_calibration_error",
     "reliability_bins",
     "auroc",
@@ -518,7 +514,7 @@ def bootstrap_resample_means(
     return out.assign_coords(bootstrap=np.arange(counts.shape[0]))
 
 
-def bootstrap_mean(
+def _bootstrap_mean(
     da: xr.DataArray,
     dim: Hashable = "image",
     n_resamples: int = 1000,
@@ -750,7 +746,7 @@ def blind_spot_width_side(acc_side, aware_side) -> np.ndarray:
     return np.where(conflict, "undefined", out).astype("<U9")
 
 
-def crossing_visibility_da(
+def _crossing_visibility_da(
     da: xr.DataArray,
     clean_value: xr.DataArray | float,
     floor: xr.DataArray | float,
@@ -1032,7 +1028,7 @@ def auroc(
     return _wrap(_auroc_kernel, confidence, correct, dim)
 
 
-def mean_confidence(confidence: xr.DataArray | np.ndarray, dim: Hashable | None = "image") -> xr.DataArray | np.ndarray:
+def _mean_confidence(confidence: xr.DataArray | np.ndarray, dim: Hashable | None = "image") -> xr.DataArray | np.ndarray:
     """Mean of a confidence (c_int or the verbalized one, in [0, 1]), NaN skipped.
 
     Parameters
@@ -1050,7 +1046,7 @@ def mean_confidence(confidence: xr.DataArray | np.ndarray, dim: Hashable | None 
     return accuracy(confidence, dim)
 
 
-def abstain_rate(abstain: xr.DataArray | np.ndarray, dim: Hashable | None = "image") -> xr.DataArray | np.ndarray:
+def _abstain_rate(abstain: xr.DataArray | np.ndarray, dim: Hashable | None = "image") -> xr.DataArray | np.ndarray:
     """Fraction of questions on which the abstain option wins (spec Sec. III, read-out 4).
 
     Parameters

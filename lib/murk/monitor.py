@@ -153,7 +153,6 @@ __all__ = [
     "estimate_veiling_light",
     "estimate_visibility",
     "estimate_visibility_details",
-    "estimate_sweep",
     "ground_plane_depth",
     "billboard_depth",
     "visibility_confidence",
@@ -1380,7 +1379,7 @@ def deployable_readouts(images_by_condition: Mapping, depth_backend, image_id: i
     return out
 
 
-def estimate_sweep(image, depth_m, arm: str = "fog", visibilities_m=None, **kwargs) -> np.ndarray:
+def _estimate_sweep(image, depth_m, arm: str = "fog", visibilities_m=None, **kwargs) -> np.ndarray:
     """Render an arm's sweep of a clean image and estimate V_hat at every level.
 
     The validation of the issue: ``physics.fog_sweep`` (or ``underwater_sweep``)

@@ -45,7 +45,6 @@ __all__ = [
     "luma_std_ratio",
     "EQUIVALENCE_REASONS",
     "curve_is_monotone",
-    "equivalent_visibility",
     "nominal_equivalence",
     "table_vii",
 ]
@@ -503,7 +502,7 @@ def _solve(evaluate: _FogStatistics, method: str, target: float, grid: np.ndarra
     return float(np.exp(log_v)), ""
 
 
-def equivalent_visibility(
+def _equivalent_visibility(
     clean,
     degraded,
     depth_m,
@@ -629,7 +628,7 @@ def nominal_equivalence(items, image_dir, depth_dir, *, max_side: int = 448, see
     side at most *max_side*, as shown to the models), its cached depth map is read, the
     ImageNet-C fog is rendered at each severity with the per-image seed
     :func:`imagenet_c_seed`, shared by the severities (the images of the cube's
-    ``imagenet_c`` arm, before the box is drawn) and :func:`equivalent_visibility` is
+    ``imagenet_c`` arm, before the box is drawn) and :func:`_equivalent_visibility` is
     solved with both statistics. An item whose image or depth cannot be read (the
     image missing, undecodable, over Pillow's pixel limit or of another size than
     its annotation: :func:`murk.images.load_image`, which also applies its EXIF
@@ -653,7 +652,7 @@ def nominal_equivalence(items, image_dir, depth_dir, *, max_side: int = 448, see
     severities : sequence of int, optional
         ImageNet-C severities; default 1-5.
     bracket_m : (float, float), optional
-        Search interval of :func:`equivalent_visibility`.
+        Search interval of :func:`_equivalent_visibility`.
     attrs : dict, optional
         Provenance added to the Dataset's attributes (e.g. the depth backend).
     progress : bool, optional

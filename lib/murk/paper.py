@@ -53,7 +53,7 @@ __all__ = ["fmt", "fmt_interval", "fmt_estimate", "fmt_bound", "fmt_crossing", "
            "resolve_qmd", "crossref", "label_numbers", "render_paper", "typst_options", "TYPST_HEADER", "markdown_table", "write_text_atomic",
            "write_netcdf_atomic",
            "verbatim", "estimate_cell", "CELL_BREAK", "LUA_FILTER", "SECTION_FILTER", "LUA_FILTERS",
-           "SPEC_SECTIONS", "SPEC_COUNTERPARTS", "spec_counterpart", "spec_mentions", "spec_map_problems",
+           "SPEC_SECTIONS", "SPEC_COUNTERPARTS", "spec_mentions",
            "notebook_identity", "MixedPaperError",
            "refuse_mixed_paper", "stamp_html"]
 
@@ -1082,7 +1082,7 @@ def spec_mentions(text: str) -> set[str]:
     return out
 
 
-def spec_counterpart(label: str) -> str:
+def _spec_counterpart(label: str) -> str:
     """The phrase the caption of the paper's figure or table ``label`` carries: ``"spec Fig. 3"``,
     ``"spec Table V"`` or a "beyond the spec" phrase (:data:`SPEC_COUNTERPARTS`).
 
@@ -1099,7 +1099,7 @@ def spec_counterpart(label: str) -> str:
                        f"(\"spec Fig. N\", \"spec Table N\" or \"beyond the spec\")") from None
 
 
-def spec_map_problems(spec_text: str, captions: Mapping[str, str],
+def _spec_map_problems(spec_text: str, captions: Mapping[str, str],
                       counterparts: Mapping[str, str] | None = None) -> list[str]:
     """What keeps the paper from carrying the spec's map; empty when it does.
 
