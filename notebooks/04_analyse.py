@@ -435,23 +435,22 @@ sc
 
 # %%
 #| label: num-scores
-p = cfg["physics"]
 record("n_resamples", int(A["bootstrap_resamples"]))
 record("n_resamples_crossing", int(A["bootstrap_resamples_crossing"]))
 record("ci_percent", f"{100 * A['ci_level']:.0f}")
-record("cfg.koschmieder", f"{p['koschmieder_constant']:g}")
-record("cfg.airlight", f"{p['fog_airlight']:g}")
+record("cfg.koschmieder", f"{physics.KOSCHMIEDER_CONSTANT:g}")
+record("cfg.airlight", f"{physics.FOG_AIRLIGHT:g}")
 record("cfg.sweep", ", ".join(fmt_level(v) for v in SWEEP))
 record("cfg.n_levels", len(SWEEP))
 record("cfg.sweep_min_m", fmt_level(SWEEP.min()))
 record("cfg.sweep_max_m", fmt_level(SWEEP.max()))
-record("cfg.wavelengths_nm", ", ".join(str(v) for v in p["underwater_wavelengths_nm"]))
-record("cfg.pope_fry", ", ".join(f"{v:g}" for v in p["pope_fry_absorption_per_m"]))
-record("cfg.depth_min_m", f"{cfg['depth']['min_m']:g}")
-record("cfg.depth_max_m", f"{cfg['depth']['max_m']:g}")
+record("cfg.wavelengths_nm", ", ".join(str(v) for v in physics.UNDERWATER_WAVELENGTHS_NM))
+record("cfg.pope_fry", ", ".join(f"{v:g}" for v in physics.POPE_FRY_ABSORPTION_PER_M))
+record("cfg.depth_min_m", f"{depth.DEPTH_MIN_M:g}")
+record("cfg.depth_max_m", f"{depth.DEPTH_MAX_M:g}")
 record("cfg.max_side_px", int(cfg["render"]["max_side_px"]))
 record("cfg.box_width_px", int(cfg["render"]["box_width_px"]))
-record("cfg.seed", int(meta.get("seed", cfg["items"]["seed"])))
+record("cfg.seed", int(meta["seed"]))
 record("cfg.verbal_tokens", int(cfg["readout"]["verbal_max_new_tokens"]))
 record("cfg.chance_t2", f"{CHANCE['t2']:g}")
 record("cfg.chance_t3", f"{CHANCE['t3']:g}")
@@ -1560,9 +1559,9 @@ show_table(paper.markdown_table([{"prompt": r["name"], "template": paper.verbati
 
 # %%
 #| label: tbl-config
-#| tbl-cap: "Frozen configuration (spec Table III)."
-show_table(paper.markdown_table([{"setting": f"`{r['setting']}`", "value": one_line(r["value"])}
-                                 for r in config.settings_table(cfg)]), "config")
+#| tbl-cap: "Settings of the run (spec Table III): the frozen configuration and, from where they live, the constants in code and the choices recorded with the run, each with its source."
+show_table(paper.markdown_table([{"setting": f"`{r['setting']}`", "value": one_line(r["value"]), "source": r["source"]}
+                                 for r in paper.settings_rows(cfg, meta, ds.attrs)]), "config")
 
 # %% [markdown]
 # Examples: the first items across fog and underwater levels with the first
@@ -2518,7 +2517,7 @@ if "plateau" in nom:
     record("discussion.nominal", (
         "The nominal ImageNet-C fog severities, placed on the physical axis by their retained contrast, sit at "
         f"visibilities where accuracy has not yet started to fall for {fmt_list(nom['plateau'])}: a robustness "
-        f"score over severities {fmt_range(cfg['physics']['imagenet_c_fog_severities'], digits=0)} then measures the plateau, not the failure, and says nothing about where a "
+        f"score over severities {fmt_range(nominal.IMAGENET_C_SEVERITIES, digits=0)} then measures the plateau, not the failure, and says nothing about where a "
         "model's awareness of its failure begins. A physical axis in metres places the failure band, and the "
         "five severities, on one scale."))
 elif "reaches the band" in nom or claims.IN_BAND_NO_FALL in nom:

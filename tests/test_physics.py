@@ -35,17 +35,12 @@ def test_constants_match_spec():
     np.testing.assert_array_equal(ph.POPE_FRY_ABSORPTION_PER_M, [0.2755, 0.0474, 0.00979])
 
 
-def test_constants_match_frozen_config():
+def test_physics_constants_have_one_home():
+    """The constants live in murk.physics with their sources; the frozen configuration does not repeat them
+    (the paper's settings table prints them from here: murk.paper.settings_rows, tests/test_config.py)."""
     from murk.config import load_config
 
-    physics = load_config()["physics"]
-    assert physics["koschmieder_constant"] == ph.KOSCHMIEDER_CONSTANT
-    assert physics["fog_airlight"] == ph.FOG_AIRLIGHT
-    np.testing.assert_array_equal(physics["sweep_m"], ph.SWEEP_M)
-    assert tuple(physics["underwater_wavelengths_nm"]) == ph.UNDERWATER_WAVELENGTHS_NM
-    np.testing.assert_array_equal(
-        physics["pope_fry_absorption_per_m"], ph.POPE_FRY_ABSORPTION_PER_M
-    )
+    assert "physics" not in load_config()
 
 
 # ----------------------------------------------------------------------- sRGB

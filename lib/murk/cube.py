@@ -58,6 +58,7 @@ import numpy as np
 import xarray as xr
 
 from murk import diskfull, physics
+from murk.nominal import IMAGENET_C_SEVERITIES
 
 __all__ = [
     "SCHEMA_VERSION", "DIMS", "ARMS", "PHYSICAL_ARMS", "CONTROL_ARMS", "TASKS", "READOUTS",
@@ -91,7 +92,6 @@ N_LEVELS = 1 + len(physics.SWEEP_M)
 #: ``missing_reason`` of an image a model was not asked about (its entry's ``n_items`` stops
 #: before it, spec: two models on the first 600 and 400 items): not bad input, never counted as such
 NOT_RUN = "not run"
-IMAGENET_C_SEVERITIES = (1, 2, 3, 4, 5)
 #: images per shard file of a read-out store (zarr 3's sharding codec, :func:`open_readout_store`): each
 #: per-image variable is chunked by image (one chunk = one image) and its chunks are kept together in shard
 #: files of this many images. An image written rewrites its shard of each variable whole (atomically: zarr's
@@ -207,7 +207,7 @@ def _quiet():
 #: with the same values (:func:`open_readout_store`), and each is named when they differ.
 #: Values: what each setting stands for, quoted in the refusal.
 IDENTITY_ATTRS: dict[str, str] = {
-    "config_hash": "the frozen study settings (data/config.yaml: prompts, verbal wordings, physics, "
+    "config_hash": "the frozen study settings (data/config.yaml: prompts, verbal wordings, item rules, rendering, "
                    "read-out dtypes)",
     "items_hash": "the selected items (n_items, seed, the COCO folder)",
     "model_id": "the model",
