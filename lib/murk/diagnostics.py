@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-#: verdicts of :func:`floor_verdict`
+#: verdicts of :func:`_floor_verdict`
 BELOW_CHANCE, ABOVE_GUESSER, NO_CONFOUND, UNDEFINED = "below chance", "above the guesser", "none", "undefined"
 #: a design reading of each verdict (the issue's words), for generated findings
 VERDICT_TEXT = {

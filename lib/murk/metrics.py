@@ -11,7 +11,6 @@ bootstrap_indices          paired percentile bootstrap: one (B, n) index draw
 bootstrap_counts           the same draw as a (B, n) matrix of draw counts
 resampled_means            kernel: NaN-aware means of every resample, (..., B)
 bootstrap_resample_means   resampled means, a named ``bootstrap`` dimension
-bootstrap_mean             mean with percentile interval (Efron & Tibshirani)
 percentile_interval        (lo, hi) percentiles over a bootstrap axis
 bootstrap_p_value          two-sided p-value of a null value from bootstrap replicates
 equivalence_p_value        p-value that |statistic| < a margin (two one-sided tests) from replicates
@@ -21,8 +20,6 @@ crossing_visibility        V where a signal first reaches its mid-way value (+ s
 blind_spot_width           W = log10(V_acc / V_aware), spec Eq. (2)
 blind_spot_width_side      side of the bound on W from the sides of its crossings
 accuracy                   fraction of correct answers
-mean_confidence            mean of a confidence in [0, 1]
-abstain_rate               fraction of questions on which the model abstains
 expected_calibration_error ten equal-width bins ((m-1)/M, m/M] (Guo et al. 2017)
 reliability_bins           the per-bin data behind ECE and a reliability diagram
 auroc                      confidence as a detector of correct answers

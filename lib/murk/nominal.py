@@ -72,7 +72,7 @@ _PARAMETER_WORDS = {"amplitude": "amplitude", "wibbledecay": "roughness (wibble 
 LUMA_WEIGHTS_REC601: np.ndarray = np.array([0.299, 0.587, 0.114], dtype=np.float64)
 LUMA_WEIGHTS_REC601.setflags(write=False)
 
-#: Default search interval (lo, hi) of V in metres for :func:`equivalent_visibility`.
+#: Default search interval (lo, hi) of V in metres for :func:`_equivalent_visibility`.
 EQUIVALENCE_BRACKET_M: tuple[float, float] = (0.25, 4000.0)
 
 _MIN_SIDE_PX = MIN_SIDE_PX
@@ -409,7 +409,7 @@ def luma_std_ratio(clean, degraded):
 _STATISTICS = {"gain": contrast_gain, "std_ratio": luma_std_ratio}
 
 
-#: Why a V_eq is NaN: the ``reason`` of :func:`equivalent_visibility` and
+#: Why a V_eq is NaN: the ``reason`` of :func:`_equivalent_visibility` and
 #: :func:`nominal_equivalence`, in the order they are tested ("" = found).
 EQUIVALENCE_REASONS: dict[str, str] = {
     "": "found: the fog curve stat(V) crosses the target exactly once in the bracket",

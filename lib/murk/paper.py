@@ -1097,7 +1097,7 @@ _IN_TEXT = "beyond the spec as a table; in the text of spec Section {}"
 #: caption names: ``spec Fig. N`` / ``spec Table N`` (the spec's own numbering: Figs. 2–9, Tables II–X, as its
 #: text cites them), or "beyond the spec" for what the spec has no figure or table of. The captions
 #: (``#| fig-cap:`` / ``#| tbl-cap:`` of the labelled cells of notebooks/04_analyse.py and 02_depth.py) carry
-#: the phrase verbatim; :func:`spec_map_problems` checks the captions, the paper's embeds and the spec's
+#: the phrase verbatim; :func:`_spec_map_problems` checks the captions, the paper's embeds and the spec's
 #: mentions against it (tests/test_paper.py). The spec's text names no Fig. 1, Table I or Table VIII.
 SPEC_COUNTERPARTS: dict[str, str] = {
     "fig-scene": "spec Fig. 2",                # one scene at the levels of the sweep
