@@ -183,7 +183,7 @@ if len(span):
             print(f"murk: {note}", file=terminal, flush=True)
     # each image's input digest (its image file's and its shuffled partner's, as select recorded them):
     # an image done from other files is read out again
-    inputs = items.input_digests(table, meta, items.shuffled_partner(len(table), cfg["items"].get("shuffle_offset", 37)))
+    inputs = items.input_digests(table, meta, items.shuffled_partner(len(table), cfg["items"]["shuffle_offset"]))
     ds = cube.open_readout_store(store, table["image_id"].iloc[span.start:span.stop],
                                  table["category"].iloc[span.start:span.stop], attrs, inputs[span.start:span.stop])
     done = ds["done"].values
@@ -213,7 +213,7 @@ print(f"{len(todo)} of {len(span)} images to read out")
 # prompt run whole (`murk.whole.read_unit`) and listed below.
 
 # %%
-partner = items.shuffled_partner(len(table), cfg["items"].get("shuffle_offset", 37))
+partner = items.shuffled_partner(len(table), cfg["items"]["shuffle_offset"])
 skipped, fallbacks = {}, []
 
 

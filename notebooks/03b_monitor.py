@@ -54,7 +54,7 @@ workflow.refuse_other_depth(current, RUN_ID, "monitor", paths.depth_dir(output_d
 threshold_m = monitor.DEFAULT_THRESHOLD_M if threshold_m is None else float(threshold_m)
 stores, done = {}, {}
 # each image's input digest (its file's and its shuffled partner's): an image done from other files is read again
-inputs = items.input_digests(table, meta, items.shuffled_partner(len(table), cfg["items"].get("shuffle_offset", 37)))
+inputs = items.input_digests(table, meta, items.shuffled_partner(len(table), cfg["items"]["shuffle_offset"]))
 for mode_id in monitor.MONITOR_IDS:   # the oracle, then the deployable mode: one store each
     stores[mode_id] = paths.readout_store(mode_id, output_dir)
     attrs = cube.store_identity(
@@ -82,7 +82,7 @@ print(f"{len(todo)} of {len(table)} images to estimate (depth backend of the dep
 # rendering are recorded per image with their reason, and the loop goes on.
 
 # %%
-partner = items.shuffled_partner(len(table), cfg["items"].get("shuffle_offset", 37))
+partner = items.shuffled_partner(len(table), cfg["items"]["shuffle_offset"])
 skipped = {}
 for i in progress.bar(todo, desc="monitor", unit="img"):
     row = table.iloc[i]

@@ -1932,7 +1932,7 @@ SENS = {"oracle": ("oracle (rendering depth)", lambda z: z), "kappa_0.5": ("dept
                                                                                    np.float32))}
 THR = monitor.DEFAULT_THRESHOLD_M
 sens = {}   # (arm, variant) -> dict of V̂ (image, level), codes, clean V̂ and codes
-partner_ = items.shuffled_partner(len(table), cfg["items"].get("shuffle_offset", 37)) if n_sens else None
+partner_ = items.shuffled_partner(len(table), cfg["items"]["shuffle_offset"]) if n_sens else None
 for i in progress.bar(range(n_sens), desc="analyse: monitor depth sensitivity", unit="img") if n_sens else []:
     try:  # inputs and both renderings first: an image contributes to every row or to none
         x = render.item_inputs(table, i, partner_[i], meta["image_dir"], current["path"], cfg)

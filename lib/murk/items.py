@@ -803,7 +803,7 @@ def load_items(path: str | os.PathLike | None = None) -> pd.DataFrame:
     return _table(records)
 
 
-def shuffled_partner(n_items: int, offset: int = 37) -> np.ndarray:
+def shuffled_partner(n_items: int, offset: int) -> np.ndarray:
     """Partner index of the shuffled-image control (spec Section III).
 
     The question of item ``i`` is asked on the clean pixels of item
@@ -813,8 +813,8 @@ def shuffled_partner(n_items: int, offset: int = 37) -> np.ndarray:
     ----------
     n_items : int
         Number of items N (>= 1).
-    offset : int, default 37
-        Shift (config ``items.shuffle_offset``; spec Section III: 37).
+    offset : int
+        Shift: the frozen configuration's ``items.shuffle_offset`` (spec Section III: 37).
 
     Returns
     -------
