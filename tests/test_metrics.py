@@ -751,6 +751,11 @@ def test_coverage_risk_of_sums_is_the_ratio_every_abstainer_takes():
     cov, risk = selective_risk_coverage(a, c)
     np.testing.assert_array_equal(cov_s, cov)
     np.testing.assert_array_equal(risk_s, risk)
+    for r in range(3):                                # by hand: answered share, error rate among the answered
+        kept = ~np.isnan(a[r])
+        answered = a[r][kept] == 0
+        assert cov[r] == pytest.approx(answered.mean())
+        assert risk[r] == pytest.approx(1.0 - c[r][kept][answered].mean())
     assert np.isnan(risk[3]) and cov[3] == 0.0
     cov, risk = coverage_risk_of_sums(0.0, 0.0, 0)
     assert np.isnan(cov) and np.isnan(risk)
