@@ -15,6 +15,7 @@ from snakemake.exceptions import WorkflowError
 from murk import core as murk_core
 from murk import pipeline as murk_pipeline
 from murk import protocol as murk_protocol
+from murk import report as murk_report
 from murk.core import model_slug
 
 configfile: "data/workflow.yaml"
@@ -402,12 +403,7 @@ rule analyse:
                                                            "reliability_recal", "risk_coverage"],
                  ext=["png", "pdf"]),
         scores=f"{OUT}/analysis/scores.nc",
-        tables=expand(f"{OUT}/analysis/{{t}}.md", t=["tbl-crossings", "tbl-end-of-sweep", "tbl-sweep-t2",
-                                                     "tbl-sweep-t3", "tbl-auroc", "tbl-monotonicity",
-                                                     "tbl-confident", "tbl-models", "tbl-prompts", "tbl-config",
-                                                     "tbl-verbal-wordings", "tbl-monitor-accuracy",
-                                                     "tbl-monitor-w", "tbl-monitor-gate", "tbl-monitor-modes", "tbl-recalibration", "tbl-risk-coverage", "tbl-missing",
-                                                     "tbl-nominal"]),
+        tables=expand(f"{OUT}/analysis/{{t}}.md", t=murk_report.ANALYSIS_TABLES),  # the notebook writes these
         cube=directory(f"{OUT}/cube.zarr"),
     log:
         f"{RUNNING}/04_analyse.ipynb",

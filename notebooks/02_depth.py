@@ -172,7 +172,7 @@ attrs = {"config_hash": meta["config_hash"], "items_hash": meta["items_hash"],
          "run_id": RUN_ID, "git_commit": core.git_commit()}
 nominal_ds = murk_scene.nominal_equivalence(
     table, meta["image_dir"], current["path"], max_side=max_side, seed=meta["seed"],
-    severities=cfg["physics"].get("imagenet_c_fog_severities", murk_scene.IMAGENET_C_SEVERITIES),
+    severities=murk_scene.IMAGENET_C_SEVERITIES,
     attrs=attrs, progress=True)
 report.write_netcdf_atomic(nominal_ds, core.analysis_dir(output_dir) / "nominal_equivalence.nc")
 murk_scene.table_vii(nominal_ds)[["median_v_eq_gain_m", "spread_p90_p10", "median_v_eq_std_ratio_m", "n_images"]]

@@ -182,7 +182,7 @@ if len(span):
             print(f"murk: {note}", file=terminal, flush=True)
     # each image's input digest (its image file's and its shuffled partner's, as select recorded them):
     # an image done from other files is read out again
-    inputs = protocol.input_digests(table, meta, protocol.shuffled_partner(len(table), cfg["items"].get("shuffle_offset", 37)))
+    inputs = protocol.input_digests(table, meta, protocol.shuffled_partner(len(table), cfg["items"]["shuffle_offset"]))
     ds = results.open_readout_store(store, table["image_id"].iloc[span.start:span.stop],
                                  table["category"].iloc[span.start:span.stop], attrs, inputs[span.start:span.stop])
     done = ds["done"].values
@@ -212,7 +212,7 @@ print(f"{len(todo)} of {len(span)} images to read out")
 # prompt run whole (`murk.readout.read_unit`) and listed below.
 
 # %%
-partner = protocol.shuffled_partner(len(table), cfg["items"].get("shuffle_offset", 37))
+partner = protocol.shuffled_partner(len(table), cfg["items"]["shuffle_offset"])
 skipped, fallbacks = {}, []
 
 

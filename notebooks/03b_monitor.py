@@ -53,7 +53,7 @@ pipeline.refuse_other_depth(current, RUN_ID, "monitor", core.depth_dir(output_di
 threshold_m = monitor.DEFAULT_THRESHOLD_M if threshold_m is None else float(threshold_m)
 stores, done = {}, {}
 # each image's input digest (its file's and its shuffled partner's): an image done from other files is read again
-inputs = protocol.input_digests(table, meta, protocol.shuffled_partner(len(table), cfg["items"].get("shuffle_offset", 37)))
+inputs = protocol.input_digests(table, meta, protocol.shuffled_partner(len(table), cfg["items"]["shuffle_offset"]))
 for mode_id in monitor.MONITOR_IDS:   # the oracle, then the deployable mode: one store each
     stores[mode_id] = core.readout_store(mode_id, output_dir)
     attrs = murk_results.store_identity(
@@ -81,7 +81,7 @@ print(f"{len(todo)} of {len(table)} images to estimate (depth backend of the dep
 # rendering are recorded per image with their reason, and the loop goes on.
 
 # %%
-partner = protocol.shuffled_partner(len(table), cfg["items"].get("shuffle_offset", 37))
+partner = protocol.shuffled_partner(len(table), cfg["items"]["shuffle_offset"])
 skipped = {}
 for i in core.bar(todo, desc="monitor", unit="img"):
     row = table.iloc[i]
@@ -116,8 +116,8 @@ for i in core.bar(todo, desc="monitor", unit="img"):
             continue
         results = {}
         for (arm, level), r in out.items():
-            r = {k: r.get(k, np.nan) for k in murk_results.READOUTS} | {k: "" for k in murk_results.TEXT_READOUTS}
-            for task in murk_results.TASKS:
+            r = {k: r.get(k, np.nan) for k in core.READOUTS} | {k: "" for k in core.TEXT_READOUTS}
+            for task in core.TASKS:
                 results[(arm, level, task)] = r
         murk_results.write_image(store, i, results, inputs[i])
 print("monitor: every item processed" if not skipped else

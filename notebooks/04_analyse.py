@@ -97,7 +97,10 @@ def show(fig, name: str, pipeline_check: bool | None = None) -> None:
 
 
 def show_table(md: str, name: str) -> None:
-    """Display a Markdown table and keep it as analysis/tbl-<name>.md."""
+    """Display a Markdown table and keep it as analysis/tbl-<name>.md (a name of ``report.ANALYSIS_TABLES``,
+    the list the Snakefile declares)."""
+    if f"tbl-{name}" not in report.ANALYSIS_TABLES:
+        raise ValueError(f"table tbl-{name} is not in murk.report.ANALYSIS_TABLES: add it to murk.report.SPEC_COUNTERPARTS")
     report.write_text_atomic(TABLE_DIR / f"tbl-{name}.md", md)
     display(Markdown(md))
 
@@ -427,30 +430,29 @@ sc
 
 # %%
 #| label: num-scores
-p = cfg["physics"]
 record("n_resamples", int(A["bootstrap_resamples"]))
 record("n_resamples_crossing", int(A["bootstrap_resamples_crossing"]))
 record("ci_percent", f"{100 * A['ci_level']:.0f}")
-record("cfg.koschmieder", f"{p['koschmieder_constant']:g}")
-record("cfg.airlight", f"{p['fog_airlight']:g}")
+record("cfg.koschmieder", f"{scene.KOSCHMIEDER_CONSTANT:g}")
+record("cfg.airlight", f"{scene.FOG_AIRLIGHT:g}")
 record("cfg.sweep", ", ".join(fmt_level(v) for v in SWEEP))
 record("cfg.n_levels", len(SWEEP))
 record("cfg.sweep_min_m", fmt_level(SWEEP.min()))
 record("cfg.sweep_max_m", fmt_level(SWEEP.max()))
-record("cfg.wavelengths_nm", ", ".join(str(v) for v in p["underwater_wavelengths_nm"]))
-record("cfg.pope_fry", ", ".join(f"{v:g}" for v in p["pope_fry_absorption_per_m"]))
-record("cfg.depth_min_m", f"{cfg['depth']['min_m']:g}")
-record("cfg.depth_max_m", f"{cfg['depth']['max_m']:g}")
+record("cfg.wavelengths_nm", ", ".join(str(v) for v in scene.UNDERWATER_WAVELENGTHS_NM))
+record("cfg.pope_fry", ", ".join(f"{v:g}" for v in scene.POPE_FRY_ABSORPTION_PER_M))
+record("cfg.depth_min_m", f"{scene.DEPTH_MIN_M:g}")
+record("cfg.depth_max_m", f"{scene.DEPTH_MAX_M:g}")
 record("cfg.max_side_px", int(cfg["render"]["max_side_px"]))
 record("cfg.box_width_px", int(cfg["render"]["box_width_px"]))
-record("cfg.seed", int(meta.get("seed", cfg["items"]["seed"])))
+record("cfg.seed", int(meta["seed"]))
 record("cfg.verbal_tokens", int(cfg["readout"]["verbal_max_new_tokens"]))
 record("cfg.chance_t2", f"{CHANCE['t2']:g}")
 record("cfg.chance_t3", f"{CHANCE['t3']:g}")
 record("cfg.confident_threshold", f"{sc.attrs['confident_threshold']:g}")
 record("cfg.confident_max_v_m", fmt_level(sc.attrs["confident_max_visibility_m"]))
 record("cfg.ece_bins", int(inspect.signature(results.confidence_scores).parameters["n_bins"].default))
-record("cfg.value_dtype", f"`{np.dtype(results.VALUE_DTYPE).name}`")
+record("cfg.value_dtype", f"`{np.dtype(core.VALUE_DTYPE).name}`")
 record("cfg.option_mass_min", f"{readout.OPTION_MASS_MIN:g}")
 record("cfg.monitor_quantile", f"{monitor.QUANTILE:g}")
 record("cfg.monitor_far_fraction", f"{monitor.FAR_FRACTION:.4g}")
@@ -462,7 +464,7 @@ record("methods.verbal_grammar", (
     f"continuation that reaches the {cfg['readout']['verbal_max_new_tokens']}-token limit with its number at the very "
     "end counts as missing, because the cut may have removed digits"))
 
-physical = [a for a in results.PHYSICAL_ARMS if a in sc["arm"].values]
+physical = [a for a in core.PHYSICAL_ARMS if a in sc["arm"].values]
 for m in VLMS:
     k = key(m)
     for arm in physical:
@@ -504,7 +506,7 @@ for m in VLMS:
             record(f"v.correct_blank.{arm}.{task}.{k}.ci", fmt_visibility_interval(lo, hi) if np.isfinite(pt) and not cb
                    else "")
     for task in sc["task"].values:
-        for ctrl in results.CONTROL_ARMS:
+        for ctrl in core.CONTROL_ARMS:
             pt, lo, hi = est("mean", model=m, arm=ctrl, level=0, task=task, readout="correct")
             record(f"correct.{ctrl}.{task}.{k}", pt, ci=(lo, hi))
     pt, lo, hi = est("confident_accuracy", model=m)
@@ -1177,7 +1179,7 @@ show(fig, "nominal_t2")
 
 # %%
 #| label: num-controls
-for ctrl in results.CONTROL_ARMS:
+for ctrl in core.CONTROL_ARMS:
     for task in ("t2", "t3"):
         groups = {}
         for m in VLMS:
@@ -1261,7 +1263,7 @@ for m in VLMS:
         row = {"VLM": name(m), "task": task, "chance": fmt(CHANCE[task]),
                "prior guesser": fmt(guesser[task]) if np.isfinite(guesser[task]) else "n/a"}
         record(f"diagnostic.guesser.{task}.{key(m)}", guesser[task])
-        for ctrl in results.CONTROL_ARMS:
+        for ctrl in core.CONTROL_ARMS:
             e = est("mean", model=m, arm=ctrl, level=0, task=task, readout="correct")
             # the replicates of the draw behind the interval (the model's own images), for the family's p-values
             keep = np.flatnonzero(results.common_images(ds, [m]))
@@ -1497,7 +1499,7 @@ report.save(report.plot_abstain_comparison(means, "t3", chance=CHANCE["t3"], mar
 #| label: tbl-monotonicity
 #| tbl-cap: "Monotonicity: adjacent level pairs moving the wrong way, raw · beyond two standard errors, per series (beyond the spec)."
 short = {"correct": "accuracy", "c_int": "c_int", "verbal_conf": "verbal", "abstain": "abstain", "abstain2": "abstain₂"}
-mono_arms = [a for a in (*results.PHYSICAL_ARMS, "imagenet_c") if a in sc["arm"].values]
+mono_arms = [a for a in (*core.PHYSICAL_ARMS, "imagenet_c") if a in sc["arm"].values]
 rows = []
 for m in VLMS:
     for arm in mono_arms:
@@ -1552,9 +1554,9 @@ show_table(report.markdown_table([{"prompt": r["name"], "template": report.verba
 
 # %%
 #| label: tbl-config
-#| tbl-cap: "Frozen configuration (spec Table III)."
-show_table(report.markdown_table([{"setting": f"`{r['setting']}`", "value": one_line(r["value"])}
-                                 for r in core.settings_table(cfg)]), "config")
+#| tbl-cap: "Settings of the run (spec Table III): the frozen configuration and, from where they live, the constants in code and the choices recorded with the run, each with its source."
+show_table(report.markdown_table([{"setting": f"`{r['setting']}`", "value": one_line(r["value"]), "source": r["source"]}
+                                  for r in report.settings_rows(cfg, meta, ds.attrs)]), "config")
 
 # %% [markdown]
 # Examples: the first items across fog and underwater levels with the first
@@ -1631,7 +1633,7 @@ def vhat_band(mode: str) -> dict:
     out = {}
     with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
-        for arm in results.PHYSICAL_ARMS:
+        for arm in core.PHYSICAL_ARMS:
             sweep_ = v.sel(arm=arm).isel(level=slice(1, None)).transpose("level", "image").values
             out[arm] = (np.nanpercentile(sweep_, [10, 50, 90], axis=-1), np.abs(np.log2(sweep_ / VIS[1:, None])) <= 1)
     return out
@@ -1640,7 +1642,7 @@ def vhat_band(mode: str) -> dict:
 BAND = {mode: vhat_band(mode) for mode in monitor.MONITOR_IDS if mode in full["model"].values}
 if HAS_MONITOR:
     band = BAND[monitor.MONITOR_ID]
-    for arm in results.PHYSICAL_ARMS:
+    for arm in core.PHYSICAL_ARMS:
         record(f"monitor.share_x2.{arm}", 100 * float(np.mean(band[arm][1][mid_band])), 0)
     BAND_DEPLOYABLE = BAND.get(monitor.MONITOR_DEPLOYABLE_ID, {})   # beside the oracle's, level by level
 record("monitor.band", f"{fmt_level(VIS[1:][mid_band].max())}–{fmt_level(VIS[1:][mid_band].min())}" if HAS_MONITOR
@@ -1653,7 +1655,7 @@ if HAS_MONITOR:
     ok0 = np.isfinite(a0)
     record("monitor.false_abstain_clean", float(np.mean(a0[ok0] == 1)) if ok0.any() else np.nan)
     record("monitor.false_abstain_clean.count", f"{int(np.sum(a0[ok0] == 1))}/{int(ok0.sum())}")
-    for arm in results.PHYSICAL_ARMS:
+    for arm in core.PHYSICAL_ARMS:
         code = mon_t2.sel(arm=arm, readout="visibility_hat_censored").isel(level=slice(1, None)).values  # (level, image)
         with np.errstate(invalid="ignore"):
             OPAQUE[arm] = np.array([np.mean(c[np.isfinite(c)] == -1) if np.isfinite(c).any() else np.nan for c in code])
@@ -1671,7 +1673,7 @@ if not HAS_MONITOR:   # one sentence each for what the paper would say about it 
 #| label: fig-monitor
 #| fig-cap: "The monitor's estimate V̂ against the true visibility V: median and P10–P90 over images; grey: within a factor of two (beyond the spec)."
 if HAS_MONITOR:
-    show(report.plot_monitor_accuracy(VIS[1:], {arm: band[arm][0] for arm in results.PHYSICAL_ARMS}), "monitor_vhat",
+    show(report.plot_monitor_accuracy(VIS[1:], {arm: band[arm][0] for arm in core.PHYSICAL_ARMS}), "monitor_vhat",
          pipeline_check=False)
 else:
     show(report.placeholder(f"visibility monitor: {report.NOT_COMPUTED}"), "monitor_vhat", pipeline_check=False)
@@ -1681,7 +1683,7 @@ else:
 #| tbl-cap: "Accuracy of the monitor's visibility estimate per level (oracle: the rendering's depth and arm; deployable: the degraded image alone, its last two columns); upper bounds: the share of the oracle's estimates where most usable pixels are opaque, so that V̂ only bounds V from above (the monitor then abstains); on the ImageNet-C severities, the share of images whose estimate lies within a factor of two of their own gain-matched equivalent visibility (beyond the spec)."
 if HAS_MONITOR:
     rows = []
-    for arm in results.PHYSICAL_ARMS:
+    for arm in core.PHYSICAL_ARMS:
         q, within = band[arm]
         for k_, v in enumerate(VIS[1:]):
             rows.append({"arm": arm, "V (m)": fmt_level(v), "median V̂ (m)": fmt_visibility(q[1, k_]),
@@ -1808,7 +1810,7 @@ if HAS_MONITOR:
     MON_P: dict[tuple, tuple[float, float]] = {}
 
     rows, verdicts, family = [], {}, []
-    for arm in results.PHYSICAL_ARMS:
+    for arm in core.PHYSICAL_ARMS:
         for signal in ("c_int", "abstain"):
             ac, _ = monitor_crossing(arm, signal, monitor.MONITOR_ID)   # over every image (the monitor's own)
             record(f"monitor.v.{signal}.{arm}", crossing_text(ac["v_cross_m"], ac["v_lo_m"], ac["v_hi_m"],
@@ -1853,7 +1855,7 @@ if HAS_MONITOR:
         f"On the clean images it abstains on a share of {numbers['monitor.false_abstain_clean']} "
         f"({numbers['monitor.false_abstain_clean.count']}): false abstentions, since nothing is clearer; its crossing "
         f"visibility is {numbers['monitor.v.abstain.fog']} m in fog and {numbers['monitor.v.abstain.underwater']} m "
-        "under water. " + " ".join(numbers[f"finding.monitor.{arm}"] for arm in results.PHYSICAL_ARMS)).strip())
+        "under water. " + " ".join(numbers[f"finding.monitor.{arm}"] for arm in core.PHYSICAL_ARMS)).strip())
     md = report.markdown_table(rows)
 else:
     md = not_computed("the monitor stage did not run")
@@ -1868,7 +1870,7 @@ if HAS_MONITOR:
     for m in VLMS:
         sub = full.isel(image=np.flatnonzero(results.common_images(full, [monitor.MONITOR_ID, m])))  # shared images
         ids = sub["image"].values
-        for arm in results.PHYSICAL_ARMS:
+        for arm in core.PHYSICAL_ARMS:
             v = sub["value"].sel(model=m, arm=arm, task="t2")
             flat = lambda da: da.transpose("level", "image").values.ravel()  # noqa: E731
             img = np.broadcast_to(ids, (v.sizes["level"], ids.size)).ravel()
@@ -1925,7 +1927,7 @@ SENS = {"oracle": ("oracle (rendering depth)", lambda z: z), "kappa_0.5": ("dept
                                                                                    np.float32))}
 THR = monitor.DEFAULT_THRESHOLD_M
 sens = {}   # (arm, variant) -> dict of V̂ (image, level), codes, clean V̂ and codes
-partner_ = protocol.shuffled_partner(len(table), cfg["items"].get("shuffle_offset", 37)) if n_sens else None
+partner_ = protocol.shuffled_partner(len(table), cfg["items"]["shuffle_offset"]) if n_sens else None
 for i in core.bar(range(n_sens), desc="analyse: monitor depth sensitivity", unit="img") if n_sens else []:
     try:  # inputs and both renderings first: an image contributes to every row or to none
         x = scene.item_inputs(table, i, partner_[i], meta["image_dir"], current["path"], cfg)
@@ -1964,7 +1966,7 @@ record("monitor.depth.what", (
     "equals the oracle here" if approximate else f"`{ds.attrs['depth_backend']}`"))
 if rows:
     parts = []
-    for arm in results.PHYSICAL_ARMS:
+    for arm in core.PHYSICAL_ARMS:
         n_ = lambda k_, what: numbers[f"monitor.depth.{k_}.{arm}.{what}"]  # noqa: E731
         parts.append(f"{ARM_WORDS[arm]}, the median V̂ is {n_('kappa_0.5', 'ratio_to_oracle')} and "
                      f"{n_('kappa_2', 'ratio_to_oracle')} times the oracle's with κ = 0.5 and 2, and the gate's "
@@ -1973,11 +1975,11 @@ if rows:
     # a global depth factor kappa must move V̂ by kappa exactly (only beta * z enters the image formation)
     scale_exact = all(abs(float(np.nanmedian(np.asarray(sens[(a, f'kappa_{k}')]['v'], float)[:, 1:]
                                             / np.asarray(sens[(a, 'oracle')]['v'], float)[:, 1:])) / float(k) - 1) < 1e-3
-                      for a in results.PHYSICAL_ARMS for k in ("0.5", "2"))
+                      for a in core.PHYSICAL_ARMS for k in ("0.5", "2"))
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         log_ratio = [np.log(np.asarray(sens[(a, "constant")]["v"], float)[:, 1:]
-                            / np.asarray(sens[(a, "oracle")]["v"], float)[:, 1:]) for a in results.PHYSICAL_ARMS]
+                            / np.asarray(sens[(a, "oracle")]["v"], float)[:, 1:]) for a in core.PHYSICAL_ARMS]
         shape_changes = any(float(np.nanstd(r_)) > 0.01 for r_ in log_ratio)   # not one global factor
     record("finding.monitor.depth", (
         f"on the first {numbers['monitor.depth.n_items']} items (study depth: {numbers['monitor.depth.what']}), "
@@ -2020,7 +2022,7 @@ if HAS_DEPLOYABLE:
         a0 = mv.sel(arm="fog", level=0, readout="abstain").values
         ok0 = np.isfinite(a0)
         record(f"monitor.{tag}.false_abstain_clean.count", f"{int(np.sum(a0[ok0] == 1))}/{int(ok0.sum())}")
-        for arm in results.PHYSICAL_ARMS:
+        for arm in core.PHYSICAL_ARMS:
             sweep_ = mv.sel(arm=arm).isel(level=slice(1, None)).transpose("readout", "level", "image")
             record(f"monitor.{tag}.share_x2.{arm}", 100 * float(np.mean(BAND[mode][arm][1][mid_band])), 0)
             code = sweep_.sel(readout="visibility_hat_censored").values[-1]
@@ -2101,7 +2103,7 @@ HAS_OPTIONS = (all(o in ds["readout"].values for o in OPTS)
                and bool(ds["value"].sel(readout="p_option_0").notnull().any()))
 V_HAT_ID = monitor.MONITOR_DEPLOYABLE_ID          # the temperature's visibility: what a deployed system sees
 HAS_VHAT = V_HAT_ID in full["model"].values
-RECAL_ARMS = list(results.PHYSICAL_ARMS)
+RECAL_ARMS = list(core.PHYSICAL_ARMS)
 record("recal.seed", int(A["bootstrap_seed"]))
 # Each model's halves are drawn from its own images (a model on the first N items: those N), and its test half
 # is resampled with the draw of its own test images: nothing of it comes from images it was not run on.
@@ -2510,7 +2512,7 @@ if "plateau" in nom:
     record("discussion.nominal", (
         "The nominal ImageNet-C fog severities, placed on the physical axis by their retained contrast, sit at "
         f"visibilities where accuracy has not yet started to fall for {fmt_list(nom['plateau'])}: a robustness "
-        f"score over severities {fmt_range(cfg['physics']['imagenet_c_fog_severities'], digits=0)} then measures the plateau, not the failure, and says nothing about where a "
+        f"score over severities {fmt_range(scene.IMAGENET_C_SEVERITIES, digits=0)} then measures the plateau, not the failure, and says nothing about where a "
         "model's awareness of its failure begins. A physical axis in metres places the failure band, and the "
         "five severities, on one scale."))
 elif "reaches the band" in nom or report.IN_BAND_NO_FALL in nom:
@@ -2596,10 +2598,10 @@ lead = ("What this run's read-outs show, all of them a pipeline check (random-we
         f"Evidence, for the models run (the read-outs of {fmt_list(name(m) for m in PC_MODELS)} only a pipeline "
         "check): " if PC_MODELS else "Evidence, for the models run: ")
 record("intro.contribution.evidence", lead + "against accuracy on t2, " + "; ".join(evidence) + ".")
-n_floors = len(VLMS) * 2 * len(results.CONTROL_ARMS)
+n_floors = len(VLMS) * 2 * len(core.CONTROL_ARMS)
 confounded = sum(numbers.get(f"diagnostic.floor.{c}.{t}.{key(m)}") in (results.BELOW_CHANCE,
                                                                       results.ABOVE_GUESSER)
-                 for m in VLMS for t in ("t2", "t3") for c in results.CONTROL_ARMS)
+                 for m in VLMS for t in ("t2", "t3") for c in core.CONTROL_ARMS)
 n_dominated = sum(len(who) for who in dominated.values())
 marker_share = hard.get("fog", np.nan)
 marker_words = ("" if not np.isfinite(marker_share) else f", and the box marker is hard to see at {fmt_level(V_END)} m "

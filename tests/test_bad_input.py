@@ -385,7 +385,7 @@ def _coco_copy(tmp_path, edit):
 
 
 def _first_candidate():
-    return items.candidate_ids(SAMPLE / "annotations" / "instances_val2017.json")[0]
+    return items._candidate_ids(SAMPLE / "annotations" / "instances_val2017.json")[0]
 
 
 @needs_sample
@@ -397,7 +397,7 @@ def test_an_unknown_category_id_is_refused_in_one_line_naming_file_annotation_an
                                     "bbox": [10.0, 10.0, 100.0, 100.0], "iscrowd": 0, "area": 1e4})
 
     ann = _coco_copy(tmp_path, edit)
-    for f in (lambda: items.select_items(ann, n_items=3, seed=1), lambda: items.candidate_ids(ann)):
+    for f in (lambda: items.select_items(ann, n_items=3, seed=1), lambda: items._candidate_ids(ann)):
         with pytest.raises(ValueError) as e:
             f()
         msg = str(e.value)

@@ -158,7 +158,7 @@ def test_display_names_are_the_shortest_unique_suffixes():
     folders = figures.display_names(["/data/a/run1/final", "/data/a/run2/final", "/data/b/run1/final/"])
     assert folders == {"/data/a/run1/final": "a/run1/final", "/data/a/run2/final": "run2/final",
                        "/data/b/run1/final/": "b/run1/final"}
-    assert figures.display_names(["org/m"]) == {"org/m": "m"} and figures.short_name("org/m") == "m"
+    assert figures.display_names(["org/m"]) == {"org/m": "m"} and figures._short_name("org/m") == "m"
     # an id that is a suffix of another is named in full, and the names stay distinct
     both = figures.display_names(["smolvlm", "murk-tiny/smolvlm"])
     assert len(set(both.values())) == 2
@@ -219,9 +219,9 @@ def test_figure_files_carry_the_identities(tmp_path):
     finally:
         figures.set_identity()
     plain, _ = figures.save(figures.placeholder("x"), tmp_path, "without")
-    assert figures.file_identity(png) == ids and figures.file_identity(plain) == {}
+    assert figures._file_identity(png) == ids and figures._file_identity(plain) == {}
     assert b"r-111111111111" in pdf.read_bytes() and b"a-aaaaaaaaaaaa" in pdf.read_bytes()
-    assert figures.file_identity(figures.save(figures.placeholder("x"), tmp_path, "given",
+    assert figures._file_identity(figures.save(figures.placeholder("x"), tmp_path, "given",
                                               identity={"run_id": "r-2"})[0]) == {"run_id": "r-2"}
 
 

@@ -12,11 +12,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from murk.core import load_config
 from murk.core import _paths as paths
-from murk.protocol import (COLUMNS, candidate_ids, items_hash, load_items, save_items, select_items, selection_report,
-                           shuffled_partner)
-from murk.protocol._items import _candidate_pool
+from murk.core import load_config
+from murk.protocol._items import _candidate_ids, _candidate_pool
+from murk.protocol import (
+    COLUMNS,
+    items_hash,
+    load_items,
+    save_items,
+    select_items,
+    selection_report,
+    shuffled_partner,
+)
 
 SHARED = paths.project_root().parent / "shared"
 VAL_SAMPLE = SHARED / "coco-val2017-sample" / "annotations" / "instances_val2017.json"
@@ -193,13 +200,13 @@ def test_save_load_round_trip(items, tmp_path):
 
 
 def test_shuffled_partner():
-    j = shuffled_partner(1000)
+    offset = load_config()["items"]["shuffle_offset"]
+    j = shuffled_partner(1000, offset)
     assert j.dtype == np.int64 and j[0] == 37 and j[999] == 36 and j[962] == 999 and j[963] == 0
     assert sorted(j.tolist()) == list(range(1000))
-    assert shuffled_partner(1000, load_config()["items"]["shuffle_offset"]).tolist() == j.tolist()
-    assert shuffled_partner(37).tolist() == list(range(37))  # N = offset: the identity
+    assert shuffled_partner(37, offset).tolist() == list(range(37))  # N = offset: the identity
     with pytest.raises(ValueError):
-        shuffled_partner(0)
+        shuffled_partner(0, offset)
 
 
 def test_missing_file_error(tmp_path):
@@ -355,7 +362,7 @@ def test_selection_report_on_a_made_up_table(tmp_path):
 @needs_val
 def test_selection_report_on_the_sample(items):
     r = selection_report(items, VAL_SAMPLE)
-    assert r["n_candidates"] == 37 == len(candidate_ids(VAL_SAMPLE)) and r["n_items"] == 37
+    assert r["n_candidates"] == 37 == len(_candidate_ids(VAL_SAMPLE)) and r["n_items"] == 37
     assert sum(r["target_share"].values()) == pytest.approx(1.0)
     assert r["guesser_category"] == "person"
     assert 0.25 <= r["guesser_accuracy_t2"] <= r["target_share"]["person"] + 0.25
@@ -383,7 +390,7 @@ def test_full_val2017_has_1146_candidates():
     f, why = _full_val2017()
     if f is None:
         pytest.skip(f"candidate count 1146 not checked: {why}")
-    assert len(candidate_ids(f)) == 1146
+    assert len(_candidate_ids(f)) == 1146
     table = select_items(f, n_items=1000, seed=1)
     assert len(table) == 1000
     r = selection_report(table, f)

@@ -68,7 +68,7 @@ def sample_scenes():
 def sweep_estimates(sample_scenes):
     """{(arm, depth model): (N, L) V_hat}, rendered and estimated once."""
     cases = [("fog", "ground"), ("fog", "billboard"), ("underwater", "ground")]
-    return {(arm, dm): np.array([mon.estimate_sweep(image, depths[dm], arm) for _, image, depths in sample_scenes])
+    return {(arm, dm): np.array([mon._estimate_sweep(image, depths[dm], arm) for _, image, depths in sample_scenes])
             for arm, dm in cases}
 
 
@@ -230,15 +230,6 @@ def test_visibility_confidence_and_gate():
     np.testing.assert_array_equal(mon.gate_decisions([3.0, 30.0, np.nan, 10.0], 10.0), [True, False, True, False])
     with pytest.raises(ValueError):
         mon.visibility_confidence(1.0, (10.0, 1.0))
-
-
-def test_coverage_risk():
-    assert mon.coverage_risk([False, False, True, True], [1, 0, 0, 0]) == (0.5, 0.5)
-    cov, risk = mon.coverage_risk([True, True], [1, 0])
-    assert cov == 0.0 and np.isnan(risk)
-    assert mon.coverage_risk([False, False, True], [1, np.nan, 0]) == (0.5, 0.0)
-    with pytest.raises(ValueError):
-        mon.coverage_risk([True], [1, 0])
 
 
 def test_split_images_is_per_image_and_reproducible():

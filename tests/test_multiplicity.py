@@ -113,7 +113,7 @@ def test_an_at_chance_floor_among_several_is_no_longer_declared_answerable():
     planted = [(_floor(50, 200, s), 0.25) for s in range(3)] + [(_floor(100, 200, s), 0.5) for s in range(3, 6)]
     planted.append((_floor(116, 200, 6), 0.5))
     (point, lo, hi), _ = planted[-1][0]
-    assert lo > 0.5 and dg.floor_verdict(point, lo, hi, 0.5) == dg.ABOVE_GUESSER   # the uncorrected verdict
+    assert lo > 0.5 and dg._floor_verdict(point, lo, hi, 0.5) == dg.ABOVE_GUESSER   # the uncorrected verdict
     estimates = [e for (e, _), _ in planted] + [_floor(22, 200, 7)[0]]
     replicates = [b for (_, b), _ in planted] + [_floor(22, 200, 7)[1]]
     chance = [c for _, c in planted] + [0.25]

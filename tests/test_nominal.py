@@ -179,22 +179,22 @@ def test_equivalent_visibility_recovers_fog_visibility(small):
     depth = rng.uniform(5.0, 25.0, small.shape[:2])
     levels = np.array([500.0, 250.0, 100.0, 40.0, 15.625])
     degraded = ph.fog_sweep(small, depth, levels)
-    v_eq = nm.equivalent_visibility(small, degraded, depth)
+    v_eq = nm._equivalent_visibility(small, degraded, depth)
     assert v_eq.shape == (5,)
     # 8-bit rounding of the degraded images is the only difference: 1 %.
     np.testing.assert_allclose(v_eq, levels, rtol=0.01)
-    single = nm.equivalent_visibility(small, degraded[3], depth)
+    single = nm._equivalent_visibility(small, degraded[3], depth)
     assert isinstance(single, float) and single == pytest.approx(v_eq[3])
     # Stacks of any leading shape.
     stacked = degraded.reshape(5, 1, *small.shape)
-    assert nm.equivalent_visibility(small, stacked, depth).shape == (5, 1)
+    assert nm._equivalent_visibility(small, stacked, depth).shape == (5, 1)
 
 
 def test_equivalent_visibility_is_a_root_not_a_grid_value(small):
     """The unrounded rendering at V_eq has the target gain to solver precision."""
     depth = np.full(small.shape[:2], 13.8)
     target = 0.5 * small / 255.0 + 0.25  # gain 0.5 exactly, any V allowed
-    v = nm.equivalent_visibility(small, target, depth)
+    v = nm._equivalent_visibility(small, target, depth)
     rendering = ph.fog_sweep(small, depth, [v], rounded=False)[0]
     assert nm.contrast_gain(small, rendering) == pytest.approx(0.5, abs=1e-4)
     assert v not in np.geomspace(4000.0, 0.25, 15)
@@ -203,39 +203,39 @@ def test_equivalent_visibility_is_a_root_not_a_grid_value(small):
 def test_equivalent_visibility_scales_with_depth(small):
     depth = np.full(small.shape[:2], 10.0)
     degraded = ph.fog(small, depth, 40.0)
-    v1 = nm.equivalent_visibility(small, degraded, depth)
-    v2 = nm.equivalent_visibility(small, degraded, 2 * depth)
+    v1 = nm._equivalent_visibility(small, degraded, depth)
+    v2 = nm._equivalent_visibility(small, degraded, 2 * depth)
     assert v2 == pytest.approx(2 * v1, rel=1e-3)
 
 
 def test_equivalent_visibility_out_of_range_and_nan(small):
     depth = np.full(small.shape[:2], 13.8)
-    assert np.isnan(nm.equivalent_visibility(small, small, depth))  # gain 1: no fog is that clear
+    assert np.isnan(nm._equivalent_visibility(small, small, depth))  # gain 1: no fog is that clear
     # A bracket that does not reach the degradation.
     degraded = ph.fog(small, depth, 25.0)
-    assert np.isnan(nm.equivalent_visibility(small, degraded, depth, bracket_m=(50, 500)))
+    assert np.isnan(nm._equivalent_visibility(small, degraded, depth, bracket_m=(50, 500)))
     flat = np.full_like(small, 100)
-    assert np.isnan(nm.equivalent_visibility(flat, flat, depth))
-    out = nm.equivalent_visibility(small, np.stack([small, degraded]), depth)
+    assert np.isnan(nm._equivalent_visibility(flat, flat, depth))
+    out = nm._equivalent_visibility(small, np.stack([small, degraded]), depth)
     assert np.isnan(out[0]) and out[1] == pytest.approx(25.0, rel=0.01)
     # The check statistic uses the same root finding.
-    assert nm.equivalent_visibility(small, degraded, depth, method="std_ratio") == pytest.approx(
+    assert nm._equivalent_visibility(small, degraded, depth, method="std_ratio") == pytest.approx(
         25.0, rel=0.02)
 
 
 def test_equivalent_visibility_errors(small):
     depth = np.full(small.shape[:2], 13.8)
     with pytest.raises(ValueError, match="method"):
-        nm.equivalent_visibility(small, small, depth, method="psnr")
+        nm._equivalent_visibility(small, small, depth, method="psnr")
     for bracket in ([10.0], [[1.0, 2.0]], [0.0, 10.0], [1.0, np.inf], [10.0, 1.0]):
         with pytest.raises(ValueError, match="bracket_m"):
-            nm.equivalent_visibility(small, small, depth, bracket_m=bracket)
+            nm._equivalent_visibility(small, small, depth, bracket_m=bracket)
     with pytest.raises(ValueError, match="degraded"):
-        nm.equivalent_visibility(small, small[:-1], depth)
+        nm._equivalent_visibility(small, small[:-1], depth)
     with pytest.raises(ValueError, match="shape"):
-        nm.equivalent_visibility(small, small, depth[:-1])
+        nm._equivalent_visibility(small, small, depth[:-1])
     with pytest.raises(ValueError, match="uint8"):
-        nm.equivalent_visibility(small / 255.0, small, depth)
+        nm._equivalent_visibility(small / 255.0, small, depth)
 
 
 # ------------------------------------------------------- ImageNet-C gain constants
@@ -316,14 +316,14 @@ def test_coco_nominal_severities(coco):
     # scene still moves the gain (hence the spec's 52 % monotone share with a real
     # depth); the gains stay well below 1 and near 1 / (1 + c).
     assert np.all((gains > 0.1) & (gains < 0.6))
-    v_eq = nm.equivalent_visibility(coco, degraded, depth)
+    v_eq = nm._equivalent_visibility(coco, degraded, depth)
     assert np.all(np.isfinite(v_eq))
     # With a constant depth the gain-matched V_eq is a decreasing function of the gain.
     np.testing.assert_array_equal(np.argsort(v_eq), np.argsort(gains))
     # Nominal fog sits far above the failure band of the spec (V_acc of 12-16 m).
     assert np.all((v_eq > 20.0) & (v_eq < 2000.0))
     # The check statistic runs too (the spec reports it to be non-monotone).
-    assert np.all(np.isfinite(nm.equivalent_visibility(coco, degraded, depth, method="std_ratio")))
+    assert np.all(np.isfinite(nm._equivalent_visibility(coco, degraded, depth, method="std_ratio")))
 
 
 # ------------------------------------------------------------ items, Table VII
@@ -420,14 +420,14 @@ def test_non_monotone_gain_curve_gives_nan_with_a_reason():
     degraded = ph.fog_sweep(img, depth, [v_true], rounded=False)[0]
     target = nm.contrast_gain(img, degraded)
     assert curve[1] < target < curve[4]
-    v, why = nm.equivalent_visibility(img, degraded, depth, return_reason=True)
+    v, why = nm._equivalent_visibility(img, degraded, depth, return_reason=True)
     assert np.isnan(v) and why == "several_roots"
     # the old rule (first root from the clear end) returned a visibility far above the rendered one
     first = np.flatnonzero(np.sign(curve[:-1] - target) != np.sign(curve[1:] - target))[0]
     assert grid[first + 1] > 10 * v_true
     # a degradation on the monotone murky branch still has its unique root
     murky = ph.fog_sweep(img, depth, [3.0], rounded=False)[0]
-    v, why = nm.equivalent_visibility(img, murky, depth, return_reason=True)
+    v, why = nm._equivalent_visibility(img, murky, depth, return_reason=True)
     assert why == "" and v == pytest.approx(3.0, rel=1e-3)
 
 
@@ -442,14 +442,14 @@ def test_clean_uniform_and_negative_gains_are_flagged():
     curve = nm._FogStatistics(img, depth, ph.FOG_AIRLIGHT).curve("gain", np.geomspace(4000.0, 0.25, 15))
     assert curve.max() > 1.1  # fog raises this scene's gain above 1 before lowering it
     stack = np.stack([img, np.full_like(img, 200), 255 - img, ph.fog(img, depth, 5.0)])
-    v, why = nm.equivalent_visibility(img, stack, depth, return_reason=True)
+    v, why = nm._equivalent_visibility(img, stack, depth, return_reason=True)
     assert list(why[:3]) == ["outside_0_1", "saturated", "outside_0_1"] and np.isnan(v[:3]).all()
     assert why[3] == "" and v[3] == pytest.approx(5.0, rel=0.02)
     # a degradation the bracket does not reach, and an undefined statistic
-    v, why = nm.equivalent_visibility(img, ph.fog(img, depth, 5.0), depth, bracket_m=(50, 500), return_reason=True)
+    v, why = nm._equivalent_visibility(img, ph.fog(img, depth, 5.0), depth, bracket_m=(50, 500), return_reason=True)
     assert np.isnan(v) and why == "no_root"
     flat = np.full_like(img, 100)
-    assert nm.equivalent_visibility(flat, flat, depth, return_reason=True)[1] == "undefined"
+    assert nm._equivalent_visibility(flat, flat, depth, return_reason=True)[1] == "undefined"
     assert set(nm.EQUIVALENCE_REASONS) >= {"", "undefined", "saturated", "outside_0_1", "no_root", "several_roots"}
 
 
@@ -519,7 +519,7 @@ def test_monotone_share_on_the_sample_matches_the_spec():
         depth = monitor.ground_plane_depth(*img.shape[:2])
         seed = nm.imagenet_c_seed(1, rec["id"])
         degraded = np.stack([nm.imagenet_c_fog(img, s, seed) for s in nm.IMAGENET_C_SEVERITIES])
-        v_eq.append(nm.equivalent_visibility(img, degraded, depth))
+        v_eq.append(nm._equivalent_visibility(img, degraded, depth))
         own = np.stack([nm.imagenet_c_fog(img, s, (seed, s)) for s in nm.IMAGENET_C_SEVERITIES])
         independent.append(nm.contrast_gain(img, own))
     v_eq = np.array(v_eq)

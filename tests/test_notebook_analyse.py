@@ -767,9 +767,9 @@ def test_one_analysis_identity_in_every_artifact_and_a_mixed_paper_refused(root,
     assert xr.open_zarr(paths.cube_store(root)).attrs["run_id"] == run
     ids = {"run_id": run, "analysis_id": numbers["analysis_id"]}
     for png in sorted(paths.figures_dir(root).glob("*.png")):
-        assert figures.file_identity(png) == ids, png
+        assert figures._file_identity(png) == ids, png
     embedded = sorted((paths.paper_out_dir(root) / "embed").glob("04_analyse-fig-*.png"))
-    assert embedded and all(figures.file_identity(f) == ids for f in embedded)
+    assert embedded and all(figures._file_identity(f) == ids for f in embedded)
     html = synthetic_paper[1]["html"].read_text(encoding="utf-8")
     assert f'<meta name="murk-analysis-id" content="{numbers["analysis_id"]}">' in html[:html.index("</head>")]
     assert f"Run identity {run}; analysis identity {numbers['analysis_id']}" in _visible(html)

@@ -468,10 +468,33 @@ def test_every_figure_and_table_names_its_spec_counterpart():
     names is named by one of them."""
     captions = _paper_captions()
     assert len(captions) > 30
-    assert paper.spec_map_problems(_spec_text(), captions) == []
-    named = {label: paper.spec_counterpart(label) for label in captions}
+    assert paper._spec_map_problems(_spec_text(), captions) == []
+    named = {label: paper._spec_counterpart(label) for label in captions}
     assert named["fig-signals-t2"] == "spec Fig. 3" and named["tbl-sweep-t3"] == "spec Table X"
     assert named["tbl-monitor-gate"].startswith("beyond the spec")
+
+
+def _tables_written(notebook_source: str) -> list[str]:
+    """The ``tbl-<name>`` files a notebook's ``show_table(md, "<name>")`` calls write."""
+    import ast
+
+    return ["tbl-" + n.args[1].value for n in ast.walk(ast.parse(notebook_source))
+            if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "show_table" and len(n.args) > 1
+            and isinstance(n.args[1], ast.Constant)]
+
+
+def test_the_snakefile_declares_every_table_the_analysis_writes():
+    """The analyse rule's tables are murk.paper.ANALYSIS_TABLES (derived, not hand-listed); the notebook
+    writes exactly those: a table added to the notebook and not to the list fails here (and at run time,
+    in its show_table)."""
+    source = (paths.project_root() / "notebooks" / "04_analyse.py").read_text(encoding="utf-8")
+    written = _tables_written(source)
+    assert len(written) == len(set(written)) == 23
+    assert set(written) == set(paper.ANALYSIS_TABLES)
+    planted = source + '\nshow_table(md, "planted")\n'
+    assert set(_tables_written(planted)) != set(paper.ANALYSIS_TABLES)
+    snakefile = (paths.project_root() / "Snakefile").read_text(encoding="utf-8")
+    assert 't=murk_report.ANALYSIS_TABLES' in snakefile and '"tbl-crossings"' not in snakefile
 
 
 def test_the_spec_map_check_notices_each_gap():
@@ -479,19 +502,19 @@ def test_the_spec_map_check_notices_each_gap():
     with none, a caption that does not name its counterpart or names another one."""
     captions = _paper_captions()
     spec = _spec_text()
-    problems = paper.spec_map_problems(spec, {**captions, "fig-new": "A new figure."})
+    problems = paper._spec_map_problems(spec, {**captions, "fig-new": "A new figure."})
     assert problems == ["fig-new: no spec counterpart (murk.report.SPEC_COUNTERPARTS)"]
     without = {k: v for k, v in captions.items() if k != "fig-nominal"}
-    assert paper.spec_map_problems(spec, without) == ["spec Fig. 7: no figure or table of the paper names it"]
-    assert paper.spec_map_problems(spec + " Table VIII", captions) == [
+    assert paper._spec_map_problems(spec, without) == ["spec Fig. 7: no figure or table of the paper names it"]
+    assert paper._spec_map_problems(spec + " Table VIII", captions) == [
         "spec Table VIII: no figure or table of the paper names it"]
     bare = {**captions, "tbl-prompts": captions["tbl-prompts"].replace("(spec Table II)", "")}
-    problems = paper.spec_map_problems(spec, bare)
+    problems = paper._spec_map_problems(spec, bare)
     assert problems and all("tbl-prompts" in p or "Table II" in p for p in problems), problems
     wrong = {**captions, "tbl-nominal": captions["tbl-nominal"] + " (spec Table VI)"}
-    assert any("tbl-nominal: its caption names ['Table VI']" in p for p in paper.spec_map_problems(spec, wrong))
+    assert any("tbl-nominal: its caption names ['Table VI']" in p for p in paper._spec_map_problems(spec, wrong))
     with pytest.raises(KeyError, match="SPEC_COUNTERPARTS"):
-        paper.spec_counterpart("fig-new")
+        paper._spec_counterpart("fig-new")
 
 
 def _top_sections(text: str) -> list[str]:

@@ -75,8 +75,8 @@ def test_by_hand_examples_run_as_printed(demo, tmp_path):
     for nb in ("01_select", "02_depth", "03_readout-mine", "03b_monitor", "04_analyse"):
         assert paper.notebook_identity(out / "notebooks" / f"{nb}.ipynb")["run_id"] == run, nb
     assert paper.notebook_identity(out / "notebooks" / "04_analyse.ipynb")["analysis_id"] == numbers["analysis_id"]
-    assert figures.file_identity(out / "figures" / "scene_levels.png") == {"run_id": run}
-    assert figures.file_identity(out / "figures" / "accuracy_t2.png") == {"run_id": run,
+    assert figures._file_identity(out / "figures" / "scene_levels.png") == {"run_id": run}
+    assert figures._file_identity(out / "figures" / "accuracy_t2.png") == {"run_id": run,
                                                                           "analysis_id": numbers["analysis_id"]}
     # the demo's own analyse notebook (three models) beside the by-hand numbers (two): the mixed paper of the
     # issue. make paper's converter refuses it, writing nothing, and names both identities and the README's command

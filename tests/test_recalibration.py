@@ -33,7 +33,7 @@ def test_apply_temperature_hand_cases():
     per_row = rc.apply_temperature([[0.64, 0.36], [0.64, 0.36]], np.array([1.0, 2.0]))
     assert per_row[0].tolist() == [0.64, 0.36] and per_row[1] == pytest.approx([0.8 / 1.4, 0.6 / 1.4])
     assert rc.option_confidence([[0.2, 0.8], [np.nan, np.nan]]).tolist()[0] == 0.8
-    assert rc.option_answer([[0.2, 0.8], [np.nan, np.nan]]).tolist() == [1, -1]
+    assert rc._option_answer([[0.2, 0.8], [np.nan, np.nan]]).tolist() == [1, -1]
 
 
 @pytest.mark.parametrize("probs, T, match", [
@@ -52,7 +52,7 @@ def test_fit_temperature_recovers_a_known_temperature(logits):
     # the fit is the likelihood's minimum
     p = _softmax(z * 2.5)
     t = rc.fit_temperature(p, y)
-    assert rc.negative_log_likelihood(p, y, t) <= min(rc.negative_log_likelihood(p, y, t * f) for f in (0.97, 1.03))
+    assert rc._negative_log_likelihood(p, y, t) <= min(rc._negative_log_likelihood(p, y, t * f) for f in (0.97, 1.03))
 
 
 def test_fit_visibility_temperature_recovers_t_of_log_v(logits):
@@ -89,13 +89,13 @@ def test_fit_visibility_temperature_clips_v_at_cap_m(logits):
 
 def test_negative_log_likelihood_closed_form():
     p = [[0.5, 0.5, np.nan], [0.64, 0.36, 0.0]]
-    assert rc.negative_log_likelihood(p, [0, 0]) == pytest.approx((np.log(2) - np.log(0.64)) / 2, rel=1e-12)
+    assert rc._negative_log_likelihood(p, [0, 0]) == pytest.approx((np.log(2) - np.log(0.64)) / 2, rel=1e-12)
     # T = 2: the second row becomes (0.8, 0.6, 0) / 1.4; the first stays (0.5, 0.5)
-    assert rc.negative_log_likelihood(p, [1, 1], 2.0) == pytest.approx((np.log(2) - np.log(0.6 / 1.4)) / 2,
+    assert rc._negative_log_likelihood(p, [1, 1], 2.0) == pytest.approx((np.log(2) - np.log(0.6 / 1.4)) / 2,
                                                                       rel=1e-12)
-    assert rc.negative_log_likelihood(p, [0, 0], [1.0, 2.0]) == pytest.approx(
+    assert rc._negative_log_likelihood(p, [0, 0], [1.0, 2.0]) == pytest.approx(
         (np.log(2) - np.log(0.8 / 1.4)) / 2, rel=1e-12)
-    assert rc.option_confidence(p).tolist() == [0.5, 0.64] and rc.option_answer(p).tolist() == [0, 0]
+    assert rc.option_confidence(p).tolist() == [0.5, 0.64] and rc._option_answer(p).tolist() == [0, 0]
 
 
 def test_visibility_fit_errors_are_named():
@@ -108,7 +108,7 @@ def test_visibility_fit_errors_are_named():
     with pytest.raises(ValueError, match="probability 0"):
         rc.fit_visibility_temperature([[0.6, 0.4], [1.0, 0.0]], y, [10.0, 20.0])
     with pytest.raises(ValueError, match="probability 0"):
-        rc.negative_log_likelihood([[1.0, 0.0]], [1])
+        rc._negative_log_likelihood([[1.0, 0.0]], [1])
 
 
 def test_fit_errors_are_named():

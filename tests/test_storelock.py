@@ -59,11 +59,11 @@ def test_second_writer_refused_while_first_lives(tmp_path):
         assert sorted(p.name for p in store.parent.iterdir()) == before
         assert not store.exists()
         assert (store.parent / "s1-0000.zarr.writer.json").read_text() == record
-        assert runlock.store_holder(store)["pid"] == first.pid
+        assert runlock._store_holder(store)["pid"] == first.pid
     finally:
         first.communicate("\n", timeout=30)
     # the lock ended with its process: the next writer takes it and records itself
-    assert runlock.store_holder(store) is None
+    assert runlock._store_holder(store) is None
     r = _second(store)
     assert r.returncode == 0 and "took it" in r.stdout, r.stdout + r.stderr
     assert json.loads((store.parent / "s1-0000.zarr.writer.json").read_text())["pid"] != first.pid
@@ -83,4 +83,4 @@ def test_killed_writer_releases_its_store(tmp_path):
 def test_same_process_holds_once(tmp_path):
     store = tmp_path / "x.zarr"
     assert runlock.hold_store_lock(store) == runlock.hold_store_lock(store) == tmp_path / "x.zarr.writer.flock"
-    assert runlock.store_holder(store)["pid"] == os.getpid()
+    assert runlock._store_holder(store)["pid"] == os.getpid()

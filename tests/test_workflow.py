@@ -87,7 +87,7 @@ def test_stale_markers_are_named_and_nothing_is_deleted(tmp_path):
 HOLD = """
 import sys, time
 from murk.pipeline import markers as workflow
-removed = workflow.hold_run_lock(sys.argv[1])
+removed = workflow._hold_run_lock(sys.argv[1])
 print(len(removed), flush=True)
 if len(sys.argv) > 2:
     time.sleep(3600)
@@ -520,7 +520,7 @@ def _lock_block() -> str:
 # A tiny workflow around the Snakefile's lock block: one job that runs until its root holds `release`.
 TINY = '''import os, sys
 from snakemake.exceptions import WorkflowError
-from murk.pipeline import markers as murk_workflow
+from murk import pipeline as murk_pipeline
 OUT = config["output_dir"]
 {block}
 rule all:

@@ -1,9 +1,9 @@
 """The core: the layout of data/ and outputs/, the frozen configuration and its hash, the run settings' schema,
-file identities and digests, atomic writes on a full disk, progress bars.
+the result cube's schema, file identities and digests, atomic writes on a full disk, progress bars.
 
 Layer 1 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
 pipeline). It imports nothing of murk: every other layer may import it. The names below are its public surface;
-the modules behind it (``_config``, ``_diskfull``, ``_identity``, ``_paths``, ``_progress``, ``settings``) are
+the modules behind it (``_config``, ``_diskfull``, ``_identity``, ``_paths``, ``_progress``, ``_schema``, ``settings``) are
 its implementation.
 """
 
@@ -33,6 +33,17 @@ from murk.core._diskfull import (  # noqa: F401
     output_root_of,
     message,
     guard,
+)
+from murk.core._schema import (  # noqa: F401
+    SCHEMA_VERSION,
+    DIMS,
+    ARMS,
+    PHYSICAL_ARMS,
+    CONTROL_ARMS,
+    TASKS,
+    READOUTS,
+    TEXT_READOUTS,
+    VALUE_DTYPE,
 )
 from murk.core._identity import (  # noqa: F401
     IDENTITY_VERSION,
@@ -133,6 +144,15 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "SCHEMA_VERSION",
+    "DIMS",
+    "ARMS",
+    "PHYSICAL_ARMS",
+    "CONTROL_ARMS",
+    "TASKS",
+    "READOUTS",
+    "TEXT_READOUTS",
+    "VALUE_DTYPE",
     "TTY_INTERVAL_S",
     "LOG_INTERVAL_S",
     "load_config",

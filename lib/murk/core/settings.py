@@ -282,7 +282,7 @@ def match_level(value: float, levels) -> float | None:
     value : float
         A visibility in m.
     levels : iterable of float
-        The sweep's levels in m (``physics.sweep_m`` of the configuration).
+        The sweep's levels in m (:data:`murk.physics.SWEEP_M`).
 
     Returns
     -------

@@ -134,7 +134,7 @@ from typing import Mapping
 import numpy as np
 from scipy.ndimage import maximum_filter, minimum_filter
 
-from murk import scene
+from murk import core, scene
 
 __all__ = [
     "CAP_M",
@@ -153,7 +153,6 @@ __all__ = [
     "estimate_veiling_light",
     "estimate_visibility",
     "estimate_visibility_details",
-    "estimate_sweep",
     "ground_plane_depth",
     "billboard_depth",
     "visibility_confidence",
@@ -163,7 +162,6 @@ __all__ = [
     "signal_range",
     "awareness_crossing",
     "usable_depth",
-    "coverage_risk",
     "split_images",
     "pick_threshold",
     "threshold_at_coverage",
@@ -950,47 +948,6 @@ def awareness_crossing(visibility_m, v_hat_m, censored, signal: str = "c_int", *
     return out
 
 
-def coverage_risk(abstain, correct) -> tuple[float, float]:
-    """Coverage and risk of a selective answerer (Geifman & El-Yaniv 2017).
-
-    Parameters
-    ----------
-    abstain : array_like of bool, any shape
-        True where the question is not answered.
-    correct : array_like of float, same shape
-        1 = correct, 0 = wrong; NaN (missing read-out) rows are dropped.
-
-    Returns
-    -------
-    coverage : float
-        Share of the questions answered.
-    risk : float
-        Error rate on the answered questions; NaN when nothing is answered.
-
-    Raises
-    ------
-    ValueError
-        If the shapes differ.
-
-    Examples
-    --------
-    >>> coverage_risk([False, False, True, True], [1, 0, 0, 0])
-    (0.5, 0.5)
-    """
-    a = np.asarray(abstain, dtype=bool)
-    c = np.asarray(correct, dtype=np.float64)
-    if a.shape != c.shape:
-        raise ValueError(f"coverage_risk: abstain {a.shape} and correct {c.shape} differ in shape")
-    keep = ~np.isnan(c)
-    a, c = a[keep], c[keep]
-    if a.size == 0:
-        return float("nan"), float("nan")
-    answered = ~a
-    cov = float(answered.mean())
-    risk = float(1.0 - c[answered].mean()) if answered.any() else float("nan")
-    return cov, risk
-
-
 def split_images(image_ids, seed: int = 0) -> np.ndarray:
     """Selection half of a set of images, reproducible per image.
 
@@ -1090,7 +1047,7 @@ def pick_threshold(score, correct, target_coverage: float | None = None, select=
 
 def _bootstrap_rows(rows: dict, image_ids, n_resamples: int, seed: int, ci: float) -> dict:
     """Percentile intervals of coverage and risk, resampling report-half images."""
-    from murk.results import bootstrap_indices
+    from murk.results import bootstrap_indices, coverage_risk_of_sums
 
     uniq, inv = np.unique(np.asarray(image_ids), return_inverse=True)
     idx = bootstrap_indices(uniq.size, n_resamples, seed)
@@ -1102,9 +1059,7 @@ def _bootstrap_rows(rows: dict, image_ids, n_resamples: int, seed: int, ci: floa
         n_i = np.bincount(inv, minlength=uniq.size).astype(float)
         a_i = np.bincount(inv, weights=answered.astype(float), minlength=uniq.size)
         e_i = np.bincount(inv, weights=(answered & (correct == 0)).astype(float), minlength=uniq.size)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            cov = counts @ a_i / (counts @ n_i)
-            risk = counts @ e_i / (counts @ a_i)
+        cov, risk = coverage_risk_of_sums(counts @ a_i, counts @ e_i, counts @ n_i)
         out[name] = {"coverage_ci": _percentiles(cov, q), "risk_ci": _percentiles(risk, q)}
     return out
 
@@ -1181,6 +1136,8 @@ def compare_at_equal_coverage(score_monitor, score_cint, abstain_vlm, correct, s
     ValueError
         If shapes differ or a half is empty.
     """
+    from murk.results import selective_risk_coverage
+
     arrays = [np.asarray(x, dtype=np.float64).ravel() for x in (score_monitor, score_cint, abstain_vlm, correct)]
     sm, sc, av, cor = arrays
     below = np.zeros(sm.shape, dtype=bool)
@@ -1215,7 +1172,7 @@ def compare_at_equal_coverage(score_monitor, score_cint, abstain_vlm, correct, s
     }
     table = {}
     for name, ans in answered.items():
-        cov, risk = coverage_risk(~ans, cor[rep])
+        cov, risk = (float(x) for x in selective_risk_coverage((~ans).astype(np.float64), cor[rep]))
         unit, t = thr.get(name, ("", float("nan")))
         table[name] = {"coverage": cov, "risk": risk, "threshold": float(t), "threshold_unit": unit,
                        "n": int(rep.sum()), "n_monitor_bound_below": int(below[rep].sum())}
@@ -1275,7 +1232,7 @@ def monitor_readouts(images_by_condition: Mapping, depth_m, *, threshold_m: floa
     threshold_m : float, default DEFAULT_THRESHOLD_M (22.1 m)
         Abstain threshold of the ``abstain`` read-out.
     readouts : tuple of str, optional
-        Names to return; default ``murk.results.READOUTS``.
+        Names to return; default ``murk.core.READOUTS``.
     **kwargs
         Passed to :func:`estimate_visibility_details`.
 
@@ -1286,7 +1243,7 @@ def monitor_readouts(images_by_condition: Mapping, depth_m, *, threshold_m: floa
     """
     from murk import results
 
-    names = tuple(readouts) if readouts is not None else tuple(results.READOUTS)
+    names = tuple(readouts) if readouts is not None else tuple(core.READOUTS)
     out = {}
     for key, image in images_by_condition.items():
         arm, _level = key
@@ -1395,7 +1352,7 @@ def deployable_readouts(images_by_condition: Mapping, depth_backend, image_id: i
         COCO image id (the ``folder`` backend reads its map by it).
     threshold_m : float, default DEFAULT_THRESHOLD_M
     readouts : tuple of str, optional
-        Names to return; default ``murk.results.READOUTS``.
+        Names to return; default ``murk.core.READOUTS``.
     **kwargs
         Passed to :func:`estimate_visibility_details`.
 
@@ -1413,7 +1370,7 @@ def deployable_readouts(images_by_condition: Mapping, depth_backend, image_id: i
     """
     from murk import results
 
-    names = tuple(readouts) if readouts is not None else tuple(results.READOUTS)
+    names = tuple(readouts) if readouts is not None else tuple(core.READOUTS)
     out = {}
     for key, image in images_by_condition.items():
         d = np.asarray(depth_backend(image, image_id), dtype=np.float64)
@@ -1422,7 +1379,7 @@ def deployable_readouts(images_by_condition: Mapping, depth_backend, image_id: i
     return out
 
 
-def estimate_sweep(image, depth_m, arm: str = "fog", visibilities_m=None, **kwargs) -> np.ndarray:
+def _estimate_sweep(image, depth_m, arm: str = "fog", visibilities_m=None, **kwargs) -> np.ndarray:
     """Render an arm's sweep of a clean image and estimate V_hat at every level.
 
     The validation of the issue: ``physics.fog_sweep`` (or ``underwater_sweep``)

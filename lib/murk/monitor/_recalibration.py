@@ -15,9 +15,9 @@ monitor's estimate (:mod:`murk.monitor`), and an oracle temperature per level.
 :func:`fit_temperature`        maximum-likelihood T of the correct options
 :func:`fit_visibility_temperature`  maximum-likelihood (a, b) of T(V)
 :func:`visibility_temperature` T(V) = exp(a + b log10 V), V clipped at CAP_M
-:func:`negative_log_likelihood`  mean NLL of the correct options, nats
+:func:`_negative_log_likelihood`  mean NLL of the correct options, nats
 :func:`option_confidence`      max over options (c_int)
-:func:`option_answer`          argmax over options
+:func:`_option_answer`          argmax over options
 :func:`recalibrate`            the four methods fitted on one half, applied to all
 :func:`model_halves`           one model's own images and its calibration half of them
 =============================  ==================================================
@@ -41,8 +41,8 @@ from murk import results
 from murk.monitor._monitor import CAP_M, split_images
 
 __all__ = ["SUM_TOL", "T_BOUNDS", "P_FLOOR", "METHODS", "apply_temperature", "fit_temperature",
-           "fit_visibility_temperature", "visibility_temperature", "negative_log_likelihood",
-           "option_confidence", "option_answer", "recalibrate", "model_halves"]
+           "fit_visibility_temperature", "visibility_temperature",
+           "option_confidence", "recalibrate", "model_halves"]
 
 #: Tolerance on a row's sum of option probabilities (they are renormalised read-outs, so
 #: they sum to 1 up to float64 rounding of a few ulp; 1e-6 also admits float32 stores).
@@ -155,7 +155,7 @@ def _nll(logp: np.ndarray, y: np.ndarray, t: np.ndarray) -> float:
     return float(-np.mean(lq[np.arange(y.size), y]))
 
 
-def negative_log_likelihood(probs, target, T=1.0) -> float:
+def _negative_log_likelihood(probs, target, T=1.0) -> float:
     """Mean negative log-likelihood of the correct options after temperature ``T``, in nats.
 
     Parameters
@@ -184,7 +184,7 @@ def negative_log_likelihood(probs, target, T=1.0) -> float:
 def fit_temperature(probs, target) -> float:
     """Maximum-likelihood temperature of the correct options (Guo et al. 2017).
 
-    Minimises :func:`negative_log_likelihood` over ``log T`` within
+    Minimises :func:`_negative_log_likelihood` over ``log T`` within
     :data:`T_BOUNDS` (bounded Brent search, ``scipy.optimize.minimize_scalar``);
     the NLL of one temperature is unimodal in ``log T`` in practice. The search is
     on ``log T`` because the scaling is multiplicative (halving and doubling T are
@@ -210,7 +210,7 @@ def fit_temperature(probs, target) -> float:
     Raises
     ------
     ValueError
-        As :func:`negative_log_likelihood` (n = 0, a target out of range, on a NaN
+        As :func:`_negative_log_likelihood` (n = 0, a target out of range, on a NaN
         option or with probability 0).
     """
     logp = _log_probs(probs)
@@ -314,7 +314,7 @@ def option_confidence(probs) -> np.ndarray:
     return out
 
 
-def option_answer(probs) -> np.ndarray:
+def _option_answer(probs) -> np.ndarray:
     """Index of the largest option probability per row (the answer); -1 for an all-NaN row.
 
     Parameters

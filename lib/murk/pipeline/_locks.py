@@ -86,7 +86,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple, Sequence
 
-__all__ = ["RootInUse", "StoreInUse", "RunLock", "store_lock_files", "store_holder", "hold_store_lock", "ROOTS_DIR", "RUN_FLOCK", "INSPECT_FLAGS", "root_key", "root_lock_files",
+__all__ = ["RootInUse", "StoreInUse", "RunLock", "store_lock_files", "hold_store_lock", "ROOTS_DIR", "RUN_FLOCK", "INSPECT_FLAGS", "root_key", "root_lock_files",
            "root_holder", "live_runs", "lock_file_roots", "stale_snakemake_locks", "hold_root_lock",
            "refuse_unlock", "snakefile_run_lock", "RUN_ENV", "StageLock", "hold_for_stage",
            "refuse_writes"]
@@ -784,7 +784,7 @@ def store_lock_files(store: str | os.PathLike) -> tuple[Path, Path]:
     return s.with_name(s.name + STORE_FLOCK_SUFFIX), s.with_name(s.name + STORE_RECORD_SUFFIX)
 
 
-def store_holder(store: str | os.PathLike) -> dict | None:
+def _store_holder(store: str | os.PathLike) -> dict | None:
     """The record of the live process writing a read-out store, or None when no process holds its lock.
 
     This process's own hold counts as live.

@@ -35,7 +35,7 @@ lock the kernel releases when the process dies, however it dies), held by the
 Snakemake main process for its lifetime: a second run on a root in use is
 refused, naming the root and the live run; a Snakemake lock file whose paths lie
 under roots that no live run holds is a dead run's and is removed, whatever other
-runs of the checkout are alive; a live run's locks are kept. :func:`hold_run_lock`
+runs of the checkout are alive; a live run's locks are kept. :func:`_hold_run_lock`
 is the entry point of earlier versions (the checkout-wide part only).
 
 Model entries
@@ -80,7 +80,7 @@ from murk.pipeline import _locks as runlock
 from murk.pipeline._locks import RootInUse, hold_root_lock, snakefile_run_lock
 
 __all__ = ["IGNORED_SUFFIXES", "SELECTION_KEYS", "store_digest", "write_marker", "read_marker", "stale_reason",
-           "store_of", "rerun_reason", "rerun_words", "force_rerun", "checkpoint_identity", "file_states", "restore_times", "metadata_records", "restore_metadata", "foreign_stores", "refuse_foreign_stores", "running_notebooks_dir", "hold_run_lock",
+           "store_of", "rerun_reason", "rerun_words", "force_rerun", "checkpoint_identity", "file_states", "restore_times", "metadata_records", "restore_metadata", "foreign_stores", "refuse_foreign_stores", "running_notebooks_dir",
            "hold_root_lock", "snakefile_run_lock", "RootInUse",
            "run_id", "run_id_of", "analysis_id", "refuse_other_run", "refuse_other_depth", "identity_bundle"]
 
@@ -790,7 +790,7 @@ def running_notebooks_dir(output_dir: str | os.PathLike, snakemake_dir: str | os
     return Path(snakemake_dir) / "murk-notebooks" / f"{readable}-{digest}"
 
 
-def hold_run_lock(snakemake_dir: str | os.PathLike = ".snakemake", output_dir: str | os.PathLike | None = None, *,
+def _hold_run_lock(snakemake_dir: str | os.PathLike = ".snakemake", output_dir: str | os.PathLike | None = None, *,
                   dry_run: bool = False) -> list[Path]:
     """Hold this process's run lock (and the output root's); remove the stale Snakemake locks of dead runs.
 

@@ -43,6 +43,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping
 
+from murk import scene
 from murk.core import match_level
 
 __all__ = ["DESIGN_KEYS", "STUDY_DESIGN", "BINARY_TASKS", "DISTRACTOR_RULES", "EXISTENCE_STEM",
@@ -60,15 +61,16 @@ DISTRACTOR_RULES: tuple[str, ...] = ("prior-matched", "uniform")
 #: the existence question of the binary task: murk's own wording (the spec does not quote the
 #: pilot's); the whole image, not the boxed object
 EXISTENCE_STEM = "Is there {article} {category} anywhere in the image?"
-#: the study's design (spec Sec. III); box width and sweep end are read from data/config.yaml
+#: the study's design (spec Sec. III); the box width is read from data/config.yaml, the sweep end is the
+#: last level of :data:`murk.scene.SWEEP_M`
 STUDY_DESIGN: dict[str, Any] = {"binary_task": "verification", "distractors": "prior-matched",
                                 "box_width_px": None, "sweep_end_m": None, "abstain_wordings": 2}
 
 
 def _study_values(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The study design with the frozen configuration's box width and last sweep level."""
+    """The study design with the frozen configuration's box width and the sweep's last level."""
     return {**STUDY_DESIGN, "box_width_px": int(cfg["render"]["box_width_px"]),
-            "sweep_end_m": float(min(cfg["physics"]["sweep_m"]))}
+            "sweep_end_m": float(min(scene.SWEEP_M))}
 
 
 def design_of(cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -95,7 +97,7 @@ def is_study_design(cfg: Mapping[str, Any]) -> bool:
 
 
 def _checked(design: Mapping[str, Any], cfg: Mapping[str, Any]) -> dict[str, Any]:
-    sweep = [float(v) for v in cfg["physics"]["sweep_m"]]
+    sweep = [float(v) for v in scene.SWEEP_M]
     out: dict[str, Any] = {}
     for k, v in design.items():
         if k not in DESIGN_KEYS:
@@ -182,9 +184,9 @@ def design_from_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def sweep_of(cfg: Mapping[str, Any]) -> list[float]:
-    """The design's sweep: the frozen sweep's levels down to ``sweep_end_m`` (m, clearest first)."""
+    """The design's sweep: the levels of :data:`murk.scene.SWEEP_M` down to ``sweep_end_m`` (m, clearest first)."""
     end = design_of(cfg)["sweep_end_m"]
-    return [float(v) for v in cfg["physics"]["sweep_m"] if float(v) >= end * (1 - 1e-9)]
+    return [float(v) for v in scene.SWEEP_M if float(v) >= end * (1 - 1e-9)]
 
 
 def restrict_to_design(ds, cfg: Mapping[str, Any]):

@@ -51,7 +51,6 @@ __all__ = [
     "COLUMNS",
     "HASH_COLUMNS",
     "select_items",
-    "candidate_ids",
     "selection_report",
     "items_hash",
     "save_items",
@@ -529,7 +528,7 @@ def select_items(
     return _table(rows)
 
 
-def candidate_ids(
+def _candidate_ids(
     annotation_file: str | os.PathLike | None = None, config: dict[str, Any] | None = None
 ) -> np.ndarray:
     """Image ids of the selection candidates (spec Section III).
@@ -584,7 +583,7 @@ def selection_report(
         Plain JSON-serialisable values:
 
         ``n_candidates`` : int
-            Images passing the filter (:func:`candidate_ids`; spec: 1146 on
+            Images passing the filter (:func:`_candidate_ids`; spec: 1146 on
             full val2017).
         ``n_items`` : int
             Rows of ``table``.
@@ -804,7 +803,7 @@ def load_items(path: str | os.PathLike | None = None) -> pd.DataFrame:
     return _table(records)
 
 
-def shuffled_partner(n_items: int, offset: int = 37) -> np.ndarray:
+def shuffled_partner(n_items: int, offset: int) -> np.ndarray:
     """Partner index of the shuffled-image control (spec Section III).
 
     The question of item ``i`` is asked on the clean pixels of item
@@ -814,8 +813,8 @@ def shuffled_partner(n_items: int, offset: int = 37) -> np.ndarray:
     ----------
     n_items : int
         Number of items N (>= 1).
-    offset : int, default 37
-        Shift (config ``items.shuffle_offset``; spec Section III: 37).
+    offset : int
+        Shift: the frozen configuration's ``items.shuffle_offset`` (spec Section III: 37).
 
     Returns
     -------

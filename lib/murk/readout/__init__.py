@@ -80,6 +80,7 @@ from murk.readout._reference import (  # noqa: F401
     read_question,
 )
 from murk.readout._verbal import (  # noqa: F401
+    DECODING,
     VERBAL_STOP_EOS,
     VERBAL_STOP_LIMIT,
     parse_verbal_confidence,
@@ -175,6 +176,7 @@ __all__ = [
     "readouts_from_scores",
     "read_unit",
     "read_question",
+    "DECODING",
     "VERBAL_STOP_EOS",
     "VERBAL_STOP_LIMIT",
     "parse_verbal_confidence",

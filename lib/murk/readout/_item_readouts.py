@@ -40,13 +40,11 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from murk.core import load_config
+from murk.core import READOUTS, TEXT_READOUTS, load_config
 from murk.protocol import Question, render_prompt
 from murk.readout._verbal import VERBAL_STOP_LIMIT, parse_verbal_confidence
 
 __all__ = [
-    "READOUTS",
-    "TEXT_READOUTS",
     "VERBAL_EXTRA",
     "OPTION_MASS_MIN",
     "LowOptionMassWarning",
@@ -57,20 +55,15 @@ __all__ = [
     "median_option_mass",
     "check_option_mass", "N_OPTION_READOUTS"]
 
-#: numeric read-outs of one question (float64; NaN = missing). ``verbal_stop``, ``verbal_stop_v2``
-#: and ``verbal_stop_v3``: how the continuation of wording v1/v2/v3 ended (0 = end-of-sequence,
-#: 1 = token limit, NaN = not asked)
-READOUTS = ("answer", "correct", "c_int", "verbal_conf", "abstain", "abstain2", "option_mass",
-            "verbal_conf_v2", "verbal_conf_v3", "visibility_hat_m", "visibility_hat_censored", "verbal_stop",
-            "verbal_stop_v2", "verbal_stop_v3", "p_option_0", "p_option_1", "p_option_2", "p_option_3",
-            "target", "p_abstain", "p_abstain2", "visibility_hat_arm")
+#: the numeric read-outs of one question (``verbal_stop``, ``verbal_stop_v2`` and ``verbal_stop_v3``: how the
+#: continuation of wording v1/v2/v3 ended, 0 = end-of-sequence, 1 = token limit, NaN = not asked) and its text
+#: read-outs are the cube schema's :data:`murk.core.READOUTS` and :data:`murk.core.TEXT_READOUTS`, defined once there
+
 #: ``p_option_k`` read-outs: the main prompt's option probabilities renormalised over the options
 #: (``p_k / sum_j p_j``, the distribution whose maximum is ``c_int``), for k < 4 (t2 has four options,
 #: t3 two; NaN beyond an item's options); with ``target`` (index of the correct option) they are what
 #: temperature scaling fits (:mod:`murk.monitor`)
 N_OPTION_READOUTS = 4
-#: text read-outs of one question (diagnostics); ``verbal_text_v2/v3`` are empty when not asked
-TEXT_READOUTS = ("verbal_text", "top_token", "verbal_text_v2", "verbal_text_v3")
 
 #: verbal wordings asked besides the main run's ``v1`` (spec Table VI)
 VERBAL_EXTRA = ("v2", "v3")

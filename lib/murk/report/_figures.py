@@ -24,8 +24,8 @@ import xarray as xr  # noqa: E402
 from murk.report.paper import fmt_level  # noqa: E402
 
 __all__ = ["LOW_MASS_MARK", "model_label", "display_names",
-           "PALETTE", "model_colors", "short_name", "plot_signal_vs_visibility",
-           "save", "set_identity", "file_identity", "SCENE_LEVELS_M",
+           "PALETTE", "model_colors", "plot_signal_vs_visibility",
+           "save", "set_identity", "SCENE_LEVELS_M",
            "PIPELINE_CHECK_MARK", "stamp_pipeline_check", "level_axis", "placeholder",
            "plot_scene_levels", "plot_reliability", "plot_abstain_comparison", "plot_blind_spot_widths",
            "plot_nominal_vs_physical", "plot_item_grid", "plot_monitor_accuracy", "plot_signals", "FIG3_SIGNALS",
@@ -52,7 +52,7 @@ def model_colors(models) -> dict[str, str]:
     return {m: PALETTE[order.index(m) % len(PALETTE)] for m in models}
 
 
-def short_name(model: str) -> str:
+def _short_name(model: str) -> str:
     """The last path component of a model id (kept for callers that name one model alone; within a run use
     :func:`display_names`, which keeps the names unique)."""
     return str(model).rstrip("/").split("/")[-1]
@@ -171,7 +171,7 @@ def _metadata(ext: str, ids: dict[str, str]) -> dict[str, str]:
     return {"Subject": text, "Keywords": text}  # PDF: the document information's standard keys
 
 
-def file_identity(path: str | Path) -> dict[str, str]:
+def _file_identity(path: str | Path) -> dict[str, str]:
     """The identities recorded in a PNG figure file's metadata by :func:`save`.
 
     Parameters
@@ -208,7 +208,7 @@ def save(fig, folder: str | Path, name: str, pipeline_check: bool = False,
         random-weight checkpoints, :func:`stamp_pipeline_check`).
     identity : dict of str, optional
         The run's (and analysis') identities, written into each file's metadata:
-        PNG text chunks ``murk-run-id``, ``murk-analysis-id`` (:func:`file_identity`
+        PNG text chunks ``murk-run-id``, ``murk-analysis-id`` (:func:`_file_identity`
         reads them), the PDF's ``Subject`` and ``Keywords``. Default: those set by
         :func:`set_identity` (none unless set).
 
@@ -1009,7 +1009,7 @@ def plot_risk_coverage(curves: dict, row_labels, col_labels, signal_labels: dict
     Parameters
     ----------
     curves : dict (row, col) -> dict signal -> (coverage, risk)
-        Per panel, each signal's curve (:func:`murk.results.risk_coverage`: 1-D
+        Per panel, each signal's curve (:func:`murk.results.expected_risk_coverage`: 1-D
         float arrays, coverage rising to 1); a panel may be missing.
     row_labels, col_labels : sequence of str
         Panel rows (e.g. models) and columns (e.g. arms), in order.

@@ -410,7 +410,8 @@ def selective_abstain(ds: xr.Dataset, counts: np.ndarray | None = None, n_resamp
 
     :func:`murk.results.selective_risk_coverage` per condition: coverage =
     share of questions not abstained on, risk = error rate (main prompt)
-    among them. The interval is a paired bootstrap of the ratio of
+    among them (both ratios :func:`murk.metrics.coverage_risk_of_sums`, of
+    the image-level shares, t3's two questions averaged per image). The interval is a paired bootstrap of the ratio of
     resampled sums (``risk_b = sum_i w_i E_i / sum_i w_i A_i`` with ``A`` the
     image's share of answered questions and ``E`` its share of answered and
     wrong ones).
@@ -443,13 +444,10 @@ def selective_abstain(ds: xr.Dataset, counts: np.ndarray | None = None, n_resamp
         sa, na = metrics.resampled_sums(A.transpose(..., "image").values, counts)
         se, _ = metrics.resampled_sums(E.transpose(..., "image").values, counts)
         like = A.isel(image=0, drop=True).transpose(*[d for d in A.dims if d != "image"])
-        with np.errstate(invalid="ignore", divide="ignore"):
-            cov_b = np.where(na > 0, sa / na, np.nan)
-            risk_b = np.where(sa > 0, se / sa, np.nan)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                cov = A.mean("image", skipna=True)
-                risk = E.sum("image", skipna=True) / A.sum("image", skipna=True)
+        cov_b, risk_b = metrics.coverage_risk_of_sums(sa, se, na)
+        cov, risk = (like.copy(data=x) for x in metrics.coverage_risk_of_sums(
+            A.sum("image", skipna=True).transpose(*like.dims).values,
+            E.sum("image", skipna=True).transpose(*like.dims).values, A.count("image").transpose(*like.dims).values))
         cov_lo, cov_hi = metrics.percentile_interval(cov_b, ci_level)
         r_lo, r_hi = metrics.percentile_interval(risk_b, ci_level)
         parts.append(xr.Dataset({

@@ -24,11 +24,11 @@ Conventions
   questions are separate entries; t3 scores are the image-level mean of both.
 * ``image``: the COCO image id (never a position), with ``category`` (the
   target's name) as an auxiliary coordinate.
-* ``readout``: :data:`READOUTS` (``visibility_hat_m``: the visibility monitor's
+* ``readout``: :data:`murk.core.READOUTS` (``visibility_hat_m``: the visibility monitor's
   estimate V̂ in metres, :mod:`murk.monitor`; ``visibility_hat_censored``: 0 = V̂
   is a point estimate, -1 = an upper bound (opaque: V ≤ V̂, the monitor abstains),
   +1 = a lower bound (clear or capped: V ≥ V̂), NaN = no estimate; both NaN for
-  VLMs). ``value`` is float64 (:data:`VALUE_DTYPE`). Missing is NaN; ``verbal_conf`` is NaN when
+  VLMs). ``value`` is float64 (:data:`murk.core.VALUE_DTYPE`). Missing is NaN; ``verbal_conf`` is NaN when
   the continuation held no parseable confidence (the raw text is kept in
   ``verbal_text``). ``verbal_stop`` (and ``_v2``/``_v3`` for the wording
   variants) codes how the continuation ended: 0 = end-of-sequence, 1 = token
@@ -58,33 +58,16 @@ import numpy as np
 import xarray as xr
 
 from murk import core, scene
+from murk.core import (ARMS, CONTROL_ARMS, DIMS, PHYSICAL_ARMS, READOUTS, SCHEMA_VERSION, TASKS, TEXT_READOUTS,
+                       VALUE_DTYPE)
 from murk.scene import IMAGENET_C_SEVERITIES, N_LEVELS
 
 __all__ = [
-    "SCHEMA_VERSION", "DIMS", "ARMS", "PHYSICAL_ARMS", "CONTROL_ARMS", "TASKS", "READOUTS",
-    "TEXT_READOUTS", "VALUE_DTYPE", "IDENTITY_ATTRS", "level_coords", "empty_model_dataset",
+    "IDENTITY_ATTRS", "level_coords", "empty_model_dataset",
     "store_identity", "open_readout_store", "damaged_chunks", "write_image", "merge_models", "open_cube",
     "t3_image_scores", "NOT_RUN", "images_run", "SUPERSEDED_NAME", "set_aside_superseded", "IMAGES_PER_SHARD",
     "write_missing"]
 
-SCHEMA_VERSION = 4  # 2: value float64, read-out visibility_hat_censored (issue 13); 3: verbal_stop read-outs (issue 12);
-#                     4: p_option_0..3, target, p_abstain, p_abstain2 (recalibration and risk-coverage, issue 24)
-DIMS = ("model", "arm", "level", "task", "image", "readout")
-ARMS = ("fog", "underwater", "imagenet_c", "blank", "shuffled")
-PHYSICAL_ARMS = ("fog", "underwater")
-CONTROL_ARMS = ("blank", "shuffled")
-TASKS = ("t2", "t3_true", "t3_false")
-#: numeric read-outs, in the order of the ``readout`` coordinate
-READOUTS = ("answer", "correct", "c_int", "verbal_conf", "abstain", "abstain2", "option_mass",
-            "verbal_conf_v2", "verbal_conf_v3", "visibility_hat_m", "visibility_hat_censored", "verbal_stop",
-            "verbal_stop_v2", "verbal_stop_v3", "p_option_0", "p_option_1", "p_option_2", "p_option_3",
-            "target", "p_abstain", "p_abstain2", "visibility_hat_arm")
-#: dtype of ``value``: float64, so read-outs are stored exactly as produced (a
-#: verbal k/100 stays the float64 nearest to the decimal, a c_int of 0.8999996
-#: stays below the ECE bin edge 0.9; issue 13)
-VALUE_DTYPE = np.float64
-#: text read-outs, stored as separate string variables (``verbal_text_v2/v3``: empty when not asked)
-TEXT_READOUTS = ("verbal_text", "top_token", "verbal_text_v2", "verbal_text_v3")
 #: ``missing_reason`` of an image a model was not asked about (its entry's ``n_items`` stops
 #: before it, spec: two models on the first 600 and 400 items): not bad input, never counted as such
 NOT_RUN = "not run"
@@ -191,7 +174,7 @@ def _quiet():
 #: with the same values (:func:`open_readout_store`), and each is named when they differ.
 #: Values: what each setting stands for, quoted in the refusal.
 IDENTITY_ATTRS: dict[str, str] = {
-    "config_hash": "the frozen study settings (data/config.yaml: prompts, verbal wordings, physics, "
+    "config_hash": "the frozen study settings (data/config.yaml: prompts, verbal wordings, item rules, rendering, "
                    "read-out dtypes)",
     "items_hash": "the selected items (n_items, seed, the COCO folder)",
     "model_id": "the model",

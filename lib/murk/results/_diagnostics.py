@@ -7,7 +7,7 @@ image the verification task is answered "No" to almost every question (Sec. IV (
 kernels here give those verdicts for any design, from a control's accuracy with its
 interval and its answers:
 
-- :func:`floor_verdict`: the control's accuracy against chance and against a guesser
+- :func:`_floor_verdict`: the control's accuracy against chance and against a guesser
   that uses the category prior alone (:func:`prior_guesser_accuracy`; for a binary task
   :func:`majority_guesser_accuracy`); :func:`floor_verdicts` the same for a family of
   floors, controlled for multiplicity (Holm);
@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-#: verdicts of :func:`floor_verdict`
+#: verdicts of :func:`_floor_verdict`
 BELOW_CHANCE, ABOVE_GUESSER, NO_CONFOUND, UNDEFINED = "below chance", "above the guesser", "none", "undefined"
 #: a design reading of each verdict (the issue's words), for generated findings
 VERDICT_TEXT = {
@@ -49,7 +49,7 @@ PATCH_PX = 16
 HARD_TO_SEE_CONTRAST = 0.1
 
 
-def chance_accuracy(n_options: int) -> float:
+def _chance_accuracy(n_options: int) -> float:
     """Accuracy of a uniform guess among ``n_options`` answers (t2: 4 options, 0.25; t3: yes/no, 0.5).
 
     Raises
@@ -78,7 +78,7 @@ def prior_guesser_accuracy(options: Sequence[Sequence[str]], answer_index: Seque
         from such a design; a prior-matched design makes it useless). Estimated on
         the questions it is scored on, it is optimistic on a small set (on 8 items a
         category that is the answer twice already wins), which makes a floor "above
-        the guesser" (:func:`floor_verdict`) harder to reach: a conservative reference.
+        the guesser" (:func:`_floor_verdict`) harder to reach: a conservative reference.
 
     Returns
     -------
@@ -127,7 +127,7 @@ def majority_guesser_accuracy(truth: Sequence[object]) -> float:
     return max(Counter(truth).values()) / len(truth)
 
 
-def floor_verdict(point: float, lo: float, hi: float, chance: float, guesser: float | None = None) -> str:
+def _floor_verdict(point: float, lo: float, hi: float, chance: float, guesser: float | None = None) -> str:
     """What a control's accuracy says about the design.
 
     Parameters
@@ -135,7 +135,7 @@ def floor_verdict(point: float, lo: float, hi: float, chance: float, guesser: fl
     point, lo, hi : float
         The control's accuracy (blank or shuffled image) and its interval.
     chance : float
-        :func:`chance_accuracy`.
+        :func:`_chance_accuracy`.
     guesser : float, optional
         A prior guesser's accuracy (:func:`prior_guesser_accuracy`); default ``chance``.
 
@@ -148,7 +148,7 @@ def floor_verdict(point: float, lo: float, hi: float, chance: float, guesser: fl
         (something besides the image answers the question); else :data:`NO_CONFOUND`;
         :data:`UNDEFINED` without a finite point and interval.
 
-    >>> floor_verdict(0.13, 0.09, 0.18, 0.25), floor_verdict(0.26, 0.23, 0.29, 0.25)
+    >>> _floor_verdict(0.13, 0.09, 0.18, 0.25), _floor_verdict(0.26, 0.23, 0.29, 0.25)
     ('below chance', 'none')
     """
     g = chance if guesser is None or not np.isfinite(guesser) else float(guesser)
@@ -165,7 +165,7 @@ def floor_verdicts(estimates: Sequence[tuple[float, float, float]], replicates: 
                    chance: Sequence[float], guesser: Sequence[float] | None = None, alpha: float = 0.05) -> list[str]:
     """The verdicts of a family of control floors, controlled for multiplicity (Holm; issue 39).
 
-    Each floor is tested as :func:`floor_verdict` does (below chance, or above the prior guesser and
+    Each floor is tested as :func:`_floor_verdict` does (below chance, or above the prior guesser and
     chance), with the bootstrap p-value of its interval's own test (:func:`murk.results.bootstrap_p_value`,
     one side of the two-sided percentile interval: ``p <= alpha`` where the interval at ``1 - alpha``
     excludes the reference). The p-values of the family (every floor with an estimate; one between chance
@@ -181,7 +181,7 @@ def floor_verdicts(estimates: Sequence[tuple[float, float, float]], replicates: 
     replicates : sequence of numpy.ndarray, length k
         Each control's bootstrap replicates of the accuracy (NaN skipped), the draw of its interval.
     chance : sequence of float, length k
-        Each floor's chance accuracy (:func:`chance_accuracy`).
+        Each floor's chance accuracy (:func:`_chance_accuracy`).
     guesser : sequence of float, optional
         Each floor's prior guesser (:func:`prior_guesser_accuracy`); default (or NaN) chance.
     alpha : float, default 0.05

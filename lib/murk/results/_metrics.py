@@ -11,7 +11,6 @@ bootstrap_indices          paired percentile bootstrap: one (B, n) index draw
 bootstrap_counts           the same draw as a (B, n) matrix of draw counts
 resampled_means            kernel: NaN-aware means of every resample, (..., B)
 bootstrap_resample_means   resampled means, a named ``bootstrap`` dimension
-bootstrap_mean             mean with percentile interval (Efron & Tibshirani)
 percentile_interval        (lo, hi) percentiles over a bootstrap axis
 bootstrap_p_value          two-sided p-value of a null value from bootstrap replicates
 equivalence_p_value        p-value that |statistic| < a margin (two one-sided tests) from replicates
@@ -21,22 +20,19 @@ crossing_visibility        V where a signal first reaches its mid-way value (+ s
 blind_spot_width           W = log10(V_acc / V_aware), spec Eq. (2)
 blind_spot_width_side      side of the bound on W from the sides of its crossings
 accuracy                   fraction of correct answers
-mean_confidence            mean of a confidence in [0, 1]
-abstain_rate               fraction of questions on which the model abstains
 expected_calibration_error ten equal-width bins ((m-1)/M, m/M] (Guo et al. 2017)
 reliability_bins           the per-bin data behind ECE and a reliability diagram
 auroc                      confidence as a detector of correct answers
 resampled_ece              ECE of every bootstrap resample, (..., B)
 resampled_auroc            AUROC of every bootstrap resample, (..., B)
-risk_coverage_curve        selective answering by thresholding a confidence
-risk_coverage              (coverage, risk), one point per distinct confidence
-expected_risk_coverage     (coverage, risk) at every answer, ties in random order (expectation)
+expected_risk_coverage     the risk-coverage curve: (coverage, risk) at every answer, ties in random order
 aurc                       area under the risk-coverage curve (Geifman et al. 2019), ties in random order
 excess_aurc                AURC minus that of the optimal ranking (E-AURC)
 coverage_at_risk           largest coverage with risk <= a bound (Whitehead et al. 2022)
 resampled_aurc             AURC of every bootstrap resample, (B,)
 resampled_coverage_at_risk coverage at risk of every bootstrap resample, (B,)
 selective_risk_coverage    selective answering by an abstain option
+coverage_risk_of_sums      its two ratios from sums (questions, image shares, resamples)
 monotonicity               wrong-way moves of a signal series, raw and > 2 SE
 
 The paired bootstrap
@@ -76,26 +72,20 @@ __all__ = [
     "resampled_means",
     "resampled_sums",
     "bootstrap_resample_means",
-    "bootstrap_mean",
     "percentile_interval",
     "bootstrap_p_value",
     "equivalence_p_value",
     "holm",
     "level_step_decades",
     "crossing_visibility",
-    "crossing_visibility_da",
     "blind_spot_width",
     "blind_spot_width_side",
     "accuracy",
-    "mean_confidence",
-    "abstain_rate",
     "expected_calibration_error",
     "reliability_bins",
     "auroc",
     "resampled_ece",
     "resampled_auroc",
-    "risk_coverage_curve",
-    "risk_coverage",
     "expected_risk_coverage",
     "aurc",
     "excess_aurc",
@@ -103,6 +93,7 @@ __all__ = [
     "resampled_aurc",
     "resampled_coverage_at_risk",
     "selective_risk_coverage",
+    "coverage_risk_of_sums",
     "monotonicity",
     "monotonicity_da",
 ]
@@ -520,7 +511,7 @@ def bootstrap_resample_means(
     return out.assign_coords(bootstrap=np.arange(counts.shape[0]))
 
 
-def bootstrap_mean(
+def _bootstrap_mean(
     da: xr.DataArray,
     dim: Hashable = "image",
     n_resamples: int = 1000,
@@ -752,7 +743,7 @@ def blind_spot_width_side(acc_side, aware_side) -> np.ndarray:
     return np.where(conflict, "undefined", out).astype("<U9")
 
 
-def crossing_visibility_da(
+def _crossing_visibility_da(
     da: xr.DataArray,
     clean_value: xr.DataArray | float,
     floor: xr.DataArray | float,
@@ -1034,7 +1025,7 @@ def auroc(
     return _wrap(_auroc_kernel, confidence, correct, dim)
 
 
-def mean_confidence(confidence: xr.DataArray | np.ndarray, dim: Hashable | None = "image") -> xr.DataArray | np.ndarray:
+def _mean_confidence(confidence: xr.DataArray | np.ndarray, dim: Hashable | None = "image") -> xr.DataArray | np.ndarray:
     """Mean of a confidence (c_int or the verbalized one, in [0, 1]), NaN skipped.
 
     Parameters
@@ -1052,7 +1043,7 @@ def mean_confidence(confidence: xr.DataArray | np.ndarray, dim: Hashable | None 
     return accuracy(confidence, dim)
 
 
-def abstain_rate(abstain: xr.DataArray | np.ndarray, dim: Hashable | None = "image") -> xr.DataArray | np.ndarray:
+def _abstain_rate(abstain: xr.DataArray | np.ndarray, dim: Hashable | None = "image") -> xr.DataArray | np.ndarray:
     """Fraction of questions on which the abstain option wins (spec Sec. III, read-out 4).
 
     Parameters
@@ -1266,42 +1257,6 @@ def resampled_auroc(confidence, correct, counts: np.ndarray, max_elements: int =
 # ----------------------------------------------------------------------------- selective answering
 
 
-def risk_coverage_curve(confidence, correct) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Risk and coverage of answering only when a confidence reaches a threshold.
-
-    For each distinct confidence tau (from high to low), the model answers
-    the questions with ``c >= tau``: coverage = their share of all valid
-    questions, risk = the error rate among them (selective classification,
-    El-Yaniv & Wiener 2010; Geifman & El-Yaniv 2017; spec refs [20-22]).
-
-    Parameters
-    ----------
-    confidence, correct : array_like
-        Shape (n,); NaN pairs dropped. ``correct`` bool or 0/1.
-
-    Returns
-    -------
-    threshold, coverage, risk : numpy.ndarray
-        Shape (k,), float64, k = number of distinct confidences, threshold
-        decreasing, coverage increasing to 1. Empty if no valid pair.
-
-    Raises
-    ------
-    ValueError
-        If the input is not 1-D or ``correct`` is not 0/1.
-
-    Examples
-    --------
-    >>> t, cov, risk = risk_coverage_curve([0.9, 0.8, 0.8, 0.3], [1, 0, 1, 0])
-    >>> cov.tolist(), risk.tolist()
-    ([0.25, 0.75, 1.0], [0.0, 0.3333333333333333, 0.5])
-    """
-    order, threshold, answered, errors = _rc_points(confidence, correct, "risk_coverage_curve")
-    if order.size == 0:
-        return np.empty(0), np.empty(0), np.empty(0)
-    return threshold, answered / order.size, errors / answered
-
-
 def _cum_at_groups(x: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Cumulative sums of ``x`` (..., m) at the end of each group of ``starts``: (..., G)."""
     return np.cumsum(np.add.reduceat(x, starts, axis=-1), axis=-1)
@@ -1429,17 +1384,17 @@ def _check_max_risk(max_risk) -> float:
     return max_risk
 
 
-def risk_coverage(confidence, correct) -> tuple[np.ndarray, np.ndarray]:
-    """Risk-coverage curve of selective answering, one point per distinct confidence.
+def _risk_coverage(confidence, correct) -> tuple[np.ndarray, np.ndarray]:
+    """The ends of the tie groups of the risk-coverage curve, one point per distinct confidence.
 
     The answers are accepted from the highest confidence down; answers of
     equal confidence are accepted together, so the curve does not depend on
     the order of the input. At the point of confidence tau, coverage = the
     share of the n valid answers with ``c >= tau`` and risk = the error
     fraction among them (Geifman & El-Yaniv 2017, spec ref
-    ``geifman2017selective``). The same points as :func:`risk_coverage_curve`
-    without the thresholds, but empty input raises. These are the ends of the
-    tie groups, where the expected risk of :func:`aurc` (random order inside
+    ``geifman2017selective``); empty input raises. These are the ends of the
+    tie groups of :func:`expected_risk_coverage` (the one public risk-coverage
+    curve; these points are its reference in the tests), where the expected risk of :func:`aurc` (random order inside
     a group) equals the group-end risk; between two points the expected risk
     after j of a group's answers is ``(a + j e/m) / (k + j)`` (see :func:`aurc`).
 
@@ -1465,11 +1420,11 @@ def risk_coverage(confidence, correct) -> tuple[np.ndarray, np.ndarray]:
 
     Examples
     --------
-    >>> cov, risk = risk_coverage([0.9, 0.8, 0.8, 0.3], [1, 0, 1, 0])
+    >>> cov, risk = _risk_coverage([0.9, 0.8, 0.8, 0.3], [1, 0, 1, 0])
     >>> cov.tolist(), risk.tolist()
     ([0.25, 0.75, 1.0], [0.0, 0.3333333333333333, 0.5])
     """
-    answered, errors = _nonempty_points(confidence, correct, "risk_coverage")
+    answered, errors = _nonempty_points(confidence, correct, "_risk_coverage")
     return answered / answered[-1], errors / answered
 
 
@@ -1483,12 +1438,14 @@ def expected_risk_coverage(confidence, correct) -> tuple[np.ndarray, np.ndarray]
     answers and a wrong ones accepted, ``E[E_{k+j}] = a + j e/m``. The curve
     whose mean risk is :func:`aurc` and on which :func:`coverage_at_risk`
     reads its coverage; at the end of each group it passes through the point
-    of :func:`risk_coverage`. Without ties it is the empirical curve.
+    of :func:`_risk_coverage`. Without ties it is the empirical curve.
 
     Parameters
     ----------
-    confidence, correct : array_like
-        Shape (n,), as :func:`risk_coverage`; NaN pairs dropped.
+    confidence : array_like
+        Shape (n,), float (any scale: only the order matters); NaN = missing.
+    correct : array_like
+        Shape (n,), bool or 0/1; NaN = missing. Pairs with a NaN are dropped.
 
     Returns
     -------
@@ -1499,7 +1456,8 @@ def expected_risk_coverage(confidence, correct) -> tuple[np.ndarray, np.ndarray]
     Raises
     ------
     ValueError
-        As :func:`risk_coverage`.
+        If the input is not 1-D, ``correct`` is not 0/1, or no valid pair is
+        left after dropping NaNs.
 
     Examples
     --------
@@ -1544,7 +1502,7 @@ def aurc(confidence, correct) -> float:
     Parameters
     ----------
     confidence, correct : array_like
-        Shape (n,), as :func:`risk_coverage`; NaN pairs dropped.
+        Shape (n,), as :func:`expected_risk_coverage`; NaN pairs dropped.
 
     Returns
     -------
@@ -1554,7 +1512,7 @@ def aurc(confidence, correct) -> float:
     Raises
     ------
     ValueError
-        As :func:`risk_coverage` (not 1-D, ``correct`` not 0/1, no valid pair).
+        As :func:`expected_risk_coverage` (not 1-D, ``correct`` not 0/1, no valid pair).
 
     Examples
     --------
@@ -1585,7 +1543,7 @@ def excess_aurc(confidence, correct) -> float:
     Parameters
     ----------
     confidence, correct : array_like
-        Shape (n,), as :func:`risk_coverage`; NaN pairs dropped.
+        Shape (n,), as :func:`expected_risk_coverage`; NaN pairs dropped.
 
     Returns
     -------
@@ -1595,7 +1553,7 @@ def excess_aurc(confidence, correct) -> float:
     Raises
     ------
     ValueError
-        As :func:`risk_coverage`.
+        As :func:`expected_risk_coverage`.
     """
     answered, errors = _nonempty_points(confidence, correct, "excess_aurc")
     n, e = answered[-1], errors[-1]
@@ -1611,20 +1569,20 @@ def coverage_at_risk(confidence, correct, max_risk: float) -> float:
     highest confidence down) whose expected risk ``E[E_i] / i`` is
     ``<= max_risk``, the expectation being over uniformly random orders
     within tie groups, as :func:`aurc`: at the end of a tie group the
-    expected risk is the risk of :func:`risk_coverage`; after j of the m
+    expected risk is the risk of :func:`_risk_coverage`; after j of the m
     answers of a group (e wrong; k answers, a wrong, before it) it is
     ``(a + j e/m) / (k + j)``, so a threshold may fall inside a group (the
     group's answers then accepted in a random order: a randomized selective
     answerer whose expected error fraction meets the bound). For distinct
     confidences this is the largest coverage among the points of
-    :func:`risk_coverage` with risk ``<= max_risk``: the share of the
+    :func:`_risk_coverage` with risk ``<= max_risk``: the share of the
     questions the model can answer, by thresholding its confidence, while
     keeping its error fraction within the bound.
 
     Parameters
     ----------
     confidence, correct : array_like
-        Shape (n,), as :func:`risk_coverage`; NaN pairs dropped.
+        Shape (n,), as :func:`expected_risk_coverage`; NaN pairs dropped.
     max_risk : float
         The risk bound, an error fraction in [0, 1] (e.g. 0.01, 0.05, 0.1,
         0.2 in Whitehead et al. 2022).
@@ -1637,7 +1595,7 @@ def coverage_at_risk(confidence, correct, max_risk: float) -> float:
     Raises
     ------
     ValueError
-        As :func:`risk_coverage`, or if ``max_risk`` is not in [0, 1].
+        As :func:`expected_risk_coverage`, or if ``max_risk`` is not in [0, 1].
 
     Examples
     --------
@@ -1761,6 +1719,45 @@ def resampled_coverage_at_risk(confidence, correct, max_risk: float, counts: np.
                          lambda a, e: _coverage_at_risk_of_points(a, e, max_risk))
 
 
+def coverage_risk_of_sums(answered, wrong, n) -> tuple[np.ndarray, np.ndarray]:
+    """Coverage and risk of an abstainer from its sums: the one place the two ratios are taken.
+
+    coverage = ``answered / n`` (the share of the questions answered) and
+    risk = ``wrong / answered`` (the error rate among the answered ones;
+    selective classification, Geifman & El-Yaniv 2017), for sums over the
+    questions, over images of image-level shares (t3's two questions), or
+    over a bootstrap resample (weighted sums, :func:`resampled_sums`). Used by
+    :func:`selective_risk_coverage`, :func:`murk.analysis.selective_abstain`
+    and :func:`murk.monitor.compare_at_equal_coverage`.
+
+    Parameters
+    ----------
+    answered : array_like
+        Sum of the answered shares ``1 - abstain``, any shape, float64.
+    wrong : array_like
+        Sum of the answered and wrong shares ``(1 - abstain)(1 - correct)``,
+        same shape.
+    n : array_like
+        Number (or weight) of the questions or images summed, same shape.
+
+    Returns
+    -------
+    coverage, risk : numpy.ndarray
+        float64, the broadcast shape; coverage NaN where ``n = 0``, risk NaN
+        where nothing is answered.
+
+    Examples
+    --------
+    >>> cov, risk = coverage_risk_of_sums([2.0, 0.0], [1.0, 0.0], [4, 3])
+    >>> cov.tolist(), risk.tolist()
+    ([0.5, 0.0], [0.5, nan])
+    """
+    answered, wrong, n = np.asarray(answered, np.float64), np.asarray(wrong, np.float64), np.asarray(n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (np.where(n > 0, answered / n, np.nan),
+                np.where(answered > 0, wrong / answered, np.nan))
+
+
 def selective_risk_coverage(
     abstain: xr.DataArray | np.ndarray,
     correct: xr.DataArray | np.ndarray,
@@ -1774,7 +1771,7 @@ def selective_risk_coverage(
     of the same question (spec Sec. III, read-outs 1 and 4), so "risk" is the
     main-prompt error rate on the questions the model would have answered.
     Fractional values (t3's image-level mean of two questions) are weights:
-    ``risk = sum (1 - a)(1 - c) / sum (1 - a)``.
+    ``risk = sum (1 - a)(1 - c) / sum (1 - a)``; the ratio is :func:`coverage_risk_of_sums`.
 
     Parameters
     ----------
@@ -1789,6 +1786,11 @@ def selective_risk_coverage(
     -------
     coverage, risk : numpy.ndarray or xarray.DataArray
         float64 in [0, 1]; risk NaN where nothing is answered.
+
+    Examples
+    --------
+    >>> selective_risk_coverage([0.0, 0.0, 1.0, 1.0], [1.0, 0.0, 0.0, 0.0])
+    (array(0.5), array(0.5))
     """
     def kernel(a, c):
         a = np.asarray(a, dtype=np.float64)
@@ -1796,12 +1798,8 @@ def selective_risk_coverage(
         a, c = np.broadcast_arrays(a, c)
         ok = ~(np.isnan(a) | np.isnan(c))
         ans = np.where(ok, 1.0 - a, 0.0)
-        n = ok.sum(axis=-1)
-        answered = ans.sum(axis=-1)
-        err = (ans * np.where(ok, 1.0 - c, 0.0)).sum(axis=-1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return (np.where(n > 0, answered / n, np.nan),
-                    np.where(answered > 0, err / answered, np.nan))
+        return coverage_risk_of_sums(ans.sum(axis=-1), (ans * np.where(ok, 1.0 - c, 0.0)).sum(axis=-1),
+                                     ok.sum(axis=-1))
 
     if isinstance(abstain, xr.DataArray) or isinstance(correct, xr.DataArray):
         dims = [dim] if isinstance(dim, str) or not isinstance(dim, (list, tuple)) else list(dim)

@@ -44,7 +44,6 @@ __all__ = ["DEPTH_MIN_M", "DEPTH_MAX_M", "CONSTANT_DEPTH_M", "DepthBackend", "ge
 DEPTH_MIN_M = 0.5     #: spec Sec. III: depth clipped to [0.5, 80] m
 DEPTH_MAX_M = 80.0    #: spec Sec. III
 CONSTANT_DEPTH_M = 13.8  #: spec Sec. III: median over images of the median scene depth
-DEFAULT_MODEL = "depth-anything/Depth-Anything-V2-Metric-Outdoor-Small-hf"
 
 
 @dataclass
@@ -130,7 +129,7 @@ class DepthBackend:
                 "depth_model": self.model_id, "depth_revision": self.revision}
 
 
-def get_backend(backend: str = "auto", model: str = DEFAULT_MODEL) -> DepthBackend:
+def get_backend(backend: str = "auto", model: str | None = None) -> DepthBackend:
     """Build a depth backend.
 
     Parameters
@@ -138,9 +137,11 @@ def get_backend(backend: str = "auto", model: str = DEFAULT_MODEL) -> DepthBacke
     backend : {"auto", "depth-anything-v2", "folder", "constant"}
         ``auto`` is ``constant`` when ``MURK_OFFLINE=1`` and
         ``depth-anything-v2`` otherwise.
-    model : str
+    model : str, optional
         Hub id or local folder of a Depth Anything V2 metric checkpoint; for
         ``folder``, the folder of precomputed ``<image_id>.npy`` maps (metres).
+        None: the run settings' ``depth_model`` (``data/workflow.yaml``, the one
+        home of the default).
 
     Raises
     ------
@@ -153,6 +154,10 @@ def get_backend(backend: str = "auto", model: str = DEFAULT_MODEL) -> DepthBacke
     """
     if backend == "auto":
         backend = "constant" if core.offline() else "depth-anything-v2"
+    if model is None and backend != "constant":
+        from murk.core import run_default
+
+        model = str(run_default("depth_model"))
     if backend == "constant":
         return DepthBackend(name=f"constant-{CONSTANT_DEPTH_M}m", approximate=True)
     if backend == "folder":
@@ -216,7 +221,7 @@ def backend_from_record(record: dict) -> DepthBackend:
     kind = "constant" if name.startswith("constant-") else name.split(":", 1)[0]
     if kind not in ("constant", "folder", "depth-anything-v2"):
         raise ValueError(f"unknown depth backend {name!r} in the depth record: run the depth stage again")
-    backend = get_backend(kind, str(record.get("depth_model") or DEFAULT_MODEL))
+    backend = get_backend(kind, str(record.get("depth_model") or "") or None)
     rev = str(record.get("depth_revision", ""))
     if backend.name != name or (kind == "depth-anything-v2" and rev and backend.revision != rev):
         raise ValueError(f"the depth backend recorded by the depth stage ({name}, revision {rev or '-'}) is now "

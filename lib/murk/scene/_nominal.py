@@ -46,7 +46,6 @@ __all__ = [
     "luma_std_ratio",
     "EQUIVALENCE_REASONS",
     "curve_is_monotone",
-    "equivalent_visibility",
     "nominal_equivalence",
     "table_vii",
 ]
@@ -74,7 +73,7 @@ _PARAMETER_WORDS = {"amplitude": "amplitude", "wibbledecay": "roughness (wibble 
 LUMA_WEIGHTS_REC601: np.ndarray = np.array([0.299, 0.587, 0.114], dtype=np.float64)
 LUMA_WEIGHTS_REC601.setflags(write=False)
 
-#: Default search interval (lo, hi) of V in metres for :func:`equivalent_visibility`.
+#: Default search interval (lo, hi) of V in metres for :func:`_equivalent_visibility`.
 EQUIVALENCE_BRACKET_M: tuple[float, float] = (0.25, 4000.0)
 
 _MIN_SIDE_PX = MIN_SIDE_PX
@@ -411,7 +410,7 @@ def luma_std_ratio(clean, degraded):
 _STATISTICS = {"gain": contrast_gain, "std_ratio": luma_std_ratio}
 
 
-#: Why a V_eq is NaN: the ``reason`` of :func:`equivalent_visibility` and
+#: Why a V_eq is NaN: the ``reason`` of :func:`_equivalent_visibility` and
 #: :func:`nominal_equivalence`, in the order they are tested ("" = found).
 EQUIVALENCE_REASONS: dict[str, str] = {
     "": "found: the fog curve stat(V) crosses the target exactly once in the bracket",
@@ -504,7 +503,7 @@ def _solve(evaluate: _FogStatistics, method: str, target: float, grid: np.ndarra
     return float(np.exp(log_v)), ""
 
 
-def equivalent_visibility(
+def _equivalent_visibility(
     clean,
     degraded,
     depth_m,
@@ -630,7 +629,7 @@ def nominal_equivalence(items, image_dir, depth_dir, *, max_side: int = 448, see
     side at most *max_side*, as shown to the models), its cached depth map is read, the
     ImageNet-C fog is rendered at each severity with the per-image seed
     :func:`imagenet_c_seed`, shared by the severities (the images of the cube's
-    ``imagenet_c`` arm, before the box is drawn) and :func:`equivalent_visibility` is
+    ``imagenet_c`` arm, before the box is drawn) and :func:`_equivalent_visibility` is
     solved with both statistics. An item whose image or depth cannot be read (the
     image missing, undecodable, over Pillow's pixel limit or of another size than
     its annotation: :func:`murk.scene.load_image`, which also applies its EXIF
@@ -654,7 +653,7 @@ def nominal_equivalence(items, image_dir, depth_dir, *, max_side: int = 448, see
     severities : sequence of int, optional
         ImageNet-C severities; default 1-5.
     bracket_m : (float, float), optional
-        Search interval of :func:`equivalent_visibility`.
+        Search interval of :func:`_equivalent_visibility`.
     attrs : dict, optional
         Provenance added to the Dataset's attributes (e.g. the depth backend).
     progress : bool, optional

@@ -57,8 +57,6 @@ __all__ = [
     "srgb_to_linear",
     "linear_to_srgb",
     "transmission",
-    "fog_beta",
-    "underwater_beta",
     "underwater_veiling_light",
     "fog",
     "check_image_depth",
@@ -337,7 +335,7 @@ def transmission(depth_m, beta_per_m, *, per_channel: bool | None = None):
     --------
     >>> float(transmission(0.0, 0.5))
     1.0
-    >>> transmission(np.zeros((2, 4)), underwater_beta(10.0)).shape
+    >>> transmission(np.zeros((2, 4)), _underwater_beta(10.0)).shape
     (2, 4, 3)
     """
     z = np.asarray(depth_m, dtype=np.float64)
@@ -364,7 +362,7 @@ def _check_visibility_array(visibility_m, name: str) -> np.ndarray:
     return v
 
 
-def fog_beta(visibility_m):
+def _fog_beta(visibility_m):
     """Fog attenuation coefficient from the meteorological visibility (Koschmieder).
 
     :math:`\\beta = 3.912 / V` (spec Sec. III; Koschmieder 1924).
@@ -386,14 +384,14 @@ def fog_beta(visibility_m):
 
     Examples
     --------
-    >>> float(fog_beta(3.912))
+    >>> float(_fog_beta(3.912))
     1.0
     """
     v = _check_visibility_array(visibility_m, "fog_beta")
     return KOSCHMIEDER_CONSTANT / v
 
 
-def underwater_beta(visibility_m):
+def _underwater_beta(visibility_m):
     """Per-channel underwater attenuation for a best-channel visibility.
 
     :math:`\\beta_c = s\\,a_w(\\lambda_c)` with the Pope & Fry (1997) absorption
@@ -418,7 +416,7 @@ def underwater_beta(visibility_m):
 
     Examples
     --------
-    >>> np.round(underwater_beta(3.912), 3)
+    >>> np.round(_underwater_beta(3.912), 3)
     array([28.141,  4.842,  1.   ])
     """
     v = _check_visibility_array(visibility_m, "underwater_beta")
@@ -714,7 +712,7 @@ def fog_sweep(image, depth_m, visibilities_m=None, airlight=FOG_AIRLIGHT, *, rou
     rounded : bool, optional
         ``True`` (default): 8-bit codes. ``False``: the same renderings before 8-bit
         rounding, as float32 sRGB values in [0, 1] (continuous in V; used by the
-        root finding of :func:`murk.scene.equivalent_visibility`).
+        root finding of :func:`murk.scene._nominal._equivalent_visibility`).
 
     Returns
     -------
@@ -737,7 +735,7 @@ def underwater(image, depth_m, visibility_m):
     """Render clear-water attenuation into an 8-bit sRGB image (spec Eq. 1, Sec. III).
 
     ``I_c = J_c t_c + B_c (1 - t_c)`` in linear light with ``t_c = exp(-beta_c z)``,
-    :math:`\\beta_c` from :func:`underwater_beta` (Pope & Fry 1997 absorption scaled to
+    :math:`\\beta_c` from :func:`_underwater_beta` (Pope & Fry 1997 absorption scaled to
     the best-channel visibility) and :math:`B_c` from :func:`underwater_veiling_light`.
 
     Parameters
