@@ -35,7 +35,7 @@ env:
 	@want="$(PINS_HASH) $(CURDIR)"; \
 	if [ "$$(cat $(STAMP) 2>/dev/null)" != "$$want" ]; then \
 	  set -e; \
-	  echo "== setting up $(VENV) (first time: about 6.9 GB and 10-15 min; see README)"; \
+	  echo "== setting up $(VENV) (first time: about 6.9 GB and 10-15 min; see docs/setup.md)"; \
 	  test -x $(BIN)/python || $(PYTHON) -m venv $(VENV); \
 	  $(BIN)/python -m pip install --quiet --upgrade pip; \
 	  if [ -n "$(TORCH_INDEX)" ]; then $(BIN)/python -m pip install --quiet --index-url $(TORCH_INDEX) $(TORCH_PINS); fi; \

@@ -248,7 +248,7 @@ rule depth:
 MARK = "python -m murk.pipeline.markers mark {output:q}"
 
 # A marker vouches for its store's content. A store deleted, changed or damaged after its marker
-# was written, or a marker deleted (the README's repair step), forces that read-out while
+# was written, or a marker deleted (docs/recovery.md's repair step), forces that read-out while
 # Snakemake builds its job graph (murk.pipeline.rerun_reason, force_rerun): the store is re-read
 # (only what is missing or damaged) and the cube and paper after it are made again, also when
 # they are newer. A dry run (make plan) lists those jobs and changes nothing on disk.

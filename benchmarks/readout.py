@@ -84,7 +84,7 @@ on 2 idle cores, 2026-12-03; over an hour on 2 cores shared with other CPU-heavy
 Measured 2026-11-30 (3 items, 2 shared cores, trained stand-in tokenizer): ``tokens_ratio=5.08
 vision_passes_per_condition=1 wall_ratio=3.72 max_abs_dp=1.64e-07`` (language-model tokens alone:
 ratio 2.26). For the measurement with the real tokenizer, the batched engine and the bf16 fields see
-the README (section Benchmarks, Measured).
+benchmarks/README.md (section Measured).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ SHARED = paths.project_root().parent / "shared"
 VAL_SAMPLE = SHARED / "coco-val2017-sample" / "annotations" / "instances_val2017.json"
 COCO128 = SHARED / "coco128" / "annotations" / "instances_train2017.json"
 
-#: items hash of the 37 items of the shared val2017 sample (n_items=1000, seed 1), quoted in README.md
+#: items hash of the 37 items of the shared val2017 sample (n_items=1000, seed 1), quoted in docs/offline.md
 SAMPLE_ITEMS_HASH = "dfe236efb1f9fad7396bcd29da6b4df03765eb0982acb03872e4bb1916ffc54c"
 
 needs_val = pytest.mark.skipif(not VAL_SAMPLE.is_file(), reason=f"{VAL_SAMPLE} absent")
@@ -149,7 +149,7 @@ def test_hash_stable_under_shuffled_json(items, coco, tmp_path):
 
 @needs_val
 def test_hash_is_the_same_in_other_processes(items):
-    """Two separate processes with different string-hash seeds give the in-process hash (and the README's)."""
+    """Two separate processes with different string-hash seeds give the in-process hash (and the one docs/offline.md quotes)."""
     code = (
         "import warnings; warnings.simplefilter('ignore');"
         "from murk.protocol import select_items, items_hash;"
@@ -164,9 +164,9 @@ def test_hash_is_the_same_in_other_processes(items):
 
 
 @needs_val
-def test_sample_items_hash_is_the_one_quoted_in_the_readme(items):
+def test_sample_items_hash_is_the_one_quoted_in_the_docs(items):
     assert items_hash(items) == SAMPLE_ITEMS_HASH
-    assert SAMPLE_ITEMS_HASH in (paths.project_root() / "README.md").read_text(encoding="utf-8")
+    assert SAMPLE_ITEMS_HASH in (paths.project_root() / "docs" / "offline.md").read_text(encoding="utf-8")
 
 
 def test_hash_reference_value():

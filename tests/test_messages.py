@@ -64,7 +64,7 @@ def test_option_letters_that_are_not_single_tokens_name_the_tokenizer_and_what_m
     assert "fix:" in msg and "-p model" in msg  # the papermill user's words
 
 
-# --- 3: a full disk while the offline checkpoint is built: the README's message, not a SafetensorError ---
+# --- 3: a full disk while the offline checkpoint is built: docs/recovery.md's message, not a SafetensorError ---
 
 def test_a_full_disk_while_the_offline_checkpoint_is_built_names_the_root_and_the_resume(tmp_path, monkeypatch):
     import transformers.modeling_utils as modeling_utils
@@ -107,7 +107,7 @@ def test_a_missing_or_failed_embed_says_what_to_run(tmp_path, monkeypatch, capsy
         assert str(nb) in msg and label in msg and "re-run the stage" not in msg
         assert "fix: run the command that made this output root again with --forcerun analyse added" in msg
         assert f"make demo ARGS='--config output_dir={root} --forcerun analyse'" in msg
-        assert "python -m murk.pipeline.execute notebooks/04_analyse.py " in msg and f"-p output_dir {root}" in msg  # or the README's by-hand command
+        assert "python -m murk.pipeline.execute notebooks/04_analyse.py " in msg and f"-p output_dir {root}" in msg  # or docs/stages.md's by-hand command
         errors.append(e.value)
     assert isinstance(errors[0], KeyError) and isinstance(errors[1], ValueError)  # as the callers caught them
     assert "--forcerun depth" in paper.remake_words(root / "notebooks" / "02_depth.ipynb")

@@ -169,8 +169,8 @@ def test_every_number_names_the_cell_that_recorded_it(root, numbers):
     # f-string keys too: a finding sentence and a per-model key name the cells that build them
     assert prov["finding.rq1.fog.t2"] == "num-rq1" and prov[f"option_mass.{KEY}.t2"] == "num-option-mass"
     assert prov["cfg.sweep"] == "num-scores" and prov["version.numpy"] == "num-numbers-file"
-    # the README's tracing recipe gives what it says it gives
-    readme = (stages.ROOT / "README.md").read_text(encoding="utf-8")
+    # docs/paper.md's tracing recipe gives what it says it gives
+    readme = (stages.ROOT / "docs" / "paper.md").read_text(encoding="utf-8")
     assert "load_provenance()['finding.rq1.fog.t2']" in readme and f"-> {prov['finding.rq1.fog.t2']}:" in readme
     # the named cell is where the key is set: its source records the key's stem (or calls the helper that does)
     src = {paper.cell_options(c.source).get("label"): c.source

@@ -369,7 +369,7 @@ def _tree(root):
 def test_make_paper_refuses_numbers_and_notebook_of_two_analyses(tmp_path, capsys, monkeypatch):
     """Issue 21: a numbers file of one analysis and an executed analyse notebook of another are refused by
     `python -m murk.report.paper` (what `make paper` runs) before anything is written, naming both files, both analysis
-    identities and the fix: the README's papermill command writing outputs/notebooks/04_analyse.ipynb, or rm the
+    identities and the fix: docs/stages.md's papermill command writing outputs/notebooks/04_analyse.ipynb, or rm the
     numbers file and make paper."""
     monkeypatch.chdir(tmp_path)
     root = tmp_path / "out"

@@ -1,4 +1,4 @@
-"""The sharded offline demo on a real SLURM cluster, through the README's command (issue 22).
+"""The sharded offline demo on a real SLURM cluster, through the command of docs/cluster.md (issue 22).
 
 Needs a slurmctld that answers ``sinfo`` (on one machine: ``sudo .ci/slurm-localhost start``; CI does this);
 skipped otherwise. The demo runs with the smallest settings that shard (one offline model, two items, one item
@@ -28,7 +28,7 @@ from murk.pipeline import _locks as runlock
 ROOT = paths.project_root()
 SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"
 MODEL = "murk-tiny/smolvlm"
-#: the README's command for a CPU-only cluster (Scaling out: shards, GPUs, SLURM); the test adds only --config
+#: docs/cluster.md's command for a CPU-only cluster (Scaling out: shards, GPUs, SLURM); the test adds only --config
 README_COMMAND = "snakemake --profile profiles/slurm --config shard_size=100"
 SETTINGS = ["n_items=2", f"offline_models=[{MODEL}]", "run_name=slurm-test"]
 DRIVER_TIMEOUT_S = 1500
@@ -99,7 +99,7 @@ def _pwned(*folders: Path) -> list[Path]:
 
 
 def test_sharded_demo_on_slurm_retries_a_cancelled_shard_and_equals_the_local_cube(tmp_path, tiny_checkpoint_dirs):
-    assert README_COMMAND in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert README_COMMAND in (ROOT / "docs" / "cluster.md").read_text(encoding="utf-8")
     slurm_out, local_out = tmp_path / "slurm", tmp_path / "local"
     # settings are data on the cluster too: the model is a folder whose path holds a blank and shell code, the
     # depth model is shell code, both given in a configfile (which the jobs read as a file); nothing but murk runs
@@ -168,7 +168,7 @@ def test_sharded_demo_on_slurm_retries_a_cancelled_shard_and_equals_the_local_cu
 
 
 def _driver(tmp_path: Path, out: Path, n_items: int, log_name: str) -> tuple[subprocess.Popen, Path]:
-    """The README's command (shard_size=1, one tiny model) on ``out``, its output in ``tmp_path/log_name``
+    """docs/cluster.md's command (shard_size=1, one tiny model) on ``out``, its output in ``tmp_path/log_name``
     (a run name per item count: a run name is frozen with its items)."""
     cmd = [sys.executable, "-m", *README_COMMAND.split()[:4], "shard_size=1", f"output_dir={out}",
            f"n_items={n_items}", f"offline_models=[{MODEL}]", f"run_name=slurm-test-{n_items}"]

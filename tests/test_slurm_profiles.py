@@ -60,7 +60,7 @@ def test_gpu_profile_is_the_cpu_profile_plus_gpu_rows():
 
 @pytest.mark.parametrize("profile,gpu", [("profiles/slurm", 0), ("profiles/slurm-gpu", 1)])
 def test_account_and_partition_on_the_command_line_keep_the_profile(profile, gpu, tmp_path):
-    """The README's command with --default-resources: each job gets the account and partition and keeps its
+    """docs/cluster.md's command with --default-resources: each job gets the account and partition and keeps its
     rule's memory, CPUs, time and GPUs (Snakemake's dry run prints each job's resources); the read-out jobs'
     runtime and memory are the measured cost of their model's earlier jobs times the margin (here one model's
     record), or the unmeasured request."""

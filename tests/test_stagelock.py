@@ -197,7 +197,7 @@ def live_root(tmp_path):
 def test_murk_execute_into_a_live_root_is_refused_before_it_writes(live_root, tmp_path):
     root, live = live_root
     before = _files(root)
-    # the README's by-hand analyse: the executed notebook where the paper embeds from, in the live root
+    # docs/stages.md's by-hand analyse: the executed notebook where the paper embeds from, in the live root
     cmd = [sys.executable, "-m", "murk.pipeline.execute", "notebooks/04_analyse.py",
            str(root / "notebooks" / "04_analyse.ipynb"),
            "-p", "output_dir", str(root), "-y", "models: [murk-tiny/smolvlm]"]
@@ -219,7 +219,7 @@ def test_murk_execute_into_a_live_root_is_refused_before_it_writes(live_root, tm
 def test_plain_papermill_into_a_live_root_is_refused_in_its_first_cell(live_root, tmp_path):
     root, live = live_root
     before = _files(root)
-    mine = tmp_path / "04_analyse-mine.ipynb"   # papermill's output outside the root (README)
+    mine = tmp_path / "04_analyse-mine.ipynb"   # papermill's output outside the root (docs/stages.md)
     block = (f"jupytext --to ipynb notebooks/04_analyse.py -o - | papermill - {mine} -p output_dir {root} "
              f"-y 'models: [murk-tiny/smolvlm]'")
     r = subprocess.run(["bash", "-c", block], cwd=ROOT, env=_stage_env(tmp_path), capture_output=True, text=True,

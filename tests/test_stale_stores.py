@@ -96,7 +96,7 @@ def _stale_store_is_refused_planned_and_re_read(out: Path, coco: Path, folder: P
     """A local checkpoint folder as the model (one slug for the Snakefile's marker and the notebook's
     store): a store read out by hand with other settings is refused, naming the setting, and left as it
     was; on the finished root, a chunk emptied after the run (a power loss) is planned as a re-read, and then
-    the README's repair step (``rm -r`` the store and its ``.done``) makes the default target re-read the store
+    docs/recovery.md's repair step (``rm -r`` the store and its ``.done``) makes the default target re-read the store
     and re-make the cube and the paper, with the cube of the uninterrupted run; the dry run before each
     leaves the root byte-identical. Returns that cube."""
     model = str(folder)
@@ -130,9 +130,9 @@ def _stale_store_is_refused_planned_and_re_read(out: Path, coco: Path, folder: P
     _plan_lists_the_rerun(out, _snakemake(out, coco, model, "-n"), "changed after its marker was written")
     assert _tree(out) == before  # make plan changes nothing on disk
     # (that the damaged store's re-read re-makes the cube and the paper as they were: tests/test_damaged_demo.py;
-    # here the README's repair step on it, so that one re-run serves: issue 22 item 4)
+    # here docs/recovery.md's repair step on it, so that one re-run serves: issue 22 item 4)
 
-    shutil.rmtree(store)  # the README's repair step
+    shutil.rmtree(store)  # docs/recovery.md's repair step
     marker.unlink()
     before = _tree(out)
     _plan_lists_the_rerun(out, _snakemake(out, coco, model, "-n"), "is missing too")

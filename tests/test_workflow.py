@@ -66,7 +66,7 @@ def test_stale_markers_are_named_and_nothing_is_deleted(tmp_path):
     chunk.write_bytes(b"")
 
     shutil.rmtree(folder / "deleted.zarr")
-    shutil.rmtree(folder / "repaired.zarr")  # the README's repair step: the store and its marker
+    shutil.rmtree(folder / "repaired.zarr")  # docs/recovery.md's repair step: the store and its marker
     (folder / "repaired.done").unlink()
     cube_zarr = tmp_path / "cube.zarr"
     before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
@@ -362,7 +362,7 @@ def _plan_lists_the_rerun(out: Path, r: subprocess.CompletedProcess, why: str) -
     """A dry run (make plan) names the stale store, lists the read-out and everything after it."""
     text = r.stdout + r.stderr
     assert r.returncode == 0, text[-3000:]
-    # "would run again" for a store that is kept or damaged; "would run (no store of it ...)" after the README's
+    # "would run again" for a store that is kept or damaged; "would run (no store of it ...)" after docs/recovery.md's
     # repair step removed store and marker (murk.pipeline.rerun_words)
     again = "is missing too" not in why
     said = ("would run again" if again else "would run (no store of it in this output root")

@@ -39,7 +39,7 @@ reads its locks):
    while any run of the checkout is alive (it would remove that run's locks).
 
 A stage run outside Snakemake writes into a root too: papermill or ``python -m murk.pipeline.execute``
-as the README prints them, ``tests/stages.py``, a JupyterLab kernel running a stage notebook.
+as docs/stages.md prints them, ``tests/stages.py``, a JupyterLab kernel running a stage notebook.
 Each stage notebook's first code cell after its parameters calls :func:`hold_for_stage`, which
 
 a. returns at once in a job of the run that holds the root: that run exported
@@ -57,7 +57,7 @@ c. else refuses (:class:`RootInUse`), naming the live holder and what to do, in 
 notebook, the converted ``.input.ipynb``): it holds the root named by ``-p output_dir`` for
 its kernel and refuses an executed notebook placed inside a root another run holds. Plain
 papermill writes its output notebook before the first cell runs: point it outside the roots
-that a live run may hold (the README's by-hand commands use ``murk.pipeline.execute``). Reading a
+that a live run may hold (docs/stages.md's by-hand commands use ``murk.pipeline.execute``). Reading a
 root needs no lock.
 
 The steps that read and remove lock files run one process at a time (``murk-locks.flock``),

@@ -11,7 +11,7 @@ resumes image by image. The rule declares a marker instead
 stage finished; it records the store's content digest (:func:`store_digest`).
 While Snakemake builds its job graph, :func:`rerun_reason` compares each marker
 with its store: a store that was deleted, changed or damaged after its marker was
-written (or a marker deleted, as the README's repair step does) makes the Snakefile
+written (or a marker deleted, as the repair step of docs/recovery.md does) makes the Snakefile
 force that read-out (:func:`force_rerun`), so it runs again (resuming, or
 re-reading what is needed) and everything downstream follows, also when the cube
 and the paper are newer; a dry run lists it and changes nothing.
@@ -195,7 +195,7 @@ def rerun_reason(marker: str | os.PathLike, downstream: list[str | os.PathLike] 
 
     Snakemake does not re-make a missing or outdated intermediate file when the files
     after it (the cube, the numbers file, the paper) are present and newer: a store
-    deleted or damaged after its marker was written, or the README's repair step
+    deleted or damaged after its marker was written, or docs/recovery.md's repair step
     (``rm -r`` the store and its marker), would otherwise be announced and then
     ignored by the default target. The Snakefile forces the read-out of every marker
     this function names (:func:`force_rerun`), so the store is re-read (only the
@@ -250,7 +250,7 @@ def rerun_words(marker: str | os.PathLike, dry_run: bool = False, store: str | o
         exists (it resumes) or its marker does (the store was read out before);
         "its read-out runs (no store of it in this output root: ...), ..." when
         neither exists (a model added to a finished run, which never ran; or the
-        README's repair step, which removed both).
+        repair step of docs/recovery.md, which removed both).
     """
     marker = Path(marker)
     store = Path(store) if store is not None else store_of(marker)
@@ -612,7 +612,7 @@ def refuse_other_run(stores: Any, run: str, stage: str, source: str | os.PathLik
     raise ValueError(
         f"the {stage} stage refuses {len(bad)} store(s) of another run: this run's identity is {run} ({source}), "
         f"and\n{listed}\nA result is never made of two runs; nothing was written. Fix, one of: (1) read these "
-        f"stores out again for this run: rm -r {rm}, then make demo (or the read-out by hand, as the README shows); "
+        f"stores out again for this run: rm -r {rm}, then make demo (or the read-out by hand, as docs/stages.md shows); "
         f"(2) analyse them in the output root of their own run (-p output_dir DIR, or --config output_dir=DIR).")
 
 

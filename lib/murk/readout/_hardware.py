@@ -24,7 +24,7 @@ from dataclasses import dataclass
 logger = logging.getLogger("murk")
 
 #: bf16 is chosen by ``auto`` when its measured matmul rate is at least this multiple of float32's: below it,
-#: bf16 rounding (c_int within about 1e-2, README "bf16 tolerance") is not worth the speed
+#: bf16 rounding (c_int within about 1e-2, benchmarks/README.md "bf16 tolerance") is not worth the speed
 AUTO_BF16_MIN_RATIO = 2.0
 #: the matrix size of :func:`cpu_dtype_choice`'s probe (n x n by n x n; 2 n^3 FLOPs per product)
 PROBE_N = 1024

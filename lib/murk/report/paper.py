@@ -699,7 +699,7 @@ def remake_words(nb_path: str | os.PathLike) -> str:
         ARGS='--forcerun analyse'"`` (with ``--config output_dir=<root>`` for
         another root than ``outputs/``; Snakemake runs the
         stage again, which writes the notebook when it runs to its end, and what
-        follows it), and for the analyse notebook also the README's by-hand
+        follows it), and for the analyse notebook also docs/stages.md's by-hand
         papermill command.
     """
     nb = Path(nb_path)
@@ -717,7 +717,7 @@ def remake_words(nb_path: str | os.PathLike) -> str:
 
 
 def _analyse_command(root: Path, nb: Path, models: str | None) -> str:
-    """The by-hand analyse command of the README that writes ``nb`` for the output root ``root``."""
+    """The by-hand analyse command of docs/stages.md that writes ``nb`` for the output root ``root``."""
     def shown(p: Path) -> str:
         try:
             return p.relative_to(Path.cwd()).as_posix()
@@ -757,7 +757,7 @@ def refuse_mixed_paper(output_dir: str | os.PathLike | None = None) -> dict[str,
         the numbers file's (or either records none), or ``02_depth.ipynb`` exists and
         records another run identity than the numbers file. The one message names both
         files, both identities and the fix: re-run the analyse stage so that it writes
-        both (the README's by-hand command, python -m murk.pipeline.execute, which writes
+        both (docs/stages.md's by-hand command, python -m murk.pipeline.execute, which writes
         ``outputs/notebooks/04_analyse.ipynb``), or remove the numbers file and run
         ``make paper`` (Snakemake then re-runs the analyse stage).
     """
@@ -796,7 +796,7 @@ def refuse_mixed_paper(output_dir: str | os.PathLike | None = None) -> dict[str,
                 f"  {numbers_path}: analysis identity {said(got['analysis_id'])}{num_note}\n"
                 f"  {nb}: analysis identity {said(have)}{nb_note}\n"
                 f"Nothing was written. Fix: re-run the analyse stage so that it writes both, one of:\n"
-                f"  (1) by hand, as the README shows, writing the executed notebook to {nb}:\n"
+                f"  (1) by hand, as docs/stages.md shows, writing the executed notebook to {nb}:\n"
                 f"      {_analyse_command(root, nb, models_yaml)}\n"
                 f"  (2) rm {numbers_path}, then {make_paper} (Snakemake re-runs the analyse stage with the run "
                 f"settings' models).")
