@@ -282,7 +282,7 @@ def match_level(value: float, levels) -> float | None:
     value : float
         A visibility in m.
     levels : iterable of float
-        The sweep's levels in m (:data:`murk.physics.SWEEP_M`).
+        The sweep's levels in m (:data:`murk.scene.SWEEP_M`).
 
     Returns
     -------

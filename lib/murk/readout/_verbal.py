@@ -21,8 +21,8 @@ from collections.abc import Sequence
 __all__ = ["DECODING", "VERBAL_STOP_EOS", "VERBAL_STOP_LIMIT", "parse_verbal_confidence", "continuation_stop", "until_eos"]
 
 #: how every continuation is decoded (spec Table III): greedily, the most probable token at each step
-#: (murk.engine and murk.whole take the argmax; a checkpoint's sampling settings are ignored and recorded,
-#: murk.vlm). Not a setting: the only decoding murk implements.
+#: (the batched engine and the whole-prompt reference of murk.readout take the argmax; a checkpoint's sampling settings are ignored and recorded,
+#: murk.readout). Not a setting: the only decoding murk implements.
 DECODING = "greedy"
 
 #: ``verbal_stop`` coding: the continuation ended with an end-of-sequence token

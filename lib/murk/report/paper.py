@@ -1012,17 +1012,17 @@ def settings_rows(cfg: Mapping[str, Any], meta: Mapping[str, Any] | None = None,
                   attrs: Mapping[str, Any] | None = None) -> list[dict[str, str]]:
     """The rows of the paper's settings table (spec Table III), each value taken from where the run took it.
 
-    The frozen configuration's settings (:func:`murk.config.settings_table`; every one has a reader), and
+    The frozen configuration's settings (:func:`murk.core.settings_table`; every one has a reader), and
     beside them what the configuration does not hold: the constants in code, with their source (the
-    physics of :mod:`murk.physics`, the ImageNet-C severities of :mod:`murk.nominal`, the depth clip range
-    of :mod:`murk.depth`, the decoding of :mod:`murk.verbal`), and the choices recorded with the run (the
+    physics of :mod:`murk.scene`, the ImageNet-C severities of :mod:`murk.scene`, the depth clip range
+    of :mod:`murk.scene`, the decoding of :mod:`murk.readout`), and the choices recorded with the run (the
     COCO split, number of items and seed of the selection, the depth model of the cube). A row of this table is the value the run
     used, not a copy of it (tests/test_config.py ties each row to its reader).
 
     Parameters
     ----------
     cfg : mapping
-        The frozen configuration (:func:`murk.config.load_config`).
+        The frozen configuration (:func:`murk.core.load_config`).
     meta : mapping, optional
         The selection's ``items_meta.json`` (``annotation_file``, whose name gives the COCO split, ``n_items``,
         ``seed``); None: those are printed as not recorded.

@@ -410,7 +410,7 @@ def selective_abstain(ds: xr.Dataset, counts: np.ndarray | None = None, n_resamp
 
     :func:`murk.results.selective_risk_coverage` per condition: coverage =
     share of questions not abstained on, risk = error rate (main prompt)
-    among them (both ratios :func:`murk.metrics.coverage_risk_of_sums`, of
+    among them (both ratios :func:`murk.results.coverage_risk_of_sums`, of
     the image-level shares, t3's two questions averaged per image). The interval is a paired bootstrap of the ratio of
     resampled sums (``risk_b = sum_i w_i E_i / sum_i w_i A_i`` with ``A`` the
     image's share of answered questions and ``E`` its share of answered and

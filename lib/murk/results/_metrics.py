@@ -1727,7 +1727,7 @@ def coverage_risk_of_sums(answered, wrong, n) -> tuple[np.ndarray, np.ndarray]:
     selective classification, Geifman & El-Yaniv 2017), for sums over the
     questions, over images of image-level shares (t3's two questions), or
     over a bootstrap resample (weighted sums, :func:`resampled_sums`). Used by
-    :func:`selective_risk_coverage`, :func:`murk.analysis.selective_abstain`
+    :func:`selective_risk_coverage`, :func:`murk.results.selective_abstain`
     and :func:`murk.monitor.compare_at_equal_coverage`.
 
     Parameters
