@@ -286,7 +286,7 @@ if len(span):
     sel = ds["value"].sel(arm="fog", task="t2")
     fig, ax = plt.subplots(figsize=(5, 3.2))
     for name in ("correct", "c_int", "abstain"):
-        ax.plot(ds["visibility_m"][1:], sel.sel(readout=name).mean("image")[1:], marker="o", label=name)
+        ax.plot(ds["visibility_m"].sel(arm="fog")[1:], sel.sel(readout=name).mean("image")[1:], marker="o", label=name)
     ax.set_xscale("log")
     ax.invert_xaxis()
     ax.set_xlabel("visibility V (m)")

@@ -192,7 +192,7 @@ full = protocol.restrict_to_design(full, cfg)
 ds = full.sel(model=[m for m in full["model"].values if m not in monitor.MONITOR_IDS])
 VLMS = [str(m) for m in ds["model"].values]
 PIPELINE_CHECK = bool(ds["pipeline_check"].any())
-VIS = ds["visibility_m"].values           # level 0 (clean, inf) and the sweep
+VIS = results.sweep_visibility(ds)        # level 0 (clean, inf) and the sweep, m (the physical arms' levels)
 SWEEP = np.asarray(protocol.sweep_of(cfg))  # the design's sweep (the study's: physics.SWEEP_M)
 END = len(SWEEP)                           # the last, murkiest level
 
@@ -470,7 +470,7 @@ for m in VLMS:
     for arm in physical:
         for task in sc["task"].values:
             for lvl in sc["level"].values:
-                labels = [report.level_label(sc["visibility_m"].sel(level=lvl))] + (["end"] if lvl == END else [])
+                labels = [report.level_label(sc["visibility_m"].sel(arm=arm, level=lvl))] + (["end"] if lvl == END else [])
                 cell = dict(model=m, arm=arm, level=lvl, task=task)
                 for lab in labels:
                     for ro in sc["readout"].values:
@@ -2179,7 +2179,7 @@ for (m, task), r in RECAL.items():
     sc_vals = np.stack([np.stack([per_image(corr, n_own), per_image(c, n_own)], axis=-1) for c in r["conf"].values()])
     scores_m = xr.DataArray(sc_vals[:, :, :, None][..., test, :], dims=("model", "arm", "level", "task", "image", "readout"),
                             coords={"model": list(r["conf"]), "arm": RECAL_ARMS, "level": ds["level"].values,
-                                    "visibility_m": ("level", ds["visibility_m"].values), "task": [task],
+                                    "visibility_m": ("level", VIS), "task": [task],
                                     "image": ds["image"].values[r["own"][test]], "readout": ["correct", "c_int"]})
     RECAL_SCORES[(m, task)] = scores_m
     cr = results.crossing_table(scores_m, A["bootstrap_resamples_crossing"], A["bootstrap_seed"], A["ci_level"],

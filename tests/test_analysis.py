@@ -19,7 +19,7 @@ def _cube(n_models: int = 2, n: int = N, seed: int = 0) -> xr.Dataset:
     one = cube.empty_model_dataset(np.arange(1000, 1000 + n), ["car"] * n)
     ds = xr.concat([one] * n_models, dim="model").assign_coords(model=[f"org/m{k}" for k in range(n_models)])
     shape = ds["value"].shape[:-1]
-    vis = ds["visibility_m"].values
+    vis = ds["visibility_m"].sel(arm="fog").values
     p = np.broadcast_to(np.where(np.isinf(vis), 0.95, 0.25 + 0.7 / (1 + (12.0 / vis) ** 3))[None, None, :, None, None],
                         shape)
     val = np.full(ds["value"].shape, np.nan, dtype=np.float64)
@@ -102,11 +102,11 @@ def test_crossings_against_kernel_and_w_bounds(ds, res):
     point = s.mean("image")
     for m in ds["model"].values:
         y = point.sel(model=m, arm="fog", task="t2", readout="correct").values
-        v, c = metrics.crossing_visibility(ds["visibility_m"].values[1:], y[1:], y[0], 0.25)
+        v, c = metrics.crossing_visibility(ds["visibility_m"].sel(arm="fog").values[1:], y[1:], y[0], 0.25)
         assert float(cr["v_cross_m"].sel(model=m, arm="fog", task="t2", readout="correct")) == pytest.approx(float(v))
         # blank floor: the model's own blank-image accuracy
         fl = float(s.sel(model=m, arm="blank", level=0, task="t2", readout="correct").mean())
-        vb, _ = metrics.crossing_visibility(ds["visibility_m"].values[1:], y[1:], y[0], fl)
+        vb, _ = metrics.crossing_visibility(ds["visibility_m"].sel(arm="fog").values[1:], y[1:], y[0], fl)
         assert float(cr["v_acc_blank_m"].sel(model=m, arm="fog", task="t2")) == pytest.approx(float(vb))
     # verbal confidence is flat: censored, W a lower bound with an interval
     w = cr.sel(arm="fog", task="t2", readout="verbal_conf")

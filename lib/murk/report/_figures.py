@@ -22,6 +22,7 @@ import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402
 
 from murk.report.paper import fmt_level  # noqa: E402
+from murk.results import sweep_visibility  # noqa: E402
 
 __all__ = ["LOW_MASS_MARK", "model_label", "display_names",
            "PALETTE", "model_colors", "plot_signal_vs_visibility",
@@ -361,7 +362,7 @@ def _signal_panel(ax, means: xr.Dataset, readout: str, task: str, arm: str, colo
     """One panel: ``readout`` of every model against V in one arm (clean at the left edge), bootstrap bands,
     blank-image values dotted, the chance line dashed, an abstain rate's floor (one) dash-dotted; what is
     drawn is added to ``drawn`` (model ids, "reference", "blank", "floor") for the legend."""
-    vis = means["visibility_m"].values
+    vis = sweep_visibility(means)
     x_clean = vis[1] * 2.0  # clean drawn one factor 2 left of the first level
     has_blank = "blank" in means["arm"].values
     empty = []
@@ -578,7 +579,7 @@ def plot_abstain_comparison(means: xr.Dataset, task: str = "t2", arms=("fog", "u
     """
     models = [str(m) for m in means["model"].values]
     colors = model_colors(models)
-    vis = means["visibility_m"].values
+    vis = sweep_visibility(means)
     x_clean = vis[1] * 2.0
     fig, axes = plt.subplots(len(models), len(arms), figsize=(3.6 * len(arms), 2.0 * len(models) + 0.6),
                              sharex=True, sharey=True, squeeze=False)
@@ -817,7 +818,7 @@ def plot_nominal_vs_physical(means: xr.Dataset, v_eq_median_m, task: str = "t2",
     from matplotlib.transforms import blended_transform_factory
 
     colors = model_colors(list(means["model"].values))
-    vis = means["visibility_m"].values
+    vis = sweep_visibility(means)
     sev_x = np.asarray(v_eq_median_m, float)
     fig, ax = plt.subplots(figsize=(7.0, 3.6))
     for model in means["model"].values:

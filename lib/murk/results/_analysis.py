@@ -248,7 +248,7 @@ def crossing_table(scores: xr.DataArray, n_resamples: int = 2000, seed: int = 0,
         ``v_acc_blank_hi_m``, ``censored_blank``, ``censored_blank_side``.
     """
     x = scores.sel(arm=list(arms))
-    vis = x["visibility_m"].values[1:]
+    vis = cube.sweep_visibility(x)[1:]
     counts = _counts(counts, x.sizes["image"], n_resamples, seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -326,7 +326,7 @@ def _crossing_dataset(x, v, side, vb, sideb, ci_level):
     out["w_upper_bound"] = (wside == "below") & not_acc
     # multiplicity and equivalence (issue 39): W's bootstrap p-value against 0, and that |W| is below one sweep level
     try:
-        step = metrics.level_step_decades(x["visibility_m"].values[1:])
+        step = metrics.level_step_decades(cube.sweep_visibility(x)[1:])
     except ValueError:   # a design of one level has no step: no lag can be bounded by one
         step = float("nan")
     wbv = wb.transpose(*dims, "bootstrap").values
@@ -597,6 +597,14 @@ def scores_dataset(means: xr.Dataset, crossings: xr.Dataset, confidence: xr.Data
     """
     arms = list(means["arm"].values)
 
+    level_coords = {k: means[k] for k in ("visibility_m", "severity") if k in means.coords}
+
+    def bare(ds):   # the level's per-arm coordinates are set once, from the condition means, below
+        return ds.drop_vars(list(level_coords), errors="ignore")
+
+    means, confidence, selective, confident = bare(means), bare(confidence), bare(selective), bare(confident)
+    crossings, monotonic, reliability = bare(crossings), bare(monotonic), bare(reliability)
+
     def full(ds: xr.Dataset) -> xr.Dataset:
         fill = {k: (False if v.dtype == bool else 0 if np.issubdtype(v.dtype, np.integer)
                     else "" if v.dtype.kind in "US" else np.nan)
@@ -631,7 +639,7 @@ def scores_dataset(means: xr.Dataset, crossings: xr.Dataset, confidence: xr.Data
         "reliability_count": reliability["count"],
         "reliability_confidence": reliability["mean_confidence"],
         "reliability_accuracy": reliability["accuracy"],
-    })
+    }).assign_coords(level_coords)
     out["v_cross_m"].attrs.update(units="m", long_name="crossing visibility")
     out["v_acc_blank_m"].attrs.update(units="m", long_name="V_acc with the blank-image accuracy as floor (post hoc)")
     out["w"].attrs.update(units="decades", long_name="blind-spot width W = log10(V_acc / V_aware)")

@@ -16,7 +16,8 @@ Conventions
   ``shuffled`` (their only level). Levels 1-8 carry the visibilities of
   :data:`murk.scene.SWEEP_M` for the physical arms; levels 1-5 carry the
   ImageNet-C severities for ``imagenet_c``. The coordinates ``visibility_m``
-  (level; ``inf`` at level 0, CF ``units = "m"``) and ``severity`` (level)
+  (arm × level; ``inf`` at level 0, CF ``units = "m"``, NaN where a level has no
+  visibility: ImageNet-C severities, controls) and ``severity`` (arm × level)
   label them. Cells that do not exist (e.g. ``blank`` at level 3) are NaN.
 * ``task``: ``t2`` (4-way identification), ``t3_true`` and ``t3_false``
   (the two verification questions of t3, true category and distractor).
@@ -63,7 +64,7 @@ from murk.core import (ARMS, CONTROL_ARMS, DIMS, PHYSICAL_ARMS, READOUTS, SCHEMA
 from murk.scene import IMAGENET_C_SEVERITIES, N_LEVELS
 
 __all__ = [
-    "IDENTITY_ATTRS", "level_coords", "empty_model_dataset",
+    "IDENTITY_ATTRS", "level_coords", "sweep_visibility", "empty_model_dataset",
     "store_identity", "open_readout_store", "damaged_chunks", "write_image", "merge_models", "open_cube",
     "t3_image_scores", "NOT_RUN", "images_run", "SUPERSEDED_NAME", "set_aside_superseded", "IMAGES_PER_SHARD",
     "write_missing"]
@@ -86,28 +87,77 @@ IMAGES_PER_SHARD = 256
 
 
 def level_coords() -> dict[str, xr.DataArray]:
-    """Coordinates of the ``level`` dimension.
+    """Coordinates of the ``level`` dimension, per arm: what a level is on each arm.
 
     Returns
     -------
     dict
-        ``level`` (int 0-8), ``visibility_m`` (float64, m; ``inf`` = clean;
-        values from :data:`murk.scene.SWEEP_M`, spec Sec. III "Sweep") and
-        ``severity`` (float64; ImageNet-C severity of the ``imagenet_c`` arm,
-        0 = clean, NaN beyond 5).
+        ``level`` (level; int 0-8); ``visibility_m`` (arm × level; float64, m): on ``fog`` the
+        meteorological visibility V, on ``underwater`` the best-channel visibility V_best, ``inf`` at level 0
+        (clean) and :data:`murk.scene.SWEEP_M` at levels 1-8 (spec Sec. III "Sweep"); on ``imagenet_c``
+        ``inf`` at level 0 and NaN at its severities, which have no visibility (their placement on the
+        physical axis is a measurement: the equivalent visibility of the nominal analysis); NaN on the
+        controls ``blank`` and ``shuffled``, whose image is not a degradation. ``severity`` (arm × level;
+        float64): the ImageNet-C fog severity on ``imagenet_c`` (0 = clean, 1-5, NaN beyond), NaN on the
+        other arms.
+
+    Notes
+    -----
+    No CF ``standard_name``: ``visibility_in_air`` would claim air on the underwater arm. Both are derived from
+    the design (not read out), so :func:`merge_models` sets them on the cube whatever a store holds.
     """
     level = np.arange(N_LEVELS)
-    vis = np.concatenate([[np.inf], np.asarray(scene.SWEEP_M, dtype=float)])
-    sev = np.full(N_LEVELS, np.nan)
-    sev[: 1 + len(IMAGENET_C_SEVERITIES)] = np.arange(1 + len(IMAGENET_C_SEVERITIES))
+    sweep = np.concatenate([[np.inf], np.asarray(scene.SWEEP_M, dtype=float)])
+    vis = np.full((len(ARMS), N_LEVELS), np.nan)
+    sev = np.full((len(ARMS), N_LEVELS), np.nan)
+    for i, arm in enumerate(ARMS):
+        if arm in PHYSICAL_ARMS:
+            vis[i] = sweep
+        elif arm == "imagenet_c":
+            vis[i, 0] = np.inf
+            sev[i, : 1 + len(IMAGENET_C_SEVERITIES)] = np.arange(1 + len(IMAGENET_C_SEVERITIES))
     return {
         "level": xr.DataArray(level, dims="level", attrs={"long_name": "degradation level (0 = undegraded)"}),
-        "visibility_m": xr.DataArray(vis, dims="level", attrs={
-            "units": "m", "long_name": "meteorological visibility V (fog) or best-channel visibility V_best (underwater)",
-            "standard_name": "visibility_in_air"}),
-        "severity": xr.DataArray(sev, dims="level", attrs={
-            "units": "1", "long_name": "ImageNet-C fog severity (imagenet_c arm only)"}),
+        "visibility_m": xr.DataArray(vis, dims=("arm", "level"), coords={"arm": list(ARMS)}, attrs={
+            "units": "m", "long_name": "visibility of the level: meteorological visibility V (fog), best-channel "
+                                       "visibility V_best (underwater); inf = clean; NaN = a level without one "
+                                       "(ImageNet-C severities, the controls)"}),
+        "severity": xr.DataArray(sev, dims=("arm", "level"), coords={"arm": list(ARMS)}, attrs={
+            "units": "1", "long_name": "ImageNet-C fog severity (imagenet_c arm; NaN on the other arms)"}),
     }
+
+
+def sweep_visibility(ds: xr.Dataset | xr.DataArray) -> np.ndarray:
+    """The visibility of each level on the physical arms: the axis crossing visibilities are read on.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset or DataArray
+        A cube, or a selection of it, with the ``visibility_m`` coordinate (arm × level, or level alone once
+        one arm is selected; :func:`level_coords`).
+
+    Returns
+    -------
+    numpy.ndarray
+        float64 (level,), m: ``inf`` at level 0, then the sweep (:data:`murk.scene.SWEEP_M`, or a design's
+        shorter sweep where the cube holds fewer levels).
+
+    Raises
+    ------
+    ValueError
+        ``ds`` holds no physical arm (fog, underwater) to read the levels from, or its physical arms disagree.
+    """
+    vis = ds["visibility_m"]
+    if "arm" in vis.dims:
+        arms = [a for a in PHYSICAL_ARMS if a in vis["arm"].values]
+        if not arms:
+            raise ValueError(f"sweep_visibility: no physical arm ({', '.join(PHYSICAL_ARMS)}) among the arms "
+                             f"{', '.join(map(str, vis['arm'].values))}: their levels have no visibility")
+        rows = vis.sel(arm=arms).transpose("arm", "level").values
+        if not all(np.array_equal(rows[0], r) for r in rows[1:]):
+            raise ValueError(f"sweep_visibility: the physical arms' levels differ: {rows.tolist()}")
+        return np.asarray(rows[0], dtype=np.float64)
+    return np.asarray(vis.values, dtype=np.float64)
 
 
 def empty_model_dataset(image_ids: Iterable[int], categories: Iterable[str]) -> xr.Dataset:
@@ -779,7 +829,9 @@ def merge_models(stores: Mapping[str, str | os.PathLike], out: str | os.PathLike
             for name in text_vars:  # object strings: numpy's StringDType cannot be outer-joined with a fill
                 if name in ds:
                     ds[name] = ds[name].copy(data=np.asarray(ds[name].values, dtype=object))
-            parts.append(ds.drop_vars(["done", "input_sha256"], errors="ignore"))
+            # the level's per-arm coordinates come from the design (level_coords), set on the cube below: a
+            # store written before they were per arm holds them per level
+            parts.append(ds.drop_vars(["done", "input_sha256", "visibility_m", "severity"], errors="ignore"))
     finally:
         ctx.__exit__(None, None, None)
     if not parts:
@@ -819,6 +871,7 @@ def merge_models(stores: Mapping[str, str | os.PathLike], out: str | os.PathLike
         n_visual_tokens=("model", [int(a.get("n_visual_tokens", -1)) for _, a in models]),
         kind=("model", [str(a.get("kind", "vlm")) for _, a in models]),
         n_items=("model", np.asarray(n_run, dtype=np.int64)),
+        **{k: c for k, c in level_coords().items() if k != "level"},
     )
     cube["n_items"].attrs.update(long_name="images the model was read out on (the first n_items of the selection; "
                                            "the others have missing_reason 'not run')")

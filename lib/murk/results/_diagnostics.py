@@ -197,6 +197,7 @@ def floor_verdicts(estimates: Sequence[tuple[float, float, float]], replicates: 
     ValueError
         The sequences differ in length.
     """
+    from murk.results import _cube as cube
     from murk.results import _metrics as metrics
 
     k = len(estimates)
@@ -356,6 +357,7 @@ def design_summary(ds, model: str, image_ids: Sequence[int], chance: Mapping[str
         and ``v_acc_censored.fog.t2``, ``v_acc_censored.underwater.t2`` (1.0 when
         censored, else 0.0). NaN where the cube has no value.
     """
+    from murk.results import _cube as cube
     from murk.results import _metrics as metrics
 
     x = ds["value"].sel(model=model, image=list(map(int, image_ids)))
@@ -371,7 +373,7 @@ def design_summary(ds, model: str, image_ids: Sequence[int], chance: Mapping[str
             out["t3_blank_top_share"] = float(np.nanmax(shares)) if np.isfinite(shares).any() else np.nan
         except ValueError:
             out["t3_blank_top_share"] = np.nan
-        vis = ds["visibility_m"].values[1:]
+        vis = cube.sweep_visibility(ds)[1:]
         for arm in ("fog", "underwater"):
             acc = np.nanmean(x.sel(arm=arm, task="t2", readout="correct").transpose("level", "image").values, axis=1)
             v, c = metrics.crossing_visibility(vis, acc[1:], acc[0], float(chance["t2"]))
