@@ -122,10 +122,10 @@ def check_recalibration_over_own_images(root, numbers: dict, n_of: dict, A: dict
     import numpy as np
     import xarray as xr
 
+    from murk import report
     from murk.core import _paths as paths
     from murk.monitor import _monitor as monitor
     from murk.readout import _item_readouts as unit
-    from murk.report import paper
     from murk.results import _metrics as metrics
 
     ds = xr.open_zarr(Path(root) / "cube.zarr").load()
@@ -151,10 +151,10 @@ def check_recalibration_over_own_images(root, numbers: dict, n_of: dict, A: dict
         draw = metrics.bootstrap_counts(int(test.sum()), A["bootstrap_resamples_crossing"], A["bootstrap_seed"])
         cnt = draw[: A["bootstrap_resamples"], np.tile(np.arange(int(test.sum())), ds.sizes["level"])]
         lo, hi = metrics.percentile_interval(metrics.resampled_ece(np.clip(c, 0, 1), y, cnt), A["ci_level"])
-        assert numbers[f"recal.none.fog.t2.{k}.ece"] == paper.fmt(float(metrics.expected_calibration_error(c, y)))
-        assert numbers[f"recal.none.fog.t2.{k}.ece.ci"] == paper.fmt_interval(float(lo), float(hi)), m
+        assert numbers[f"recal.none.fog.t2.{k}.ece"] == report.fmt(float(metrics.expected_calibration_error(c, y)))
+        assert numbers[f"recal.none.fog.t2.{k}.ece.ci"] == report.fmt_interval(float(lo), float(hi)), m
         lo, hi = metrics.percentile_interval(metrics.resampled_auroc(np.clip(c, 0, 1), y, cnt), A["ci_level"])
-        assert numbers[f"recal.none.fog.t2.{k}.auroc.ci"] in ("", paper.fmt_interval(float(lo), float(hi))), m
+        assert numbers[f"recal.none.fog.t2.{k}.auroc.ci"] in ("", report.fmt_interval(float(lo), float(hi))), m
 #: the one warning the demo's executed notebooks show by design: murk's random-weight checkpoints put almost no
 #: first-token mass on the option letters, which the read-out notebook says (notebooks/03_readout.py,
 #: murk.readout.check_option_mass: "Random-weight pipeline checks always trip it: that is expected")

@@ -252,8 +252,8 @@ def test_crossing_at_the_first_level_is_a_bound_from_below():
     assert float(cr["v_cross_m"].sel(readout="correct")) == 250.0 and not bool(cr["censored"].sel(readout="correct"))
     assert str(cr["w_censored_side"].sel(readout="abstain").values) == "above"
     assert bool(cr["w_lower_bound"].sel(readout="abstain")) and not bool(cr["w_upper_bound"].sel(readout="abstain"))
-    from murk.report import paper
-    assert paper.fmt_crossing(float(cr["v_cross_m"].sel(readout="correct")),
+    from murk import report
+    assert report.fmt_crossing(float(cr["v_cross_m"].sel(readout="correct")),
                               str(cr["censored_side"].sel(readout="correct").values), 1) == "≥ 250"
 
 
@@ -264,8 +264,8 @@ def test_both_censored_w_prints_no_interval():
     cr = analysis.crossing_table(s, 50, 0).sel(model="org/m0", arm="fog", task="t2", readout="c_int")
     assert str(cr["w_censored_side"].values) == "undefined"
     assert np.isnan(float(cr["w"])) and np.isnan(float(cr["w_lo"])) and np.isnan(float(cr["w_hi"]))
-    from murk.report import paper
-    assert paper.fmt_estimate(float(cr["w"]), float(cr["w_lo"]), float(cr["w_hi"]),
+    from murk import report
+    assert report.fmt_estimate(float(cr["w"]), float(cr["w_lo"]), float(cr["w_hi"]),
                               str(cr["w_censored_side"].values)) == "n/a"
 
 

@@ -524,7 +524,7 @@ def test_disk_full_in_the_depth_cache_figures_numbers_tables_and_selection(tmp_p
     and the previous file is kept as it was."""
     import matplotlib.pyplot as plt
 
-    from murk.report import paper
+    from murk import report
     from murk.report import _figures as figures
     from murk.scene import _depth as depth
 
@@ -554,24 +554,24 @@ def test_disk_full_in_the_depth_cache_figures_numbers_tables_and_selection(tmp_p
     _check_full_disk_message(str(e.value), root, root / "figures" / "f.png")
     assert (root / "figures" / "f.png").read_bytes() == png and not list((root / "figures").glob(".*"))
 
-    paper.write_numbers({"a": "1"}, root / "paper_numbers.json")
+    report.write_numbers({"a": "1"}, root / "paper_numbers.json")
     ds = xr.Dataset({"v": ("x", np.arange(3.0))})
-    paper.write_netcdf_atomic(ds, root / "analysis" / "t.nc")
+    report.write_netcdf_atomic(ds, root / "analysis" / "t.nc")
     monkeypatch.setattr(type(root), "write_text", _enospc)
     monkeypatch.setattr(xr.Dataset, "to_netcdf", _enospc)
     # the numbers file's provenance is written first (a numbers file is never newer than its provenance): the
     # full disk is met there
-    for f, target in ((lambda: paper.write_numbers({"a": "2"}, root / "paper_numbers.json"),
-                       paper.provenance_file(root / "paper_numbers.json")),
-                      (lambda: paper.write_text_atomic(root / "analysis" / "t.md", "x"), root / "analysis" / "t.md"),
-                      (lambda: paper.write_netcdf_atomic(ds, root / "analysis" / "t.nc"), root / "analysis" / "t.nc"),
+    for f, target in ((lambda: report.write_numbers({"a": "2"}, root / "paper_numbers.json"),
+                       report.provenance_file(root / "paper_numbers.json")),
+                      (lambda: report.write_text_atomic(root / "analysis" / "t.md", "x"), root / "analysis" / "t.md"),
+                      (lambda: report.write_netcdf_atomic(ds, root / "analysis" / "t.nc"), root / "analysis" / "t.nc"),
                       (lambda: items.save_selection(_tiny_items(), {}, {}, root), root / "items_meta.json")):
         with pytest.raises(diskfull.DiskFullError) as e:
             f()
         _check_full_disk_message(str(e.value), root, target)
     monkeypatch.undo()
     assert json.loads((root / "paper_numbers.json").read_text()) == {"a": "1"}
-    assert json.loads(paper.provenance_file(root / "paper_numbers.json").read_text()) == {}  # as it was
+    assert json.loads(report.provenance_file(root / "paper_numbers.json").read_text()) == {}  # as it was
     assert not list(root.rglob("*.tmp"))
 
 

@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from murk import report
 from murk.core import COMMAND_LINE, SettingsError, check_run_settings, settings
 from murk.core import _config as config
 from murk.core import _diskfull as diskfull
@@ -101,8 +102,8 @@ def test_a_missing_or_failed_embed_says_what_to_run(tmp_path, monkeypatch, capsy
     nbformat.write(book, nb)
     errors = []
     for label in ("fig-absent", "fig-broken"):
-        with pytest.raises(paper.EmbedError) as e:
-            paper.resolve_qmd(f"{{{{< embed ../outputs/notebooks/04_analyse.ipynb#{label} >}}}}", {}, tmp_path, root)
+        with pytest.raises(report.EmbedError) as e:
+            report.resolve_qmd(f"{{{{< embed ../outputs/notebooks/04_analyse.ipynb#{label} >}}}}", {}, tmp_path, root)
         msg = _one_line(str(e.value))
         assert str(nb) in msg and label in msg and "re-run the stage" not in msg
         assert "fix: run the command that made this output root again with --forcerun analyse added" in msg
@@ -110,7 +111,7 @@ def test_a_missing_or_failed_embed_says_what_to_run(tmp_path, monkeypatch, capsy
         assert "python -m murk.pipeline.execute notebooks/04_analyse.py " in msg and f"-p output_dir {root}" in msg  # or docs/stages.md's by-hand command
         errors.append(e.value)
     assert isinstance(errors[0], KeyError) and isinstance(errors[1], ValueError)  # as the callers caught them
-    assert "--forcerun depth" in paper.remake_words(root / "notebooks" / "02_depth.ipynb")
+    assert "--forcerun depth" in report.remake_words(root / "notebooks" / "02_depth.ipynb")
 
     def render(**kwargs):  # what render_paper meets (python -m murk.report.paper under make demo / make paper)
         raise errors[0]

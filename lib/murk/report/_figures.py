@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402
 
-from murk.report.paper import fmt_level  # noqa: E402
+from murk.report._format import fmt_level  # noqa: E402
 
 __all__ = ["LOW_MASS_MARK", "model_label", "display_names",
            "PALETTE", "model_colors", "plot_signal_vs_visibility",
@@ -886,7 +886,7 @@ def example_caption(answer: str, correct, c_int: float, verbal_conf: float, abst
     -------
     str, two lines.
     """
-    from murk.report.paper import fmt
+    from murk.report._format import fmt
 
     a = float(abstained) if abstained is not None else float("nan")
     decision = ABSTAIN_WORDS[a == 1] if np.isfinite(a) else "abst. n/a"
