@@ -22,6 +22,7 @@ from murk.core import COMMAND_LINE, SettingsError, check_run_settings, settings
 from murk.core import _config as config
 from murk.core import _diskfull as diskfull
 from murk.pipeline import markers as workflow
+from murk.protocol import _item_files
 from murk.protocol import _items as items
 from murk.readout import load_vlm
 from murk.report import paper
@@ -257,7 +258,7 @@ def test_a_folder_with_an_images_name_is_called_a_folder(tmp_path):
     assert "is a folder, not an image file" in msg and "not found" not in msg
     assert str(tmp_path / "000000000139.jpg") in msg and "replace the folder" in msg
     table = pd.DataFrame([(1, "000000000139.jpg", 80, 40)], columns=["image_id", "file_name", "width", "height"])
-    assert "is a folder" in items.image_checks(table, tmp_path)["unreadable"]["1"]  # the select stage's record
+    assert "is a folder" in _item_files.image_checks(table, tmp_path)["unreadable"]["1"]  # the select stage's record
 
 
 # --- 9: an animated GIF cut to its first frame, a PNG's alpha dropped: a note, not silence ---
@@ -280,7 +281,7 @@ def test_a_gifs_later_frames_and_a_pngs_alpha_are_noted(tmp_path):
         images.load_image(tmp_path / "plain.png", (80, 40))  # nothing left out: no note
     table = pd.DataFrame([(1, "anim.gif", 80, 40), (2, "alpha.png", 80, 40), (3, "plain.png", 80, 40)],
                          columns=["image_id", "file_name", "width", "height"])
-    got = items.image_checks(table, tmp_path)  # recorded by the select stage in items_report.json
+    got = _item_files.image_checks(table, tmp_path)  # recorded by the select stage in items_report.json
     assert list(got["converted"]) == ["1", "2"] and not got["unreadable"] and not got["transposed"]
     assert words["anim.gif"] in got["converted"]["1"] and words["alpha.png"] in got["converted"]["2"]
 

@@ -757,7 +757,7 @@ def test_one_analysis_identity_in_every_artifact_and_a_mixed_paper_refused(root,
     import sys
 
     from murk.pipeline import markers as workflow
-    from murk.report import _figures as figures
+    from murk.report import _figure_files
 
     run = workflow.run_id("c" * 64, "i" * 64)                  # tests/synthetic.py's items_meta.json
     assert numbers["run_id"] == run and re.fullmatch(r"a-[0-9a-f]{12}", numbers["analysis_id"])
@@ -768,9 +768,9 @@ def test_one_analysis_identity_in_every_artifact_and_a_mixed_paper_refused(root,
     assert xr.open_zarr(paths.cube_store(root)).attrs["run_id"] == run
     ids = {"run_id": run, "analysis_id": numbers["analysis_id"]}
     for png in sorted(paths.figures_dir(root).glob("*.png")):
-        assert figures._file_identity(png) == ids, png
+        assert _figure_files._file_identity(png) == ids, png
     embedded = sorted((paths.paper_out_dir(root) / "embed").glob("04_analyse-fig-*.png"))
-    assert embedded and all(figures._file_identity(f) == ids for f in embedded)
+    assert embedded and all(_figure_files._file_identity(f) == ids for f in embedded)
     html = synthetic_paper[1]["html"].read_text(encoding="utf-8")
     assert f'<meta name="murk-analysis-id" content="{numbers["analysis_id"]}">' in html[:html.index("</head>")]
     assert f"Run identity {run}; analysis identity {numbers['analysis_id']}" in _visible(html)
@@ -807,11 +807,11 @@ def test_recalibration_and_risk_coverage_on_the_synthetic_cube(numbers):
     Issue 39: each model's sentence states its own test half's n (the split of its own images), and what T(V̂)
     did to the blind spot is said from W before and after (:func:`murk.report.blind_spot_change`)."""
     from murk.core import _config as config
-    from murk.monitor import _monitor as monitor
+    from murk.monitor import _evaluation
     from murk.report import _claims as claims
 
     seed = config.load_config()["analysis"]["bootstrap_seed"]
-    n_test = int((~monitor.split_images(np.arange(100, 100 + synthetic.N_IMAGES), seed=seed)).sum())
+    n_test = int((~_evaluation.split_images(np.arange(100, 100 + synthetic.N_IMAGES), seed=seed)).sum())
 
     for arm in ("fog", "underwater"):
         for method in ("none", "global"):
@@ -872,13 +872,13 @@ def test_a_subset_models_recalibration_is_over_its_own_images(synthetic_subset):
     drawn from its 12 images, the finding states the n of its own test half (not the 30 images' test half), and
     its intervals are those of the draw over its own test images, recomputed here from the cube."""
     from murk.core import _config as config
-    from murk.monitor import _monitor as monitor
+    from murk.monitor import _evaluation
 
     A = config.load_config()["analysis"]
     numbers = report.load_numbers(paths.numbers_file(synthetic_subset))
     ids = np.arange(100, 100 + synthetic.N_IMAGES)
-    n_own = int((~monitor.split_images(ids[: synthetic.N_SUBSET], seed=A["bootstrap_seed"])).sum())
-    assert n_own != int((~monitor.split_images(ids, seed=A["bootstrap_seed"])).sum())   # the planted difference
+    n_own = int((~_evaluation.split_images(ids[: synthetic.N_SUBSET], seed=A["bootstrap_seed"])).sum())
+    assert n_own != int((~_evaluation.split_images(ids, seed=A["bootstrap_seed"])).sum())   # the planted difference
     assert numbers["finding.recal"].startswith(f"On the {n_own} test images of synthetic-a (t2), in fog, W ")
     assert f"synthetic-a, {synthetic.N_SUBSET - n_own} and {n_own} of its {synthetic.N_SUBSET} images" == \
         numbers["recal.halves"]

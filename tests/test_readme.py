@@ -25,6 +25,7 @@ from murk import report
 from murk.core import _paths as paths
 from murk.monitor import _monitor as monitor
 from murk.pipeline import markers as workflow
+from murk.report import _figure_files
 from murk.report import _figures as figures
 
 import stages
@@ -75,8 +76,8 @@ def test_by_hand_examples_run_as_printed(demo, tmp_path):
     for nb in ("01_select", "02_depth", "03_readout-mine", "03b_monitor", "04_analyse"):
         assert report.notebook_identity(out / "notebooks" / f"{nb}.ipynb")["run_id"] == run, nb
     assert report.notebook_identity(out / "notebooks" / "04_analyse.ipynb")["analysis_id"] == numbers["analysis_id"]
-    assert figures._file_identity(out / "figures" / "scene_levels.png") == {"run_id": run}
-    assert figures._file_identity(out / "figures" / "accuracy_t2.png") == {"run_id": run,
+    assert _figure_files._file_identity(out / "figures" / "scene_levels.png") == {"run_id": run}
+    assert _figure_files._file_identity(out / "figures" / "accuracy_t2.png") == {"run_id": run,
                                                                           "analysis_id": numbers["analysis_id"]}
     # the demo's own analyse notebook (three models) beside the by-hand numbers (two): the mixed paper of the
     # issue. make paper's converter refuses it, writing nothing, and names both identities and the docs' command

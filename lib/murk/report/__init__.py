@@ -4,8 +4,9 @@ design variants, figures and the paper's rendering (``python -m murk.report.pape
 Layer 8 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
 pipeline). It may import the layers below it: core, scene, protocol, offline, readout, results, monitor. The
 names below are its public surface; the modules behind it (``_format``, ``_numbers``, ``_claims``,
-``_design_words``, ``_figures``, ``_markdown``, ``_atomic``, ``_cells``, ``_resolve``, ``_settings_table``,
-``_spec_map``, ``_view``, ``_render``) are its implementation, and ``paper`` its command.
+``_design_words``, ``_figures``, ``_figure_files``, ``_figures_beyond``, ``_markdown``, ``_atomic``, ``_cells``,
+``_resolve``, ``_settings_table``, ``_spec_map``, ``_view``, ``_render``) are its implementation, and ``paper``
+its command.
 """
 
 from __future__ import annotations
@@ -62,28 +63,32 @@ _MODULES = {
         "PALETTE",
         "model_colors",
         "plot_signal_vs_visibility",
-        "save",
-        "set_identity",
         "SCENE_LEVELS_M",
-        "PIPELINE_CHECK_MARK",
-        "stamp_pipeline_check",
         "level_axis",
-        "placeholder",
         "plot_scene_levels",
         "plot_reliability",
         "plot_abstain_comparison",
         "plot_blind_spot_widths",
         "plot_nominal_vs_physical",
         "plot_item_grid",
-        "plot_monitor_accuracy",
         "plot_signals",
         "FIG3_SIGNALS",
-        "plot_risk_coverage",
-        "plot_reliability_methods",
         "example_caption",
         "ABSTAIN_WORDS",
         "model_marks",
         "MODEL_MARKERS",
+    ),
+    "_figure_files": (
+        "save",
+        "set_identity",
+        "PIPELINE_CHECK_MARK",
+        "stamp_pipeline_check",
+        "placeholder",
+    ),
+    "_figures_beyond": (
+        "plot_monitor_accuracy",
+        "plot_risk_coverage",
+        "plot_reliability_methods",
     ),
     "_format": (
         "fmt",

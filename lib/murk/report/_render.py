@@ -19,8 +19,8 @@ from murk import core
 from murk.report._cells import EMBED_RE
 from murk.report._format import NOT_COMPUTED
 from murk.report._numbers import load_numbers, load_provenance
-from murk.report._view import notebook_view, view_name
 from murk.report._resolve import refuse_mixed_paper, resolve_qmd, stamp_html
+from murk.report._view import notebook_view, view_name
 
 __all__ = ["crossref", "label_numbers", "render_paper", "typst_options", "TYPST_HEADER", "LUA_FILTER",
            "SECTION_FILTER", "LUA_FILTERS"]
@@ -204,7 +204,6 @@ def fit_figures_to_page(md: str, base: str | os.PathLike, options: Mapping | Non
 
 def _figure_paths(md: str) -> list[str]:
     return re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", md)
-
 
 
 #: an inline value at most this long, or without words (a list of numbers), on one line and without a link of

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Mapping
 
 from murk import core
+from murk.report._atomic import write_text_atomic
 from murk.report._cells import (
     ANY_INLINE_RE,
     CELL_RE,
@@ -30,11 +31,10 @@ from murk.report._cells import (
     notebook_identity,
 )
 from murk.report._format import NOT_COMPUTED
-from murk.report._spec_map import SPEC_COUNTERPARTS
-from murk.report._numbers import load_numbers
 from murk.report._markdown import markdown_table
+from murk.report._numbers import load_numbers
+from murk.report._spec_map import SPEC_COUNTERPARTS
 from murk.report._view import view_name
-from murk.report._atomic import write_text_atomic
 
 __all__ = ["resolve_embeds", "EmbedError", "remake_words", "resolve_qmd", "MixedPaperError", "refuse_mixed_paper",
            "stamp_html"]
@@ -212,7 +212,6 @@ def stamp_html(path: str | os.PathLike, ids: Mapping[str, str]) -> Path:
     text = path.read_text(encoding="utf-8")
     text = text.replace("</head>", tags + "</head>", 1) if "</head>" in text else tags + text
     return write_text_atomic(path, text)
-
 
 
 def _embed(nb_path: Path, label: str, cell, fig_dir: Path, link: str) -> str:

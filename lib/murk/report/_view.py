@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 
 from murk import core
-from murk.report._numbers import _label_of
 from murk.report._cells import notebook_cells
+from murk.report._numbers import _label_of
 
 __all__ = ["notebook_view", "view_name"]
 
