@@ -47,6 +47,7 @@ from readout import ROWS, _images, _tokenizer, build_model, max_readout_diff  # 
 
 from murk.core import load_config  # noqa: E402
 from murk.protocol import questions_for_item  # noqa: E402
+from murk.readout import _schedule
 from murk.readout import load_vlm, matmul_gflops  # noqa: E402
 from murk.readout import _engine as engine  # noqa: E402
 from murk.scene import _render as render  # noqa: E402
@@ -116,8 +117,8 @@ def main() -> None:
             qs = tuple(questions_for_item(ROWS[i], cfg))
             for arm, level, img in render.render_conditions(images[i], depth[i], bbox, images[1 - i], seed=1,
                                                             image_id=i + 1, config=cfg):
-                units.append(engine.Unit(i, arm, level, img, qs))
-        n = engine.N_CONDITIONS
+                units.append(_schedule.Unit(i, arm, level, img, qs))
+        n = _schedule.N_CONDITIONS
         batches = {"k1": units[:n], "k2": units[: 2 * n]}
         timer = ForwardTimer(vlm, max_new)
         engine.read_units(vlm, units[:2], cfg)  # warm-up (allocations, first-call overheads)
@@ -125,7 +126,7 @@ def main() -> None:
 
         def arm(name):
             def go():
-                st = engine.EngineStats()
+                st = _schedule.EngineStats()
                 timer.reset()
                 got[name] = engine.read_units(vlm, batches[name], cfg, stats=st)
                 stats[name] = st

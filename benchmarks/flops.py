@@ -21,7 +21,7 @@ a row of their own).
 Run as a script, it reads a few units of the study mix (30 % of the items also ask
 the verbal wordings v2 / v3, as ``readout_gpu.py`` assumes) on the tiny real-format
 checkpoints (real processors and tokenizers, so real token counts), with the verbal
-wordings as rows of their own (``before``, :data:`murk.readout._engine._BRANCHES` off) and as
+wordings as rows of their own (``before``, :data:`murk.readout._rows._BRANCHES` off) and as
 branches of the core rows (``after``), and prints per family::
 
     <family>: units=.. useful_gflop_per_unit= executed_before= executed_after= fall= fall_on_units_with_v2v3=
@@ -113,23 +113,25 @@ ROW = {"category": "umbrella", "t2_options": ["car", "umbrella", "bench", "kite"
 
 def _units(images, cfg, verbal: bool):
     from murk.protocol import questions_for_item
-    from murk.readout import _engine as engine
+    from murk.readout import _schedule
 
     qs = tuple(questions_for_item(ROW, cfg))
     wordings = ("v1", "v2", "v3") if verbal else ("v1",)
-    return [engine.Unit(i, "fog", i, im, qs, wordings) for i, im in enumerate(images)]
+    return [_schedule.Unit(i, "fog", i, im, qs, wordings) for i, im in enumerate(images)]
 
 
 def _read(vlm, units, cfg, branches: bool):
     from murk.readout import _engine as engine
+    from murk.readout import _rows
+    from murk.readout import _schedule
 
-    saved = engine._BRANCHES
-    engine._BRANCHES = branches
+    saved = _rows._BRANCHES
+    _rows._BRANCHES = branches
     try:
-        st = engine.EngineStats()
+        st = _schedule.EngineStats()
         return engine.read_units(vlm, units, cfg, stats=st), st
     finally:
-        engine._BRANCHES = saved
+        _rows._BRANCHES = saved
 
 
 def _max_dp(a, b) -> float:

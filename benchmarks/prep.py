@@ -45,6 +45,7 @@ import numpy as np  # noqa: E402
 from murk.protocol import questions_for_item  # noqa: E402
 from murk.protocol import VERBAL_WORDINGS  # noqa: E402
 from murk.readout import _engine as engine  # noqa: E402
+from murk.readout import _schedule
 from murk.scene import _render as render  # noqa: E402
 
 ROW = {"category": "umbrella", "t2_options": ["car", "umbrella", "bench", "kite"], "t2_answer_index": 1,
@@ -61,14 +62,14 @@ class BenchLoad:
     config: dict
     verbal: bool = False
 
-    def __call__(self, i: int) -> engine.ImageJob:
+    def __call__(self, i: int) -> _schedule.ImageJob:
         img = self.images[i % len(self.images)]
         h, w = img.shape[:2]
         depth = np.broadcast_to(np.linspace(2.0, 60.0, h, dtype=np.float32)[:, None], (h, w)).copy()
         box = (w * 0.3, h * 0.3, w * 0.4, h * 0.4)
         partner = self.images[(i + 1) % len(self.images)]
         conds = render.render_conditions(img, depth, box, partner, seed=1, image_id=i, config=self.config)
-        return engine.ImageJob(questions_for_item(ROW, self.config), conds,
+        return _schedule.ImageJob(questions_for_item(ROW, self.config), conds,
                                VERBAL_WORDINGS if self.verbal else ("v1",))
 
 
@@ -111,10 +112,10 @@ def run(vlm, load, n_batches: int, per_batch: int, workers: int, model_s: float)
     model = EmulatedModel(model_s)
     real = engine._run_prepared
     engine._run_prepared = model
-    stats = engine.EngineStats()
+    stats = _schedule.EngineStats()
     t0 = time.perf_counter()
     try:
-        batches = engine.schedule(0, n_batches * per_batch, per_batch)
+        batches = _schedule.schedule(0, n_batches * per_batch, per_batch)
         for _ in engine.read_images(vlm, batches, load, config=load.config, workers=workers, progress=False,
                                     stats=stats):
             pass
@@ -167,7 +168,7 @@ def main(argv=None) -> int:
     load = BenchLoad(_images(4), cfg, a.verbal)
     k, w = a.images_per_batch, a.workers
     print(f"prep: the real Qwen3-VL processor ({type(vlm.processor).__name__}), {vlm.n_visual_tokens} visual "
-          f"tokens at 448 px, {engine.N_CONDITIONS} units per image, verbal wordings "
+          f"tokens at 448 px, {_schedule.N_CONDITIONS} units per image, verbal wordings "
           f"{'v1-v3' if a.verbal else 'v1'}", flush=True)
     verdicts = {x: [] for x in a.multiples}
     for rnd in range(a.rounds):  # each round measures the preparation again: the load of a shared machine drifts

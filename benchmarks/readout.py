@@ -384,6 +384,8 @@ def batched_throughput(vlm, vlm_bf16, cfg, rounds: int = 3, engine_units: int = 
     import math
 
     from murk.readout import _engine as engine
+    from murk.readout import _memory
+    from murk.readout import _schedule
     from murk.scene import _render as render
 
     images = _images(2)
@@ -391,9 +393,9 @@ def batched_throughput(vlm, vlm_bf16, cfg, rounds: int = 3, engine_units: int = 
     bbox = (120.0, 140.0, 160.0, 150.0)
     conds = list(render.render_conditions(images[0], depth, bbox, images[1], seed=1, image_id=1, config=cfg))
     qs = tuple(questions_for_item(ROWS[0], cfg))
-    units = [engine.Unit(0, arm, level, img, qs) for arm, level, img in conds]
-    k = engine.auto_images_per_batch(vlm, qs, cfg)
-    batch = units[: k * engine.N_CONDITIONS]
+    units = [_schedule.Unit(0, arm, level, img, qs) for arm, level, img in conds]
+    k = _memory.auto_images_per_batch(vlm, qs, cfg)
+    batch = units[: k * _schedule.N_CONDITIONS]
     n_pick = engine_units * rounds
     picks = [round(i * (len(units) - 1) / max(n_pick - 1, 1)) for i in range(n_pick)]
     # warm-up of the three paths (allocations, first-call overheads)
@@ -413,7 +415,7 @@ def batched_throughput(vlm, vlm_bf16, cfg, rounds: int = 3, engine_units: int = 
 
     def run_batched(name, model):
         def go():
-            st = engine.EngineStats()
+            st = _schedule.EngineStats()
             got[name] = engine.read_units(model, batch, cfg, stats=st)
             stats[name] = st
         return go

@@ -277,7 +277,7 @@ def synthetic_item(i: int):
 
 def _loader(cfg, n_conditions: int | None = None):
     from murk.protocol import EXAMPLE_ITEM, questions_for_item
-    from murk.readout import _engine as engine
+    from murk.readout import _schedule
     from murk.scene import _render as render
 
     rows = [EXAMPLE_ITEM,
@@ -295,7 +295,7 @@ def _loader(cfg, n_conditions: int | None = None):
 
             conds = itertools.islice(conds, n_conditions)
         verbal = ("v1", "v2", "v3") if i % 10 < 3 else ("v1",)  # the study: 300 of 1000 items
-        return engine.ImageJob(questions_for_item(rows[i % 3], cfg), conds, verbal)
+        return _schedule.ImageJob(questions_for_item(rows[i % 3], cfg), conds, verbal)
 
     return load
 
@@ -319,10 +319,11 @@ def bf16_agreement(vlm, cfg, load, n_units: int) -> tuple[float, float]:
     import torch
 
     from murk.readout import _engine as engine
+    from murk.readout import _schedule
     from baseline import read_item
 
     job = load(1)
-    units = [engine.Unit(1, a, lv, img, tuple(job.questions)) for a, lv, img in list(job.conditions)[:n_units]]
+    units = [_schedule.Unit(1, a, lv, img, tuple(job.questions)) for a, lv, img in list(job.conditions)[:n_units]]
     got = engine.read_units(vlm, units, cfg)
     dp, flips, n = 0.0, 0, 0
     for u, g in zip(units, got):
@@ -341,6 +342,8 @@ def run_model(name: str, args, cfg, peak: float, deadline: float) -> dict | None
     import torch
 
     from murk.protocol import EXAMPLE_ITEM, questions_for_item
+    from murk.readout import _memory
+    from murk.readout import _schedule
     from murk.readout import vlm_from_parts
     from murk.readout import _engine as engine
 
@@ -352,23 +355,23 @@ def run_model(name: str, args, cfg, peak: float, deadline: float) -> dict | None
     n_params = sum(p.numel() for p in net.parameters())
     load = _loader(cfg, n_conditions=3 if args.smoke else None)
     qs = questions_for_item(EXAMPLE_ITEM, cfg)
-    k = args.images_per_batch or engine.auto_images_per_batch(vlm, qs, cfg, max_images=1 if args.smoke else None)
-    support = engine.batching_support(vlm)
+    k = args.images_per_batch or _memory.auto_images_per_batch(vlm, qs, cfg, max_images=1 if args.smoke else None)
+    support = _memory.batching_support(vlm)
     job = load(0)
-    warm = [engine.Unit(0, a, lv, img, tuple(job.questions)) for a, lv, img in list(job.conditions)[:4]]
+    warm = [_schedule.Unit(0, a, lv, img, tuple(job.questions)) for a, lv, img in list(job.conditions)[:4]]
     engine.read_units(vlm, warm, cfg)  # kernels, allocator
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     build_s = time.perf_counter() - t_build
     box = min(args.seconds, max(5.0, deadline - time.perf_counter() - 20.0))
-    st = engine.EngineStats()
+    st = _schedule.EngineStats()
     snap = None
     t0 = time.perf_counter()
     units = 0
     n_batches = 0
     last_item_of_batch = set()
-    sched = engine.schedule(0, 20_000, k)
+    sched = _schedule.schedule(0, 20_000, k)
     for b in sched:
         last_item_of_batch.add(b[-1])
     it = engine.read_images(vlm, sched, load, config=cfg, stats=st, progress=False)

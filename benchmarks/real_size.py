@@ -18,7 +18,7 @@ high-water mark is its own: ``peak_gib`` is the child's resident-set high-water
 (``VmHWM``, reset through ``/proc/self/clear_refs`` just before the engine's read-out
 of the units; it includes the weights), ``estimate_gib`` the weights (plus the bf16
 model's float32 head copy) plus the engine's own estimate of the rows
-(``murk.readout._engine._row_bytes`` of each prepared row). Families whose weights alone exceed
+(``murk.readout._memory._row_bytes`` of each prepared row). Families whose weights alone exceed
 ``--budget-gib`` (float32; 9.5 GiB by default: 24 GiB shared by several users) are
 skipped, saying so; before each child starts, the script waits (up to ``--wait`` s) for
 that much available memory.
@@ -152,7 +152,7 @@ def _units(cfg, n: int):
     import numpy as np
 
     from murk.protocol import EXAMPLE_ITEM, questions_for_item
-    from murk.readout import _engine as engine
+    from murk.readout import _schedule
     from murk.scene import _render as render
 
     coco = os.environ.get("MURK_COCO_DIR") or str(ROOT.parent / "shared" / "coco-val2017-sample")
@@ -165,7 +165,7 @@ def _units(cfg, n: int):
     # clean first, then conditions spread over the sweep
     pick = [0] + [round(i * (len(conds) - 1) / max(n - 1, 1)) for i in range(1, n)]
     qs = tuple(questions_for_item(EXAMPLE_ITEM, cfg))
-    return [engine.Unit(1, conds[i][0], conds[i][1], conds[i][2], qs) for i in pick[:n]], Path(files[0]).name
+    return [_schedule.Unit(1, conds[i][0], conds[i][1], conds[i][2], qs) for i in pick[:n]], Path(files[0]).name
 
 
 def option_probs(vlm, probs, slots) -> list:
@@ -230,14 +230,14 @@ def _readout_diff(a: list, b: list) -> tuple[float, float]:
 
 
 def _estimate(vlm, prepared, max_new: int, weight_bytes: int) -> tuple[float, float]:
-    """(weights + the engine's estimate of the rows, the rows alone) in bytes (``engine._row_bytes``)."""
-    from murk.readout import _engine as engine
+    """(weights + the engine's estimate of the rows, the rows alone) in bytes (``_memory._row_bytes``)."""
+    from murk.readout import _memory
 
     rows = 0.0
     for pu in prepared:
         for r in pu.rows:
             if r is not None:
-                rows += engine._row_bytes(vlm, r.n, r.n_end, len(r.gen_ends), max_new, r.n_vision)
+                rows += _memory._row_bytes(vlm, r.n, r.n_end, len(r.gen_ends), max_new, r.n_vision)
     return weight_bytes + rows, rows
 
 
@@ -248,10 +248,12 @@ def _engine_pass(vlm, units, cfg, weight_bytes: int) -> dict:
     import torch
 
     from murk.readout import _engine as engine
+    from murk.readout import _memory
+    from murk.readout import _rows
 
     max_new = int(cfg["readout"]["verbal_max_new_tokens"])
-    support = engine.batching_support(vlm)
-    prepared = [engine._prepare_unit(vlm, u, cfg, support) for u in units]
+    support = _memory.batching_support(vlm)
+    prepared = [_rows._prepare_unit(vlm, u, cfg, support) for u in units]
     est, rows = _estimate(vlm, prepared, max_new, weight_bytes)
     gc.collect()
     rss0 = _proc_status("VmRSS")

@@ -110,12 +110,12 @@ def synthetic_paper(tmp_path_factory, request):
         import stages
         import synthetic
 
-        from murk.report import paper
+        from murk import report
 
         root = synthetic.write_root(folder / "out")
         # the models as JSON text, as `papermill -p models '[...]'` passes them (issue 20): parsed, not iterated
         stages.run("04_analyse", root, models=json.dumps(synthetic.MODELS))
-        return root, paper.render_paper(output_dir=root, pdf=True)
+        return root, report.render_paper(output_dir=root, pdf=True)
 
     return _once_for_all_workers(request, tmp_path_factory, "synthetic", build)
 
@@ -142,11 +142,11 @@ def synthetic_bare(tmp_path_factory):
     import stages
     import synthetic
 
-    from murk.report import paper
+    from murk import report
 
     root = synthetic.write_root(tmp_path_factory.mktemp("synthetic_bare") / "out", **synthetic.BARE)
     stages.run("04_analyse", root, models=synthetic.BARE["models"])
-    return root, paper.render_paper(output_dir=root, pdf=False)
+    return root, report.render_paper(output_dir=root, pdf=False)
 
 
 @_pytest_tiny.fixture(scope="session")

@@ -122,18 +122,20 @@ def check_recalibration_over_own_images(root, numbers: dict, n_of: dict, A: dict
     import numpy as np
     import xarray as xr
 
+    from murk import report
     from murk.core import _paths as paths
-    from murk.monitor import _monitor as monitor
+    from murk.monitor import _evaluation
     from murk.readout import _item_readouts as unit
-    from murk.report import paper
-    from murk.results import _metrics as metrics
+    from murk.results import _bootstrap
+    from murk.results import _calibration
+    from murk.results import _selective
 
     ds = xr.open_zarr(Path(root) / "cube.zarr").load()
     ids = ds["image"].values
     finding = numbers["finding.recal"]
     for m, n in n_of.items():
         k = paths.model_slug(m)
-        test = ~monitor.split_images(ids[:n], seed=A["bootstrap_seed"])   # its own images: the first n
+        test = ~_evaluation.split_images(ids[:n], seed=A["bootstrap_seed"])   # its own images: the first n
         assert numbers[f"recal.n_test_images.{k}"] == str(int(test.sum())), m
         assert numbers[f"recal.n_calibration_images.{k}"] == str(int((~test).sum())), m
         if not test.any():
@@ -148,13 +150,13 @@ def check_recalibration_over_own_images(root, numbers: dict, n_of: dict, A: dict
         ok = ~np.all(np.isnan(p), axis=-1)
         c = np.where(ok, np.nanmax(np.where(ok[..., None], p, 0.0), axis=-1), np.nan).ravel()
         y = v.sel(readout="correct").transpose("level", "image").values.ravel()
-        draw = metrics.bootstrap_counts(int(test.sum()), A["bootstrap_resamples_crossing"], A["bootstrap_seed"])
+        draw = _bootstrap.bootstrap_counts(int(test.sum()), A["bootstrap_resamples_crossing"], A["bootstrap_seed"])
         cnt = draw[: A["bootstrap_resamples"], np.tile(np.arange(int(test.sum())), ds.sizes["level"])]
-        lo, hi = metrics.percentile_interval(metrics.resampled_ece(np.clip(c, 0, 1), y, cnt), A["ci_level"])
-        assert numbers[f"recal.none.fog.t2.{k}.ece"] == paper.fmt(float(metrics.expected_calibration_error(c, y)))
-        assert numbers[f"recal.none.fog.t2.{k}.ece.ci"] == paper.fmt_interval(float(lo), float(hi)), m
-        lo, hi = metrics.percentile_interval(metrics.resampled_auroc(np.clip(c, 0, 1), y, cnt), A["ci_level"])
-        assert numbers[f"recal.none.fog.t2.{k}.auroc.ci"] in ("", paper.fmt_interval(float(lo), float(hi))), m
+        lo, hi = _bootstrap.percentile_interval(_calibration.resampled_ece(np.clip(c, 0, 1), y, cnt), A["ci_level"])
+        assert numbers[f"recal.none.fog.t2.{k}.ece"] == report.fmt(float(_calibration.expected_calibration_error(c, y)))
+        assert numbers[f"recal.none.fog.t2.{k}.ece.ci"] == report.fmt_interval(float(lo), float(hi)), m
+        lo, hi = _bootstrap.percentile_interval(_selective.resampled_auroc(np.clip(c, 0, 1), y, cnt), A["ci_level"])
+        assert numbers[f"recal.none.fog.t2.{k}.auroc.ci"] in ("", report.fmt_interval(float(lo), float(hi))), m
 #: the one warning the demo's executed notebooks show by design: murk's random-weight checkpoints put almost no
 #: first-token mass on the option letters, which the read-out notebook says (notebooks/03_readout.py,
 #: murk.readout.check_option_mass: "Random-weight pipeline checks always trip it: that is expected")

@@ -7,8 +7,11 @@ import pytest
 import xarray as xr
 
 from murk.results import _analysis as analysis
+from murk.results import _bootstrap
+from murk.results import _calibration
 from murk.results import _cube as cube
 from murk.results import _metrics as metrics
+from murk.results import _selective
 
 N = 40
 
@@ -80,7 +83,7 @@ def test_two_runs_with_one_seed_agree_exactly(ds, res):
 
 def test_condition_means_match_explicit_resampling(ds, res):
     s = analysis.image_scores(ds)
-    idx = metrics.bootstrap_indices(N, 200, 3)
+    idx = _bootstrap.bootstrap_indices(N, 200, 3)
     x = s.sel(model="org/m0", arm="fog", level=5, task="t2", readout="correct").values
     boot = np.nanmean(x[idx], axis=-1)
     m = res["means"].sel(model="org/m0", arm="fog", level=5, task="t2", readout="correct")
@@ -92,7 +95,7 @@ def test_condition_means_match_explicit_resampling(ds, res):
 
 def test_paired_resamples_shared_by_means_and_crossings(ds):
     # the crossing's 400 resamples start with the means' 200: one draw for everything
-    c = metrics.bootstrap_counts(N, 400, 3)
+    c = _bootstrap.bootstrap_counts(N, 400, 3)
     np.testing.assert_array_equal(analysis.resample_counts(N, 200, 3), c[:200])
 
 
@@ -141,18 +144,18 @@ def test_confidence_scores_match_kernels(ds, res):
     conf = q.sel(model="org/m1", arm="underwater", level=6, readout="c_int").values
     corr = q.sel(model="org/m1", arm="underwater", level=6, readout="correct").values
     cs = res["confidence"].sel(model="org/m1", arm="underwater", level=6, task="t3", confidence="c_int")
-    assert float(cs["ece"]) == pytest.approx(float(metrics.expected_calibration_error(conf, corr)))
-    assert float(cs["auroc"]) == pytest.approx(float(metrics.auroc(conf, corr)))
+    assert float(cs["ece"]) == pytest.approx(float(_calibration.expected_calibration_error(conf, corr)))
+    assert float(cs["auroc"]) == pytest.approx(float(_selective.auroc(conf, corr)))
     assert int(cs["n_answers"]) == 2 * N
     # the interval resamples images: both questions of an image together
-    counts = metrics.bootstrap_counts(N, 200, 3)[:, img]
-    lo, hi = metrics.percentile_interval(metrics.resampled_auroc(conf, corr, counts), 0.95)
+    counts = _bootstrap.bootstrap_counts(N, 200, 3)[:, img]
+    lo, hi = _bootstrap.percentile_interval(_selective.resampled_auroc(conf, corr, counts), 0.95)
     assert float(cs["auroc_lo"]) == pytest.approx(float(lo)) and float(cs["auroc_hi"]) == pytest.approx(float(hi))
 
 
 def test_selective_abstain_matches_kernel(ds, res):
     v = ds["value"].sel(model="org/m0", arm="fog", level=7, task="t2")
-    cov, risk = metrics.selective_risk_coverage(v.sel(readout="abstain").values, v.sel(readout="correct").values)
+    cov, risk = _selective.selective_risk_coverage(v.sel(readout="abstain").values, v.sel(readout="correct").values)
     sel = res["selective"].sel(model="org/m0", arm="fog", level=7, task="t2", option="abstain")
     assert float(sel["coverage"]) == pytest.approx(float(cov)) and float(sel["risk"]) == pytest.approx(float(risk))
     assert float(sel["risk_lo"]) <= float(sel["risk"]) <= float(sel["risk_hi"])
@@ -227,14 +230,14 @@ def test_the_cube_keeps_float64_and_the_analysis_does_not_round(tmp_path):
     np.testing.assert_array_equal(q.sel(arm="fog", level=1, readout="c_int").values[0], c)
     cs = analysis.confidence_scores(ds, n_resamples=20).sel(model="m", arm="fog", level=1, task="t2",
                                                             confidence="c_int")
-    exact = float(metrics.expected_calibration_error(c, k))
+    exact = float(_calibration.expected_calibration_error(c, k))
     assert float(cs["ece"]) == exact
     # the ECE case: bins (0.8, 0.9] {0.85: wrong} and (0.9, 1.0] {0.9000004, 0.9999999 right; 0.9999996 wrong}
     assert exact == pytest.approx((0.85 + abs(2 - (0.9000004 + 0.9999999 + 0.9999996))) / 4)
     two = analysis.confidence_scores(_cube_through_the_store(tmp_path / "b", c[:2], k[:2]), n_resamples=20)
     assert float(two["ece"].sel(model="m", arm="fog", level=1, task="t2", confidence="c_int")) == pytest.approx(
         (0.0999996 + 0.85) / 2)  # 0.475
-    assert float(metrics.expected_calibration_error(np.round(c[:2].astype(np.float32), 6), k[:2])) == 0.375
+    assert float(_calibration.expected_calibration_error(np.round(c[:2].astype(np.float32), 6), k[:2])) == 0.375
     sat = analysis.confidence_scores(_cube_through_the_store(tmp_path / "c", c[2:], k[2:]), n_resamples=20)
     assert float(sat["auroc"].sel(model="m", arm="fog", level=1, task="t2", confidence="c_int")) == 1.0  # was 0.5
 
@@ -252,8 +255,8 @@ def test_crossing_at_the_first_level_is_a_bound_from_below():
     assert float(cr["v_cross_m"].sel(readout="correct")) == 250.0 and not bool(cr["censored"].sel(readout="correct"))
     assert str(cr["w_censored_side"].sel(readout="abstain").values) == "above"
     assert bool(cr["w_lower_bound"].sel(readout="abstain")) and not bool(cr["w_upper_bound"].sel(readout="abstain"))
-    from murk.report import paper
-    assert paper.fmt_crossing(float(cr["v_cross_m"].sel(readout="correct")),
+    from murk import report
+    assert report.fmt_crossing(float(cr["v_cross_m"].sel(readout="correct")),
                               str(cr["censored_side"].sel(readout="correct").values), 1) == "≥ 250"
 
 
@@ -264,8 +267,8 @@ def test_both_censored_w_prints_no_interval():
     cr = analysis.crossing_table(s, 50, 0).sel(model="org/m0", arm="fog", task="t2", readout="c_int")
     assert str(cr["w_censored_side"].values) == "undefined"
     assert np.isnan(float(cr["w"])) and np.isnan(float(cr["w_lo"])) and np.isnan(float(cr["w_hi"]))
-    from murk.report import paper
-    assert paper.fmt_estimate(float(cr["w"]), float(cr["w_lo"]), float(cr["w_hi"]),
+    from murk import report
+    assert report.fmt_estimate(float(cr["w"]), float(cr["w_lo"]), float(cr["w_hi"]),
                               str(cr["w_censored_side"].values)) == "n/a"
 
 

@@ -13,8 +13,10 @@ from PIL import Image
 from murk import scene
 from murk.core import _diskfull as diskfull
 from murk.core import _paths as paths
+from murk.protocol import _item_files
 from murk.protocol import _items as items
 from murk.results import _cube as cube
+from murk.results import _store_repair
 from murk.scene import _render as render
 
 import stages  # tests/stages.py: the stage notebooks through papermill
@@ -30,7 +32,7 @@ def test_truncated_and_missing_images_are_recorded_not_fatal(tmp_path, monkeypat
     monkeypatch.setenv("MURK_COCO_DIR", str(SAMPLE))
     out = tmp_path / "out"
     stages.run("01_select", out, n_items=3, seed=1, run_name="bad-input")
-    table, _ = items.read_items(out)
+    table, _ = _item_files.read_items(out)
     # a private copy of the three images: one truncated, one deleted
     img_dir = tmp_path / "val2017"
     img_dir.mkdir()
@@ -275,7 +277,7 @@ def test_damaged_chunk_is_named_then_re_read_on_resume(tmp_path, damage, variabl
     f = store / variable / chunk
     data = f.read_bytes()
     f.write_bytes(b"" if damage == "zero-byte" else data[: len(data) // 2])
-    assert cube.damaged_chunks(store) == {1: [f]}
+    assert _store_repair.damaged_chunks(store) == {1: [f]}
 
     with pytest.raises(ValueError) as e:
         cube.merge_models({"m": store}, tmp_path / "cube.zarr")
@@ -286,7 +288,7 @@ def test_damaged_chunk_is_named_then_re_read_on_resume(tmp_path, damage, variabl
     with pytest.warns(UserWarning, match=r"image 12 \(position 1\)"):
         ds = cube.open_readout_store(store, [11, 12], ["car", "bus"], ATTRS14)
     assert list(ds["done"].values) == [True, False]
-    assert cube.damaged_chunks(store) == {}
+    assert _store_repair.damaged_chunks(store) == {}
     xr.testing.assert_identical(ds["value"].isel(image=0).load(), before["value"].isel(image=0))
     cube.write_image(store, 1, _full_results(0.5))  # the resumed read-out re-reads it
     after = xr.open_zarr(store, consolidated=False).load()
@@ -305,12 +307,12 @@ def test_damaged_shard_of_several_images_is_re_read_whole(tmp_path, damage):
     f = store / "value" / "c" / "0" / "0" / "0" / "0" / "0"
     data = f.read_bytes()
     f.write_bytes(b"" if damage == "zero-byte" else data[: len(data) // 2])
-    assert cube.damaged_chunks(store) == {0: [f], 1: [f]}
+    assert _store_repair.damaged_chunks(store) == {0: [f], 1: [f]}
     with pytest.raises(ValueError, match=r"position 0: .*position 1: .*run the readout stage"):
         cube.merge_models({"m": store}, tmp_path / "cube.zarr")
     with pytest.warns(UserWarning, match=r"image 11 \(position 0\).*\n.*image 12 \(position 1\)"):
         ds = cube.open_readout_store(store, [11, 12], ["car", "bus"], ATTRS14)
-    assert list(ds["done"].values) == [False, False] and cube.damaged_chunks(store) == {}
+    assert list(ds["done"].values) == [False, False] and _store_repair.damaged_chunks(store) == {}
     for i in range(2):
         cube.write_image(store, i, _full_results(0.25 * (i + 1)))
     xr.testing.assert_identical(xr.open_zarr(store, consolidated=False).load()["value"], before["value"])
@@ -477,7 +479,7 @@ def test_image_checks_records_transposed_and_unreadable_images_from_their_header
             (5, "gone.png", 80, 40)]
     table = pd.DataFrame(rows, columns=["image_id", "file_name", "width", "height"])
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 20_000)
-    got = items.image_checks(table, tmp_path)
+    got = _item_files.image_checks(table, tmp_path)
     assert list(got["transposed"]) == ["2"] and "used transposed" in got["transposed"]["2"]
     assert list(got["unreadable"]) == ["3", "4", "5"]
     assert "stored 80 x 40 px" in got["unreadable"]["3"] and "160 x 80 px" in got["unreadable"]["3"]
@@ -524,7 +526,8 @@ def test_disk_full_in_the_depth_cache_figures_numbers_tables_and_selection(tmp_p
     and the previous file is kept as it was."""
     import matplotlib.pyplot as plt
 
-    from murk.report import paper
+    from murk import report
+    from murk.report import _figure_files
     from murk.report import _figures as figures
     from murk.scene import _depth as depth
 
@@ -545,33 +548,33 @@ def test_disk_full_in_the_depth_cache_figures_numbers_tables_and_selection(tmp_p
     assert (folder / "7.npy").read_bytes() == old and not list(folder.glob(".*.tmp"))
 
     fig = plt.figure()
-    figures.save(fig, root / "figures", "f")
+    _figure_files.save(fig, root / "figures", "f")
     png = (root / "figures" / "f.png").read_bytes()
     fig = plt.figure()
     monkeypatch.setattr(fig, "savefig", _enospc)
     with pytest.raises(diskfull.DiskFullError) as e:
-        figures.save(fig, root / "figures", "f")
+        _figure_files.save(fig, root / "figures", "f")
     _check_full_disk_message(str(e.value), root, root / "figures" / "f.png")
     assert (root / "figures" / "f.png").read_bytes() == png and not list((root / "figures").glob(".*"))
 
-    paper.write_numbers({"a": "1"}, root / "paper_numbers.json")
+    report.write_numbers({"a": "1"}, root / "paper_numbers.json")
     ds = xr.Dataset({"v": ("x", np.arange(3.0))})
-    paper.write_netcdf_atomic(ds, root / "analysis" / "t.nc")
+    report.write_netcdf_atomic(ds, root / "analysis" / "t.nc")
     monkeypatch.setattr(type(root), "write_text", _enospc)
     monkeypatch.setattr(xr.Dataset, "to_netcdf", _enospc)
     # the numbers file's provenance is written first (a numbers file is never newer than its provenance): the
     # full disk is met there
-    for f, target in ((lambda: paper.write_numbers({"a": "2"}, root / "paper_numbers.json"),
-                       paper.provenance_file(root / "paper_numbers.json")),
-                      (lambda: paper.write_text_atomic(root / "analysis" / "t.md", "x"), root / "analysis" / "t.md"),
-                      (lambda: paper.write_netcdf_atomic(ds, root / "analysis" / "t.nc"), root / "analysis" / "t.nc"),
-                      (lambda: items.save_selection(_tiny_items(), {}, {}, root), root / "items_meta.json")):
+    for f, target in ((lambda: report.write_numbers({"a": "2"}, root / "paper_numbers.json"),
+                       report.provenance_file(root / "paper_numbers.json")),
+                      (lambda: report.write_text_atomic(root / "analysis" / "t.md", "x"), root / "analysis" / "t.md"),
+                      (lambda: report.write_netcdf_atomic(ds, root / "analysis" / "t.nc"), root / "analysis" / "t.nc"),
+                      (lambda: _item_files.save_selection(_tiny_items(), {}, {}, root), root / "items_meta.json")):
         with pytest.raises(diskfull.DiskFullError) as e:
             f()
         _check_full_disk_message(str(e.value), root, target)
     monkeypatch.undo()
     assert json.loads((root / "paper_numbers.json").read_text()) == {"a": "1"}
-    assert json.loads(paper.provenance_file(root / "paper_numbers.json").read_text()) == {}  # as it was
+    assert json.loads(report.provenance_file(root / "paper_numbers.json").read_text()) == {}  # as it was
     assert not list(root.rglob("*.tmp"))
 
 

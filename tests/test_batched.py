@@ -25,7 +25,11 @@ from murk.offline import TINY_MODELS
 from murk.protocol import questions_for_item
 from murk.readout import (READOUTS, TEXT_READOUTS, build_prompt_text, count_visual_tokens, image_inputs, item_prompts,
                           item_readouts, letter_probs, present_image, read_unit, single_tile_kwargs)
+from murk.readout import _device
 from murk.readout import _engine as engine
+from murk.readout import _memory
+from murk.readout import _rows
+from murk.readout import _schedule
 
 ARCHS = sorted(set(TINY_MODELS.values()))
 ROW = {"category": "umbrella", "t2_options": ["car", "umbrella", "bench", "kite"], "t2_answer_index": 1,
@@ -78,8 +82,8 @@ def test_batched_equals_each_prompt_scored_alone(arch, tiny_vlms, images):
     every read-out and every first-token probability as when each prompt runs whole, within 1e-6."""
     vlm = tiny_vlms[arch]
     cfg = load_config()
-    units = [engine.Unit(0, "fog", 3, images[0], tuple(questions_for_item(ROW, cfg)), ("v1", "v3")),
-             engine.Unit(1, "clean", 0, images[1], tuple(questions_for_item(ROW2, cfg)))]
+    units = [_schedule.Unit(0, "fog", 3, images[0], tuple(questions_for_item(ROW, cfg)), ("v1", "v3")),
+             _schedule.Unit(1, "clean", 0, images[1], tuple(questions_for_item(ROW2, cfg)))]
     got, stats = engine._read_units_with_probs(vlm, units, cfg)
     assert stats.fallback_units == 0 and stats.units == 2 and stats.rows == 3  # two core rows, one verbal branch
     prompt_tokens = distinct_prefixes = 0
@@ -98,7 +102,7 @@ def test_batched_equals_each_prompt_scored_alone(arch, tiny_vlms, images):
     # the token tree holds each distinct prompt prefix once, the verbal wordings' included: their branch
     # reuses the core row's image and shared prefix (issue 38 item 5), so the vision tower ran once per unit
     assert stats.prefill_tokens == distinct_prefixes < prompt_tokens
-    once = [engine._prepare_row(vlm, present_image(u.image, vlm.max_side_px),
+    once = [_rows._prepare_row(vlm, present_image(u.image, vlm.max_side_px),
                                 item_prompts(u.questions, cfg), cfg) for u in units]
     assert stats.vision_tokens == sum(r.n_vision for r in once)
 
@@ -109,10 +113,10 @@ def test_verbal_wordings_branch_reuses_the_core_rows_keys_and_values(tiny_vlms, 
     row's cached tokens (the image, the shared prefix) gives other distributions, so the comparison can fail."""
     vlm = tiny_vlms["qwen3vl"]
     cfg = load_config()
-    u = engine.Unit(0, "fog", 3, images[1], tuple(questions_for_item(ROW, cfg))[:1], ("v1", "v3"))  # small: fast
+    u = _schedule.Unit(0, "fog", 3, images[1], tuple(questions_for_item(ROW, cfg))[:1], ("v1", "v3"))  # small: fast
     (_, probs), = (got := engine._read_units_with_probs(vlm, [u], cfg))[0]
     branch_stats = got[1]
-    monkeypatch.setattr(engine, "_BRANCHES", False)
+    monkeypatch.setattr(_rows, "_BRANCHES", False)
     (_, probs_rows), = (got := engine._read_units_with_probs(vlm, [u], cfg))[0]
     row_stats = got[1]
     assert np.abs(probs - probs_rows).max() <= TOL
@@ -121,14 +125,14 @@ def test_verbal_wordings_branch_reuses_the_core_rows_keys_and_values(tiny_vlms, 
     flops = _bench_module("flops")  # benchmarks/flops.py: the executed work falls, the useful is what is left
     assert (flops.model_flops(vlm, branch_stats) <= flops.executed_flops(vlm, branch_stats)
             < 0.9 * flops.executed_flops(vlm, row_stats))
-    monkeypatch.setattr(engine, "_BRANCHES", True)
-    build = engine._branch_from_ids
+    monkeypatch.setattr(_rows, "_BRANCHES", True)
+    build = _rows._branch_from_ids
 
     def blind(*a, **k):  # the branch sees none of its core row's tokens
         b = build(*a, **k)
         return dataclasses.replace(b, pre=np.zeros_like(b.pre))
 
-    monkeypatch.setattr(engine, "_branch_from_ids", blind)
+    monkeypatch.setattr(_rows, "_branch_from_ids", blind)
     (_, probs_blind), = engine._read_units_with_probs(vlm, [u], cfg)[0]
     verbal = [j for j, s in enumerate(item_prompts(u.questions, cfg, u.verbal_variants)) if s.wording != "v1"]
     assert np.abs(probs_blind[verbal] - probs[verbal]).max() > 1e-4
@@ -148,7 +152,7 @@ def test_decode_uses_sdpa_grouped_query_attention(tiny_vlms, images, monkeypatch
     tc = vlm.model.config.get_text_config()
     assert tc.num_attention_heads > tc.num_key_value_heads  # grouped-query attention: the test can fail
     cfg = load_config()
-    u = engine.Unit(0, "fog", 3, images[1], tuple(questions_for_item(ROW, cfg))[:1])
+    u = _schedule.Unit(0, "fog", 3, images[1], tuple(questions_for_item(ROW, cfg))[:1])
     sdpa = torch.nn.functional.scaled_dot_product_attention
     runs = {}
     for mode in ("gqa", "repeat_kv"):
@@ -156,7 +160,7 @@ def test_decode_uses_sdpa_grouped_query_attention(tiny_vlms, images, monkeypatch
         monkeypatch.setattr(sa.torch.nn.functional, "scaled_dot_product_attention",
                             lambda *a, **k: (calls.append(bool(k.get("enable_gqa"))), sdpa(*a, **k))[1])
         if mode == "repeat_kv":
-            monkeypatch.setattr(engine, "_grouped_query_attention", lambda vlm: contextlib.nullcontext())
+            monkeypatch.setattr(_device, "_grouped_query_attention", lambda vlm: contextlib.nullcontext())
         hook = vlm.model.lm_head.register_forward_hook(lambda m, i, o: logits.append(o.detach().clone()))
         try:
             engine.read_units(vlm, [u], cfg)
@@ -177,7 +181,7 @@ def test_batched_equals_each_prompt_on_realformat_checkpoints(family, request, i
     except pytest.FixtureLookupError:
         pytest.skip("no real-format checkpoints in this tree (murk.offline.build_realformat_checkpoint)")
     cfg = load_config()
-    u = engine.Unit(0, "fog", 5, images[1], tuple(questions_for_item(ROW, cfg)), ("v1", "v3"))
+    u = _schedule.Unit(0, "fog", 5, images[1], tuple(questions_for_item(ROW, cfg)), ("v1", "v3"))
     (readouts, probs), = engine._read_units_with_probs(vlm, [u], cfg)[0]
     whole, ref = _whole(vlm, u, cfg)
     assert np.abs(probs - whole.probs).max() <= TOL
@@ -191,9 +195,9 @@ def test_independent_of_batch_mates(arch, tiny_vlms, images):
     vlm = tiny_vlms[arch]
     cfg = load_config()
     qs, qs2 = tuple(questions_for_item(ROW, cfg)), tuple(questions_for_item(ROW2, cfg))
-    target = engine.Unit(5, "underwater", 2, images[1], qs)
+    target = _schedule.Unit(5, "underwater", 2, images[1], qs)
     alone = engine.read_units(vlm, [target], cfg)[0]
-    mates = [engine.Unit(4, "blank", 0, images[2], qs2), target, engine.Unit(6, "clean", 0, images[0], qs2)]
+    mates = [_schedule.Unit(4, "blank", 0, images[2], qs2), target, _schedule.Unit(6, "clean", 0, images[0], qs2)]
     among = engine.read_units(vlm, mates, cfg)
     assert _max_diff(alone, among[1]) <= TOL
     again = engine.read_units(vlm, mates, cfg)
@@ -209,13 +213,13 @@ def test_gemma_sliding_window_and_bidirectional_image_blocks(tiny_vlms, coco_ima
     cfg = load_config()
     tc = vlm.model.config.get_text_config()
     saved = (tc.sliding_window, tc.use_bidirectional_attention)
-    u = engine.Unit(0, "fog", 1, coco_image, tuple(questions_for_item(ROW, cfg)), ("v1", "v3"))  # v3: a branch
+    u = _schedule.Unit(0, "fog", 1, coco_image, tuple(questions_for_item(ROW, cfg)), ("v1", "v3"))  # v3: a branch
     slots = item_prompts(u.questions, cfg, u.verbal_variants)
     refs = {}
     try:
         for mode in (None, "vision"):
             tc.sliding_window, tc.use_bidirectional_attention = 48, mode
-            assert engine.batching_support(vlm) is None
+            assert _memory.batching_support(vlm) is None
             (readouts, probs), = engine._read_units_with_probs(vlm, [u], cfg)[0]
             whole, ref = _whole(vlm, u, cfg)
             assert min(whole.n_tail_tokens) > 3 * 48  # every prompt is longer than the window
@@ -228,30 +232,30 @@ def test_gemma_sliding_window_and_bidirectional_image_blocks(tiny_vlms, coco_ima
         wide = score_prompts(vlm, u.image, [slots[0].user], None, cfg, shared_prefix=False)
         assert np.abs(wide.probs[0] - refs[None][0]).max() > 1e-4
         tc.use_bidirectional_attention = "all"
-        assert "bidirectional" in engine.batching_support(vlm)
+        assert "bidirectional" in _memory.batching_support(vlm)
     finally:
         tc.sliding_window, tc.use_bidirectional_attention = saved
 
 
 def test_schedule_shards_and_resume_points_align():
-    assert engine.schedule(0, 10, 4) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert _schedule.schedule(0, 10, 4) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     # a shard of size 8 sees the global batches, the last batch ends with the items
-    assert engine.schedule(8, 10, 4) == [[8, 9]]
-    assert engine.schedule(4, 12, 4) == engine.schedule(0, 12, 4)[1:]
+    assert _schedule.schedule(8, 10, 4) == [[8, 9]]
+    assert _schedule.schedule(4, 12, 4) == _schedule.schedule(0, 12, 4)[1:]
     with pytest.raises(ValueError, match="batch boundary"):
-        engine.schedule(3, 10, 4)
+        _schedule.schedule(3, 10, 4)
     with pytest.raises(ValueError, match="multiple of images_per_batch=4"):
-        engine.check_shard_alignment(6, 4)
-    engine.check_shard_alignment(8, 4)
-    engine.check_shard_alignment(None, 4)
+        _schedule.check_shard_alignment(6, 4)
+    _schedule.check_shard_alignment(8, 4)
+    _schedule.check_shard_alignment(None, 4)
     # a resumed run recomputes whole batches: the finished batch-mates of item 5 are read again
-    assert engine.plan({5, 9}, 0, 10, 4) == [[4, 5, 6, 7], [8, 9]]
-    assert engine.plan([], 0, 10, 4) == []
+    assert _schedule.plan({5, 9}, 0, 10, 4) == [[4, 5, 6, 7], [8, 9]]
+    assert _schedule.plan([], 0, 10, 4) == []
     # every schedule of any shard size that is a multiple of k concatenates to the unsharded one
     for k in (1, 2, 3):
         for shard in (k, 2 * k, 3 * k):
-            sharded = [b for s in range(0, 10, shard) for b in engine.schedule(s, min(s + shard, 10), k)]
-            assert sharded == engine.schedule(0, 10, k)
+            sharded = [b for s in range(0, 10, shard) for b in _schedule.schedule(s, min(s + shard, 10), k)]
+            assert sharded == _schedule.schedule(0, 10, k)
 
 
 def _loader(images, cfg, conditions=(("clean", 0), ("fog", 4), ("blank", 0)), bad=()):
@@ -263,7 +267,7 @@ def _loader(images, cfg, conditions=(("clean", 0), ("fog", 4), ("blank", 0)), ba
             raise FileNotFoundError(f"image of item {i} is missing (test)")
         img = images[i % len(images)]
         conds = [(arm, lvl, img if arm != "blank" else np.full_like(img, 128)) for arm, lvl in conditions]
-        return engine.ImageJob(questions_for_item(rows[i % 2], cfg), conds)
+        return _schedule.ImageJob(questions_for_item(rows[i % 2], cfg), conds)
     return load
 
 
@@ -273,8 +277,8 @@ def test_read_images_pipeline_cut_anywhere(tiny_vlms, images):
     vlm = tiny_vlms["internvl"]
     cfg = load_config()
     load = _loader(images, cfg, bad={2})
-    stats = engine.EngineStats()
-    run2 = {r.item: r for r in engine.read_images(vlm, engine.plan(range(4), 0, 4, 2), load, config=cfg,
+    stats = _schedule.EngineStats()
+    run2 = {r.item: r for r in engine.read_images(vlm, _schedule.plan(range(4), 0, 4, 2), load, config=cfg,
                                                   stats=stats, progress=False)}
     assert sorted(run2) == [0, 1, 2, 3]
     assert run2[2].results is None and "missing" in run2[2].missing_reason
@@ -285,13 +289,13 @@ def test_read_images_pipeline_cut_anywhere(tiny_vlms, images):
                                   for t in ("t2", "t3_true", "t3_false")}
         assert r.missing_reason is None and r.fallbacks == []
     # another cut of the run (one image per batch): equal within rounding
-    run1 = {r.item: r for r in engine.read_images(vlm, engine.plan(range(4), 0, 4, 1), load, config=cfg,
+    run1 = {r.item: r for r in engine.read_images(vlm, _schedule.plan(range(4), 0, 4, 1), load, config=cfg,
                                                   progress=False, workers=2)}
     for i in (0, 1, 3):
         for key, res in run2[i].results.items():
             assert _max_diff({key[2]: res}, {key[2]: run1[i].results[key]}) <= TOL
     # resumed after item 0 was written: its batch is recomputed, item 1 comes out bit-identical to run2
-    resumed = list(engine.read_images(vlm, engine.plan({1, 3}, 0, 4, 2), load, config=cfg, done={0, 2},
+    resumed = list(engine.read_images(vlm, _schedule.plan({1, 3}, 0, 4, 2), load, config=cfg, done={0, 2},
                                       progress=False))
     assert [r.item for r in resumed] == [1, 3]
     for r in resumed:
@@ -316,7 +320,7 @@ def test_bad_input_and_failed_rendering_are_recorded_per_image(tiny_vlms, images
         if i == 1:
             raise UnidentifiedImageError("cannot identify image file 'x.jpg'")
         if i == 2:
-            return engine.ImageJob(good(i).questions, rendering(images[0]))
+            return _schedule.ImageJob(good(i).questions, rendering(images[0]))
         return good(i)
 
     res = {r.item: r for r in engine.read_images(vlm, [[0, 1, 2, 3]], load, config=cfg, progress=False)}
@@ -343,7 +347,7 @@ def test_out_of_memory_frees_the_failed_batch_before_its_halves_run(tiny_vlms, i
     cfg = load_config()
     load = _loader(images, cfg)  # one image, three conditions: one batch of 3 rows
     ref = next(engine.read_images(vlm, [[0]], load, config=cfg, progress=False)).results
-    real_forward, real_collate = vlm.model.forward, engine._collate
+    real_forward, real_collate = vlm.model.forward, _device._collate
     collated, failed, sizes, alive_at_retry, errors = [], [], [], [], []
 
     def collate(*a, **k):  # the batches read_images' worker collates, tracked by weak reference
@@ -377,7 +381,7 @@ def test_out_of_memory_frees_the_failed_batch_before_its_halves_run(tiny_vlms, i
 
     monkeypatch.setattr(engine, "_collate", collate)
     monkeypatch.setattr(vlm.model, "forward", small_device)
-    stats = engine.EngineStats()
+    stats = _schedule.EngineStats()
     gc.disable()  # only the engine's own gc.collect() may free the cycle before the halves run
     try:
         with caplog.at_level(logging.WARNING, logger="murk"):
@@ -396,7 +400,7 @@ def test_out_of_memory_frees_the_failed_batch_before_its_halves_run(tiny_vlms, i
     monkeypatch.setattr(vlm.model, "forward", lambda *a, **k: (_ for _ in ()).throw(
         torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB (simulated)")))
     with pytest.raises(torch.OutOfMemoryError) as e:
-        engine.read_units(vlm, [engine.Unit(0, "clean", 0, images[2], tuple(questions_for_item(ROW, cfg)))], cfg)
+        engine.read_units(vlm, [_schedule.Unit(0, "clean", 0, images[2], tuple(questions_for_item(ROW, cfg)))], cfg)
     msg = str(e.value)
     assert "\n" not in msg and vlm.model_id in msg and "Tried to allocate 1.00 GiB" in msg
     assert "render.max_side_px" in msg and "images_per_batch" in msg and e.value.__context__ is None
@@ -406,8 +410,8 @@ def test_unsupported_units_fall_back_to_every_prompt_run_whole(tiny_vlms, images
     vlm = tiny_vlms["smolvlm"]
     cfg = load_config()
     monkeypatch.setattr(engine, "batching_support", lambda v: "attention implementation 'flash' (test)")
-    u = engine.Unit(0, "clean", 0, images[2], tuple(questions_for_item(ROW, cfg)))
-    stats = engine.EngineStats()
+    u = _schedule.Unit(0, "clean", 0, images[2], tuple(questions_for_item(ROW, cfg)))
+    stats = _schedule.EngineStats()
     got = engine.read_units(vlm, [u], cfg, stats=stats)[0]
     assert stats.fallback_units == 1
     assert _max_diff(got, read_unit(vlm, u.image, u.questions, cfg)) == 0.0  # murk.readout: transformers' own path
@@ -419,13 +423,13 @@ def test_unsupported_units_fall_back_to_every_prompt_run_whole(tiny_vlms, images
 
 def test_memory_aware_batch_size(tiny_vlms):
     vlm = tiny_vlms["qwen3vl"]
-    small = engine.auto_images_per_batch(vlm, free_bytes=1)
-    big = engine.auto_images_per_batch(vlm, free_bytes=1 << 40, max_images=64)
-    mid = engine.auto_images_per_batch(vlm, free_bytes=1 << 30, max_images=64)
+    small = _memory.auto_images_per_batch(vlm, free_bytes=1)
+    big = _memory.auto_images_per_batch(vlm, free_bytes=1 << 40, max_images=64)
+    mid = _memory.auto_images_per_batch(vlm, free_bytes=1 << 30, max_images=64)
     assert small == 1 and big == 64 and 1 <= mid <= big
     for k in (small, mid, big):
         assert k & (k - 1) == 0  # powers of two
-    assert engine.auto_images_per_batch(vlm) == 1  # CPU default: one image (24 units) per batch
+    assert _memory.auto_images_per_batch(vlm) == 1  # CPU default: one image (24 units) per batch
 
 
 # --------------------------------------------------------------------------- the GPU benchmark script
@@ -467,7 +471,7 @@ def test_gpu_benchmark_builds_the_five_study_models_at_full_size():
         n = sum(p.numel() for p in net.parameters()) / 1e9
         assert lo <= n <= hi, (name, n)
         assert net.config.get_text_config().vocab_size == vocab
-        assert engine.batching_support(types.SimpleNamespace(model=net)) is None, name
+        assert _memory.batching_support(types.SimpleNamespace(model=net)) is None, name
         vlm = readout.VLM(net, proc, proc.tokenizer, name, "", True, "cpu", torch.float32, {},
                           image_kwargs=single_tile_kwargs(proc, 448))
         assert count_visual_tokens(vlm) <= n_visual and count_visual_tokens(vlm) >= 0.9 * n_visual

@@ -17,6 +17,7 @@ import pytest
 
 from murk import readout
 from murk.offline import _checkpoints as checkpoints
+from murk.offline import _models
 from murk.readout import CheckpointFileError, check_weight_files, load_vlm, safetensors_tensor_names, setting_words
 
 
@@ -103,7 +104,7 @@ def test_a_damaged_offline_checkpoint_says_delete_and_rerun_and_that_works(tmp_p
     """A checkpoint murk builds on first use (murk-tiny/...) with a truncated weights file: the fix is to
     delete its folder and rerun; doing so loads the rebuilt checkpoint."""
     model = "murk-tiny/smolvlm"
-    folder = checkpoints.ensure_offline_checkpoint(model, tmp_path)
+    folder = _models.ensure_offline_checkpoint(model, tmp_path)
     _truncate(0.5)(folder / "model.safetensors")
     with pytest.raises(OSError) as err:
         load_vlm(model, device="cpu", root=tmp_path)

@@ -231,7 +231,7 @@ def test_realformat_needs_the_real_files(tmp_path, monkeypatch):
 def test_gemma4_standin_has_the_real_special_ids(realformat_checkpoint_dirs):
     from transformers import AutoTokenizer
 
-    from murk.offline._checkpoints import GEMMA4_SPECIAL_IDS, GEMMA4_VOCAB_ROWS
+    from murk.offline._realformat import GEMMA4_SPECIAL_IDS, GEMMA4_VOCAB_ROWS
 
     tok = AutoTokenizer.from_pretrained(realformat_checkpoint_dirs["gemma4"])
     assert len(tok) == GEMMA4_VOCAB_ROWS
@@ -244,7 +244,7 @@ def test_gemma4_standin_has_the_real_special_ids(realformat_checkpoint_dirs):
 
 def test_internvl_tokenizer_config_follows_the_converter():
     from murk.offline import internvl_tokenizer_config, real_model_files_dir
-    from murk.offline._checkpoints import INTERNVL_NAMED_TOKENS
+    from murk.offline._realformat import INTERNVL_NAMED_TOKENS
 
     try:
         src = real_model_files_dir() / "qwen3-vl-instruct" / "tokenizer_config.json"

@@ -135,11 +135,12 @@ def test_the_blind_spot_closes_only_where_there_was_one():
     for b, a in ((claims.UNDEFINED, claims.WITH), (claims.LAGS, claims.UNDEFINED)):
         assert "cannot be stated" in claims.blind_spot_change(b, a)
 def _rc_verdict(signals, correct, image, n_resamples=1000, seed=1):
-    from murk.results import _metrics as metrics
+    from murk.results import _bootstrap
+    from murk.results import _selective
 
-    counts = metrics.bootstrap_counts(int(image.max()) + 1, n_resamples, seed)
-    point = {s: metrics.aurc(v, correct) for s, v in signals.items()}
-    boot = {s: metrics.resampled_aurc(v, correct, counts, image_index=image) for s, v in signals.items()}
+    counts = _bootstrap.bootstrap_counts(int(image.max()) + 1, n_resamples, seed)
+    point = {s: _selective.aurc(v, correct) for s, v in signals.items()}
+    boot = {s: _selective.resampled_aurc(v, correct, counts, image_index=image) for s, v in signals.items()}
     return point, claims.best_signal(point, boot, 0.95)
 
 

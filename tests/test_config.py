@@ -12,6 +12,7 @@ import pytest
 
 from murk.core import _config as mc
 from murk.core import _paths as paths
+from murk.protocol import _item_files
 from murk.protocol import _items as items
 
 import stages  # tests/stages.py: the stage notebooks through papermill
@@ -126,10 +127,10 @@ def test_select_stage_refuses_a_changed_config_for_an_existing_run(frozen, tmp_p
     monkeypatch.setenv("MURK_OFFLINE", "1")
     out = tmp_path / "out"
     stages.run("01_select", out, coco_dir=str(SAMPLE), n_items=3, seed=1, run_name="r1")
-    table = items.load_items(out / "items.json")
+    table = _item_files.load_items(out / "items.json")
     meta = json.loads((out / "items_meta.json").read_text())
     rec = json.loads((frozen / "r1.json").read_text())
-    assert meta["run_name"] == "r1" and meta["items_hash"] == items.items_hash(table) == rec["items_hash"]
+    assert meta["run_name"] == "r1" and meta["items_hash"] == _item_files.items_hash(table) == rec["items_hash"]
     assert meta["config_hash"] == rec["config_hash"] == mc.config_hash()
     report = json.loads((out / "items_report.json").read_text())
     assert report["n_candidates"] == 37 and report["n_items"] == 3

@@ -19,6 +19,7 @@ from murk import report
 from murk.core import settings
 from murk.core import _config as config
 from murk.protocol import _design as design
+from murk.protocol import _item_files
 from murk.protocol import _items as items
 from murk.protocol import _prompts as prompts
 from murk.results import _cube as cube
@@ -108,7 +109,7 @@ def test_uniform_distractors_keep_the_images_and_targets_and_give_rare_categorie
     for t in (main, uni):  # distractors stay absent from the image and t3's is one of them
         assert all(t3 in opts and opts[k] != t3 for opts, k, t3 in zip(t["t2_options"], t["t2_answer_index"],
                                                                         t["t3_distractor"]))
-    assert items.items_hash(main) != items.items_hash(uni)
+    assert _item_files.items_hash(main) != _item_files.items_hash(uni)
 
 
 def _cube(levels: int = 9) -> xr.Dataset:

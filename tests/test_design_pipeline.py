@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from murk import report
 from murk.core import _config as config
 from murk.core import _paths as paths
-from murk.report import paper
 
 import stages  # tests/stages.py: Snakemake and the stage notebooks
 from test_pipeline import _plain, _text
@@ -52,7 +52,7 @@ def test_the_pilot_is_its_own_run_with_the_pilots_design(pilot, demo):
 
 
 def test_the_pilots_paper_states_its_design_marker_and_both_designs_floors(pilot, demo):
-    n = paper.load_numbers(paths.numbers_file(pilot))
+    n = report.load_numbers(paths.numbers_file(pilot))
     text = _text((pilot / "paper" / "index.html").read_text(encoding="utf-8"))
     assert n["cfg.sweep_min_m"] == "3.9" and n["cfg.box_width_px"] == "3" and n["diagnostic.marker.width_px"] == "3"
     for k in ("finding.design", "finding.diagnostic_marker", "finding.design_comparison", "finding.diagnostic"):
@@ -67,11 +67,11 @@ def test_the_pilots_paper_states_its_design_marker_and_both_designs_floors(pilot
     for where, r in (("here", pilot), ("there", demo)):
         c = cubes[r]["value"].sel(arm="blank", level=0, task="t2", readout="correct").values
         assert float(n[f"diagnostic.compare.{where}.floor.blank.t2.{k}"]) == pytest.approx(float(np.nanmean(c)), abs=5e-3)
-        assert paper.fmt(float(np.nanmean(c))) in n["finding.design_comparison"]
+        assert report.fmt(float(np.nanmean(c))) in n["finding.design_comparison"]
     # the pilot's crossings are censored at its own last level, the study's at 1.95 m
     for where, end in (("here", "3.9"), ("there", "1.95")):
         if float(n[f"diagnostic.compare.{where}.v_acc_censored.fog.t2.{k}"]):
-            assert paper.fmt_level(float(n[f"diagnostic.compare.{where}.v_acc.fog.t2.{k}"])) == end
+            assert report.fmt_level(float(n[f"diagnostic.compare.{where}.v_acc.fog.t2.{k}"])) == end
     # the pilot's analysis has no second abstain wording and no level beyond 3.9 m
     scores = xr.open_dataset(paths.analysis_dir(pilot) / "scores.nc")
     assert float(scores["visibility_m"].min()) == 3.90625

@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from murk.results import _bootstrap
 from murk.results import _diagnostics as dg
-from murk.results import _metrics as metrics
 
 
 def _floor(n_correct: int, n: int, seed: int = 0) -> tuple[float, float, float]:
     """A control's accuracy with murk's bootstrap interval (spec Sec. III: 1000 resamples, 95 %)."""
     x = np.zeros(n)
     x[:n_correct] = 1.0
-    b = metrics._bootstrap_mean(xr.DataArray(x, dims="image"), n_resamples=1000, seed=seed)
+    b = _bootstrap._bootstrap_mean(xr.DataArray(x, dims="image"), n_resamples=1000, seed=seed)
     return float(b["mean"]), float(b["lo"]), float(b["hi"])
 
 

@@ -358,8 +358,8 @@ def test_run_all_of_the_analyse_notebook_in_chromium_after_the_offline_demo(lab_
     assert not problems, f"Run All in Lab (screenshot {shot}):\n" + "\n".join(problems)
     assert len(prompts) == n_code and all(p not in ("", "[ ]:", "[*]:") for p in prompts), prompts
     assert "murk: models = None" in page, "the notebook says where its models came from"
+    from murk import report
     from murk.core import _paths as mpaths
-    from murk.report import paper
 
-    models = json.loads(paper.load_numbers(mpaths.numbers_file(root))["analysis.models"])
+    models = json.loads(report.load_numbers(mpaths.numbers_file(root))["analysis.models"])
     assert [m["id"] for m in models] == [m["id"] for m in stages.DEMO_MODELS]   # the demo's three models

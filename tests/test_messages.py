@@ -17,10 +17,12 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from murk import report
 from murk.core import COMMAND_LINE, SettingsError, check_run_settings, settings
 from murk.core import _config as config
 from murk.core import _diskfull as diskfull
 from murk.pipeline import markers as workflow
+from murk.protocol import _item_files
 from murk.protocol import _items as items
 from murk.readout import load_vlm
 from murk.report import paper
@@ -101,8 +103,8 @@ def test_a_missing_or_failed_embed_says_what_to_run(tmp_path, monkeypatch, capsy
     nbformat.write(book, nb)
     errors = []
     for label in ("fig-absent", "fig-broken"):
-        with pytest.raises(paper.EmbedError) as e:
-            paper.resolve_qmd(f"{{{{< embed ../outputs/notebooks/04_analyse.ipynb#{label} >}}}}", {}, tmp_path, root)
+        with pytest.raises(report.EmbedError) as e:
+            report.resolve_qmd(f"{{{{< embed ../outputs/notebooks/04_analyse.ipynb#{label} >}}}}", {}, tmp_path, root)
         msg = _one_line(str(e.value))
         assert str(nb) in msg and label in msg and "re-run the stage" not in msg
         assert "fix: run the command that made this output root again with --forcerun analyse added" in msg
@@ -110,7 +112,7 @@ def test_a_missing_or_failed_embed_says_what_to_run(tmp_path, monkeypatch, capsy
         assert "python -m murk.pipeline.execute notebooks/04_analyse.py " in msg and f"-p output_dir {root}" in msg  # or docs/stages.md's by-hand command
         errors.append(e.value)
     assert isinstance(errors[0], KeyError) and isinstance(errors[1], ValueError)  # as the callers caught them
-    assert "--forcerun depth" in paper.remake_words(root / "notebooks" / "02_depth.ipynb")
+    assert "--forcerun depth" in report.remake_words(root / "notebooks" / "02_depth.ipynb")
 
     def render(**kwargs):  # what render_paper meets (python -m murk.report.paper under make demo / make paper)
         raise errors[0]
@@ -256,7 +258,7 @@ def test_a_folder_with_an_images_name_is_called_a_folder(tmp_path):
     assert "is a folder, not an image file" in msg and "not found" not in msg
     assert str(tmp_path / "000000000139.jpg") in msg and "replace the folder" in msg
     table = pd.DataFrame([(1, "000000000139.jpg", 80, 40)], columns=["image_id", "file_name", "width", "height"])
-    assert "is a folder" in items.image_checks(table, tmp_path)["unreadable"]["1"]  # the select stage's record
+    assert "is a folder" in _item_files.image_checks(table, tmp_path)["unreadable"]["1"]  # the select stage's record
 
 
 # --- 9: an animated GIF cut to its first frame, a PNG's alpha dropped: a note, not silence ---
@@ -279,7 +281,7 @@ def test_a_gifs_later_frames_and_a_pngs_alpha_are_noted(tmp_path):
         images.load_image(tmp_path / "plain.png", (80, 40))  # nothing left out: no note
     table = pd.DataFrame([(1, "anim.gif", 80, 40), (2, "alpha.png", 80, 40), (3, "plain.png", 80, 40)],
                          columns=["image_id", "file_name", "width", "height"])
-    got = items.image_checks(table, tmp_path)  # recorded by the select stage in items_report.json
+    got = _item_files.image_checks(table, tmp_path)  # recorded by the select stage in items_report.json
     assert list(got["converted"]) == ["1", "2"] and not got["unreadable"] and not got["transposed"]
     assert words["anim.gif"] in got["converted"]["1"] and words["alpha.png"] in got["converted"]["2"]
 

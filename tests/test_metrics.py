@@ -9,8 +9,10 @@ from sklearn.calibration import calibration_curve
 from sklearn.metrics import roc_auc_score
 
 from murk.core import load_config
-from murk.results._metrics import (_abstain_rate, _bootstrap_mean, _crossing_visibility_da, _mean_confidence,
-                                  _risk_coverage)
+from murk.results._bootstrap import _bootstrap_mean
+from murk.results._calibration import _abstain_rate, _mean_confidence
+from murk.results._metrics import _crossing_visibility_da
+from murk.results._selective import _risk_coverage
 from murk.results import (
     CENSOR_M,
     accuracy,
@@ -684,7 +686,7 @@ def test_tie_aware_aurc_and_coverage_equal_the_average_over_all_tie_orders():
     # the harmonic sums: the table of integer counts and the digamma form (other weights) agree
     from scipy.special import digamma
 
-    from murk.results._metrics import _harmonic_gap
+    from murk.results._selective import _harmonic_gap
 
     k, top = np.array([0.0, 3.0, 100.0, 5000.0]), np.array([2.0, 8.0, 107.0, 5003.0])
     exact = [sum(1 / i for i in range(int(a) + 1, int(b) + 1)) for a, b in zip(k, top)]

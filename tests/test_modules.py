@@ -308,6 +308,33 @@ def test_no_module_uses_another_layers_private_names(murk_graph):
     assert bad == [], "private names or modules used across the layers of lib/murk:\n" + "\n".join(bad)
 
 
+#: the most lines a module of lib/murk may have (issue 40: "no library module over about 900 lines"): a longer
+#: module holds more than one concept; split it into private modules of its layer, one concept each
+MAX_MODULE_LINES = 900
+
+
+def long_modules(lib: Path, limit: int = MAX_MODULE_LINES) -> list[str]:
+    """The modules under ``lib`` with more than ``limit`` lines: ``"<path>: <lines> lines"``, longest first."""
+    sizes = [(len(p.read_text(encoding="utf-8").splitlines()), p.relative_to(lib.parent).as_posix())
+             for p in sorted(lib.rglob("*.py"))]
+    return [f"{path}: {n} lines" for n, path in sorted(sizes, reverse=True) if n > limit]
+
+
+def test_checker_finds_a_module_over_the_limit(tmp_path):
+    pkg = tmp_path / "murk" / "layer"
+    pkg.mkdir(parents=True)
+    (pkg / "_short.py").write_text("x = 1\n" * MAX_MODULE_LINES)
+    assert long_modules(tmp_path / "murk") == []
+    (pkg / "_long.py").write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+    assert long_modules(tmp_path / "murk") == [f"murk/layer/_long.py: {MAX_MODULE_LINES + 1} lines"]
+
+
+def test_no_module_is_over_the_size_limit():
+    found = long_modules(LIB)
+    assert found == [], (f"modules of lib/murk over {MAX_MODULE_LINES} lines (split each into private modules of its "
+                         "layer, one concept each):\n" + "\n".join(found))
+
+
 def test_the_package_index_names_every_layer():
     doc = ast.get_docstring(ast.parse((LIB / "__init__.py").read_text(encoding="utf-8"))) or ""
     missing = [name for name in LAYERS if f"murk.{name}" not in doc]

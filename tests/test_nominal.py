@@ -506,7 +506,7 @@ def test_monotone_share_on_the_sample_matches_the_spec():
     import json
 
     from murk import scene
-    from murk.monitor import _monitor as monitor
+    from murk.monitor import _validation_depth
 
     ann = SAMPLE / "annotations" / "instances_val2017.json"
     if not ann.is_file():
@@ -516,7 +516,7 @@ def test_monotone_share_on_the_sample_matches_the_spec():
     for rec in records:
         full = scene.load_image(SAMPLE / "val2017" / rec["file_name"])
         img = scene.resize_image(full, scene.presented_size(full.shape[1], full.shape[0]))
-        depth = monitor.ground_plane_depth(*img.shape[:2])
+        depth = _validation_depth.ground_plane_depth(*img.shape[:2])
         seed = nm.imagenet_c_seed(1, rec["id"])
         degraded = np.stack([nm.imagenet_c_fog(img, s, seed) for s in nm.IMAGENET_C_SEVERITIES])
         v_eq.append(nm._equivalent_visibility(img, degraded, depth))

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from murk import report
 from murk.core import _paths as paths
 from murk.report import paper
 from murk.scene import _physics as physics
@@ -29,7 +30,7 @@ def root(synthetic_paper):
 
 @pytest.fixture(scope="module")
 def numbers(root):
-    return paper.load_numbers(paths.numbers_file(root))
+    return report.load_numbers(paths.numbers_file(root))
 
 
 def test_crossings_recover_the_synthetic_midway(root):
@@ -90,12 +91,12 @@ def test_numbers_keys(numbers):
     assert numbers[f"mono.c_int.fog.t2.{KEY}.count"].endswith("/8")
     assert "physical arms" in numbers["mono.pooled.what"]   # Methods says what is pooled
     assert "constant-13.8m" in numbers["methods.depth"] and "approximation" in numbers["methods.depth"]
-    assert paper.level_label(float("inf")) == "clean" and paper.level_label(1.953125) == "1.953125"
+    assert report.level_label(float("inf")) == "clean" and report.level_label(1.953125) == "1.953125"
 
 
 def test_tables_figures_and_their_cells(root):
     adir, fdir = paths.analysis_dir(root), paths.figures_dir(root)
-    cells = paper.notebook_cells(root / "notebooks" / "04_analyse.ipynb")
+    cells = report.notebook_cells(root / "notebooks" / "04_analyse.ipynb")
     assert set(cells) - {label for label in cells if label.startswith(("tbl-", "fig-", "num-"))} == {"murk-identity"}
     for label, cell in cells.items():
         kind, name = label.split("-", 1)
@@ -108,7 +109,7 @@ def test_tables_figures_and_their_cells(root):
         else:
             pngs = [o["data"]["image/png"] for o in cell["outputs"] if "image/png" in o.get("data", {})]
             assert len(pngs) == 1, label          # one figure per labelled cell
-            assert paper.cell_options(cell["source"]).get("fig-cap"), label
+            assert report.cell_options(cell["source"]).get("fig-cap"), label
     for name in ("accuracy", "confidence", "verbal", "abstain", "reliability", "abstain2", "signals"):
         for task in ("t2", "t3"):
             for ext in ("png", "pdf"):
@@ -134,7 +135,7 @@ def test_paper_from_the_executed_notebook(synthetic_paper, numbers):
     assert res["missing"] == ["../outputs/notebooks/02_depth.ipynb#fig-scene"]
     assert "not computed in this run" in html
     # every embedded figure is the notebook's output, with a link back to the notebook
-    cells = paper.notebook_cells(root / "notebooks" / "04_analyse.ipynb")
+    cells = report.notebook_cells(root / "notebooks" / "04_analyse.ipynb")
     png = base64.b64decode(cells["fig-signals-t2"]["outputs"][0]["data"]["image/png"])
     assert (root / "paper" / "embed" / "04_analyse-fig-signals-t2.png").read_bytes() == png
     assert 'href="04_analyse.html#fig-signals-t2"' in html     # its cell in the notebook's rendered view
@@ -151,7 +152,7 @@ def _source_labels() -> set[str]:
     import jupytext
 
     nb = jupytext.read(stages.ROOT / "notebooks" / "04_analyse.py")
-    return {paper.cell_options(c.source).get("label") for c in nb.cells if c.cell_type == "code"} - {None}
+    return {report.cell_options(c.source).get("label") for c in nb.cells if c.cell_type == "code"} - {None}
 
 
 def test_every_number_names_the_cell_that_recorded_it(root, numbers):
@@ -159,10 +160,10 @@ def test_every_number_names_the_cell_that_recorded_it(root, numbers):
     provenance entry naming a cell label of notebooks/04_analyse.py, and the cell it names records it."""
     import jupytext
 
-    prov = paper.load_provenance(paths.numbers_file(root))
-    assert prov == paper.load_provenance(root / "paper_numbers.json")
+    prov = report.load_provenance(paths.numbers_file(root))
+    assert prov == report.load_provenance(root / "paper_numbers.json")
     labels = _source_labels()
-    cited = paper.cited_keys((stages.ROOT / "paper" / "index.qmd").read_text(encoding="utf-8"))
+    cited = report.cited_keys((stages.ROOT / "paper" / "index.qmd").read_text(encoding="utf-8"))
     assert cited and cited <= set(numbers)
     assert sorted(set(numbers) - set(prov)) == [], "numbers without a provenance entry"
     assert {k: v for k, v in prov.items() if v not in labels} == {}, "provenance naming no cell of the notebook"
@@ -173,7 +174,7 @@ def test_every_number_names_the_cell_that_recorded_it(root, numbers):
     readme = (stages.ROOT / "docs" / "paper.md").read_text(encoding="utf-8")
     assert "load_provenance()['finding.rq1.fog.t2']" in readme and f"-> {prov['finding.rq1.fog.t2']}:" in readme
     # the named cell is where the key is set: its source records the key's stem (or calls the helper that does)
-    src = {paper.cell_options(c.source).get("label"): c.source
+    src = {report.cell_options(c.source).get("label"): c.source
            for c in jupytext.read(stages.ROOT / "notebooks" / "04_analyse.py").cells if c.cell_type == "code"}
     for key in ("n_items", "cfg.koschmieder", "abstract", "run_id"):
         assert f'"{key}"' in src[prov[key]], (key, prov[key])
@@ -214,8 +215,8 @@ def test_the_html_links_every_cited_number_to_its_cell(root, numbers, synthetic_
     the cells."""
     res = synthetic_paper[1]
     html = res["html"].read_text(encoding="utf-8")
-    prov = paper.load_provenance(paths.numbers_file(root))
-    cited = paper.cited_keys((stages.ROOT / "paper" / "index.qmd").read_text(encoding="utf-8"))
+    prov = report.load_provenance(paths.numbers_file(root))
+    cited = report.cited_keys((stages.ROOT / "paper" / "index.qmd").read_text(encoding="utf-8"))
     links = re.findall(r'<a href="([^"#]+)#([^"]+)" class="murk-(?:number|source)" data-key="([^"]+)" '
                        r'data-cell="([^"]+)"', html)
     assert {k for *_, k, _ in links} == cited
@@ -233,7 +234,7 @@ def test_the_html_links_every_cited_number_to_its_cell(root, numbers, synthetic_
     assert "fig-signals-t2" in (_element_text(view, "fig-signals-t2") or "")
     assert "data:image/png;base64," in view and "nb-cell" in view
     # each embedded figure and table links to its cell in the view, which holds that cell
-    for nb, label in paper.EMBED_RE.findall((stages.ROOT / "paper" / "index.qmd").read_text(encoding="utf-8")):
+    for nb, label in report.EMBED_RE.findall((stages.ROOT / "paper" / "index.qmd").read_text(encoding="utf-8")):
         if nb.endswith("04_analyse.ipynb"):
             assert f'href="04_analyse.html#{label}"' in html, label
             assert f"#| label: {label}\n" in (_element_text(view, label) or ""), label
@@ -389,7 +390,7 @@ def test_nominal_removed_pairs_and_the_absent_monitor(root, numbers):
                                                   f"{5 * synthetic.N_IMAGES} image–severity pairs"
     assert numbers["nominal.removed_sentence"] in (paths.analysis_dir(root) / "tbl-nominal.md").read_text("utf-8")
     # no monitor and no depth cache in this root: its numbers say so instead of failing
-    assert numbers["finding.monitor.depth"].startswith(paper.NOT_COMPUTED)
+    assert numbers["finding.monitor.depth"].startswith(report.NOT_COMPUTED)
     assert "did not run" in numbers["finding.monitor.accuracy"] and "did not run" in numbers["finding.monitor.awareness"]
     assert "not computed" in (paths.analysis_dir(root) / "tbl-monitor-depth.md").read_text("utf-8")
 
@@ -409,7 +410,7 @@ def test_the_demo_cube_health_and_monitor_numbers(demo):
 
     import stages
 
-    n = paper.load_numbers(paths.numbers_file(demo))
+    n = report.load_numbers(paths.numbers_file(demo))
     tiny = tuple(stages.DEMO_N)
     # random weights put a sliver of the first-token probability on the letters: all are marked
     assert set(n["option_mass.low_models"].replace(" and ", ", ").split(", ")) == {m.split("/")[1] for m in tiny}
@@ -430,13 +431,13 @@ def test_the_demo_cube_health_and_monitor_numbers(demo):
     assert params["trust_remote_code"] is False and params["allow_pickle"] is False
     assert params["run_by"] == "snakemake"  # its refusals speak Snakemake's words (--config allow_pickle=true)
     assert n["colophon.loading_options"] == ("`trust_remote_code = false`, `allow_pickle = false` for "
-                                             + paper.fmt_list(f"`{m}`" for m in tiny))
+                                             + report.fmt_list(f"`{m}`" for m in tiny))
     assert n["colophon.ignored_generation_settings"].count("`murk-tiny/") == len(tiny)
     # the monitor: false abstentions on clean images, opaque shares per level, the wrong-depth table
     k_, of = n["monitor.false_abstain_clean.count"].split("/")
     assert of == str(stages.DEMO_N_ITEMS) and 0 <= int(k_) <= stages.DEMO_N_ITEMS
     for arm in ("fog", "underwater"):
-        shares = [float(n[f"monitor.opaque_share.{arm}.{paper.level_label(v)}"]) for v in physics.SWEEP_M]
+        shares = [float(n[f"monitor.opaque_share.{arm}.{report.level_label(v)}"]) for v in physics.SWEEP_M]
         assert all(0 <= x <= 100 for x in shares) and n[f"monitor.opaque_share.{arm}.end"] == n[
             f"monitor.opaque_share.{arm}.1.953125"]
         # a global depth factor kappa moves V_hat by exactly kappa (only beta * z enters the image formation)
@@ -574,7 +575,7 @@ STRAIGHT = str.maketrans({"‘": "'", "’": "'", "“": '"', "”": '"'})   # p
 def bare(synthetic_bare):
     root, res = synthetic_bare
     text = html_lib.unescape(re.sub(r"<[^>]+>", "", res["html"].read_text(encoding="utf-8")))
-    return paper.load_numbers(paths.numbers_file(root)), " ".join(text.translate(STRAIGHT).split())
+    return report.load_numbers(paths.numbers_file(root)), " ".join(text.translate(STRAIGHT).split())
 
 
 def test_absent_sections_say_what_was_not_run(bare):
@@ -735,7 +736,7 @@ def test_the_abstract_and_discussion_follow_the_verdicts(numbers, synthetic_pape
 def test_the_demo_abstract_says_no_collapse(demo):
     """On the demo's tiny random-weight checkpoints (accuracy at chance) the same cells say that no collapse
     is observed, and that the results are a pipeline check: the texts change with the cube."""
-    n = paper.load_numbers(paths.numbers_file(demo))
+    n = report.load_numbers(paths.numbers_file(demo))
     for arm in ("fog", "underwater"):
         assert _expected_abstract_rq1(n, arm) in n["abstract"]
     assert "collapses to chance for" not in n["abstract"] and "pipeline check" in n["abstract"]
@@ -756,20 +757,20 @@ def test_one_analysis_identity_in_every_artifact_and_a_mixed_paper_refused(root,
     import sys
 
     from murk.pipeline import markers as workflow
-    from murk.report import _figures as figures
+    from murk.report import _figure_files
 
     run = workflow.run_id("c" * 64, "i" * 64)                  # tests/synthetic.py's items_meta.json
     assert numbers["run_id"] == run and re.fullmatch(r"a-[0-9a-f]{12}", numbers["analysis_id"])
     assert json.loads(numbers["analysis.models"]) == MODELS
-    ident = paper.notebook_identity(paths.notebooks_out_dir(root) / "04_analyse.ipynb")
+    ident = report.notebook_identity(paths.notebooks_out_dir(root) / "04_analyse.ipynb")
     assert ident["run_id"] == run and ident["analysis_id"] == numbers["analysis_id"] and ident["models"] == MODELS
     assert set(ident["inputs"]) >= {str(paths.readout_store(m, root).relative_to(root)) for m in MODELS}
     assert xr.open_zarr(paths.cube_store(root)).attrs["run_id"] == run
     ids = {"run_id": run, "analysis_id": numbers["analysis_id"]}
     for png in sorted(paths.figures_dir(root).glob("*.png")):
-        assert figures._file_identity(png) == ids, png
+        assert _figure_files._file_identity(png) == ids, png
     embedded = sorted((paths.paper_out_dir(root) / "embed").glob("04_analyse-fig-*.png"))
-    assert embedded and all(figures._file_identity(f) == ids for f in embedded)
+    assert embedded and all(_figure_files._file_identity(f) == ids for f in embedded)
     html = synthetic_paper[1]["html"].read_text(encoding="utf-8")
     assert f'<meta name="murk-analysis-id" content="{numbers["analysis_id"]}">' in html[:html.index("</head>")]
     assert f"Run identity {run}; analysis identity {numbers['analysis_id']}" in _visible(html)
@@ -777,7 +778,7 @@ def test_one_analysis_identity_in_every_artifact_and_a_mixed_paper_refused(root,
     copy = tmp_path / "out"
     shutil.copytree(root, copy)
     other = dict(numbers, analysis_id="a-000000000000", **{"analysis.models": json.dumps(MODELS[:1])})
-    paper.write_numbers(other, paths.numbers_file(copy))
+    report.write_numbers(other, paths.numbers_file(copy))
     before = {p: p.read_bytes() for p in sorted(copy.rglob("*")) if p.is_file()}
     r = subprocess.run([sys.executable, "-m", "murk.report.paper", "--output-dir", str(copy)], capture_output=True,
                        text=True, timeout=600, cwd=tmp_path)
@@ -806,11 +807,11 @@ def test_recalibration_and_risk_coverage_on_the_synthetic_cube(numbers):
     Issue 39: each model's sentence states its own test half's n (the split of its own images), and what T(V̂)
     did to the blind spot is said from W before and after (:func:`murk.report.blind_spot_change`)."""
     from murk.core import _config as config
-    from murk.monitor import _monitor as monitor
+    from murk.monitor import _evaluation
     from murk.report import _claims as claims
 
     seed = config.load_config()["analysis"]["bootstrap_seed"]
-    n_test = int((~monitor.split_images(np.arange(100, 100 + synthetic.N_IMAGES), seed=seed)).sum())
+    n_test = int((~_evaluation.split_images(np.arange(100, 100 + synthetic.N_IMAGES), seed=seed)).sum())
 
     for arm in ("fog", "underwater"):
         for method in ("none", "global"):
@@ -857,7 +858,7 @@ def test_recalibration_and_risk_coverage_on_the_synthetic_cube(numbers):
             assert "for synthetic-a, no signal can be named best: the lowest AURC, " in said, said
             assert "ranks the answers best" not in said
         lowest = min(float(numbers[k]) for k in numbers if k.startswith("rc.") and k.endswith(f".{arm}.t2.{KEY}.aurc"))
-        assert f"AURC {paper.fmt(lowest)} [" in said or f"AURC, {paper.fmt(lowest)} [" in said, said
+        assert f"AURC {report.fmt(lowest)} [" in said or f"AURC, {report.fmt(lowest)} [" in said, said
     assert float(numbers[f"recal.b.t2.{KEY}"].replace("−", "-")) < 0
     for key_ in (KEY, "murk-tiny--synthetic-b"):
         assert numbers[f"recal.n_test_images.{key_}"] == str(n_test)
@@ -871,13 +872,13 @@ def test_a_subset_models_recalibration_is_over_its_own_images(synthetic_subset):
     drawn from its 12 images, the finding states the n of its own test half (not the 30 images' test half), and
     its intervals are those of the draw over its own test images, recomputed here from the cube."""
     from murk.core import _config as config
-    from murk.monitor import _monitor as monitor
+    from murk.monitor import _evaluation
 
     A = config.load_config()["analysis"]
-    numbers = paper.load_numbers(paths.numbers_file(synthetic_subset))
+    numbers = report.load_numbers(paths.numbers_file(synthetic_subset))
     ids = np.arange(100, 100 + synthetic.N_IMAGES)
-    n_own = int((~monitor.split_images(ids[: synthetic.N_SUBSET], seed=A["bootstrap_seed"])).sum())
-    assert n_own != int((~monitor.split_images(ids, seed=A["bootstrap_seed"])).sum())   # the planted difference
+    n_own = int((~_evaluation.split_images(ids[: synthetic.N_SUBSET], seed=A["bootstrap_seed"])).sum())
+    assert n_own != int((~_evaluation.split_images(ids, seed=A["bootstrap_seed"])).sum())   # the planted difference
     assert numbers["finding.recal"].startswith(f"On the {n_own} test images of synthetic-a (t2), in fog, W ")
     assert f"synthetic-a, {synthetic.N_SUBSET - n_own} and {n_own} of its {synthetic.N_SUBSET} images" == \
         numbers["recal.halves"]

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from murk import report
 from murk import scene
 from murk.core import _paths as paths
-from murk.report import paper
 from murk.results import _cube as cube
 
 import stages  # tests/stages.py: Snakemake and the stage notebooks
@@ -74,15 +74,15 @@ def test_products(demo):
     html = (demo / "paper" / "index.html").read_text(encoding="utf-8")
     assert "Pipeline check" in html and "`{python}" not in html
     assert "not computed in this run" not in html  # the demo computes everything the paper cites
-    cited = paper.cited_keys((ROOT / "paper" / "index.qmd").read_text(encoding="utf-8"))
+    cited = report.cited_keys((ROOT / "paper" / "index.qmd").read_text(encoding="utf-8"))
     text = _text(html)
     lost = [k for k in cited if _plain(numbers[k]) not in text]
     assert lost == [], f"cited numbers missing from the HTML: {lost}"
     for nb in ("01_select", "02_depth", *(f"03_readout-{paths.model_slug(m)}" for m in stages.DEMO_N), "04_analyse"):
         assert (demo / "notebooks" / f"{nb}.ipynb").is_file(), nb
     # the paper's figures and tables are the executed notebooks' cell outputs, each linked to its notebook
-    embedded = paper.EMBED_RE.findall((ROOT / "paper" / "index.qmd").read_text(encoding="utf-8"))
-    cells = {nb: paper.notebook_cells(demo / "notebooks" / nb.rsplit("/", 1)[-1]) for nb, _ in embedded}
+    embedded = report.EMBED_RE.findall((ROOT / "paper" / "index.qmd").read_text(encoding="utf-8"))
+    cells = {nb: report.notebook_cells(demo / "notebooks" / nb.rsplit("/", 1)[-1]) for nb, _ in embedded}
     for nb, label in embedded:
         assert label in cells[nb], (nb, label)
         assert f'id="{label}"' in html, label
@@ -165,7 +165,7 @@ def test_generated_claims_follow_the_synthetic_cube(synthetic_paper):
     import synthetic
 
     syn_root, syn_res = synthetic_paper
-    syn = paper.load_numbers(paths.numbers_file(syn_root))
+    syn = report.load_numbers(paths.numbers_file(syn_root))
     # the verdicts behind the sentences
     for m in synthetic.MODELS:
         k = paths.model_slug(m)
@@ -180,7 +180,7 @@ def test_generated_claims_follow_the_synthetic_cube(synthetic_paper):
 def test_generated_claims_follow_the_demo_cube(demo):
     """The demo's half of :func:`test_generated_claims_follow_the_synthetic_cube`: its tiny checkpoints at
     chance give no skill, no defined lag and no collapse, and every finding is denied."""
-    demo_n = paper.load_numbers(paths.numbers_file(demo))
+    demo_n = report.load_numbers(paths.numbers_file(demo))
     for m in stages.DEMO_N:
         k = paths.model_slug(m)
         assert demo_n[f"verdict.rq1.fog.t2.{k}"] == "no skill"
@@ -209,7 +209,7 @@ def test_models_on_subsets_of_the_items(demo):
     from murk.core import _config as config
     from murk.results import _analysis as analysis
 
-    numbers = paper.load_numbers(paths.numbers_file(demo))
+    numbers = report.load_numbers(paths.numbers_file(demo))
     rows = {r["model"].removesuffix(" †"): r for r in _table_rows(demo, "models")}
     assert {m: int(rows[m]["items (n)"]) for m in stages.DEMO_N} == stages.DEMO_N
     for m, n in stages.DEMO_N.items():

@@ -34,9 +34,12 @@ import pytest
 
 from murk.core import load_config
 from murk.protocol import EXAMPLE_ITEM, questions_for_item
+from murk.readout import _device
+from murk.readout import _memory
+from murk.readout import _rows
+from murk.readout import _schedule
 from murk.readout import item_prompts, present_image, vlm_from_parts
 from murk.readout import _architectures as A
-from murk.readout import _engine as engine
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = list(A.PUBLISHED)
@@ -94,8 +97,8 @@ def test_token_ids_are_the_processors(name, vlms):
 @pytest.mark.parametrize("name", MODELS)
 def test_batches_sized_for_16_and_141_gib(name, vlms):
     vlm = vlms[name]
-    small = engine.auto_images_per_batch(vlm, free_bytes=16 * GIB)
-    big = engine.auto_images_per_batch(vlm, free_bytes=141 * GIB)
+    small = _memory.auto_images_per_batch(vlm, free_bytes=16 * GIB)
+    big = _memory.auto_images_per_batch(vlm, free_bytes=141 * GIB)
     assert 1 <= small <= big <= 8  # 8: the CUDA cap
     assert big == 8, (name, big)  # an H200 holds the cap for every study model
 
@@ -104,7 +107,7 @@ def _probe(vlm):
     cfg = load_config()
     slots = item_prompts(questions_for_item(EXAMPLE_ITEM, cfg), cfg, ("v1",))
     grey = np.full((vlm.max_side_px, vlm.max_side_px, 3), 128, dtype=np.uint8)
-    row = engine._prepare_row(vlm, present_image(grey, vlm.max_side_px), slots, cfg)
+    row = _rows._prepare_row(vlm, present_image(grey, vlm.max_side_px), slots, cfg)
     assert not isinstance(row, str), row
     return row
 
@@ -116,7 +119,7 @@ def test_memory_estimate_counts_each_layer_padding_and_copies(name, vlms):
     tc = A.PUBLISHED[name]["text"]
     n, e, g, v, max_new = row.n, row.n_end, len(row.gen_ends), row.n_vision, 12
     L = math.ceil(n / 32) * 32
-    terms = engine._row_bytes_terms(vlm, n, e, g, max_new, v, length=L)
+    terms = _memory._row_bytes_terms(vlm, n, e, g, max_new, v, length=L)
     T = L + g * max_new
     # the KV cache from the published values, layer by layer (bf16: 2 bytes)
     if name == "google/gemma-4-E2B-it":  # 15 layers store a cache: 12 sliding (head 256), 3 full (head 512)
@@ -130,7 +133,7 @@ def test_memory_estimate_counts_each_layer_padding_and_copies(name, vlms):
     assert terms["repeat_kv"] == (2 * heads * widest * T * 2 if kv < heads else 0)
     assert all(t >= 0 for t in terms.values()) and terms["masks"] >= 2 * L * L
     # padding counts: the same row padded by one more bucket costs more
-    assert engine._row_bytes(vlm, n, e, g, max_new, v, length=L + 32) > sum(terms.values())
+    assert _memory._row_bytes(vlm, n, e, g, max_new, v, length=L + 32) > sum(terms.values())
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -143,14 +146,15 @@ def test_flop_count(name, vlms):
     tc = A.PUBLISHED[name]["text"]
     vlm = vlms[name]
     # one (query, key) pair in every layer that computes full queries: 4 x heads x head size per layer
-    got = model_flops(vlm, engine.EngineStats(attn_pairs=1))
+    got = model_flops(vlm, _schedule.EngineStats(attn_pairs=1))
     if name == "google/gemma-4-E2B-it":
         want = 4 * 8 * (12 * 256 + 3 * 512)
     else:
         want = 4 * tc["num_attention_heads"] * tc["head_dim"] * tc["num_hidden_layers"]
     assert got == want
-    st = engine.EngineStats(prefill_tokens=700, end_tokens=9, decode_tokens=30, attn_pairs=20_000, end_attn_pairs=900,
-                            decode_attn_pairs=2_000, vision_tokens=784, image_tokens=196, vision_attn_pairs=784**2)
+    st = _schedule.EngineStats(prefill_tokens=700, end_tokens=9, decode_tokens=30, attn_pairs=20_000,
+                               end_attn_pairs=900, decode_attn_pairs=2_000, vision_tokens=784, image_tokens=196,
+                               vision_attn_pairs=784**2)
     assert 1e12 < model_flops(vlm, st) < 1e14
 
 
@@ -159,12 +163,12 @@ def test_attention_masks(name, vlms):
     import torch
 
     vlm = vlms[name]
-    mapping, window, bidir, impl = engine._mask_spec(vlm)
-    assert impl in ("sdpa", "eager") and engine.batching_support(vlm) is None and not bidir
+    mapping, window, bidir, impl = _device._mask_spec(vlm)
+    assert impl in ("sdpa", "eager") and _memory.batching_support(vlm) is None and not bidir
     n = 600  # longer than Gemma 4's window of 512
     depth = torch.arange(n)[None]
     tree = torch.ones(1, n, n, dtype=torch.bool).tril()
-    masks = engine._masks(vlm, tree, depth, depth)
+    masks = _device._masks(vlm, tree, depth, depth)
     if name == "google/gemma-4-E2B-it":
         assert (mapping, window) == (["full_attention", "sliding_attention"], 512)
         sliding, full = masks["sliding_attention"][0, 0], masks["full_attention"][0, 0]
@@ -184,7 +188,7 @@ def test_visual_tokens_one_tile_at_448(vlms, coco_image):
     for name, vlm in vlms.items():
         pil = present_image(coco_image, vlm.max_side_px)
         assert max(pil.size) <= 448
-        got[name] = engine._prepare_row(vlm, pil, slots, cfg).n_image_tokens
+        got[name] = _rows._prepare_row(vlm, pil, slots, cfg).n_image_tokens
     assert got["Qwen/Qwen3-VL-2B-Instruct"] in (126, 140) and got["Qwen/Qwen3-VL-4B-Instruct"] in (126, 140)
     assert got["HuggingFaceTB/SmolVLM2-2.2B-Instruct"] == 81
     assert got["OpenGVLab/InternVL3_5-2B-HF"] == 256

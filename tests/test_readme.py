@@ -21,10 +21,11 @@ import pytest
 import xarray as xr
 
 from murk import core
+from murk import report
 from murk.core import _paths as paths
 from murk.monitor import _monitor as monitor
 from murk.pipeline import markers as workflow
-from murk.report import paper
+from murk.report import _figure_files
 from murk.report import _figures as figures
 
 import stages
@@ -70,13 +71,13 @@ def test_by_hand_examples_run_as_printed(demo, tmp_path):
     for store in sorted((out / "readout").glob("*.zarr")):
         assert core.store_attrs(store)["run_id"] == run, store
     assert cube_.attrs["run_id"] == run
-    numbers = paper.load_numbers(paths.numbers_file(out))
+    numbers = report.load_numbers(paths.numbers_file(out))
     assert numbers["run_id"] == run
     for nb in ("01_select", "02_depth", "03_readout-mine", "03b_monitor", "04_analyse"):
-        assert paper.notebook_identity(out / "notebooks" / f"{nb}.ipynb")["run_id"] == run, nb
-    assert paper.notebook_identity(out / "notebooks" / "04_analyse.ipynb")["analysis_id"] == numbers["analysis_id"]
-    assert figures._file_identity(out / "figures" / "scene_levels.png") == {"run_id": run}
-    assert figures._file_identity(out / "figures" / "accuracy_t2.png") == {"run_id": run,
+        assert report.notebook_identity(out / "notebooks" / f"{nb}.ipynb")["run_id"] == run, nb
+    assert report.notebook_identity(out / "notebooks" / "04_analyse.ipynb")["analysis_id"] == numbers["analysis_id"]
+    assert _figure_files._file_identity(out / "figures" / "scene_levels.png") == {"run_id": run}
+    assert _figure_files._file_identity(out / "figures" / "accuracy_t2.png") == {"run_id": run,
                                                                           "analysis_id": numbers["analysis_id"]}
     # the demo's own analyse notebook (three models) beside the by-hand numbers (two): the mixed paper of the
     # issue. make paper's converter refuses it, writing nothing, and names both identities and the docs' command
@@ -88,7 +89,7 @@ def test_by_hand_examples_run_as_printed(demo, tmp_path):
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 2, r.stdout[-3000:] + r.stderr[-3000:]
     assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
-    demo_id = paper.notebook_identity(mine)["analysis_id"]
+    demo_id = report.notebook_identity(mine)["analysis_id"]
     assert demo_id != numbers["analysis_id"] and demo_id in r.stderr and numbers["analysis_id"] in r.stderr
     analyse_cmd = next(c for c in re.sub(r"\s*\\\n\s*", " ", block).splitlines() if "04_analyse.py" in c)
     assert analyse_cmd.strip() in r.stderr, (analyse_cmd, r.stderr)      # the fix: the docs' command as printed

@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 
+from murk.monitor import _estimator
+from murk.monitor import _evaluation
 from murk.monitor import _monitor as monitor
 from murk.monitor import _recalibration as rc
 
@@ -68,7 +70,7 @@ def test_fit_visibility_temperature_recovers_t_of_log_v(logits):
     assert np.max(np.abs(t_hat / t_true - 1)) < 0.05
     # V beyond CAP_M is clipped: the same temperature as at CAP_M
     assert rc.visibility_temperature([1e6, 2e4], a_hat, b_hat) == pytest.approx(
-        rc.visibility_temperature([monitor.CAP_M] * 2, a_hat, b_hat))
+        rc.visibility_temperature([_estimator.CAP_M] * 2, a_hat, b_hat))
     with pytest.raises(ValueError, match="visibility_m"):
         rc.visibility_temperature([0.0], a, b)
 
@@ -79,11 +81,11 @@ def test_fit_visibility_temperature_clips_v_at_cap_m(logits):
     z, y = logits
     rng = np.random.default_rng(3)
     v = 10 ** rng.uniform(0.3, 6.0, len(z))
-    assert 0.3 < np.mean(v > monitor.CAP_M) < 0.4          # 2 of 5.7 decades
+    assert 0.3 < np.mean(v > _estimator.CAP_M) < 0.4          # 2 of 5.7 decades
     a, b = 0.3, -0.25
-    p = _softmax(z * np.exp(a + b * np.log10(np.minimum(v, monitor.CAP_M)))[:, None])
+    p = _softmax(z * np.exp(a + b * np.log10(np.minimum(v, _estimator.CAP_M)))[:, None])
     ab = rc.fit_visibility_temperature(p, y, v)
-    assert ab == rc.fit_visibility_temperature(p, y, np.minimum(v, monitor.CAP_M))
+    assert ab == rc.fit_visibility_temperature(p, y, np.minimum(v, _estimator.CAP_M))
     assert ab == pytest.approx((a, b), rel=0.05)
 
 
@@ -140,7 +142,7 @@ def test_recalibrate_on_a_visibility_dependent_overconfidence(logits):
     p[1] = np.nan                                      # a missing read-out
     v_hat = v_true * np.exp(rng.normal(0, 0.1, n))     # the monitor's estimate, 10 % scatter
     image = np.arange(n) // 4
-    cal = monitor.split_images(image, seed=0)
+    cal = _evaluation.split_images(image, seed=0)
     conf, params = rc.recalibrate(p, np.where(np.arange(n) == 1, np.nan, y), cal, group=level, visibility_m=v_hat)
     assert set(conf) == set(rc.METHODS) and all(np.isnan(c[1]) for c in conf.values())
     assert params["per_level_T"][1] == pytest.approx(4.0, rel=0.1) and params["per_level_T"][0] == pytest.approx(1.0, rel=0.1)
@@ -171,11 +173,11 @@ def test_a_subset_models_halves_are_its_own_images():
                     coords={"model": ["org/all", "org/subset"], "image": ids})
     own, cal = rc.model_halves(ds, "org/subset", seed=3)
     np.testing.assert_array_equal(own, np.arange(6))
-    np.testing.assert_array_equal(cal, monitor.split_images(ids, seed=3)[:6])
-    np.testing.assert_array_equal(cal, monitor.split_images(ids[:6], seed=3))   # the subset's store alone
+    np.testing.assert_array_equal(cal, _evaluation.split_images(ids, seed=3)[:6])
+    np.testing.assert_array_equal(cal, _evaluation.split_images(ids[:6], seed=3))   # the subset's store alone
     own_all, cal_all = rc.model_halves(ds, "org/all", seed=3)
     np.testing.assert_array_equal(own_all, np.arange(10))
-    np.testing.assert_array_equal(cal_all, monitor.split_images(ids, seed=3))
+    np.testing.assert_array_equal(cal_all, _evaluation.split_images(ids, seed=3))
     ds2 = ds.assign(value=ds["value"].where(ds["missing_reason"] != cube.NOT_RUN))   # NaN there instead: no change
     for a, b in zip(rc.model_halves(ds2, "org/subset", seed=3), (own, cal)):
         np.testing.assert_array_equal(a, b)

@@ -186,6 +186,7 @@ def test_stage_records_a_too_small_image_and_goes_on(tmp_path, monkeypatch):
     import xarray as xr
 
     import stages  # tests/stages.py: the stage notebooks through papermill
+    from murk.protocol import _item_files
     from murk.protocol import _items as items
 
     sample = paths.project_root().parent / "shared" / "coco-val2017-sample"
@@ -193,7 +194,7 @@ def test_stage_records_a_too_small_image_and_goes_on(tmp_path, monkeypatch):
     monkeypatch.setenv("MURK_COCO_DIR", str(sample))
     out = tmp_path / "out"
     stages.run("01_select", out, n_items=2, seed=1, run_name="too-small-image")
-    table, _ = items.read_items(out)
+    table, _ = _item_files.read_items(out)
     img_dir = tmp_path / "val2017"
     img_dir.mkdir()
     for f in table["file_name"]:
@@ -205,7 +206,7 @@ def test_stage_records_a_too_small_image_and_goes_on(tmp_path, monkeypatch):
     (out / "items_meta.json").write_text(json.dumps(meta))
     # its annotation says so too (a genuinely thin image; a size disagreeing with the annotation is another case)
     table.loc[0, ["width", "height"]] = [640, 20]
-    items.save_items(table, out / "items.json")
+    _item_files.save_items(table, out / "items.json")
     stages.run("02_depth", out, backend="constant")
     stages.run("03b_monitor", out)
     store = paths.readout_store("murk/visibility-monitor", out)

@@ -16,6 +16,7 @@ import xarray as xr
 
 from _killing import KillableRun, done_flags
 from murk.core import _paths as paths
+from murk.protocol import _item_files
 from murk.protocol import _items as items
 from murk.results import _cube as cube
 
@@ -55,7 +56,7 @@ def _copy(src: Path, dst: Path) -> Path:
 
 
 def _values(root: Path, shard_size=None) -> xr.Dataset:
-    table, _ = items.read_items(root)
+    table, _ = _item_files.read_items(root)
     k = paths.n_shards(len(table), shard_size)
     stores = ([paths.readout_store(MODEL, root)] if shard_size is None else
               [paths.readout_store(MODEL, root, s, shard_size) for s in range(k)])

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from murk.core import COMMAND_LINE, PAPERMILL, SettingsError, check_run_settings, check_setting, settings
+from murk.core import COMMAND_LINE, PAPERMILL, SettingsError, announce, check_run_settings, check_setting, settings
 from murk.core import _config as config
 from murk.core import _paths as paths
 
@@ -174,7 +174,7 @@ def test_the_start_lines_name_the_models_that_run_and_why_models_is_not_used_off
     assert run.notes[1] == ("murk: 2 models to read out (offline_models, since MURK_OFFLINE=1): "
                             "murk-tiny/smolvlm (5 items), murk-tiny/qwen3vl (3 items)")
     assert run.notes[2].startswith("murk: --config models=… is not used: with MURK_OFFLINE=1 a run reads offline_models")
-    assert settings.announce(run) == run.notes and settings.announce(run) == []  # printed once per process
+    assert announce(run) == run.notes and announce(run) == []  # printed once per process
     assert capsys.readouterr().err.count("models to read out") == 1
     online = check_run_settings(cfg, {"models": COMMAND_LINE}, offline=False, cwd=ROOT)
     assert online.notes[1] == "murk: 1 model to read out (models): org/a (5 items)" and len(online.notes) == 2

@@ -347,9 +347,9 @@ def _cube_of_stores(root: Path, models: list[str]) -> xr.Dataset:
     after it are the updated root's, run through Snakemake; the merge is the one the notebook calls (the demo's and
     the synthetic root's notebooks run it end to end, and a change there makes the comparison fail)."""
     from murk.monitor import _monitor as monitor
-    from murk.protocol import _items as items
+    from murk.protocol import _item_files
 
-    table, meta = items.read_items(root)
+    table, meta = _item_files.read_items(root)
     stores = {m: paths.readout_store(m, root) for m in (*models, *monitor.MONITOR_IDS)}
     cube.merge_models(stores, paths.cube_store(root),
                       attrs={"run_id": workflow.run_id(meta["config_hash"], meta["items_hash"]),

@@ -3,8 +3,8 @@ the result cube's schema, file identities and digests, atomic writes on a full d
 
 Layer 1 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
 pipeline). It imports nothing of murk: every other layer may import it. The names below are its public surface;
-the modules behind it (``_config``, ``_diskfull``, ``_identity``, ``_paths``, ``_progress``, ``_schema``, ``settings``) are
-its implementation.
+the modules behind it (``_config``, ``_diskfull``, ``_identity``, ``_model_entries``, ``_online``, ``_paths``,
+``_progress``, ``_schema``, ``settings``) are its implementation.
 """
 
 from __future__ import annotations
@@ -100,13 +100,10 @@ from murk.core._progress import (  # noqa: F401
     bar,
 )
 
-#: the names of the command modules (``python -m murk.core.<module>``), imported on first use (PEP 562) so
-#: that running one as a command does not import it twice
+#: the names of the command module (``python -m murk.core.settings``) and of the modules that import it, imported
+#: on first use (PEP 562) so that running it as a command does not import it twice
 _COMMANDS = {
     "settings": (
-        "MODEL_ENTRY_KEYS",
-        "ModelEntry",
-        "model_entries",
         "Setting",
         "SCHEMA",
         "COMMAND_LINE",
@@ -117,13 +114,20 @@ _COMMANDS = {
         "check_setting",
         "setting_origins",
         "check_run_settings",
-        "announce",
         "LEVEL_TOLERANCE",
         "match_level",
         "check_configfile",
         "configfiles_of",
         "model_id_problem",
         "remote_job_problems",
+    ),
+    "_model_entries": (
+        "MODEL_ENTRY_KEYS",
+        "ModelEntry",
+        "model_entries",
+    ),
+    "_online": (
+        "announce",
         "NETWORK_PROBE",
         "PROBE_TIMEOUT_S",
         "probe_network",

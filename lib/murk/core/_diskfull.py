@@ -2,7 +2,7 @@
 
 Every writer of murk under the output root (read-out stores and the cube,
 :mod:`murk.results`; the depth cache, :mod:`murk.scene`; figures; the numbers file,
-tables and the paper, :mod:`murk.report.paper`; the selection, :mod:`murk.protocol`; the
+tables and the paper, :mod:`murk.report`; the selection, :mod:`murk.protocol`; the
 run markers, :mod:`murk.pipeline.markers`) writes inside :func:`guard`. A full disk
 (``OSError`` errno 28, ``ENOSPC``, or a quota, ``EDQUOT``, or numpy's short write
 ``"N requested and M written"``) then becomes a :class:`DiskFullError` whose one

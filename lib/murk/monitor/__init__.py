@@ -3,21 +3,19 @@ confidence by the monitor's visibility.
 
 Layer 7 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
 pipeline). It may import the layers below it: core, scene, protocol, offline, readout, results. The names below
-are its public surface; the modules behind it (``_monitor``, ``_recalibration``) are its implementation.
+are its public surface; the modules behind it (``_estimator``, ``_evaluation``, ``_gate``, ``_monitor``,
+``_recalibration``, ``_validation_depth``) are its implementation.
 """
 
 from __future__ import annotations
 
-from murk.monitor._monitor import (  # noqa: F401
+from murk.monitor._estimator import (  # noqa: F401
     CAP_M,
     FAR_M,
     FAR_FRACTION,
     QUANTILE,
     CENSORED_CODE,
     T_RELIABLE,
-    CONFIDENCE_RANGE_M,
-    DEFAULT_THRESHOLD_M,
-    CONDITION_ARM,
     spectral_shape,
     veiling_light_shape,
     default_window_px,
@@ -25,19 +23,17 @@ from murk.monitor._monitor import (  # noqa: F401
     estimate_veiling_light,
     estimate_visibility,
     estimate_visibility_details,
-    ground_plane_depth,
-    billboard_depth,
+    usable_depth,
+)
+from murk.monitor._gate import (  # noqa: F401
+    CONFIDENCE_RANGE_M,
+    DEFAULT_THRESHOLD_M,
     visibility_confidence,
     gate_decisions,
     certified_visibility,
-    SIGNAL_FLOOR,
-    signal_range,
-    awareness_crossing,
-    usable_depth,
-    split_images,
-    pick_threshold,
-    threshold_at_coverage,
-    compare_at_equal_coverage,
+)
+from murk.monitor._monitor import (  # noqa: F401
+    CONDITION_ARM,
     monitor_readouts,
     MONITOR_ID,
     MONITOR_DEPLOYABLE_ID,
@@ -45,6 +41,19 @@ from murk.monitor._monitor import (  # noqa: F401
     ARM_CODE,
     estimate_arm,
     deployable_readouts,
+)
+from murk.monitor._validation_depth import (  # noqa: F401
+    ground_plane_depth,
+    billboard_depth,
+)
+from murk.monitor._evaluation import (  # noqa: F401
+    SIGNAL_FLOOR,
+    signal_range,
+    awareness_crossing,
+    split_images,
+    pick_threshold,
+    threshold_at_coverage,
+    compare_at_equal_coverage,
 )
 from murk.monitor._recalibration import (  # noqa: F401
     SUM_TOL,

@@ -38,7 +38,8 @@ import numpy as np
 from scipy.optimize import minimize, minimize_scalar
 
 from murk import results
-from murk.monitor._monitor import CAP_M, split_images
+from murk.monitor._estimator import CAP_M
+from murk.monitor._evaluation import split_images
 
 __all__ = ["SUM_TOL", "T_BOUNDS", "P_FLOOR", "METHODS", "apply_temperature", "fit_temperature",
            "fit_visibility_temperature", "visibility_temperature",

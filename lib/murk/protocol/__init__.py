@@ -3,7 +3,7 @@
 
 Layer 3 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
 pipeline). It may import :mod:`murk.core` and :mod:`murk.scene`. The names below are its public surface; the
-modules behind it (``_coco``, ``_design``, ``_items``, ``_prompts``) are its implementation.
+modules behind it (``_coco``, ``_design``, ``_item_files``, ``_items``, ``_prompts``) are its implementation.
 """
 
 from __future__ import annotations
@@ -39,10 +39,12 @@ from murk.protocol._items import (  # noqa: F401
     HASH_COLUMNS,
     select_items,
     selection_report,
+    shuffled_partner,
+)
+from murk.protocol._item_files import (  # noqa: F401
     items_hash,
     save_items,
     load_items,
-    shuffled_partner,
     read_items,
     save_selection,
     image_checks,

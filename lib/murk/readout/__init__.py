@@ -14,8 +14,8 @@ per forward pass); :func:`read_question` runs every prompt whole (the reference,
 Layer 5 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
 pipeline). It may import the layers below it: :mod:`murk.core`, :mod:`murk.scene`, :mod:`murk.protocol`,
 :mod:`murk.offline`. The names below are its public surface; the modules behind it (``_architectures``,
-``_engine``, ``_hardware``, ``_item_readouts``, ``_reference``, ``_verbal``, ``_vlm``, ``_weight_files``) are
-its implementation.
+``_device``, ``_engine``, ``_hardware``, ``_item_readouts``, ``_load``, ``_memory``, ``_reference``, ``_rows``,
+``_schedule``, ``_verbal``, ``_vlm``, ``_weight_files``) are its implementation.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from murk.readout._architectures import (  # noqa: F401
     kv_shared_layers,
     intermediate_sizes,
 )
-from murk.readout._engine import (  # noqa: F401
+from murk.readout._schedule import (  # noqa: F401
     N_CONDITIONS,
     Unit,
     ImageJob,
@@ -42,8 +42,12 @@ from murk.readout._engine import (  # noqa: F401
     schedule,
     plan,
     check_shard_alignment,
+)
+from murk.readout._memory import (  # noqa: F401
     batching_support,
     auto_images_per_batch,
+)
+from murk.readout._engine import (  # noqa: F401
     read_units,
     read_images,
     job_cpus,
@@ -87,9 +91,7 @@ from murk.readout._verbal import (  # noqa: F401
     continuation_stop,
     until_eos,
 )
-from murk.readout._vlm import (  # noqa: F401
-    DEFAULT_MAX_SIDE_PX,
-    VLM,
+from murk.readout._load import (  # noqa: F401
     load_vlm,
     LOAD_COMMANDS,
     setting_words,
@@ -97,6 +99,10 @@ from murk.readout._vlm import (  # noqa: F401
     hub_revision,
     vlm_from_parts,
     float32_head,
+)
+from murk.readout._vlm import (  # noqa: F401
+    DEFAULT_MAX_SIDE_PX,
+    VLM,
     present_image,
     single_tile_kwargs,
     option_token_ids,

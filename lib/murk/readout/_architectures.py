@@ -133,7 +133,7 @@ PUBLISHED: dict[str, dict[str, Any]] = {
         vision=dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=16, num_attention_heads=12,
                     num_key_value_heads=12, head_dim=64, patch_size=16, pooling_kernel_size=3,
                     position_embedding_size=10_240),
-        # token ids: transformers' Gemma4Config defaults = murk.offline._checkpoints.GEMMA4_SPECIAL_IDS; the audio
+        # token ids: transformers' Gemma4Config defaults = murk.offline._realformat.GEMMA4_SPECIAL_IDS; the audio
         # encoder is left out (murk reads images and text only)
         top=dict(image_token_id=258_880, boi_token_id=255_999, eoi_token_id=258_882, audio_token_id=258_881,
                  boa_token_id=256_000, eoa_token_index=258_883, video_token_id=258_884, audio_config=None,

@@ -3,16 +3,17 @@ design variants, figures and the paper's rendering (``python -m murk.report.pape
 
 Layer 8 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
 pipeline). It may import the layers below it: core, scene, protocol, offline, readout, results, monitor. The
-names below are its public surface; the modules behind it (``_claims``, ``_design_words``, ``_figures``,
-``paper``) are its implementation.
+names below are its public surface; the modules behind it (``_format``, ``_numbers``, ``_claims``,
+``_design_words``, ``_figures``, ``_figure_files``, ``_figures_beyond``, ``_markdown``, ``_atomic``, ``_cells``,
+``_resolve``, ``_settings_table``, ``_spec_map``, ``_view``, ``_render``) are its implementation, and ``paper``
+its command.
 """
 
 from __future__ import annotations
 
 
-#: every name of the report, by the module that defines it, imported on first use (PEP 562): the report's
-#: modules import its command module ``paper``, so an eager import would run ``python -m murk.report.paper``'s
-#: module twice
+#: every name of the report, by the module that defines it, imported on first use (PEP 562): importing the
+#: report (``python -m murk.report.paper`` does first) loads only the modules whose names are used
 _MODULES = {
     "_claims": (
         "AT_FIRST_LEVEL",
@@ -62,30 +63,34 @@ _MODULES = {
         "PALETTE",
         "model_colors",
         "plot_signal_vs_visibility",
-        "save",
-        "set_identity",
         "SCENE_LEVELS_M",
-        "PIPELINE_CHECK_MARK",
-        "stamp_pipeline_check",
         "level_axis",
-        "placeholder",
         "plot_scene_levels",
         "plot_reliability",
         "plot_abstain_comparison",
         "plot_blind_spot_widths",
         "plot_nominal_vs_physical",
         "plot_item_grid",
-        "plot_monitor_accuracy",
         "plot_signals",
         "FIG3_SIGNALS",
-        "plot_risk_coverage",
-        "plot_reliability_methods",
         "example_caption",
         "ABSTAIN_WORDS",
         "model_marks",
         "MODEL_MARKERS",
     ),
-    "paper": (
+    "_figure_files": (
+        "save",
+        "set_identity",
+        "PIPELINE_CHECK_MARK",
+        "stamp_pipeline_check",
+        "placeholder",
+    ),
+    "_figures_beyond": (
+        "plot_monitor_accuracy",
+        "plot_risk_coverage",
+        "plot_reliability_methods",
+    ),
+    "_format": (
         "fmt",
         "fmt_interval",
         "fmt_estimate",
@@ -101,6 +106,8 @@ _MODULES = {
         "fmt_list",
         "level_label",
         "NOT_COMPUTED",
+    ),
+    "_numbers": (
         "Numbers",
         "write_numbers",
         "load_numbers",
@@ -108,42 +115,56 @@ _MODULES = {
         "load_provenance",
         "provenance_file",
         "current_cell_label",
-        "notebook_view",
-        "view_name",
+    ),
+    "_cells": (
         "INLINE_RE",
         "INCLUDE_RE",
         "EMBED_RE",
         "cell_options",
         "notebook_cells",
+        "notebook_identity",
+    ),
+    "_resolve": (
         "resolve_embeds",
         "EmbedError",
         "remake_words",
         "resolve_qmd",
+        "MixedPaperError",
+        "refuse_mixed_paper",
+        "stamp_html",
+    ),
+    "_settings_table": (
+        "settings_rows",
+    ),
+    "_spec_map": (
+        "SPEC_SECTIONS",
+        "SPEC_COUNTERPARTS",
+        "ANALYSIS_TABLES",
+        "spec_mentions",
+    ),
+    "_render": (
         "crossref",
         "label_numbers",
         "render_paper",
         "typst_options",
         "TYPST_HEADER",
-        "markdown_table",
-        "write_text_atomic",
-        "write_netcdf_atomic",
-        "verbatim",
-        "estimate_cell",
-        "CELL_BREAK",
         "LUA_FILTER",
         "SECTION_FILTER",
         "LUA_FILTERS",
-        "SPEC_SECTIONS",
-        "SPEC_COUNTERPARTS",
-    "ANALYSIS_TABLES",
-    "settings_rows",
-        "ANALYSIS_TABLES",
-        "settings_rows",
-        "spec_mentions",
-        "notebook_identity",
-        "MixedPaperError",
-        "refuse_mixed_paper",
-        "stamp_html",
+    ),
+    "_view": (
+        "notebook_view",
+        "view_name",
+    ),
+    "_markdown": (
+        "markdown_table",
+        "verbatim",
+        "estimate_cell",
+        "CELL_BREAK",
+    ),
+    "_atomic": (
+        "write_text_atomic",
+        "write_netcdf_atomic",
     ),
 }
 _LAZY = {name: module for module, names in _MODULES.items() for name in names}

@@ -331,7 +331,7 @@ def change_words(point: float, lo: float, hi: float) -> str:
     >>> change_words(-0.1, -0.2, -0.03), change_words(0.05, -0.01, 0.1)
     ('a fall of 0.10 [0.03, 0.20]', 'a rise of 0.05 [-0.01, 0.10], its interval holding zero')
     """
-    from murk.report.paper import fmt, fmt_estimate
+    from murk.report._format import fmt, fmt_estimate
 
     if not _finite(point):
         return "no change that can be estimated"

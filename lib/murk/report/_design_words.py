@@ -48,7 +48,7 @@ def describe_design(cfg: Mapping[str, Any]) -> str:
         elif k == "box_width_px":
             parts.append(f"the box is {v} px wide")
         elif k == "sweep_end_m":
-            from murk.report.paper import fmt_level
+            from murk.report._format import fmt_level
 
             parts.append(f"the sweep ends at {fmt_level(v)} m (the levels beyond it are read out by murk's fixed "
                          f"schedule and left out of the analysis; crossings are censored at {fmt_level(v)} m)")
@@ -68,7 +68,7 @@ def design_name(cfg: Mapping[str, Any]) -> str:
     diff = differences(cfg)
     if not diff:
         return "the study's design"
-    from murk.report.paper import fmt_level
+    from murk.report._format import fmt_level
 
     short = {"box_width_px": lambda v: f"a {v}-px box", "sweep_end_m": lambda v: f"the sweep to {fmt_level(v)} m",
              "abstain_wordings": lambda v: f"{'one' if v == 1 else 'two'} abstain wording{'s' if v != 1 else ''}"}

@@ -9,8 +9,6 @@ safe "muted" scheme).
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 
 import matplotlib
 
@@ -21,17 +19,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402
 
-from murk.report.paper import fmt_level  # noqa: E402
+from murk.report._format import fmt_level  # noqa: E402
 from murk.results import sweep_visibility  # noqa: E402
 
-__all__ = ["LOW_MASS_MARK", "model_label", "display_names",
-           "PALETTE", "model_colors", "plot_signal_vs_visibility",
-           "save", "set_identity", "SCENE_LEVELS_M",
-           "PIPELINE_CHECK_MARK", "stamp_pipeline_check", "level_axis", "placeholder",
-           "plot_scene_levels", "plot_reliability", "plot_abstain_comparison", "plot_blind_spot_widths",
-           "plot_nominal_vs_physical", "plot_item_grid", "plot_monitor_accuracy", "plot_signals", "FIG3_SIGNALS",
-           "plot_risk_coverage", "plot_reliability_methods", "example_caption", "ABSTAIN_WORDS",
-           "model_marks", "MODEL_MARKERS"]
+__all__ = ["LOW_MASS_MARK", "model_label", "display_names", "PALETTE", "model_colors", "plot_signal_vs_visibility",
+           "SCENE_LEVELS_M", "level_axis", "plot_scene_levels", "plot_reliability", "plot_abstain_comparison",
+           "plot_blind_spot_widths", "plot_nominal_vs_physical", "plot_item_grid", "plot_signals", "FIG3_SIGNALS",
+           "example_caption", "ABSTAIN_WORDS", "model_marks", "MODEL_MARKERS"]
 
 #: Paul Tol, "muted" qualitative scheme (colour-blind safe, nine colours)
 PALETTE = ("#332288", "#CC6677", "#117733", "#DDCC77", "#88CCEE", "#882255", "#44AA99", "#999933", "#AA4499")
@@ -120,137 +114,9 @@ def model_label(model: str, marked=(), models=()) -> str:
     return display_names([*[str(m) for m in models], str(model)], marked)[str(model)]
 
 
-#: the text of the pipeline-check mark stamped into figures of random-weight checkpoints
-PIPELINE_CHECK_MARK = "PIPELINE CHECK · random-weight checkpoints · not a result about any VLM"
 #: notes written into a panel where a model has no values, by read-out
 EMPTY_NOTES = {"verbal_conf": "no parseable verbalized confidence"}
 FONT = 8  # tick labels, legends and notes (pt)
-
-
-def stamp_pipeline_check(fig, text: str = PIPELINE_CHECK_MARK):
-    """Put the visible pipeline-check mark on a figure: a red banner above it and a faint
-    diagonal watermark across it, so that a cropped copy keeps it too. Returns ``fig``."""
-    fig.text(0.5, 1.0, text, ha="center", va="bottom", fontsize=9, fontweight="bold", color="#B2182B",
-             bbox=dict(boxstyle="round,pad=0.3", facecolor="#FDECEA", edgecolor="#B2182B", lw=1))
-    fig.text(0.5, 0.5, "PIPELINE CHECK", ha="center", va="center", rotation=25, fontsize=36,
-             fontweight="bold", color="#B2182B", alpha=0.10, zorder=0)
-    return fig
-
-
-#: the identities written into every figure file's metadata by :func:`save` (set by :func:`set_identity`)
-_IDENTITY: dict[str, str] = {}
-#: PNG text keys of the identities (``run_id`` -> ``murk-run-id``)
-_PNG_KEY = "murk-{}"
-
-
-def set_identity(**ids: str) -> dict[str, str]:
-    """Set the identities that :func:`save` writes into the metadata of every figure file from now on.
-
-    Parameters
-    ----------
-    **ids : str
-        E.g. ``run_id="r-…"`` (:func:`murk.pipeline.run_id`) and ``analysis_id="a-…"``
-        (:func:`murk.pipeline.analysis_id`); a stage notebook sets them once, before
-        its first figure. No argument clears them.
-
-    Returns
-    -------
-    dict
-        The identities now set.
-    """
-    _IDENTITY.clear()
-    _IDENTITY.update({str(k): str(v) for k, v in ids.items()})
-    return dict(_IDENTITY)
-
-
-def _metadata(ext: str, ids: dict[str, str]) -> dict[str, str]:
-    if not ids:
-        return {}
-    if ext == "png":  # PNG text chunks, one per identity: murk-run-id, murk-analysis-id
-        return {_PNG_KEY.format(k.replace("_", "-")): v for k, v in ids.items()}
-    text = "murk " + "; ".join(f"{k} {v}" for k, v in ids.items())
-    return {"Subject": text, "Keywords": text}  # PDF: the document information's standard keys
-
-
-def _file_identity(path: str | Path) -> dict[str, str]:
-    """The identities recorded in a PNG figure file's metadata by :func:`save`.
-
-    Parameters
-    ----------
-    path : path
-        A PNG written by :func:`save` (or the same image embedded from an executed notebook).
-
-    Returns
-    -------
-    dict
-        ``{"run_id": "r-…", "analysis_id": "a-…"}`` as recorded (empty when none is).
-    """
-    from PIL import Image
-
-    with Image.open(path) as im:
-        text = dict(getattr(im, "text", {}) or im.info)
-    prefix = _PNG_KEY.format("")
-    return {k[len(prefix):].replace("-", "_"): str(v) for k, v in text.items() if str(k).startswith(prefix)}
-
-
-def save(fig, folder: str | Path, name: str, pipeline_check: bool = False,
-         identity: dict[str, str] | None = None) -> list[Path]:
-    """Save ``fig`` as ``<name>.png`` (200 dpi) and ``<name>.pdf``, then close it.
-
-    Parameters
-    ----------
-    fig : matplotlib Figure
-    folder : path
-        Created if missing.
-    name : str
-        File name without extension.
-    pipeline_check : bool
-        Stamp :data:`PIPELINE_CHECK_MARK` into the image (results of tiny
-        random-weight checkpoints, :func:`stamp_pipeline_check`).
-    identity : dict of str, optional
-        The run's (and analysis') identities, written into each file's metadata:
-        PNG text chunks ``murk-run-id``, ``murk-analysis-id`` (:func:`_file_identity`
-        reads them), the PDF's ``Subject`` and ``Keywords``. Default: those set by
-        :func:`set_identity` (none unless set).
-
-    Returns
-    -------
-    [png, pdf] paths
-
-    Raises
-    ------
-    murk.core.DiskFullError
-        The disk is full: each figure file is written whole (a temporary file,
-        renamed), so the previous figure is kept.
-    """
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    if pipeline_check:
-        stamp_pipeline_check(fig)
-    from murk import core
-
-    ids = dict(_IDENTITY if identity is None else identity)
-    out = []
-    try:
-        for ext in ("png", "pdf"):
-            p = folder / f"{name}.{ext}"
-            tmp = folder / f".{name}.{ext}.tmp"  # written whole, then renamed: a full disk leaves the old figure
-            with core.guard(p, cleanup=[tmp]):
-                fig.savefig(tmp, format=ext, dpi=200 if ext == "png" else None, bbox_inches="tight",
-                            metadata=_metadata(ext, ids) or None)
-            os.replace(tmp, p)
-            out.append(p)
-    finally:
-        plt.close(fig)
-    return out
-
-
-def placeholder(text: str, width_in: float = 5.0):
-    """A small figure that only states ``text`` (e.g. "not computed in this run: …")."""
-    fig, ax = plt.subplots(figsize=(width_in, 1.0))
-    ax.axis("off")
-    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=10, wrap=True)
-    return fig
 
 
 def level_axis(ax, visibility_m, clean_x: float | None = None, reverse: bool = True) -> None:
@@ -887,7 +753,7 @@ def example_caption(answer: str, correct, c_int: float, verbal_conf: float, abst
     -------
     str, two lines.
     """
-    from murk.report.paper import fmt
+    from murk.report._format import fmt
 
     a = float(abstained) if abstained is not None else float("nan")
     decision = ABSTAIN_WORDS[a == 1] if np.isfinite(a) else "abst. n/a"
@@ -936,145 +802,3 @@ def plot_item_grid(tiles, row_labels, col_labels, captions=None, tile_px: float 
     return fig
 
 
-def plot_monitor_accuracy(visibility_m, quantiles_by_arm: dict, arms=("fog", "underwater")):
-    """The visibility monitor's estimate V̂ against the true visibility V.
-
-    Parameters
-    ----------
-    visibility_m : (L,) float
-        True visibilities of the sweep (m).
-    quantiles_by_arm : dict arm -> (3, L) float
-        10th, 50th and 90th percentile of V̂ over images at each level (m).
-
-    Returns
-    -------
-    matplotlib Figure: median V̂ with its P10-P90 band, the identity (V̂ = V)
-    and the factor-2 band, log-log axes in metres, clear (left) to murky.
-    """
-    v = np.asarray(visibility_m, float)
-    fig, axes = plt.subplots(1, len(arms), figsize=(3.6 * len(arms), 3.2), sharey=True, squeeze=False)
-    for ax, arm in zip(axes[0], arms):
-        q = np.asarray(quantiles_by_arm[arm], float)
-        ax.fill_between(v, v / 2, v * 2, color="0.85", lw=0)
-        ax.plot(v, v, color="0.3", ls="--", lw=1)
-        ok = np.isfinite(q).all(axis=0)
-        ax.fill_between(v, q[0], q[2], where=ok, color=PALETTE[0], alpha=0.25, lw=0)
-        ax.plot(v, q[1], "-o", color=PALETTE[0], ms=3)
-        if not np.isfinite(q[1]).any():
-            _empty_note(ax, ["monitor"], "no estimate")
-        level_axis(ax, v)
-        ax.set_yscale("log")
-        ax.tick_params(axis="y", labelsize=FONT)
-        ax.set_xlabel("true visibility V (m)", fontsize=9)
-        ax.set_title(ARM_TITLES.get(arm, arm), fontsize=9)
-        ax.grid(alpha=0.3)
-    axes[0, 0].set_ylabel("estimated visibility V̂ (m)", fontsize=9)
-    handles = [matplotlib.patches.Patch(color="0.85", label="within ×2"),
-               plt.Line2D([], [], color="0.3", ls="--", lw=1, label="V̂ = V"),
-               matplotlib.patches.Patch(color=PALETTE[0], alpha=0.25, label="P10–P90 over images"),
-               plt.Line2D([], [], color=PALETTE[0], marker="o", ms=3, label="median V̂")]
-    fig.tight_layout()
-    _legend_below(fig, handles, ncol=4)
-    return fig
-
-
-def _unit_panel_grid(panels: dict, rows: list, cols: list, draw, xlabel: str, ylabel: str, panel_in: tuple):
-    """A rows x cols grid of [0, 1] x [0, 1] panels (shared axes): ``draw(ax, panels[(row, col)])`` fills each,
-    a missing panel says "no answers"; column titles are the arms, row labels the rows."""
-    fig, axes = plt.subplots(len(rows) or 1, len(cols) or 1, figsize=(panel_in[0] * max(len(cols), 1),
-                                                                      panel_in[1] * max(len(rows), 1)),
-                             sharex=True, sharey=True, squeeze=False)
-    for i, r in enumerate(rows):
-        for j, c in enumerate(cols):
-            ax = axes[i, j]
-            panel = panels.get((r, c), {})
-            draw(ax, panel)
-            if not panel:
-                _empty_note(ax, [str(r)], "no answers")
-            ax.set_xlim(0, 1)
-            ax.set_ylim(0, 1)
-            ax.grid(alpha=0.3)
-            ax.tick_params(labelsize=FONT)
-            if i == 0:
-                ax.set_title(ARM_TITLES.get(c, str(c)), fontsize=9)
-            if j == 0:
-                ax.set_ylabel(f"{r}\n{ylabel}", fontsize=8)
-            if i == len(rows) - 1:
-                ax.set_xlabel(xlabel, fontsize=9)
-    return fig
-
-
-def plot_risk_coverage(curves: dict, row_labels, col_labels, signal_labels: dict | None = None):
-    """Risk–coverage curves of several abstention signals (Geifman & El-Yaniv 2017).
-
-    Parameters
-    ----------
-    curves : dict (row, col) -> dict signal -> (coverage, risk)
-        Per panel, each signal's curve (:func:`murk.results.expected_risk_coverage`: 1-D
-        float arrays, coverage rising to 1); a panel may be missing.
-    row_labels, col_labels : sequence of str
-        Panel rows (e.g. models) and columns (e.g. arms), in order.
-    signal_labels : dict signal -> str, optional
-        Legend labels; default the signal names.
-
-    Returns
-    -------
-    matplotlib Figure: risk (error rate of the answers kept) against coverage
-    (share kept), one line per signal, steps at each distinct confidence.
-    """
-    rows, cols = list(row_labels), list(col_labels)
-    signals = list(dict.fromkeys(s for panel in curves.values() for s in panel))
-    colors = {s: PALETTE[i % len(PALETTE)] for i, s in enumerate(signals)}
-    styles = {s: ("-", "--", "-.", ":")[i % 4] for i, s in enumerate(signals)}   # coinciding curves stay visible
-    labels = signal_labels or {}
-
-    def draw(ax, panel):
-        for s, (cov, risk) in panel.items():
-            cov, risk = np.asarray(cov, float), np.asarray(risk, float)
-            ax.step(np.r_[0.0, cov], np.r_[risk[:1], risk] if risk.size else risk, where="post", color=colors[s],
-                    ls=styles[s], lw=1.2)
-
-    fig = _unit_panel_grid(curves, rows, cols, draw, "coverage (share answered)", "risk (error rate)", (3.3, 2.6))
-    handles = [plt.Line2D([], [], color=colors[s], ls=styles[s], lw=1.2, label=labels.get(s, s)) for s in signals]
-    fig.tight_layout()
-    _legend_below(fig, handles, ncol=min(4, max(len(handles), 1)))
-    return fig
-
-
-def plot_reliability_methods(bins: dict, row_labels, col_labels, method_labels: dict | None = None):
-    """Reliability diagrams before and after recalibration.
-
-    Parameters
-    ----------
-    bins : dict (row, col) -> dict method -> (count, mean_confidence, accuracy)
-        Per panel and method, :func:`murk.results.reliability_bins` of the pooled
-        answers (each a (n_bins,) float array, NaN in empty bins).
-    row_labels, col_labels : sequence of str
-    method_labels : dict method -> str, optional
-
-    Returns
-    -------
-    matplotlib Figure: accuracy against mean confidence per bin (marker area by
-    count), one line per method, the diagonal of perfect calibration.
-    """
-    rows, cols = list(row_labels), list(col_labels)
-    methods = list(dict.fromkeys(mth for panel in bins.values() for mth in panel))
-    colors = {mth: PALETTE[i % len(PALETTE)] for i, mth in enumerate(methods)}
-    labels = method_labels or {}
-
-    def draw(ax, panel):
-        ax.plot([0, 1], [0, 1], color="0.5", ls="--", lw=1)
-        for mth, (count, conf, acc) in panel.items():
-            count, conf, acc = (np.asarray(x, float) for x in (count, conf, acc))
-            ok = np.isfinite(conf) & np.isfinite(acc) & (count > 0)
-            if not ok.any():
-                continue
-            size = 8 + 60 * count[ok] / count[ok].max()
-            ax.plot(conf[ok], acc[ok], "-", color=colors[mth], lw=1)
-            ax.scatter(conf[ok], acc[ok], s=size, color=colors[mth], zorder=3)
-
-    fig = _unit_panel_grid(bins, rows, cols, draw, "confidence", "accuracy", (3.0, 2.7))
-    handles = [plt.Line2D([], [], color=colors[m], marker="o", lw=1, label=labels.get(m, m)) for m in methods]
-    fig.tight_layout()
-    _legend_below(fig, handles, ncol=min(4, max(len(handles), 1)))
-    return fig

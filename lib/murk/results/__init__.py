@@ -3,8 +3,8 @@ blind-spot width), the scores dataset of the analysis and the diagnostics.
 
 Layer 6 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
 pipeline). It may import the layers below it: core, scene, protocol, offline, readout. The names below are its
-public surface; the modules behind it (``_analysis``, ``_cube``, ``_diagnostics``, ``_metrics``) are its
-implementation.
+public surface; the modules behind it (``_analysis``, ``_bootstrap``, ``_calibration``, ``_cube``,
+``_diagnostics``, ``_metrics``, ``_multiplicity``, ``_selective``, ``_store_repair``) are its implementation.
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ from murk.results._cube import (  # noqa: F401
     empty_model_dataset,
     store_identity,
     open_readout_store,
-    damaged_chunks,
     write_image,
     merge_models,
     open_cube,
@@ -52,6 +51,9 @@ from murk.results._cube import (  # noqa: F401
     SUPERSEDED_NAME,
     set_aside_superseded,
     IMAGES_PER_SHARD,
+)
+from murk.results._store_repair import (  # noqa: F401
+    damaged_chunks,
 )
 from murk.results._diagnostics import (  # noqa: F401
     BELOW_CHANCE,
@@ -72,6 +74,15 @@ from murk.results._diagnostics import (  # noqa: F401
 )
 from murk.results._metrics import (  # noqa: F401
     CENSOR_M,
+    level_step_decades,
+    crossing_visibility,
+    blind_spot_width,
+    blind_spot_width_side,
+    accuracy,
+    monotonicity,
+    monotonicity_da,
+)
+from murk.results._bootstrap import (  # noqa: F401
     bootstrap_indices,
     bootstrap_counts,
     counts_from_indices,
@@ -79,18 +90,19 @@ from murk.results._metrics import (  # noqa: F401
     resampled_sums,
     bootstrap_resample_means,
     percentile_interval,
+)
+from murk.results._multiplicity import (  # noqa: F401
     bootstrap_p_value,
     equivalence_p_value,
     holm,
-    level_step_decades,
-    crossing_visibility,
-    blind_spot_width,
-    blind_spot_width_side,
-    accuracy,
+)
+from murk.results._calibration import (  # noqa: F401
     expected_calibration_error,
     reliability_bins,
-    auroc,
     resampled_ece,
+)
+from murk.results._selective import (  # noqa: F401
+    auroc,
     resampled_auroc,
     expected_risk_coverage,
     aurc,
@@ -100,8 +112,6 @@ from murk.results._metrics import (  # noqa: F401
     resampled_coverage_at_risk,
     selective_risk_coverage,
     coverage_risk_of_sums,
-    monotonicity,
-    monotonicity_da,
 )
 
 __all__ = [

@@ -38,8 +38,12 @@ import numpy as np
 import xarray as xr
 
 from murk.readout import OPTION_MASS_MIN, median_option_mass
+from murk.results import _bootstrap
+from murk.results import _calibration
 from murk.results import _cube as cube
 from murk.results import _metrics as metrics
+from murk.results import _multiplicity
+from murk.results import _selective
 
 __all__ = ["SIGNALS", "AWARENESS_SIGNALS", "CONFIDENCES", "DIRECTION", "STATS", "image_scores",
            "question_scores", "resample_counts", "condition_means", "floor_of", "crossing_table",
@@ -144,24 +148,24 @@ def resample_counts(n_images: int, n_resamples: int, seed: int) -> np.ndarray:
     numpy.ndarray
         float64 (n_resamples, n_images); each row sums to ``n_images``.
     """
-    return metrics.bootstrap_counts(n_images, n_resamples, seed)
+    return _bootstrap.bootstrap_counts(n_images, n_resamples, seed)
 
 
 def _boot(scores: xr.DataArray, counts: np.ndarray) -> xr.DataArray:
     """Resampled means over ``image``, a trailing ``bootstrap`` dim."""
-    return metrics.bootstrap_resample_means(scores, "image", counts=counts)
+    return _bootstrap.bootstrap_resample_means(scores, "image", counts=counts)
 
 
 def _interval(boot: xr.DataArray, ci_level: float, dim: str = "bootstrap") -> tuple[xr.DataArray, xr.DataArray]:
     b = boot.transpose(..., dim)
-    lo, hi = metrics.percentile_interval(b.values, ci_level, axis=-1)
+    lo, hi = _bootstrap.percentile_interval(b.values, ci_level, axis=-1)
     like = b.isel({dim: 0}, drop=True)
     return like.copy(data=lo), like.copy(data=hi)
 
 
 def _counts(counts: np.ndarray | None, n: int, n_resamples: int, seed: int) -> np.ndarray:
     if counts is None:
-        return metrics.bootstrap_counts(n, n_resamples, seed)
+        return _bootstrap.bootstrap_counts(n, n_resamples, seed)
     if counts.shape[0] < n_resamples:
         raise ValueError(f"counts has {counts.shape[0]} resamples, {n_resamples} needed")
     return counts[:n_resamples]
@@ -330,8 +334,8 @@ def _crossing_dataset(x, v, side, vb, sideb, ci_level):
     except ValueError:   # a design of one level has no step: no lag can be bounded by one
         step = float("nan")
     wbv = wb.transpose(*dims, "bootstrap").values
-    out["w_p"] = w.copy(data=metrics.bootstrap_p_value(wbv, 0.0)).where(not_acc & defined)
-    p_margin = metrics.equivalence_p_value(wbv, step) if np.isfinite(step) else np.full(w.shape, np.nan)
+    out["w_p"] = w.copy(data=_multiplicity.bootstrap_p_value(wbv, 0.0)).where(not_acc & defined)
+    p_margin = _multiplicity.equivalence_p_value(wbv, step) if np.isfinite(step) else np.full(w.shape, np.nan)
     out["w_p_margin"] = w.copy(data=p_margin).where(not_acc & defined)
     out["w_p"].attrs.update(long_name="bootstrap p-value of W = 0 (two-sided; murk.results.bootstrap_p_value)")
     out["w_p_margin"].attrs.update(long_name="bootstrap p-value that |W| < one sweep level (two one-sided tests; "
@@ -388,10 +392,10 @@ def confidence_scores(ds: xr.Dataset, counts: np.ndarray | None = None, n_resamp
             c = np.clip(conf.transpose(..., "unit").values, 0.0, 1.0)
             k = corr.transpose(..., "unit").values
             like = conf.isel(unit=0, drop=True)
-            ece = metrics.expected_calibration_error(c, k, n_bins)
-            auc = metrics.auroc(c, k)
-            ece_lo, ece_hi = metrics.percentile_interval(metrics.resampled_ece(c, k, cq, n_bins), ci_level)
-            auc_lo, auc_hi = metrics.percentile_interval(metrics.resampled_auroc(c, k, cq), ci_level)
+            ece = _calibration.expected_calibration_error(c, k, n_bins)
+            auc = _selective.auroc(c, k)
+            ece_lo, ece_hi = _bootstrap.percentile_interval(_calibration.resampled_ece(c, k, cq, n_bins), ci_level)
+            auc_lo, auc_hi = _bootstrap.percentile_interval(_selective.resampled_auroc(c, k, cq), ci_level)
             n_ans = (~(np.isnan(c) | np.isnan(k))).sum(axis=-1)
             parts.append(xr.Dataset({name: like.copy(data=val) for name, val in (
                 ("ece", ece), ("ece_lo", ece_lo), ("ece_hi", ece_hi),
@@ -441,15 +445,15 @@ def selective_abstain(ds: xr.Dataset, counts: np.ndarray | None = None, n_resamp
         wrong = ((1.0 - a) * (1.0 - corr)).where(ok)
         A = cube.t3_image_scores(answered)
         E = cube.t3_image_scores(wrong)
-        sa, na = metrics.resampled_sums(A.transpose(..., "image").values, counts)
-        se, _ = metrics.resampled_sums(E.transpose(..., "image").values, counts)
+        sa, na = _bootstrap.resampled_sums(A.transpose(..., "image").values, counts)
+        se, _ = _bootstrap.resampled_sums(E.transpose(..., "image").values, counts)
         like = A.isel(image=0, drop=True).transpose(*[d for d in A.dims if d != "image"])
-        cov_b, risk_b = metrics.coverage_risk_of_sums(sa, se, na)
-        cov, risk = (like.copy(data=x) for x in metrics.coverage_risk_of_sums(
+        cov_b, risk_b = _selective.coverage_risk_of_sums(sa, se, na)
+        cov, risk = (like.copy(data=x) for x in _selective.coverage_risk_of_sums(
             A.sum("image", skipna=True).transpose(*like.dims).values,
             E.sum("image", skipna=True).transpose(*like.dims).values, A.count("image").transpose(*like.dims).values))
-        cov_lo, cov_hi = metrics.percentile_interval(cov_b, ci_level)
-        r_lo, r_hi = metrics.percentile_interval(risk_b, ci_level)
+        cov_lo, cov_hi = _bootstrap.percentile_interval(cov_b, ci_level)
+        r_lo, r_hi = _bootstrap.percentile_interval(risk_b, ci_level)
         parts.append(xr.Dataset({
             "coverage": cov.transpose(*like.dims), "coverage_lo": like.copy(data=cov_lo),
             "coverage_hi": like.copy(data=cov_hi),
@@ -527,12 +531,12 @@ def confident_errors(ds: xr.Dataset, counts: np.ndarray | None = None, threshold
         s = a.sum(["arm", "level"]).transpose("model", "unit").values
         return np.stack([np.bincount(unit_image, weights=row, minlength=n_img) for row in s])
     M, K = per_image(mask), per_image(hit)
-    sm, _ = metrics.resampled_sums(M, counts)
-    sk, _ = metrics.resampled_sums(K, counts)
+    sm, _ = _bootstrap.resampled_sums(M, counts)
+    sk, _ = _bootstrap.resampled_sums(K, counts)
     with np.errstate(invalid="ignore", divide="ignore"):
         acc_b = np.where(sm > 0, sk / sm, np.nan)
         acc = np.where(M.sum(-1) > 0, K.sum(-1) / M.sum(-1), np.nan)
-    lo, hi = metrics.percentile_interval(acc_b, ci_level)
+    lo, hi = _bootstrap.percentile_interval(acc_b, ci_level)
     model = ds["model"]
     out = xr.Dataset({"accuracy": ("model", acc), "accuracy_lo": ("model", lo), "accuracy_hi": ("model", hi),
                       "n": ("model", M.sum(-1).round().astype(np.int64))}, coords={"model": model.values})
@@ -559,7 +563,7 @@ def reliability_table(ds: xr.Dataset, confidences=CONFIDENCES, tasks=("t2", "t3"
         q, _ = question_scores(ds, task)
         q = q.sel(arm=list(arms)).isel(level=np.flatnonzero(q["level"].values > 0))
         corr = q.sel(readout="correct", drop=True)
-        parts = [metrics.reliability_bins(q.sel(readout=c, drop=True).clip(0.0, 1.0), corr, n_bins,
+        parts = [_calibration.reliability_bins(q.sel(readout=c, drop=True).clip(0.0, 1.0), corr, n_bins,
                                           dim=["level", "unit"])
                  for c in confidences]
         per_task.append(xr.concat(parts, dim=xr.DataArray(list(confidences), dims="confidence", name="confidence")))
@@ -739,7 +743,7 @@ def analyse(ds: xr.Dataset, n_resamples: int = 1000, n_resamples_crossing: int =
         order = [str(m) for m in ds["model"].values]
         return {k: xr.concat([r[k] for r in per_group], dim="model", combine_attrs="override").sel(model=order)
                 for k in per_group[0]}
-    counts = metrics.bootstrap_counts(ds.sizes["image"], max(n_resamples, n_resamples_crossing), seed)
+    counts = _bootstrap.bootstrap_counts(ds.sizes["image"], max(n_resamples, n_resamples_crossing), seed)
     scores = image_scores(ds)
     res = {
         "means": condition_means(scores, n_resamples, seed, ci_level, counts=counts),

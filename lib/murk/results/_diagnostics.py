@@ -197,8 +197,7 @@ def floor_verdicts(estimates: Sequence[tuple[float, float, float]], replicates: 
     ValueError
         The sequences differ in length.
     """
-    from murk.results import _cube as cube
-    from murk.results import _metrics as metrics
+    from murk.results import _multiplicity
 
     k = len(estimates)
     guesser = [np.nan] * k if guesser is None else list(guesser)
@@ -212,12 +211,12 @@ def floor_verdicts(estimates: Sequence[tuple[float, float, float]], replicates: 
             continue
         ref = max(float(g), float(c)) if g is not None and np.isfinite(g) else float(c)
         if point < c:
-            side[i], p[i] = BELOW_CHANCE, float(metrics.bootstrap_p_value(b, float(c), side="less"))
+            side[i], p[i] = BELOW_CHANCE, float(_multiplicity.bootstrap_p_value(b, float(c), side="less"))
         elif point > ref:
-            side[i], p[i] = ABOVE_GUESSER, float(metrics.bootstrap_p_value(b, ref, side="greater"))
+            side[i], p[i] = ABOVE_GUESSER, float(_multiplicity.bootstrap_p_value(b, ref, side="greater"))
         else:
             side[i], p[i] = NO_CONFOUND, 1.0
-    adj = metrics.holm(p)
+    adj = _multiplicity.holm(p)
     return [UNDEFINED if s == UNDEFINED or not np.isfinite(a) else s if a <= alpha and s != NO_CONFOUND
             else NO_CONFOUND for s, a in zip(side, adj)]
 
