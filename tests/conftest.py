@@ -73,17 +73,26 @@ def tiny_vlms(tiny_checkpoint_dirs):
 
 
 @_pytest_tiny.fixture(scope="session")
-def coco_image():
+def coco_sample():
+    """The folder of the shared COCO val2017 sample (tests/stages.py ``coco_sample``: ``$MURK_COCO_DIR``, else
+    ``../shared/coco-val2017-sample`` next to the project), in COCO's layout (``annotations/``, ``val2017/``); a
+    test that takes it is skipped, with one reason that says where it was looked for, where it is absent."""
+    import stages
+
+    if stages.SAMPLE_ABSENT:
+        _pytest_tiny.skip(stages.SAMPLE_ABSENT)
+    return stages.SAMPLE
+
+
+@_pytest_tiny.fixture(scope="session")
+def coco_image(coco_sample):
     """First sorted image of the shared COCO val2017 sample as H x W x 3 uint8 (skip if absent)."""
     import numpy as np
     from PIL import Image
 
-    from murk.core import _paths as paths
-
-    folder = paths.project_root().parent / "shared" / "coco-val2017-sample" / "val2017"
-    files = sorted(folder.glob("*.jpg")) if folder.is_dir() else []
+    files = sorted((coco_sample / "val2017").glob("*.jpg"))
     if not files:
-        _pytest_tiny.skip(f"no COCO sample images in {folder}")
+        _pytest_tiny.skip(f"no COCO sample images in {coco_sample / 'val2017'}")
     with Image.open(files[0]) as im:
         return np.asarray(im.convert("RGB"), dtype=np.uint8)
 
@@ -158,8 +167,8 @@ def demo(tmp_path_factory, request):
     root go to any worker; a test that changes the root changes a copy (``stages.copy_root``)."""
     import stages
 
-    if not stages.SAMPLE.is_dir():
-        _pytest_tiny.skip("../shared/coco-val2017-sample not present")
+    if stages.SAMPLE_ABSENT:
+        _pytest_tiny.skip(stages.SAMPLE_ABSENT)
 
     def build(out):
         r = stages.snakemake_demo(out)

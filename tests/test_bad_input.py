@@ -19,8 +19,8 @@ from murk.scene import _render as render
 
 import stages  # tests/stages.py: the stage notebooks through papermill
 
-SAMPLE = paths.project_root().parent / "shared" / "coco-val2017-sample"
-needs_sample = pytest.mark.skipif(not SAMPLE.is_dir(), reason="../shared/coco-val2017-sample not present")
+SAMPLE = stages.SAMPLE
+needs_sample = stages.needs_sample
 
 
 @needs_sample

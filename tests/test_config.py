@@ -16,8 +16,8 @@ from murk.protocol import _items as items
 
 import stages  # tests/stages.py: the stage notebooks through papermill
 
-SAMPLE = paths.project_root().parent / "shared" / "coco-val2017-sample"
-needs_sample = pytest.mark.skipif(not SAMPLE.is_dir(), reason=f"{SAMPLE} absent")
+SAMPLE = stages.SAMPLE
+needs_sample = stages.needs_sample
 
 
 @pytest.fixture
@@ -153,9 +153,7 @@ def test_select_stage_refuses_a_changed_config_for_an_existing_run(frozen, tmp_p
 
 
 @pytest.mark.slow  # the select notebook through papermill (end to end: out of `make test-fast`)
-def test_default_run_name(frozen, tmp_path, monkeypatch):
-    if not SAMPLE.is_dir():
-        pytest.skip(f"{SAMPLE} absent")
+def test_default_run_name(frozen, tmp_path, monkeypatch, coco_sample):
     monkeypatch.setenv("MURK_OFFLINE", "1")
     stages.run("01_select", tmp_path / "o", coco_dir=str(SAMPLE), n_items=2, seed=1)
     assert (frozen / "offline-demo.json").is_file()

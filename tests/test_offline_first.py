@@ -64,7 +64,7 @@ def test_offline_coco_is_the_sample_next_to_the_project_or_one_line(monkeypatch,
     assert "\n" not in str(e.value) and "set MURK_COCO_DIR" in str(e.value) and "nothing was written" in str(e.value)
 
 
-@pytest.mark.skipif(not stages.SAMPLE.is_dir(), reason="../shared/coco-val2017-sample not present")
+@stages.needs_sample
 def test_the_snakefile_plans_the_offline_demo_when_the_probe_fails(tmp_path):
     """`make plan` (a dry run, about 3 s) with no MURK_OFFLINE, no MURK_COCO_DIR and no network: the one line, the
     offline models and select reading the sample; nothing is written into the output root."""

@@ -21,8 +21,7 @@ from murk.results import _cube as cube
 import stages  # tests/stages.py: Snakemake and the stage notebooks
 
 ROOT = paths.project_root()
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not stages.SAMPLE.is_dir(), reason="../shared/coco-val2017-sample not present")]
+pytestmark = [pytest.mark.slow, stages.needs_sample]
 
 
 def _plain(text: str) -> str:

@@ -175,10 +175,8 @@ def test_too_small_presented_image_raises_early_and_specifically():
         render.render_conditions(img, z, (10, 2, 30, 10), img, image_id=5)
 
 
-@pytest.mark.skipif(not (paths.project_root().parent / "shared" / "coco-val2017-sample").is_dir(),
-                    reason="../shared/coco-val2017-sample not present")
 @pytest.mark.slow  # three stage notebooks through papermill (end to end: out of `make test-fast`)
-def test_stage_records_a_too_small_image_and_goes_on(tmp_path, monkeypatch):
+def test_stage_records_a_too_small_image_and_goes_on(tmp_path, monkeypatch, coco_sample):
     """Through a stage's per-item loop (the monitor's: no VLM needed): the thin item is recorded, the other kept."""
     import json
     import shutil
@@ -188,7 +186,7 @@ def test_stage_records_a_too_small_image_and_goes_on(tmp_path, monkeypatch):
     import stages  # tests/stages.py: the stage notebooks through papermill
     from murk.protocol import _items as items
 
-    sample = paths.project_root().parent / "shared" / "coco-val2017-sample"
+    sample = coco_sample
     monkeypatch.setenv("MURK_OFFLINE", "1")
     monkeypatch.setenv("MURK_COCO_DIR", str(sample))
     out = tmp_path / "out"

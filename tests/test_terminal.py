@@ -355,7 +355,7 @@ def test_no_executed_notebook_of_the_demo_shows_an_error_or_a_warning(demo):
     assert stages.text_problems("x.py:2: LowOptionMassWarning: m", ("LowOptionMassWarning",)) == []
 
 
-@pytest.mark.skipif(not stages.SAMPLE.is_dir(), reason="../shared/coco-val2017-sample not present")
+@stages.needs_sample
 def test_a_failing_stage_prints_its_error_and_executed_notebook(tmp_path):
     """One rule (select) that fails in its notebook: an annotation folder without annotations."""
     coco = tmp_path / "coco"

@@ -27,10 +27,12 @@ from murk.pipeline import _locks as runlock
 from murk.pipeline import markers as workflow
 from murk.results import _cube as cube
 
+import stages  # tests/stages.py: the shared COCO sample
+
 ROOT = paths.project_root()
-SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"
+SAMPLE = stages.SAMPLE
 MODEL = "murk-tiny/smolvlm"
-needs_sample = pytest.mark.skipif(not SAMPLE.is_dir(), reason="../shared/coco-val2017-sample not present")
+needs_sample = stages.needs_sample
 
 
 def _store(path: Path) -> Path:
