@@ -107,7 +107,7 @@ def _frozen_records_in_tmp(tmp_path_factory):
     mp.undo()
 
 
-# --- the analyse notebook and the paper on two cubes (tests/test_notebook_analyse.py, tests/test_pipeline.py) ---
+# --- the analyse notebook and the paper on two cubes (tests/scenarios/: test_notebook_analyse.py, test_pipeline.py) ---
 @_pytest_tiny.fixture(scope="session")
 def synthetic_paper(tmp_path_factory, request):
     """A synthetic root (tests/synthetic.py: a collapse, a confidence lag, a wording effect) analysed by the

@@ -132,7 +132,7 @@ def copy_root(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
 
     The files keep their modification times (``shutil.copytree``), so Snakemake, planning the copy by them,
     finds nothing to do (``.snakemake/metadata`` holds no record of the new path, and without one the params,
-    code and input triggers do not fire: ``tests/test_damaged_demo.py`` checks it on a copy of the demo);
+    code and input triggers do not fire: ``tests/scenarios/test_damaged_demo.py`` checks it on a copy of the demo);
     the run settings of :func:`snakemake_demo` are written beside the copy when it runs.
     """
     import shutil

@@ -3,8 +3,8 @@ are removed, refusals write nothing (issue 14).
 
 The unit tests check the markers and the lock; the slow tests run Snakemake on the offline demo
 (one COCO item, one tiny checkpoint: a pipeline check) the way users run it. Stale and damaged stores
-re-read through Snakemake: tests/test_stale_stores.py and tests/test_damaged_demo.py (modules of their
-own, so that the suite's parallel workers share the long runs: issue 22 item 4).
+re-read through Snakemake: tests/scenarios/test_stale_stores.py and tests/scenarios/test_damaged_demo.py
+(modules of their own, so that the suite's parallel workers share the long runs: issue 22 item 4).
 """
 
 from __future__ import annotations

@@ -129,8 +129,9 @@ def _stale_store_is_refused_planned_and_re_read(out: Path, coco: Path, folder: P
     before = _tree(out)
     _plan_lists_the_rerun(out, _snakemake(out, coco, model, "-n"), "changed after its marker was written")
     assert _tree(out) == before  # make plan changes nothing on disk
-    # (that the damaged store's re-read re-makes the cube and the paper as they were: tests/test_damaged_demo.py;
-    # here docs/recovery.md's repair step on it, so that one re-run serves: issue 22 item 4)
+    # (that the damaged store's re-read re-makes the cube and the paper as they were:
+    # tests/scenarios/test_damaged_demo.py; here docs/recovery.md's repair step on it, so that one re-run serves:
+    # issue 22 item 4)
 
     shutil.rmtree(store)  # docs/recovery.md's repair step
     marker.unlink()
