@@ -3,7 +3,7 @@
 # --- one worker, its share of the cores (issue 22 item 4) ---
 # `make test` runs pytest-xdist workers (Makefile TEST_WORKERS: 3). Left alone, torch's OpenMP pool and
 # the BLAS libraries in every worker (and in every kernel and Snakemake job it starts) take all the cores each,
-# and their threads spin-wait on one another: on a 2-core machine `pytest tests/test_batched.py -k gemma`, run
+# and their threads spin-wait on one another: on a 2-core machine `pytest tests/test_engine_batched.py -k gemma`, run
 # beside a loaded suite (load 2.6), took 44.7 s with two threads and 18.5 s with one (2026-12-02). Each worker
 # therefore gets max(1, cores // workers) threads, set before numpy or torch is imported and inherited by its
 # subprocesses; a value the user set is kept.
