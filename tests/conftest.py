@@ -172,7 +172,7 @@ def demo(tmp_path_factory, request):
 
     def build(out):
         r = stages.snakemake_demo(out)
-        # what the terminal showed (Snakemake's stdout, then its stderr): tests/test_terminal.py reads it
+        # what the terminal showed (Snakemake's stdout, then its stderr): tests/scenarios/test_terminal.py reads it
         out.with_name(out.name + "-terminal.txt").write_text(r.stdout + r.stderr)
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
         return out
