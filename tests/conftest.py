@@ -217,7 +217,7 @@ def realformat_vlms(realformat_checkpoint_dirs):
 #: do not wait for the demo, so that the workers end together. A schedule hint only (what runs is unchanged); a
 #: name missing here is ignored.
 LONGEST_FIRST = ("test_stale_stores.py", "test_faults_snakemake.py", "test_scale.py", "test_notebook_analyse.py",
-                 "test_readme.py", "test_settings_data.py", "test_workflow.py")
+                 "test_readme.py", "test_settings_data.py", "test_workflow_runs.py")
 #: the module whose worker runs the demo, of those that wait for it: the longest (about 240 s after the demo)
 DEMO_FIRST = "test_demo_resume.py"
 
