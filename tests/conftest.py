@@ -206,10 +206,10 @@ def realformat_vlms(realformat_checkpoint_dirs):
     return {fam: load_vlm(str(d), device="cpu") for fam, d in realformat_checkpoint_dirs.items()}
 
 
-# --- parallel runs: `make test` runs pytest-xdist workers (`-n 3 --dist loadfile --no-loadscope-reorder`, pytest-xdist's
-# documented options): each module on one worker (its module-scoped fixtures run once, its tests in their order), the
-# modules handed out in the order of the collection, which the hook below sets; the demo runs once for all workers
-# (``demo``)
+# --- parallel runs: `make test` runs pytest-xdist workers (`-n 3 --dist loadfile --no-loadscope-reorder`,
+# pytest-xdist's documented options): each module on one worker (its module-scoped fixtures run once, its tests in
+# their order), the modules handed out in the order of the collection, which the hook below sets; the demo runs once
+# for all workers (``demo``)
 
 #: the modules that take longest (`make test ARGS=--durations=0`, 2026-12-03, of the suite's 2300 s of test time:
 #: about 290, 270, 200, 160, 110 and 75 s; since 2026-12-05, issue 39, test_stale_stores.py runs the stale-store,
