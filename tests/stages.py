@@ -12,6 +12,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 from murk.core import _paths as paths
 
 ROOT = paths.project_root()
@@ -61,7 +63,33 @@ def command(stage: str, output_dir: str | os.PathLike, suffix: str = "", **param
     return [sys.executable, "-m", "murk.pipeline.execute", f"notebooks/{stage}.py", str(out), "--cwd", str(ROOT), *args]
 
 
-SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"
+def coco_sample() -> Path:
+    """The shared COCO val2017 sample the tests read (37 items; the suite's one place that says where it is):
+    ``$MURK_COCO_DIR`` where set (``.ci/run`` sets it), unless that holds a full val2017 split (over 1000 images:
+    ``tests/test_items.py`` reads that one apart), else the sample next to the project
+    (:func:`murk.core.sample_coco_dir`, ``../shared/coco-val2017-sample``)."""
+    from murk.core import sample_coco_dir
+
+    given = os.environ.get("MURK_COCO_DIR")
+    if given:
+        images = Path(given) / "val2017"
+        if not images.is_dir() or sum(1 for _ in zip(range(1001), images.iterdir())) <= 1000:
+            return Path(given).resolve()
+    return sample_coco_dir()
+
+
+#: the COCO sample (:func:`coco_sample`); tests take it from the session fixture ``coco_sample``
+#: (tests/conftest.py), module-level marks and helpers from here
+SAMPLE = coco_sample()
+#: why a test that needs the sample is skipped, or "" where it is there (its annotations and its images)
+SAMPLE_ABSENT = ("" if (SAMPLE / "annotations" / "instances_val2017.json").is_file() and (SAMPLE / "val2017").is_dir()
+                 else f"the COCO val2017 sample is not at {SAMPLE}: set MURK_COCO_DIR to it, or put it at "
+                      f"../shared/coco-val2017-sample next to the project")
+
+
+#: skip where the sample is absent (:data:`SAMPLE_ABSENT`): for modules (``pytestmark``) and tests that use
+#: :data:`SAMPLE` outside their arguments
+needs_sample = pytest.mark.skipif(bool(SAMPLE_ABSENT), reason=SAMPLE_ABSENT or "the COCO sample is there")
 
 
 def snakemake(out: str | os.PathLike, *args: str, n_items: int = 3, run_name: str = "e2e-test"):
@@ -104,7 +132,7 @@ def copy_root(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
 
     The files keep their modification times (``shutil.copytree``), so Snakemake, planning the copy by them,
     finds nothing to do (``.snakemake/metadata`` holds no record of the new path, and without one the params,
-    code and input triggers do not fire: ``tests/test_damaged_demo.py`` checks it on a copy of the demo);
+    code and input triggers do not fire: ``tests/scenarios/test_damaged_demo.py`` checks it on a copy of the demo);
     the run settings of :func:`snakemake_demo` are written beside the copy when it runs.
     """
     import shutil

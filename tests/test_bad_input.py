@@ -3,7 +3,6 @@
 import errno
 import json
 import os
-import shutil
 
 import numpy as np
 import pytest
@@ -12,7 +11,6 @@ from PIL import Image
 
 from murk import scene
 from murk.core import _diskfull as diskfull
-from murk.core import _paths as paths
 from murk.protocol import _item_files
 from murk.protocol import _items as items
 from murk.results import _cube as cube
@@ -21,43 +19,8 @@ from murk.scene import _render as render
 
 import stages  # tests/stages.py: the stage notebooks through papermill
 
-SAMPLE = paths.project_root().parent / "shared" / "coco-val2017-sample"
-needs_sample = pytest.mark.skipif(not SAMPLE.is_dir(), reason="../shared/coco-val2017-sample not present")
-
-
-@needs_sample
-@pytest.mark.slow
-def test_truncated_and_missing_images_are_recorded_not_fatal(tmp_path, monkeypatch):
-    monkeypatch.setenv("MURK_OFFLINE", "1")
-    monkeypatch.setenv("MURK_COCO_DIR", str(SAMPLE))
-    out = tmp_path / "out"
-    stages.run("01_select", out, n_items=3, seed=1, run_name="bad-input")
-    table, _ = _item_files.read_items(out)
-    # a private copy of the three images: one truncated, one deleted
-    img_dir = tmp_path / "val2017"
-    img_dir.mkdir()
-    for f in table["file_name"]:
-        shutil.copy(SAMPLE / "val2017" / f, img_dir / f)
-    truncated, deleted = table["file_name"].iloc[0], table["file_name"].iloc[2]
-    data = (img_dir / truncated).read_bytes()
-    (img_dir / truncated).write_bytes(data[: len(data) // 3])
-    (img_dir / deleted).unlink()
-    meta = json.loads((out / "items_meta.json").read_text())
-    meta["image_dir"] = str(img_dir)
-    (out / "items_meta.json").write_text(json.dumps(meta))
-
-    stages.run("02_depth", out, backend="constant")
-    stages.run("03_readout", out, model="murk-tiny/smolvlm")
-    store = paths.readout_store("murk-tiny/smolvlm", out)
-    ds = xr.open_zarr(store, consolidated=False).load()
-    assert bool(ds["done"].all())
-    reasons = [str(r) for r in ds["missing_reason"].values]
-    assert "cannot be decoded" in reasons[0] or "truncated" in reasons[0].lower() or "not found" in reasons[0]
-    assert "not found" in reasons[2] and str(img_dir / deleted) in reasons[2]  # names the file
-    assert reasons[1] == ""
-    v = ds["value"].sel(readout="c_int", arm="fog")
-    assert v.isel(image=0).isnull().all() and v.isel(image=2).isnull().all()
-    assert v.isel(image=1).notnull().all()  # the good image was read out
+SAMPLE = stages.SAMPLE
+needs_sample = stages.needs_sample
 
 
 def test_grey_cmyk_alpha_images_become_rgb(tmp_path):

@@ -3,7 +3,7 @@
 Each case is a tiny checkpoint built in tmp (``tests/conftest.py``'s ``tiny_checkpoint_dirs``, or a
 tiny random text-only / vision-only model saved with ``save_pretrained``) and loaded with
 ``murk.readout.load_vlm`` as the read-out notebook does. The Snakemake words are checked through
-Snakemake in ``tests/test_faults_snakemake.py``.
+Snakemake in ``tests/scenarios/test_faults_snakemake.py``.
 """
 
 from __future__ import annotations

@@ -119,11 +119,13 @@ def test_a_map_records_its_image_digest_and_a_changed_image_is_recomputed(tmp_pa
 
 
 def _sample_images(n: int, max_side: int = 96):
+    import stages  # tests/stages.py: the shared COCO sample
     from murk import scene
-    from murk.core import _paths as paths
 
-    folder = paths.project_root().parent / "shared" / "coco-val2017-sample" / "val2017"
-    files = sorted(folder.glob("*.jpg"))[:n] if folder.is_dir() else []
+    if stages.SAMPLE_ABSENT:
+        pytest.skip(stages.SAMPLE_ABSENT)
+    folder = stages.SAMPLE / "val2017"
+    files = sorted(folder.glob("*.jpg"))[:n]
     if len(files) < n:
         pytest.skip(f"COCO sample images absent in {folder}")
     out = []

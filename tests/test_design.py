@@ -28,8 +28,10 @@ from murk.results import _metrics as metrics
 from murk.scene import _physics as physics
 from murk.scene import _render as render
 
+import stages  # tests/stages.py: the shared COCO sample
+
 ROOT = Path(__file__).resolve().parents[1]
-COCO = Path(__file__).resolve().parents[2] / "shared" / "coco-val2017-sample"
+COCO = stages.SAMPLE
 ANN = COCO / "annotations" / "instances_val2017.json"
 PILOT = yaml.safe_load((ROOT / "data" / "pilot.yaml").read_text())
 
@@ -91,7 +93,7 @@ def test_the_existence_question_asks_about_the_whole_image_and_the_verification_
     assert pilot[0] == study[0]  # t2 is the same question
 
 
-@pytest.mark.skipif(not ANN.is_file(), reason="needs ../shared/coco-val2017-sample")
+@stages.needs_sample
 def test_uniform_distractors_keep_the_images_and_targets_and_give_rare_categories_their_share():
     cfg = config.load_config()
     main = items.select_items(ANN, n_items=37, seed=1, config=cfg)   # the sample's 37 candidates

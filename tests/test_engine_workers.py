@@ -2,7 +2,7 @@
 
 The preparing workers are processes when ``workers >= 2`` and what they need can be sent to them,
 threads otherwise; the read-outs are the same bit for bit either way, and bad input, a failed rendering
-and any other error behave as in the threads path (tests/test_batched.py).
+and any other error behave as in the threads path (tests/test_engine_batched.py).
 """
 
 from __future__ import annotations

@@ -25,14 +25,16 @@ from murk.protocol import (
     shuffled_partner,
 )
 
+import stages  # tests/stages.py: the shared COCO sample
+
 SHARED = paths.project_root().parent / "shared"
-VAL_SAMPLE = SHARED / "coco-val2017-sample" / "annotations" / "instances_val2017.json"
+VAL_SAMPLE = stages.SAMPLE / "annotations" / "instances_val2017.json"
 COCO128 = SHARED / "coco128" / "annotations" / "instances_train2017.json"
 
 #: items hash of the 37 items of the shared val2017 sample (n_items=1000, seed 1), quoted in docs/offline.md
 SAMPLE_ITEMS_HASH = "dfe236efb1f9fad7396bcd29da6b4df03765eb0982acb03872e4bb1916ffc54c"
 
-needs_val = pytest.mark.skipif(not VAL_SAMPLE.is_file(), reason=f"{VAL_SAMPLE} absent")
+needs_val = stages.needs_sample
 needs_128 = pytest.mark.skipif(not COCO128.is_file(), reason=f"{COCO128} absent")
 
 
@@ -43,15 +45,15 @@ def _select(path, **kw):
 
 @pytest.fixture(scope="module")
 def coco():
-    if not VAL_SAMPLE.is_file():
-        pytest.skip(f"{VAL_SAMPLE} absent")
+    if stages.SAMPLE_ABSENT:
+        pytest.skip(stages.SAMPLE_ABSENT)
     return json.loads(VAL_SAMPLE.read_text(encoding="utf-8"))
 
 
 @pytest.fixture(scope="module")
 def items():
-    if not VAL_SAMPLE.is_file():
-        pytest.skip(f"{VAL_SAMPLE} absent")
+    if stages.SAMPLE_ABSENT:
+        pytest.skip(stages.SAMPLE_ABSENT)
     with pytest.warns(UserWarning):
         return select_items(VAL_SAMPLE, n_items=1000, seed=1)
 

@@ -28,7 +28,6 @@ import numpy as np
 import pytest
 
 from murk import scene
-from murk.core import _paths as paths
 from murk.monitor import _estimator
 from murk.monitor import _evaluation
 from murk.monitor import _gate
@@ -39,18 +38,15 @@ from murk.scene import _render as render
 
 N_IMAGES = 16
 CORE = (physics.SWEEP_M >= 3.9) & (physics.SWEEP_M <= 62.5)  # levels 3-7: 62.5 ... 3.9 m
-SAMPLE = paths.project_root().parent / "shared" / "coco-val2017-sample"
 
 
 # ----------------------------------------------------------------------------- real images
 
 
 @pytest.fixture(scope="module")
-def sample_scenes():
+def sample_scenes(coco_sample):
     """[(image_id, presented uint8 image, {depth model: float32 depth})] for N_IMAGES images."""
-    ann_file = SAMPLE / "annotations" / "instances_val2017.json"
-    if not ann_file.is_file() or not (SAMPLE / "val2017").is_dir():
-        pytest.skip(f"COCO sample absent at {SAMPLE}")
+    ann_file = coco_sample / "annotations" / "instances_val2017.json"
     ann = json.loads(ann_file.read_text())
     boxes: dict[int, list] = {}
     for a in ann["annotations"]:
@@ -59,7 +55,7 @@ def sample_scenes():
     records = records[:: max(1, len(records) // N_IMAGES)][:N_IMAGES]
     scenes = []
     for rec in records:
-        full = scene.load_image(SAMPLE / "val2017" / rec["file_name"])
+        full = scene.load_image(coco_sample / "val2017" / rec["file_name"])
         size = scene.presented_size(full.shape[1], full.shape[0])
         image = scene.resize_image(full, size)
         ground = _validation_depth.ground_plane_depth(image.shape[0], image.shape[1])

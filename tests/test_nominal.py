@@ -10,9 +10,6 @@ import pytest
 from murk.scene import _nominal as nm
 from murk.scene import _physics as ph
 
-COCO_DIR = Path("/work/shared/coco-val2017-sample/val2017")
-
-
 def _textured(height: int, width: int, seed: int = 0) -> np.ndarray:
     """A smooth, textured test image (gradients plus noise), uint8."""
     rng = np.random.default_rng(seed)
@@ -28,12 +25,10 @@ def small():
 
 
 @pytest.fixture(scope="module")
-def coco():
-    if not COCO_DIR.is_dir():
-        pytest.skip(f"COCO sample folder {COCO_DIR} is absent")
-    files = sorted(COCO_DIR.glob("*.jpg"))
+def coco(coco_sample):
+    files = sorted((coco_sample / "val2017").glob("*.jpg"))
     if not files:
-        pytest.skip(f"no JPEG in {COCO_DIR}")
+        pytest.skip(f"no JPEG in {coco_sample / 'val2017'}")
     from PIL import Image
 
     with Image.open(files[0]) as im:
@@ -354,16 +349,15 @@ def test_table_vii_values():
     assert list(df["n_images"]) == [4, 3, 4, 4, 4]
 
 
-def test_nominal_equivalence_on_sample_items(tmp_path):
+def test_nominal_equivalence_on_sample_items(tmp_path, coco_sample):
     """Two real COCO images, constant depth, small presented size (speed)."""
     import pandas as pd
 
     from murk import scene
-    from murk.core import _paths as paths
     from murk.scene import _depth as dp
 
-    folder = paths.project_root().parent / "shared" / "coco-val2017-sample" / "val2017"
-    files = sorted(folder.glob("*.jpg"))[:2] if folder.is_dir() else []
+    folder = coco_sample / "val2017"
+    files = sorted(folder.glob("*.jpg"))[:2]
     if len(files) < 2:
         pytest.skip(f"COCO sample images absent in {folder}")
     rows = []
@@ -492,10 +486,7 @@ def test_too_small_image_is_recorded_not_fatal(tmp_path):
     assert issubclass(scene.ImageTooSmallError, ValueError)
 
 
-SAMPLE = Path("/work/shared/coco-val2017-sample")
-
-
-def test_monotone_share_on_the_sample_matches_the_spec():
+def test_monotone_share_on_the_sample_matches_the_spec(coco_sample):
     """Issue 13 / spec Sec. IV: with one ImageNet-C seed per image, about half of the images (spec: 52 %) have a
     gain-matched V_eq that decreases over severities 1-5; with a seed per (image, severity) it was 0.027.
 
@@ -508,13 +499,11 @@ def test_monotone_share_on_the_sample_matches_the_spec():
     from murk import scene
     from murk.monitor import _validation_depth
 
-    ann = SAMPLE / "annotations" / "instances_val2017.json"
-    if not ann.is_file():
-        pytest.skip(f"COCO sample absent at {SAMPLE}")
+    ann = coco_sample / "annotations" / "instances_val2017.json"
     records = sorted(json.loads(ann.read_text())["images"], key=lambda r: r["file_name"])[::8]
     v_eq, independent = [], []
     for rec in records:
-        full = scene.load_image(SAMPLE / "val2017" / rec["file_name"])
+        full = scene.load_image(coco_sample / "val2017" / rec["file_name"])
         img = scene.resize_image(full, scene.presented_size(full.shape[1], full.shape[0]))
         depth = _validation_depth.ground_plane_depth(*img.shape[:2])
         seed = nm.imagenet_c_seed(1, rec["id"])

@@ -65,7 +65,9 @@ def test_offline_coco_is_the_sample_next_to_the_project_or_one_line(monkeypatch,
     assert "\n" not in str(e.value) and "set MURK_COCO_DIR" in str(e.value) and "nothing was written" in str(e.value)
 
 
-@pytest.mark.skipif(not stages.SAMPLE.is_dir(), reason="../shared/coco-val2017-sample not present")
+@pytest.mark.skipif(not _online.sample_coco_dir().is_dir(),
+                    reason=f"no COCO sample next to the project ({_online.sample_coco_dir()}), which the offline "
+                           f"plan reads when MURK_COCO_DIR is unset, as here")
 def test_the_snakefile_plans_the_offline_demo_when_the_probe_fails(tmp_path):
     """`make plan` (a dry run, about 3 s) with no MURK_OFFLINE, no MURK_COCO_DIR and no network: the one line, the
     offline models and select reading the sample; nothing is written into the output root."""
@@ -82,5 +84,5 @@ def test_the_snakefile_plans_the_offline_demo_when_the_probe_fails(tmp_path):
     assert "offline_models, since MURK_OFFLINE=1" in text and "murk-tiny/smolvlm" in text
     select = text[text.index("rule select:"):]
     select = select[:select.index("\n\n")]
-    assert f"coco_dir {stages.SAMPLE}" in text[text.index("rule select:"):], select
+    assert f"coco_dir {_online.sample_coco_dir()}" in text[text.index("rule select:"):], select
     assert not out.exists()

@@ -577,7 +577,7 @@ def _rendered_texts(res) -> tuple[str, str]:
 
 @pytest.mark.slow
 def test_the_rendered_paper_carries_the_spec_map(synthetic_paper):
-    """In the HTML and in the PDF of a rendered paper (the synthetic root of tests/test_notebook_analyse.py):
+    """In the HTML and in the PDF of a rendered paper (the synthetic root of tests/scenarios/test_notebook_analyse.py):
     every figure and table of the spec is named by a caption ("spec Fig. N" / "spec Table N"), the beyond-the-spec
     ones say so, the sections carry the spec's numbers I-VI, and the introduction lists the contributions
     (i)-(iv) as the run's numbers give them."""

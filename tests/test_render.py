@@ -5,7 +5,6 @@ import pytest
 from PIL import Image
 
 from murk import scene
-from murk.core import _paths as paths
 from murk.scene import _render as render
 
 
@@ -174,45 +173,3 @@ def test_too_small_presented_image_raises_early_and_specifically():
     with pytest.raises(scene.ImageTooSmallError, match="image 5 is 200 x 20 px"):
         render.render_conditions(img, z, (10, 2, 30, 10), img, image_id=5)
 
-
-@pytest.mark.skipif(not (paths.project_root().parent / "shared" / "coco-val2017-sample").is_dir(),
-                    reason="../shared/coco-val2017-sample not present")
-@pytest.mark.slow  # three stage notebooks through papermill (end to end: out of `make test-fast`)
-def test_stage_records_a_too_small_image_and_goes_on(tmp_path, monkeypatch):
-    """Through a stage's per-item loop (the monitor's: no VLM needed): the thin item is recorded, the other kept."""
-    import json
-    import shutil
-
-    import xarray as xr
-
-    import stages  # tests/stages.py: the stage notebooks through papermill
-    from murk.protocol import _item_files
-    from murk.protocol import _items as items
-
-    sample = paths.project_root().parent / "shared" / "coco-val2017-sample"
-    monkeypatch.setenv("MURK_OFFLINE", "1")
-    monkeypatch.setenv("MURK_COCO_DIR", str(sample))
-    out = tmp_path / "out"
-    stages.run("01_select", out, n_items=2, seed=1, run_name="too-small-image")
-    table, _ = _item_files.read_items(out)
-    img_dir = tmp_path / "val2017"
-    img_dir.mkdir()
-    for f in table["file_name"]:
-        shutil.copy(sample / "val2017" / f, img_dir / f)
-    thin = table["file_name"].iloc[0]
-    Image.new("RGB", (640, 20), (90, 120, 150)).save(img_dir / thin, format="JPEG")
-    meta = json.loads((out / "items_meta.json").read_text())
-    meta["image_dir"] = str(img_dir)
-    (out / "items_meta.json").write_text(json.dumps(meta))
-    # its annotation says so too (a genuinely thin image; a size disagreeing with the annotation is another case)
-    table.loc[0, ["width", "height"]] = [640, 20]
-    _item_files.save_items(table, out / "items.json")
-    stages.run("02_depth", out, backend="constant")
-    stages.run("03b_monitor", out)
-    store = paths.readout_store("murk/visibility-monitor", out)
-    ds = xr.open_zarr(store, consolidated=False).load()
-    assert bool(ds["done"].all())
-    reasons = [str(r) for r in ds["missing_reason"].values]
-    assert "32 px" in reasons[0] and "448 x 14 px" in reasons[0] and reasons[1] == ""
-    v = ds["value"].sel(readout="visibility_hat_m", task="t2")
-    assert v.isel(image=0).isnull().all() and v.sel(arm="fog", level=slice(1, None)).isel(image=1).notnull().all()

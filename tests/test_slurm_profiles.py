@@ -14,6 +14,8 @@ import yaml
 from murk.core import _paths as paths
 from murk.pipeline import _slurm as slurm
 
+import stages  # tests/stages.py: the shared COCO sample
+
 ROOT = paths.project_root()
 CPU, GPU = (yaml.safe_load((ROOT / "profiles" / p / "config.yaml").read_text()) for p in ("slurm", "slurm-gpu"))
 #: the rules that run as cluster jobs (every rule of the Snakefile but the target rule `all`)
@@ -65,7 +67,7 @@ def test_account_and_partition_on_the_command_line_keep_the_profile(profile, gpu
     runtime and memory are the measured cost of their model's earlier jobs times the margin (here one model's
     record), or the unmeasured request."""
     env = {**os.environ, "MURK_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
-           "MURK_COCO_DIR": str(ROOT.parent / "shared" / "coco-val2017-sample"),
+           "MURK_COCO_DIR": str(stages.SAMPLE),
            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     measured = {"device": "cpu", "images": 2, "units": 48, "run_s": 600.0, "s_per_image": 300.0, "load_s": 60.0,
                 "peak_host_bytes": 3 << 30, "model": "murk-tiny/smolvlm"}

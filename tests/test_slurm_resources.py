@@ -1,7 +1,8 @@
 """The read-out jobs' SLURM runtime and memory, from the measured cost of earlier jobs (murk.pipeline, issue 38 item 7).
 
 The Snakefile's wiring (a cost record in an output root changes the dry run's requests of that model's jobs, and
-only those) is tested in tests/test_slurm_profiles.py; the record a read-out writes, in tests/test_pipeline.py.
+only those) is tested in tests/test_slurm_profiles.py; the record a read-out writes, in
+tests/scenarios/test_pipeline.py.
 """
 
 import json

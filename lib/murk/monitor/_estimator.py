@@ -504,7 +504,7 @@ def estimate_visibility_details(image, depth_m, arm: str = "fog", *, veiling_lig
     >>> rng = np.random.default_rng(0)
     >>> clean = (rng.random((64, 64, 3)) * 255).astype(np.uint8)
     >>> depth = np.tile(np.linspace(2, 40, 64)[:, None], (1, 64))
-    >>> foggy = physics.fog(clean, depth, 20.0)
+    >>> foggy = scene.fog(clean, depth, 20.0)
     >>> d = estimate_visibility_details(foggy, depth, veiling_light=0.8, window_px=5)
     >>> 10 < d["visibility_m"] < 40
     True

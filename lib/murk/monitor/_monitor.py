@@ -159,7 +159,7 @@ def estimate_arm(image, depth_m=None, window_px: int | None = None) -> str:
     >>> rng = np.random.default_rng(0)
     >>> clean = (rng.random((64, 64, 3)) * 255).astype(np.uint8)
     >>> depth = np.tile(np.linspace(2, 40, 64)[:, None], (1, 64))
-    >>> estimate_arm(physics.fog(clean, depth, 8.0), depth), estimate_arm(physics.underwater(clean, depth, 8.0), depth)
+    >>> estimate_arm(scene.fog(clean, depth, 8.0), depth), estimate_arm(scene.underwater(clean, depth, 8.0), depth)
     ('fog', 'underwater')
     """
     image = np.asarray(image)

@@ -5,8 +5,8 @@ with its own copy of the image and run on its own, as evaluation harnesses do: a
 forward pass for the first-token distribution, ``generate`` (greedy,
 :func:`murk.readout.generate_greedy`) for the prompts that ask for a continuation. No
 cache is shared, no padding, no custom mask: what transformers computes for one
-prompt is the definition the engines are checked against (tests/test_engine.py,
-tests/test_realformat.py), and what :mod:`murk.readout` falls back to for a unit
+prompt is the definition the engines are checked against (tests/test_engine_batched.py,
+tests/test_baseline.py, tests/test_realformat.py), and what :mod:`murk.readout` falls back to for a unit
 it cannot batch safely.
 
 The read-outs come from :func:`murk.readout.item_readouts`, through

@@ -35,13 +35,14 @@ from PIL import Image
 
 from murk.core import _paths as paths
 
+import stages  # tests/stages.py: the shared COCO sample
+
 ROOT = paths.project_root()
-SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"
+SAMPLE = stages.SAMPLE
 MODEL = "murk-tiny/smolvlm"
 N_ITEMS = 9
 RUN = "faults-test"
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not SAMPLE.is_dir(), reason="../shared/coco-val2017-sample not present")]
+pytestmark = [pytest.mark.slow, stages.needs_sample]
 
 
 def _env(coco: Path, project: Path = ROOT) -> dict[str, str]:

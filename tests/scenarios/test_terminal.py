@@ -26,6 +26,8 @@ from murk.core import _progress as progress
 from murk.pipeline import execute
 from murk.pipeline import markers as workflow
 
+from test_progress import _bar_lines, _lines  # tests/test_progress.py: the bars' lines as the terminal shows them
+
 ROOT = paths.project_root()
 
 #: what a successful run must never print (issue 22): each was printed by every `make demo` before
@@ -77,17 +79,6 @@ def _without_kernel_shutdown_race(text: str) -> str:
     return _SHUTDOWN_RACE.sub("", text)
 
 
-def _lines(text: str) -> list[str]:
-    """The lines a terminal shows: a bar's redraws (\\r) are lines of their own."""
-    return [ln for ln in re.split(r"[\r\n]+", text) if ln.strip()]
-
-
-def _bar_lines(text: str, desc: str) -> list[str]:
-    """A bar's lines for ``desc``: its count, elapsed and left time, and rate (tqdm's format)."""
-    pat = re.compile(rf"^{re.escape(desc)}: +\d+%\|.*\| (\d+)/(\d+) \[\d\d:\d\d<\d\d:\d\d, +[\d.]+(img|unit|s)")
-    return [ln for ln in _lines(text) if pat.match(ln)]
-
-
 def _run(tmp_path: Path, *params: str, pytest_env: bool = False,
          ipywidgets: bool = True) -> tuple[subprocess.CompletedProcess, Path]:
     nb = tmp_path / "toy.py"
@@ -104,28 +95,6 @@ def _run(tmp_path: Path, *params: str, pytest_env: bool = False,
     return r, out
 
 
-# --- murk.core outside a kernel ---
-
-def test_a_bar_outside_a_kernel_is_one_tqdm_bar_on_stderr(capsys):
-    seen = list(progress.bar(range(4), desc="loop", unit="img"))
-    assert seen == [0, 1, 2, 3]
-    err = capsys.readouterr().err
-    assert _bar_lines(err, "loop")[-1].startswith("loop: 100%")
-    assert " 4/4 [" in _bar_lines(err, "loop")[-1]
-    assert progress.terminal_stream() is None  # not a kernel: no second bar
-
-
-def test_a_bar_without_iterable_counts_updates_and_closes_once(capsys):
-    with progress.bar(desc="readout x", total=48, unit="unit") as bar:
-        bar.update(24)
-        bar.update(24)
-        assert (bar.n, bar.total) == (48, 48)
-        with pytest.raises(TypeError, match="update"):
-            iter(bar).__next__()
-    bar.close()
-    assert " 48/48 [" in capsys.readouterr().err
-
-
 def test_only_ipykernels_shutdown_race_is_dropped_from_the_terminal():
     race = ("ERROR:tornado.general:Uncaught exception in ZMQStream callback\nTraceback (most recent call last):\n"
             '  File "/x/ipykernel/kernelbase.py", line 372, in dispatch_control\n    await self.process_control(msg)\n'
@@ -136,11 +105,6 @@ def test_only_ipykernels_shutdown_race_is_dropped_from_the_terminal():
     other = race.replace("process_control", "dispatch_shell")   # another traceback is kept, whole
     assert _without_kernel_shutdown_race(other) == other
     assert _without_kernel_shutdown_race(race.replace("non-socket", "socket")) != ""
-
-
-def test_a_disabled_bar_writes_nothing(capsys):
-    assert list(progress.bar([1, 2], desc="quiet", disable=True)) == [1, 2]
-    assert capsys.readouterr().err == ""
 
 
 # --- a real kernel through murk.pipeline.execute ---
@@ -355,7 +319,7 @@ def test_no_executed_notebook_of_the_demo_shows_an_error_or_a_warning(demo):
     assert stages.text_problems("x.py:2: LowOptionMassWarning: m", ("LowOptionMassWarning",)) == []
 
 
-@pytest.mark.skipif(not stages.SAMPLE.is_dir(), reason="../shared/coco-val2017-sample not present")
+@stages.needs_sample
 def test_a_failing_stage_prints_its_error_and_executed_notebook(tmp_path):
     """One rule (select) that fails in its notebook: an annotation folder without annotations."""
     coco = tmp_path / "coco"

@@ -23,8 +23,7 @@ from test_pipeline import _plain, _text
 
 ROOT = paths.project_root()
 MODEL = "murk-tiny/smolvlm"
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not stages.SAMPLE.is_dir(), reason="../shared/coco-val2017-sample not present")]
+pytestmark = [pytest.mark.slow, stages.needs_sample]
 
 
 @pytest.fixture(scope="module")

@@ -31,8 +31,7 @@ from murk.report import _figures as figures
 import stages
 
 ROOT = paths.project_root()
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not stages.SAMPLE.is_dir(), reason="../shared/coco-val2017-sample not present")]
+pytestmark = [pytest.mark.slow, stages.needs_sample]
 
 
 def readme_block(heading: str, page: str = "docs/stages.md", lang: str = "bash") -> str:

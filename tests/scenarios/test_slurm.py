@@ -25,8 +25,10 @@ import xarray as xr
 from murk.core import _paths as paths
 from murk.pipeline import _locks as runlock
 
+import stages  # tests/stages.py: the shared COCO sample
+
 ROOT = paths.project_root()
-SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"
+SAMPLE = stages.SAMPLE
 MODEL = "murk-tiny/smolvlm"
 #: docs/cluster.md's command for a CPU-only cluster (Scaling out: shards, GPUs, SLURM); the test adds only --config
 README_COMMAND = "snakemake --profile profiles/slurm --config shard_size=100"
@@ -53,7 +55,7 @@ _WHY = _cluster_answer()
 pytestmark = [pytest.mark.slurm, pytest.mark.slow,
               pytest.mark.skipif(_WHY is not None,
                                  reason=f"needs a SLURM cluster (sudo .ci/slurm-localhost start): {_WHY}"),
-              pytest.mark.skipif(not SAMPLE.is_dir(), reason="../shared/coco-val2017-sample not present")]
+              stages.needs_sample]
 
 
 def _env():

@@ -23,11 +23,10 @@ from murk.results import _cube as cube
 import stages  # tests/stages.py: the stage notebooks through papermill
 
 ROOT = paths.project_root()
-SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"
+SAMPLE = stages.SAMPLE
 MODEL = "murk-tiny/smolvlm"
 N_ITEMS = 4
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not SAMPLE.is_dir(), reason="../shared/coco-val2017-sample not present")]
+pytestmark = [pytest.mark.slow, stages.needs_sample]
 
 
 def _env(**extra):

@@ -2,7 +2,7 @@
 
 Runs every stage on the shared val2017 sample with murk's tiny checkpoints into a
 temporary output root (a pipeline check), then checks the products and that a
-second run does nothing (an interrupted read-out resumes: tests/test_damaged_demo.py, on a copy of this root).
+second run does nothing (an interrupted read-out resumes: tests/scenarios/test_damaged_demo.py, on a copy of this root).
 """
 
 import html as html_lib
@@ -21,8 +21,7 @@ from murk.results import _cube as cube
 import stages  # tests/stages.py: Snakemake and the stage notebooks
 
 ROOT = paths.project_root()
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not stages.SAMPLE.is_dir(), reason="../shared/coco-val2017-sample not present")]
+pytestmark = [pytest.mark.slow, stages.needs_sample]
 
 
 def _plain(text: str) -> str:

@@ -1,6 +1,6 @@
 """Interrupted, deleted and damaged read-out stores of the study-shaped demo are re-read by the default
-target (issue 14; its own module so that a pytest-xdist worker takes it beside tests/test_workflow.py:
-issue 22 item 4). The helpers are tests/test_workflow.py's.
+target (issue 14; its own module so that a pytest-xdist worker takes it beside
+tests/scenarios/test_workflow_runs.py: issue 22 item 4). The helpers are tests/scenarios/test_workflow_runs.py's.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 import xarray as xr
 
 from murk.core import _paths as paths
-from test_workflow import _cube, _plan_lists_the_rerun, _tree, needs_sample
+from test_workflow_runs import _cube, _plan_lists_the_rerun, _tree, needs_sample
 
 
 @needs_sample

@@ -1,7 +1,7 @@
 """A local checkpoint folder's read-out store and the selected images, through Snakemake on one output root
 (Snakemake runs the offline pipeline on two COCO items of a private copy of the sample with one tiny checkpoint
 in a local folder, a pipeline check, the way users run it; its own module so that a pytest-xdist worker takes it
-beside tests/test_workflow.py: issue 22 item 4):
+beside tests/scenarios/test_workflow_runs.py: issue 22 item 4):
 
 1. a stale read-out store is refused, planned and re-read (issue 14);
 2. the checkpoint folder re-saved with other weights is re-read, never into a mixed store (issue 37 item 2; was
@@ -10,7 +10,7 @@ beside tests/test_workflow.py: issue 22 item 4):
    tests/test_image_identity.py).
 
 One finished root serves the three, in that order: two pipeline runs fewer than a root each (issue 39). The
-helpers are tests/test_workflow.py's.
+helpers are tests/scenarios/test_workflow_runs.py's.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import xarray as xr
 from murk.core import _identity as identity
 from murk.core import _paths as paths
 from murk.pipeline import markers as workflow
-from test_workflow import (SAMPLE, _cube, _cube_of_stores, _fresh_readouts, _papermill_readout, _plan_lists_the_rerun,
-                           _tree, needs_sample)
+from test_workflow_runs import (SAMPLE, _cube, _cube_of_stores, _fresh_readouts, _papermill_readout,
+                                _plan_lists_the_rerun, _tree, needs_sample)
 
 ROOT = paths.project_root()
 #: two items: a replaced image's depth map is recomputed alone, the other's kept
@@ -129,8 +129,9 @@ def _stale_store_is_refused_planned_and_re_read(out: Path, coco: Path, folder: P
     before = _tree(out)
     _plan_lists_the_rerun(out, _snakemake(out, coco, model, "-n"), "changed after its marker was written")
     assert _tree(out) == before  # make plan changes nothing on disk
-    # (that the damaged store's re-read re-makes the cube and the paper as they were: tests/test_damaged_demo.py;
-    # here docs/recovery.md's repair step on it, so that one re-run serves: issue 22 item 4)
+    # (that the damaged store's re-read re-makes the cube and the paper as they were:
+    # tests/scenarios/test_damaged_demo.py; here docs/recovery.md's repair step on it, so that one re-run serves:
+    # issue 22 item 4)
 
     shutil.rmtree(store)  # docs/recovery.md's repair step
     marker.unlink()

@@ -36,10 +36,10 @@ from murk.pipeline import markers as workflow
 import stages  # tests/stages.py: the session demo's settings
 
 ROOT = paths.project_root()
-SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"
+SAMPLE = stages.SAMPLE
 MODEL = "murk-tiny/smolvlm"  # the demo's model on all its items: its read-out is the one killed
 pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not SAMPLE.is_dir(), reason="../shared/coco-val2017-sample not present"),
+              stages.needs_sample,
               pytest.mark.skipif(shutil.which("make") is None, reason="make not installed")]
 
 _SKIP = {".git", ".venv", ".snakemake", "__pycache__", ".pytest_cache", ".ipynb_checkpoints"}
