@@ -46,6 +46,10 @@ from murk.monitor._monitor import (  # noqa: F401
     estimate_arm,
     deployable_readouts,
 )
+from murk.monitor._bands import (  # noqa: F401
+    vhat_band,
+    at_temperature_bound,
+)
 from murk.monitor._recalibration import (  # noqa: F401
     SUM_TOL,
     T_BOUNDS,
@@ -108,4 +112,6 @@ __all__ = [
     "option_confidence",
     "recalibrate",
     "model_halves",
+    "vhat_band",
+    "at_temperature_bound",
 ]

@@ -3,8 +3,8 @@ design variants, figures and the paper's rendering (``python -m murk.report.pape
 
 Layer 8 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
 pipeline). It may import the layers below it: core, scene, protocol, offline, readout, results, monitor. The
-names below are its public surface; the modules behind it (``_claims``, ``_design_words``, ``_figures``,
-``paper``) are its implementation.
+names below are its public surface; the modules behind it (``_analyses``, ``_claims``, ``_design_words``,
+``_figures``, ``_findings``, ``paper``) are its implementation.
 """
 
 from __future__ import annotations
@@ -54,6 +54,24 @@ _MODULES = {
         "describe_design",
         "design_name",
         "methods_text",
+    ),
+    "_findings": (
+        "crossing_text",
+        "w_text",
+        "fmt_mass",
+        "span_phrase",
+        "count_phrase",
+        "verdict_groups",
+    ),
+    "_analyses": (
+        "NUMBERS_FRAGMENTS",
+        "ANALYSIS_FIGURES",
+        "notebook_labels",
+        "analysis_tables",
+        "analysis_figures",
+        "fragment_file",
+        "merge_numbers",
+        "label_notebooks",
     ),
     "_figures": (
         "LOW_MASS_MARK",
@@ -195,6 +213,20 @@ __all__ = [
     "describe_design",
     "design_name",
     "methods_text",
+    "NUMBERS_FRAGMENTS",
+    "ANALYSIS_FIGURES",
+    "notebook_labels",
+    "analysis_tables",
+    "analysis_figures",
+    "fragment_file",
+    "merge_numbers",
+    "label_notebooks",
+    "crossing_text",
+    "w_text",
+    "fmt_mass",
+    "span_phrase",
+    "count_phrase",
+    "verdict_groups",
     "LOW_MASS_MARK",
     "model_label",
     "display_names",

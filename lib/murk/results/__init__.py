@@ -102,6 +102,10 @@ from murk.results._metrics import (  # noqa: F401
     monotonicity,
     monotonicity_da,
 )
+from murk.results._rates import (  # noqa: F401
+    pooled_rates,
+    per_image,
+)
 
 __all__ = [
     "write_missing",
@@ -189,4 +193,6 @@ __all__ = [
     "coverage_risk_of_sums",
     "monotonicity",
     "monotonicity_da",
+    "pooled_rates",
+    "per_image",
 ]
