@@ -71,7 +71,6 @@ _MODULES = {
         "analysis_figures",
         "fragment_file",
         "merge_numbers",
-        "label_notebooks",
     ),
     "_figures": (
         "LOW_MASS_MARK",
@@ -220,7 +219,6 @@ __all__ = [
     "analysis_figures",
     "fragment_file",
     "merge_numbers",
-    "label_notebooks",
     "crossing_text",
     "w_text",
     "fmt_mass",

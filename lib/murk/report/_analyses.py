@@ -17,13 +17,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Mapping
-
 from murk import core
 
-#: the analysis notebooks (``notebooks/<stage>.py``), in the order they run, -> their numbers fragment under
-#: ``analysis/``; the first is the study's, whose cube and scores the second reads
-NUMBERS_FRAGMENTS: dict[str, str] = {"04_analyse": "numbers-study.json", "05_beyond": "numbers-beyond.json"}
+#: the analysis notebooks -> their numbers fragment (defined with the output root's other paths, in murk.core)
+NUMBERS_FRAGMENTS = core.NUMBERS_FRAGMENTS
 
 #: the cell label under which :func:`merge_numbers` records the cited keys no fragment holds ("not computed")
 FILLED_LABEL = "num-numbers-file"
@@ -111,8 +108,13 @@ def fragment_file(stage: str, root: str | os.PathLike | None = None) -> Path:
         ``"04_analyse"`` or ``"05_beyond"``.
     root : path, optional
         The output root (default :func:`murk.core.output_dir`).
+
+    Raises
+    ------
+    ValueError
+        If ``stage`` is not an analysis notebook.
     """
-    return core.analysis_dir(root) / NUMBERS_FRAGMENTS[_stage(stage)]
+    return core.numbers_fragment(stage, root)
 
 
 def merge_numbers(root: str | os.PathLike | None = None, qmd: str | os.PathLike | None = None) -> Path:
@@ -171,25 +173,4 @@ def merge_numbers(root: str | os.PathLike | None = None, qmd: str | os.PathLike 
     if qmd.is_file():
         merged.fill_missing(cited_keys(qmd.read_text(encoding="utf-8")))
     return merged.save()
-
-
-def label_notebooks(nb_paths: Mapping[str, str | os.PathLike]) -> dict[str, str]:
-    """Which executed notebook holds each cell label: label -> notebook name (a key of ``nb_paths``).
-
-    Parameters
-    ----------
-    nb_paths : mapping of str to path
-        Notebook name (``04_analyse.ipynb``) -> its executed notebook; the first to hold a label keeps it.
-
-    Returns
-    -------
-    dict of str to str
-    """
-    from murk.report.paper import notebook_cells
-
-    out: dict[str, str] = {}
-    for nb, path in nb_paths.items():
-        for label in notebook_cells(path):
-            out.setdefault(label, nb)
-    return out
 

@@ -775,9 +775,7 @@ def refuse_mixed_paper(output_dir: str | os.PathLike | None = None) -> dict[str,
     def said(x: str) -> str:
         return x or "none recorded (written by an older murk)"
 
-    from murk.report._analyses import NUMBERS_FRAGMENTS, fragment_file
-
-    for nb in (nb_dir / f"{stage}.ipynb" for stage in NUMBERS_FRAGMENTS):   # the study's, then beyond the spec
+    for nb in (nb_dir / f"{stage}.ipynb" for stage in core.NUMBERS_FRAGMENTS):   # the study's, then beyond the spec
         if not nb.is_file():
             continue
         which = "analyse" if nb.stem == "04_analyse" else "beyond"
@@ -805,7 +803,7 @@ def refuse_mixed_paper(output_dir: str | os.PathLike | None = None) -> dict[str,
                 f"Nothing was written. Fix: re-run the {which} stage so that it writes both, one of:\n"
                 f"  (1) by hand, as docs/stages.md shows, writing the executed notebook to {nb}:\n"
                 f"      {_analyse_command(root, nb, models_yaml)}\n"
-                f"  (2) rm {' '.join(str(fragment_file(s_, root)) for s_ in NUMBERS_FRAGMENTS)}, then {make_paper} "
+                f"  (2) rm {' '.join(str(core.numbers_fragment(s_, root)) for s_ in core.NUMBERS_FRAGMENTS)}, then {make_paper} "
                 f"(Snakemake re-runs the analyse and beyond stages with the run settings' models).")
     depth_nb = nb_dir / "02_depth.ipynb"
     if depth_nb.is_file() and got["run_id"]:
@@ -1684,9 +1682,10 @@ def render_paper(qmd: str | os.PathLike | None = None, output_dir: str | os.Path
     cites: list[tuple[str, str]] = []
 
     # a number links to the view of the analysis notebook whose cell recorded it (04_analyse or 05_beyond)
-    from murk.report._analyses import label_notebooks
-
-    home = label_notebooks({nb: core.notebooks_out_dir(root) / nb for nb in views if nb != "02_depth.ipynb"})
+    home: dict[str, str] = {}   # label -> the analysis notebook that holds it
+    for nb in (f"{stage}.ipynb" for stage in core.NUMBERS_FRAGMENTS if f"{stage}.ipynb" in views):
+        for label in notebook_cells(core.notebooks_out_dir(root) / nb):
+            home.setdefault(label, nb)
 
     def cite(key: str, value: str) -> str:
         if key not in prov or home.get(prov[key], analyse_nb.name) not in views:
