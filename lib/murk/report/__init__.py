@@ -3,8 +3,8 @@ design variants, figures and the paper's rendering (``python -m murk.report.pape
 
 Layer 8 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
 pipeline). It may import the layers below it: core, scene, protocol, offline, readout, results, monitor. The
-names below are its public surface; the modules behind it (``_analyses``, ``_claims``, ``_design_words``,
-``_figures``, ``_findings``, ``paper``) are its implementation.
+names below are its public surface; the modules behind it (``_abstract``, ``_analyses``, ``_claims``,
+``_design_words``, ``_figures``, ``_findings``, ``_scores``, ``paper``) are its implementation.
 """
 
 from __future__ import annotations
@@ -54,6 +54,16 @@ _MODULES = {
         "describe_design",
         "design_name",
         "methods_text",
+    ),
+    "_abstract": (
+        "SIGNAL_WORDS",
+        "ARM_PHRASE",
+        "LAG_WORDS",
+        "abstract_and_discussion",
+        "contributions",
+    ),
+    "_scores": (
+        "record_scores",
     ),
     "_findings": (
         "crossing_text",
@@ -225,6 +235,12 @@ __all__ = [
     "span_phrase",
     "count_phrase",
     "verdict_groups",
+    "record_scores",
+    "SIGNAL_WORDS",
+    "ARM_PHRASE",
+    "LAG_WORDS",
+    "abstract_and_discussion",
+    "contributions",
     "LOW_MASS_MARK",
     "model_label",
     "display_names",
