@@ -385,14 +385,9 @@ def est(var: str, **sel) -> tuple[float, float, float]:
 
 
 def paired_difference(a: xr.DataArray, b: xr.DataArray) -> tuple[float, float, float]:
-    """Mean over images of a - b with its paired bootstrap interval, over the images the models of ``a`` and
-    ``b`` (their scalar ``model`` coordinates) were run on: a model's own images, with the draw of its scores."""
-    ms = sorted({str(x["model"].values) for x in (a, b) if "model" in x.coords and x["model"].ndim == 0})
-    keep = np.flatnonzero(results.common_images(ds, ms) if ms else np.ones(a.sizes["image"], bool))
-    d = (a - b).isel(image=keep).expand_dims(k=[0])
-    m = results.condition_means(d, A["bootstrap_resamples"], A["bootstrap_seed"], A["ci_level"],
-                                 counts=draw(keep.size))
-    return tuple(float(m[v].sel(k=0)) for v in ("mean", "lo", "hi"))
+    """Mean over images of a - b with its paired interval, over the images both models were run on, with the draw
+    of that many images (`murk.results.paired_difference`)."""
+    return results.paired_difference(a, b, ds, A["bootstrap_resamples"], A["bootstrap_seed"], A["ci_level"], draw)
 
 
 sc
@@ -466,54 +461,9 @@ FALL_BAND: dict[tuple[str, str, str], tuple[float, float]] = {}   # (model, arm,
 
 
 def accuracy_finding(arm: str, task: str) -> str:
-    """The generated RQ1 sentence(s) for one arm and task, and the verdict of every model."""
-    floor = CHANCE[task]
-    groups: dict[str, list[str]] = {}
-    bands = []
-    for m in VLMS:
-        c = dict(model=m, arm=arm, task=task, readout="correct")
-        clean, end = est("mean", **c, level=0), est("mean", **c, level=END)
-        cr = cross.sel(model=m, arm=arm, task=task, readout="correct")
-        verdict = report.accuracy_fall(clean, end, bool(cr["censored"]), floor)
-        record(f"verdict.rq1.{arm}.{task}.{key(m)}", verdict)
-        v_acc = report.crossing_text(float(cr["v_cross_m"]), float(cr["v_lo_m"]), float(cr["v_hi_m"]), str(cr["censored_side"].values))
-        if verdict in (report.COLLAPSE, report.PARTIAL):
-            series = means["mean"].sel(model=m, arm=arm, task=task, readout="correct").values
-            hi_v, lo_v = report.fall_band(VIS[1:], series[1:], series[0], floor)
-            FALL_BAND[(m, arm, task)] = (hi_v, lo_v)
-            record(f"band.{arm}.{task}.{key(m)}", f"{fmt_visibility(hi_v)}–{fmt_visibility(lo_v)}")
-            if np.isfinite(hi_v) and np.isfinite(lo_v) and verdict == report.COLLAPSE:
-                bands.append((name(m), hi_v, lo_v))   # a band names its model
-            text = (f"{name(m)} (clean {fmt(clean[0])}, V_acc = {v_acc} m, at {fmt_level(VIS[END])} m "
-                    f"{fmt_estimate(*end)})")
-        elif verdict == report.NO_FALL:   # V_acc censored: a bound, stated as one
-            text = f"{name(m)} (clean {fmt(clean[0])}, at {fmt_level(VIS[END])} m {fmt_estimate(*end)}, V_acc {v_acc} m)"
-        else:
-            text = f"{name(m)} ({fmt_estimate(*clean)})"
-        groups.setdefault(verdict, []).append(text)
-    where = {"fog": "In fog", "underwater": "Under water"}[arm]
-    out = []
-    if report.COLLAPSE in groups:
-        band = ""
-        if bands:
-            band = ("; the fall from ten to ninety percent of the clean-to-chance range lies "
-                    + fmt_list(f"between V = {fmt_visibility(hi_v)} and {fmt_visibility(lo_v)} m for {who} (a factor of "
-                               f"{fmt(hi_v / lo_v, 1)} in visibility)" for who, hi_v, lo_v in bands))
-        out.append(f"{where}, {task} accuracy collapses to chance for {fmt_list(groups[report.COLLAPSE])}{band}.")
-    if report.PARTIAL in groups:
-        out.append(f"{where}, {task} accuracy falls below its mid-way value but stays above chance at the end of the "
-                   f"sweep for {fmt_list(groups[report.PARTIAL])}.")
-    if report.NO_FALL in groups:
-        out.append(f"{where}, {task} accuracy does not fall to its mid-way value within the sweep for "
-                   f"{fmt_list(groups[report.NO_FALL])}: no collapse is observed.")
-    if report.NO_SKILL in groups:
-        out.append(f"{where}, {task} accuracy is not above chance ({fmt(floor)}) even on the clean image for "
-                   f"{fmt_list(groups[report.NO_SKILL])}, so there is no collapse to place on the axis "
-                   f"(not observed).")
-    if report.UNDEFINED in groups:
-        out.append(f"{where}, no {task} accuracy could be estimated for {fmt_list(groups[report.UNDEFINED])}.")
-    return " ".join(out)
-
+    """The RQ1 sentence(s) of one arm and task, recording each model's verdict (`murk.report.accuracy_finding`)."""
+    return report.accuracy_finding(numbers, sc, means, cross, VLMS, name, key, arm, task, CHANCE[task], VIS, END,
+                                   FALL_BAND)
 
 for task in ("t2", "t3"):
     for arm in physical:
@@ -637,15 +587,7 @@ rates.sel(wording="v1").to_dataframe()[["n_asked", "parse_rate", "limit_hit_rate
 
 # %%
 #| label: num-rq2
-SIGNAL_WORDS = report.SIGNAL_WORDS   # a signal in a sentence
-ARM_WORDS = {"fog": "in fog", "underwater": "under water"}
-
-
-def collapses(m: str, arm: str, task: str) -> bool:
-    """Whether RQ1 found the accuracy of ``m`` to fall through its mid-way value (a W is then meaningful)."""
-    return numbers[f"verdict.rq1.{arm}.{task}.{key(m)}"] in (report.COLLAPSE, report.PARTIAL)
-
-
+ARM_WORDS = report.ARM_PHRASE   # an arm in a sentence: "in fog", "under water"
 #: one level of the sweep in decades (the design's spacing, murk.results.level_step_decades): "with" accuracy
 #: only where W's interval excludes a lag of this size or more (murk.report.awareness_lag)
 W_MARGIN = float(cross.attrs.get("w_margin_decades", np.nan))
@@ -653,57 +595,9 @@ record("methods.w_margin", W_MARGIN, 2)
 
 
 def lag_finding(signal: str, rq: str, task: str = "t2") -> str:
-    """The generated sentence on W of one awareness signal over both physical arms.
-
-    W is read only where accuracy collapses (RQ1); elsewhere, and where the
-    signal has no values, the sentence says that no lag can be stated. The
-    sentence follows the signal's direction (`murk.report.direction`: a
-    confidence falls, an abstain rate rises) and says a censored crossing as
-    one: a signal that never reaches its mid-way value within the sweep is not
-    said to move, and its W is given as the bound it is
-    (`murk.report.lag_case`, `murk.report.lag_phrase`). A lag is stated where
-    W's bootstrap p-value, Holm-adjusted over the model–arm pairs of the signal,
-    excludes 0; "together with accuracy" only where it also excludes a lag of
-    one sweep level (`W_MARGIN`), else no lag can be established.
-    """
-    groups: dict[str, dict[str, list[str]]] = {}
-    pairs = [(m, arm) for m in VLMS for arm in physical]
-    read = [np.isfinite(means["mean"].sel(model=m, arm=arm, task=task, readout=signal).values).any()
-            and collapses(m, arm, task) for m, arm in pairs]
-    # the family of this signal's lags: every model-arm pair whose W is read, Holm-adjusted (murk.results.holm)
-    c_ = [cross.sel(model=m, arm=arm, task=task, readout=signal) for m, arm in pairs]
-    p_adj = results.holm([float(c["w_p"]) if r else np.nan for c, r in zip(c_, read)])
-    pm_adj = results.holm([float(c["w_p_margin"]) if r else np.nan for c, r in zip(c_, read)])
-    record(f"lag.family.{rq}.{signal}.{task}", int(np.isfinite(p_adj).sum()))
-    for (m, arm), cr, pa, pma in zip(pairs, c_, p_adj, pm_adj):
-        w, lo, hi = float(cr["w"]), float(cr["w_lo"]), float(cr["w_hi"])
-        lower, upper = bool(cr["w_lower_bound"]), bool(cr["w_upper_bound"])
-        if not np.isfinite(means["mean"].sel(model=m, arm=arm, task=task, readout=signal).values).any():
-            verdict = "undefined: it has no parseable value"
-        elif not collapses(m, arm, task):
-            verdict = "undefined: accuracy does not collapse there (RQ1)"
-        else:
-            verdict = report.awareness_lag(w, lo, hi, lower, upper, margin=W_MARGIN, p=pa, p_margin=pma,
-                                           alpha=1 - A["ci_level"])
-            if verdict == report.UNDEFINED:
-                verdict = "undefined: neither crossing is defined"
-        record(f"verdict.{rq}.{signal}.{arm}.{task}.{key(m)}", verdict)
-        case = report.lag_case(verdict, str(cr["censored_side"].values), lower, upper)
-        record(f"lag_case.{rq}.{signal}.{arm}.{task}.{key(m)}", case)   # how the sentence says it
-        detail = ARM_WORDS[arm] if verdict.startswith("undefined") else f"{ARM_WORDS[arm]}: {report.w_text(w, lo, hi, lower, upper)}"
-        groups.setdefault(case, {}).setdefault(name(m), []).append(detail)
-    what = SIGNAL_WORDS[signal]
-    who = lambda v: fmt_list(f"{m} ({'; '.join(d)})" for m, d in groups[v].items())  # noqa: E731
-    out = []
-    for case in (report.LAGS, report.NOT_REACHED, report.WITH, report.LEADS, report.AT_FIRST_LEVEL, report.NO_LAG,
-                 report.BOUNDED):
-        if case in groups:
-            out.append(f"The {what} ({task}) {report.lag_phrase(case, signal)}, for {who(case)}.")
-    for verdict in groups:
-        if verdict.startswith("undefined"):
-            out.append(f"No lag of the {what} ({task}) can be stated for {who(verdict)}: {verdict.split(': ', 1)[1]}.")
-    return " ".join(out)
-
+    """The sentence on W of one signal over both physical arms, recording its verdicts (`murk.report.lag_finding`)."""
+    return report.lag_finding(numbers, means, cross, VLMS, name, key, physical, signal, rq, task, W_MARGIN,
+                              A["ci_level"])
 
 for signal in ("c_int", "verbal_conf"):
     record(f"finding.rq2.{signal}.t2", lag_finding(signal, "rq2"))
@@ -817,32 +711,11 @@ MID = level_of(7.8125)   # the level at which the spec reads abstention
 
 
 def wording_finding(task: str = "t2") -> str:
-    """The generated sentence on the two wordings at the middle of the murky band, both physical arms."""
-    groups: dict[str, dict[str, list[str]]] = {}
-    for m in VLMS:
-        for arm in physical:
-            sel = dict(model=m, arm=arm, level=MID, task=task)
-            d = paired_difference(image_scores.sel(**sel, readout="abstain"), image_scores.sel(**sel, readout="abstain2"))
-            where = report.versus_value(*d, 0.0)
-            record(f"verdict.rq3.wording.{arm}.{task}.{key(m)}", where)
-            record(f"diff.abstain_abstain2.{arm}.{task}.{key(m)}", d[0], ci=d[1:])
-            groups.setdefault(where, {}).setdefault(name(m), []).append(
-                f"{ARM_WORDS[arm]}: {fmt(est('mean', **sel, readout='abstain')[0])} against "
-                f"{fmt(est('mean', **sel, readout='abstain2')[0])}, difference {fmt_estimate(*d)}")
-    who = lambda v: fmt_list(f"{m} ({'; '.join(d)})" for m, d in groups[v].items())  # noqa: E731
-    at = f"At V = {fmt_level(VIS[MID])} m ({task}, main wording against “I don't know”)"
-    out = []
-    if report.ABOVE in groups:
-        out.append(f"{at} the main wording is chosen more often by {who(report.ABOVE)}: there the abstention "
-                   "depends on the wording.")
-    if report.BELOW in groups:
-        out.append(f"{at} “I don't know” is chosen more often by {who(report.BELOW)}: there the abstention "
-                   "depends on the wording.")
-    if report.AT in groups:
-        out.append(f"{at} no wording effect is observed for {who(report.AT)}.")
-    if report.UNDEFINED in groups:
-        out.append(f"{at} the abstain rates are undefined for {fmt_list(groups[report.UNDEFINED])}.")
-    return " ".join(out)
+    """The sentence on the two wordings at the middle of the murky band, both physical arms: the paired differences
+    (`murk.results.paired_difference`), said by `murk.report.wording_finding`, which records the verdicts."""
+    diffs = {(m, arm): paired_difference(*(image_scores.sel(model=m, arm=arm, level=MID, task=task, readout=ro)
+                                           for ro in ("abstain", "abstain2"))) for m in VLMS for arm in physical}
+    return report.wording_finding(numbers, sc, diffs, VLMS, name, key, physical, task, MID, VIS[MID])
 
 
 for signal in ("abstain", "abstain2"):

@@ -4,7 +4,8 @@ design variants, figures and the paper's rendering (``python -m murk.report.pape
 Layer 8 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
 pipeline). It may import the layers below it: core, scene, protocol, offline, readout, results, monitor. The
 names below are its public surface; the modules behind it (``_abstract``, ``_analyses``, ``_claims``,
-``_design_words``, ``_figures``, ``_findings``, ``_scores``, ``paper``) are its implementation.
+``_design_words``, ``_figures``, ``_findings``, ``_rq_findings``, ``_scores``,
+``paper``) are its implementation.
 """
 
 from __future__ import annotations
@@ -61,6 +62,11 @@ _MODULES = {
         "LAG_WORDS",
         "abstract_and_discussion",
         "contributions",
+    ),
+    "_rq_findings": (
+        "accuracy_finding",
+        "lag_finding",
+        "wording_finding",
     ),
     "_scores": (
         "record_scores",
@@ -236,6 +242,9 @@ __all__ = [
     "count_phrase",
     "verdict_groups",
     "record_scores",
+    "accuracy_finding",
+    "lag_finding",
+    "wording_finding",
     "SIGNAL_WORDS",
     "ARM_PHRASE",
     "LAG_WORDS",

@@ -3,8 +3,8 @@ blind-spot width), the scores dataset of the analysis and the diagnostics.
 
 Layer 6 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
 pipeline). It may import the layers below it: core, scene, protocol, offline, readout. The names below are its
-public surface; the modules behind it (``_analysis``, ``_cube``, ``_diagnostics``, ``_metrics``) are its
-implementation.
+public surface; the modules behind it (``_analysis``, ``_cube``, ``_diagnostics``, ``_metrics``, ``_paired``,
+``_rates``) are its implementation.
 """
 
 from __future__ import annotations
@@ -102,6 +102,9 @@ from murk.results._metrics import (  # noqa: F401
     monotonicity,
     monotonicity_da,
 )
+from murk.results._paired import (  # noqa: F401
+    paired_difference,
+)
 from murk.results._rates import (  # noqa: F401
     pooled_rates,
     per_image,
@@ -193,6 +196,7 @@ __all__ = [
     "coverage_risk_of_sums",
     "monotonicity",
     "monotonicity_da",
+    "paired_difference",
     "pooled_rates",
     "per_image",
 ]
