@@ -57,6 +57,10 @@ shard_size = None
 compare_with = None
 output_dir = None
 
+# %% [markdown]
+# The libraries, this output root held for the stage (one writer at a time), the
+# numbers fragment this notebook writes and the run's frozen configuration.
+
 # %%
 import hashlib
 import inspect
@@ -304,6 +308,10 @@ record("pipeline_check_note", (
     "about any real VLM; every figure carries a pipeline-check mark." if pc else
     "All models are real pretrained checkpoints."))
 
+# %% [markdown]
+# The models table: each model's items, revision, visual tokens and clean option
+# mass (the † marks).
+
 # %%
 #| label: tbl-models
 #| tbl-cap: "Models, the items each was read out on (the first n of the selection), revisions, visual tokens per image and the median first-token probability on the option letters on clean images (option mass, t2 / t3); † marks a model below the threshold (beyond the spec as a table; in the text of spec Section III)."
@@ -476,15 +484,27 @@ for task in ("t2", "t3"):
                fmt_range(means["mean"].sel(arm=arm, level=lvl, task=task, readout="correct").values))
 display(Markdown("\n\n".join(numbers[f"finding.rq1.{arm}.t2"] for arm in physical)))
 
+# %% [markdown]
+# Accuracy against visibility, t2, per arm: where the curves fall to chance is the
+# collapse the sentences above state.
+
 # %%
 #| label: fig-accuracy-t2
 #| fig-cap: "t2 accuracy against visibility in the fog and underwater arms, clean image at the left edge; bands: bootstrap intervals; dashed: chance; dotted: each model's blank-image accuracy."
 show(report.plot_signal_vs_visibility(means, "correct", "t2", chance=CHANCE["t2"], marked=LOW_MASS), "accuracy_t2")
 
+# %% [markdown]
+# All four signals against visibility in one figure (spec Fig. 3): accuracy, the
+# two confidences and the abstain rate, one row each.
+
 # %%
 #| label: fig-signals-t2
 #| fig-cap: "Accuracy, internal confidence, verbalized confidence and the abstain rate (main wording) against visibility, t2, one row per signal and one column per arm (spec Fig. 3); clean image at the left edge; bands: bootstrap intervals; dashed: chance; dash-dotted: the abstain rate's floor, one; dotted: each model's blank-image value."
 show(report.plot_signals(means, "t2", chance=CHANCE["t2"], marked=LOW_MASS), "signals_t2")
+
+# %% [markdown]
+# The crossings behind those sentences (spec Table V): V_acc against chance and,
+# post hoc, against the blank-image floor, and W of every awareness signal.
 
 # %%
 #| label: tbl-crossings
@@ -585,6 +605,11 @@ record("finding.rq2.verbal_parse", (
 display(Markdown(numbers["finding.rq2.verbal_rates"] + " " + numbers["finding.rq2.verbal_parse"]))
 rates.sel(wording="v1").to_dataframe()[["n_asked", "parse_rate", "limit_hit_rate"]].unstack("level").round(2)
 
+# %% [markdown]
+# Whether each confidence lags the collapse: W read where accuracy collapses, its
+# verdict Holm-adjusted over the model–arm pairs (`murk.report.lag_finding`),
+# and the end of the sweep in one sentence per arm.
+
 # %%
 #| label: num-rq2
 ARM_WORDS = report.ARM_PHRASE   # an arm in a sentence: "in fog", "under water"
@@ -615,11 +640,18 @@ for arm in physical:
         record(f"range.{ro}.end.{arm}.t2", fmt_range(means["mean"].sel(**end, readout=ro).values))
 display(Markdown("\n\n".join(numbers[k] for k in numbers if k.startswith("finding.rq2."))))
 
+# %% [markdown]
+# The internal confidence against visibility, with accuracy for reference: a
+# lag is the gap between the two falls.
+
 # %%
 #| label: fig-confidence-t2
 #| fig-cap: "Internal confidence (solid) against visibility with accuracy (thin dashed) for reference, t2; bands: bootstrap intervals; dashed grey: chance; dotted: blank image."
 show(report.plot_signal_vs_visibility(means, "c_int", "t2", chance=CHANCE["t2"], reference="correct",
                                       marked=LOW_MASS), "confidence_t2")
+
+# %% [markdown]
+# The verbalized confidence the same way.
 
 # %%
 #| label: fig-verbal-t2
@@ -627,10 +659,17 @@ show(report.plot_signal_vs_visibility(means, "c_int", "t2", chance=CHANCE["t2"],
 show(report.plot_signal_vs_visibility(means, "verbal_conf", "t2", chance=CHANCE["t2"], reference="correct",
                                       marked=LOW_MASS), "verbal_t2")
 
+# %% [markdown]
+# W of the four signals side by side, t2 and t3 (spec Fig. 4).
+
 # %%
 #| label: fig-blind-spot
 #| fig-cap: "Blind-spot widths W of the four awareness signals with bootstrap intervals, t2 (upper half) and t3 (lower half); the legend names the marks that occur (crossings, lower and upper bounds); W is undefined where accuracy does not cross (spec Fig. 4: t2 upper, t3 lower)."
 show(report.plot_blind_spot_widths(cross, ("t2", "t3"), marked=LOW_MASS), "blind_spot")
+
+# %% [markdown]
+# At the murkiest level (spec Table IV): accuracy, both confidences and the
+# calibration error, with how often a verbal confidence was parsed or cut.
 
 # %%
 #| label: tbl-end-of-sweep
@@ -652,6 +691,9 @@ for m in VLMS:
                      "verbal parsed / cut": f"{fmt(float(r_['parse_rate']))} / {fmt(float(r_['limit_hit_rate']))}",
                      "ECE c_int": fmt_estimate(*est("ece", **cell, confidence="c_int"))})
 show_table(report.markdown_table(rows), "end-of-sweep")
+
+# %% [markdown]
+# Calibration of the internal confidence over the degraded levels (spec Fig. 5).
 
 # %%
 #| label: fig-reliability-t2
@@ -681,6 +723,10 @@ show_table(report.markdown_table([
     {"model": name(m), f"accuracy of answers with c_int ≥ {sc.attrs['confident_threshold']:g}":
      fmt_estimate(*est("confident_accuracy", model=m)), "n": str(int(sc["confident_n"].sel(model=m)))}
     for m in VLMS]), "confident")
+
+# %% [markdown]
+# Discrimination: how well the internal confidence separates right from wrong
+# answers, level by level (AUROC).
 
 # %%
 #| label: tbl-auroc
@@ -727,10 +773,17 @@ for arm in physical:
 record("cfg.mid_level_m", fmt_level(VIS[MID]))
 display(Markdown("\n\n".join(numbers[k] for k in numbers if k.startswith("finding.rq3."))))
 
+# %% [markdown]
+# The abstain rate (main wording) against visibility, with accuracy.
+
 # %%
 #| label: fig-abstain-t2
 #| fig-cap: "Abstain rate with the main wording (solid) against visibility with accuracy (thin dashed), t2."
 show(report.plot_signal_vs_visibility(means, "abstain", "t2", reference="correct", marked=LOW_MASS), "abstain_t2")
+
+# %% [markdown]
+# Both abstain wordings per model (spec Fig. 6): the gap between them is the
+# wording effect stated above.
 
 # %%
 #| label: fig-abstain2-t2
@@ -865,6 +918,11 @@ else:
     md = not_computed("the depth stage wrote no nominal equivalence (analysis/nominal_equivalence.nc)")
 show_table(md, "nominal")
 
+# %% [markdown]
+# Where the five severities lie against each model's failure band: by position
+# (their equivalent visibility against where fog accuracy starts to fall) and by
+# accuracy (the paired change from clean, `murk.report.band_verdict`).
+
 # %%
 #| label: num-rq4-severities
 # Methods: what changes between neighbouring severities, from the implementation's table of the fog's constants
@@ -939,6 +997,9 @@ if "not computed" in groups:
     out.append("Without the nominal equivalence, whether the severities cover the failure band is not stated.")
 record("finding.rq4.t2", " ".join(out))
 display(Markdown(numbers["finding.rq4.t2"]))
+
+# %% [markdown]
+# The severities on the fog curves (spec Fig. 7).
 
 # %%
 #| label: fig-nominal
@@ -1089,6 +1150,9 @@ if clear:
 record("finding.diagnostic", " ".join(out))
 show_table(report.markdown_table(rows), "diagnostics")
 
+# %% [markdown]
+# The diagnostics' finding, as the paper states it.
+
 # %%
 display(Markdown(numbers["finding.diagnostic"]))
 
@@ -1157,6 +1221,9 @@ else:
               else ": the marker stays visible at the murkiest level."))
 record("finding.diagnostic_marker", out)
 show_table(report.markdown_table(rows), "marker")
+
+# %% [markdown]
+# The box marker's finding, as the paper states it.
 
 # %%
 display(Markdown(numbers["finding.diagnostic_marker"]))
@@ -1245,15 +1312,25 @@ record("finding.design_comparison", cmp_out)
 show_table(report.markdown_table(CMP_ROWS) if CMP_ROWS else not_computed("this run read out no model"),
            "design-comparison")
 
+# %% [markdown]
+# Where no other design's run was given (or it shares no model and image with
+# this one), the comparison says why it was not computed.
+
 # %%
 if CMP_WHY:
     print(f"WARNING design comparison not computed: {CMP_WHY}")
 display(Markdown(numbers["finding.design"] + "\n\n" + numbers["finding.design_comparison"]))
 
+# %% [markdown]
+# The verification task's accuracy against visibility (t3, chance one half).
+
 # %%
 #| label: fig-accuracy-t3
 #| fig-cap: "t3 (verification) accuracy against visibility; conventions as for t2."
 show(report.plot_signal_vs_visibility(means, "correct", "t3", chance=CHANCE["t3"], marked=LOW_MASS), "accuracy_t3")
+
+# %% [markdown]
+# All four signals for t3 (spec Fig. 8).
 
 # %%
 #| label: fig-signals-t3
@@ -1305,6 +1382,9 @@ for label, arms in (("", physical), (".imagenet_c", ["imagenet_c"] if "imagenet_
 record("mono.pooled.what", "models, tasks, the five signals and the two physical arms (fog and underwater)")
 show_table(report.markdown_table(rows), "monotonicity")
 
+# %% [markdown]
+# Every level of the sweep, t2 (spec Table IX): the means with their intervals.
+
 # %%
 #| label: tbl-sweep-t2
 #| tbl-cap: "Means with bootstrap intervals at every level of the sweep, t2 (spec Table IX)."
@@ -1323,10 +1403,16 @@ def sweep_table(task: str) -> str:
 
 show_table(sweep_table("t2"), "sweep-t2")
 
+# %% [markdown]
+# The same for t3 (spec Table X).
+
 # %%
 #| label: tbl-sweep-t3
 #| tbl-cap: "Means with bootstrap intervals at every level of the sweep, t3 (spec Table X)."
 show_table(sweep_table("t3"), "sweep-t3")
+
+# %% [markdown]
+# The prompts as the models saw them (spec Table II), from `murk.protocol`.
 
 # %%
 #| label: tbl-prompts
@@ -1335,6 +1421,10 @@ one_line = lambda v: str(v).replace("\n", " ⏎ ")  # noqa: E731
 show_table(report.markdown_table([{"prompt": r["name"], "template": report.verbatim(one_line(r["template"])),
                                   "example": report.verbatim(one_line(r["example"]))}
                                  for r in protocol.prompt_table(cfg)]), "prompts")
+
+# %% [markdown]
+# The settings of the run (spec Table III), each with the place it is read from
+# (`murk.report.settings_rows`).
 
 # %%
 #| label: tbl-config
@@ -1493,6 +1583,9 @@ record("colophon.loading_options", "; ".join(f"{opts} for {fmt_list(ms)}" for op
           if not_run_parts else ""))
 print(numbers["colophon.model_revisions"], numbers["colophon.ignored_generation_settings"],
       numbers["colophon.loading_options"], sep="\n")
+
+# %% [markdown]
+# The package versions, then the fragment is written and merged.
 
 # %%
 #| label: num-numbers-file

@@ -36,6 +36,10 @@
 monitor_sensitivity_items = 20
 output_dir = None
 
+# %% [markdown]
+# The libraries, this output root held for the stage (one writer at a time), the
+# study's numbers, and the numbers fragment this notebook writes.
+
 # %%
 import json
 import warnings
@@ -213,6 +217,10 @@ if not HAS_MONITOR:   # one sentence each for what the paper would say about it 
     record("finding.monitor.awareness", "Nothing is stated about the monitor as an awareness signal or as a gate: "
                                         "its stage did not run for this output root.")
 
+# %% [markdown]
+# The monitor's V̂ against the true visibility, level by level: its median and
+# spread over images, against the band within a factor of two.
+
 # %%
 #| label: fig-monitor
 #| fig-cap: "The monitor's estimate V̂ against the true visibility V: median and P10–P90 over images; grey: within a factor of two (beyond the spec)."
@@ -221,6 +229,11 @@ if HAS_MONITOR:
          pipeline_check=False)
 else:
     show(report.placeholder(f"visibility monitor: {report.NOT_COMPUTED}"), "monitor_vhat", pipeline_check=False)
+
+# %% [markdown]
+# The same per level as a table, with the share of estimates that only bound V
+# from above (opaque), the deployable mode beside the oracle, and the ImageNet-C
+# severities against their own gain-matched equivalent visibility.
 
 # %%
 #| label: tbl-monitor-accuracy
@@ -405,6 +418,12 @@ else:
     md = not_computed("the monitor stage did not run")
 show_table(md, "monitor-w")
 
+# %% [markdown]
+# The monitor as a gate: at equal coverage, is the risk of the answers it lets
+# through lower than that of the VLM's own abstain option or of its internal
+# confidence? The threshold is picked on one half of the images and reported on
+# the other (`murk.monitor.compare_at_equal_coverage`).
+
 # %%
 #| label: tbl-monitor-gate
 #| tbl-cap: "The gate on the report half of the images (t2, all levels of one arm): coverage and risk of answering everything, of the VLM's abstain option, of the monitor (oracle and deployable) and of the internal confidence at matched coverage; n: questions in the report half, V̂ upper bounds: those whose estimate is only an upper bound (opaque), which never pass the monitor's gate (beyond the spec)."
@@ -539,6 +558,9 @@ else:
     md = not_computed("no depth cache, or monitor_sensitivity_items = 0")
 show_table(md, "monitor-depth")
 
+# %% [markdown]
+# The finding on the wrong depth, as the paper states it.
+
 # %%
 display(Markdown(numbers["finding.monitor.depth"]))
 
@@ -606,6 +628,9 @@ else:
                                          "so the two modes are not compared.")
     md = not_computed("the monitor stage did not write both modes")
 show_table(md, "monitor-modes")
+
+# %% [markdown]
+# The finding on the two modes, as the paper states it.
 
 # %%
 display(Markdown(numbers["finding.monitor.deployable"]))
@@ -790,8 +815,16 @@ record("finding.recal", (
     if stated_ else f"Recalibration by visibility was not computed: {why or 'no model has read-outs on both halves'}."))
 show_table(report.markdown_table(rows) if rows else not_computed(why or "no recalibration"), "recalibration")
 
+# %% [markdown]
+# The finding on recalibration, as the paper states it: per model, W before
+# and after, and whether T(V̂) closes the blind spot.
+
 # %%
 display(Markdown(numbers["finding.recal"]))
+
+# %% [markdown]
+# Reliability of the internal confidence before and after each recalibration,
+# on the test half: a recalibrated confidence lies nearer the diagonal.
 
 # %%
 #| label: fig-reliability-recal
@@ -801,6 +834,11 @@ if RELIAB:
     show(report.plot_reliability_methods(RELIAB, models_, RECAL_ARMS), "reliability_recal")
 else:
     show(report.placeholder(f"recalibration: {report.NOT_COMPUTED}"), "reliability_recal")
+
+# %% [markdown]
+# Risk–coverage: every abstention signal ranks the answers of the test half;
+# AURC, E-AURC and the coverage at a bounded risk compare the rankings, with
+# paired image resamples (`murk.results.aurc`, `murk.report.best_signal`).
 
 # %%
 #| label: tbl-risk-coverage
@@ -870,8 +908,16 @@ record("finding.rc", " ".join(f"{ARM_WORDS[arm].capitalize()}, " + "; ".join(p) 
        or f"Risk–coverage was not computed: {why or 'no model has read-outs on the test half'}.")
 show_table(report.markdown_table(rows) if rows else not_computed(why or "no risk-coverage"), "risk-coverage")
 
+# %% [markdown]
+# The finding on risk–coverage, as the paper states it: the best signal per
+# model and arm, named only where it beats every other one.
+
 # %%
 display(Markdown(numbers["finding.rc"]))
+
+# %% [markdown]
+# The risk–coverage curves themselves: the error rate of the answers kept as each
+# signal's threshold falls.
 
 # %%
 #| label: fig-risk-coverage
