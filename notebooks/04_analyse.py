@@ -943,59 +943,13 @@ nom = acc.sel(arm="imagenet_c", level=slice(1, 5)).mean(["model", "task"])
 fog_ = acc.sel(arm="fog").isel(level=slice(1, None)).mean(["model", "task"])
 record("nominal.dyn_range_pp", 100 * float(nom.max() - nom.min()), 1)
 record("physical.dyn_range_pp", 100 * float(fog_.max() - fog_.min()), 1)
-groups: dict[str, list[str]] = {}
-for m in VLMS:
-    diffs = [paired_difference(image_scores.sel(model=m, arm="imagenet_c", level=s_, task="t2", readout="correct"),
-                               image_scores.sel(model=m, arm="fog", level=0, task="t2", readout="correct"))
-             for s_ in range(1, 6)]
-    largest = report.largest_change(diffs)   # by magnitude: a severity may lie above clean accuracy too
-    sev_acc = fmt_range(acc.sel(model=m, arm="imagenet_c", level=slice(1, 5), task="t2").values)
-    cr = cross.sel(model=m, arm="fog", task="t2", readout="correct")
-    fall = numbers[f"verdict.rq1.fog.t2.{key(m)}"]
-    edge = FALL_BAND.get((m, "fog", "t2"), (np.nan, np.nan))[0]   # where accuracy has lost a tenth of its range
-    if not np.isfinite(edge):
-        edge = float(cr["v_hi_m"])
-    # by position (a severity's median V_eq at or below the edge) and by accuracy (its change from clean falls,
-    # the interval below 0): a severity placed in the band at which accuracy holds or rises does not reach it
-    verdict = "not computed" if not nominal_file.is_file() else report.band_verdict(fall, veq_median, edge, diffs)
-    record(f"verdict.rq4.t2.{key(m)}", verdict)
-    if largest is None:
-        change = "no change from clean accuracy can be estimated"
-        record(f"rq4.largest_change.verdict.t2.{key(m)}", report.UNDEFINED)
-    else:
-        d = diffs[largest]
-        record(f"rq4.largest_change.t2.{key(m)}", d[0], ci=d[1:])
-        record(f"rq4.largest_change.severity.t2.{key(m)}", largest + 1)
-        record(f"rq4.largest_change.verdict.t2.{key(m)}", report.versus_value(*d, 0.0))   # above / below / at clean
-        words = report.change_words(*d)
-        change = (f"the largest change from clean, {words}, at severity {largest + 1}" if not words.startswith("no change")
-                  else f"no change from clean at any severity ({fmt_estimate(*d)} at most)")
-    detail = (f"t2 accuracy {sev_acc} over severities 1–5 against {fmt(float(acc.sel(model=m, arm='fog', level=0, task='t2')))} "
-              f"clean, {change}")
-    if fall in (report.COLLAPSE, report.PARTIAL):
-        detail = f"its fog accuracy starts to fall at V = {fmt_visibility(edge)} m; " + detail
-    groups.setdefault(verdict, []).append(f"{name(m)} ({detail})")
-veq_words = f"median V_eq {fmt_range(veq_median, digits=0)} m"
-out = []
-if "plateau" in groups:
-    out.append(f"The ImageNet-C fog severities ({veq_words}) lie above the failure band, on the plateau of accuracy, "
-               f"for {fmt_list(groups['plateau'])}.")
-if "reaches the band" in groups:
-    out.append(f"The ImageNet-C fog severities ({veq_words}) reach into the failure band for "
-               f"{fmt_list(groups['reaches the band'])}.")
-if report.IN_BAND_NO_FALL in groups:
-    out.append(f"The ImageNet-C fog severities ({veq_words}) lie at visibilities of the failure band but do not reach "
-               f"the failure for {fmt_list(groups[report.IN_BAND_NO_FALL])}: at no severity placed there does t2 "
-               "accuracy fall below clean (its paired interval below 0).")
-if report.UNDEFINED in groups:
-    out.append(f"The ImageNet-C fog severities cannot be placed against the failure band for "
-               f"{fmt_list(groups[report.UNDEFINED])}: no equivalent visibility, or no start of the fall, is defined.")
-if "no collapse" in groups:
-    out.append(f"Whether the severities cover the failure band cannot be said for {fmt_list(groups['no collapse'])}: "
-               f"{report.they(len(groups['no collapse']), 'its', 'their')} fog accuracy does not collapse (not observed).")
-if "not computed" in groups:
-    out.append("Without the nominal equivalence, whether the severities cover the failure band is not stated.")
-record("finding.rq4.t2", " ".join(out))
+# t2 accuracy at each severity minus clean, paired over the model's images
+t2_correct = image_scores.sel(task="t2", readout="correct")
+SEVERITY_DIFFS = {m: [paired_difference(t2_correct.sel(model=m, arm="imagenet_c", level=s_),
+                                        t2_correct.sel(model=m, arm="fog", level=0)) for s_ in range(1, 6)]
+                  for m in VLMS}
+record("finding.rq4.t2", report.nominal_finding(numbers, VLMS, name, key, acc, cross, FALL_BAND, veq_median,
+                                                SEVERITY_DIFFS, nominal_file.is_file()))
 display(Markdown(numbers["finding.rq4.t2"]))
 
 # %% [markdown]
@@ -1024,40 +978,15 @@ show(fig, "nominal_t2")
 
 # %%
 #| label: num-controls
-for ctrl in core.CONTROL_ARMS:
+for ctrl in core.CONTROL_ARMS:   # each control's accuracy against chance
     for task in ("t2", "t3"):
-        groups = {}
-        for m in VLMS:
-            e = est("mean", model=m, arm=ctrl, level=0, task=task, readout="correct")
-            groups.setdefault(report.versus_value(*e, CHANCE[task]), []).append(f"{name(m)} ({fmt_estimate(*e)})")
-        what = {"blank": "On the blank image", "shuffled": "On the shuffled image"}[ctrl]
-        out = []
-        if report.AT in groups:
-            out.append(f"{what}, {task} accuracy is at chance ({fmt(CHANCE[task])}) for {fmt_list(groups[report.AT])}.")
-        if report.ABOVE in groups:
-            out.append(f"{what}, {task} accuracy is above chance for {fmt_list(groups[report.ABOVE])}: the question "
-                       "can be answered without the scene.")
-        if report.BELOW in groups:
-            out.append(f"{what}, {task} accuracy is below chance for {fmt_list(groups[report.BELOW])}.")
-        if report.UNDEFINED in groups:
-            out.append(f"{what}, no {task} accuracy could be estimated for {fmt_list(groups[report.UNDEFINED])}.")
-        record(f"finding.controls.{ctrl}.{task}", " ".join(out))
-groups = {}
+        record(f"finding.controls.{ctrl}.{task}", report.control_finding(
+            ctrl, task, {name(m): est("mean", model=m, arm=ctrl, level=0, task=task, readout="correct") for m in VLMS},
+            CHANCE[task]))
+# t3's answer bias on the blank image: accuracy on the distractor minus the true-category questions, paired
 raw = ds["value"].sel(arm="blank", level=0, readout="correct")
-for m in VLMS:
-    d = paired_difference(raw.sel(model=m, task="t3_false"), raw.sel(model=m, task="t3_true"))
-    groups.setdefault(report.versus_value(*d, 0.0), []).append(f"{name(m)} ({fmt_estimate(*d)})")
-out = []
-if report.ABOVE in groups:
-    out.append(f"On the blank image t3 is answered “no” more often than the truth warrants by "
-               f"{fmt_list(groups[report.ABOVE])} (accuracy on distractor minus true-category questions).")
-if report.BELOW in groups:
-    out.append(f"On the blank image t3 is answered “yes” more often than the truth warrants by "
-               f"{fmt_list(groups[report.BELOW])} (accuracy on distractor minus true-category questions).")
-if report.AT in groups:
-    out.append(f"On the blank image no answer bias of t3 is observed for {fmt_list(groups[report.AT])} "
-               "(accuracy on distractor minus true-category questions).")
-record("finding.controls.t3_bias", " ".join(out))
+record("finding.controls.t3_bias", report.t3_bias_finding(
+    {name(m): paired_difference(raw.sel(model=m, task="t3_false"), raw.sel(model=m, task="t3_true")) for m in VLMS}))
 display(Markdown("\n\n".join(numbers[k] for k in numbers if k.startswith("finding.controls."))))
 
 # %% [markdown]
@@ -1543,44 +1472,13 @@ def store_attrs(m: str) -> dict:
         return dict(z.attrs)
 
 
-def setting_value(v) -> str:
-    return json.dumps(v) if isinstance(v, (bool, type(None), dict, list)) else f"{v:g}" if isinstance(v, float) else str(v)
-
-
-gen_parts, load_groups, not_run_parts = [], {}, []
-for m in VLMS:
-    a = store_attrs(m)
-    raw = a.get("ignored_generation_settings")
-    try:
-        ignored = json.loads(raw) if isinstance(raw, str) else raw
-    except json.JSONDecodeError:
-        ignored = None
-    if ignored is None:
-        gen_parts.append(f"`{m}`: not recorded")
-    elif not ignored:
-        gen_parts.append(f"`{m}`: none (its generation configuration is greedy)")
-    else:
-        gen_parts.append(f"`{m}`: " + ", ".join(f"`{k} = {setting_value(v)}`" for k, v in sorted(ignored.items())))
-    opts = (", ".join(f"`{o} = {str(bool(int(a[o]))).lower()}`" for o in ("trust_remote_code", "allow_pickle"))
-            if all(o in a for o in ("trust_remote_code", "allow_pickle")) else "not recorded (an older store)")
-    load_groups.setdefault(opts, []).append(f"`{m}`")
-    try:
-        not_run = json.loads(a.get("custom_code_not_run") or "{}")
-    except json.JSONDecodeError:
-        not_run = {}
-    for where, what in sorted(not_run.items()):
-        custom, _, used = what.partition(" -> ")
-        file, _, auto = where.partition(" ")
-        not_run_parts.append(f"`{m}`'s {file} names `{custom}` ({auto}), not run: "
-                             + (f"the built-in `{used}` was used instead" if used else "not used by murk"))
-record("colophon.ignored_generation_settings", "; ".join(gen_parts))
+colophon = report.colophon_words({m: store_attrs(m) for m in VLMS})   # what each store recorded, in words
+record("colophon.ignored_generation_settings", colophon["ignored_generation_settings"])
 # the weights each model was read out with, as the cube records them: a hub snapshot's commit, a local folder's
 # content digest (sha256:…, murk.core: a re-saved checkpoint is another revision)
 record("colophon.model_revisions", "; ".join(f"`{m}`: `{rev or 'not recorded'}`" for m, rev in
                                              zip(ds["model"].values, ds["model_revision"].values) if str(m) in VLMS))
-record("colophon.loading_options", "; ".join(f"{opts} for {fmt_list(ms)}" for opts, ms in load_groups.items())
-       + ("; custom code declared but not run (`trust_remote_code = false`): " + "; ".join(not_run_parts)
-          if not_run_parts else ""))
+record("colophon.loading_options", colophon["loading_options"])
 print(numbers["colophon.model_revisions"], numbers["colophon.ignored_generation_settings"],
       numbers["colophon.loading_options"], sep="\n")
 

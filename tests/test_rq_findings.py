@@ -101,3 +101,41 @@ def test_wording_finding_says_which_wording_is_chosen_more_often(tmp_path):
     assert text.startswith("At V = 7.8 m (t2, main wording against “I don't know”) the main wording is chosen more "
                            "often by A (in fog: 0.60 against 0.20, difference 0.40 [0.20, 0.60])")
     assert "no wording effect is observed for B (in fog: 0.30 against 0.30" in text
+
+
+def test_nominal_finding_places_the_severities_against_the_band(tmp_path):
+    acc = xr.DataArray(np.full((2, 2, 6, 1), 0.8), dims=("model", "arm", "level", "task"),
+                       coords={"model": MODELS, "arm": ["fog", "imagenet_c"], "level": np.arange(6), "task": ["t2"]})
+    cross = _cross(v_hi_m={"org/a": 20.0, "org/b": 20.0})
+    veq = np.array([200.0, 150.0, 100.0, 60.0, 30.0])
+    flat = [(0.0, -0.05, 0.05)] * 5                                       # no change from clean at any severity
+    n = paper.Numbers(tmp_path / "n.json", cell="num-rq4")
+    n["verdict.rq1.fog.t2.org--a"], n["verdict.rq1.fog.t2.org--b"] = claims.COLLAPSE, claims.NO_FALL
+    text = rq.nominal_finding(n, MODELS, lambda m: m[-1].upper(), KEY.get, acc, cross,
+                              {("org/a", "fog", "t2"): (25.0, 3.0)}, veq, {"org/a": flat, "org/b": flat}, True)
+    for m in MODELS:   # the verdict is murk.report.band_verdict's, by position and by accuracy
+        edge = 25.0 if m == "org/a" else 20.0
+        assert n[f"verdict.rq4.t2.{KEY[m]}"] == claims.band_verdict(n[f"verdict.rq1.fog.t2.{KEY[m]}"], veq, edge, flat)
+    assert n["verdict.rq4.t2.org--a"] == claims.PLATEAU and "on the plateau of accuracy, for A (its fog accuracy" in text
+    assert "starts to fall at V = 25 m" in text and "median V_eq 30–200 m" in text
+    assert n["rq4.largest_change.verdict.t2.org--a"] == claims.AT
+    assert "cannot be said for B" in text                               # no collapse in fog: not stated
+    n2 = paper.Numbers(tmp_path / "n2.json", cell="num-rq4")
+    n2.update({k: v for k, v in n.items() if k.startswith("verdict.rq1")})
+    text = rq.nominal_finding(n2, MODELS, str, KEY.get, acc, cross, {}, veq, {"org/a": flat, "org/b": flat}, False)
+    assert n2["verdict.rq4.t2.org--a"] == "not computed" and text.endswith("the failure band is not stated.")
+
+
+def test_control_and_t3_bias_findings_follow_the_intervals():
+    chance = 0.5
+    text = rq.control_finding("shuffled", "t3", {"A": (0.5, 0.4, 0.6), "B": (0.3, 0.2, 0.4),
+                                                  "C": (np.nan, np.nan, np.nan)}, chance)
+    assert text.startswith("On the shuffled image, t3 accuracy is at chance (0.50) for A (0.50 [0.40, 0.60]).")
+    assert "t3 accuracy is below chance for B" in text and "no t3 accuracy could be estimated for C" in text
+    assert "above chance" not in text
+    # the interval, not the point, decides: a point above chance whose interval holds it is "at chance"
+    assert "at chance" in rq.control_finding("blank", "t3", {"A": (0.6, 0.45, 0.75)}, chance)
+    bias = rq.t3_bias_finding({"A": (0.8, 0.6, 1.0), "B": (-0.5, -0.7, -0.3), "C": (0.0, -0.1, 0.1)})
+    assert "answered “no” more often than the truth warrants by A" in bias
+    assert "answered “yes” more often than the truth warrants by B" in bias
+    assert "no answer bias of t3 is observed for C" in bias

@@ -4,8 +4,8 @@ design variants, figures and the paper's rendering (``python -m murk.report.pape
 Layer 8 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
 pipeline). It may import the layers below it: core, scene, protocol, offline, readout, results, monitor. The
 names below are its public surface; the modules behind it (``_abstract``, ``_analyses``, ``_claims``,
-``_design_words``, ``_figures``, ``_findings``, ``_rq_findings``, ``_scores``,
-``paper``) are its implementation.
+``_colophon``, ``_design_words``, ``_figures``, ``_findings``, ``_rq_findings``,
+``_scores``, ``paper``) are its implementation.
 """
 
 from __future__ import annotations
@@ -67,6 +67,12 @@ _MODULES = {
         "accuracy_finding",
         "lag_finding",
         "wording_finding",
+        "nominal_finding",
+        "control_finding",
+        "t3_bias_finding",
+    ),
+    "_colophon": (
+        "colophon_words",
     ),
     "_scores": (
         "record_scores",
@@ -245,6 +251,10 @@ __all__ = [
     "accuracy_finding",
     "lag_finding",
     "wording_finding",
+    "nominal_finding",
+    "control_finding",
+    "t3_bias_finding",
+    "colophon_words",
     "SIGNAL_WORDS",
     "ARM_PHRASE",
     "LAG_WORDS",

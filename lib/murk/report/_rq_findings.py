@@ -1,5 +1,6 @@
-"""The generated sentences of RQ1 (where accuracy collapses) and of RQ2 and RQ3 (whether a signal lags it), with the
-verdict of every model they rest on, recorded where they are decided."""
+"""The generated sentences of RQ1 (where accuracy collapses), RQ2 and RQ3 (whether a signal lags it, the abstain
+wordings) and RQ4 (where the nominal severities lie), with the verdict of every model they rest on, recorded where
+they are decided."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import xarray as xr
 from murk.report import _claims as claims
 from murk.report._abstract import ARM_PHRASE, SIGNAL_WORDS
 from murk.report._findings import crossing_text, w_text
-from murk.report.paper import Numbers, fmt, fmt_estimate, fmt_level, fmt_list, fmt_visibility
+from murk.report.paper import Numbers, fmt, fmt_estimate, fmt_level, fmt_list, fmt_range, fmt_visibility
 from murk.results import STATS, holm
 
 
@@ -238,4 +239,169 @@ def wording_finding(numbers: Numbers, sc: xr.Dataset, diffs: Mapping[tuple[str, 
         out.append(f"{at} no wording effect is observed for {who(claims.AT)}.")
     if claims.UNDEFINED in groups:
         out.append(f"{at} the abstain rates are undefined for {fmt_list(groups[claims.UNDEFINED])}.")
+    return " ".join(out)
+
+
+def nominal_finding(numbers: Numbers, models: Sequence[str], name: Callable[[str], str], key: Callable[[str], str],
+                    acc: xr.DataArray, cross: xr.Dataset,
+                    fall_band: Mapping[tuple[str, str, str], tuple[float, float]], veq_median: np.ndarray,
+                    severity_diffs: Mapping[str, Sequence[tuple[float, float, float]]], has_nominal: bool) -> str:
+    """The RQ4 sentence: where the ImageNet-C fog severities lie against each model's failure band (t2), recording
+    each model's verdict and its largest change from clean.
+
+    A severity reaches the band by position (its median equivalent visibility at or below where fog accuracy has
+    lost a tenth of its clean-to-chance range) and by accuracy (its paired change from clean below 0):
+    :func:`murk.report.band_verdict`.
+
+    Parameters
+    ----------
+    numbers : murk.report.Numbers
+        Holds ``verdict.rq1.fog.t2.*``; receives ``verdict.rq4.t2.<model>`` and ``rq4.largest_change.*``.
+    models, name, key
+        The VLMs, their display names and keys.
+    acc : xarray.DataArray
+        Mean accuracy (model, arm, level, task): the condition means' ``mean`` at ``readout="correct"``.
+    cross : xarray.Dataset
+        The crossings (V_acc's upper end where no band of the fall is known).
+    fall_band : mapping
+        (model, "fog", "t2") -> V at 10 % and 90 % of the fall (:func:`accuracy_finding`).
+    veq_median : numpy.ndarray
+        The five severities' median gain-matched equivalent visibility, metres (NaN where not computed).
+    severity_diffs : mapping
+        Model -> the paired change of t2 accuracy from clean at severities 1–5 (mean, lo, hi each).
+    has_nominal : bool
+        The depth stage wrote the nominal equivalence (else the verdicts are "not computed").
+
+    Returns
+    -------
+    str
+    """
+    record = numbers.record
+    groups: dict[str, list[str]] = {}
+    for m in models:
+        diffs = severity_diffs[m]
+        largest = claims.largest_change(diffs)   # by magnitude: a severity may lie above clean accuracy too
+        sev_acc = fmt_range(acc.sel(model=m, arm="imagenet_c", level=slice(1, 5), task="t2").values)
+        cr = cross.sel(model=m, arm="fog", task="t2", readout="correct")
+        fall = numbers[f"verdict.rq1.fog.t2.{key(m)}"]
+        edge = fall_band.get((m, "fog", "t2"), (np.nan, np.nan))[0]   # where accuracy has lost a tenth of its range
+        if not np.isfinite(edge):
+            edge = float(cr["v_hi_m"])
+        # by position (a severity's median V_eq at or below the edge) and by accuracy (its change from clean falls,
+        # the interval below 0): a severity placed in the band at which accuracy holds or rises does not reach it
+        verdict = "not computed" if not has_nominal else claims.band_verdict(fall, veq_median, edge, diffs)
+        record(f"verdict.rq4.t2.{key(m)}", verdict)
+        if largest is None:
+            change = "no change from clean accuracy can be estimated"
+            record(f"rq4.largest_change.verdict.t2.{key(m)}", claims.UNDEFINED)
+        else:
+            d = diffs[largest]
+            record(f"rq4.largest_change.t2.{key(m)}", d[0], ci=d[1:])
+            record(f"rq4.largest_change.severity.t2.{key(m)}", largest + 1)
+            record(f"rq4.largest_change.verdict.t2.{key(m)}", claims.versus_value(*d, 0.0))   # above / below / at clean
+            words = claims.change_words(*d)
+            change = (f"the largest change from clean, {words}, at severity {largest + 1}" if not words.startswith("no change")
+                      else f"no change from clean at any severity ({fmt_estimate(*d)} at most)")
+        detail = (f"t2 accuracy {sev_acc} over severities 1–5 against {fmt(float(acc.sel(model=m, arm='fog', level=0, task='t2')))} "
+                  f"clean, {change}")
+        if fall in (claims.COLLAPSE, claims.PARTIAL):
+            detail = f"its fog accuracy starts to fall at V = {fmt_visibility(edge)} m; " + detail
+        groups.setdefault(verdict, []).append(f"{name(m)} ({detail})")
+    veq_words = f"median V_eq {fmt_range(veq_median, digits=0)} m"
+    out = []
+    if "plateau" in groups:
+        out.append(f"The ImageNet-C fog severities ({veq_words}) lie above the failure band, on the plateau of accuracy, "
+                   f"for {fmt_list(groups['plateau'])}.")
+    if "reaches the band" in groups:
+        out.append(f"The ImageNet-C fog severities ({veq_words}) reach into the failure band for "
+                   f"{fmt_list(groups['reaches the band'])}.")
+    if claims.IN_BAND_NO_FALL in groups:
+        out.append(f"The ImageNet-C fog severities ({veq_words}) lie at visibilities of the failure band but do not reach "
+                   f"the failure for {fmt_list(groups[claims.IN_BAND_NO_FALL])}: at no severity placed there does t2 "
+                   "accuracy fall below clean (its paired interval below 0).")
+    if claims.UNDEFINED in groups:
+        out.append(f"The ImageNet-C fog severities cannot be placed against the failure band for "
+                   f"{fmt_list(groups[claims.UNDEFINED])}: no equivalent visibility, or no start of the fall, is defined.")
+    if "no collapse" in groups:
+        out.append(f"Whether the severities cover the failure band cannot be said for {fmt_list(groups['no collapse'])}: "
+                   f"{claims.they(len(groups['no collapse']), 'its', 'their')} fog accuracy does not collapse (not observed).")
+    if "not computed" in groups:
+        out.append("Without the nominal equivalence, whether the severities cover the failure band is not stated.")
+    return " ".join(out)
+
+
+def control_finding(ctrl: str, task: str, estimates: Mapping[str, tuple[float, float, float]], chance: float) -> str:
+    """The sentence on one control's accuracy against chance (:func:`murk.report.versus_value`).
+
+    Parameters
+    ----------
+    ctrl : str
+        ``"blank"`` or ``"shuffled"``.
+    task : str
+        ``"t2"`` or ``"t3"``.
+    estimates : mapping
+        Model display name -> its accuracy on the control (mean, lo, hi), in the order the sentence names them.
+    chance : float
+        The task's chance level.
+
+    Returns
+    -------
+    str
+        One sentence per verdict: at chance, above chance ("can be answered without the scene"), below chance, or
+        not estimated.
+
+    Examples
+    --------
+    >>> control_finding("blank", "t2", {"A": (0.25, 0.2, 0.3), "B": (0.6, 0.55, 0.65)}, 0.25)
+    'On the blank image, t2 accuracy is at chance (0.25) for A (0.25 [0.20, 0.30]). On the blank image, t2 accuracy is above chance for B (0.60 [0.55, 0.65]): the question can be answered without the scene.'
+    """
+    groups: dict[str, list[str]] = {}
+    for who, e in estimates.items():
+        groups.setdefault(claims.versus_value(*e, chance), []).append(f"{who} ({fmt_estimate(*e)})")
+    what = {"blank": "On the blank image", "shuffled": "On the shuffled image"}[ctrl]
+    out = []
+    if claims.AT in groups:
+        out.append(f"{what}, {task} accuracy is at chance ({fmt(chance)}) for {fmt_list(groups[claims.AT])}.")
+    if claims.ABOVE in groups:
+        out.append(f"{what}, {task} accuracy is above chance for {fmt_list(groups[claims.ABOVE])}: the question "
+                   "can be answered without the scene.")
+    if claims.BELOW in groups:
+        out.append(f"{what}, {task} accuracy is below chance for {fmt_list(groups[claims.BELOW])}.")
+    if claims.UNDEFINED in groups:
+        out.append(f"{what}, no {task} accuracy could be estimated for {fmt_list(groups[claims.UNDEFINED])}.")
+    return " ".join(out)
+
+
+def t3_bias_finding(diffs: Mapping[str, tuple[float, float, float]]) -> str:
+    """The sentence on t3's answer bias on the blank image.
+
+    Parameters
+    ----------
+    diffs : mapping
+        Model display name -> accuracy on the distractor questions minus the true-category questions on the blank
+        image, with its paired interval (:func:`murk.results.paired_difference`): above 0, "no" is answered more
+        often than the truth warrants; below 0, "yes".
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> t3_bias_finding({"A": (0.8, 0.6, 1.0), "B": (0.0, -0.1, 0.1)})[:60]
+    'On the blank image t3 is answered “no” more often than the t'
+    """
+    groups: dict[str, list[str]] = {}
+    for who, d in diffs.items():
+        groups.setdefault(claims.versus_value(*d, 0.0), []).append(f"{who} ({fmt_estimate(*d)})")
+    out = []
+    if claims.ABOVE in groups:
+        out.append(f"On the blank image t3 is answered “no” more often than the truth warrants by "
+                   f"{fmt_list(groups[claims.ABOVE])} (accuracy on distractor minus true-category questions).")
+    if claims.BELOW in groups:
+        out.append(f"On the blank image t3 is answered “yes” more often than the truth warrants by "
+                   f"{fmt_list(groups[claims.BELOW])} (accuracy on distractor minus true-category questions).")
+    if claims.AT in groups:
+        out.append(f"On the blank image no answer bias of t3 is observed for {fmt_list(groups[claims.AT])} "
+                   "(accuracy on distractor minus true-category questions).")
     return " ".join(out)
