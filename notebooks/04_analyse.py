@@ -1061,22 +1061,7 @@ for (m, ctrl, task, e, _, _, _, row), v in zip(FLOOR_FAMILY, FLOOR_VERDICTS):
     if v in (results.BELOW_CHANCE, results.ABOVE_GUESSER):
         floors.setdefault((ctrl, task, v), []).append(f"{name(m)} ({fmt_estimate(*e)})")
         flagged.add(m)
-out = []
-for (ctrl, task, v), who in floors.items():
-    against = "chance" if v == results.BELOW_CHANCE else "the prior guesser"
-    out.append(f"On the {ctrl} image the {task} floor lies {'below' if v == results.BELOW_CHANCE else 'above'} "
-               f"{against} for {fmt_list(who)}: {results.VERDICT_TEXT[v]}.")
-for answer, who in dominated.items():
-    verb = "answers" if len(who) == 1 else "answer"
-    out.append(f"On the blank image {fmt_list(who)} {verb} “{answer}” to at least "
-               f"{fmt(results.DOMINANT_SHARE)} of the t3 questions: the answer bias dominates the task, which "
-               "then measures whether the boxed object is judged visible rather than how well the answer is calibrated.")
-clear = [name(m) for m in VLMS if m not in flagged]
-if clear:
-    out.append(f"For {fmt_list(clear)} the controls show no design confound: {report.they(len(clear), 'its', 'their')} "
-               f"floors are at chance or between chance and the prior guesser, and no answer dominates t3 on the "
-               "blank image.")
-record("finding.diagnostic", " ".join(out))
+record("finding.diagnostic", report.diagnostic_finding(floors, dominated, [name(m) for m in VLMS if m not in flagged]))
 show_table(report.markdown_table(rows), "diagnostics")
 
 # %% [markdown]
@@ -1135,20 +1120,7 @@ for arm, c in contrast.items():
     record(f"diagnostic.marker.n.{arm}", int(ok.size))
     rows.append({"image": "clean" if arm == "clean" else f"{arm}, V = {fmt_level(V_END)} m", "items": str(ok.size),
                  "median contrast": fmt(med), "hard to see": fmt(share)})
-if not np.isfinite(hard["clean"]):
-    out = "No item could be rendered, so the marker's contrast is not known."
-else:
-    def share_text(x: float) -> str:
-        return "none" if x == 0 else "all" if x == 1 else f"a share of {fmt(x)}"
-
-    hard_any = any(hard[a] > 0 for a in ("fog", "underwater"))
-    out = (f"As a vision encoder's {results.PATCH_PX}-px patches see it, the {WIDTH}-px box is hard to see "
-           f"(contrast below {fmt(results.HARD_TO_SEE_CONTRAST)}) at {fmt_level(V_END)} m on "
-           f"{share_text(hard['fog'])} of the items in fog and {share_text(hard['underwater'])} under water, and on "
-           f"{share_text(hard['clean'])} of the clean images"
-           + (": at the murkiest level a share of the questions concerns a marker the model may not see." if hard_any
-              else ": the marker stays visible at the murkiest level."))
-record("finding.diagnostic_marker", out)
+record("finding.diagnostic_marker", report.marker_finding(hard, WIDTH, V_END))
 show_table(report.markdown_table(rows), "marker")
 
 # %% [markdown]
@@ -1189,17 +1161,12 @@ if compare_with:
         record("diagnostic.compare.design_there", report.describe_design(o_cfg))
 
 
-def vtxt(d, arm, unit=" m"):
-    """V_acc (t2) of a design summary as the paper writes it (``≤ 3.9`` when censored at the design's last level)."""
-    t = fmt_crossing(d[f"v_acc.{arm}.t2"], "below" if d[f"v_acc_censored.{arm}.t2"] else "", 1)
-    return t if t == "n/a" else t + unit
+vtxt = report.design_v_acc   # V_acc (t2) of a design summary as the paper writes it
 
 
 def cmp_row(m, label, d, n_images):
-    return {"VLM": name(m), "design": label, "images": str(n_images),
-            "blank t2": fmt(d["floor.blank.t2"]), "shuffled t2": fmt(d["floor.shuffled.t2"]),
-            "t3 blank top share": fmt(d["t3_blank_top_share"]),
-            "V_acc fog (m)": vtxt(d, "fog", ""), "V_acc underwater (m)": vtxt(d, "underwater", "")}
+    """One row of the comparison table (`murk.report.design_row`)."""
+    return report.design_row(name(m), label, d, n_images)
 
 
 sentences = []
@@ -1288,7 +1255,7 @@ report.save(report.plot_abstain_comparison(means, "t3", chance=CHANCE["t3"], mar
 # %%
 #| label: tbl-monotonicity
 #| tbl-cap: "Monotonicity: adjacent level pairs moving the wrong way, raw · beyond two standard errors, per series (beyond the spec)."
-short = {"correct": "accuracy", "c_int": "c_int", "verbal_conf": "verbal", "abstain": "abstain", "abstain2": "abstain₂"}
+short = report.SIGNAL_COLUMNS   # a signal as a column head
 mono_arms = [a for a in (*core.PHYSICAL_ARMS, "imagenet_c") if a in sc["arm"].values]
 rows = []
 for m in VLMS:
@@ -1318,16 +1285,8 @@ show_table(report.markdown_table(rows), "monotonicity")
 #| label: tbl-sweep-t2
 #| tbl-cap: "Means with bootstrap intervals at every level of the sweep, t2 (spec Table IX)."
 def sweep_table(task: str) -> str:
-    rows = []
-    for m in VLMS:
-        for arm in physical:
-            for lvl in sc["level"].values:
-                row = {"model": name(m), "arm": arm, "V (m)": fmt_level(VIS[lvl])}
-                for ro in results.SIGNALS:
-                    row[short[ro]] = report.estimate_cell(fmt_estimate(*est("mean", model=m, arm=arm, level=lvl,
-                                                                           task=task, readout=ro)))
-                rows.append(row)
-    return report.markdown_table(rows)
+    """Every level's means with intervals, per model and physical arm (`murk.report.sweep_table`)."""
+    return report.sweep_table(sc, VLMS, name, physical, VIS, task)
 
 
 show_table(sweep_table("t2"), "sweep-t2")

@@ -5,7 +5,7 @@ Layer 8 of 9 of the data flow (core < scene < protocol < offline < readout < res
 pipeline). It may import the layers below it: core, scene, protocol, offline, readout, results, monitor. The
 names below are its public surface; the modules behind it (``_abstract``, ``_analyses``, ``_claims``,
 ``_colophon``, ``_design_words``, ``_figures``, ``_findings``, ``_rq_findings``,
-``_scores``, ``paper``) are its implementation.
+``_scores``, ``_tables``, ``paper``) are its implementation.
 """
 
 from __future__ import annotations
@@ -73,6 +73,14 @@ _MODULES = {
     ),
     "_colophon": (
         "colophon_words",
+    ),
+    "_tables": (
+        "SIGNAL_COLUMNS",
+        "sweep_table",
+        "diagnostic_finding",
+        "marker_finding",
+        "design_v_acc",
+        "design_row",
     ),
     "_scores": (
         "record_scores",
@@ -255,6 +263,12 @@ __all__ = [
     "control_finding",
     "t3_bias_finding",
     "colophon_words",
+    "SIGNAL_COLUMNS",
+    "sweep_table",
+    "diagnostic_finding",
+    "marker_finding",
+    "design_v_acc",
+    "design_row",
     "SIGNAL_WORDS",
     "ARM_PHRASE",
     "LAG_WORDS",

@@ -1590,9 +1590,11 @@ def sources_into_table_captions(md: str) -> str:
     return _TABLE_SOURCE_RE.sub(lambda m: f"{m.group(1)} {m.group(5)}{m.group(2)}\n{m.group(4)}\n", md)
 
 
-def _cite_typst(md: str, cites: list[tuple[str, str]], source: str) -> str:
+def _cite_typst(md: str, cites: list[tuple[str, str]], source) -> str:
     """The PDF's form of the cited numbers: the values as they are, and in each block of text (a paragraph)
-    that cites numbers one footnote naming their cells and keys (at the end of the sentence of its last one)."""
+    that cites numbers one footnote naming their cells and keys (at the end of the sentence of its last one).
+    ``source`` is the notebook the cells are in: one path, or a callable giving a cell label's notebook."""
+    source_of = source if callable(source) else (lambda label: source)
     blocks = re.split(r"(\n[ \t]*\n)", md)
     out = []
     for block in blocks:
@@ -1600,19 +1602,22 @@ def _cite_typst(md: str, cites: list[tuple[str, str]], source: str) -> str:
         if not found:
             out.append(block)
             continue
-        by_cell: dict[str, list[str]] = {}
+        by_cell: dict[tuple[str, str], list[str]] = {}   # (notebook, label) -> keys
         for m in found:
             key, label = cites[int(m.group(1))]
-            by_cell.setdefault(label, [])
-            if key not in by_cell[label]:
-                by_cell[label].append(key)
-        note = "; ".join(f"cell `{label}` (" + ", ".join(f"`{k}`" for k in keys) + ")"
-                         for label, keys in by_cell.items())
+            by_cell.setdefault((source_of(label), label), [])
+            if key not in by_cell[(source_of(label), label)]:
+                by_cell[(source_of(label), label)].append(key)
+        by_source: dict[str, list[str]] = {}
+        for (src, label), keys in by_cell.items():
+            by_source.setdefault(src, []).append(f"cell `{label}` (" + ", ".join(f"`{k}`" for k in keys) + ")")
+        note = "; ".join(f"{'from' if i else 'From'} `{src}`, " + "; ".join(cells)
+                         for i, (src, cells) in enumerate(by_source.items()))
         # the footnote mark goes at the end of the sentence of the last number (else right after it)
         end = found[-1].end()
         stop = re.compile(r"[.!?][)\]]?(?=\s|$)").search(block, end)
         at = stop.end() if stop and "\n\n" not in block[end:stop.end()] and ":::" not in block[end:stop.end()] else end
-        block = block[:at] + f"^[From `{source}`, {note}.]" + block[at:]
+        block = block[:at] + f"^[{note}.]" + block[at:]
         out.append(_CITE_RE.sub(lambda m: m.group(2), block))
     return "".join(out)
 
@@ -1733,7 +1738,8 @@ def render_paper(qmd: str | os.PathLike | None = None, output_dir: str | os.Path
         # captions numbered in citation order (crossref); Typst's own numbering is off; each paragraph that
         # cites numbers names their cells in a footnote
         # a figure keeps its "Source:" line after it (TYPST_HEADER: sticky), a table carries it in its caption
-        md_typ = sources_into_table_captions(_cite_typst(md_marked, cites, "notebooks/04_analyse.py"))
+        md_typ = sources_into_table_captions(_cite_typst(
+            md_marked, cites, lambda label: f"notebooks/{Path(home.get(label, analyse_nb.name)).stem}.py"))
         for f in figs:
             src = Path(f)
             shutil.copy2(src, fig_dir / src.name)

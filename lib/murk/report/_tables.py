@@ -1,0 +1,162 @@
+"""The study's tables and the sentences of its controls: every level of the sweep, the design diagnostics, the box
+marker and the design comparison."""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import xarray as xr
+
+from murk.report._claims import they
+from murk.report.paper import estimate_cell, fmt, fmt_crossing, fmt_estimate, fmt_level, fmt_list, markdown_table
+from murk.results import (ABOVE_GUESSER, BELOW_CHANCE, DOMINANT_SHARE, HARD_TO_SEE_CONTRAST, PATCH_PX, SIGNALS, STATS,
+                          VERDICT_TEXT)
+
+#: a signal as the sweep and monotonicity tables head its column
+SIGNAL_COLUMNS = {"correct": "accuracy", "c_int": "c_int", "verbal_conf": "verbal", "abstain": "abstain",
+                  "abstain2": "abstain₂"}
+
+
+def sweep_table(sc: xr.Dataset, models: Sequence[str], name: Callable[[str], str], physical: Sequence[str],
+                vis: np.ndarray, task: str) -> str:
+    """The means with their intervals at every level of the sweep (spec Tables IX and X), as a Markdown table.
+
+    Parameters
+    ----------
+    sc : xarray.Dataset
+        The scores (``mean`` with a ``stat`` dim: point, lo, hi).
+    models, name, physical
+        The VLMs, their display names, the physical arms (one row per model, arm and level).
+    vis : numpy.ndarray
+        The visibility of each level in metres (level 0: clean, inf).
+    task : str
+        ``"t2"`` or ``"t3"``.
+
+    Returns
+    -------
+    str
+        A pipe table: model, arm, V (m), then one column per signal (:data:`SIGNAL_COLUMNS`).
+    """
+    def est(**sel) -> tuple[float, float, float]:
+        x = sc["mean"].sel(**sel)
+        return tuple(float(x.sel(stat=s)) for s in STATS)
+
+    rows = []
+    for m in models:
+        for arm in physical:
+            for lvl in sc["level"].values:
+                row = {"model": name(m), "arm": arm, "V (m)": fmt_level(vis[lvl])}
+                for ro in SIGNALS:
+                    row[SIGNAL_COLUMNS[ro]] = estimate_cell(fmt_estimate(*est(model=m, arm=arm, level=lvl, task=task,
+                                                                              readout=ro)))
+                rows.append(row)
+    return markdown_table(rows)
+
+
+def diagnostic_finding(floors: Mapping[tuple[str, str, str], Sequence[str]], dominated: Mapping[str, Sequence[str]],
+                       clear: Sequence[str]) -> str:
+    """The sentence on the design diagnostics: the confounded floors, the dominant t3 answers, the clear models.
+
+    Parameters
+    ----------
+    floors : mapping
+        (control, task, verdict) -> the models whose floor has that verdict (:data:`murk.results.BELOW_CHANCE` or
+        :data:`murk.results.ABOVE_GUESSER`), each as "name (estimate)".
+    dominated : mapping
+        t3 answer -> the models that give it to at least :data:`murk.results.DOMINANT_SHARE` of the blank image's
+        t3 questions, each as "name (share)".
+    clear : sequence of str
+        The models with no confound (display names).
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> diagnostic_finding({}, {}, ["A"])
+    'For A the controls show no design confound: its floors are at chance or between chance and the prior guesser, and no answer dominates t3 on the blank image.'
+    """
+    out = []
+    for (ctrl, task, v), who in floors.items():
+        against = "chance" if v == BELOW_CHANCE else "the prior guesser"
+        out.append(f"On the {ctrl} image the {task} floor lies {'below' if v == BELOW_CHANCE else 'above'} "
+                   f"{against} for {fmt_list(who)}: {VERDICT_TEXT[v]}.")
+    for answer, who in dominated.items():
+        verb = "answers" if len(who) == 1 else "answer"
+        out.append(f"On the blank image {fmt_list(who)} {verb} “{answer}” to at least "
+                   f"{fmt(DOMINANT_SHARE)} of the t3 questions: the answer bias dominates the task, which "
+                   "then measures whether the boxed object is judged visible rather than how well the answer is "
+                   "calibrated.")
+    if clear:
+        out.append(f"For {fmt_list(clear)} the controls show no design confound: {they(len(clear), 'its', 'their')} "
+                   f"floors are at chance or between chance and the prior guesser, and no answer dominates t3 on the "
+                   "blank image.")
+    return " ".join(out)
+
+
+def marker_finding(hard: Mapping[str, float], width_px: int, v_end: float) -> str:
+    """The sentence on the box marker: the share of items whose marker is hard to see, clean and at the murkiest
+    level of each physical arm.
+
+    Parameters
+    ----------
+    hard : mapping
+        ``clean``, ``fog``, ``underwater`` -> the share of items whose marker contrast is below
+        :data:`murk.results.HARD_TO_SEE_CONTRAST` (NaN: no item rendered).
+    width_px : int
+        The box's line width.
+    v_end : float
+        The murkiest level's visibility, metres.
+
+    Examples
+    --------
+    >>> marker_finding({"clean": float("nan")}, 3, 1.953125)
+    "No item could be rendered, so the marker's contrast is not known."
+    >>> marker_finding({"clean": 0.0, "fog": 0.5, "underwater": 0.0}, 3, 1.953125).split(" on ", 1)[1]
+    'a share of 0.50 of the items in fog and none under water, and on none of the clean images: at the murkiest level a share of the questions concerns a marker the model may not see.'
+    """
+    if not np.isfinite(hard["clean"]):
+        return "No item could be rendered, so the marker's contrast is not known."
+
+    def share_text(x: float) -> str:
+        return "none" if x == 0 else "all" if x == 1 else f"a share of {fmt(x)}"
+
+    hard_any = any(hard[a] > 0 for a in ("fog", "underwater"))
+    return (f"As a vision encoder's {PATCH_PX}-px patches see it, the {width_px}-px box is hard to see "
+            f"(contrast below {fmt(HARD_TO_SEE_CONTRAST)}) at {fmt_level(v_end)} m on "
+            f"{share_text(hard['fog'])} of the items in fog and {share_text(hard['underwater'])} under water, and on "
+            f"{share_text(hard['clean'])} of the clean images"
+            + (": at the murkiest level a share of the questions concerns a marker the model may not see." if hard_any
+               else ": the marker stays visible at the murkiest level."))
+
+
+def design_v_acc(d: Mapping[str, float], arm: str, unit: str = " m") -> str:
+    """V_acc (t2) of a design summary (:func:`murk.results.design_summary`) as the paper writes it: ``≤ 3.9`` when
+    censored at the design's last level.
+
+    >>> design_v_acc({"v_acc.fog.t2": 3.90625, "v_acc_censored.fog.t2": True}, "fog")
+    '≤ 3.9 m'
+    """
+    t = fmt_crossing(d[f"v_acc.{arm}.t2"], "below" if d[f"v_acc_censored.{arm}.t2"] else "", 1)
+    return t if t == "n/a" else t + unit
+
+
+def design_row(who: str, label: str, d: Mapping[str, float], n_images: int) -> dict[str, str]:
+    """One row of the design comparison table: a model's floors, t3's blank-image top share and V_acc in one design.
+
+    Parameters
+    ----------
+    who : str
+        The model's display name.
+    label : str
+        ``"this design"`` or ``"compared design"``.
+    d : mapping
+        The design summary (:func:`murk.results.design_summary`) over ``n_images`` images.
+    n_images : int
+    """
+    return {"VLM": who, "design": label, "images": str(n_images),
+            "blank t2": fmt(d["floor.blank.t2"]), "shuffled t2": fmt(d["floor.shuffled.t2"]),
+            "t3 blank top share": fmt(d["t3_blank_top_share"]),
+            "V_acc fog (m)": design_v_acc(d, "fog", ""), "V_acc underwater (m)": design_v_acc(d, "underwater", "")}

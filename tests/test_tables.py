@@ -1,0 +1,53 @@
+"""murk.report._tables: the sweep table, the diagnostics' and the marker's sentences, the design comparison rows."""
+
+import numpy as np
+import xarray as xr
+
+from murk.report import _tables as tables
+from murk.results import ABOVE_GUESSER, BELOW_CHANCE, SIGNALS
+
+
+def test_sweep_table_has_a_row_per_model_arm_and_level():
+    shape = (1, 2, 3, 1, len(SIGNALS), 3)
+    v = np.broadcast_to(np.array([0.5, 0.4, 0.6]), shape).copy()
+    v[0, 1, 2, 0, 0] = [0.25, np.nan, np.nan]                      # a point without interval
+    sc = xr.Dataset({"mean": (("model", "arm", "level", "task", "readout", "stat"), v)},
+                    coords={"model": ["org/a"], "arm": ["fog", "underwater"], "level": [0, 1, 2], "task": ["t2"],
+                            "readout": list(SIGNALS), "stat": ["point", "lo", "hi"]})
+    md = tables.sweep_table(sc, ["org/a"], lambda m: "A", ["fog", "underwater"], np.array([np.inf, 7.8125, 1.953125]),
+                            "t2")
+    lines = md.strip().split("\n")
+    assert len(lines) == 2 + 6
+    assert lines[0] == "| model | arm | V (m) | accuracy | c_int | verbal | abstain | abstain₂ |"
+    assert lines[2].startswith("| A | fog | clean | 0.50<br>[0.40, 0.60] |")   # the interval on its own line
+    assert lines[-1].startswith("| A | underwater | 1.95 | 0.25 |")
+    assert tables.sweep_table(sc, [], str, ["fog"], np.array([np.inf]), "t2") == "*(no rows)*\n"
+
+
+def test_diagnostic_finding_names_each_confound():
+    text = tables.diagnostic_finding({("blank", "t2", BELOW_CHANCE): ["A (0.10 [0.05, 0.15])"],
+                                      ("shuffled", "t3", ABOVE_GUESSER): ["B (0.90 [0.85, 0.95])"]},
+                                     {"no": ["A (0.95)", "B (0.93)"]}, ["C"])
+    assert text.startswith("On the blank image the t2 floor lies below chance for A (0.10 [0.05, 0.15]):")
+    assert "On the shuffled image the t3 floor lies above the prior guesser for B" in text
+    assert "On the blank image A (0.95) and B (0.93) answer “no” to at least 0.90 of the t3 questions" in text
+    assert text.endswith("For C the controls show no design confound: its floors are at chance or between chance "
+                         "and the prior guesser, and no answer dominates t3 on the blank image.")
+    assert tables.diagnostic_finding({}, {"yes": ["A (0.95)"]}, []).startswith("On the blank image A (0.95) answers")
+
+
+def test_marker_finding():
+    assert tables.marker_finding({"clean": np.nan}, 3, 1.953125).startswith("No item could be rendered")
+    text = tables.marker_finding({"clean": 0.0, "fog": 0.0, "underwater": 1.0}, 8, 3.90625)
+    assert "the 8-px box is hard to see" in text and "at 3.9 m on none of the items in fog and all under water" in text
+    assert tables.marker_finding({"clean": 0.0, "fog": 0.0, "underwater": 0.0}, 3, 1.953125).endswith(
+        "the marker stays visible at the murkiest level.")
+
+
+def test_design_rows():
+    d = {"floor.blank.t2": 0.25, "floor.shuffled.t2": 0.3, "t3_blank_top_share": 0.95, "v_acc.fog.t2": 7.8125,
+         "v_acc_censored.fog.t2": False, "v_acc.underwater.t2": 1.953125, "v_acc_censored.underwater.t2": True}
+    assert tables.design_v_acc(d, "fog") == "7.8 m" and tables.design_v_acc(d, "underwater", "") == "≤ 1.95"
+    assert tables.design_row("A", "this design", d, 4) == {
+        "VLM": "A", "design": "this design", "images": "4", "blank t2": "0.25", "shuffled t2": "0.30",
+        "t3 blank top share": "0.95", "V_acc fog (m)": "7.8", "V_acc underwater (m)": "≤ 1.95"}
