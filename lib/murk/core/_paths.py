@@ -12,9 +12,10 @@ Layout
 ``outputs/depth/``        metric depth per image, cached (stage *depth*)
 ``outputs/readout/``      one zarr store per model (stage *readout*)
 ``outputs/cube.zarr``     the merged result cube (stage *analyse*)
-``outputs/analysis/``     tables of the analysis
+``outputs/analysis/``     tables of the analysis, and the numbers fragment of each
+                          analysis notebook (``numbers-study.json``, ``numbers-beyond.json``)
 ``outputs/figures/``      figures (PNG and PDF)
-``outputs/paper_numbers.json``  the flat numbers file the paper reads
+``outputs/paper_numbers.json``  the flat numbers file the paper reads (the fragments merged)
 ``outputs/notebooks/``    executed notebooks (the audit trail)
 ``outputs/checkpoints/``  tiny offline checkpoints built by murk
 ``outputs/paper/``        the converted paper (HTML, PDF)
