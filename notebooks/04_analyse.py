@@ -582,26 +582,12 @@ for m in VLMS:
         record(f"verbal.parse_rate.{k}.{w}.all", float(a["parse_rate"]))
         record(f"verbal.limit_hit_rate.{k}.{w}.all", float(a["limit_hit_rate"]))
         record(f"verbal.n_asked.{k}.{w}.all", int(a["n_asked"]))
-NO_VERBAL = [m for m in VLMS if int(all_rates["n_asked"].sel(model=m, wording="v1"))
-             and float(all_rates["parse_rate"].sel(model=m, wording="v1")) == 0.0]
-parts = []
-for m in VLMS:
-    a = all_rates.sel(model=m, wording="v1")
-    n, pr, hr = int(a["n_asked"]), float(a["parse_rate"]), float(a["limit_hit_rate"])
-    if not n:
-        parts.append(f"{name(m)} was asked for none")
-        continue
-    cut = (f"{fmt(hr)} were cut by the {cfg['readout']['verbal_max_new_tokens']}-token limit" if np.isfinite(hr)
-           else "whether they were cut by the token limit was not recorded")
-    parts.append(f"{name(m)}: no parseable confidence in {n} continuations, of which {cut}" if pr == 0 else
-                 f"of the {n} continuations of {name(m)}, a share of {fmt(pr)} held a parseable confidence and {cut}")
-record("finding.rq2.verbal_rates", (
-    "Verbalized confidence (main wording, both physical arms, every level and task; a number touching the cut "
-    "counts as missing): " + "; ".join(parts) + "."))
-record("finding.rq2.verbal_parse", (
-    f"{fmt_list(name(m) for m in NO_VERBAL)} gave no parseable confidence: "
-    f"{'its' if len(NO_VERBAL) == 1 else 'their'} verbalized confidence has no mean, and the figure's panels say so."
-    if NO_VERBAL else "Every model produced a parseable verbalized confidence."))
+# the main wording (v1) per model, over both physical arms, every level and task (murk.report.verbal_rates_finding)
+for k, text in report.verbal_rates_finding(
+        {name(m): tuple(float(all_rates[v].sel(model=m, wording="v1")) for v in ("n_asked", "parse_rate",
+                                                                                 "limit_hit_rate"))
+         for m in VLMS}, cfg["readout"]["verbal_max_new_tokens"]).items():
+    record(f"finding.rq2.{k}", text)
 display(Markdown(numbers["finding.rq2.verbal_rates"] + " " + numbers["finding.rq2.verbal_parse"]))
 rates.sel(wording="v1").to_dataframe()[["n_asked", "parse_rate", "limit_hit_rate"]].unstack("level").round(2)
 

@@ -303,7 +303,6 @@ show_table(md, "monitor-accuracy")
 if HAS_MONITOR:
     MODES = [mode for mode in monitor.MONITOR_IDS if mode in full["model"].values]   # the oracle, the deployable mode
     mscores = results.image_scores(full.sel(model=[*MODES, *VLMS]))
-    lo_q, hi_q = (1 - A["ci_level"]) / 2, 1 - (1 - A["ci_level"]) / 2
     PAIRED = {}   # the images the monitor shares with a VLM -> (positions, draw, bootstrap means over them)
     MON_CROSS = {}   # (arm, signal, shared images) -> the monitor's crossing over them
 
@@ -350,19 +349,12 @@ if HAS_MONITOR:
         b_a = boot.sel(model=m, arm=arm, task=task, readout="correct").transpose(..., "level")
         vab, _ = results.crossing_visibility(VIS[1:], b_a.isel(level=slice(1, None)).values,
                                              b_a.isel(level=0).values, CHANCE[task])
-        wside = str(results.blind_spot_width_side(side_a, side_m))
-        w = (float(results.blind_spot_width(va, vm)) if np.isfinite(va) and np.isfinite(vm)
-             and wside != "undefined" else np.nan)
-        with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            wb = np.log10(np.asarray(vab, float) / np.asarray(vmb, float))
-            lo, hi = (np.nanquantile(wb, [lo_q, hi_q]) if np.isfinite(w) and np.isfinite(wb).any()
-                      else (np.nan, np.nan))
-        # W's bootstrap p-values (against 0, and that |W| is below one level), for the family's Holm adjustment
-        MON_P[(arm, signal, task, m, mode)] = (
-            (float(results.bootstrap_p_value(wb, 0.0)), float(results.equivalence_p_value(wb, W_MARGIN)))
-            if np.isfinite(w) and np.isfinite(W_MARGIN) else (np.nan, np.nan))
-        return w, lo, hi, wside == "above", wside == "below", (va, side_a), (vm, side_m)
+        # W with its paired interval and p-values (against 0, and that |W| is below one level), for the family's
+        # Holm adjustment (murk.monitor.paired_w)
+        w, lo, hi, lower, upper, p, p_margin = monitor.paired_w(va, side_a, vab, vm, side_m, vmb, A["ci_level"],
+                                                                W_MARGIN)
+        MON_P[(arm, signal, task, m, mode)] = (p, p_margin)
+        return w, lo, hi, lower, upper, (va, side_a), (vm, side_m)
 
     MON_P: dict[tuple, tuple[float, float]] = {}
 

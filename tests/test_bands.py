@@ -27,3 +27,23 @@ def test_at_temperature_bound():
     assert not bands.at_temperature_bound([1.0, 2.5])
     assert bands.at_temperature_bound([1.0, hi]) and bands.at_temperature_bound([lo * 1.0005])
     assert not bands.at_temperature_bound([lo * 1.01]) and not bands.at_temperature_bound([])
+
+
+def test_paired_w_against_a_vlm():
+    margin = np.log10(2)
+    # the VLM's accuracy crosses at 8 m, the monitor at 2 m: W = log10(4), positive in every resample
+    acc_b, aware_b = np.array([8.0, 16.0, 4.0, 8.0]), np.array([2.0, 2.0, 2.0, 1.0])
+    w, lo, hi, lower, upper, p, p_margin = bands.paired_w(8.0, "", acc_b, 2.0, "", aware_b, 0.95, margin)
+    assert np.isclose(w, np.log10(4)) and lo <= w <= hi and not lower and not upper
+    assert p < 0.5 and np.isfinite(p_margin)
+    # the paired resamples, not the points, give the interval: the same points with equal resamples, no spread
+    w2, lo2, hi2, *_ = bands.paired_w(8.0, "", np.full(4, 8.0), 2.0, "", np.full(4, 2.0), 0.95, margin)
+    assert np.isclose(lo2, hi2) and np.isclose(lo2, w2)
+    # a monitor that never crosses ("below": not within the sweep) makes W a lower bound, not a point
+    w3, _, _, lower3, upper3, *_ = bands.paired_w(8.0, "", acc_b, 1.953125, "below", aware_b, 0.95, margin)
+    assert (lower3, upper3) == (True, False) and np.isclose(w3, np.log10(8.0 / 1.953125))
+    # no V_acc: no W, no interval, no p-values
+    out = bands.paired_w(np.nan, "", acc_b, 2.0, "", aware_b, 0.95, margin)
+    assert all(np.isnan(x) for x in (out[0], out[1], out[2], out[5], out[6]))
+    # no margin: W and its interval, but no p-values for the family
+    assert np.isnan(bands.paired_w(8.0, "", acc_b, 2.0, "", aware_b, 0.95, np.nan)[5])

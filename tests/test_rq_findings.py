@@ -139,3 +139,15 @@ def test_control_and_t3_bias_findings_follow_the_intervals():
     assert "answered “no” more often than the truth warrants by A" in bias
     assert "answered “yes” more often than the truth warrants by B" in bias
     assert "no answer bias of t3 is observed for C" in bias
+
+
+def test_verbal_rates_finding_says_how_often_a_confidence_was_read():
+    w = rq.verbal_rates_finding({"A": (10, 0.9, 0.1), "B": (4, 0.0, np.nan), "C": (0, np.nan, np.nan)}, 48)
+    assert w["verbal_rates"] == (
+        "Verbalized confidence (main wording, both physical arms, every level and task; a number touching the cut "
+        "counts as missing): of the 10 continuations of A, a share of 0.90 held a parseable confidence and 0.10 were "
+        "cut by the 48-token limit; B: no parseable confidence in 4 continuations, of which whether they were cut by "
+        "the token limit was not recorded; C was asked for none.")
+    assert w["verbal_parse"].startswith("B gave no parseable confidence: its verbalized confidence has no mean")
+    assert rq.verbal_rates_finding({"A": (3, 0.5, 0.0)}, 48)["verbal_parse"] == \
+        "Every model produced a parseable verbalized confidence."

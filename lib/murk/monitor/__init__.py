@@ -49,6 +49,7 @@ from murk.monitor._monitor import (  # noqa: F401
 from murk.monitor._bands import (  # noqa: F401
     vhat_band,
     at_temperature_bound,
+    paired_w,
 )
 from murk.monitor._recalibration import (  # noqa: F401
     SUM_TOL,
@@ -114,4 +115,5 @@ __all__ = [
     "model_halves",
     "vhat_band",
     "at_temperature_bound",
+    "paired_w",
 ]

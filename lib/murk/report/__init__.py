@@ -70,6 +70,7 @@ _MODULES = {
         "nominal_finding",
         "control_finding",
         "t3_bias_finding",
+        "verbal_rates_finding",
     ),
     "_colophon": (
         "colophon_words",
@@ -262,6 +263,7 @@ __all__ = [
     "nominal_finding",
     "control_finding",
     "t3_bias_finding",
+    "verbal_rates_finding",
     "colophon_words",
     "SIGNAL_COLUMNS",
     "sweep_table",

@@ -405,3 +405,45 @@ def t3_bias_finding(diffs: Mapping[str, tuple[float, float, float]]) -> str:
         out.append(f"On the blank image no answer bias of t3 is observed for {fmt_list(groups[claims.AT])} "
                    "(accuracy on distractor minus true-category questions).")
     return " ".join(out)
+
+
+def verbal_rates_finding(rates: Mapping[str, tuple[float, float, float]], max_new_tokens: int) -> dict[str, str]:
+    """The sentences on how often a verbalized confidence could be read: per model, the share of its continuations
+    with a parseable confidence and the share cut by the token limit, and which models gave none.
+
+    Parameters
+    ----------
+    rates : mapping
+        Model display name -> (continuations asked, parse rate, limit-hit rate) with the main wording, pooled
+        (:func:`murk.results.pooled_rates`; a limit-hit rate NaN: not recorded).
+    max_new_tokens : int
+        The read-out's token limit for the verbal continuation.
+
+    Returns
+    -------
+    dict
+        ``verbal_rates`` and ``verbal_parse`` -> the sentence.
+
+    Examples
+    --------
+    >>> w = verbal_rates_finding({"A": (10, 0.0, 0.5), "B": (0, float("nan"), float("nan"))}, 48)
+    >>> w["verbal_parse"][:60]
+    'A gave no parseable confidence: its verbalized confidence ha'
+    """
+    no_verbal = [who for who, (n, pr, _) in rates.items() if int(n) and pr == 0.0]
+    parts = []
+    for who, (n, pr, hr) in rates.items():
+        n = int(n)
+        if not n:
+            parts.append(f"{who} was asked for none")
+            continue
+        cut = (f"{fmt(hr)} were cut by the {max_new_tokens}-token limit" if np.isfinite(hr)
+               else "whether they were cut by the token limit was not recorded")
+        parts.append(f"{who}: no parseable confidence in {n} continuations, of which {cut}" if pr == 0 else
+                     f"of the {n} continuations of {who}, a share of {fmt(pr)} held a parseable confidence and {cut}")
+    return {"verbal_rates": ("Verbalized confidence (main wording, both physical arms, every level and task; a number "
+                             "touching the cut counts as missing): " + "; ".join(parts) + "."),
+            "verbal_parse": (f"{fmt_list(no_verbal)} gave no parseable confidence: "
+                             f"{'its' if len(no_verbal) == 1 else 'their'} verbalized confidence has no mean, and the "
+                             "figure's panels say so." if no_verbal else
+                             "Every model produced a parseable verbalized confidence.")}
