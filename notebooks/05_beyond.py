@@ -709,9 +709,8 @@ def test_rows(m: str, task: str, arm: str):
     positions of the units in the test half (units of calibration images excluded), the unit -> test image
     position map, over the model's own test images)."""
     r = RECAL[(m, task)]
-    keep = ~r["cal"][r["unit_image"]]
-    pos = np.searchsorted(r["test"], r["unit_image"][keep])
-    return r["q"].sel(arm=arm).isel(unit=np.flatnonzero(keep)), np.flatnonzero(keep), pos
+    keep, pos = monitor.held_out_units(r["cal"], r["unit_image"], r["test"])
+    return r["q"].sel(arm=arm).isel(unit=keep), keep, pos
 
 
 RECAL_SCORES = {}   # (model, task) -> image-level scores of the test half, one "model" per method (for W)

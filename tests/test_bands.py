@@ -47,3 +47,11 @@ def test_paired_w_against_a_vlm():
     assert all(np.isnan(x) for x in (out[0], out[1], out[2], out[5], out[6]))
     # no margin: W and its interval, but no p-values for the family
     assert np.isnan(bands.paired_w(8.0, "", acc_b, 2.0, "", aware_b, 0.95, np.nan)[5])
+
+
+def test_held_out_units_of_the_test_half():
+    # three own images, t3: two questions each (unit q * 3 + i); image 0 calibrates, images 1 and 2 are the test half
+    keep, pos = bands.held_out_units(np.array([True, False, False]), np.array([0, 1, 2, 0, 1, 2]), np.array([1, 2]))
+    assert keep.tolist() == [1, 2, 4, 5] and pos.tolist() == [0, 1, 0, 1]
+    keep, pos = bands.held_out_units(np.array([True, True]), np.array([0, 1]), np.array([], int))
+    assert keep.size == 0 and pos.size == 0

@@ -50,6 +50,7 @@ from murk.monitor._bands import (  # noqa: F401
     vhat_band,
     at_temperature_bound,
     paired_w,
+    held_out_units,
 )
 from murk.monitor._recalibration import (  # noqa: F401
     SUM_TOL,
@@ -116,4 +117,5 @@ __all__ = [
     "vhat_band",
     "at_temperature_bound",
     "paired_w",
+    "held_out_units",
 ]

@@ -111,3 +111,31 @@ def paired_w(v_acc: float, side_acc: str, v_acc_boot: np.ndarray, v_aware: float
     p, p_margin = ((float(bootstrap_p_value(wb, 0.0)), float(equivalence_p_value(wb, w_margin)))
                    if np.isfinite(w) and np.isfinite(w_margin) else (np.nan, np.nan))
     return w, lo, hi, wside == "above", wside == "below", p, p_margin
+
+
+def held_out_units(calibration: np.ndarray, unit_image: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The question units of a model's test half, and the test image each belongs to.
+
+    Parameters
+    ----------
+    calibration : numpy.ndarray
+        bool (own images,): True for an image of the calibration half (:func:`murk.monitor.model_halves`).
+    unit_image : numpy.ndarray
+        int (units,): each question unit's image, as a position among the model's own images
+        (:func:`murk.results.question_scores`).
+    test : numpy.ndarray
+        int, sorted: the positions of the test half's images among the model's own images.
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray)
+        The units of test images (positions among the units) and, for each, its image's position in ``test`` (the
+        index into a draw over the test images).
+
+    Examples
+    --------
+    >>> held_out_units(np.array([True, False, False]), np.array([0, 1, 2, 0, 1, 2]), np.array([1, 2]))
+    (array([1, 2, 4, 5]), array([0, 1, 0, 1]))
+    """
+    keep = ~np.asarray(calibration)[unit_image]
+    return np.flatnonzero(keep), np.searchsorted(test, np.asarray(unit_image)[keep])
