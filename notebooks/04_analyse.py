@@ -248,16 +248,8 @@ for m in VLMS:
 record("option_mass.threshold", f"{readout.OPTION_MASS_MIN:g}")
 record("option_mass.low_models", ", ".join(plain_name(m) for m in LOW_MASS))
 low_pc = [m for m in LOW_MASS if bool(ds["pipeline_check"].sel(model=m))]
-record("option_mass.footnote", (
-    f"{DAGGER} Median first-token probability on the option letters on clean images below "
-    f"{readout.OPTION_MASS_MIN:g} (t2 or t3) for {fmt_list(plain_name(m) for m in LOW_MASS)}: the answer "
-    f"and internal confidence of {report.they(len(LOW_MASS), 'this model', 'these models')} rest on a small part of "
-    f"the first-token distribution; {report.they(len(LOW_MASS), 'its', 'their')} results are not interpreted"
-    + (" (expected of random-weight checkpoints: " + fmt_list(plain_name(m) for m in low_pc) + ")"
-       if low_pc else "") + "."
-    if LOW_MASS else
-    f"Every model puts a median of at least {readout.OPTION_MASS_MIN:g} of its first-token probability on the "
-    "option letters on clean images (t2 and t3): its first token is the answer."))
+record("option_mass.footnote", report.option_mass_footnote(
+    [plain_name(m) for m in LOW_MASS], [plain_name(m) for m in low_pc], readout.OPTION_MASS_MIN))
 print(option_mass.to_pandas())
 
 # %% [markdown]
@@ -274,13 +266,8 @@ record("models", fmt_list(f"`{m}`" for m in VLMS))
 N_OF = {str(m): int(n) for m, n in zip(ds["model"].values, ds["n_items"].values)}   # each model's own images
 for m in VLMS:
     record(f"n_items.{key(m)}", N_OF[m])
-_by_n = sorted(VLMS, key=lambda m: -N_OF[m])
-record("methods.n_items_per_model", (
-    "Each model is read out on the first n items of the selection: "
-    + fmt_list(f"{'all ' if N_OF[m] == ds.sizes['image'] else ''}{N_OF[m]} for {name(m)}" for m in _by_n)
-    + "; each model's statistics are over its own items, and where models are compared, over the items they share"
-    if any(N_OF[m] < ds.sizes["image"] for m in VLMS) else
-    f"{'Every model is' if len(VLMS) > 1 else 'The model is'} read out on all {ds.sizes['image']} items"))
+record("methods.n_items_per_model", report.items_per_model_words({name(m): N_OF[m] for m in VLMS},
+                                                                  ds.sizes["image"]))
 record("n_conditions", len(scene.CONDITIONS))
 record("config_hash", ds.attrs["config_hash"][:12])
 record("items_hash", ds.attrs["items_hash"][:12])
@@ -289,24 +276,9 @@ record("git_commit", str(full.attrs.get("git_commit", "unknown"))[:12])
 record("depth_backend", f"`{ds.attrs['depth_backend']}`")
 approximate = bool(int(ds.attrs.get("depth_approximate", 0)))
 depth_model = str(ds.attrs.get("depth_model", "") or "")
-record("methods.depth", (
-    f"Metric depth comes from the `{ds.attrs['depth_backend']}` backend, an explicit approximation used because "
-    f"no depth weights were available: every pixel is placed at {scene.CONSTANT_DEPTH_M:g} m, the spec's median "
-    "scene depth, so the fog is uniform over each image and the crossing visibilities in metres rest on that "
-    "assumption (W does not)" if approximate else
-    f"Metric depth comes from `{ds.attrs['depth_backend']}`"
-    + (f" (checkpoint `{depth_model}`)" if depth_model else "")
-    + (" [@depthanythingv2]" if "depth-anything" in ds.attrs["depth_backend"] else "")
-    + ", estimated on the clean image"))
-record("depth_note", (
-    "an approximate constant depth (no depth weights were available), so absolute visibilities are only as good "
-    "as this assumption; W is unaffected by a global depth scale" if approximate else
-    "the backend named in Methods, estimated on the clean image"))
-record("pipeline_check_note", (
-    f"**Pipeline check.** The models {fmt_list(f'`{m}`' for m in pc)} are tiny randomly initialised checkpoints "
-    "of the real architectures, built offline by murk. Their numbers test the pipeline end to end and say nothing "
-    "about any real VLM; every figure carries a pipeline-check mark." if pc else
-    "All models are real pretrained checkpoints."))
+for k, text in report.run_words(ds.attrs["depth_backend"], approximate, depth_model, scene.CONSTANT_DEPTH_M,
+                                [f"`{m}`" for m in pc]).items():   # the depth said for Methods, the pipeline check
+    record(k, text)
 
 # %% [markdown]
 # The models table: each model's items, revision, visual tokens and clean option
@@ -614,14 +586,10 @@ for signal in ("c_int", "verbal_conf"):
     record(f"finding.rq2.{signal}.t2", lag_finding(signal, "rq2"))
 for arm in physical:
     end = dict(arm=arm, level=END, task="t2")
-    record(f"finding.rq2.end.{arm}.t2", (
-        f"At V = {fmt_level(VIS[END])} m {ARM_WORDS[arm]}, "
-        + ("over the models " if len(VLMS) > 1 else f"for {fmt_list(name(m) for m in VLMS)}, ")
-        + report.span_phrase("t2 accuracy", means["mean"].sel(**end, readout="correct").values)
-        + f" (chance {fmt(CHANCE['t2'])}), " + report.span_phrase("the mean internal confidence", means["mean"].sel(**end, readout="c_int").values)
-        + ", " + report.span_phrase("the mean verbalized confidence", means["mean"].sel(**end, readout="verbal_conf").values)
-        + " and " + report.span_phrase("the ECE of the internal confidence", sc["ece"].sel(**end, confidence="c_int", stat="point").values)
-        + "."))
+    record(f"finding.rq2.end.{arm}.t2", report.end_of_sweep_finding(
+        VIS[END], ARM_WORDS[arm], [name(m) for m in VLMS], CHANCE["t2"],
+        *(means["mean"].sel(**end, readout=ro).values for ro in ("correct", "c_int", "verbal_conf")),
+        sc["ece"].sel(**end, confidence="c_int", stat="point").values))
     for ro in ("c_int", "verbal_conf"):
         record(f"range.{ro}.end.{arm}.t2", fmt_range(means["mean"].sel(**end, readout=ro).values))
 display(Markdown("\n\n".join(numbers[k] for k in numbers if k.startswith("finding.rq2."))))
@@ -693,18 +661,9 @@ show(report.plot_reliability(sc, "t2", marked=LOW_MASS), "reliability_t2")
 # %%
 #| label: tbl-confident
 #| tbl-cap: "Accuracy of t2 answers given with high internal confidence, pooled over the murky levels of both arms, with their number n (beyond the spec as a table; in the text of spec Section IV)."
-threshold = f"{sc.attrs['confident_threshold']:g}"
-answered = [m for m in VLMS if int(sc["confident_n"].sel(model=m))]
-parts = []
-if answered:
-    parts.append(f"the t2 answers given with an internal confidence of at least {threshold} are correct "
-                 + fmt_list(f"{fmt_estimate(*est('confident_accuracy', model=m))} of the time for {name(m)} "
-                            f"(n = {int(sc['confident_n'].sel(model=m))})" for m in answered))
-if len(answered) < len(VLMS):
-    parts.append(f"{fmt_list(name(m) for m in VLMS if m not in answered)} gave no answer with an internal "
-                 f"confidence of at least {threshold}")
-record("finding.rq2.confident", f"Pooled over the levels with V ≤ {fmt_level(sc.attrs['confident_max_visibility_m'])} "
-                                f"m in both arms, " + "; ".join(parts) + ".")
+record("finding.rq2.confident", report.confident_finding(
+    {name(m): (est("confident_accuracy", model=m), int(sc["confident_n"].sel(model=m))) for m in VLMS},
+    sc.attrs["confident_threshold"], sc.attrs["confident_max_visibility_m"]))
 show_table(report.markdown_table([
     {"model": name(m), f"accuracy of answers with c_int ≥ {sc.attrs['confident_threshold']:g}":
      fmt_estimate(*est("confident_accuracy", model=m)), "n": str(int(sc["confident_n"].sel(model=m)))}

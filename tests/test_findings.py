@@ -59,3 +59,37 @@ def test_verdict_groups_groups_by_verdict_and_pools_undefined():
     # the arm's words are the caller's
     assert findings.verdict_groups(n, "rq2.c_int.{arm}.t2", ["a"], str, lambda m: f"m-{m}", ["fog"],
                                    {"fog": "(fog)"}) == {claims.LAGS: ["a (fog)"]}
+
+
+def test_option_mass_footnote_names_the_models_below_the_threshold():
+    text = findings.option_mass_footnote(["A", "B"], ["B"], 0.5)
+    assert text.startswith("† Median first-token probability on the option letters on clean images below 0.5 (t2 or "
+                           "t3) for A and B: the answer and internal confidence of these models rest on")
+    assert text.endswith("their results are not interpreted (expected of random-weight checkpoints: B).")
+    assert "this model" in findings.option_mass_footnote(["A"], [], 0.5)
+    assert findings.option_mass_footnote([], [], 0.5).startswith("Every model puts a median of at least 0.5")
+
+
+def test_items_per_model_and_run_words():
+    assert findings.items_per_model_words({"A": 2, "B": 4, "C": 3}, 4).startswith(
+        "Each model is read out on the first n items of the selection: all 4 for B, 3 for C and 2 for A;")
+    assert findings.items_per_model_words({"A": 4, "B": 4}, 4) == "Every model is read out on all 4 items"
+    w = findings.run_words("constant", True, "", 4.0, ["`m`"])
+    assert "every pixel is placed at 4 m" in w["methods.depth"] and "constant depth" in w["depth_note"]
+    assert w["pipeline_check_note"].startswith("**Pipeline check.** The models `m` are tiny randomly initialised")
+    w = findings.run_words("depth-anything-v2", False, "org/da", 4.0, [])
+    assert w["methods.depth"] == ("Metric depth comes from `depth-anything-v2` (checkpoint `org/da`) "
+                                  "[@depthanythingv2], estimated on the clean image")
+    assert w["pipeline_check_note"] == "All models are real pretrained checkpoints."
+
+
+def test_end_of_sweep_and_confident_findings():
+    one = findings.end_of_sweep_finding(1.953125, "under water", ["A"], 0.25, [0.25], [0.9], [0.5], [0.6])
+    assert one.startswith("At V = 1.95 m under water, for A, t2 accuracy is 0.25 (chance 0.25), the mean internal "
+                          "confidence is 0.90,")
+    text = findings.confident_finding({"A": ((0.5, 0.25, 0.75), 8), "B": ((0.9, 0.8, 1.0), 20)}, 0.9, 7.8125)
+    assert "correct 0.50 [0.25, 0.75] of the time for A (n = 8) and 0.90 [0.80, 1.00] of the time for B (n = 20)." \
+        in text and "gave no answer" not in text
+    assert findings.confident_finding({"A": ((NAN,) * 3, 0)}, 0.9, 7.8125) == (
+        "Pooled over the levels with V ≤ 7.8 m in both arms, A gave no answer with an internal confidence of at "
+        "least 0.9.")
