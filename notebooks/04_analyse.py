@@ -481,26 +481,7 @@ show(report.plot_signals(means, "t2", chance=CHANCE["t2"], marked=LOW_MASS), "si
 # %%
 #| label: tbl-crossings
 #| tbl-cap: "Crossing visibilities V_acc (chance floor and, post hoc, blank-image floor) and blind-spot widths W (decades) of the internal (c_int) and verbalized confidence and of the two abstain rates, with bootstrap intervals; ≥ and ≤ mark bounds from censored crossings (spec Table V)."
-W_COLUMNS = {"c_int": "W c_int", "verbal_conf": "W verbal", "abstain": "W abstain", "abstain2": "W abstain₂"}
-rows = []
-for m in VLMS:
-    for arm in physical:
-        for task in ("t2", "t3"):
-            c = cross.sel(model=m, arm=arm, task=task)
-            acc = c.sel(readout="correct")
-            row = {"model": name(m), "arm": arm, "task": task,
-                   "V_acc (m)": report.estimate_cell(report.crossing_text(
-                       float(acc["v_cross_m"]), float(acc["v_lo_m"]), float(acc["v_hi_m"]), str(acc["censored_side"].values))),
-                   "V_acc, blank (m)": report.estimate_cell(report.crossing_text(
-                       float(c["v_acc_blank_m"]), float(c["v_acc_blank_lo_m"]), float(c["v_acc_blank_hi_m"]),
-                       str(c["censored_blank_side"].values)))}
-            for ro in results.AWARENESS_SIGNALS:
-                cr = c.sel(readout=ro)
-                row[W_COLUMNS[ro]] = report.estimate_cell(fmt_estimate(
-                    float(cr["w"]), float(cr["w_lo"]), float(cr["w_hi"]), lower=bool(cr["w_lower_bound"]),
-                    upper=bool(cr["w_upper_bound"])))
-            rows.append(row)
-show_table(report.markdown_table(rows), "crossings")
+show_table(report.crossings_table(cross, VLMS, name, physical), "crossings")
 
 # %% [markdown]
 # ## RQ2 · Internal and verbalized confidence
@@ -676,15 +657,7 @@ show_table(report.markdown_table([
 # %%
 #| label: tbl-auroc
 #| tbl-cap: "AUROC of the internal confidence as a detector of correct answers, per arm and level (rows) and model (columns), t2, with bootstrap intervals (beyond the spec as a table; in the text of spec Section IV)."
-rows = []
-for arm in physical:
-    for lvl in sc["level"].values:
-        row = {"arm": arm, "V (m)": fmt_level(VIS[lvl])}
-        for m in VLMS:
-            row[name(m)] = report.estimate_cell(fmt_estimate(*est("auroc", model=m, arm=arm, level=lvl, task="t2",
-                                                                 confidence="c_int")))
-        rows.append(row)
-show_table(report.markdown_table(rows), "auroc")
+show_table(report.auroc_table(sc, VLMS, name, physical, VIS), "auroc")
 
 # %% [markdown]
 # ## RQ3 · Abstention and its wording

@@ -51,3 +51,27 @@ def test_design_rows():
     assert tables.design_row("A", "this design", d, 4) == {
         "VLM": "A", "design": "this design", "images": "4", "blank t2": "0.25", "shuffled t2": "0.30",
         "t3 blank top share": "0.95", "V_acc fog (m)": "7.8", "V_acc underwater (m)": "≤ 1.95"}
+
+
+def test_crossings_and_auroc_tables():
+    from test_rq_findings import _cross   # crossings (model, arm, task, readout) of two models, fog, t2
+
+    cross = _cross(w={"org/a": 0.5}, w_lo={"org/a": 0.3}, w_hi={"org/a": 0.7}, censored_side={"org/b": "below"},
+                   v_cross_m={"org/b": 1.953125})
+    cross = cross.reindex(readout=["correct", *tables.W_COLUMNS]).fillna(np.nan)
+    cross = xr.concat([cross, cross.assign_coords(task=["t3"])], "task")
+    for var in ("v_acc_blank_m", "v_acc_blank_lo_m", "v_acc_blank_hi_m"):
+        cross[var] = cross["v_cross_m"].isel(readout=0, drop=True)
+    cross["censored_blank_side"] = cross["censored_side"].isel(readout=0, drop=True)
+    md = tables.crossings_table(cross, ["org/a", "org/b"], lambda m: m[-1].upper(), ["fog"])
+    lines = md.strip().split("\n")
+    assert lines[0] == ("| model | arm | task | V_acc (m) | V_acc, blank (m) | W c_int | W verbal | W abstain | "
+                        "W abstain₂ |")
+    assert len(lines) == 2 + 2 * 2 and lines[2].startswith("| A | fog | t2 |")
+    assert "| B | fog | t2 | ≤ 1.95 | ≤ 1.95 |" in md        # a censored crossing is the bound it is
+    sc = xr.Dataset({"auroc": (("model", "arm", "level", "task", "confidence", "stat"),
+                               np.broadcast_to([0.7, 0.6, 0.8], (2, 1, 2, 1, 1, 3)).copy())},
+                    coords={"model": ["org/a", "org/b"], "arm": ["fog"], "level": [0, 1], "task": ["t2"],
+                            "confidence": ["c_int"], "stat": ["point", "lo", "hi"]})
+    md = tables.auroc_table(sc, ["org/a", "org/b"], lambda m: m[-1].upper(), ["fog"], np.array([np.inf, 7.8125]))
+    assert md.split("\n")[0] == "| arm | V (m) | A | B |" and "| fog | 7.8 | 0.70<br>[0.60, 0.80] |" in md

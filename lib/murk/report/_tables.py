@@ -1,5 +1,5 @@
-"""The study's tables and the sentences of its controls: every level of the sweep, the design diagnostics, the box
-marker and the design comparison."""
+"""The study's tables and the sentences of its controls: the crossings, the AUROC per level, every level of the sweep,
+the design diagnostics, the box marker and the design comparison."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import numpy as np
 import xarray as xr
 
 from murk.report._claims import they
+from murk.report._findings import crossing_text
 from murk.report.paper import estimate_cell, fmt, fmt_crossing, fmt_estimate, fmt_level, fmt_list, markdown_table
-from murk.results import (ABOVE_GUESSER, BELOW_CHANCE, DOMINANT_SHARE, HARD_TO_SEE_CONTRAST, PATCH_PX, SIGNALS, STATS,
-                          VERDICT_TEXT)
+from murk.results import (ABOVE_GUESSER, AWARENESS_SIGNALS, BELOW_CHANCE, DOMINANT_SHARE, HARD_TO_SEE_CONTRAST, PATCH_PX,
+                          SIGNALS, STATS, VERDICT_TEXT)
 
 #: a signal as the sweep and monotonicity tables head its column
 SIGNAL_COLUMNS = {"correct": "accuracy", "c_int": "c_int", "verbal_conf": "verbal", "abstain": "abstain",
@@ -160,3 +161,70 @@ def design_row(who: str, label: str, d: Mapping[str, float], n_images: int) -> d
             "blank t2": fmt(d["floor.blank.t2"]), "shuffled t2": fmt(d["floor.shuffled.t2"]),
             "t3 blank top share": fmt(d["t3_blank_top_share"]),
             "V_acc fog (m)": design_v_acc(d, "fog", ""), "V_acc underwater (m)": design_v_acc(d, "underwater", "")}
+
+
+#: an awareness signal's W as the crossings table heads its column
+W_COLUMNS = {"c_int": "W c_int", "verbal_conf": "W verbal", "abstain": "W abstain", "abstain2": "W abstain₂"}
+
+
+def crossings_table(cross: xr.Dataset, models: Sequence[str], name: Callable[[str], str],
+                    physical: Sequence[str]) -> str:
+    """The crossings table (spec Table V): per model, physical arm and task, V_acc (chance floor and, post hoc, the
+    blank-image floor) and W of every awareness signal, each with its interval or as the bound it is.
+
+    Parameters
+    ----------
+    cross : xarray.Dataset
+        The crossings (:func:`murk.results.analyse` ``["crossings"]``).
+    models, name, physical
+        The VLMs, their display names, the physical arms.
+
+    Returns
+    -------
+    str
+        A pipe table.
+    """
+    rows = []
+    for m in models:
+        for arm in physical:
+            for task in ("t2", "t3"):
+                c = cross.sel(model=m, arm=arm, task=task)
+                acc = c.sel(readout="correct")
+                row = {"model": name(m), "arm": arm, "task": task,
+                       "V_acc (m)": estimate_cell(crossing_text(
+                           float(acc["v_cross_m"]), float(acc["v_lo_m"]), float(acc["v_hi_m"]),
+                           str(acc["censored_side"].values))),
+                       "V_acc, blank (m)": estimate_cell(crossing_text(
+                           float(c["v_acc_blank_m"]), float(c["v_acc_blank_lo_m"]), float(c["v_acc_blank_hi_m"]),
+                           str(c["censored_blank_side"].values)))}
+                for ro in AWARENESS_SIGNALS:
+                    cr = c.sel(readout=ro)
+                    row[W_COLUMNS[ro]] = estimate_cell(fmt_estimate(
+                        float(cr["w"]), float(cr["w_lo"]), float(cr["w_hi"]), lower=bool(cr["w_lower_bound"]),
+                        upper=bool(cr["w_upper_bound"])))
+                rows.append(row)
+    return markdown_table(rows)
+
+
+def auroc_table(sc: xr.Dataset, models: Sequence[str], name: Callable[[str], str], physical: Sequence[str],
+                vis: np.ndarray) -> str:
+    """AUROC of the internal confidence (t2) per physical arm and level (rows) and model (columns), with intervals.
+
+    Parameters
+    ----------
+    sc : xarray.Dataset
+        The scores (``auroc`` with a ``stat`` dim).
+    models, name, physical
+        The VLMs, their display names, the physical arms.
+    vis : numpy.ndarray
+        The visibility of each level, metres.
+    """
+    rows = []
+    for arm in physical:
+        for lvl in sc["level"].values:
+            row = {"arm": arm, "V (m)": fmt_level(vis[lvl])}
+            for m in models:
+                x = sc["auroc"].sel(model=m, arm=arm, level=lvl, task="t2", confidence="c_int")
+                row[name(m)] = estimate_cell(fmt_estimate(*(float(x.sel(stat=s)) for s in STATS)))
+            rows.append(row)
+    return markdown_table(rows)
