@@ -609,23 +609,7 @@ show(report.plot_blind_spot_widths(cross, ("t2", "t3"), marked=LOW_MASS), "blind
 # %%
 #| label: tbl-end-of-sweep
 #| tbl-cap: "At the end of the sweep: accuracy, mean internal and verbalized confidence and ECE of the internal confidence with bootstrap intervals, t2 (spec Table IV); parsed / cut: the shares of the verbal continuations with a parseable confidence and of those cut by the token limit."
-def verbal_mean(r, *mean) -> str:
-    """A verbal mean with its interval, or "no parseable confidence" where none was parsed."""
-    return "no parseable confidence" if float(r["n_asked"]) and float(r["parse_rate"]) == 0 else fmt_estimate(*mean)
-
-
-rows = []
-for m in VLMS:
-    for arm in physical:
-        cell = dict(model=m, arm=arm, level=END, task="t2")
-        r_ = rates_t.sel(model=m, arm=arm, level=END, task="t2", wording="v1")
-        rows.append({"model": name(m), "arm": arm, "V (m)": fmt_level(VIS[END]),
-                     "accuracy": fmt_estimate(*est("mean", **cell, readout="correct")),
-                     "mean c_int": fmt_estimate(*est("mean", **cell, readout="c_int")),
-                     "mean verbal": verbal_mean(r_, *est("mean", **cell, readout="verbal_conf")),
-                     "verbal parsed / cut": f"{fmt(float(r_['parse_rate']))} / {fmt(float(r_['limit_hit_rate']))}",
-                     "ECE c_int": fmt_estimate(*est("ece", **cell, confidence="c_int"))})
-show_table(report.markdown_table(rows), "end-of-sweep")
+show_table(report.end_of_sweep_table(sc, rates_t, VLMS, name, physical, VIS, END), "end-of-sweep")
 
 # %% [markdown]
 # Calibration of the internal confidence over the degraded levels (spec Fig. 5).

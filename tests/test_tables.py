@@ -75,3 +75,26 @@ def test_crossings_and_auroc_tables():
                             "confidence": ["c_int"], "stat": ["point", "lo", "hi"]})
     md = tables.auroc_table(sc, ["org/a", "org/b"], lambda m: m[-1].upper(), ["fog"], np.array([np.inf, 7.8125]))
     assert md.split("\n")[0] == "| arm | V (m) | A | B |" and "| fog | 7.8 | 0.70<br>[0.60, 0.80] |" in md
+
+
+def test_end_of_sweep_table_says_when_no_verbal_confidence_was_parsed():
+    models, stat = ["org/a", "org/b"], ["point", "lo", "hi"]
+    coords = {"model": models, "arm": ["fog"], "level": [0, 1], "task": ["t2"]}
+    sc = xr.Dataset({"mean": (("model", "arm", "level", "task", "readout", "stat"),
+                              np.broadcast_to([0.5, 0.4, 0.6], (2, 1, 2, 1, 3, 3)).copy()),
+                     "ece": (("model", "arm", "level", "task", "confidence", "stat"),
+                             np.broadcast_to([0.2, 0.1, 0.3], (2, 1, 2, 1, 1, 3)).copy())},
+                    coords={**coords, "readout": ["correct", "c_int", "verbal_conf"], "confidence": ["c_int"],
+                            "stat": stat})
+    rates = xr.Dataset({"n_asked": (("model", "arm", "level", "task", "wording"), [[[[[10]], [[10]]]], [[[[10]], [[10]]]]]),
+                        "parse_rate": (("model", "arm", "level", "task", "wording"),
+                                       [[[[[1.0]], [[0.8]]]], [[[[1.0]], [[0.0]]]]]),
+                        "limit_hit_rate": (("model", "arm", "level", "task", "wording"),
+                                           [[[[[0.0]], [[0.1]]]], [[[[0.0]], [[1.0]]]]])},
+                       coords={**coords, "wording": ["v1"]})
+    md = tables.end_of_sweep_table(sc, rates, models, lambda m: m[-1].upper(), ["fog"], np.array([np.inf, 1.953125]), 1)
+    lines = md.strip().split("\n")
+    assert lines[0] == "| model | arm | V (m) | accuracy | mean c_int | mean verbal | verbal parsed / cut | ECE c_int |"
+    assert lines[2] == ("| A | fog | 1.95 | 0.50 [0.40, 0.60] | 0.50 [0.40, 0.60] | 0.50 [0.40, 0.60] | 0.80 / 0.10 | "
+                        "0.20 [0.10, 0.30] |")
+    assert "| B | fog | 1.95 | 0.50 [0.40, 0.60] | 0.50 [0.40, 0.60] | no parseable confidence | 0.00 / 1.00 |" in md

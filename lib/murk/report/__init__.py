@@ -85,6 +85,7 @@ _MODULES = {
         "W_COLUMNS",
         "crossings_table",
         "auroc_table",
+        "end_of_sweep_table",
     ),
     "_scores": (
         "record_scores",
@@ -287,6 +288,7 @@ __all__ = [
     "W_COLUMNS",
     "crossings_table",
     "auroc_table",
+    "end_of_sweep_table",
     "SIGNAL_WORDS",
     "ARM_PHRASE",
     "LAG_WORDS",

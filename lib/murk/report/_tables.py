@@ -228,3 +228,47 @@ def auroc_table(sc: xr.Dataset, models: Sequence[str], name: Callable[[str], str
                 row[name(m)] = estimate_cell(fmt_estimate(*(float(x.sel(stat=s)) for s in STATS)))
             rows.append(row)
     return markdown_table(rows)
+
+
+def end_of_sweep_table(sc: xr.Dataset, rates: xr.Dataset, models: Sequence[str], name: Callable[[str], str],
+                       physical: Sequence[str], vis: np.ndarray, end_level: int) -> str:
+    """The end of the sweep (spec Table IV), t2: accuracy, both confidences, the ECE of the internal confidence, and
+    how often the verbal confidence was parsed or cut by the token limit, per model and physical arm.
+
+    Parameters
+    ----------
+    sc : xarray.Dataset
+        The scores (``mean`` and ``ece`` with a ``stat`` dim).
+    rates : xarray.Dataset
+        The verbal rates per task (:func:`murk.results.verbal_rates` with ``by_task=True``).
+    models, name, physical
+        The VLMs, their display names, the physical arms.
+    vis : numpy.ndarray
+        The visibility of each level, metres.
+    end_level : int
+        The murkiest level.
+
+    Returns
+    -------
+    str
+        A pipe table; a model with no parseable verbal confidence there has "no parseable confidence" as its mean.
+    """
+    def est(var: str, **sel) -> tuple[float, float, float]:
+        x = sc[var].sel(**sel)
+        return tuple(float(x.sel(stat=s)) for s in STATS)
+
+    def verbal_mean(r, *mean) -> str:
+        return "no parseable confidence" if float(r["n_asked"]) and float(r["parse_rate"]) == 0 else fmt_estimate(*mean)
+
+    rows = []
+    for m in models:
+        for arm in physical:
+            cell = dict(model=m, arm=arm, level=end_level, task="t2")
+            r_ = rates.sel(model=m, arm=arm, level=end_level, task="t2", wording="v1")
+            rows.append({"model": name(m), "arm": arm, "V (m)": fmt_level(vis[end_level]),
+                         "accuracy": fmt_estimate(*est("mean", **cell, readout="correct")),
+                         "mean c_int": fmt_estimate(*est("mean", **cell, readout="c_int")),
+                         "mean verbal": verbal_mean(r_, *est("mean", **cell, readout="verbal_conf")),
+                         "verbal parsed / cut": f"{fmt(float(r_['parse_rate']))} / {fmt(float(r_['limit_hit_rate']))}",
+                         "ECE c_int": fmt_estimate(*est("ece", **cell, confidence="c_int"))})
+    return markdown_table(rows)
