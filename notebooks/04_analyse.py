@@ -1063,9 +1063,6 @@ if compare_with:
         record("diagnostic.compare.design_there", report.describe_design(o_cfg))
 
 
-vtxt = report.design_v_acc   # V_acc (t2) of a design summary as the paper writes it
-
-
 def cmp_row(m, label, d, n_images):
     """One row of the comparison table (`murk.report.design_row`)."""
     return report.design_row(name(m), label, d, n_images)
@@ -1091,13 +1088,7 @@ for m in VLMS:
         record(f"diagnostic.compare.here.{k_}.{key(m)}", v_)
         record(f"diagnostic.compare.there.{k_}.{key(m)}", b[k_])
     CMP_ROWS += [cmp_row(m, "this design", a, len(ids)), cmp_row(m, "compared design", b, len(ids))]
-    sentences.append(
-        f"For {name(m)}, on the {len(ids)} images both runs read out, the blank-image t2 accuracy is "
-        f"{fmt(a['floor.blank.t2'])} in this design and {fmt(b['floor.blank.t2'])} in the compared one "
-        f"(chance {fmt(CHANCE['t2'])}), the shuffled-image one {fmt(a['floor.shuffled.t2'])} and "
-        f"{fmt(b['floor.shuffled.t2'])}; t3's most frequent blank-image answer takes "
-        f"{fmt(a['t3_blank_top_share'])} and {fmt(b['t3_blank_top_share'])} of the questions; V_acc (t2) in fog "
-        f"is {vtxt(a, 'fog')} and {vtxt(b, 'fog')}.")
+    sentences.append(report.design_comparison_words(name(m), len(ids), a, b, CHANCE["t2"]))
 if not compare_with:
     cmp_out = ("No other design's run was given to compare with (the run setting compare_with); the table gives "
                "this design's numbers on each model's own images.")

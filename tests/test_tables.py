@@ -98,3 +98,14 @@ def test_end_of_sweep_table_says_when_no_verbal_confidence_was_parsed():
     assert lines[2] == ("| A | fog | 1.95 | 0.50 [0.40, 0.60] | 0.50 [0.40, 0.60] | 0.50 [0.40, 0.60] | 0.80 / 0.10 | "
                         "0.20 [0.10, 0.30] |")
     assert "| B | fog | 1.95 | 0.50 [0.40, 0.60] | 0.50 [0.40, 0.60] | no parseable confidence | 0.00 / 1.00 |" in md
+
+
+def test_design_comparison_words():
+    here = {"floor.blank.t2": 0.1, "floor.shuffled.t2": 0.2, "t3_blank_top_share": 0.95, "v_acc.fog.t2": 3.90625,
+            "v_acc_censored.fog.t2": True}
+    there = {"floor.blank.t2": 0.25, "floor.shuffled.t2": 0.25, "t3_blank_top_share": 0.55, "v_acc.fog.t2": 7.8125,
+             "v_acc_censored.fog.t2": False}
+    assert tables.design_comparison_words("A", 3, here, there, 0.25) == (
+        "For A, on the 3 images both runs read out, the blank-image t2 accuracy is 0.10 in this design and 0.25 in "
+        "the compared one (chance 0.25), the shuffled-image one 0.20 and 0.25; t3's most frequent blank-image answer "
+        "takes 0.95 and 0.55 of the questions; V_acc (t2) in fog is ≤ 3.9 m and 7.8 m.")

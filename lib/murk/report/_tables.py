@@ -272,3 +272,34 @@ def end_of_sweep_table(sc: xr.Dataset, rates: xr.Dataset, models: Sequence[str],
                          "verbal parsed / cut": f"{fmt(float(r_['parse_rate']))} / {fmt(float(r_['limit_hit_rate']))}",
                          "ECE c_int": fmt_estimate(*est("ece", **cell, confidence="c_int"))})
     return markdown_table(rows)
+
+
+def design_comparison_words(who: str, n_images: int, here: Mapping[str, float], there: Mapping[str, float],
+                            chance: float) -> str:
+    """The sentence comparing one model's design summaries in two designs' runs, on the images both read out.
+
+    Parameters
+    ----------
+    who : str
+        The model's display name.
+    n_images : int
+        The images both runs read out.
+    here, there : mapping
+        The design summaries (:func:`murk.results.design_summary`) of this run and of the compared one.
+    chance : float
+        t2's chance level.
+
+    Examples
+    --------
+    >>> d = {"floor.blank.t2": 0.25, "floor.shuffled.t2": 0.3, "t3_blank_top_share": 0.6, "v_acc.fog.t2": 7.8125,
+    ...      "v_acc_censored.fog.t2": False}
+    >>> design_comparison_words("A", 4, d, d, 0.25)[:70]
+    'For A, on the 4 images both runs read out, the blank-image t2 accuracy'
+    """
+    a, b = here, there
+    return (f"For {who}, on the {n_images} images both runs read out, the blank-image t2 accuracy is "
+            f"{fmt(a['floor.blank.t2'])} in this design and {fmt(b['floor.blank.t2'])} in the compared one "
+            f"(chance {fmt(chance)}), the shuffled-image one {fmt(a['floor.shuffled.t2'])} and "
+            f"{fmt(b['floor.shuffled.t2'])}; t3's most frequent blank-image answer takes "
+            f"{fmt(a['t3_blank_top_share'])} and {fmt(b['t3_blank_top_share'])} of the questions; V_acc (t2) in fog "
+            f"is {design_v_acc(a, 'fog')} and {design_v_acc(b, 'fog')}.")
