@@ -780,20 +780,7 @@ if nominal_file.is_file():
     record("nominal.spread_range", fmt_range(tab["spread_p90_p10"], digits=1))
     record("nominal.monotone_share", 100 * tab.attrs["monotone_share"], 0)
     record("nominal.n_images", int(nds.sizes["image"]))
-    REASON_COLS = {"several_roots": "several roots", "outside_0_1": "gain ∉ (0, 1)", "no_root": "no root",
-                   "saturated": "saturated", "undefined": "undefined", "missing_input": "no input"}
-    shown_reasons = [r_ for r_ in REASON_COLS if f"n_{r_}" in tab and int(tab[f"n_{r_}"].sum())]
-    md = report.markdown_table([
-        {"ImageNet-C severity": str(s), "median V_eq (gain), m": fmt(r.median_v_eq_gain_m, 0),
-         "P90/P10 across images": (fmt(r.spread_p90_p10, 1) + "×") if np.isfinite(r.spread_p90_p10) else "n/a",
-         "median V_eq (std ratio), m": fmt(r.median_v_eq_std_ratio_m, 0), "images": str(int(r.n_images))}
-        | {f"removed: {REASON_COLS[r_]}": str(int(r[f"n_{r_}"])) for r_ in shown_reasons}
-        for s, r in tab.iterrows()])
-    md += (f"\nShare of images whose gain-matched V_eq decreases monotonically over severities "
-           f"{tab.index.min()}–{tab.index.max()}: {fmt(100 * tab.attrs['monotone_share'], 0)} % (of "
-           f"{tab.attrs['monotone_n']} images with a V_eq at every severity). Depth: {nds.attrs.get('depth_backend')}"
-           + (" (approximate: metres rest on the assumed depth scale)." if int(nds.attrs.get("depth_approximate", 0))
-              else "."))
+    md = report.nominal_table(tab, nds.attrs.get("depth_backend"), bool(int(nds.attrs.get("depth_approximate", 0))))
     REASON_WORDS = {"several_roots": "several roots (a non-monotone fog curve crosses the target more than once)",
                     "outside_0_1": "a gain outside (0, 1)", "no_root": "no root within the bracket",
                     "saturated": "a saturated rendering", "undefined": "an undefined statistic",

@@ -109,3 +109,21 @@ def test_design_comparison_words():
         "For A, on the 3 images both runs read out, the blank-image t2 accuracy is 0.10 in this design and 0.25 in "
         "the compared one (chance 0.25), the shuffled-image one 0.20 and 0.25; t3's most frequent blank-image answer "
         "takes 0.95 and 0.55 of the questions; V_acc (t2) in fog is ≤ 3.9 m and 7.8 m.")
+
+
+def test_nominal_table_shows_only_the_reasons_that_removed_a_pair():
+    import pandas as pd
+
+    tab = pd.DataFrame({"median_v_eq_gain_m": [120.0, 40.0], "spread_p90_p10": [1.5, np.nan],
+                        "median_v_eq_std_ratio_m": [110.0, 38.0], "n_images": [8, 7], "n_no_root": [0, 1],
+                        "n_saturated": [0, 0]}, index=pd.Index([1, 2], name="severity"))
+    tab.attrs.update(monotone_share=0.875, monotone_n=8)
+    md = tables.nominal_table(tab, "constant", True)
+    lines = md.split("\n")
+    assert lines[0] == ("| ImageNet-C severity | median V_eq (gain), m | P90/P10 across images | median V_eq (std ratio), m "
+                        "| images | removed: no root |")                 # saturated removed nothing: no column
+    assert lines[2] == "| 1 | 120 | 1.5× | 110 | 8 | 0 |" and lines[3] == "| 2 | 40 | n/a | 38 | 7 | 1 |"
+    assert lines[-1] == ("Share of images whose gain-matched V_eq decreases monotonically over severities 1–2: 88 % (of "
+                         "8 images with a V_eq at every severity). Depth: constant (approximate: metres rest on the "
+                         "assumed depth scale).")
+    assert tables.nominal_table(tab, "depth-anything", False).endswith("Depth: depth-anything.")

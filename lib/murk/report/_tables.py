@@ -303,3 +303,41 @@ def design_comparison_words(who: str, n_images: int, here: Mapping[str, float], 
             f"{fmt(b['floor.shuffled.t2'])}; t3's most frequent blank-image answer takes "
             f"{fmt(a['t3_blank_top_share'])} and {fmt(b['t3_blank_top_share'])} of the questions; V_acc (t2) in fog "
             f"is {design_v_acc(a, 'fog')} and {design_v_acc(b, 'fog')}.")
+
+
+#: a reason an image–severity pair has no equivalent visibility, as the nominal table heads its column
+REMOVED_COLUMNS = {"several_roots": "several roots", "outside_0_1": "gain ∉ (0, 1)", "no_root": "no root",
+                   "saturated": "saturated", "undefined": "undefined", "missing_input": "no input"}
+
+
+def nominal_table(tab, depth_backend: str, approximate: bool) -> str:
+    """The ImageNet-C severities on the visibility axis (spec Table VII) as a Markdown table, with the monotone share
+    and the depth below it.
+
+    Parameters
+    ----------
+    tab : pandas.DataFrame
+        :func:`murk.scene.table_vii` of the nominal equivalence: per severity ``median_v_eq_gain_m``,
+        ``spread_p90_p10``, ``median_v_eq_std_ratio_m``, ``n_images`` and ``n_<reason>`` of the pairs removed;
+        ``attrs`` ``monotone_share`` and ``monotone_n``.
+    depth_backend : str
+        The depth backend the equivalence was computed with.
+    approximate : bool
+        It is an approximate (constant) depth: the metres rest on the assumed depth scale.
+
+    Returns
+    -------
+    str
+        The table (a "removed" column for each reason that removed a pair), then one line.
+    """
+    shown_reasons = [r_ for r_ in REMOVED_COLUMNS if f"n_{r_}" in tab and int(tab[f"n_{r_}"].sum())]
+    md = markdown_table([
+        {"ImageNet-C severity": str(s), "median V_eq (gain), m": fmt(r.median_v_eq_gain_m, 0),
+         "P90/P10 across images": (fmt(r.spread_p90_p10, 1) + "×") if np.isfinite(r.spread_p90_p10) else "n/a",
+         "median V_eq (std ratio), m": fmt(r.median_v_eq_std_ratio_m, 0), "images": str(int(r.n_images))}
+        | {f"removed: {REMOVED_COLUMNS[r_]}": str(int(r[f"n_{r_}"])) for r_ in shown_reasons}
+        for s, r in tab.iterrows()])
+    return md + (f"\nShare of images whose gain-matched V_eq decreases monotonically over severities "
+                 f"{tab.index.min()}–{tab.index.max()}: {fmt(100 * tab.attrs['monotone_share'], 0)} % (of "
+                 f"{tab.attrs['monotone_n']} images with a V_eq at every severity). Depth: {depth_backend}"
+                 + (" (approximate: metres rest on the assumed depth scale)." if approximate else "."))
