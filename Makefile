@@ -44,7 +44,7 @@ env:
 	  echo "$$want" > $(STAMP); \
 	fi
 
-## demo: the study on a small sample, end to end (select → depth → readout → analyse → paper)
+## demo: the study on a small sample, end to end (select → depth → readout → analyse → beyond → paper)
 demo: env
 	@$(CONFIG_CHECK) $(ARGS)
 	$(SNAKE) $(ARGS)

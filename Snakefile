@@ -394,16 +394,15 @@ rule analyse:
         nb="notebooks/04_analyse.py",
         done=[f for slug in SLUG2MODEL for f in readout_done(slug)],
         monitor=rules.monitor.output,
+    # what the notebook writes is declared in the library (murk.report.analysis_tables / analysis_figures: the
+    # tables its cells are labelled with, the figures its show() accepts), not listed here
     output:
-        numbers=f"{OUT}/paper_numbers.json",
-        figures=expand(f"{OUT}/figures/{{name}}_{{task}}.{{ext}}",
-                       name=["accuracy", "confidence", "verbal", "abstain", "reliability", "abstain2",
-                             "signals"], task=["t2", "t3"], ext=["png", "pdf"])
-        + expand(f"{OUT}/figures/{{name}}.{{ext}}", name=["blind_spot", "nominal_t2", "examples_t2", "monitor_vhat",
-                                                           "reliability_recal", "risk_coverage"],
-                 ext=["png", "pdf"]),
+        numbers=f"{OUT}/analysis/numbers-study.json",
+        figures=expand(f"{OUT}/figures/{{name}}.{{ext}}", name=murk_report.analysis_figures("04_analyse"),
+                       ext=["png", "pdf"]),
         scores=f"{OUT}/analysis/scores.nc",
-        tables=expand(f"{OUT}/analysis/{{t}}.md", t=murk_report.ANALYSIS_TABLES),  # the notebook writes these
+        crossings=f"{OUT}/analysis/crossings.nc",
+        tables=expand(f"{OUT}/analysis/{{t}}.md", t=murk_report.analysis_tables("04_analyse")),
         cube=directory(f"{OUT}/cube.zarr"),
     log:
         f"{RUNNING}/04_analyse.ipynb",
@@ -415,15 +414,42 @@ rule analyse:
         STAGE
 
 
+# The analysis beyond the spec (the monitor, recalibration, risk-coverage) reads the study's cube, crossings and
+# numbers fragment (made by the same job as the cube). The cube and crossings are ancient(): the study's notebook
+# edited and run again leaves this job as it is (each notebook merges the two numbers fragments into the numbers
+# file, murk.report.merge_numbers); new read-outs (its other inputs) run both again. The study's numbers fragment is
+# not declared here: an ancient() flag on it would also keep the paper, which depends on it, from running again.
+rule beyond:
+    input:
+        nb="notebooks/05_beyond.py",
+        done=[f for slug in SLUG2MODEL for f in readout_done(slug)],
+        monitor=rules.monitor.output,
+        cube=ancient(rules.analyse.output.cube),
+        crossings=ancient(rules.analyse.output.crossings),
+    output:
+        numbers=f"{OUT}/analysis/numbers-beyond.json",
+        figures=expand(f"{OUT}/figures/{{name}}.{{ext}}", name=murk_report.analysis_figures("05_beyond"),
+                       ext=["png", "pdf"]),
+        tables=expand(f"{OUT}/analysis/{{t}}.md", t=murk_report.analysis_tables("05_beyond")),
+    log:
+        f"{RUNNING}/05_beyond.ipynb",
+    params:
+        argv=as_data(stage_argv()),
+        done_dir=NB,
+    shell:
+        STAGE
+
+
 # The paper embeds its figures and tables from the executed notebooks (the logs of
-# the depth and analyse rules, under {OUT}/notebooks/); the numbers file, the last
-# thing the analyse notebook writes, stands for them.
+# the depth, analyse and beyond rules, under {OUT}/notebooks/); the two numbers
+# fragments, the last thing each analysis notebook writes, stand for them (each
+# notebook merges them into paper_numbers.json, the file the paper reads).
 rule paper:
     input:
         qmd="paper/index.qmd",
         bib="paper/references.bib",
         css="paper/paper.css",
-        numbers=rules.analyse.output.numbers,
+        numbers=[rules.analyse.output.numbers, rules.beyond.output.numbers],
         depth=rules.depth.output.current,
     # update(): a refused render (a numbers file and notebooks of two analyses, murk.report.paper) keeps the
     # previous paper in place instead of Snakemake deleting it

@@ -111,7 +111,7 @@ def _frozen_records_in_tmp(tmp_path_factory):
 @_pytest_tiny.fixture(scope="session")
 def synthetic_paper(tmp_path_factory, request):
     """A synthetic root (tests/synthetic.py: a collapse, a confidence lag, a wording effect) analysed by the
-    analyse notebook through papermill, and its paper rendered: (root, render_paper's result); built once per
+    two analysis notebooks (04_analyse, 05_beyond) through papermill, and its paper rendered: (root, render_paper's result); built once per
     session for all workers (two modules read it), read only."""
     import json
 
@@ -124,6 +124,7 @@ def synthetic_paper(tmp_path_factory, request):
         root = synthetic.write_root(folder / "out")
         # the models as JSON text, as `papermill -p models '[...]'` passes them (issue 20): parsed, not iterated
         stages.run("04_analyse", root, models=json.dumps(synthetic.MODELS))
+        stages.run("05_beyond", root)   # the analysis beyond the spec, from the study's cube
         return root, report.render_paper(output_dir=root, pdf=True)
 
     return _once_for_all_workers(request, tmp_path_factory, "synthetic", build)
@@ -140,6 +141,7 @@ def synthetic_subset(tmp_path_factory):
 
     root = synthetic.write_root(tmp_path_factory.mktemp("synthetic_subset") / "out", **synthetic.SUBSET)
     stages.run("04_analyse", root, models=json.dumps(synthetic.SUBSET["models"]))
+    stages.run("05_beyond", root)   # the analysis beyond the spec, from the study's cube
     return root
 
 
@@ -155,6 +157,7 @@ def synthetic_bare(tmp_path_factory):
 
     root = synthetic.write_root(tmp_path_factory.mktemp("synthetic_bare") / "out", **synthetic.BARE)
     stages.run("04_analyse", root, models=synthetic.BARE["models"])
+    stages.run("05_beyond", root)   # the analysis beyond the spec, from the study's cube
     return root, report.render_paper(output_dir=root, pdf=False)
 
 

@@ -390,7 +390,8 @@ def test_make_paper_refuses_numbers_and_notebook_of_two_analyses(tmp_path, capsy
     cmd = ("python -m murk.pipeline.execute notebooks/04_analyse.py out/notebooks/04_analyse.ipynb "
            "-y 'models: [murk-tiny/smolvlm, {id: murk-tiny/qwen3vl, n_items: 3}]' -p output_dir out")
     assert cmd in err, err
-    assert f"rm {paths.numbers_file(root)}, then make paper ARGS='--config output_dir={root}'" in err
+    frags = " ".join(str(paths.numbers_fragment(s, root)) for s in ("04_analyse", "05_beyond"))
+    assert f"rm {frags}, then make paper ARGS='--config output_dir={root}'" in err
     with pytest.raises(report.MixedPaperError):                         # render_paper refuses the same
         report.render_paper(output_dir=root, pdf=False)
     assert _tree(root) == before
@@ -398,9 +399,19 @@ def test_make_paper_refuses_numbers_and_notebook_of_two_analyses(tmp_path, capsy
     _notebook(nb, {})
     with pytest.raises(report.MixedPaperError, match="none recorded"):
         report.refuse_mixed_paper(root)
-    # a depth notebook of another run than the numbers
+    # the beyond-the-spec notebook (notebooks/05_beyond.py) of another analysis than the numbers: refused too
     _identity_notebook(nb, {"run_id": "r-111111111111", "analysis_id": "a-aaaaaaaaaaaa"})
     assert report.refuse_mixed_paper(root) == {"run_id": "r-111111111111", "analysis_id": "a-aaaaaaaaaaaa"}
+    beyond = _identity_notebook(root / "notebooks" / "05_beyond.ipynb",
+                                {"run_id": "r-111111111111", "analysis_id": "a-bbbbbbbbbbbb"})
+    with pytest.raises(report.MixedPaperError) as e:
+        report.refuse_mixed_paper(root)
+    assert str(beyond) in str(e.value) and "executed beyond notebook" in str(e.value)
+    assert "python -m murk.pipeline.execute notebooks/05_beyond.py out/notebooks/05_beyond.ipynb -p output_dir out" \
+        in str(e.value)
+    _identity_notebook(beyond, {"run_id": "r-111111111111", "analysis_id": "a-aaaaaaaaaaaa"})
+    assert report.refuse_mixed_paper(root) == {"run_id": "r-111111111111", "analysis_id": "a-aaaaaaaaaaaa"}
+    # a depth notebook of another run than the numbers
     _identity_notebook(root / "notebooks" / "02_depth.ipynb", {"run_id": "r-222222222222"})
     with pytest.raises(report.MixedPaperError, match="r-111111111111.*\n.*r-222222222222"):
         report.refuse_mixed_paper(root)
@@ -487,17 +498,26 @@ def _tables_written(notebook_source: str) -> list[str]:
 
 
 def test_the_snakefile_declares_every_table_the_analysis_writes():
-    """The analyse rule's tables are murk.paper.ANALYSIS_TABLES (derived, not hand-listed); the notebook
-    writes exactly those: a table added to the notebook and not to the list fails here (and at run time,
-    in its show_table)."""
-    source = (paths.project_root() / "notebooks" / "04_analyse.py").read_text(encoding="utf-8")
-    written = _tables_written(source)
-    assert len(written) == len(set(written)) == 23
-    assert set(written) == set(_spec_map.ANALYSIS_TABLES)
-    planted = source + '\nshow_table(md, "planted")\n'
-    assert set(_tables_written(planted)) != set(_spec_map.ANALYSIS_TABLES)
+    """The analyse and beyond rules' tables are murk.report.analysis_tables of their notebooks (derived from the
+    labels each holds, not hand-listed); each notebook writes exactly those, and together murk.report.ANALYSIS_TABLES:
+    a table added to a notebook and not to the list fails here (and at run time, in its show_table)."""
+    from murk.report import _analyses as analyses
+
+    written = {}
+    for stage in ("04_analyse", "05_beyond"):
+        source = (paths.project_root() / "notebooks" / f"{stage}.py").read_text(encoding="utf-8")
+        written[stage] = _tables_written(source)
+        assert len(written[stage]) == len(set(written[stage]))
+        assert set(written[stage]) == set(analyses.analysis_tables(stage)), stage
+        planted = source + '\nshow_table(md, "planted")\n'
+        assert set(_tables_written(planted)) != set(analyses.analysis_tables(stage))
+    assert len(written["04_analyse"]) + len(written["05_beyond"]) == 23
+    assert set(written["04_analyse"]) | set(written["05_beyond"]) == set(_spec_map.ANALYSIS_TABLES)
     snakefile = (paths.project_root() / "Snakefile").read_text(encoding="utf-8")
-    assert 't=murk_report.ANALYSIS_TABLES' in snakefile and '"tbl-crossings"' not in snakefile
+    for stage in ("04_analyse", "05_beyond"):
+        assert f't=murk_report.analysis_tables("{stage}")' in snakefile
+        assert f'name=murk_report.analysis_figures("{stage}")' in snakefile
+    assert '"tbl-crossings"' not in snakefile and '"blind_spot"' not in snakefile
 
 
 def test_the_spec_map_check_notices_each_gap():
@@ -557,9 +577,13 @@ def test_the_introduction_lists_the_contributions_from_the_run():
     intro = text.split("\n# Introduction\n", 1)[1].split("\n# Related work", 1)[0]
     items = re.findall(r"^\(([ivx]+)\) `\{python\} N\[\"(intro\.contribution\.[a-z]+)\"\]`\s*$", intro, flags=re.M)
     assert [i for i, _ in items] == ["i", "ii", "iii", "iv"], intro
-    src = (paths.project_root() / "notebooks" / "04_analyse.py").read_text(encoding="utf-8")
+    # generated by murk.report.contributions, which the analyse notebook's cell records, not typed
+    src = (paths.project_root() / "lib" / "murk" / "report" / "_abstract.py").read_text(encoding="utf-8")
     for _, k in items:
-        assert f'record("{k}"' in src, k   # written by the analyse notebook, not typed
+        assert f'record("{k}"' in src, k
+    nb = (paths.project_root() / "notebooks" / "04_analyse.py").read_text(encoding="utf-8")
+    cell = nb.split("#| label: num-contributions\n", 1)[1].split("\n# %%", 1)[0]
+    assert "report.contributions(" in cell and "record(k, text)" in cell
 
 
 def _rendered_texts(res) -> tuple[str, str]:

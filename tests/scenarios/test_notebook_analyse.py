@@ -12,7 +12,6 @@ import xarray as xr
 
 from murk import report
 from murk.core import _paths as paths
-from murk.report import paper
 from murk.scene import _physics as physics
 
 import stages
@@ -147,17 +146,18 @@ def _visible(html: str) -> str:
     return " ".join(html_lib.unescape(re.sub(r"<[^>]+>", "", html)).split())
 
 
-def _source_labels() -> set[str]:
-    """The cell labels of notebooks/04_analyse.py (jupytext percent cells, ``#| label: …``)."""
+def _source_labels(stages_=("04_analyse", "05_beyond")) -> set[str]:
+    """The cell labels of the analysis notebooks (jupytext percent cells, ``#| label: …``)."""
     import jupytext
 
-    nb = jupytext.read(stages.ROOT / "notebooks" / "04_analyse.py")
-    return {report.cell_options(c.source).get("label") for c in nb.cells if c.cell_type == "code"} - {None}
+    return {report.cell_options(c.source).get("label") for stage in stages_
+            for c in jupytext.read(stages.ROOT / "notebooks" / f"{stage}.py").cells if c.cell_type == "code"} - {None}
 
 
 def test_every_number_names_the_cell_that_recorded_it(root, numbers):
     """Issue 23: every key of the numbers file (all the paper cites among them, f-string keys included) has a
-    provenance entry naming a cell label of notebooks/04_analyse.py, and the cell it names records it."""
+    provenance entry naming a cell label of the analysis notebooks (04_analyse.py, 05_beyond.py), and the cell it
+    names records it."""
     import jupytext
 
     prov = report.load_provenance(paths.numbers_file(root))
@@ -170,12 +170,18 @@ def test_every_number_names_the_cell_that_recorded_it(root, numbers):
     # f-string keys too: a finding sentence and a per-model key name the cells that build them
     assert prov["finding.rq1.fog.t2"] == "num-rq1" and prov[f"option_mass.{KEY}.t2"] == "num-option-mass"
     assert prov["cfg.sweep"] == "num-scores" and prov["version.numpy"] == "num-numbers-file"
+    # a number of the analysis beyond the spec names its cell in notebooks/05_beyond.py
+    assert prov["monitor.threshold_m"] == "num-monitor" and "num-monitor" in _source_labels(("05_beyond",))
+    assert "num-monitor" not in _source_labels(("04_analyse",))
     # docs/paper.md's tracing recipe gives what it says it gives
     readme = (stages.ROOT / "docs" / "paper.md").read_text(encoding="utf-8")
     assert "load_provenance()['finding.rq1.fog.t2']" in readme and f"-> {prov['finding.rq1.fog.t2']}:" in readme
     # the named cell is where the key is set: its source records the key's stem (or calls the helper that does)
     src = {report.cell_options(c.source).get("label"): c.source
            for c in jupytext.read(stages.ROOT / "notebooks" / "04_analyse.py").cells if c.cell_type == "code"}
+    src_beyond = {report.cell_options(c.source).get("label"): c.source
+                  for c in jupytext.read(stages.ROOT / "notebooks" / "05_beyond.py").cells if c.cell_type == "code"}
+    assert '"monitor.threshold_m"' in src_beyond[prov["monitor.threshold_m"]]
     for key in ("n_items", "cfg.koschmieder", "abstract", "run_id"):
         assert f'"{key}"' in src[prov[key]], (key, prov[key])
 
@@ -224,7 +230,10 @@ def test_the_html_links_every_cited_number_to_its_cell(root, numbers, synthetic_
     for target, anchor, key, cell in links:
         assert anchor == cell == prov[key], key
         f = res["html"].parent / target
-        assert f.is_file() and f.name == "04_analyse.html", target
+        # a number links to the view of the notebook whose cell recorded it
+        home = "05_beyond.html" if anchor in _source_labels(("05_beyond",)) - _source_labels(("04_analyse",)) \
+            else "04_analyse.html"
+        assert f.is_file() and f.name == home, (target, anchor)
         page = pages.setdefault(target, f.read_text(encoding="utf-8"))
         text = _element_text(page, anchor)
         assert text is not None, f"{target} has no anchor #{anchor} (for {key})"
@@ -234,13 +243,17 @@ def test_the_html_links_every_cited_number_to_its_cell(root, numbers, synthetic_
     assert "fig-signals-t2" in (_element_text(view, "fig-signals-t2") or "")
     assert "data:image/png;base64," in view and "nb-cell" in view
     # each embedded figure and table links to its cell in the view, which holds that cell
+    assert "05_beyond.html" in pages   # the numbers of the analysis beyond the spec link to its view
     for nb, label in report.EMBED_RE.findall((stages.ROOT / "paper" / "index.qmd").read_text(encoding="utf-8")):
-        if nb.endswith("04_analyse.ipynb"):
-            assert f'href="04_analyse.html#{label}"' in html, label
-            assert f"#| label: {label}\n" in (_element_text(view, label) or ""), label
+        for stage in ("04_analyse", "05_beyond"):
+            if nb.endswith(f"{stage}.ipynb"):
+                assert f'href="{stage}.html#{label}"' in html, label
+                view_ = (res["html"].parent / f"{stage}.html").read_text(encoding="utf-8")
+                assert f"#| label: {label}\n" in (_element_text(view_, label) or ""), label
     # the PDF names the cell of every cited number (a footnote per paragraph)
     typ = (res["html"].parent / "index.typ").read_text(encoding="utf-8")
     assert "#footnote[From `notebooks/04_analyse.py`, cell `num-rq1`" in typ
+    assert "`notebooks/05_beyond.py`, cell `num-monitor`" in typ   # a beyond number's footnote names its notebook
     assert {prov[k] for k in cited} <= set(re.findall(r"cell `([^`]+)`", typ))
     if shutil.which("pdftotext"):
         import subprocess
@@ -788,7 +801,8 @@ def test_one_analysis_identity_in_every_artifact_and_a_mixed_paper_refused(root,
               str(paths.notebooks_out_dir(copy) / "04_analyse.ipynb"),
               "python -m murk.pipeline.execute notebooks/04_analyse.py out/notebooks/04_analyse.ipynb -y 'models: [org/synthetic-a]' "
               "-p output_dir out",
-              f"rm {paths.numbers_file(copy)}, then make paper"):
+              f"rm {paths.numbers_fragment('04_analyse', copy)} {paths.numbers_fragment('05_beyond', copy)}, then "
+              "make paper"):
         assert s in r.stderr, (s, r.stderr)
 
 

@@ -77,7 +77,8 @@ def test_products(demo):
     text = _text(html)
     lost = [k for k in cited if _plain(numbers[k]) not in text]
     assert lost == [], f"cited numbers missing from the HTML: {lost}"
-    for nb in ("01_select", "02_depth", *(f"03_readout-{paths.model_slug(m)}" for m in stages.DEMO_N), "04_analyse"):
+    for nb in ("01_select", "02_depth", *(f"03_readout-{paths.model_slug(m)}" for m in stages.DEMO_N), "04_analyse",
+               "05_beyond"):
         assert (demo / "notebooks" / f"{nb}.ipynb").is_file(), nb
     # the paper's figures and tables are the executed notebooks' cell outputs, each linked to its notebook
     embedded = report.EMBED_RE.findall((ROOT / "paper" / "index.qmd").read_text(encoding="utf-8"))

@@ -57,7 +57,7 @@ def test_by_hand_examples_run_as_printed(demo, tmp_path):
                MPLBACKEND="Agg", PATH=f"{Path(sys.executable).parent}:{env['PATH']}")
     r = subprocess.run(["bash", "-e", "-c", block], cwd=work, env=env, capture_output=True, text=True, timeout=1500)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
-    for nb in ("03_readout-mine.ipynb", "04_analyse.ipynb"):  # the analyse notebook where the paper embeds from
+    for nb in ("03_readout-mine.ipynb", "04_analyse.ipynb", "05_beyond.ipynb"):  # where the paper embeds from
         assert (work / "outputs" / "notebooks" / nb).is_file(), nb
     models = re.search(r"-y 'models: \[(.*?)\]'", block).group(1).split(", ")
     cube_ = xr.open_zarr(work / "outputs" / "cube.zarr")
@@ -74,7 +74,8 @@ def test_by_hand_examples_run_as_printed(demo, tmp_path):
     assert numbers["run_id"] == run
     for nb in ("01_select", "02_depth", "03_readout-mine", "03b_monitor", "04_analyse"):
         assert report.notebook_identity(out / "notebooks" / f"{nb}.ipynb")["run_id"] == run, nb
-    assert report.notebook_identity(out / "notebooks" / "04_analyse.ipynb")["analysis_id"] == numbers["analysis_id"]
+    for nb in ("04_analyse", "05_beyond"):
+        assert report.notebook_identity(out / "notebooks" / f"{nb}.ipynb")["analysis_id"] == numbers["analysis_id"], nb
     assert _figure_files._file_identity(out / "figures" / "scene_levels.png") == {"run_id": run}
     assert _figure_files._file_identity(out / "figures" / "accuracy_t2.png") == {"run_id": run,
                                                                           "analysis_id": numbers["analysis_id"]}
@@ -92,7 +93,8 @@ def test_by_hand_examples_run_as_printed(demo, tmp_path):
     assert demo_id != numbers["analysis_id"] and demo_id in r.stderr and numbers["analysis_id"] in r.stderr
     analyse_cmd = next(c for c in re.sub(r"\s*\\\n\s*", " ", block).splitlines() if "04_analyse.py" in c)
     assert analyse_cmd.strip() in r.stderr, (analyse_cmd, r.stderr)      # the fix: the docs' command as printed
-    assert "rm " + str(paths.numbers_file(out)) + ", then make paper" in r.stderr
+    frags = " ".join(str(paths.numbers_fragment(s_, out)) for s_ in ("04_analyse", "05_beyond"))
+    assert "rm " + frags + ", then make paper" in r.stderr
     mine.write_bytes(kept)
     # the paper rendered afterwards (make paper's converter) takes its text and its embedded tables from this run
     r = subprocess.run([sys.executable, "-m", "murk.report.paper", "--output-dir", str(work / "outputs")], cwd=work, env=env,

@@ -310,7 +310,7 @@ def test_no_executed_notebook_of_the_demo_shows_an_error_or_a_warning(demo):
     and no warning on stderr (numpy's `All-NaN slice` showed in cell tbl-monitor-gate), but the one the read-out
     shows by design for random weights (stages.EXPECTED_WARNINGS); and the check finds a warning where there is one."""
     executed = sorted((demo / "notebooks").glob("*.ipynb"))
-    assert {p.stem for p in executed} >= {"01_select", "02_depth", "03b_monitor", "04_analyse"}, executed
+    assert {p.stem for p in executed} >= {"01_select", "02_depth", "03b_monitor", "04_analyse", "05_beyond"}, executed
     problems = [p for nb in executed for p in stages.notebook_problems(nb)]
     assert not problems, "\n".join(problems)
     said = ("/x/numpy/lib/_nanfunctions_impl.py:1396: RuntimeWarning: All-NaN slice encountered\n"

@@ -12,9 +12,10 @@ Layout
 ``outputs/depth/``        metric depth per image, cached (stage *depth*)
 ``outputs/readout/``      one zarr store per model (stage *readout*)
 ``outputs/cube.zarr``     the merged result cube (stage *analyse*)
-``outputs/analysis/``     tables of the analysis
+``outputs/analysis/``     tables of the analysis, and the numbers fragment of each
+                          analysis notebook (``numbers-study.json``, ``numbers-beyond.json``)
 ``outputs/figures/``      figures (PNG and PDF)
-``outputs/paper_numbers.json``  the flat numbers file the paper reads
+``outputs/paper_numbers.json``  the flat numbers file the paper reads (the fragments merged)
 ``outputs/notebooks/``    executed notebooks (the audit trail)
 ``outputs/checkpoints/``  tiny offline checkpoints built by murk
 ``outputs/paper/``        the converted paper (HTML, PDF)
@@ -135,6 +136,25 @@ def figures_dir(root: str | os.PathLike | None = None) -> Path:
 
 def numbers_file(root: str | os.PathLike | None = None) -> Path:
     return output_dir(root) / "paper_numbers.json"
+
+
+#: the analysis notebooks (``notebooks/<stage>.py``), in the order they run, -> the numbers fragment each writes
+#: under ``analysis/`` (merged into :func:`numbers_file` by ``murk.report.merge_numbers``)
+NUMBERS_FRAGMENTS = {"04_analyse": "numbers-study.json", "05_beyond": "numbers-beyond.json"}
+
+
+def numbers_fragment(stage: str, root: str | os.PathLike | None = None) -> Path:
+    """The numbers fragment an analysis notebook writes: ``<root>/analysis/numbers-study.json`` (``04_analyse``) or
+    ``numbers-beyond.json`` (``05_beyond``).
+
+    Raises
+    ------
+    ValueError
+        If ``stage`` is not an analysis notebook.
+    """
+    if stage not in NUMBERS_FRAGMENTS:
+        raise ValueError(f"{stage!r} is not an analysis notebook: one of {', '.join(NUMBERS_FRAGMENTS)}")
+    return analysis_dir(root) / NUMBERS_FRAGMENTS[stage]
 
 
 def notebooks_out_dir(root: str | os.PathLike | None = None) -> Path:

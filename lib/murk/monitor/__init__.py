@@ -55,6 +55,12 @@ from murk.monitor._evaluation import (  # noqa: F401
     threshold_at_coverage,
     compare_at_equal_coverage,
 )
+from murk.monitor._bands import (  # noqa: F401
+    vhat_band,
+    at_temperature_bound,
+    paired_w,
+    held_out_units,
+)
 from murk.monitor._recalibration import (  # noqa: F401
     SUM_TOL,
     T_BOUNDS,
@@ -117,4 +123,8 @@ __all__ = [
     "option_confidence",
     "recalibrate",
     "model_halves",
+    "vhat_band",
+    "at_temperature_bound",
+    "paired_w",
+    "held_out_units",
 ]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Mapping
 
 from murk import core
-from murk.report._cells import EMBED_RE
+from murk.report._cells import EMBED_RE, notebook_cells
 from murk.report._format import NOT_COMPUTED
 from murk.report._numbers import load_numbers, load_provenance
 from murk.report._resolve import refuse_mixed_paper, resolve_qmd, stamp_html
@@ -239,9 +239,11 @@ def sources_into_table_captions(md: str) -> str:
     return _TABLE_SOURCE_RE.sub(lambda m: f"{m.group(1)} {m.group(5)}{m.group(2)}\n{m.group(4)}\n", md)
 
 
-def _cite_typst(md: str, cites: list[tuple[str, str]], source: str) -> str:
+def _cite_typst(md: str, cites: list[tuple[str, str]], source) -> str:
     """The PDF's form of the cited numbers: the values as they are, and in each block of text (a paragraph)
-    that cites numbers one footnote naming their cells and keys (at the end of the sentence of its last one)."""
+    that cites numbers one footnote naming their cells and keys (at the end of the sentence of its last one).
+    ``source`` is the notebook the cells are in: one path, or a callable giving a cell label's notebook."""
+    source_of = source if callable(source) else (lambda label: source)
     blocks = re.split(r"(\n[ \t]*\n)", md)
     out = []
     for block in blocks:
@@ -249,19 +251,22 @@ def _cite_typst(md: str, cites: list[tuple[str, str]], source: str) -> str:
         if not found:
             out.append(block)
             continue
-        by_cell: dict[str, list[str]] = {}
+        by_cell: dict[tuple[str, str], list[str]] = {}   # (notebook, label) -> keys
         for m in found:
             key, label = cites[int(m.group(1))]
-            by_cell.setdefault(label, [])
-            if key not in by_cell[label]:
-                by_cell[label].append(key)
-        note = "; ".join(f"cell `{label}` (" + ", ".join(f"`{k}`" for k in keys) + ")"
-                         for label, keys in by_cell.items())
+            by_cell.setdefault((source_of(label), label), [])
+            if key not in by_cell[(source_of(label), label)]:
+                by_cell[(source_of(label), label)].append(key)
+        by_source: dict[str, list[str]] = {}
+        for (src, label), keys in by_cell.items():
+            by_source.setdefault(src, []).append(f"cell `{label}` (" + ", ".join(f"`{k}`" for k in keys) + ")")
+        note = "; ".join(f"{'from' if i else 'From'} `{src}`, " + "; ".join(cells)
+                         for i, (src, cells) in enumerate(by_source.items()))
         # the footnote mark goes at the end of the sentence of the last number (else right after it)
         end = found[-1].end()
         stop = re.compile(r"[.!?][)\]]?(?=\s|$)").search(block, end)
         at = stop.end() if stop and "\n\n" not in block[end:stop.end()] and ":::" not in block[end:stop.end()] else end
-        block = block[:at] + f"^[From `{source}`, {note}.]" + block[at:]
+        block = block[:at] + f"^[{note}.]" + block[at:]
         out.append(_CITE_RE.sub(lambda m: m.group(2), block))
     return "".join(out)
 
@@ -330,8 +335,14 @@ def render_paper(qmd: str | os.PathLike | None = None, output_dir: str | os.Path
             views[nb] = notebook_view(f, out / view_name(f))
     cites: list[tuple[str, str]] = []
 
+    # a number links to the view of the analysis notebook whose cell recorded it (04_analyse or 05_beyond)
+    home: dict[str, str] = {}   # label -> the analysis notebook that holds it
+    for nb in (f"{stage}.ipynb" for stage in core.NUMBERS_FRAGMENTS if f"{stage}.ipynb" in views):
+        for label in notebook_cells(core.notebooks_out_dir(root) / nb):
+            home.setdefault(label, nb)
+
     def cite(key: str, value: str) -> str:
-        if key not in prov or analyse_nb.name not in views:
+        if key not in prov or home.get(prov[key], analyse_nb.name) not in views:
             return value
         cites.append((key, prov[key]))
         return f"\x02{len(cites) - 1}\x1f{value}\x03"
@@ -341,8 +352,10 @@ def render_paper(qmd: str | os.PathLike | None = None, output_dir: str | os.Path
     if missing:
         print(f"paper: {NOT_COMPUTED} (notebook missing): {missing}")
     md_marked = crossref(resolved)
-    href = view_name(analyse_nb)
-    md = _CITE_RE.sub(lambda m: _cite_html(m.group(2), *cites[int(m.group(1))], f"{href}#{cites[int(m.group(1))][1]}"),
+    def href(label: str) -> str:
+        return f"{view_name(home.get(label, analyse_nb.name))}#{label}"
+
+    md = _CITE_RE.sub(lambda m: _cite_html(m.group(2), *cites[int(m.group(1))], href(cites[int(m.group(1))][1])),
                       md_marked)
     figs = _figure_paths(md)
     absent = [f for f in figs if not Path(f).is_file()]
@@ -374,7 +387,8 @@ def render_paper(qmd: str | os.PathLike | None = None, output_dir: str | os.Path
         # captions numbered in citation order (crossref); Typst's own numbering is off; each paragraph that
         # cites numbers names their cells in a footnote
         # a figure keeps its "Source:" line after it (TYPST_HEADER: sticky), a table carries it in its caption
-        md_typ = sources_into_table_captions(_cite_typst(md_marked, cites, "notebooks/04_analyse.py"))
+        md_typ = sources_into_table_captions(_cite_typst(
+            md_marked, cites, lambda label: f"notebooks/{Path(home.get(label, analyse_nb.name)).stem}.py"))
         for f in figs:
             src = Path(f)
             shutil.copy2(src, fig_dir / src.name)

@@ -77,20 +77,20 @@ def remake_words(nb_path: str | os.PathLike) -> str:
     """
     nb = Path(nb_path)
     root = nb.parent.parent if nb.parent.name == "notebooks" else core.output_dir()
-    stage = {"02_depth": "depth", "04_analyse": "analyse"}.get(nb.stem)
+    stage = {"02_depth": "depth", "04_analyse": "analyse", "05_beyond": "beyond"}.get(nb.stem)
     if stage is None:
         return f"run the stage notebooks/{nb.stem}.py again into {root} (make demo)"
     od = "" if root.absolute() == core.output_dir().absolute() else f"--config output_dir={root} "
     words = (f"run the command that made this output root again with --forcerun {stage} added, e.g. "
              f"make demo ARGS='{od}--forcerun {stage}' with your other --config settings (Snakemake runs the "
              f"{stage} stage again, which rewrites {nb}, and what follows it)")
-    if stage == "analyse":
+    if stage in ("analyse", "beyond"):
         words += f", or by hand: {_analyse_command(root, nb, None)}"
     return words
 
 
 def _analyse_command(root: Path, nb: Path, models: str | None) -> str:
-    """The by-hand analyse command of docs/stages.md that writes ``nb`` for the output root ``root``."""
+    """The by-hand analyse (or beyond) command of docs/stages.md that writes ``nb`` for the output root ``root``."""
     def shown(p: Path) -> str:
         try:
             return p.relative_to(Path.cwd()).as_posix()
@@ -99,7 +99,9 @@ def _analyse_command(root: Path, nb: Path, models: str | None) -> str:
 
     y = f" -y {shlex.quote(f'models: {models}')}" if models else ""
     od = "" if root == core.output_dir() else f" -p output_dir {shlex.quote(shown(root))}"
-    return f"python -m murk.pipeline.execute notebooks/04_analyse.py {shlex.quote(shown(nb))}{y}{od}"
+    stage = "05_beyond" if nb.stem.startswith("05_beyond") else "04_analyse"
+    y = "" if stage == "05_beyond" else y   # the beyond notebook takes the study's models
+    return f"python -m murk.pipeline.execute notebooks/{stage}.py {shlex.quote(shown(nb))}{y}{od}"
 
 
 def refuse_mixed_paper(output_dir: str | os.PathLike | None = None) -> dict[str, str]:
@@ -127,12 +129,13 @@ def refuse_mixed_paper(output_dir: str | os.PathLike | None = None) -> dict[str,
     ------
     MixedPaperError
         (a ValueError) If ``04_analyse.ipynb`` exists and its analysis identity is not
-        the numbers file's (or either records none), or ``02_depth.ipynb`` exists and
-        records another run identity than the numbers file. The one message names both
-        files, both identities and the fix: re-run the analyse stage so that it writes
-        both (docs/stages.md's by-hand command, python -m murk.pipeline.execute, which writes
-        ``outputs/notebooks/04_analyse.ipynb``), or remove the numbers file and run
-        ``make paper`` (Snakemake then re-runs the analyse stage).
+        the numbers file's (or either records none), the same for ``05_beyond.ipynb``, or
+        ``02_depth.ipynb`` exists and records another run identity than the numbers file.
+        The one message names both files, both identities and the fix: re-run that stage so
+        that it writes both (docs/stages.md's by-hand command, python -m murk.pipeline.execute,
+        which writes ``outputs/notebooks/04_analyse.ipynb``), or remove the two numbers
+        fragments (``analysis/numbers-study.json``, ``numbers-beyond.json``) and run ``make
+        paper`` (Snakemake then re-runs the analysis stages).
     """
     root = core.output_dir(output_dir)
     numbers_path = core.numbers_file(root)
@@ -141,12 +144,14 @@ def refuse_mixed_paper(output_dir: str | os.PathLike | None = None) -> dict[str,
     numbers = load_numbers(numbers_path)
     got = {"run_id": str(numbers.get("run_id", "")), "analysis_id": str(numbers.get("analysis_id", ""))}
     nb_dir = core.notebooks_out_dir(root)
-    nb = nb_dir / "04_analyse.ipynb"
 
     def said(x: str) -> str:
         return x or "none recorded (written by an older murk)"
 
-    if nb.is_file():
+    for nb in (nb_dir / f"{stage}.ipynb" for stage in core.NUMBERS_FRAGMENTS):   # the study's, then beyond the spec
+        if not nb.is_file():
+            continue
+        which = "analyse" if nb.stem == "04_analyse" else "beyond"
         ident = notebook_identity(nb) or {}
         have = str(ident.get("analysis_id") or "")
         if not (have and got["analysis_id"] and have == got["analysis_id"]):
@@ -164,15 +169,15 @@ def refuse_mixed_paper(output_dir: str | os.PathLike | None = None) -> dict[str,
             make_paper = "make paper" if root == core.output_dir() else f"make paper ARGS='--config output_dir={root}'"
             raise MixedPaperError(
                 f"make paper (python -m murk.report.paper) refuses to render the paper of {root}: its numbers file and the "
-                f"executed analyse notebook it embeds tables and figures from come from different analyses (the "
+                f"executed {which} notebook it embeds tables and figures from come from different analyses (the "
                 f"text would say one thing and the tables and figures another):\n"
                 f"  {numbers_path}: analysis identity {said(got['analysis_id'])}{num_note}\n"
                 f"  {nb}: analysis identity {said(have)}{nb_note}\n"
-                f"Nothing was written. Fix: re-run the analyse stage so that it writes both, one of:\n"
+                f"Nothing was written. Fix: re-run the {which} stage so that it writes both, one of:\n"
                 f"  (1) by hand, as docs/stages.md shows, writing the executed notebook to {nb}:\n"
                 f"      {_analyse_command(root, nb, models_yaml)}\n"
-                f"  (2) rm {numbers_path}, then {make_paper} (Snakemake re-runs the analyse stage with the run "
-                f"settings' models).")
+                f"  (2) rm {' '.join(str(core.numbers_fragment(s_, root)) for s_ in core.NUMBERS_FRAGMENTS)}, then {make_paper} "
+                f"(Snakemake re-runs the analyse and beyond stages with the run settings' models).")
     depth_nb = nb_dir / "02_depth.ipynb"
     if depth_nb.is_file() and got["run_id"]:
         have = str((notebook_identity(depth_nb) or {}).get("run_id") or "")

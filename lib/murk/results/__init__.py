@@ -4,7 +4,8 @@ blind-spot width), the scores dataset of the analysis and the diagnostics.
 Layer 6 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
 pipeline). It may import the layers below it: core, scene, protocol, offline, readout. The names below are its
 public surface; the modules behind it (``_analysis``, ``_bootstrap``, ``_calibration``, ``_cube``,
-``_diagnostics``, ``_metrics``, ``_multiplicity``, ``_selective``, ``_store_repair``) are its implementation.
+``_diagnostics``, ``_metrics``, ``_multiplicity``, ``_paired``, ``_rates``, ``_selective``, ``_store_repair``) are its
+implementation.
 """
 
 from __future__ import annotations
@@ -113,6 +114,13 @@ from murk.results._selective import (  # noqa: F401
     selective_risk_coverage,
     coverage_risk_of_sums,
 )
+from murk.results._paired import (  # noqa: F401
+    paired_difference,
+)
+from murk.results._rates import (  # noqa: F401
+    pooled_rates,
+    per_image,
+)
 
 __all__ = [
     "write_missing",
@@ -201,4 +209,7 @@ __all__ = [
     "coverage_risk_of_sums",
     "monotonicity",
     "monotonicity_da",
+    "paired_difference",
+    "pooled_rates",
+    "per_image",
 ]
