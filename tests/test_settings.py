@@ -258,7 +258,7 @@ def test_a_relative_output_dir_ends_in_one_folder_for_snakemake_and_the_notebook
     assert out.count(" to read out (") == 1
     assert "output: rel/items.json" in out  # Snakemake's files: relative to its working directory
     commands = [ln for ln in out.splitlines() if "murk.pipeline.execute " in ln or "murk.report.paper" in ln]
-    assert len(commands) == 6 and all(f"-r output_dir {root} " in c for c in commands if "murk.pipeline.execute" in c)
+    assert len(commands) == 7 and all(f"-r output_dir {root} " in c for c in commands if "murk.pipeline.execute" in c)
     assert f"python -m murk.report.paper --output-dir {root}" in out
     assert paths.output_dir(str(root)) == root != paths.output_dir("rel")  # what murk would have made of "rel"
     assert not root.exists() and not (ROOT / "rel").exists()

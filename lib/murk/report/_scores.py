@@ -50,12 +50,16 @@ def record_scores(numbers: Numbers, sc: xr.Dataset, cross: xr.Dataset, models: S
         x = sc[var].sel(**sel)
         return tuple(float(x.sel(stat=s)) for s in STATS)
 
+    def vis(arm: str):   # the level's visibility on this arm (the cube's coordinate is per arm)
+        v = sc["visibility_m"]
+        return v.sel(arm=arm) if "arm" in v.dims else v
+
     for m in models:
         k = key(m)
         for arm in physical:
             for task in sc["task"].values:
                 for lvl in sc["level"].values:
-                    labels = [level_label(sc["visibility_m"].sel(arm=arm, level=lvl))] + (["end"] if lvl == end else [])
+                    labels = [level_label(vis(arm).sel(level=lvl))] + (["end"] if lvl == end else [])
                     cell = dict(model=m, arm=arm, level=lvl, task=task)
                     for lab in labels:
                         for ro in sc["readout"].values:
