@@ -22,9 +22,9 @@ ARGS ?=
 TEST_WORKERS ?= 3
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 SNAKE := PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(or $(CORES),1)
-# the --configfile files among the arguments, checked before Snakemake reads them (murk.settings.check_configfile:
+# the --configfile files among the arguments, checked before Snakemake reads them (murk.core.check_configfile:
 # Snakemake's own loader says "mix whitespace and tab" of a file with a Python tag, naming neither)
-CONFIG_CHECK := $(BIN)/python -m murk.settings
+CONFIG_CHECK := $(BIN)/python -m murk.core.settings
 # JupyterLab refuses to start as root (containers) unless told
 LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
@@ -35,7 +35,7 @@ env:
 	@want="$(PINS_HASH) $(CURDIR)"; \
 	if [ "$$(cat $(STAMP) 2>/dev/null)" != "$$want" ]; then \
 	  set -e; \
-	  echo "== setting up $(VENV) (first time: about 6.9 GB and 10-15 min; see README)"; \
+	  echo "== setting up $(VENV) (first time: about 6.9 GB and 10-15 min; see docs/setup.md)"; \
 	  test -x $(BIN)/python || $(PYTHON) -m venv $(VENV); \
 	  $(BIN)/python -m pip install --quiet --upgrade pip; \
 	  if [ -n "$(TORCH_INDEX)" ]; then $(BIN)/python -m pip install --quiet --index-url $(TORCH_INDEX) $(TORCH_PINS); fi; \
@@ -44,7 +44,7 @@ env:
 	  echo "$$want" > $(STAMP); \
 	fi
 
-## demo: the study on a small sample, end to end (select → depth → readout → analyse → paper)
+## demo: the study on a small sample, end to end (select → depth → readout → analyse → beyond → paper)
 demo: env
 	@$(CONFIG_CHECK) $(ARGS)
 	$(SNAKE) $(ARGS)

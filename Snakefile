@@ -12,55 +12,56 @@ import sys
 
 from snakemake.exceptions import WorkflowError
 
-from murk import design as murk_design
-from murk import settings as murk_settings
-from murk import workflow as murk_workflow
-from murk.paths import model_slug
+from murk import core as murk_core
+from murk import pipeline as murk_pipeline
+from murk import protocol as murk_protocol
+from murk import report as murk_report
+from murk.core import model_slug
 
 configfile: "data/workflow.yaml"
 
-# Offline or not (murk.settings.resolve_offline): MURK_OFFLINE (or HF_HUB_OFFLINE) decides when set; else a short
+# Offline or not (murk.core.resolve_offline): MURK_OFFLINE (or HF_HUB_OFFLINE) decides when set; else a short
 # probe of the hub and COCO (3 s at most): without network the run is the offline demo, said in one line, and its
 # jobs inherit MURK_OFFLINE=1.
-OFFLINE, _OFFLINE_NOTE = murk_settings.resolve_offline()
+OFFLINE, _OFFLINE_NOTE = murk_core.resolve_offline()
 if OFFLINE:
     os.environ["MURK_OFFLINE"] = "1"
-# The run settings are checked before anything runs, also in a dry run (murk.settings.SCHEMA, the keys,
+# The run settings are checked before anything runs, also in a dry run (murk.core.SCHEMA, the keys,
 # types and ranges data/workflow.yaml documents): an unknown key, a wrong type or range, an empty model
 # list or an output_dir that is a file is refused here, naming it as it was typed (--config n_items=abc).
 try:
-    _RUN = murk_settings.check_run_settings(
-        config, murk_settings.setting_origins(list(config), workflow.config_settings.config,
+    _RUN = murk_core.check_run_settings(
+        config, murk_core.setting_origins(list(config), workflow.config_settings.config,
                                               workflow.config_settings.configfiles), OFFLINE, os.getcwd())
 except ValueError as _e:
     raise WorkflowError(str(_e)) from None
 config.update(_RUN.settings)   # normalised: trust_remote_code=true is True, shard_size=null is None
 # the COCO folder: coco_dir, else MURK_COCO_DIR, else (offline) the sample next to the project; offline without
-# any, one line says what to set, before anything is written (murk.settings.resolve_coco_dir)
+# any, one line says what to set, before anything is written (murk.core.resolve_coco_dir)
 try:
-    COCO_DIR, _COCO_NOTE = murk_settings.resolve_coco_dir(config.get("coco_dir"), offline=OFFLINE)
+    COCO_DIR, _COCO_NOTE = murk_core.resolve_coco_dir(config.get("coco_dir"), offline=OFFLINE)
 except ValueError as _e:
     raise WorkflowError(str(_e)) from None
 # OUT: Snakemake's paths (relative to its working directory, as given); OUT_ABS: the same folder, absolute,
-# given to the notebooks and murk.paper (murk.paths.output_dir takes a relative path from the project root).
+# given to the notebooks and murk.report.paper (murk.core.output_dir takes a relative path from the project root).
 OUT, OUT_ABS = _RUN.output_dir, _RUN.output_root
 if workflow.is_main_process:
     # why offline and where COCO comes from (when murk chose), the output root and the models (once, on stderr)
-    murk_settings.announce(_RUN._replace(notes=[n for n in (_OFFLINE_NOTE, _COCO_NOTE) if n] + list(_RUN.notes)))
+    murk_core.announce(_RUN._replace(notes=[n for n in (_OFFLINE_NOTE, _COCO_NOTE) if n] + list(_RUN.notes)))
 
-# One run per output root (murk.runlock): this run holds its root's lock for its lifetime; a second
+# One run per output root (murk.pipeline): this run holds its root's lock for its lifetime; a second
 # run on a root in use is refused, naming the live run. The Snakemake locks a killed run left behind
 # (SIGKILL, power loss, OOM killer) are removed whatever runs on other roots are alive; a live run's
 # are kept. A dry run (make plan) takes no lock and removes nothing; --unlock is refused while a run is alive.
 if workflow.is_main_process:
     try:
-        for _note in murk_workflow.snakefile_run_lock(OUT, os.path.join(os.getcwd(), ".snakemake"),
+        for _note in murk_pipeline.snakefile_run_lock(OUT, os.path.join(os.getcwd(), ".snakemake"),
                                                       dry_run=workflow.output_settings.dryrun, argv=sys.argv):
             print(f"murk: {_note}", file=sys.stderr)
-    except murk_workflow.RootInUse as _e:
+    except murk_pipeline.RootInUse as _e:
         raise WorkflowError(str(_e)) from None
 # A model entry is an id, or {id: ..., n_items: N}: read out on the first N items only
-# (murk.workflow.model_entries, the one parser, applied by murk.settings.check_run_settings above).
+# (murk.core.model_entries, the one parser, applied by murk.core.check_run_settings above).
 MODEL_ENTRIES = _RUN.model_entries
 MODELS = [e.id for e in MODEL_ENTRIES]
 N_OF = {e.id: e.n_items for e in MODEL_ENTRIES}   # model -> its number of items
@@ -72,7 +73,7 @@ if DEPTH_BACKEND == "auto":
     DEPTH_BACKEND = "constant" if OFFLINE else "depth-anything-v2"
 
 
-# one slug function for markers, stores, notebooks and numbers keys (murk.paths.model_slug)
+# one slug function for markers, stores, notebooks and numbers keys (murk.core.model_slug)
 SLUG2MODEL = {}
 for _m in MODELS:
     _s = model_slug(_m)
@@ -85,7 +86,7 @@ NB = f"{OUT}/notebooks"
 # output root). It is moved to NB, the audit trail the paper embeds from, only when the notebook ran
 # to its end: a stage that fails or refuses leaves the output root exactly as it was, and its
 # executed notebook (with the error) stays here, where Snakemake's error message points.
-RUNNING = str(murk_workflow.running_notebooks_dir(OUT))
+RUNNING = str(murk_pipeline.running_notebooks_dir(OUT))
 CWD = os.getcwd()
 
 
@@ -95,7 +96,7 @@ CWD = os.getcwd()
 # Text reaches the notebook as papermill's raw text (-r: never read as a number, a boolean or None), numbers and
 # booleans with -p, a mapping as JSON with -y (papermill reads it with YAML's safe loader).
 def stage_argv(*args):
-    """murk.execute's arguments after NOTEBOOK and OUTPUT, as a list of str: the working folder, the output root
+    """murk.pipeline.execute's arguments after NOTEBOOK and OUTPUT, as a list of str: the working folder, the output root
     and ``args``. An empty argument would vanish from the command (Snakemake's :q leaves empty text unquoted)."""
     argv = ["--cwd", CWD, "-r", "output_dir", OUT_ABS, *(str(a) for a in args)]
     empty = [argv[k - 1] for k, a in enumerate(argv) if a == ""]
@@ -114,58 +115,57 @@ def as_data(value):
 COCO = ["-r", "coco_dir", COCO_DIR] if COCO_DIR else []
 RUN_NAME = ["-r", "run_name", config["run_name"]] if config.get("run_name") else []
 DEVICE = ["-r", "device", config["device"]] if config.get("device") else []
-# the design (murk.design): given to select, which records it in items_meta.json for every later stage
-DESIGN = ["-y", json.dumps({"design": murk_design.design_from_settings(config)}, sort_keys=True)]
+# the design (murk.protocol): given to select, which records it in items_meta.json for every later stage
+DESIGN = ["-y", json.dumps({"design": murk_protocol.design_from_settings(config)}, sort_keys=True)]
 # another design's run compared with this one in the paper's diagnostics (its folder, absolute)
 COMPARE = (["-r", "compare_with", os.path.abspath(os.path.expanduser(config["compare_with"]))]
            if config.get("compare_with") else [])
 
-# papermill, through murk.execute, into the rule's log (under RUNNING); when the notebook ran to its end, the
-# executed notebook moves to NB. murk.execute converts the .py notebook beside the log, draws the stage's progress
-# bars on the terminal (murk.progress) and, for a cell that raised, prints the error, the cell and the log's path.
-STAGE = ("python -m murk.execute {input.nb:q} {log:q} {params.argv:q} "
+# papermill, through murk.pipeline.execute, into the rule's log (under RUNNING); when the notebook ran to its end, the
+# executed notebook moves to NB. murk.pipeline.execute converts the .py notebook beside the log, draws the stage's progress
+# bars on the terminal (murk.core) and, for a cell that raised, prints the error, the cell and the log's path.
+STAGE = ("python -m murk.pipeline.execute {input.nb:q} {log:q} {params.argv:q} "
          "&& mkdir -p {params.done_dir:q} && mv {log:q} {params.done_dir:q}/")
 
 
 # A failed job's update() outputs are restored by Snakemake with a new modification time, which would
 # make the next run redo everything after them; their recorded times are put back on error
-# (murk.workflow.file_states, restore_times): a refusal changes nothing, its time stamps included.
+# (murk.pipeline.file_states, restore_times): a refusal changes nothing, its time stamps included.
 _UPDATED = [f"{OUT}/{f}" for f in ("items.json", "items_meta.json", "depth/current.json",
                                     "analysis/nominal_equivalence.nc", "figures/scene_levels.png", "paper/index.html")]
-_STATES = murk_workflow.file_states(_UPDATED) if workflow.is_main_process else {}
+_STATES = murk_pipeline.file_states(_UPDATED) if workflow.is_main_process else {}
 
 
-_RECORDS = {}   # Snakemake's metadata of the update() outputs when the jobs start (murk.workflow.metadata_records)
+_RECORDS = {}   # Snakemake's metadata of the update() outputs when the jobs start (murk.pipeline.metadata_records)
 
 
 onerror:
-    murk_workflow.restore_times(_STATES)
+    murk_pipeline.restore_times(_STATES)
     # a failed job's params are recorded by Snakemake too: put back the records of the outputs it left unchanged,
     # so that a refused or failed run does not make the next run (with the old settings) re-run the chain
-    murk_workflow.restore_metadata(workflow.persistence, _RECORDS, _STATES)
+    murk_pipeline.restore_metadata(workflow.persistence, _RECORDS, _STATES)
 
 
-# On a SLURM cluster: say so at once when the executor may never see a job end (murk.slurm.status_problem:
+# On a SLURM cluster: say so at once when the executor may never see a job end (murk.pipeline.status_problem:
 # sacct reads a cancelled job as running; squeue forgets finished jobs after the cluster's MinJobAge).
 # Settings are data there too: the SLURM executor re-creates each job's command line from --config through a shell
-# (murk.settings.remote_job_problems), so a value it cannot carry literally is refused before the first submission.
-# Before the first submission (murk.slurm.driver_start): GPU jobs on a cluster without GPUs are refused; the
+# (murk.core.remote_job_problems), so a value it cannot carry literally is refused before the first submission.
+# Before the first submission (murk.pipeline.driver_start): GPU jobs on a cluster without GPUs are refused; the
 # live jobs of a killed earlier driver of this output root are cancelled (pending) or waited for (running).
 onstart:
-    _RECORDS.update(murk_workflow.metadata_records(workflow.persistence, _UPDATED))
+    _RECORDS.update(murk_pipeline.metadata_records(workflow.persistence, _UPDATED))
     if getattr(workflow.executor_plugin, "name", "").endswith("slurm"):
-        _unsafe = murk_settings.remote_job_problems(workflow.config_settings.config_args,
+        _unsafe = murk_core.remote_job_problems(workflow.config_settings.config_args,
                                                     workflow.config_settings.configfiles)
         if _unsafe:
             raise WorkflowError("murk: refused before any job was submitted (nothing was written):\n"
                                 + "\n".join(f"  - {p}" for p in _unsafe))
-        from murk import slurm as murk_slurm
-        _why = murk_slurm.status_problem(getattr(workflow.executor_settings, "status_command", None),
-                                         murk_slurm.min_job_age())
+        _why = murk_pipeline.status_problem(getattr(workflow.executor_settings, "status_command", None),
+                                         murk_pipeline.min_job_age())
         if _why:
             print(f"murk: WARNING {_why}", file=sys.stderr)
         try:
-            murk_slurm.driver_start(workflow, OUT, os.path.join(os.getcwd(), ".snakemake"))
+            murk_pipeline.driver_start(workflow, OUT, os.path.join(os.getcwd(), ".snakemake"))
         except ValueError as _e:
             raise WorkflowError(f"murk: {_e}") from None
 
@@ -176,9 +176,9 @@ rule all:
 
 
 # A selected image is identified by its content: select records each image file's digest
-# (items_meta.json: image_sha256). A file whose content differs now (murk.identity.changed_images,
+# (items_meta.json: image_sha256). A file whose content differs now (murk.core.changed_images,
 # through the root's digest cache; a dry run writes nothing) forces select, as the stale read-out
-# stores are forced (murk.workflow.force_rerun): its new digest is recorded, the depth stage
+# stores are forced (murk.pipeline.force_rerun): its new digest is recorded, the depth stage
 # recomputes that image's map, each read-out store re-reads the images made from it (their recorded
 # input_sha256 differs) and the cube and paper are made again.
 _IMAGES_CHECKED = []
@@ -189,15 +189,14 @@ def rerun_if_images_changed(wildcards):
     if not workflow.is_main_process or _IMAGES_CHECKED:
         return []
     _IMAGES_CHECKED.append(True)
-    from murk import identity as murk_identity
-    cache = murk_identity.DigestCache(murk_identity.cache_file(OUT))
-    changed = murk_identity.changed_images(OUT, cache)
+    cache = murk_core.DigestCache(murk_core.cache_file(OUT))
+    changed = murk_core.changed_images(OUT, cache)
     if not workflow.dryrun:
         cache.save()
     if not changed:
         return []
     items_json = f"{OUT}/items.json"
-    if not murk_workflow.force_rerun(workflow, items_json):  # a Snakemake whose DAG murk cannot force
+    if not murk_pipeline.force_rerun(workflow, items_json):  # a Snakemake whose DAG murk cannot force
         raise WorkflowError(f"murk: {changed[0]} changed since select recorded it; re-make what follows with "
                             f"make demo ARGS='--forcerun {items_json}' (snakemake --forcerun {items_json})")
     for f in changed:
@@ -245,12 +244,12 @@ rule depth:
 
 # The store itself is not a declared output: Snakemake deletes the outputs of a
 # failed job, and the store must survive a killed job so the next run resumes. The
-# declared output is a marker holding the store's content digest (murk.workflow).
-MARK = "python -m murk.workflow mark {output:q}"
+# declared output is a marker holding the store's content digest (murk.pipeline.markers).
+MARK = "python -m murk.pipeline.markers mark {output:q}"
 
 # A marker vouches for its store's content. A store deleted, changed or damaged after its marker
-# was written, or a marker deleted (the README's repair step), forces that read-out while
-# Snakemake builds its job graph (murk.workflow.rerun_reason, force_rerun): the store is re-read
+# was written, or a marker deleted (docs/recovery.md's repair step), forces that read-out while
+# Snakemake builds its job graph (murk.pipeline.rerun_reason, force_rerun): the store is re-read
 # (only what is missing or damaged) and the cube and paper after it are made again, also when
 # they are newer. A dry run (make plan) lists those jobs and changes nothing on disk.
 DOWNSTREAM = [f"{OUT}/cube.zarr", f"{OUT}/paper_numbers.json"]
@@ -264,14 +263,14 @@ def rerun_if_stale(marker_of):
         marker = marker_of(wildcards)
         if not workflow.is_main_process or marker in _FORCED:
             return []
-        why = murk_workflow.rerun_reason(marker, DOWNSTREAM)
+        why = murk_pipeline.rerun_reason(marker, DOWNSTREAM)
         if why is None:
             return []
         _FORCED.add(marker)
-        if not murk_workflow.force_rerun(workflow, marker):  # a Snakemake whose DAG murk cannot force
+        if not murk_pipeline.force_rerun(workflow, marker):  # a Snakemake whose DAG murk cannot force
             raise WorkflowError(f"murk: {why}; re-read it and re-make what follows with "
                                 f"make demo ARGS='--forcerun {marker}' (snakemake --forcerun {marker})")
-        print(f"murk: {why}: {murk_workflow.rerun_words(marker, workflow.dryrun)}", file=sys.stderr)
+        print(f"murk: {why}: {murk_pipeline.rerun_words(marker, workflow.dryrun)}", file=sys.stderr)
         return []
     return check
 
@@ -288,9 +287,9 @@ def readout_argv(wc, shard=None):
 READOUT_PARAMS = dict(model=lambda wc: SLUG2MODEL[wc.slug], n=lambda wc: N_OF[SLUG2MODEL[wc.slug]], device=as_data(DEVICE),
                       n_verbal=config.get("n_verbal_items", 0), trust=bool(config.get("trust_remote_code", False)),
                       pickle=bool(config.get("allow_pickle", False)), done_dir=NB,
-                      # the weights' identity (a local folder's content digest: murk.workflow.checkpoint_identity), not
+                      # the weights' identity (a local folder's content digest: murk.pipeline.checkpoint_identity), not
                       # passed on: Snakemake's params trigger re-runs the read-out of a re-saved checkpoint, and all after it
-                      weights=lambda wc: murk_workflow.checkpoint_identity(SLUG2MODEL[wc.slug], OUT_ABS, offline=OFFLINE,
+                      weights=lambda wc: murk_pipeline.checkpoint_identity(SLUG2MODEL[wc.slug], OUT_ABS, offline=OFFLINE,
                                                                            update_cache=not workflow.dryrun))
 
 # shard_size: null -> one read-out job per model; an integer -> one job per (model, shard),
@@ -301,8 +300,7 @@ SHARD_SIZE = config.get("shard_size")
 
 def readout_resource(key, shard=False):
     """A read-out job's ``runtime`` (min) or ``mem_mb`` from the measured cost of its model's earlier jobs
-    (murk.slurm.model_readout_resources: measured time and peak memory times a margin; more at each retry)."""
-    from murk import slurm as murk_slurm
+    (murk.pipeline.model_readout_resources: measured time and peak memory times a margin; more at each retry)."""
 
     device = str(config.get("device") or "").split(":")[0] or None
 
@@ -311,7 +309,7 @@ def readout_resource(key, shard=False):
         n = int(N_OF[model])
         if shard:  # the shard's own images
             n = max(0, min(int(wildcards.size), n - int(wildcards.shard) * int(wildcards.size)))
-        return murk_slurm.model_readout_resources(os.path.join(OUT_ABS, "readout"), wildcards.slug, model, n,
+        return murk_pipeline.model_readout_resources(os.path.join(OUT_ABS, "readout"), wildcards.slug, model, n,
                                                   device=device, attempt=attempt)[key]
     return get
 
@@ -396,21 +394,15 @@ rule analyse:
         nb="notebooks/04_analyse.py",
         done=[f for slug in SLUG2MODEL for f in readout_done(slug)],
         monitor=rules.monitor.output,
+    # what the notebook writes is declared in the library (murk.report.analysis_tables / analysis_figures: the
+    # tables its cells are labelled with, the figures its show() accepts), not listed here
     output:
-        numbers=f"{OUT}/paper_numbers.json",
-        figures=expand(f"{OUT}/figures/{{name}}_{{task}}.{{ext}}",
-                       name=["accuracy", "confidence", "verbal", "abstain", "reliability", "abstain2",
-                             "signals"], task=["t2", "t3"], ext=["png", "pdf"])
-        + expand(f"{OUT}/figures/{{name}}.{{ext}}", name=["blind_spot", "nominal_t2", "examples_t2", "monitor_vhat",
-                                                           "reliability_recal", "risk_coverage"],
-                 ext=["png", "pdf"]),
+        numbers=f"{OUT}/analysis/numbers-study.json",
+        figures=expand(f"{OUT}/figures/{{name}}.{{ext}}", name=murk_report.analysis_figures("04_analyse"),
+                       ext=["png", "pdf"]),
         scores=f"{OUT}/analysis/scores.nc",
-        tables=expand(f"{OUT}/analysis/{{t}}.md", t=["tbl-crossings", "tbl-end-of-sweep", "tbl-sweep-t2",
-                                                     "tbl-sweep-t3", "tbl-auroc", "tbl-monotonicity",
-                                                     "tbl-confident", "tbl-models", "tbl-prompts", "tbl-config",
-                                                     "tbl-verbal-wordings", "tbl-monitor-accuracy",
-                                                     "tbl-monitor-w", "tbl-monitor-gate", "tbl-monitor-modes", "tbl-recalibration", "tbl-risk-coverage", "tbl-missing",
-                                                     "tbl-nominal"]),
+        crossings=f"{OUT}/analysis/crossings.nc",
+        tables=expand(f"{OUT}/analysis/{{t}}.md", t=murk_report.analysis_tables("04_analyse")),
         cube=directory(f"{OUT}/cube.zarr"),
     log:
         f"{RUNNING}/04_analyse.ipynb",
@@ -422,21 +414,48 @@ rule analyse:
         STAGE
 
 
+# The analysis beyond the spec (the monitor, recalibration, risk-coverage) reads the study's cube, crossings and
+# numbers fragment (made by the same job as the cube). The cube and crossings are ancient(): the study's notebook
+# edited and run again leaves this job as it is (each notebook merges the two numbers fragments into the numbers
+# file, murk.report.merge_numbers); new read-outs (its other inputs) run both again. The study's numbers fragment is
+# not declared here: an ancient() flag on it would also keep the paper, which depends on it, from running again.
+rule beyond:
+    input:
+        nb="notebooks/05_beyond.py",
+        done=[f for slug in SLUG2MODEL for f in readout_done(slug)],
+        monitor=rules.monitor.output,
+        cube=ancient(rules.analyse.output.cube),
+        crossings=ancient(rules.analyse.output.crossings),
+    output:
+        numbers=f"{OUT}/analysis/numbers-beyond.json",
+        figures=expand(f"{OUT}/figures/{{name}}.{{ext}}", name=murk_report.analysis_figures("05_beyond"),
+                       ext=["png", "pdf"]),
+        tables=expand(f"{OUT}/analysis/{{t}}.md", t=murk_report.analysis_tables("05_beyond")),
+    log:
+        f"{RUNNING}/05_beyond.ipynb",
+    params:
+        argv=as_data(stage_argv()),
+        done_dir=NB,
+    shell:
+        STAGE
+
+
 # The paper embeds its figures and tables from the executed notebooks (the logs of
-# the depth and analyse rules, under {OUT}/notebooks/); the numbers file, the last
-# thing the analyse notebook writes, stands for them.
+# the depth, analyse and beyond rules, under {OUT}/notebooks/); the two numbers
+# fragments, the last thing each analysis notebook writes, stand for them (each
+# notebook merges them into paper_numbers.json, the file the paper reads).
 rule paper:
     input:
         qmd="paper/index.qmd",
         bib="paper/references.bib",
         css="paper/paper.css",
-        numbers=rules.analyse.output.numbers,
+        numbers=[rules.analyse.output.numbers, rules.beyond.output.numbers],
         depth=rules.depth.output.current,
-    # update(): a refused render (a numbers file and notebooks of two analyses, murk.paper) keeps the
+    # update(): a refused render (a numbers file and notebooks of two analyses, murk.report.paper) keeps the
     # previous paper in place instead of Snakemake deleting it
     output:
         html=update(f"{OUT}/paper/index.html"),
     params:
         root=as_data(OUT_ABS),
     shell:
-        "python -m murk.paper --output-dir {params.root:q}"
+        "python -m murk.report.paper --output-dir {params.root:q}"

@@ -4,7 +4,7 @@
 two questions) × 1000 images, with the blank-image control for the blank-floor
 variant; 1000 resamples per condition value (means, ECE, AUROC, coverage/risk,
 confident errors) and 2000 for crossing points (spec Sec. III), all from one
-draw via :func:`murk.analysis.analyse`. Target: <= 60 s on 2 cores, < 4 GiB.
+draw via :func:`murk.results.analyse`. Target: <= 60 s on 2 cores, < 4 GiB.
 
 Run: ``.venv/bin/python benchmarks/bootstrap.py [--images 1000] [--models 5]``.
 Load lines at the start and end (``benchmarks/protocol.py``). The last line printed is
@@ -33,7 +33,8 @@ from protocol import LoadLog  # noqa: E402
 import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402
 
-from murk import analysis, cube  # noqa: E402
+from murk.results import _analysis as analysis  # noqa: E402
+from murk.results import _cube as cube  # noqa: E402
 
 
 def synthetic_cube(n_models: int = 5, n_images: int = 1000, seed: int = 0,

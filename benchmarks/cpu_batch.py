@@ -1,7 +1,7 @@
 """CPU benchmark: images per scheduled batch of the batched engine, and where its time goes (issue 25 item 4).
 
 The read-out stage reads one image (its 24 conditions = 24 units) per scheduled batch on a CPU
-(:func:`murk.engine.auto_images_per_batch` caps ``k`` at 1 there). A larger batch makes the decode
+(:func:`murk.readout.auto_images_per_batch` caps ``k`` at 1 there). A larger batch makes the decode
 steps fewer and larger (the verbal continuations of 2 images in one greedy loop: each step reads
 the weights once for twice the rows) and the prefills longer. This script measures whether that
 pays on this CPU, with the mid-size random-weight Qwen3-VL and the real tokenizer of
@@ -15,7 +15,7 @@ pays on this CPU, with the mid-size random-weight Qwen3-VL and the real tokenize
   ``verbal_max_new_tokens`` positions is a decode step, the others prefills (``decode_share`` of
   the model time per arm, ``decode_steps`` per batch);
 * ``mfu`` per arm: useful model FLOPs per second (``flops.model_flops``, without padding) over the
-  float32 matmul peak measured in the same run (``murk.hardware.matmul_gflops``, 2048^2, the higher
+  float32 matmul peak measured in the same run (``murk.readout.matmul_gflops``, 2048^2, the higher
   of start and end), and ``padding_share`` per arm;
 * ``k2_max_abs_dr``: the largest difference in any numeric read-out of item 0 between the two
   batchings (the texts must be equal): batching is exact to float32 rounding.
@@ -45,11 +45,12 @@ from flops import model_flops  # noqa: E402
 from protocol import LoadLog, fmt_ratio, interleave, ratio_summary  # noqa: E402
 from readout import ROWS, _images, _tokenizer, build_model, max_readout_diff  # noqa: E402
 
-from murk import engine, render  # noqa: E402
-from murk.config import load_config  # noqa: E402
-from murk.hardware import matmul_gflops  # noqa: E402
-from murk.prompts import questions_for_item  # noqa: E402
-from murk.readout import load_vlm  # noqa: E402
+from murk.core import load_config  # noqa: E402
+from murk.protocol import questions_for_item  # noqa: E402
+from murk.readout import _schedule
+from murk.readout import load_vlm, matmul_gflops  # noqa: E402
+from murk.readout import _engine as engine  # noqa: E402
+from murk.scene import _render as render  # noqa: E402
 
 
 class ForwardTimer:
@@ -116,8 +117,8 @@ def main() -> None:
             qs = tuple(questions_for_item(ROWS[i], cfg))
             for arm, level, img in render.render_conditions(images[i], depth[i], bbox, images[1 - i], seed=1,
                                                             image_id=i + 1, config=cfg):
-                units.append(engine.Unit(i, arm, level, img, qs))
-        n = engine.N_CONDITIONS
+                units.append(_schedule.Unit(i, arm, level, img, qs))
+        n = _schedule.N_CONDITIONS
         batches = {"k1": units[:n], "k2": units[: 2 * n]}
         timer = ForwardTimer(vlm, max_new)
         engine.read_units(vlm, units[:2], cfg)  # warm-up (allocations, first-call overheads)
@@ -125,7 +126,7 @@ def main() -> None:
 
         def arm(name):
             def go():
-                st = engine.EngineStats()
+                st = _schedule.EngineStats()
                 timer.reset()
                 got[name] = engine.read_units(vlm, batches[name], cfg, stats=st)
                 stats[name] = st

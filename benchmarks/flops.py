@@ -1,4 +1,4 @@
-"""Model FLOPs of a batched read-out, useful and executed, from the engine's counters (:class:`murk.engine.EngineStats`).
+"""Model FLOPs of a batched read-out, useful and executed, from the engine's counters (:class:`murk.readout.EngineStats`).
 
 **Useful** FLOPs (:func:`model_flops`) are counted as ``benchmarks/readout_gpu.py``'s
 docstring says: ``2 x parameters`` per real token through each language-model layer
@@ -21,7 +21,7 @@ a row of their own).
 Run as a script, it reads a few units of the study mix (30 % of the items also ask
 the verbal wordings v2 / v3, as ``readout_gpu.py`` assumes) on the tiny real-format
 checkpoints (real processors and tokenizers, so real token counts), with the verbal
-wordings as rows of their own (``before``, :data:`murk.engine._BRANCHES` off) and as
+wordings as rows of their own (``before``, :data:`murk.readout._rows._BRANCHES` off) and as
 branches of the core rows (``after``), and prints per family::
 
     <family>: units=.. useful_gflop_per_unit= executed_before= executed_after= fall= fall_on_units_with_v2v3=
@@ -48,7 +48,7 @@ def _flops(net, full_tok: float, short_tok: float, full_pairs: float, short_pair
            vision_tokens: float, image_tokens: float, vision_pairs: float) -> float:
     """FLOPs of a read-out of ``net`` (the transformers model) from token, pair and logit counts: language-model
     layers (KV-sharing layers of Gemma 4 on ``short_*``, the others on ``full_*``), LM head, vision tower."""
-    from murk import architectures as A
+    from murk.readout import _architectures as A
 
     base = net.model
     cfg = net.config
@@ -112,24 +112,26 @@ ROW = {"category": "umbrella", "t2_options": ["car", "umbrella", "bench", "kite"
 
 
 def _units(images, cfg, verbal: bool):
-    from murk import engine
-    from murk.prompts import questions_for_item
+    from murk.protocol import questions_for_item
+    from murk.readout import _schedule
 
     qs = tuple(questions_for_item(ROW, cfg))
     wordings = ("v1", "v2", "v3") if verbal else ("v1",)
-    return [engine.Unit(i, "fog", i, im, qs, wordings) for i, im in enumerate(images)]
+    return [_schedule.Unit(i, "fog", i, im, qs, wordings) for i, im in enumerate(images)]
 
 
 def _read(vlm, units, cfg, branches: bool):
-    from murk import engine
+    from murk.readout import _engine as engine
+    from murk.readout import _rows
+    from murk.readout import _schedule
 
-    saved = engine._BRANCHES
-    engine._BRANCHES = branches
+    saved = _rows._BRANCHES
+    _rows._BRANCHES = branches
     try:
-        st = engine.EngineStats()
+        st = _schedule.EngineStats()
         return engine.read_units(vlm, units, cfg, stats=st), st
     finally:
-        engine._BRANCHES = saved
+        _rows._BRANCHES = saved
 
 
 def _max_dp(a, b) -> float:
@@ -160,8 +162,8 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from protocol import LoadLog
 
-    from murk.checkpoints import build_realformat_checkpoint
-    from murk.config import load_config
+    from murk.core import load_config
+    from murk.offline import build_realformat_checkpoint
     from murk.readout import load_vlm
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])

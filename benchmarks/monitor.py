@@ -44,8 +44,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' shar
 import numpy as np  # noqa: E402
 from protocol import LoadLog  # noqa: E402
 
-from murk import depth as murk_depth
-from murk import monitor, paths, physics, render
+from murk import scene
+from murk.core import _paths as paths
+from murk.monitor import _estimator
+from murk.monitor import _gate
+from murk.monitor import _monitor as monitor
+from murk.monitor import _validation_depth
+from murk.scene import _depth as murk_depth
+from murk.scene import _physics as physics
+from murk.scene import _render as render
 
 CORE = (physics.SWEEP_M >= 3.9) & (physics.SWEEP_M <= 62.5)
 
@@ -60,17 +67,17 @@ def load_scenes(n_images: int):
     records = sorted(ann["images"], key=lambda r: r["file_name"])
     records = records[:: max(1, len(records) // n_images)][:n_images]
     for rec in records:
-        full = render.load_image(root / "val2017" / rec["file_name"])
-        size = render.presented_size(full.shape[1], full.shape[0])
-        image = render.resize_image(full, size)
-        ground = monitor.ground_plane_depth(image.shape[0], image.shape[1])
+        full = scene.load_image(root / "val2017" / rec["file_name"])
+        size = scene.presented_size(full.shape[1], full.shape[0])
+        image = scene.resize_image(full, size)
+        ground = _validation_depth.ground_plane_depth(image.shape[0], image.shape[1])
         scaled = [render.scale_bbox(b, (full.shape[1], full.shape[0]), size) for b in boxes.get(rec["id"], [])]
-        yield rec["id"], image, {"ground": ground, "billboard": monitor.billboard_depth(ground, scaled)}
+        yield rec["id"], image, {"ground": ground, "billboard": _validation_depth.billboard_depth(ground, scaled)}
 
 
 def _estimate(images, depth, arm, kw):
     """(V_hat, censored code) arrays for a list of images estimated with one depth."""
-    d = [monitor.estimate_visibility_details(im, depth, arm, **kw) for im in images]
+    d = [_estimator.estimate_visibility_details(im, depth, arm, **kw) for im in images]
     return np.array([x["visibility_m"] for x in d]), np.array([x["censored_code"] for x in d])
 
 
@@ -95,16 +102,16 @@ def run_case(scenes, arm: str, dm: str, name: str, kw: dict, estimate_depth=None
     v_hat, code, clean, clean_code = map(np.asarray, (v_hat, code, clean, clean_code))
     ratio = v_hat / physics.SWEEP_M
     within = (ratio >= 0.5) & (ratio <= 2.0)
-    thr = monitor.DEFAULT_THRESHOLD_M
+    thr = _gate.DEFAULT_THRESHOLD_M
     return {"arm": arm, "depth": dm, "variant": name, "n_images": len(scenes),
             "share_within_2_per_level": within.mean(axis=0).round(3).tolist(),
             "share_within_2_core": round(float(within[:, CORE].mean()), 4),
             "median_ratio_per_level": np.nanmedian(ratio, axis=0).round(3).tolist(),
             "share_opaque_per_level": (code < 0).mean(axis=0).round(3).tolist(),
-            "gate_abstain_per_level": monitor.gate_decisions(v_hat, thr, code).mean(axis=0).round(3).tolist(),
+            "gate_abstain_per_level": _gate.gate_decisions(v_hat, thr, code).mean(axis=0).round(3).tolist(),
             "clean_median_m": float(np.nanmedian(clean)), "clean_min_m": float(np.nanmin(clean)),
             "clean_below_gate": float(np.mean(clean < thr)),
-            "clean_gate_abstain": float(np.mean(monitor.gate_decisions(clean, thr, clean_code))),
+            "clean_gate_abstain": float(np.mean(_gate.gate_decisions(clean, thr, clean_code))),
             "n_clean_below_gate": int(np.sum(clean < thr)),
             "blank_median_m": float(np.nanmedian(blank)), "cpu_s": round(secs, 1),
             "_v_hat": v_hat, "_code": code}
@@ -162,10 +169,10 @@ def main() -> None:
                 row["median_ratio_to_oracle_per_level"] = np.nanmedian(rel, axis=0).round(4).tolist()
                 row["max_abs_log2_ratio_to_oracle"] = float(np.nanmax(np.abs(np.log2(rel))))
                 # the gate at 22.1 m: how often the wrong depth changes its decision against the oracle depth
-                thr = monitor.DEFAULT_THRESHOLD_M
+                thr = _gate.DEFAULT_THRESHOLD_M
                 o = results[f"{arm}/ground/default"]
-                changed = (monitor.gate_decisions(row["_v_hat"], thr, row["_code"])
-                           != monitor.gate_decisions(oracle, thr, o["_code"]))
+                changed = (_gate.gate_decisions(row["_v_hat"], thr, row["_code"])
+                           != _gate.gate_decisions(oracle, thr, o["_code"]))
                 row["gate_changed_per_level"] = changed.mean(axis=0).round(3).tolist()
                 row["gate_changed_share"] = round(float(changed.mean()), 4)
                 results[f"{arm}/ground/{name}"] = row

@@ -1,8 +1,8 @@
-"""CPU benchmark: the analyse stage with murk.execute's paced saves against a save at every cell (issue 22 item 4).
+"""CPU benchmark: the analyse stage with murk.pipeline.execute's paced saves against a save at every cell (issue 22 item 4).
 
 papermill saves the executed notebook at every cell's start and end, re-encoding every figure
-already in it; ``python -m murk.execute`` saves it when the run starts and ends and in between at
-most every :data:`murk.execute.SAVE_EVERY_S` seconds. This script measures what that does to the
+already in it; ``python -m murk.pipeline.execute`` saves it when the run starts and ends and in between at
+most every :data:`murk.pipeline.SAVE_EVERY_S` seconds. This script measures what that does to the
 analyse stage (the notebook with the most cells and figures) as Snakemake runs it:
 
 * a root with every stage before analyse (select, depth, the read-outs of the demo's two tiny offline
@@ -11,7 +11,7 @@ analyse stage (the notebook with the most cells and figures) as Snakemake runs i
 * arms ``paced`` (murk's default) and ``every_cell`` (the same command with ``SAVE_EVERY_S = 0``: a
   save at every cell's start and end, as papermill alone) each run the analyse stage on it,
   interleaved for ``--rounds`` rounds in alternating order (``protocol.interleave``);
-* per arm and round: the stage's CPU time (user + system of ``murk.execute`` and its kernel, from
+* per arm and round: the stage's CPU time (user + system of ``murk.pipeline.execute`` and its kernel, from
   ``resource.getrusage(RUSAGE_CHILDREN)``) and its wall time; ``cpu_ratio`` and ``wall_ratio``
   (every_cell over paced) are the medians of the per-round ratios with their ranges;
 * ``same_outputs``: whether the two arms' executed notebooks have the same cells and the same number of
@@ -41,12 +41,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 
 from protocol import LoadLog, fmt_ratio, interleave, ratio_summary  # noqa: E402
 
-from murk import paths  # noqa: E402
+from murk.core import _paths as paths  # noqa: E402
 
 ROOT = paths.project_root()
 SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"
 MODELS = ("murk-tiny/smolvlm", "murk-tiny/qwen3vl")   # the offline demo's (data/workflow.yaml offline_models)
-#: arm -> the murk.execute.SAVE_EVERY_S it runs with (None: murk's default)
+#: arm -> the murk.pipeline.SAVE_EVERY_S it runs with (None: murk's default)
 ARMS = {"paced": None, "every_cell": 0.0}
 
 
@@ -69,12 +69,12 @@ def prepare(out: Path, n_items: int) -> None:
 
 
 def analyse(out: Path, n_items: int, save_every_s: float | None, executed: Path) -> dict[str, float]:
-    """The analyse stage through ``murk.execute`` (as the Snakefile's rule runs it): its CPU and wall time."""
+    """The analyse stage through ``murk.pipeline.execute`` (as the Snakefile's rule runs it): its CPU and wall time."""
     models = json.dumps([{"id": m, "n_items": n_items} for m in MODELS])
     argv = ["notebooks/04_analyse.py", str(executed), "--cwd", str(ROOT), "-p", "output_dir", str(out),
             "-y", f"models: {models}"]
     setup = "" if save_every_s is None else f"e.SAVE_EVERY_S = {save_every_s!r}; "
-    code = f"import sys; import murk.execute as e; {setup}sys.exit(e.main({argv!r}))"
+    code = f"import sys; import murk.pipeline.execute as e; {setup}sys.exit(e.main({argv!r}))"
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(out.parent / "frozen"),

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' shar
 import numpy as np  # noqa: E402
 from protocol import LoadLog, fmt_ratio, interleave, ratio_summary  # noqa: E402
 
-from murk import physics  # noqa: E402
+from murk.scene import _physics as physics  # noqa: E402
 
 
 def naive(image: np.ndarray, depth_m: np.ndarray) -> np.ndarray:

@@ -1,11 +1,11 @@
 """Benchmark: does the preparation keep an accelerator busy? (issue 38 item 4)
 
-:func:`murk.engine.read_images` prepares each image (rendering its 24 conditions, the box, the
+:func:`murk.readout.read_images` prepares each image (rendering its 24 conditions, the box, the
 processor, chat templates, tokenizer and token trees of every unit) in worker processes while one
 model thread runs the collated batches. This script puts an **emulated model** in that thread: it
 waits a fixed time per batch and uses no CPU, as an accelerator's forward passes nearly do, so the
 CPUs are the workers'. With the real Qwen3-VL processor, chat template and tokenizer (the
-real-format checkpoint ``murk-realformat/qwen3vl``, :func:`murk.checkpoints.build_realformat_checkpoint`)
+real-format checkpoint ``murk-realformat/qwen3vl``, :func:`murk.offline.build_realformat_checkpoint`)
 and COCO images at 448 px:
 
 1. ``prep``: the model takes no time; the steady-state interval between batches is the preparation
@@ -24,7 +24,7 @@ prep_s_per_batch= wait_share= wait_share_with_fill= load=1min,5min,15min cpus=``
 then per multiple the verdict on the median ``wait_share`` of the rounds, with the load.
 
 Run: ``python benchmarks/prep.py`` (about 4 minutes on 2 cores; ``--workers`` defaults to the CPUs
-the job was given, :func:`murk.engine.job_cpus`: the emulated model needs none).
+the job was given, :func:`murk.readout.job_cpus`: the emulated model needs none).
 """
 
 from __future__ import annotations
@@ -42,8 +42,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 
 import numpy as np  # noqa: E402
 
-from murk import engine, render  # noqa: E402
-from murk.prompts import VERBAL_WORDINGS, questions_for_item  # noqa: E402
+from murk.protocol import questions_for_item  # noqa: E402
+from murk.protocol import VERBAL_WORDINGS  # noqa: E402
+from murk.readout import _engine as engine  # noqa: E402
+from murk.readout import _schedule
+from murk.scene import _render as render  # noqa: E402
 
 ROW = {"category": "umbrella", "t2_options": ["car", "umbrella", "bench", "kite"], "t2_answer_index": 1,
        "t3_distractor": "truck"}
@@ -52,26 +55,26 @@ ROW = {"category": "umbrella", "t2_options": ["car", "umbrella", "bench", "kite"
 @dataclass(frozen=True)
 class BenchLoad:
     """A picklable ``load(item)``: a COCO image with a synthetic depth ramp and a central box, its 24 conditions
-    rendered by :func:`murk.render.render_conditions` in the worker (as the read-out stage's
-    :class:`murk.engine.ItemJobs` does with the real depth)."""
+    rendered by :func:`murk.scene.render_conditions` in the worker (as the read-out stage's
+    :class:`murk.readout.ItemJobs` does with the real depth)."""
 
     images: tuple
     config: dict
     verbal: bool = False
 
-    def __call__(self, i: int) -> engine.ImageJob:
+    def __call__(self, i: int) -> _schedule.ImageJob:
         img = self.images[i % len(self.images)]
         h, w = img.shape[:2]
         depth = np.broadcast_to(np.linspace(2.0, 60.0, h, dtype=np.float32)[:, None], (h, w)).copy()
         box = (w * 0.3, h * 0.3, w * 0.4, h * 0.4)
         partner = self.images[(i + 1) % len(self.images)]
         conds = render.render_conditions(img, depth, box, partner, seed=1, image_id=i, config=self.config)
-        return engine.ImageJob(questions_for_item(ROW, self.config), conds,
+        return _schedule.ImageJob(questions_for_item(ROW, self.config), conds,
                                VERBAL_WORDINGS if self.verbal else ("v1",))
 
 
 class EmulatedModel:
-    """Stands in for :func:`murk.engine._run_prepared`: sleeps ``seconds`` per batch, records when it was called."""
+    """Stands in for :func:`murk.readout._engine._run_prepared`: sleeps ``seconds`` per batch, records when it was called."""
 
     def __init__(self, seconds: float):
         self.seconds = float(seconds)
@@ -109,10 +112,10 @@ def run(vlm, load, n_batches: int, per_batch: int, workers: int, model_s: float)
     model = EmulatedModel(model_s)
     real = engine._run_prepared
     engine._run_prepared = model
-    stats = engine.EngineStats()
+    stats = _schedule.EngineStats()
     t0 = time.perf_counter()
     try:
-        batches = engine.schedule(0, n_batches * per_batch, per_batch)
+        batches = _schedule.schedule(0, n_batches * per_batch, per_batch)
         for _ in engine.read_images(vlm, batches, load, config=load.config, workers=workers, progress=False,
                                     stats=stats):
             pass
@@ -153,8 +156,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from murk.checkpoints import build_realformat_checkpoint
-    from murk.config import load_config
+    from murk.core import load_config
+    from murk.offline import build_realformat_checkpoint
     from murk.readout import load_vlm
 
     torch.set_num_threads(1)  # the model thread's torch: the emulated model computes nothing
@@ -165,7 +168,7 @@ def main(argv=None) -> int:
     load = BenchLoad(_images(4), cfg, a.verbal)
     k, w = a.images_per_batch, a.workers
     print(f"prep: the real Qwen3-VL processor ({type(vlm.processor).__name__}), {vlm.n_visual_tokens} visual "
-          f"tokens at 448 px, {engine.N_CONDITIONS} units per image, verbal wordings "
+          f"tokens at 448 px, {_schedule.N_CONDITIONS} units per image, verbal wordings "
           f"{'v1-v3' if a.verbal else 'v1'}", flush=True)
     verdicts = {x: [] for x in a.multiples}
     for rnd in range(a.rounds):  # each round measures the preparation again: the load of a shared machine drifts

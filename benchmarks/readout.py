@@ -5,17 +5,17 @@ Part 1 (float32, speed and exactness). A mid-size, randomly initialised Qwen3-VL
 embeddings over the real 151,936-row vocabulary) reads out the same items both ways at the
 study's image size (448 x 448 px, 196 visual tokens):
 
-* ``separate``: :func:`murk.whole.read_question` per question, as evaluation
+* ``separate``: :func:`murk.readout.read_question` per question, as evaluation
   harnesses do: each of the 9 prompts (3 questions x main / abstain / abstain2)
   is run whole, the image encoded each time, the main prompts through
   ``generate`` (12 greedy tokens).
-* ``shared``: :func:`murk.baseline.read_item` (the per-unit engine, the named baseline:
+* ``shared``: :func:`benchmarks.baseline.read_item` (the per-unit engine, the named baseline:
   not on the read-out stage's path): one vision pass and one prefill of the
   shared prefix per (image, condition), the 9 tails as one batch, the 3 verbal
   continuations as one batch.
 
 Tokenizer and chat template: the real Qwen3-VL ones (``shared/real-model-files``, through a
-real-format checkpoint, :func:`murk.checkpoints.build_realformat_checkpoint`), so prompt tails
+real-format checkpoint, :func:`murk.offline.build_realformat_checkpoint`), so prompt tails
 have their real length; without those files a byte-level BPE trained on the spec stands in
 (printed).
 
@@ -42,8 +42,8 @@ asking the wordings v2/v3 changes no main read-out (0 by construction: they are 
 own). For comparison the info line gives the same difference with the head left in bf16 (logits
 rounded to 8 bits) on the first ``--bf16-items / 5`` items.
 
-Batched engine (:mod:`murk.engine`, issues 16 and 25): the 24 conditions of one item
-(:func:`murk.render.render_conditions`, constant depth 13.8 m) are read as one scheduled
+Batched engine (:mod:`murk.readout`, issues 16 and 25): the 24 conditions of one item
+(:func:`murk.scene.render_conditions`, constant depth 13.8 m) are read as one scheduled
 batch (``read_units``, one image = 24 units) in float32 and in bfloat16 (the same
 weights, loaded in bf16 with the output head and softmax in float32, as
 ``readout.dtype_cpu: bfloat16`` or ``auto`` loads them), and ``--engine-units`` of them
@@ -57,7 +57,7 @@ bf16_cpu_flip_rate=``, with
 * ``mfu``: the batched float32 engine's useful model FLOPs per second
   (``flops.model_flops``: vision tower, prefill, decode, LM head and attention over
   real tokens, without padding) over the float32 matmul peak of this CPU
-  (``peak_gflops_fp32=``, :func:`murk.hardware.matmul_gflops`, 2048^2, measured at the
+  (``peak_gflops_fp32=``, :func:`murk.readout.matmul_gflops`, 2048^2, measured at the
   start and at the end of the run, the higher taken); ``mfu_bf16`` (with its range, last line)
   likewise against ``peak_gflops_bf16=``;
 * ``padding_share``: padded language-model positions over all positions prefilled
@@ -84,7 +84,7 @@ on 2 idle cores, 2026-12-03; over an hour on 2 cores shared with other CPU-heavy
 Measured 2026-11-30 (3 items, 2 shared cores, trained stand-in tokenizer): ``tokens_ratio=5.08
 vision_passes_per_condition=1 wall_ratio=3.72 max_abs_dp=1.64e-07`` (language-model tokens alone:
 ratio 2.26). For the measurement with the real tokenizer, the batched engine and the bf16 fields see
-the README (section Benchmarks, Measured).
+benchmarks/README.md (section Measured).
 """
 
 from __future__ import annotations
@@ -104,12 +104,14 @@ import torch  # noqa: E402
 from flops import model_flops  # noqa: E402
 from protocol import LoadLog, fmt_ratio, interleave, ratio_summary  # noqa: E402
 
-from murk import paths  # noqa: E402
-from murk.checkpoints import MAX_PIXELS, _QWEN3VL_CHAT_TEMPLATE  # noqa: E402
-from murk.config import load_config  # noqa: E402
-from murk.prompts import questions_for_item, render_prompt  # noqa: E402
-from murk.readout import item_prompts, load_vlm, read_item, read_question, score_prompts  # noqa: E402
-from murk.vlm import float32_head, letter_probs  # noqa: E402
+from murk.core import load_config  # noqa: E402
+from murk.core import _paths as paths  # noqa: E402
+from murk.offline import MAX_PIXELS  # noqa: E402
+from murk.offline._checkpoints import _QWEN3VL_CHAT_TEMPLATE  # noqa: E402
+from murk.protocol import questions_for_item, render_prompt  # noqa: E402
+from murk.readout import item_prompts, load_vlm, read_question  # noqa: E402
+from baseline import read_item, score_prompts  # noqa: E402
+from murk.readout import float32_head, letter_probs  # noqa: E402
 
 ROWS = [
     {"category": "umbrella", "t2_options": ["car", "umbrella", "bench", "kite"], "t2_answer_index": 1,
@@ -148,7 +150,7 @@ def _tokenizer(tmp: Path):
     """(tokenizer, chat template, description): the real Qwen3-VL ones if the real files are here."""
     from transformers import AutoProcessor
 
-    from murk.checkpoints import build_realformat_checkpoint
+    from murk.offline import build_realformat_checkpoint
 
     try:
         folder = build_realformat_checkpoint("qwen3vl", tmp / "realformat-qwen3vl")
@@ -361,7 +363,7 @@ def batched_throughput(vlm, vlm_bf16, cfg, rounds: int = 3, engine_units: int = 
     The 24 conditions of one item are rendered first (not timed). Each round runs
     three arms in alternating order (:func:`protocol.interleave`): the batched engine
     in float32 reading all 24 as one scheduled batch (one image per batch, the CPU
-    default of :func:`murk.engine.auto_images_per_batch`), the same in bfloat16
+    default of :func:`murk.readout.auto_images_per_batch`), the same in bfloat16
     (``vlm_bf16``: the same weights loaded in bf16, output head and softmax in
     float32), and the shared-prefix engine (float32) on ``engine_units`` of them (a
     different pick each round).
@@ -381,16 +383,19 @@ def batched_throughput(vlm, vlm_bf16, cfg, rounds: int = 3, engine_units: int = 
     """
     import math
 
-    from murk import engine, render
+    from murk.readout import _engine as engine
+    from murk.readout import _memory
+    from murk.readout import _schedule
+    from murk.scene import _render as render
 
     images = _images(2)
     depth = np.full(images[0].shape[:2], 13.8, dtype=np.float32)
     bbox = (120.0, 140.0, 160.0, 150.0)
     conds = list(render.render_conditions(images[0], depth, bbox, images[1], seed=1, image_id=1, config=cfg))
     qs = tuple(questions_for_item(ROWS[0], cfg))
-    units = [engine.Unit(0, arm, level, img, qs) for arm, level, img in conds]
-    k = engine.auto_images_per_batch(vlm, qs, cfg)
-    batch = units[: k * engine.N_CONDITIONS]
+    units = [_schedule.Unit(0, arm, level, img, qs) for arm, level, img in conds]
+    k = _memory.auto_images_per_batch(vlm, qs, cfg)
+    batch = units[: k * _schedule.N_CONDITIONS]
     n_pick = engine_units * rounds
     picks = [round(i * (len(units) - 1) / max(n_pick - 1, 1)) for i in range(n_pick)]
     # warm-up of the three paths (allocations, first-call overheads)
@@ -410,7 +415,7 @@ def batched_throughput(vlm, vlm_bf16, cfg, rounds: int = 3, engine_units: int = 
 
     def run_batched(name, model):
         def go():
-            st = engine.EngineStats()
+            st = _schedule.EngineStats()
             got[name] = engine.read_units(model, batch, cfg, stats=st)
             stats[name] = st
         return go
@@ -461,7 +466,7 @@ def main() -> None:
     log = LoadLog("readout")
     cfg = load_config()
     max_new = int(cfg["readout"]["verbal_max_new_tokens"])
-    from murk.hardware import matmul_gflops
+    from murk.readout import matmul_gflops
 
     def measure_peaks(when):
         got = {dt: matmul_gflops(dt, 2048, seconds=1.0, repeats=3) for dt in ("float32", "bfloat16")}

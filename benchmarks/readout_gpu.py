@@ -1,13 +1,13 @@
 """GPU throughput of the batched read-out engine on the five study models at full size (random weights).
 
 Weights do not change throughput, so each study model is built in memory from its
-published architecture (``ARCHS`` = :data:`murk.architectures.PUBLISHED`: sizes, layer
+published architecture (``ARCHS`` = :data:`murk.readout.PUBLISHED`: sizes, layer
 pattern, vision tower, real vocabulary size) with random bf16 weights on the GPU, and
-:func:`murk.engine.read_images` reads out synthetic items exactly as the read-out
-stage will: worker threads render the 24 conditions of each item (:func:`murk.render.render_conditions`: fog and
+:func:`murk.readout.read_images` reads out synthetic items exactly as the read-out
+stage will: worker threads render the 24 conditions of each item (:func:`murk.scene.render_conditions`: fog and
 underwater sweeps, ImageNet-C fog, blank, shuffled) and run the processor while the
 model reads scheduled batches (``images_per_batch`` from
-:func:`murk.engine.auto_images_per_batch`); 30 % of the items also ask the verbal
+:func:`murk.readout.auto_images_per_batch`); 30 % of the items also ask the verbal
 wordings v2 / v3, as the study's first 300 of 1000 items do. Each model is
 time-boxed (``--seconds``, steady state after the first batch).
 
@@ -41,7 +41,7 @@ and 400 images; taken here as Gemma-4-E2B and Qwen3-VL-4B), projected from the
 measured rates, and ``study_gpu_hours_all1000=`` for all five on 1000 images (as
 ``data/study.yaml`` sets).
 
-Architecture numbers: :data:`murk.architectures.PUBLISHED` (each value transcribed
+Architecture numbers: :data:`murk.readout.PUBLISHED` (each value transcribed
 from the model's published ``config.json`` or model card, the source beside it).
 Tokenizers: the real ones cannot be downloaded here, so each model gets a byte-level
 BPE trained on this repository's text (English prose and the study's prompts, about
@@ -67,7 +67,7 @@ sys.path.insert(0, str(ROOT / "lib"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' shared modules (also when imported)
 
 from flops import model_flops  # noqa: E402
-from murk.architectures import PUBLISHED, published_config  # noqa: E402
+from murk.readout import PUBLISHED, published_config  # noqa: E402
 from protocol import LoadLog  # noqa: E402
 
 N_CONDITIONS = 24
@@ -76,7 +76,7 @@ STUDY_IMAGES = {"Qwen/Qwen3-VL-2B-Instruct": 1000, "OpenGVLab/InternVL3_5-2B-HF"
                 "HuggingFaceTB/SmolVLM2-2.2B-Instruct": 1000, "google/gemma-4-E2B-it": 600,
                 "Qwen/Qwen3-VL-4B-Instruct": 400}
 
-#: the study models' published architectures (murk.architectures.PUBLISHED: values and sources)
+#: the study models' published architectures (murk.readout.PUBLISHED: values and sources)
 ARCHS = PUBLISHED
 #: Gemma 4's chat format (google/gemma-4-E2B-it; the E-series generation prompt ends with "<|turn>model\n")
 _GEMMA4_TEMPLATE = (
@@ -99,11 +99,11 @@ SHORT = {"Qwen/Qwen3-VL-2B-Instruct": "qwen2b", "Qwen/Qwen3-VL-4B-Instruct": "qw
 
 def _corpus() -> list[str]:
     """English prose and the study's prompts from this repository (present on any checkout)."""
-    from murk.config import load_config
-    from murk.prompts import EXAMPLE_ITEM, questions_for_item, render_prompt
+    from murk.core import load_config
+    from murk.protocol import EXAMPLE_ITEM, questions_for_item, render_prompt
 
     texts = []
-    for pattern in ("*.md", "paper/*.qmd", "notebooks/*.py", "lib/murk/*.py", "data/*.yaml"):
+    for pattern in ("*.md", "paper/*.qmd", "notebooks/*.py", "lib/murk/**/*.py", "data/*.yaml"):
         for f in sorted(ROOT.glob(pattern)):
             texts.append(f.read_text(encoding="utf-8", errors="replace"))
     cfg = load_config()
@@ -164,7 +164,7 @@ def build(name: str, device: str, dtype, smoke: bool = False):
     import torch
     import transformers as T
 
-    from murk import checkpoints as ck
+    from murk.offline import _checkpoints as ck
 
     spec = _shrink(ARCHS[name], smoke)
     fam, tx, vx = spec["family"], dict(spec["text"]), dict(spec["vision"])
@@ -276,8 +276,9 @@ def synthetic_item(i: int):
 
 
 def _loader(cfg, n_conditions: int | None = None):
-    from murk import engine, render
-    from murk.prompts import EXAMPLE_ITEM, questions_for_item
+    from murk.protocol import EXAMPLE_ITEM, questions_for_item
+    from murk.readout import _schedule
+    from murk.scene import _render as render
 
     rows = [EXAMPLE_ITEM,
             {"category": "dog", "t2_options": ["dog", "horse", "sheep", "cow"], "t2_answer_index": 0,
@@ -294,7 +295,7 @@ def _loader(cfg, n_conditions: int | None = None):
 
             conds = itertools.islice(conds, n_conditions)
         verbal = ("v1", "v2", "v3") if i % 10 < 3 else ("v1",)  # the study: 300 of 1000 items
-        return engine.ImageJob(questions_for_item(rows[i % 3], cfg), conds, verbal)
+        return _schedule.ImageJob(questions_for_item(rows[i % 3], cfg), conds, verbal)
 
     return load
 
@@ -304,8 +305,8 @@ def _loader(cfg, n_conditions: int | None = None):
 
 def peak_bf16_tflops(device: str, n: int = 8192) -> float:
     """Dense bf16 matmul throughput of this device (TFLOP/s, best of three 1-s repeats), the MFU reference:
-    :func:`murk.hardware.matmul_gflops`, the measurement ``benchmarks/readout.py`` takes on the CPU."""
-    from murk import hardware
+    :func:`murk.readout.matmul_gflops`, the measurement ``benchmarks/readout.py`` takes on the CPU."""
+    from murk.readout import _hardware as hardware
 
     return hardware.matmul_gflops("bfloat16", n=n, device=device, seconds=1.0, repeats=3) / 1e3
 
@@ -317,11 +318,12 @@ def bf16_agreement(vlm, cfg, load, n_units: int) -> tuple[float, float]:
     """(max |dp| in c_int and option mass, answer flip rate): batched vs every prompt run whole."""
     import torch
 
-    from murk import engine
-    from murk.readout import read_item
+    from murk.readout import _engine as engine
+    from murk.readout import _schedule
+    from baseline import read_item
 
     job = load(1)
-    units = [engine.Unit(1, a, lv, img, tuple(job.questions)) for a, lv, img in list(job.conditions)[:n_units]]
+    units = [_schedule.Unit(1, a, lv, img, tuple(job.questions)) for a, lv, img in list(job.conditions)[:n_units]]
     got = engine.read_units(vlm, units, cfg)
     dp, flips, n = 0.0, 0, 0
     for u, g in zip(units, got):
@@ -339,9 +341,11 @@ def bf16_agreement(vlm, cfg, load, n_units: int) -> tuple[float, float]:
 def run_model(name: str, args, cfg, peak: float, deadline: float) -> dict | None:
     import torch
 
-    from murk import engine
-    from murk.prompts import EXAMPLE_ITEM, questions_for_item
+    from murk.protocol import EXAMPLE_ITEM, questions_for_item
+    from murk.readout import _memory
+    from murk.readout import _schedule
     from murk.readout import vlm_from_parts
+    from murk.readout import _engine as engine
 
     device = "cpu" if args.smoke else "cuda"
     dtype = torch.float32 if args.smoke else torch.bfloat16
@@ -351,23 +355,23 @@ def run_model(name: str, args, cfg, peak: float, deadline: float) -> dict | None
     n_params = sum(p.numel() for p in net.parameters())
     load = _loader(cfg, n_conditions=3 if args.smoke else None)
     qs = questions_for_item(EXAMPLE_ITEM, cfg)
-    k = args.images_per_batch or engine.auto_images_per_batch(vlm, qs, cfg, max_images=1 if args.smoke else None)
-    support = engine.batching_support(vlm)
+    k = args.images_per_batch or _memory.auto_images_per_batch(vlm, qs, cfg, max_images=1 if args.smoke else None)
+    support = _memory.batching_support(vlm)
     job = load(0)
-    warm = [engine.Unit(0, a, lv, img, tuple(job.questions)) for a, lv, img in list(job.conditions)[:4]]
+    warm = [_schedule.Unit(0, a, lv, img, tuple(job.questions)) for a, lv, img in list(job.conditions)[:4]]
     engine.read_units(vlm, warm, cfg)  # kernels, allocator
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     build_s = time.perf_counter() - t_build
     box = min(args.seconds, max(5.0, deadline - time.perf_counter() - 20.0))
-    st = engine.EngineStats()
+    st = _schedule.EngineStats()
     snap = None
     t0 = time.perf_counter()
     units = 0
     n_batches = 0
     last_item_of_batch = set()
-    sched = engine.schedule(0, 20_000, k)
+    sched = _schedule.schedule(0, 20_000, k)
     for b in sched:
         last_item_of_batch.add(b[-1])
     it = engine.read_images(vlm, sched, load, config=cfg, stats=st, progress=False)
@@ -448,7 +452,7 @@ def main() -> int:
         print("readout_gpu: no CUDA device on this machine: nothing measured (run it on a GPU machine; "
               "CPU numbers: benchmarks/readout.py; a CPU test of this script: --smoke)")
         return 0
-    from murk.config import load_config
+    from murk.core import load_config
 
     cfg = load_config()
     if args.smoke:

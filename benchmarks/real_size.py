@@ -3,14 +3,14 @@
 Each family is built at its published configuration (``benchmarks/readout_gpu.py``'s
 ``ARCHS``: sizes, layer pattern, vision tower, vocabulary) with random weights, and
 given the *real* tokenizer, chat template and processor (``shared/real-model-files``,
-through :func:`murk.checkpoints.build_realformat_checkpoint`: a shrunk real-format
+through :func:`murk.offline.build_realformat_checkpoint`: a shrunk real-format
 checkpoint whose config is then set to the full-size values). It reads out a few
 units (``--units``: conditions of one COCO image, 448-px presented, constant depth
-13.8 m) with the batched engine (:func:`murk.engine.read_units`) and compares every
+13.8 m) with the batched engine (:func:`murk.readout.read_units`) and compares every
 prompt's first-token distribution with the same prompt scored whole
-(:func:`murk.baseline.score_prompts` with ``shared_prefix=False``: the image encoded
+(:func:`benchmarks.baseline.score_prompts` with ``shared_prefix=False``: the image encoded
 per prompt, no shared prefix, no batch), first in float32, then with the same weights
-cast to bfloat16 (output head and softmax in float32, as :func:`murk.vlm.load_vlm`
+cast to bfloat16 (output head and softmax in float32, as :func:`murk.readout.load_vlm`
 loads a bf16 model).
 
 One family runs at a time, in a child process of its own, so that its memory
@@ -18,7 +18,7 @@ high-water mark is its own: ``peak_gib`` is the child's resident-set high-water
 (``VmHWM``, reset through ``/proc/self/clear_refs`` just before the engine's read-out
 of the units; it includes the weights), ``estimate_gib`` the weights (plus the bf16
 model's float32 head copy) plus the engine's own estimate of the rows
-(``murk.engine._row_bytes`` of each prepared row). Families whose weights alone exceed
+(``murk.readout._memory._row_bytes`` of each prepared row). Families whose weights alone exceed
 ``--budget-gib`` (float32; 9.5 GiB by default: 24 GiB shared by several users) are
 skipped, saying so; before each child starts, the script waits (up to ``--wait`` s) for
 that much available memory.
@@ -151,8 +151,9 @@ def _units(cfg, n: int):
 
     import numpy as np
 
-    from murk import engine, render
-    from murk.prompts import EXAMPLE_ITEM, questions_for_item
+    from murk.protocol import EXAMPLE_ITEM, questions_for_item
+    from murk.readout import _schedule
+    from murk.scene import _render as render
 
     coco = os.environ.get("MURK_COCO_DIR") or str(ROOT.parent / "shared" / "coco-val2017-sample")
     files = sorted(glob.glob(os.path.join(coco, "val2017", "*.jpg")))
@@ -164,14 +165,14 @@ def _units(cfg, n: int):
     # clean first, then conditions spread over the sweep
     pick = [0] + [round(i * (len(conds) - 1) / max(n - 1, 1)) for i in range(1, n)]
     qs = tuple(questions_for_item(EXAMPLE_ITEM, cfg))
-    return [engine.Unit(1, conds[i][0], conds[i][1], conds[i][2], qs) for i in pick[:n]], Path(files[0]).name
+    return [_schedule.Unit(1, conds[i][0], conds[i][1], conds[i][2], qs) for i in pick[:n]], Path(files[0]).name
 
 
 def option_probs(vlm, probs, slots) -> list:
     """Each prompt's first-token probabilities of its option letters (summed over token variants)."""
     import numpy as np
 
-    from murk.vlm import letter_probs
+    from murk.readout import letter_probs
 
     return [np.asarray(letter_probs(vlm, row, s.letters), dtype=np.float64) for row, s in zip(probs, slots)]
 
@@ -229,14 +230,14 @@ def _readout_diff(a: list, b: list) -> tuple[float, float]:
 
 
 def _estimate(vlm, prepared, max_new: int, weight_bytes: int) -> tuple[float, float]:
-    """(weights + the engine's estimate of the rows, the rows alone) in bytes (``engine._row_bytes``)."""
-    from murk import engine
+    """(weights + the engine's estimate of the rows, the rows alone) in bytes (``_memory._row_bytes``)."""
+    from murk.readout import _memory
 
     rows = 0.0
     for pu in prepared:
         for r in pu.rows:
             if r is not None:
-                rows += engine._row_bytes(vlm, r.n, r.n_end, len(r.gen_ends), max_new, r.n_vision)
+                rows += _memory._row_bytes(vlm, r.n, r.n_end, len(r.gen_ends), max_new, r.n_vision)
     return weight_bytes + rows, rows
 
 
@@ -246,11 +247,13 @@ def _engine_pass(vlm, units, cfg, weight_bytes: int) -> dict:
 
     import torch
 
-    from murk import engine
+    from murk.readout import _engine as engine
+    from murk.readout import _memory
+    from murk.readout import _rows
 
     max_new = int(cfg["readout"]["verbal_max_new_tokens"])
-    support = engine.batching_support(vlm)
-    prepared = [engine._prepare_unit(vlm, u, cfg, support) for u in units]
+    support = _memory.batching_support(vlm)
+    prepared = [_rows._prepare_unit(vlm, u, cfg, support) for u in units]
     est, rows = _estimate(vlm, prepared, max_new, weight_bytes)
     gc.collect()
     rss0 = _proc_status("VmRSS")
@@ -270,8 +273,8 @@ def _whole(vlm, units, cfg) -> tuple[list, float]:
     """Every prompt of every unit scored whole (first-token distributions), and the seconds it took."""
     import torch
 
-    from murk.baseline import score_prompts
-    from murk.unit import item_prompts
+    from benchmarks.baseline import score_prompts
+    from murk.readout import item_prompts
 
     t = time.perf_counter()
     out = []
@@ -297,10 +300,9 @@ def read_family(name: str, n_units: int, dtypes: tuple[str, ...], budget_gib: fl
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from murk.checkpoints import build_realformat_checkpoint
-    from murk.config import load_config
-    from murk.unit import item_prompts
-    from murk.vlm import vlm_from_parts
+    from murk.core import load_config
+    from murk.offline import build_realformat_checkpoint
+    from murk.readout import item_prompts, vlm_from_parts
 
     cfg = load_config()
     results = []

@@ -39,20 +39,19 @@ import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import Image, display
 
-from murk import config, depth, figures, items, nominal, paper, paths, progress, render, workflow
-from murk import design as designs
-from murk import runlock
+from murk import core, pipeline, protocol, report
+from murk import scene as murk_scene
 
-# one writer per output root (murk.runlock): refused, writing nothing, while another run holds it
-ROOT_LOCK = runlock.hold_for_stage(output_dir, stage="02_depth")
+# one writer per output root (murk.pipeline): refused, writing nothing, while another run holds it
+ROOT_LOCK = pipeline.hold_for_stage(output_dir, stage="02_depth")
 
-table, meta = items.read_items(output_dir)
-cfg = designs.config_of(meta)   # data/config.yaml with the run's design (murk.design; the study's: as it is)
+table, meta = protocol.read_items(output_dir)
+cfg = protocol.config_of(meta)   # data/config.yaml with the run's design (murk.protocol; the study's: as it is)
 max_side = cfg["render"]["max_side_px"]
 # the figure and table below are outputs too: refuse (before writing) a root whose stores are of another selection
-workflow.refuse_foreign_stores(paths.output_dir(output_dir), meta["config_hash"], meta["items_hash"], stage="depth")
-RUN_ID = workflow.run_id(meta["config_hash"], meta["items_hash"])   # this selection's identity (items_meta.json)
-figures.set_identity(run_id=RUN_ID)   # into the scene figure's file metadata
+pipeline.refuse_foreign_stores(core.output_dir(output_dir), meta["config_hash"], meta["items_hash"], stage="depth")
+RUN_ID = pipeline.run_id(meta["config_hash"], meta["items_hash"])   # this selection's identity (items_meta.json)
+report.set_identity(run_id=RUN_ID)   # into the scene figure's file metadata
 
 # %% [markdown]
 # ## The loop: read → estimate → write
@@ -66,31 +65,31 @@ figures.set_identity(run_id=RUN_ID)   # into the scene figure's file metadata
 
 # %%
 # a parameter left at None takes its default from the run settings (data/workflow.yaml), as Snakemake does
-backend, model = config.run_default("depth_backend", backend), config.run_default("depth_model", model)
+backend, model = core.run_default("depth_backend", backend), core.run_default("depth_model", model)
 # (in Lab without MURK_OFFLINE, on an offline run's root: that run's backend, as MURK_OFFLINE=1 would pick it)
-if backend == "auto" and not paths.offline() and config.root_depth_backend(output_dir):
-    backend = config.root_depth_backend(output_dir)
+if backend == "auto" and not core.offline() and core.root_depth_backend(output_dir):
+    backend = core.root_depth_backend(output_dir)
     print(f"murk: backend 'auto' is {backend} here: this root's depth stage used it (an offline run's root)")
-est = depth.get_backend(backend, model)
-folder = depth.depth_cache_dir(est.name, output_dir)
+est = murk_scene.get_backend(backend, model)
+folder = murk_scene.depth_cache_dir(est.name, output_dir)
 folder.mkdir(parents=True, exist_ok=True)
 written, skipped = [], {}
-for _, row in progress.bar(table.iterrows(), total=len(table), desc="depth", unit="img"):
+for _, row in core.bar(table.iterrows(), total=len(table), desc="depth", unit="img"):
     image_id = int(row["image_id"])
-    if depth.is_cached(folder, image_id, est, meta.get("image_sha256", {}).get(str(image_id))):
+    if murk_scene.is_cached(folder, image_id, est, meta.get("image_sha256", {}).get(str(image_id))):
         continue
     try:
-        img = render.load_image(Path(meta["image_dir"]) / row["file_name"], (int(row["width"]), int(row["height"])))
-        size = render.presented_size(img.shape[1], img.shape[0], max_side,
+        img = murk_scene.load_image(Path(meta["image_dir"]) / row["file_name"], (int(row["width"]), int(row["height"])))
+        size = murk_scene.presented_size(img.shape[1], img.shape[0], max_side,
                                      name=f"image {image_id} ({row['file_name']})")
     except (FileNotFoundError, ValueError, OSError) as e:  # bad input (incl. too small): skip, list, go on
         skipped[image_id] = str(e)
         continue
-    depth.save_depth(folder, image_id, render.resize_depth(est(img, image_id=image_id), size))
+    murk_scene.save_depth(folder, image_id, murk_scene.resize_depth(est(img, image_id=image_id), size))
     written.append(image_id)
-depth.write_manifest(folder, est, table["image_id"], written=written, skipped=skipped,
+murk_scene.write_manifest(folder, est, table["image_id"], written=written, skipped=skipped,
                      image_sha256=meta.get("image_sha256"))   # each new map: the digest of its image
-depth.set_current(folder, est, output_dir, run_id=RUN_ID)  # the cache the later stages read, for this run
+murk_scene.set_current(folder, est, output_dir, run_id=RUN_ID)  # the cache the later stages read, for this run
 print(f"depth: {len(written)} written, {len(table) - len(written) - len(skipped)} cached, {len(skipped)} skipped "
       f"(recorded as missing by the read-out)")
 for image_id, reason in skipped.items():
@@ -103,12 +102,12 @@ for image_id, reason in skipped.items():
 # one are listed with the reason the loop recorded.
 
 # %%
-manifest = depth.read_manifest(folder)
+manifest = murk_scene.read_manifest(folder)
 print({k: v for k, v in manifest.items() if k not in ("image_ids", "per_image", "skipped")})
-with_map = [i for i in manifest["image_ids"] if depth.has_depth(folder, i)]
+with_map = [i for i in manifest["image_ids"] if murk_scene.has_depth(folder, i)]
 for i in sorted(set(manifest["image_ids"]) - set(with_map)):
     print(f"no depth map for image {i}: {manifest.get('skipped', {}).get(str(i), 'map file missing')}")
-medians = [np.median(depth.load_depth(folder, i)) for i in with_map]
+medians = [np.median(murk_scene.load_depth(folder, i)) for i in with_map]
 fig, ax = plt.subplots(figsize=(5, 3))
 ax.hist(medians, bins=20, color="#4477AA")
 ax.set_xlabel("median scene depth (m)")
@@ -131,9 +130,9 @@ scene, passed = None, {}
 for i in range(len(table)):
     row = table.iloc[i]
     try:
-        img, size = render.load_presented(Path(meta["image_dir"]) / row["file_name"], max_side,
+        img, size = murk_scene.load_presented(Path(meta["image_dir"]) / row["file_name"], max_side,
                                           expected_size=(int(row["width"]), int(row["height"])))
-        z = depth.load_depth(folder, int(row["image_id"]), shape=img.shape[:2])
+        z = murk_scene.load_depth(folder, int(row["image_id"]), shape=img.shape[:2])
     except (FileNotFoundError, ValueError, OSError) as e:
         passed[int(row["image_id"])] = str(e)
         continue
@@ -144,9 +143,9 @@ for image_id, reason in passed.items():
 if scene is not None:
     row, img, size, z = scene
     print(f"scene figure: image {int(row['image_id'])} ({row['file_name']})")
-    bbox = render.scale_bbox(row["bbox"], (int(row["width"]), int(row["height"])), size)
-    shown = tuple(v for v in figures.SCENE_LEVELS_M if v >= min(designs.sweep_of(cfg)))   # the design's sweep
-    fig = figures.plot_scene_levels(img, z, bbox, shown, box_width_px=cfg["render"]["box_width_px"],
+    bbox = murk_scene.scale_bbox(row["bbox"], (int(row["width"]), int(row["height"])), size)
+    shown = tuple(v for v in report.SCENE_LEVELS_M if v >= min(protocol.sweep_of(cfg)))   # the design's sweep
+    fig = report.plot_scene_levels(img, z, bbox, shown, box_width_px=cfg["render"]["box_width_px"],
                                     depth_label=manifest["depth_backend"],
                                     approximate=bool(manifest["depth_approximate"]))
 else:
@@ -154,7 +153,7 @@ else:
     ax.axis("off")
     ax.text(0.5, 0.5, f"No scene to show: none of the {len(table)} items has a readable image and a depth map\n"
                       f"(each is recorded as missing; see the colophon)", ha="center", va="center")
-png, _ = figures.save(fig, paths.figures_dir(output_dir), "scene_levels")
+png, _ = report.save(fig, core.figures_dir(output_dir), "scene_levels")
 display(Image(filename=str(png)))
 
 # %% [markdown]
@@ -162,26 +161,26 @@ display(Image(filename=str(png)))
 #
 # For each image and severity, the fog visibility whose rendering (same image, its
 # own depth) retains the same contrast gain; the luma std ratio is the check
-# (`murk.nominal.nominal_equivalence`). Written to `analysis/nominal_equivalence.nc`;
+# (`murk.scene.nominal_equivalence`). Written to `analysis/nominal_equivalence.nc`;
 # the analyse stage turns it into the paper's table and figure (RQ4).
 
 # %%
-current = depth.current_depth(output_dir)
+current = murk_scene.current_depth(output_dir)
 attrs = {"config_hash": meta["config_hash"], "items_hash": meta["items_hash"],
          "depth_backend": current["depth_backend"], "depth_approximate": int(current["depth_approximate"]),
          "depth_model": current.get("depth_model", ""), "depth_revision": current.get("depth_revision", ""),
-         "run_id": RUN_ID, "git_commit": config.git_commit()}
-nominal_ds = nominal.nominal_equivalence(
+         "run_id": RUN_ID, "git_commit": core.git_commit()}
+nominal_ds = murk_scene.nominal_equivalence(
     table, meta["image_dir"], current["path"], max_side=max_side, seed=meta["seed"],
-    severities=cfg["physics"].get("imagenet_c_fog_severities", nominal.IMAGENET_C_SEVERITIES),
+    severities=murk_scene.IMAGENET_C_SEVERITIES,
     attrs=attrs, progress=True)
-paper.write_netcdf_atomic(nominal_ds, paths.analysis_dir(output_dir) / "nominal_equivalence.nc")
-nominal.table_vii(nominal_ds)[["median_v_eq_gain_m", "spread_p90_p10", "median_v_eq_std_ratio_m", "n_images"]]
+report.write_netcdf_atomic(nominal_ds, core.analysis_dir(output_dir) / "nominal_equivalence.nc")
+murk_scene.table_vii(nominal_ds)[["median_v_eq_gain_m", "spread_p90_p10", "median_v_eq_std_ratio_m", "n_images"]]
 
 # %% [markdown]
-# The run's identity (`murk.workflow.run_id`), as `depth/current.json`, the
+# The run's identity (`murk.pipeline.run_id`), as `depth/current.json`, the
 # nominal equivalence and the scene figure's file record it.
 
 # %%
 #| label: murk-identity
-display(workflow.identity_bundle(run_id=RUN_ID), raw=True)
+display(pipeline.identity_bundle(run_id=RUN_ID), raw=True)

@@ -16,7 +16,7 @@
 # (Eq. 1 in linear RGB, the 8-px red box drawn after the degradation), and the
 # t2 and t3 questions are asked with three prompts (main with a verbalized
 # confidence, abstain, abstain₂). The read-out runs on murk's batched engine
-# (`murk.engine`): the prompts of one (image, condition) unit as one token tree,
+# (`murk.readout`): the prompts of one (image, condition) unit as one token tree,
 # many units per forward pass, rendering overlapping with the model. Results go
 # into this model's zarr store one image at a time: rerunning resumes and never
 # repeats finished images.
@@ -64,34 +64,33 @@ import matplotlib.pyplot as plt
 import xarray as xr
 from IPython.display import display
 
-from murk import config, cube, depth, engine, items, paths, progress, prompts, readout, render, runlock, slurm, workflow
-from murk import design as designs
+from murk import core, pipeline, protocol, readout, results, scene
 
-# one writer per output root (murk.runlock): refused, writing nothing, while another run holds it
-ROOT_LOCK = runlock.hold_for_stage(output_dir, stage="03_readout")
+# one writer per output root (murk.pipeline): refused, writing nothing, while another run holds it
+ROOT_LOCK = pipeline.hold_for_stage(output_dir, stage="03_readout")
 
-table, meta = items.read_items(output_dir)
-cfg = designs.config_of(meta)   # data/config.yaml with the run's design (murk.design; the study's: as it is)
+table, meta = protocol.read_items(output_dir)
+cfg = protocol.config_of(meta)   # data/config.yaml with the run's design (murk.protocol; the study's: as it is)
 # a parameter left at None takes its default from the run settings (data/workflow.yaml), as Snakemake does
 if model is None or max_items is None:  # (Snakemake passes both)
     # (the models the root records where it holds no read-out of the run settings': Lab without MURK_OFFLINE)
-    _models, _models_note = config.analyse_models(None, output_dir, shard_size, required=False)
+    _models, _models_note = core.analyse_models(None, output_dir, shard_size, required=False)
     if _models_note and model is None:
         print(_models_note)
-    listed = workflow.model_entries(_models, len(table), "the run settings' models")
+    listed = core.model_entries(_models, len(table), "the run settings' models")
     model = model or listed[0].id
     if max_items is None:  # a model listed with n_items is read out on its first n_items, as Snakemake does
         max_items = next((e.n_items for e in listed if e.id == model and e.n_items < len(table)), None)
-n_verbal_items = int(config.run_default("n_verbal_items", n_verbal_items))
-device = config.run_default("device", device)
-trust_remote_code = bool(config.run_default("trust_remote_code", trust_remote_code))
-allow_pickle = bool(config.run_default("allow_pickle", allow_pickle))
-current = depth.current_depth(output_dir)
-RUN_ID = workflow.run_id(meta["config_hash"], meta["items_hash"])   # this selection's identity (items_meta.json)
-workflow.refuse_other_depth(current, RUN_ID, "readout", paths.depth_dir(output_dir) / "current.json")
-span = paths.shard_span(len(table), shard, shard_size, max_items)   # the items of this job
-store = paths.readout_store(model, output_dir, shard, shard_size)
-runlock.hold_store_lock(store, run_by)   # one writer per store: a second (a restarted driver's) is refused
+n_verbal_items = int(core.run_default("n_verbal_items", n_verbal_items))
+device = core.run_default("device", device)
+trust_remote_code = bool(core.run_default("trust_remote_code", trust_remote_code))
+allow_pickle = bool(core.run_default("allow_pickle", allow_pickle))
+current = scene.current_depth(output_dir)
+RUN_ID = pipeline.run_id(meta["config_hash"], meta["items_hash"])   # this selection's identity (items_meta.json)
+pipeline.refuse_other_depth(current, RUN_ID, "readout", core.depth_dir(output_dir) / "current.json")
+span = core.shard_span(len(table), shard, shard_size, max_items)   # the items of this job
+store = core.readout_store(model, output_dir, shard, shard_size)
+pipeline.hold_store_lock(store, run_by)   # one writer per store: a second (a restarted driver's) is refused
 print(f"{model}: items {span.start}..{span.stop - 1} of {len(table)} into {store}" if len(span) else
       f"{model}: shard {shard} of size {shard_size} lies beyond the {len(table)} items: nothing to read out")
 
@@ -108,25 +107,25 @@ print(f"{model}: items {span.start}..{span.stop - 1} of {len(table)} into {store
 # transformers knows is not run unless `trust_remote_code` is set: the built-in
 # class is used, and that is printed here and kept in the store's attributes
 # (`custom_code_not_run`), whence the paper's colophon lists it. The store's identity is
-# every setting that changes its content (`murk.cube.store_identity`: config,
+# every setting that changes its content (`murk.results.store_identity`: config,
 # items, model and revision, dtype, `n_verbal_items`, depth backend and model): a
 # store written with other settings is refused with a message naming the
-# setting, never mixed (`murk.cube.open_readout_store`). A local checkpoint's
+# setting, never mixed (`murk.results.open_readout_store`). A local checkpoint's
 # revision is its content digest: a store of the same folder re-saved with other
-# weights is kept aside (`murk.cube.set_aside_superseded`, said here and on the
+# weights is kept aside (`murk.results.set_aside_superseded`, said here and on the
 # terminal) and a fresh store is read out. Images already done are
 # skipped; images whose chunk files were damaged, or whose image files changed
 # since they were read (the store's `input_sha256`), are read again.
 #
 # The batched engine reads the items in a fixed global schedule: batch *b* holds
-# items *b·k* … *(b+1)·k − 1*, all 24 conditions of each (`murk.engine.schedule`).
+# items *b·k* … *(b+1)·k − 1*, all 24 conditions of each (`murk.readout.schedule`).
 # Which images share a forward pass changes a read-out only by floating-point
 # rounding (≤ 1e-6 in float32), but a store must be reproducible bit for bit, so
 # *k* (`images_per_batch`) belongs to the store's identity: a resumed
 # run or another shard reuses the store's *k*, and a shard size that would cut a
-# batch is refused (`murk.engine.check_shard_alignment`). On a CPU *k* = 1; on a GPU
+# batch is refused (`murk.readout.check_shard_alignment`). On a CPU *k* = 1; on a GPU
 # it is chosen from the free memory and the model's size
-# (`murk.engine.auto_images_per_batch`), then lowered to a divisor of the shard
+# (`murk.readout.auto_images_per_batch`), then lowered to a divisor of the shard
 # size. Shards run on GPUs of different memory can choose different *k*: set
 # `images_per_batch` explicitly there, so that every shard reads the same batches.
 
@@ -134,7 +133,7 @@ print(f"{model}: items {span.start}..{span.stop - 1} of {len(table)} into {store
 def stored_attr(store, key):
     """An attribute of an existing store (None without one); a damaged store is named by open_readout_store."""
     try:
-        return workflow.store_attrs(store).get(key)
+        return core.store_attrs(store).get(key)
     except (OSError, ValueError):
         return None
 
@@ -149,16 +148,16 @@ if len(span):
         print(f"WARNING {model}: {readout.custom_code_note(vlm.custom_code_not_run)}")
     k = images_per_batch or stored_attr(store, "images_per_batch") or cfg["readout"].get("images_per_batch")
     if not k:  # from the free memory, then the largest power of two that divides the shard size
-        k = engine.auto_images_per_batch(vlm, config=cfg)
+        k = readout.auto_images_per_batch(vlm, config=cfg)
         while shard_size and int(shard_size) % k:
             k //= 2
     k = int(k)
-    engine.check_shard_alignment(shard_size, k)  # a shard must not cut a scheduled batch
-    print(f"batched engine: {k} image(s) = {k * engine.N_CONDITIONS} units per scheduled batch")
-    attrs = cube.store_identity(
+    readout.check_shard_alignment(shard_size, k)  # a shard must not cut a scheduled batch
+    print(f"batched engine: {k} image(s) = {k * readout.N_CONDITIONS} units per scheduled batch")
+    attrs = results.store_identity(
         config_hash=meta["config_hash"], items_hash=meta["items_hash"], model_id=model,
         model_revision=vlm.revision, dtype=vlm.dtype, n_verbal_items=n_verbal_items,
-        n_items=len(paths.shard_span(len(table), max_items=max_items)),   # this model's items (its n_items)
+        n_items=len(core.shard_span(len(table), max_items=max_items)),   # this model's items (its n_items)
         depth_backend=current["depth_backend"], depth_model=current.get("depth_model", ""),
         depth_revision=current.get("depth_revision", ""), pipeline_check=int(vlm.is_pipeline_check),
         n_visual_tokens=int(vlm.n_visual_tokens), depth_approximate=current["depth_approximate"],
@@ -174,17 +173,17 @@ if len(span):
                       f"{current['depth_backend']!r}: its crossing visibilities in metres rest on that assumption "
                       f"(W does not). Rerun the depth stage with backend='depth-anything-v2' for the study.")
     old_revision = stored_attr(store, "model_revision")
-    aside = cube.set_aside_superseded(store, attrs)   # a re-saved local checkpoint: a fresh store, never a mixed one
+    aside = results.set_aside_superseded(store, attrs)   # a re-saved local checkpoint: a fresh store, never a mixed one
     if aside is not None:
         note = (f"{model}: its weights changed (revision {old_revision} -> {vlm.revision}): read out into a fresh "
                 f"store {store}; the store of the earlier weights is kept as {aside}")
         print(note)
-        if (terminal := progress.terminal_stream()) is not None:   # under Snakemake (murk.execute): the terminal too
+        if (terminal := core.terminal_stream()) is not None:   # under Snakemake (murk.pipeline.execute): the terminal too
             print(f"murk: {note}", file=terminal, flush=True)
     # each image's input digest (its image file's and its shuffled partner's, as select recorded them):
     # an image done from other files is read out again
-    inputs = items.input_digests(table, meta, items.shuffled_partner(len(table), cfg["items"].get("shuffle_offset", 37)))
-    ds = cube.open_readout_store(store, table["image_id"].iloc[span.start:span.stop],
+    inputs = protocol.input_digests(table, meta, protocol.shuffled_partner(len(table), cfg["items"]["shuffle_offset"]))
+    ds = results.open_readout_store(store, table["image_id"].iloc[span.start:span.stop],
                                  table["category"].iloc[span.start:span.stop], attrs, inputs[span.start:span.stop])
     done = ds["done"].values
     todo = [i for i in span if not done[i - span.start]]
@@ -194,58 +193,58 @@ print(f"{len(todo)} of {len(span)} images to read out")
 # ## The loop: render → read → write
 #
 # For each image not yet done, `load` gathers its inputs at the presented size
-# (`murk.render.item_inputs`: the image, its depth, the box, the shuffled
-# control's partner) and its 24 conditions (`murk.render.render_conditions`, a
-# generator; `murk.engine.ItemJobs`); the batched engine (`murk.engine.read_images`)
+# (`murk.scene.item_inputs`: the image, its depth, the box, the shuffled
+# control's partner) and its 24 conditions (`murk.scene.render_conditions`, a
+# generator; `murk.readout.ItemJobs`); the batched engine (`murk.readout.read_images`)
 # consumes them in preparing workers (processes on a GPU, sized from the CPUs the
 # job was given), builds each unit's token tree, and reads every question of every
 # condition of the scheduled batch in one forward pass and one greedy decode loop,
 # while the next batches are being rendered. Each image is written as soon as its
-# batch is read (`murk.cube.write_image`: values first, then its `done` flag).
+# batch is read (`murk.results.write_image`: values first, then its `done` flag).
 #
 # Bad input (a missing or undecodable image, a missing depth map) and a failed
 # rendering (recorded as `rendering failed: <error>`, e.g. a depth map of another
 # shape than its image) are recorded per image with their reason
-# (`murk.cube.write_missing`) and the loop goes on. A resumed run recomputes whole
+# (`murk.results.write_missing`) and the loop goes on. A resumed run recomputes whole
 # scheduled batches (finished batch-mates are read again, not written), so its
 # store equals an uninterrupted run's. A unit the batched engine cannot take (a
 # model family or attention kernel without custom 4-D masks) is read with every
-# prompt run whole (`murk.whole.read_unit`) and listed below.
+# prompt run whole (`murk.readout.read_unit`) and listed below.
 
 # %%
-partner = items.shuffled_partner(len(table), cfg["items"].get("shuffle_offset", 37))
+partner = protocol.shuffled_partner(len(table), cfg["items"]["shuffle_offset"])
 skipped, fallbacks = {}, []
 
 
 # item i's questions and its 24 conditions (a generator, rendered by the engine's preparing workers; a
 # module-level object, so that worker processes can be sent it)
-load = engine.ItemJobs(table, partner, meta["image_dir"], current["path"], cfg, seed=meta["seed"],
+load = readout.ItemJobs(table, partner, meta["image_dir"], current["path"], cfg, seed=meta["seed"],
                        n_verbal_items=int(n_verbal_items))
 
 
 def record_missing(i, reason):
     skipped[int(table.iloc[i]["image_id"])] = reason
-    cube.write_missing(store, i - span.start, reason, inputs[i])
+    results.write_missing(store, i - span.start, reason, inputs[i])
 
 
-stats = engine.EngineStats()
+stats = readout.EngineStats()
 if todo:
     run_start = time.perf_counter()
-    batches = engine.plan(todo, span.start, span.stop, k)
+    batches = readout.plan(todo, span.start, span.stop, k)
     done_items = {i for i in span if done[i - span.start]}
-    for res in engine.read_images(vlm, batches, load, config=cfg, done=done_items, stats=stats,
-                                  progress=f"readout {paths.model_slug(model)}"):
+    for res in readout.read_images(vlm, batches, load, config=cfg, done=done_items, stats=stats,
+                                  progress=f"readout {core.model_slug(model)}"):
         if res.missing_reason is not None:
             record_missing(res.item, res.missing_reason)
         else:
-            cube.write_image(store, res.item - span.start, res.results, inputs[res.item])  # 24 conditions, then `done`
+            results.write_image(store, res.item - span.start, res.results, inputs[res.item])  # 24 conditions, then `done`
         fallbacks += [f"image {int(table.iloc[res.item]['image_id'])} {f}" for f in res.fallbacks]
     # what this job cost, beside its store: the next read-out jobs of this model ask SLURM for as much, with a
-    # margin (murk.slurm.readout_resources)
+    # margin (murk.pipeline.readout_resources)
     on_cuda = str(vlm.device).startswith("cuda")
     if on_cuda:
         import torch
-    slurm.write_readout_cost(
+    pipeline.write_readout_cost(
         store, model=model, device=str(vlm.device).split(":")[0], images=len(todo), units=stats.units,
         run_s=time.perf_counter() - run_start, load_s=load_s,
         peak_host_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,   # Linux: KiB
@@ -287,7 +286,7 @@ if len(span):
     sel = ds["value"].sel(arm="fog", task="t2")
     fig, ax = plt.subplots(figsize=(5, 3.2))
     for name in ("correct", "c_int", "abstain"):
-        ax.plot(ds["visibility_m"][1:], sel.sel(readout=name).mean("image")[1:], marker="o", label=name)
+        ax.plot(ds["visibility_m"].sel(arm="fog")[1:], sel.sel(readout=name).mean("image")[1:], marker="o", label=name)
     ax.set_xscale("log")
     ax.invert_xaxis()
     ax.set_xlabel("visibility V (m)")
@@ -296,8 +295,8 @@ if len(span):
     fig.tight_layout()
 
 # %% [markdown]
-# The run's identity (`murk.workflow.run_id`), as the store's attributes record it.
+# The run's identity (`murk.pipeline.run_id`), as the store's attributes record it.
 
 # %%
 #| label: murk-identity
-display(workflow.identity_bundle(run_id=RUN_ID, model=model), raw=True)
+display(pipeline.identity_bundle(run_id=RUN_ID, model=model), raw=True)

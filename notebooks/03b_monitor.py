@@ -39,35 +39,34 @@ import xarray as xr
 from IPython.display import display
 
 import murk
-from murk import config, cube, depth, items, monitor, paths, physics, progress, render, workflow
-from murk import design as designs
-from murk import runlock
+from murk import core, monitor, pipeline, protocol, scene
+from murk import results as murk_results
 
-# one writer per output root (murk.runlock): refused, writing nothing, while another run holds it
-ROOT_LOCK = runlock.hold_for_stage(output_dir, stage="03b_monitor")
+# one writer per output root (murk.pipeline): refused, writing nothing, while another run holds it
+ROOT_LOCK = pipeline.hold_for_stage(output_dir, stage="03b_monitor")
 
-table, meta = items.read_items(output_dir)
-cfg = designs.config_of(meta)   # data/config.yaml with the run's design (murk.design; the study's: as it is)
-current = depth.current_depth(output_dir)
-RUN_ID = workflow.run_id(meta["config_hash"], meta["items_hash"])   # this selection's identity (items_meta.json)
-workflow.refuse_other_depth(current, RUN_ID, "monitor", paths.depth_dir(output_dir) / "current.json")
+table, meta = protocol.read_items(output_dir)
+cfg = protocol.config_of(meta)   # data/config.yaml with the run's design (murk.protocol; the study's: as it is)
+current = scene.current_depth(output_dir)
+RUN_ID = pipeline.run_id(meta["config_hash"], meta["items_hash"])   # this selection's identity (items_meta.json)
+pipeline.refuse_other_depth(current, RUN_ID, "monitor", core.depth_dir(output_dir) / "current.json")
 threshold_m = monitor.DEFAULT_THRESHOLD_M if threshold_m is None else float(threshold_m)
 stores, done = {}, {}
 # each image's input digest (its file's and its shuffled partner's): an image done from other files is read again
-inputs = items.input_digests(table, meta, items.shuffled_partner(len(table), cfg["items"].get("shuffle_offset", 37)))
+inputs = protocol.input_digests(table, meta, protocol.shuffled_partner(len(table), cfg["items"]["shuffle_offset"]))
 for mode_id in monitor.MONITOR_IDS:   # the oracle, then the deployable mode: one store each
-    stores[mode_id] = paths.readout_store(mode_id, output_dir)
-    attrs = cube.store_identity(
+    stores[mode_id] = core.readout_store(mode_id, output_dir)
+    attrs = murk_results.store_identity(
         config_hash=meta["config_hash"], items_hash=meta["items_hash"], model_id=mode_id,
         model_revision=f"murk {murk.__version__}", depth_backend=current["depth_backend"],
         depth_model=current.get("depth_model", ""), depth_revision=current.get("depth_revision", ""),
         monitor_threshold_m=threshold_m, pipeline_check=0, n_visual_tokens=-1, kind="monitor",
         depth_approximate=current["depth_approximate"], run_id=RUN_ID)
-    done[mode_id] = cube.open_readout_store(stores[mode_id], table["image_id"], table["category"], attrs,
+    done[mode_id] = murk_results.open_readout_store(stores[mode_id], table["image_id"], table["category"], attrs,
                                             inputs)["done"].values.copy()
 todo = [i for i in range(len(table)) if not all(d[i] for d in done.values())]
 # the deployable mode's depth: the backend the depth stage used, applied to each degraded image
-depth_backend = depth.backend_from_record(current)
+depth_backend = scene.backend_from_record(current)
 print(f"{len(todo)} of {len(table)} images to estimate (depth backend of the deployable mode: "
       f"{depth_backend.name}{', an approximation that ignores the image' if depth_backend.approximate else ''})")
 
@@ -82,25 +81,25 @@ print(f"{len(todo)} of {len(table)} images to estimate (depth backend of the dep
 # rendering are recorded per image with their reason, and the loop goes on.
 
 # %%
-partner = items.shuffled_partner(len(table), cfg["items"].get("shuffle_offset", 37))
+partner = protocol.shuffled_partner(len(table), cfg["items"]["shuffle_offset"])
 skipped = {}
-for i in progress.bar(todo, desc="monitor", unit="img"):
+for i in core.bar(todo, desc="monitor", unit="img"):
     row = table.iloc[i]
     try:
-        x = render.item_inputs(table, i, partner[i], meta["image_dir"], current["path"], cfg)
+        x = scene.item_inputs(table, i, partner[i], meta["image_dir"], current["path"], cfg)
     except (FileNotFoundError, ValueError, OSError) as e:  # bad input: record it, keep going, lose nothing
         skipped[int(row["image_id"])] = str(e)
         for mode_id, store in stores.items():
-            cube.write_missing(store, i, str(e), inputs[i])
+            murk_results.write_missing(store, i, str(e), inputs[i])
         continue
     try:
-        conditions = {(arm, level): shown for arm, level, shown in render.render_conditions(
+        conditions = {(arm, level): shown for arm, level, shown in scene.render_conditions(
             x["image"], x["depth_m"], x["bbox"], x["partner_image"], seed=meta["seed"],
             image_id=int(row["image_id"]), config=cfg, marker=False)}
     except (ValueError, OSError) as e:  # the same for a rendering that fails on this image's input
         skipped[int(row["image_id"])] = f"rendering failed: {e}"
         for mode_id, store in stores.items():
-            cube.write_missing(store, i, f"rendering failed: {e}", inputs[i])
+            murk_results.write_missing(store, i, f"rendering failed: {e}", inputs[i])
         continue
     for mode_id, store in stores.items():
         if done[mode_id][i]:
@@ -113,14 +112,14 @@ for i in progress.bar(todo, desc="monitor", unit="img"):
                 out = monitor.deployable_readouts(conditions, depth_backend, int(row["image_id"]), threshold_m=threshold_m)
         except (FileNotFoundError, ValueError, OSError) as e:   # e.g. the depth backend fails on a degraded image
             skipped[int(row["image_id"])] = f"{mode_id}: {e}"
-            cube.write_missing(store, i, f"{mode_id}: {e}", inputs[i])
+            murk_results.write_missing(store, i, f"{mode_id}: {e}", inputs[i])
             continue
         results = {}
         for (arm, level), r in out.items():
-            r = {k: r.get(k, np.nan) for k in cube.READOUTS} | {k: "" for k in cube.TEXT_READOUTS}
-            for task in cube.TASKS:
+            r = {k: r.get(k, np.nan) for k in core.READOUTS} | {k: "" for k in core.TEXT_READOUTS}
+            for task in core.TASKS:
                 results[(arm, level, task)] = r
-        cube.write_image(store, i, results, inputs[i])
+        murk_results.write_image(store, i, results, inputs[i])
 print("monitor: every item processed" if not skipped else
       f"monitor: {len(skipped)} item(s) skipped, recorded as missing:\n"
       + "\n".join(f"  image {k}: {v}" for k, v in skipped.items()))
@@ -136,9 +135,9 @@ for mode_id, style in zip(monitor.MONITOR_IDS, ("-o", ":s")):
     vhat = ds["value"].sel(task="t2", readout="visibility_hat_m")
     print(f"{mode_id}: {int(ds['done'].sum())} of {ds.sizes['image']} images")
     for arm in ("fog", "underwater"):
-        ax.plot(physics.SWEEP_M, np.nanmedian(vhat.sel(arm=arm).values[1:], axis=-1), style,
+        ax.plot(scene.SWEEP_M, np.nanmedian(vhat.sel(arm=arm).values[1:], axis=-1), style,
                 label=f"{arm}, {'oracle' if mode_id == monitor.MONITOR_ID else 'deployable'}")
-ax.plot(physics.SWEEP_M, physics.SWEEP_M, "k--", lw=1)
+ax.plot(scene.SWEEP_M, scene.SWEEP_M, "k--", lw=1)
 ax.set_xscale("log")
 ax.set_yscale("log")
 ax.set_xlabel("true V (m)")
@@ -147,8 +146,8 @@ ax.legend(fontsize=7)
 fig.tight_layout()
 
 # %% [markdown]
-# The run's identity (`murk.workflow.run_id`), as the store's attributes record it.
+# The run's identity (`murk.pipeline.run_id`), as the store's attributes record it.
 
 # %%
 #| label: murk-identity
-display(workflow.identity_bundle(run_id=RUN_ID), raw=True)
+display(pipeline.identity_bundle(run_id=RUN_ID), raw=True)

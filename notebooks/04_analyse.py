@@ -14,7 +14,7 @@
 # This notebook is the analysis of the study. It merges the models' read-out
 # stores into the cube (`cube.zarr`, dims model × arm × level × task × image ×
 # readout), computes every statistic from one paired bootstrap over images
-# (`murk.analysis.analyse`, spec Sec. III), and then answers the study's
+# (`murk.results.analyse`, spec Sec. III), and then answers the study's
 # questions one by one:
 #
 # * **RQ1** over what range of visibility does accuracy collapse?
@@ -22,21 +22,27 @@
 # * **RQ3** does an explicit abstain option expose what the stated confidence hides, and how robust is it to wording?
 # * **RQ4** do the nominal ImageNet-C fog severities cover the failure band?
 #
-# followed by the verification task and the controls, and the visibility
-# monitor (beyond the spec). Each section says what it computes and why, then
+# followed by the verification task and the controls, and the abstract and
+# discussion generated from the verdicts. What goes beyond the spec (the
+# visibility monitor, recalibration, risk–coverage) is the next notebook,
+# `notebooks/05_beyond.py`, which reads this one's cube and scores. Each
+# section says what it computes and why, then
 # builds its tables and figures in labelled cells (`fig-…`, `tbl-…`), which the
 # paper embeds from the executed notebook (`outputs/notebooks/04_analyse.ipynb`).
 #
 # Every number the paper cites is recorded in the cell that computes it with
 # `record(key, value, …)`, and every cell that records one is labelled (`num-…`,
-# or its table's or figure's label): the numbers file keeps, for each key, the
-# label of the cell that recorded it (`paper_numbers.provenance.json`,
-# `murk.paper.load_provenance`), also for keys built with f-strings, and the HTML
+# or its table's or figure's label): this notebook's numbers fragment
+# (`analysis/numbers-study.json`) keeps, for each key, the label of the cell
+# that recorded it (its provenance beside it; merged with the next notebook's
+# into `paper_numbers.provenance.json`,
+# `murk.report.load_provenance`), also for keys built with f-strings, and the HTML
 # paper links each number to that cell in the rendered notebook. Every sentence
 # that states a finding is generated from the numbers with its condition
-# (`murk.claims`): it says "not observed", or the opposite, when the cube says so.
-# Nothing is typed by hand. The numbers file (`paper_numbers.json`) is written by
-# the last cell.
+# (`murk.report`): it says "not observed", or the opposite, when the cube says so.
+# Nothing is typed by hand. The last cell writes the fragment and merges the
+# fragments into the numbers file the paper reads (`paper_numbers.json`,
+# `murk.report.merge_numbers`).
 
 # %% tags=["parameters"]
 # (one parameter a line, its comment above it: papermill reads `name = value` lines)
@@ -46,12 +52,14 @@
 models = None
 # the read-outs' shard size (None: the run settings' shard_size; null: one store per model)
 shard_size = None
-# items on which the monitor is re-run with a wrong depth (0: skip)
-monitor_sensitivity_items = 20
 # the output folder of another design's run, compared with this one in the diagnostics; None: the run settings'
 # compare_with (data/workflow.yaml: null, none; data/pilot.yaml: outputs)
 compare_with = None
 output_dir = None
+
+# %% [markdown]
+# The libraries, this output root held for the stage (one writer at a time), the
+# numbers fragment this notebook writes and the run's frozen configuration.
 
 # %%
 import hashlib
@@ -65,24 +73,19 @@ import numpy as np
 import xarray as xr
 from IPython.display import Image, Markdown, display
 
-from murk import analysis, claims, config, cube, depth, diagnostics, figures, items, metrics, monitor, nominal, paper
-from murk import paths
-from murk import design as designs
-from murk import workflow
-from murk import physics, progress, prompts, readout, recalibration, render, unit
-from murk.paper import (fmt, fmt_crossing, fmt_estimate, fmt_interval, fmt_level, fmt_list, fmt_range, fmt_visibility,
-                        fmt_visibility_interval)
-from murk import runlock
+from murk import core, monitor, pipeline, protocol, readout, report, results, scene
+from murk.report import (fmt, fmt_crossing, fmt_estimate, fmt_interval, fmt_level, fmt_list, fmt_range, fmt_visibility,
+                         fmt_visibility_interval)
 
-# one writer per output root (murk.runlock): refused, writing nothing, while another run holds it
-ROOT_LOCK = runlock.hold_for_stage(output_dir, stage="04_analyse")
+# one writer per output root (murk.pipeline): refused, writing nothing, while another run holds it
+ROOT_LOCK = pipeline.hold_for_stage(output_dir, stage="04_analyse")
 
-FIG_DIR, TABLE_DIR = paths.figures_dir(output_dir), paths.analysis_dir(output_dir)
+FIG_DIR, TABLE_DIR = core.figures_dir(output_dir), core.analysis_dir(output_dir)
 TABLE_DIR.mkdir(parents=True, exist_ok=True)
-numbers = paper.Numbers(paths.numbers_file(output_dir))
+numbers = report.Numbers(report.fragment_file("04_analyse", output_dir))   # this notebook's numbers fragment
 record = numbers.record
-table, meta = items.read_items(output_dir)
-cfg = designs.config_of(meta)   # data/config.yaml with the run's design (murk.design; the study's: as it is)
+table, meta = protocol.read_items(output_dir)
+cfg = protocol.config_of(meta)   # data/config.yaml with the run's design (murk.protocol; the study's: as it is)
 A = cfg["analysis"]
 CHANCE = A["chance"]
 
@@ -96,20 +99,26 @@ CHANCE = A["chance"]
 
 # %%
 def show(fig, name: str, pipeline_check: bool | None = None) -> None:
-    """Save ``fig`` as figures/<name>.png|pdf and display the PNG."""
-    png, _ = figures.save(fig, FIG_DIR, name, pipeline_check=PIPELINE_CHECK if pipeline_check is None else pipeline_check)
+    """Save ``fig`` as figures/<name>.png|pdf and display the PNG (a figure this notebook declares)."""
+    if name not in report.analysis_figures("04_analyse"):
+        raise ValueError(f"figure {name} is not in murk.report.ANALYSIS_FIGURES['04_analyse']: add it there")
+    png, _ = report.save(fig, FIG_DIR, name, pipeline_check=PIPELINE_CHECK if pipeline_check is None else pipeline_check)
     display(Image(filename=str(png)))
 
 
 def show_table(md: str, name: str) -> None:
-    """Display a Markdown table and keep it as analysis/tbl-<name>.md."""
-    paper.write_text_atomic(TABLE_DIR / f"tbl-{name}.md", md)
+    """Display a Markdown table and keep it as analysis/tbl-<name>.md (a table of this notebook,
+    ``report.analysis_tables("04_analyse")``: the list the Snakefile declares)."""
+    if f"tbl-{name}" not in report.analysis_tables("04_analyse"):
+        raise ValueError(f"table tbl-{name} is not a table of notebooks/04_analyse.py: label its cell tbl-{name} and "
+                         f"add it to murk.report.SPEC_COUNTERPARTS")
+    report.write_text_atomic(TABLE_DIR / f"tbl-{name}.md", md)
     display(Markdown(md))
 
 
 def not_computed(what: str) -> str:
     """A one-row table saying that this run did not compute ``what`` (keeps the caption and label)."""
-    return paper.markdown_table([{"note": f"{paper.NOT_COMPUTED}: {what}"}])
+    return report.markdown_table([{"note": f"{report.NOT_COMPUTED}: {what}"}])
 
 
 LOW_MASS: list[str] = []       # models whose first token is not the answer (option mass below the threshold)
@@ -118,41 +127,25 @@ DAGGER = "†"                   # their mark in every table, figure legend and 
 
 def plain_name(m: str) -> str:
     """Display name of a model: the shortest suffix of its id unique among the run's models
-    (`murk.figures.display_names`, as in every figure legend)."""
-    return figures.display_names([*VLMS, str(m)])[str(m)]
+    (`murk.report.display_names`, as in every figure legend)."""
+    return report.display_names([*VLMS, str(m)])[str(m)]
 
 
 def name(m: str) -> str:
     """Display name of a model, with the † of a model whose median clean option mass is below the threshold."""
-    return figures.display_names([*VLMS, str(m)], LOW_MASS)[str(m)]
+    return report.display_names([*VLMS, str(m)], LOW_MASS)[str(m)]
 
 
-key = paths.model_slug         # a model in numbers keys
-
-
-def crossing_text(v: float, lo: float, hi: float, side) -> str:
-    """A crossing visibility (m) with its interval. ``side`` is the crossing's ``censored_side`` ("" exact,
-    "below": never reached, ``≤ 1.95``; "above": reached at the first level, ``≥ 250``; a bool: True = "below");
-    a bound is printed without interval."""
-    s = fmt_crossing(v, side, 1)
-    if s == "n/a" or s[0] in "≤≥":
-        return s
-    return paper.fmt_visibility_estimate(v, lo, hi)   # the interval at the point's precision
-
-
-def w_text(w: float, lo: float, hi: float, lower: bool, upper: bool) -> str:
-    """W as the paper writes it: ``W = 0.07 [0.03, 0.10]``, ``W ≥ 0.80`` (a bound), or ``W undefined``."""
-    s = fmt_estimate(w, lo, hi, lower=lower, upper=upper)
-    return "W undefined" if s == "n/a" else f"W {s}" if (lower or upper) else f"W = {s}"
+key = core.model_slug         # a model in numbers keys
 
 # %% [markdown]
 # ## The cube
 #
 # The read-out stores of the models (one per model, or one per shard) and, when
 # it ran, the visibility monitor's store are merged into `cube.zarr`
-# (`murk.cube.merge_models`, atomic; stores written for other items, another
+# (`murk.results.merge_models`, atomic; stores written for other items, another
 # config or another depth backend are refused). A model read out on the first N
-# items only (its entry `{id: ..., n_items: N}`, `murk.workflow.model_entries`)
+# items only (its entry `{id: ..., n_items: N}`, `murk.core.model_entries`)
 # has a shorter store: in the cube its other images are "not run" (NaN,
 # `missing_reason` `cube.NOT_RUN`, never bad input), the coordinate `n_items`
 # holds each model's n, and every statistic of the model is over its own images.
@@ -162,25 +155,25 @@ def w_text(w: float, lo: float, hi: float, lower: bool, upper: bool) -> str:
 #| label: num-cube
 # a parameter left at None takes its default from the run settings (data/workflow.yaml), as Snakemake does; models
 # left at None whose read-outs this root lacks are the models the root records (in Lab after an offline run)
-shard_size = config.run_default("shard_size", shard_size)
-models, _models_note = config.analyse_models(models, output_dir, shard_size)
+shard_size = core.run_default("shard_size", shard_size)
+models, _models_note = core.analyse_models(models, output_dir, shard_size)
 if _models_note:
     print(_models_note)
-ENTRIES = workflow.model_entries(models, None, "the analyse notebook's parameter models")   # n None: not given
+ENTRIES = core.model_entries(models, None, "the analyse notebook's parameter models")   # n None: not given
 # each model's n: its entry's n_items, at most the selection (a root whose items.json lists no items, a cube
 # analysed without its select stage, takes the images of its stores)
 N_ENTRY = {e.id: min(e.n_items, len(table) or e.n_items) if e.n_items else len(table) for e in ENTRIES}
-stores = {e.id: paths.readout_stores(e.id, N_ENTRY[e.id], shard_size, output_dir) for e in ENTRIES}
+stores = {e.id: core.readout_stores(e.id, N_ENTRY[e.id], shard_size, output_dir) for e in ENTRIES}
 for mode_id in monitor.MONITOR_IDS:   # the oracle and the deployable monitor, never sharded
-    if paths.readout_store(mode_id, output_dir).exists():
-        stores[mode_id] = paths.readout_store(mode_id, output_dir)
+    if core.readout_store(mode_id, output_dir).exists():
+        stores[mode_id] = core.readout_store(mode_id, output_dir)
 flat = [p for v in stores.values() for p in (v if isinstance(v, list) else [v])]
 missing = [str(p) for p in flat if not Path(p).exists()]
 if missing:
     raise FileNotFoundError(f"read-out stores missing: {missing}; run the readout stage for these models")
-RUN_ID = workflow.run_id(meta["config_hash"], meta["items_hash"])   # this selection's identity (items_meta.json)
-workflow.refuse_other_run(flat, RUN_ID, "analyse", paths.items_file(output_dir))   # before anything is written
-full = cube.merge_models(stores, paths.cube_store(output_dir), attrs={"git_commit": config.git_commit(), "run_id": RUN_ID,
+RUN_ID = pipeline.run_id(meta["config_hash"], meta["items_hash"])   # this selection's identity (items_meta.json)
+pipeline.refuse_other_run(flat, RUN_ID, "analyse", core.items_file(output_dir))   # before anything is written
+full = results.merge_models(stores, core.cube_store(output_dir), attrs={"git_commit": core.git_commit(), "run_id": RUN_ID,
                                                                      # the selected images' content (select's record)
                                                                      "images_sha256": meta.get("images_sha256", "")},
                          images=(table["image_id"], table["category"]) if len(table) else None).load()
@@ -189,13 +182,13 @@ for e in ENTRIES:  # an entry that gives its n_items must find a store of that m
         raise ValueError(f"the read-out store of {e.id} holds {int(full['n_items'].sel(model=e.id))} items, its "
                          f"entry in models asks for n_items: {e.n_items}: run its read-out with that n_items "
                          f"(snakemake does), or give the entry the store's n_items")
-# a design whose sweep ends earlier, or with one abstain wording, is analysed on what it measures (murk.design)
-full = designs.restrict_to_design(full, cfg)
+# a design whose sweep ends earlier, or with one abstain wording, is analysed on what it measures (murk.protocol)
+full = protocol.restrict_to_design(full, cfg)
 ds = full.sel(model=[m for m in full["model"].values if m not in monitor.MONITOR_IDS])
 VLMS = [str(m) for m in ds["model"].values]
 PIPELINE_CHECK = bool(ds["pipeline_check"].any())
-VIS = ds["visibility_m"].values           # level 0 (clean, inf) and the sweep
-SWEEP = np.asarray(designs.sweep_of(cfg))  # the design's sweep (the study's: physics.SWEEP_M)
+VIS = results.sweep_visibility(ds)        # level 0 (clean, inf) and the sweep, m (the physical arms' levels)
+SWEEP = np.asarray(protocol.sweep_of(cfg))  # the design's sweep (the study's: physics.SWEEP_M)
 END = len(SWEEP)                           # the last, murkiest level
 
 
@@ -209,29 +202,28 @@ if PIPELINE_CHECK:
     display(Markdown("**" + full.attrs["note"] + "**"))
 
 # %% [markdown]
-# What this analysis is: the run's identity (`murk.workflow.run_id`, the
-# selection) and the analysis identity (`murk.workflow.analysis_id`: the run, the
+# What this analysis is: the run's identity (`murk.pipeline.run_id`, the
+# selection) and the analysis identity (`murk.pipeline.analysis_id`: the run, the
 # models and item counts given here, the content of every store read and the
 # settings). The numbers file, every figure file's metadata and the output below
 # record both; the paper is rendered only from a numbers file and this executed
-# notebook of one analysis identity (`python -m murk.paper` refuses a mix).
+# notebook of one analysis identity (`python -m murk.report.paper` refuses a mix).
 
 # %%
 #| label: murk-identity
-_root = paths.output_dir(output_dir)
-_inputs = {os.path.relpath(p, _root): workflow.store_digest(p) for p in flat}
+_root = core.output_dir(output_dir)
+_inputs = {os.path.relpath(p, _root): pipeline.store_digest(p) for p in flat}
 _nominal_file = TABLE_DIR / "nominal_equivalence.nc"
 if _nominal_file.is_file():
     _inputs[os.path.relpath(_nominal_file, _root)] = "sha256:" + hashlib.sha256(_nominal_file.read_bytes()).hexdigest()
 ANALYSIS_MODELS = [e.id if e.n_items is None else {"id": e.id, "n_items": e.n_items} for e in ENTRIES]
-ANALYSIS_ID = workflow.analysis_id(RUN_ID, [(e.id, N_ENTRY[e.id]) for e in ENTRIES], _inputs, {
-    "shard_size": shard_size, "monitor_sensitivity_items": monitor_sensitivity_items,
-    "git_commit": full.attrs.get("git_commit", "unknown")})
-figures.set_identity(run_id=RUN_ID, analysis_id=ANALYSIS_ID)   # into every figure file's metadata
+ANALYSIS_ID = pipeline.analysis_id(RUN_ID, [(e.id, N_ENTRY[e.id]) for e in ENTRIES], _inputs, {
+    "shard_size": shard_size, "git_commit": full.attrs.get("git_commit", "unknown")})
+report.set_identity(run_id=RUN_ID, analysis_id=ANALYSIS_ID)   # into every figure file's metadata
 record("run_id", RUN_ID)
 record("analysis_id", ANALYSIS_ID)
 record("analysis.models", json.dumps(ANALYSIS_MODELS))   # what the analysis was given (the paper's refusal names it)
-display(workflow.identity_bundle(run_id=RUN_ID, analysis_id=ANALYSIS_ID, models=ANALYSIS_MODELS,
+display(pipeline.identity_bundle(run_id=RUN_ID, analysis_id=ANALYSIS_ID, models=ANALYSIS_MODELS,
                                  inputs=_inputs), raw=True)
 
 # %% [markdown]
@@ -240,42 +232,24 @@ display(workflow.identity_bundle(run_id=RUN_ID, analysis_id=ANALYSIS_ID, models=
 # of its first-token probability on the letters (a wrong template or prefill, a
 # first token such as `(`, `**` or `The`, random weights) is answering from a
 # sliver of its distribution. The median option mass on clean images per model
-# and task (`murk.analysis.median_option_mass`) goes into the models table; a
+# and task (`murk.readout.median_option_mass`) goes into the models table; a
 # model below `murk.readout.OPTION_MASS_MIN` is marked † wherever it appears and
 # its results are not interpreted (the read-out stage warned about it).
 
 # %%
 #| label: num-option-mass
-option_mass = analysis.median_option_mass(ds)            # (model, task = t2, t3)
-LOW_MASS[:] = analysis.low_option_mass(ds)
-
-
-def fmt_mass(x: float) -> str:
-    """An option mass: two decimals, or two significant digits times a power of ten below 0.01 (7.1×10⁻³)."""
-    if not np.isfinite(x):
-        return "n/a"
-    if x >= 0.01 or x == 0:
-        return f"{x:.2f}"
-    mant, exp = f"{x:.1e}".split("e")
-    return f"{mant}×10" + str(int(exp)).translate(str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"))
+option_mass = readout.median_option_mass(ds)            # (model, task = t2, t3)
+LOW_MASS[:] = results.low_option_mass(ds)
 
 
 for m in VLMS:
     for t in ("t2", "t3"):
-        record(f"option_mass.{key(m)}.{t}", fmt_mass(float(option_mass.sel(model=m, task=t))))
+        record(f"option_mass.{key(m)}.{t}", report.fmt_mass(float(option_mass.sel(model=m, task=t))))
 record("option_mass.threshold", f"{readout.OPTION_MASS_MIN:g}")
 record("option_mass.low_models", ", ".join(plain_name(m) for m in LOW_MASS))
 low_pc = [m for m in LOW_MASS if bool(ds["pipeline_check"].sel(model=m))]
-record("option_mass.footnote", (
-    f"{DAGGER} Median first-token probability on the option letters on clean images below "
-    f"{readout.OPTION_MASS_MIN:g} (t2 or t3) for {fmt_list(plain_name(m) for m in LOW_MASS)}: the answer "
-    f"and internal confidence of {claims.they(len(LOW_MASS), 'this model', 'these models')} rest on a small part of "
-    f"the first-token distribution; {claims.they(len(LOW_MASS), 'its', 'their')} results are not interpreted"
-    + (" (expected of random-weight checkpoints: " + fmt_list(plain_name(m) for m in low_pc) + ")"
-       if low_pc else "") + "."
-    if LOW_MASS else
-    f"Every model puts a median of at least {readout.OPTION_MASS_MIN:g} of its first-token probability on the "
-    "option letters on clean images (t2 and t3): its first token is the answer."))
+record("option_mass.footnote", report.option_mass_footnote(
+    [plain_name(m) for m in LOW_MASS], [plain_name(m) for m in low_pc], readout.OPTION_MASS_MIN))
 print(option_mass.to_pandas())
 
 # %% [markdown]
@@ -292,14 +266,9 @@ record("models", fmt_list(f"`{m}`" for m in VLMS))
 N_OF = {str(m): int(n) for m, n in zip(ds["model"].values, ds["n_items"].values)}   # each model's own images
 for m in VLMS:
     record(f"n_items.{key(m)}", N_OF[m])
-_by_n = sorted(VLMS, key=lambda m: -N_OF[m])
-record("methods.n_items_per_model", (
-    "Each model is read out on the first n items of the selection: "
-    + fmt_list(f"{'all ' if N_OF[m] == ds.sizes['image'] else ''}{N_OF[m]} for {name(m)}" for m in _by_n)
-    + "; each model's statistics are over its own items, and where models are compared, over the items they share"
-    if any(N_OF[m] < ds.sizes["image"] for m in VLMS) else
-    f"{'Every model is' if len(VLMS) > 1 else 'The model is'} read out on all {ds.sizes['image']} items"))
-record("n_conditions", len(cube.CONDITIONS))
+record("methods.n_items_per_model", report.items_per_model_words({name(m): N_OF[m] for m in VLMS},
+                                                                  ds.sizes["image"]))
+record("n_conditions", len(scene.CONDITIONS))
 record("config_hash", ds.attrs["config_hash"][:12])
 record("items_hash", ds.attrs["items_hash"][:12])
 record("images_sha256", str(full.attrs.get("images_sha256") or "not recorded")[:12])   # the images' content
@@ -307,29 +276,18 @@ record("git_commit", str(full.attrs.get("git_commit", "unknown"))[:12])
 record("depth_backend", f"`{ds.attrs['depth_backend']}`")
 approximate = bool(int(ds.attrs.get("depth_approximate", 0)))
 depth_model = str(ds.attrs.get("depth_model", "") or "")
-record("methods.depth", (
-    f"Metric depth comes from the `{ds.attrs['depth_backend']}` backend, an explicit approximation used because "
-    f"no depth weights were available: every pixel is placed at {depth.CONSTANT_DEPTH_M:g} m, the spec's median "
-    "scene depth, so the fog is uniform over each image and the crossing visibilities in metres rest on that "
-    "assumption (W does not)" if approximate else
-    f"Metric depth comes from `{ds.attrs['depth_backend']}`"
-    + (f" (checkpoint `{depth_model}`)" if depth_model else "")
-    + (" [@depthanythingv2]" if "depth-anything" in ds.attrs["depth_backend"] else "")
-    + ", estimated on the clean image"))
-record("depth_note", (
-    "an approximate constant depth (no depth weights were available), so absolute visibilities are only as good "
-    "as this assumption; W is unaffected by a global depth scale" if approximate else
-    "the backend named in Methods, estimated on the clean image"))
-record("pipeline_check_note", (
-    f"**Pipeline check.** The models {fmt_list(f'`{m}`' for m in pc)} are tiny randomly initialised checkpoints "
-    "of the real architectures, built offline by murk. Their numbers test the pipeline end to end and say nothing "
-    "about any real VLM; every figure carries a pipeline-check mark." if pc else
-    "All models are real pretrained checkpoints."))
+for k, text in report.run_words(ds.attrs["depth_backend"], approximate, depth_model, scene.CONSTANT_DEPTH_M,
+                                [f"`{m}`" for m in pc]).items():   # the depth said for Methods, the pipeline check
+    record(k, text)
+
+# %% [markdown]
+# The models table: each model's items, revision, visual tokens and clean option
+# mass (the † marks).
 
 # %%
 #| label: tbl-models
 #| tbl-cap: "Models, the items each was read out on (the first n of the selection), revisions, visual tokens per image and the median first-token probability on the option letters on clean images (option mass, t2 / t3); † marks a model below the threshold (beyond the spec as a table; in the text of spec Section III)."
-show_table(paper.markdown_table([
+show_table(report.markdown_table([
     {"model": f"`{m}`" + (f" {DAGGER}" if str(m) in LOW_MASS else ""), "items (n)": str(N_OF[str(m)]),
      "revision": f"`{str(rev)[:23 if str(rev).startswith('sha256:') else 12] or 'n/a'}`",
      "visual tokens / image": str(int(nv)),
@@ -353,22 +311,22 @@ if "missing_reason" in full:
     reasons = full["missing_reason"].transpose("model", "image").values
     for mi, m in enumerate(full["model"].values):
         for ii, img in enumerate(full["image"].values):
-            if str(reasons[mi, ii]) and str(reasons[mi, ii]) != cube.NOT_RUN:
+            if str(reasons[mi, ii]) and str(reasons[mi, ii]) != results.NOT_RUN:
                 rows.append({"model": f"`{m}`", "image": str(int(img)), "reason": str(reasons[mi, ii])})
 record("n_missing_items", len({r["image"] for r in rows}))
-# images stored rotated that every stage used transposed (the select stage's record, murk.items.image_checks)
-_report = paths.items_file(output_dir).with_name("items_report.json")
+# images stored rotated that every stage used transposed (the select stage's record, murk.protocol.image_checks)
+_report = core.items_file(output_dir).with_name("items_report.json")
 _transposed = json.loads(_report.read_text()).get("image_checks", {}).get("transposed", {}) if _report.is_file() else {}
 record("colophon.transposed_images", "; ".join(
     f"image {k} (stored {v.split(' is stored ', 1)[-1].split(':', 1)[0]})" for k, v in _transposed.items()) or "none")
-show_table(paper.markdown_table(rows or [{"model": "all", "image": "–", "reason": "none: every item was read out"}]),
+show_table(report.markdown_table(rows or [{"model": "all", "image": "–", "reason": "none: every item was read out"}]),
            "missing")
 
 # %% [markdown]
 # ## The scores
 #
 # One draw of image resamples serves every statistic, so differences and
-# crossings are paired (`murk.analysis.analyse`): condition means with their
+# crossings are paired (`murk.results.analyse`): condition means with their
 # percentile intervals, ECE and AUROC of the confidences, coverage and risk of
 # the abstain options, the crossing visibilities V_acc and V_aware (mid-way
 # between the clean value and the floor, linear in log V, censored at the end of
@@ -378,13 +336,13 @@ show_table(paper.markdown_table(rows or [{"model": "all", "image": "–", "reaso
 
 # %%
 #| label: num-analyse
-res = analysis.analyse(ds, A["bootstrap_resamples"], A["bootstrap_resamples_crossing"], A["bootstrap_seed"],
+res = results.analyse(ds, A["bootstrap_resamples"], A["bootstrap_resamples_crossing"], A["bootstrap_seed"],
                        A["ci_level"], CHANCE)
 means, cross, sc = res["means"], res["crossings"], res["scores"]
 sc.attrs.update({k: str(ds.attrs[k]) for k in ("config_hash", "items_hash", "depth_backend") if k in ds.attrs})
 sc.attrs["git_commit"] = str(full.attrs.get("git_commit", "unknown"))
 for name_, obj in (("scores", sc), ("condition_means", means), ("crossings", cross)):
-    paper.write_netcdf_atomic(obj, TABLE_DIR / f"{name_}.nc")
+    report.write_netcdf_atomic(obj, TABLE_DIR / f"{name_}.nc")
 _DRAWS: dict[int, np.ndarray] = {}
 
 
@@ -392,29 +350,24 @@ def draw(n: int) -> np.ndarray:
     """The bootstrap draw over ``n`` images (resamples × images; its first rows are the per-condition draw),
     made once per sample size: a model's own images, or the images two models share (the first n)."""
     if n not in _DRAWS:
-        _DRAWS[n] = analysis.resample_counts(n, A["bootstrap_resamples_crossing"], A["bootstrap_seed"])
+        _DRAWS[n] = results.resample_counts(n, A["bootstrap_resamples_crossing"], A["bootstrap_seed"])
     return _DRAWS[n]
 
 
 counts = draw(ds.sizes["image"])
-image_scores = analysis.image_scores(ds)   # (model, arm, level, task = t2 | t3, image, readout)
+image_scores = results.image_scores(ds)   # (model, arm, level, task = t2 | t3, image, readout)
 
 
 def est(var: str, **sel) -> tuple[float, float, float]:
     """(point, lo, hi) of a scores variable."""
     x = sc[var].sel(**sel)
-    return tuple(float(x.sel(stat=s)) for s in analysis.STATS)
+    return tuple(float(x.sel(stat=s)) for s in results.STATS)
 
 
 def paired_difference(a: xr.DataArray, b: xr.DataArray) -> tuple[float, float, float]:
-    """Mean over images of a - b with its paired bootstrap interval, over the images the models of ``a`` and
-    ``b`` (their scalar ``model`` coordinates) were run on: a model's own images, with the draw of its scores."""
-    ms = sorted({str(x["model"].values) for x in (a, b) if "model" in x.coords and x["model"].ndim == 0})
-    keep = np.flatnonzero(analysis.common_images(ds, ms) if ms else np.ones(a.sizes["image"], bool))
-    d = (a - b).isel(image=keep).expand_dims(k=[0])
-    m = analysis.condition_means(d, A["bootstrap_resamples"], A["bootstrap_seed"], A["ci_level"],
-                                 counts=draw(keep.size))
-    return tuple(float(m[v].sel(k=0)) for v in ("mean", "lo", "hi"))
+    """Mean over images of a - b with its paired interval, over the images both models were run on, with the draw
+    of that many images (`murk.results.paired_difference`)."""
+    return results.paired_difference(a, b, ds, A["bootstrap_resamples"], A["bootstrap_seed"], A["ci_level"], draw)
 
 
 sc
@@ -432,30 +385,29 @@ sc
 
 # %%
 #| label: num-scores
-p = cfg["physics"]
 record("n_resamples", int(A["bootstrap_resamples"]))
 record("n_resamples_crossing", int(A["bootstrap_resamples_crossing"]))
 record("ci_percent", f"{100 * A['ci_level']:.0f}")
-record("cfg.koschmieder", f"{p['koschmieder_constant']:g}")
-record("cfg.airlight", f"{p['fog_airlight']:g}")
+record("cfg.koschmieder", f"{scene.KOSCHMIEDER_CONSTANT:g}")
+record("cfg.airlight", f"{scene.FOG_AIRLIGHT:g}")
 record("cfg.sweep", ", ".join(fmt_level(v) for v in SWEEP))
 record("cfg.n_levels", len(SWEEP))
 record("cfg.sweep_min_m", fmt_level(SWEEP.min()))
 record("cfg.sweep_max_m", fmt_level(SWEEP.max()))
-record("cfg.wavelengths_nm", ", ".join(str(v) for v in p["underwater_wavelengths_nm"]))
-record("cfg.pope_fry", ", ".join(f"{v:g}" for v in p["pope_fry_absorption_per_m"]))
-record("cfg.depth_min_m", f"{cfg['depth']['min_m']:g}")
-record("cfg.depth_max_m", f"{cfg['depth']['max_m']:g}")
+record("cfg.wavelengths_nm", ", ".join(str(v) for v in scene.UNDERWATER_WAVELENGTHS_NM))
+record("cfg.pope_fry", ", ".join(f"{v:g}" for v in scene.POPE_FRY_ABSORPTION_PER_M))
+record("cfg.depth_min_m", f"{scene.DEPTH_MIN_M:g}")
+record("cfg.depth_max_m", f"{scene.DEPTH_MAX_M:g}")
 record("cfg.max_side_px", int(cfg["render"]["max_side_px"]))
 record("cfg.box_width_px", int(cfg["render"]["box_width_px"]))
-record("cfg.seed", int(meta.get("seed", cfg["items"]["seed"])))
+record("cfg.seed", int(meta["seed"]))
 record("cfg.verbal_tokens", int(cfg["readout"]["verbal_max_new_tokens"]))
 record("cfg.chance_t2", f"{CHANCE['t2']:g}")
 record("cfg.chance_t3", f"{CHANCE['t3']:g}")
 record("cfg.confident_threshold", f"{sc.attrs['confident_threshold']:g}")
 record("cfg.confident_max_v_m", fmt_level(sc.attrs["confident_max_visibility_m"]))
-record("cfg.ece_bins", int(inspect.signature(analysis.confidence_scores).parameters["n_bins"].default))
-record("cfg.value_dtype", f"`{np.dtype(cube.VALUE_DTYPE).name}`")
+record("cfg.ece_bins", int(inspect.signature(results.confidence_scores).parameters["n_bins"].default))
+record("cfg.value_dtype", f"`{np.dtype(core.VALUE_DTYPE).name}`")
 record("cfg.option_mass_min", f"{readout.OPTION_MASS_MIN:g}")
 record("cfg.monitor_quantile", f"{monitor.QUANTILE:g}")
 record("cfg.monitor_far_fraction", f"{monitor.FAR_FRACTION:.4g}")
@@ -467,54 +419,8 @@ record("methods.verbal_grammar", (
     f"continuation that reaches the {cfg['readout']['verbal_max_new_tokens']}-token limit with its number at the very "
     "end counts as missing, because the cut may have removed digits"))
 
-physical = [a for a in cube.PHYSICAL_ARMS if a in sc["arm"].values]
-for m in VLMS:
-    k = key(m)
-    for arm in physical:
-        for task in sc["task"].values:
-            for lvl in sc["level"].values:
-                labels = [paper.level_label(sc["visibility_m"].sel(level=lvl))] + (["end"] if lvl == END else [])
-                cell = dict(model=m, arm=arm, level=lvl, task=task)
-                for lab in labels:
-                    for ro in sc["readout"].values:
-                        pt, lo, hi = est("mean", **cell, readout=ro)
-                        record(f"{ro}.{lab}.{arm}.{task}.{k}", pt, ci=(lo, hi))
-                    for opt in sc["option"].values:
-                        for var in ("coverage", "risk"):
-                            pt, lo, hi = est(var, **cell, option=opt)
-                            record(f"{var}.{opt}.{lab}.{arm}.{task}.{k}", pt, ci=(lo, hi))
-                    for conf in sc["confidence"].values:
-                        for var in ("ece", "auroc"):
-                            pt, lo, hi = est(var, **cell, confidence=conf)
-                            record(f"{var}.{conf}.{lab}.{arm}.{task}.{k}", pt, ci=(lo, hi))
-            c = dict(model=m, arm=arm, task=task)
-            for ro in sc["readout"].values:
-                cr = cross.sel(**c, readout=ro)
-                side = str(cr["censored_side"].values)
-                record(f"v.{ro}.{arm}.{task}.{k}", crossing_text(float(cr["v_cross_m"]), np.nan, np.nan, side))
-                record(f"v.{ro}.{arm}.{task}.{k}.ci", "" if side or not np.isfinite(float(cr["v_cross_m"]))
-                       else fmt_visibility_interval(float(cr["v_lo_m"]), float(cr["v_hi_m"])))
-                if ro != "correct":
-                    record(f"w.{ro}.{arm}.{task}.{k}", float(cr["w"]), ci=(float(cr["w_lo"]), float(cr["w_hi"])),
-                           lower=bool(cr["w_lower_bound"]), upper=bool(cr["w_upper_bound"]))
-                pairs = int(sc["mono_pairs"].sel(**c, readout=ro))
-                raw, sig = float(sc["mono_raw"].sel(**c, readout=ro)), float(sc["mono_beyond_noise"].sel(**c, readout=ro))
-                record(f"mono.{ro}.{arm}.{task}.{k}", raw)
-                record(f"mono.{ro}.{arm}.{task}.{k}.sig", sig)
-                record(f"mono.{ro}.{arm}.{task}.{k}.count", f"{round(raw * pairs) if pairs else 0}/{pairs}")
-                record(f"mono.{ro}.{arm}.{task}.{k}.sig.count", f"{round(sig * pairs) if pairs else 0}/{pairs}")
-            pt, lo, hi = est("v_acc_blank_m", **c)
-            cb = str(sc["censored_blank_side"].sel(**c).values)
-            record(f"v.correct_blank.{arm}.{task}.{k}", crossing_text(pt, np.nan, np.nan, cb))
-            record(f"v.correct_blank.{arm}.{task}.{k}.ci", fmt_visibility_interval(lo, hi) if np.isfinite(pt) and not cb
-                   else "")
-    for task in sc["task"].values:
-        for ctrl in cube.CONTROL_ARMS:
-            pt, lo, hi = est("mean", model=m, arm=ctrl, level=0, task=task, readout="correct")
-            record(f"correct.{ctrl}.{task}.{k}", pt, ci=(lo, hi))
-    pt, lo, hi = est("confident_accuracy", model=m)
-    record(f"confident.acc.{k}", pt, ci=(lo, hi))
-    record(f"confident.n.{k}", int(sc["confident_n"].sel(model=m)))
+physical = [a for a in core.PHYSICAL_ARMS if a in sc["arm"].values]
+report.record_scores(numbers, sc, cross, VLMS, key, physical, END)
 print(f"{len(numbers)} numbers recorded")
 
 # %% [markdown]
@@ -523,11 +429,11 @@ print(f"{len(numbers)} numbers recorded")
 # For each model, arm and task: accuracy on the clean image, along the sweep and
 # at its murkiest level, and the crossing visibility V_acc where it reaches the
 # mid-way value between its clean value and chance. A *collapse* is stated only
-# when the cube shows one (`murk.claims.accuracy_fall`): the clean accuracy is
+# when the cube shows one (`murk.report.accuracy_fall`): the clean accuracy is
 # above chance (its interval excludes chance), V_acc is not censored, and the
 # accuracy at the end of the sweep is back at chance. Where it collapses, the
 # band of the fall is the range of visibility over which accuracy loses ten to
-# ninety percent of its clean-to-chance range (`murk.claims.fall_band`).
+# ninety percent of its clean-to-chance range (`murk.report.fall_band`).
 
 # %%
 #| label: num-rq1
@@ -535,54 +441,9 @@ FALL_BAND: dict[tuple[str, str, str], tuple[float, float]] = {}   # (model, arm,
 
 
 def accuracy_finding(arm: str, task: str) -> str:
-    """The generated RQ1 sentence(s) for one arm and task, and the verdict of every model."""
-    floor = CHANCE[task]
-    groups: dict[str, list[str]] = {}
-    bands = []
-    for m in VLMS:
-        c = dict(model=m, arm=arm, task=task, readout="correct")
-        clean, end = est("mean", **c, level=0), est("mean", **c, level=END)
-        cr = cross.sel(model=m, arm=arm, task=task, readout="correct")
-        verdict = claims.accuracy_fall(clean, end, bool(cr["censored"]), floor)
-        record(f"verdict.rq1.{arm}.{task}.{key(m)}", verdict)
-        v_acc = crossing_text(float(cr["v_cross_m"]), float(cr["v_lo_m"]), float(cr["v_hi_m"]), str(cr["censored_side"].values))
-        if verdict in (claims.COLLAPSE, claims.PARTIAL):
-            series = means["mean"].sel(model=m, arm=arm, task=task, readout="correct").values
-            hi_v, lo_v = claims.fall_band(VIS[1:], series[1:], series[0], floor)
-            FALL_BAND[(m, arm, task)] = (hi_v, lo_v)
-            record(f"band.{arm}.{task}.{key(m)}", f"{fmt_visibility(hi_v)}–{fmt_visibility(lo_v)}")
-            if np.isfinite(hi_v) and np.isfinite(lo_v) and verdict == claims.COLLAPSE:
-                bands.append((name(m), hi_v, lo_v))   # a band names its model
-            text = (f"{name(m)} (clean {fmt(clean[0])}, V_acc = {v_acc} m, at {fmt_level(VIS[END])} m "
-                    f"{fmt_estimate(*end)})")
-        elif verdict == claims.NO_FALL:   # V_acc censored: a bound, stated as one
-            text = f"{name(m)} (clean {fmt(clean[0])}, at {fmt_level(VIS[END])} m {fmt_estimate(*end)}, V_acc {v_acc} m)"
-        else:
-            text = f"{name(m)} ({fmt_estimate(*clean)})"
-        groups.setdefault(verdict, []).append(text)
-    where = {"fog": "In fog", "underwater": "Under water"}[arm]
-    out = []
-    if claims.COLLAPSE in groups:
-        band = ""
-        if bands:
-            band = ("; the fall from ten to ninety percent of the clean-to-chance range lies "
-                    + fmt_list(f"between V = {fmt_visibility(hi_v)} and {fmt_visibility(lo_v)} m for {who} (a factor of "
-                               f"{fmt(hi_v / lo_v, 1)} in visibility)" for who, hi_v, lo_v in bands))
-        out.append(f"{where}, {task} accuracy collapses to chance for {fmt_list(groups[claims.COLLAPSE])}{band}.")
-    if claims.PARTIAL in groups:
-        out.append(f"{where}, {task} accuracy falls below its mid-way value but stays above chance at the end of the "
-                   f"sweep for {fmt_list(groups[claims.PARTIAL])}.")
-    if claims.NO_FALL in groups:
-        out.append(f"{where}, {task} accuracy does not fall to its mid-way value within the sweep for "
-                   f"{fmt_list(groups[claims.NO_FALL])}: no collapse is observed.")
-    if claims.NO_SKILL in groups:
-        out.append(f"{where}, {task} accuracy is not above chance ({fmt(floor)}) even on the clean image for "
-                   f"{fmt_list(groups[claims.NO_SKILL])}, so there is no collapse to place on the axis "
-                   f"(not observed).")
-    if claims.UNDEFINED in groups:
-        out.append(f"{where}, no {task} accuracy could be estimated for {fmt_list(groups[claims.UNDEFINED])}.")
-    return " ".join(out)
-
+    """The RQ1 sentence(s) of one arm and task, recording each model's verdict (`murk.report.accuracy_finding`)."""
+    return report.accuracy_finding(numbers, sc, means, cross, VLMS, name, key, arm, task, CHANCE[task], VIS, END,
+                                   FALL_BAND)
 
 for task in ("t2", "t3"):
     for arm in physical:
@@ -595,39 +456,32 @@ for task in ("t2", "t3"):
                fmt_range(means["mean"].sel(arm=arm, level=lvl, task=task, readout="correct").values))
 display(Markdown("\n\n".join(numbers[f"finding.rq1.{arm}.t2"] for arm in physical)))
 
+# %% [markdown]
+# Accuracy against visibility, t2, per arm: where the curves fall to chance is the
+# collapse the sentences above state.
+
 # %%
 #| label: fig-accuracy-t2
 #| fig-cap: "t2 accuracy against visibility in the fog and underwater arms, clean image at the left edge; bands: bootstrap intervals; dashed: chance; dotted: each model's blank-image accuracy."
-show(figures.plot_signal_vs_visibility(means, "correct", "t2", chance=CHANCE["t2"], marked=LOW_MASS), "accuracy_t2")
+show(report.plot_signal_vs_visibility(means, "correct", "t2", chance=CHANCE["t2"], marked=LOW_MASS), "accuracy_t2")
+
+# %% [markdown]
+# All four signals against visibility in one figure (spec Fig. 3): accuracy, the
+# two confidences and the abstain rate, one row each.
 
 # %%
 #| label: fig-signals-t2
 #| fig-cap: "Accuracy, internal confidence, verbalized confidence and the abstain rate (main wording) against visibility, t2, one row per signal and one column per arm (spec Fig. 3); clean image at the left edge; bands: bootstrap intervals; dashed: chance; dash-dotted: the abstain rate's floor, one; dotted: each model's blank-image value."
-show(figures.plot_signals(means, "t2", chance=CHANCE["t2"], marked=LOW_MASS), "signals_t2")
+show(report.plot_signals(means, "t2", chance=CHANCE["t2"], marked=LOW_MASS), "signals_t2")
+
+# %% [markdown]
+# The crossings behind those sentences (spec Table V): V_acc against chance and,
+# post hoc, against the blank-image floor, and W of every awareness signal.
 
 # %%
 #| label: tbl-crossings
 #| tbl-cap: "Crossing visibilities V_acc (chance floor and, post hoc, blank-image floor) and blind-spot widths W (decades) of the internal (c_int) and verbalized confidence and of the two abstain rates, with bootstrap intervals; ≥ and ≤ mark bounds from censored crossings (spec Table V)."
-W_COLUMNS = {"c_int": "W c_int", "verbal_conf": "W verbal", "abstain": "W abstain", "abstain2": "W abstain₂"}
-rows = []
-for m in VLMS:
-    for arm in physical:
-        for task in ("t2", "t3"):
-            c = cross.sel(model=m, arm=arm, task=task)
-            acc = c.sel(readout="correct")
-            row = {"model": name(m), "arm": arm, "task": task,
-                   "V_acc (m)": paper.estimate_cell(crossing_text(
-                       float(acc["v_cross_m"]), float(acc["v_lo_m"]), float(acc["v_hi_m"]), str(acc["censored_side"].values))),
-                   "V_acc, blank (m)": paper.estimate_cell(crossing_text(
-                       float(c["v_acc_blank_m"]), float(c["v_acc_blank_lo_m"]), float(c["v_acc_blank_hi_m"]),
-                       str(c["censored_blank_side"].values)))}
-            for ro in analysis.AWARENESS_SIGNALS:
-                cr = c.sel(readout=ro)
-                row[W_COLUMNS[ro]] = paper.estimate_cell(fmt_estimate(
-                    float(cr["w"]), float(cr["w_lo"]), float(cr["w_hi"]), lower=bool(cr["w_lower_bound"]),
-                    upper=bool(cr["w_upper_bound"])))
-            rows.append(row)
-show_table(paper.markdown_table(rows), "crossings")
+show_table(report.crossings_table(cross, VLMS, name, physical), "crossings")
 
 # %% [markdown]
 # ## RQ2 · Internal and verbalized confidence
@@ -638,10 +492,10 @@ show_table(paper.markdown_table(rows), "crossings")
 # bound because it never crosses, whose resamples stay above zero), moves *with*
 # it only when the interval of W excludes a lag of one sweep level or more (the
 # design's spacing of its levels, log10 2 for a sweep that halves V), *leads* it
-# when W < 0, and otherwise no lag can be established (`murk.claims.awareness_lag`).
+# when W < 0, and otherwise no lag can be established (`murk.report.awareness_lag`).
 # The lags of one signal over its model–arm pairs are one family of tests: a lag
 # is stated where W's bootstrap p-value, Holm-adjusted over the family, is at
-# most 1 − the interval level (`murk.metrics.holm`). Where accuracy itself
+# most 1 − the interval level (`murk.results.holm`). Where accuracy itself
 # does not cross, no W is defined and no lag is claimed. The end of the sweep
 # (spec Table IV), the calibration (ECE, reliability diagrams), the
 # discrimination (AUROC) and the accuracy of confident answers complete the
@@ -653,36 +507,20 @@ show_table(paper.markdown_table(rows), "crossings")
 # finds a confidence in it, and *cut* when it ran to the token limit instead of
 # ending (its `verbal_stop`; a number touching the cut counts as missing, because
 # the cut may have removed digits). The rates per model, arm, level and wording
-# (`murk.analysis.verbal_rates`, pooled over tasks) are kept in
+# (`murk.results.verbal_rates`, pooled over tasks) are kept in
 # `analysis/verbal_rates.nc`; the paper states them next to every verbal mean, and
 # a model that never gives a parseable confidence gets no mean at all.
 
 # %%
 #| label: num-rq2-verbal-rates
-rates = analysis.verbal_rates(ds)                        # (model, arm, level, wording): n_asked, parse_rate, limit_hit_rate
-rates_t = analysis.verbal_rates(ds, by_task=True)        # the same per task (t2, t3_true, t3_false)
-paper.write_text_atomic(TABLE_DIR / "verbal_rates.csv", rates.to_dataframe().to_csv())
-paper.write_netcdf_atomic(rates, TABLE_DIR / "verbal_rates.nc")
-
-
-def pooled_rates(parts: list[xr.Dataset], dims) -> xr.Dataset:
-    """Parse and limit-hit rates of several blocks of verbal rates pooled over ``dims``, weighted by the
-    continuations asked."""
-    n = sum(r["n_asked"].sum(dims) for r in parts)
-    parsed = sum((r["parse_rate"] * r["n_asked"]).fillna(0).sum(dims) for r in parts)
-    cut = sum((r["limit_hit_rate"] * r["n_asked"]).sum(dims, min_count=1) for r in parts)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return xr.Dataset({"n_asked": n, "parse_rate": (parsed / n).where(n > 0),
-                           "limit_hit_rate": (cut / n).where(n > 0)})
-
-
-def rate_text(r) -> str:
-    """``parsed 0.90, cut 0.05`` of one cell of verbal rates (n/a where nothing was asked)."""
-    return f"parsed {fmt(float(r['parse_rate']))}, cut {fmt(float(r['limit_hit_rate']))}"
+rates = results.verbal_rates(ds)                        # (model, arm, level, wording): n_asked, parse_rate, limit_hit_rate
+rates_t = results.verbal_rates(ds, by_task=True)        # the same per task (t2, t3_true, t3_false)
+report.write_text_atomic(TABLE_DIR / "verbal_rates.csv", rates.to_dataframe().to_csv())
+report.write_netcdf_atomic(rates, TABLE_DIR / "verbal_rates.nc")
 
 
 # (model, wording) over the physical arms and every level; the clean image (level 0 of every arm) counted once
-all_rates = pooled_rates([rates.sel(arm=physical[0])] + [rates.sel(arm=a).isel(level=slice(1, None))
+all_rates = results.pooled_rates([rates.sel(arm=physical[0])] + [rates.sel(arm=a).isel(level=slice(1, None))
                                                         for a in physical[1:]], ["level"])
 for m in VLMS:
     k = key(m)
@@ -697,164 +535,89 @@ for m in VLMS:
         record(f"verbal.parse_rate.{k}.{w}.all", float(a["parse_rate"]))
         record(f"verbal.limit_hit_rate.{k}.{w}.all", float(a["limit_hit_rate"]))
         record(f"verbal.n_asked.{k}.{w}.all", int(a["n_asked"]))
-NO_VERBAL = [m for m in VLMS if int(all_rates["n_asked"].sel(model=m, wording="v1"))
-             and float(all_rates["parse_rate"].sel(model=m, wording="v1")) == 0.0]
-parts = []
-for m in VLMS:
-    a = all_rates.sel(model=m, wording="v1")
-    n, pr, hr = int(a["n_asked"]), float(a["parse_rate"]), float(a["limit_hit_rate"])
-    if not n:
-        parts.append(f"{name(m)} was asked for none")
-        continue
-    cut = (f"{fmt(hr)} were cut by the {cfg['readout']['verbal_max_new_tokens']}-token limit" if np.isfinite(hr)
-           else "whether they were cut by the token limit was not recorded")
-    parts.append(f"{name(m)}: no parseable confidence in {n} continuations, of which {cut}" if pr == 0 else
-                 f"of the {n} continuations of {name(m)}, a share of {fmt(pr)} held a parseable confidence and {cut}")
-record("finding.rq2.verbal_rates", (
-    "Verbalized confidence (main wording, both physical arms, every level and task; a number touching the cut "
-    "counts as missing): " + "; ".join(parts) + "."))
-record("finding.rq2.verbal_parse", (
-    f"{fmt_list(name(m) for m in NO_VERBAL)} gave no parseable confidence: "
-    f"{'its' if len(NO_VERBAL) == 1 else 'their'} verbalized confidence has no mean, and the figure's panels say so."
-    if NO_VERBAL else "Every model produced a parseable verbalized confidence."))
+# the main wording (v1) per model, over both physical arms, every level and task (murk.report.verbal_rates_finding)
+for k, text in report.verbal_rates_finding(
+        {name(m): tuple(float(all_rates[v].sel(model=m, wording="v1")) for v in ("n_asked", "parse_rate",
+                                                                                 "limit_hit_rate"))
+         for m in VLMS}, cfg["readout"]["verbal_max_new_tokens"]).items():
+    record(f"finding.rq2.{k}", text)
 display(Markdown(numbers["finding.rq2.verbal_rates"] + " " + numbers["finding.rq2.verbal_parse"]))
 rates.sel(wording="v1").to_dataframe()[["n_asked", "parse_rate", "limit_hit_rate"]].unstack("level").round(2)
 
+# %% [markdown]
+# Whether each confidence lags the collapse: W read where accuracy collapses, its
+# verdict Holm-adjusted over the model–arm pairs (`murk.report.lag_finding`),
+# and the end of the sweep in one sentence per arm.
+
 # %%
 #| label: num-rq2
-SIGNAL_WORDS = {"c_int": "internal confidence", "verbal_conf": "verbalized confidence",
-                "abstain": "abstain rate with the main wording", "abstain2": "abstain₂ rate (“I don't know”)"}
-ARM_WORDS = {"fog": "in fog", "underwater": "under water"}
-
-
-def collapses(m: str, arm: str, task: str) -> bool:
-    """Whether RQ1 found the accuracy of ``m`` to fall through its mid-way value (a W is then meaningful)."""
-    return numbers[f"verdict.rq1.{arm}.{task}.{key(m)}"] in (claims.COLLAPSE, claims.PARTIAL)
-
-
-#: one level of the sweep in decades (the design's spacing, murk.metrics.level_step_decades): "with" accuracy
-#: only where W's interval excludes a lag of this size or more (murk.claims.awareness_lag)
+ARM_WORDS = report.ARM_PHRASE   # an arm in a sentence: "in fog", "under water"
+#: one level of the sweep in decades (the design's spacing, murk.results.level_step_decades): "with" accuracy
+#: only where W's interval excludes a lag of this size or more (murk.report.awareness_lag)
 W_MARGIN = float(cross.attrs.get("w_margin_decades", np.nan))
 record("methods.w_margin", W_MARGIN, 2)
 
 
 def lag_finding(signal: str, rq: str, task: str = "t2") -> str:
-    """The generated sentence on W of one awareness signal over both physical arms.
-
-    W is read only where accuracy collapses (RQ1); elsewhere, and where the
-    signal has no values, the sentence says that no lag can be stated. The
-    sentence follows the signal's direction (`murk.claims.direction`: a
-    confidence falls, an abstain rate rises) and says a censored crossing as
-    one: a signal that never reaches its mid-way value within the sweep is not
-    said to move, and its W is given as the bound it is
-    (`murk.claims.lag_case`, `murk.claims.lag_phrase`). A lag is stated where
-    W's bootstrap p-value, Holm-adjusted over the model–arm pairs of the signal,
-    excludes 0; "together with accuracy" only where it also excludes a lag of
-    one sweep level (`W_MARGIN`), else no lag can be established.
-    """
-    groups: dict[str, dict[str, list[str]]] = {}
-    pairs = [(m, arm) for m in VLMS for arm in physical]
-    read = [np.isfinite(means["mean"].sel(model=m, arm=arm, task=task, readout=signal).values).any()
-            and collapses(m, arm, task) for m, arm in pairs]
-    # the family of this signal's lags: every model-arm pair whose W is read, Holm-adjusted (murk.metrics.holm)
-    c_ = [cross.sel(model=m, arm=arm, task=task, readout=signal) for m, arm in pairs]
-    p_adj = metrics.holm([float(c["w_p"]) if r else np.nan for c, r in zip(c_, read)])
-    pm_adj = metrics.holm([float(c["w_p_margin"]) if r else np.nan for c, r in zip(c_, read)])
-    record(f"lag.family.{rq}.{signal}.{task}", int(np.isfinite(p_adj).sum()))
-    for (m, arm), cr, pa, pma in zip(pairs, c_, p_adj, pm_adj):
-        w, lo, hi = float(cr["w"]), float(cr["w_lo"]), float(cr["w_hi"])
-        lower, upper = bool(cr["w_lower_bound"]), bool(cr["w_upper_bound"])
-        if not np.isfinite(means["mean"].sel(model=m, arm=arm, task=task, readout=signal).values).any():
-            verdict = "undefined: it has no parseable value"
-        elif not collapses(m, arm, task):
-            verdict = "undefined: accuracy does not collapse there (RQ1)"
-        else:
-            verdict = claims.awareness_lag(w, lo, hi, lower, upper, margin=W_MARGIN, p=pa, p_margin=pma,
-                                           alpha=1 - A["ci_level"])
-            if verdict == claims.UNDEFINED:
-                verdict = "undefined: neither crossing is defined"
-        record(f"verdict.{rq}.{signal}.{arm}.{task}.{key(m)}", verdict)
-        case = claims.lag_case(verdict, str(cr["censored_side"].values), lower, upper)
-        record(f"lag_case.{rq}.{signal}.{arm}.{task}.{key(m)}", case)   # how the sentence says it
-        detail = ARM_WORDS[arm] if verdict.startswith("undefined") else f"{ARM_WORDS[arm]}: {w_text(w, lo, hi, lower, upper)}"
-        groups.setdefault(case, {}).setdefault(name(m), []).append(detail)
-    what = SIGNAL_WORDS[signal]
-    who = lambda v: fmt_list(f"{m} ({'; '.join(d)})" for m, d in groups[v].items())  # noqa: E731
-    out = []
-    for case in (claims.LAGS, claims.NOT_REACHED, claims.WITH, claims.LEADS, claims.AT_FIRST_LEVEL, claims.NO_LAG,
-                 claims.BOUNDED):
-        if case in groups:
-            out.append(f"The {what} ({task}) {claims.lag_phrase(case, signal)}, for {who(case)}.")
-    for verdict in groups:
-        if verdict.startswith("undefined"):
-            out.append(f"No lag of the {what} ({task}) can be stated for {who(verdict)}: {verdict.split(': ', 1)[1]}.")
-    return " ".join(out)
-
-
-def span_phrase(what: str, values, digits: int = 2) -> str:
-    """``<what> spans a–b`` / ``<what> is a`` / ``<what> is undefined``, over the models."""
-    r = fmt_range(values, digits=digits)
-    return f"{what} is undefined" if r == "n/a" else f"{what} is {r}" if "–" not in r else f"{what} spans {r}"
-
+    """The sentence on W of one signal over both physical arms, recording its verdicts (`murk.report.lag_finding`)."""
+    return report.lag_finding(numbers, means, cross, VLMS, name, key, physical, signal, rq, task, W_MARGIN,
+                              A["ci_level"])
 
 for signal in ("c_int", "verbal_conf"):
     record(f"finding.rq2.{signal}.t2", lag_finding(signal, "rq2"))
 for arm in physical:
     end = dict(arm=arm, level=END, task="t2")
-    record(f"finding.rq2.end.{arm}.t2", (
-        f"At V = {fmt_level(VIS[END])} m {ARM_WORDS[arm]}, "
-        + ("over the models " if len(VLMS) > 1 else f"for {fmt_list(name(m) for m in VLMS)}, ")
-        + span_phrase("t2 accuracy", means["mean"].sel(**end, readout="correct").values)
-        + f" (chance {fmt(CHANCE['t2'])}), " + span_phrase("the mean internal confidence", means["mean"].sel(**end, readout="c_int").values)
-        + ", " + span_phrase("the mean verbalized confidence", means["mean"].sel(**end, readout="verbal_conf").values)
-        + " and " + span_phrase("the ECE of the internal confidence", sc["ece"].sel(**end, confidence="c_int", stat="point").values)
-        + "."))
+    record(f"finding.rq2.end.{arm}.t2", report.end_of_sweep_finding(
+        VIS[END], ARM_WORDS[arm], [name(m) for m in VLMS], CHANCE["t2"],
+        *(means["mean"].sel(**end, readout=ro).values for ro in ("correct", "c_int", "verbal_conf")),
+        sc["ece"].sel(**end, confidence="c_int", stat="point").values))
     for ro in ("c_int", "verbal_conf"):
         record(f"range.{ro}.end.{arm}.t2", fmt_range(means["mean"].sel(**end, readout=ro).values))
 display(Markdown("\n\n".join(numbers[k] for k in numbers if k.startswith("finding.rq2."))))
 
+# %% [markdown]
+# The internal confidence against visibility, with accuracy for reference: a
+# lag is the gap between the two falls.
+
 # %%
 #| label: fig-confidence-t2
 #| fig-cap: "Internal confidence (solid) against visibility with accuracy (thin dashed) for reference, t2; bands: bootstrap intervals; dashed grey: chance; dotted: blank image."
-show(figures.plot_signal_vs_visibility(means, "c_int", "t2", chance=CHANCE["t2"], reference="correct",
+show(report.plot_signal_vs_visibility(means, "c_int", "t2", chance=CHANCE["t2"], reference="correct",
                                       marked=LOW_MASS), "confidence_t2")
+
+# %% [markdown]
+# The verbalized confidence the same way.
 
 # %%
 #| label: fig-verbal-t2
 #| fig-cap: "Verbalized confidence (solid) against visibility with accuracy (thin dashed), t2; a panel names the models whose verbalized confidence could not be parsed."
-show(figures.plot_signal_vs_visibility(means, "verbal_conf", "t2", chance=CHANCE["t2"], reference="correct",
+show(report.plot_signal_vs_visibility(means, "verbal_conf", "t2", chance=CHANCE["t2"], reference="correct",
                                       marked=LOW_MASS), "verbal_t2")
+
+# %% [markdown]
+# W of the four signals side by side, t2 and t3 (spec Fig. 4).
 
 # %%
 #| label: fig-blind-spot
 #| fig-cap: "Blind-spot widths W of the four awareness signals with bootstrap intervals, t2 (upper half) and t3 (lower half); the legend names the marks that occur (crossings, lower and upper bounds); W is undefined where accuracy does not cross (spec Fig. 4: t2 upper, t3 lower)."
-show(figures.plot_blind_spot_widths(cross, ("t2", "t3"), marked=LOW_MASS), "blind_spot")
+show(report.plot_blind_spot_widths(cross, ("t2", "t3"), marked=LOW_MASS), "blind_spot")
+
+# %% [markdown]
+# At the murkiest level (spec Table IV): accuracy, both confidences and the
+# calibration error, with how often a verbal confidence was parsed or cut.
 
 # %%
 #| label: tbl-end-of-sweep
 #| tbl-cap: "At the end of the sweep: accuracy, mean internal and verbalized confidence and ECE of the internal confidence with bootstrap intervals, t2 (spec Table IV); parsed / cut: the shares of the verbal continuations with a parseable confidence and of those cut by the token limit."
-def verbal_mean(r, *mean) -> str:
-    """A verbal mean with its interval, or "no parseable confidence" where none was parsed."""
-    return "no parseable confidence" if float(r["n_asked"]) and float(r["parse_rate"]) == 0 else fmt_estimate(*mean)
+show_table(report.end_of_sweep_table(sc, rates_t, VLMS, name, physical, VIS, END), "end-of-sweep")
 
-
-rows = []
-for m in VLMS:
-    for arm in physical:
-        cell = dict(model=m, arm=arm, level=END, task="t2")
-        r_ = rates_t.sel(model=m, arm=arm, level=END, task="t2", wording="v1")
-        rows.append({"model": name(m), "arm": arm, "V (m)": fmt_level(VIS[END]),
-                     "accuracy": fmt_estimate(*est("mean", **cell, readout="correct")),
-                     "mean c_int": fmt_estimate(*est("mean", **cell, readout="c_int")),
-                     "mean verbal": verbal_mean(r_, *est("mean", **cell, readout="verbal_conf")),
-                     "verbal parsed / cut": f"{fmt(float(r_['parse_rate']))} / {fmt(float(r_['limit_hit_rate']))}",
-                     "ECE c_int": fmt_estimate(*est("ece", **cell, confidence="c_int"))})
-show_table(paper.markdown_table(rows), "end-of-sweep")
+# %% [markdown]
+# Calibration of the internal confidence over the degraded levels (spec Fig. 5).
 
 # %%
 #| label: fig-reliability-t2
 #| fig-cap: "Reliability diagrams of the internal confidence over the degraded levels, t2; marker area: share of the answers in the bin; grey: confidence of at least 0.9 (spec Fig. 5)."
-show(figures.plot_reliability(sc, "t2", marked=LOW_MASS), "reliability_t2")
+show(report.plot_reliability(sc, "t2", marked=LOW_MASS), "reliability_t2")
 
 # %% [markdown]
 # Confident errors: pooled over the murky levels of both arms, how often an
@@ -863,35 +626,22 @@ show(figures.plot_reliability(sc, "t2", marked=LOW_MASS), "reliability_t2")
 # %%
 #| label: tbl-confident
 #| tbl-cap: "Accuracy of t2 answers given with high internal confidence, pooled over the murky levels of both arms, with their number n (beyond the spec as a table; in the text of spec Section IV)."
-threshold = f"{sc.attrs['confident_threshold']:g}"
-answered = [m for m in VLMS if int(sc["confident_n"].sel(model=m))]
-parts = []
-if answered:
-    parts.append(f"the t2 answers given with an internal confidence of at least {threshold} are correct "
-                 + fmt_list(f"{fmt_estimate(*est('confident_accuracy', model=m))} of the time for {name(m)} "
-                            f"(n = {int(sc['confident_n'].sel(model=m))})" for m in answered))
-if len(answered) < len(VLMS):
-    parts.append(f"{fmt_list(name(m) for m in VLMS if m not in answered)} gave no answer with an internal "
-                 f"confidence of at least {threshold}")
-record("finding.rq2.confident", f"Pooled over the levels with V ≤ {fmt_level(sc.attrs['confident_max_visibility_m'])} "
-                                f"m in both arms, " + "; ".join(parts) + ".")
-show_table(paper.markdown_table([
+record("finding.rq2.confident", report.confident_finding(
+    {name(m): (est("confident_accuracy", model=m), int(sc["confident_n"].sel(model=m))) for m in VLMS},
+    sc.attrs["confident_threshold"], sc.attrs["confident_max_visibility_m"]))
+show_table(report.markdown_table([
     {"model": name(m), f"accuracy of answers with c_int ≥ {sc.attrs['confident_threshold']:g}":
      fmt_estimate(*est("confident_accuracy", model=m)), "n": str(int(sc["confident_n"].sel(model=m)))}
     for m in VLMS]), "confident")
 
+# %% [markdown]
+# Discrimination: how well the internal confidence separates right from wrong
+# answers, level by level (AUROC).
+
 # %%
 #| label: tbl-auroc
 #| tbl-cap: "AUROC of the internal confidence as a detector of correct answers, per arm and level (rows) and model (columns), t2, with bootstrap intervals (beyond the spec as a table; in the text of spec Section IV)."
-rows = []
-for arm in physical:
-    for lvl in sc["level"].values:
-        row = {"arm": arm, "V (m)": fmt_level(VIS[lvl])}
-        for m in VLMS:
-            row[name(m)] = paper.estimate_cell(fmt_estimate(*est("auroc", model=m, arm=arm, level=lvl, task="t2",
-                                                                 confidence="c_int")))
-        rows.append(row)
-show_table(paper.markdown_table(rows), "auroc")
+show_table(report.auroc_table(sc, VLMS, name, physical, VIS), "auroc")
 
 # %% [markdown]
 # ## RQ3 · Abstention and its wording
@@ -909,32 +659,11 @@ MID = level_of(7.8125)   # the level at which the spec reads abstention
 
 
 def wording_finding(task: str = "t2") -> str:
-    """The generated sentence on the two wordings at the middle of the murky band, both physical arms."""
-    groups: dict[str, dict[str, list[str]]] = {}
-    for m in VLMS:
-        for arm in physical:
-            sel = dict(model=m, arm=arm, level=MID, task=task)
-            d = paired_difference(image_scores.sel(**sel, readout="abstain"), image_scores.sel(**sel, readout="abstain2"))
-            where = claims.versus_value(*d, 0.0)
-            record(f"verdict.rq3.wording.{arm}.{task}.{key(m)}", where)
-            record(f"diff.abstain_abstain2.{arm}.{task}.{key(m)}", d[0], ci=d[1:])
-            groups.setdefault(where, {}).setdefault(name(m), []).append(
-                f"{ARM_WORDS[arm]}: {fmt(est('mean', **sel, readout='abstain')[0])} against "
-                f"{fmt(est('mean', **sel, readout='abstain2')[0])}, difference {fmt_estimate(*d)}")
-    who = lambda v: fmt_list(f"{m} ({'; '.join(d)})" for m, d in groups[v].items())  # noqa: E731
-    at = f"At V = {fmt_level(VIS[MID])} m ({task}, main wording against “I don't know”)"
-    out = []
-    if claims.ABOVE in groups:
-        out.append(f"{at} the main wording is chosen more often by {who(claims.ABOVE)}: there the abstention "
-                   "depends on the wording.")
-    if claims.BELOW in groups:
-        out.append(f"{at} “I don't know” is chosen more often by {who(claims.BELOW)}: there the abstention "
-                   "depends on the wording.")
-    if claims.AT in groups:
-        out.append(f"{at} no wording effect is observed for {who(claims.AT)}.")
-    if claims.UNDEFINED in groups:
-        out.append(f"{at} the abstain rates are undefined for {fmt_list(groups[claims.UNDEFINED])}.")
-    return " ".join(out)
+    """The sentence on the two wordings at the middle of the murky band, both physical arms: the paired differences
+    (`murk.results.paired_difference`), said by `murk.report.wording_finding`, which records the verdicts."""
+    diffs = {(m, arm): paired_difference(*(image_scores.sel(model=m, arm=arm, level=MID, task=task, readout=ro)
+                                           for ro in ("abstain", "abstain2"))) for m in VLMS for arm in physical}
+    return report.wording_finding(numbers, sc, diffs, VLMS, name, key, physical, task, MID, VIS[MID])
 
 
 for signal in ("abstain", "abstain2"):
@@ -946,15 +675,22 @@ for arm in physical:
 record("cfg.mid_level_m", fmt_level(VIS[MID]))
 display(Markdown("\n\n".join(numbers[k] for k in numbers if k.startswith("finding.rq3."))))
 
+# %% [markdown]
+# The abstain rate (main wording) against visibility, with accuracy.
+
 # %%
 #| label: fig-abstain-t2
 #| fig-cap: "Abstain rate with the main wording (solid) against visibility with accuracy (thin dashed), t2."
-show(figures.plot_signal_vs_visibility(means, "abstain", "t2", reference="correct", marked=LOW_MASS), "abstain_t2")
+show(report.plot_signal_vs_visibility(means, "abstain", "t2", reference="correct", marked=LOW_MASS), "abstain_t2")
+
+# %% [markdown]
+# Both abstain wordings per model (spec Fig. 6): the gap between them is the
+# wording effect stated above.
 
 # %%
 #| label: fig-abstain2-t2
 #| fig-cap: "Abstain rates with the main wording (solid) and with “I don't know” (dashed), with accuracy (dotted), one row per model, t2 (spec Fig. 6)."
-show(figures.plot_abstain_comparison(means, "t2", chance=CHANCE["t2"], marked=LOW_MASS), "abstain2_t2")
+show(report.plot_abstain_comparison(means, "t2", chance=CHANCE["t2"], marked=LOW_MASS), "abstain2_t2")
 
 # %% [markdown]
 # The wording of the verbalized-confidence request (spec Table VI): only the
@@ -964,7 +700,7 @@ show(figures.plot_abstain_comparison(means, "t2", chance=CHANCE["t2"], marked=LO
 # %%
 #| label: tbl-verbal-wordings
 #| tbl-cap: "Verbalized confidence under the request wordings v1–v3 on the items asked all three, t2, fog (spec Table VI): mean (none: no parseable confidence), and the shares of the continuations with a parseable confidence (parsed) and cut by the token limit (cut)."
-WORDINGS = [w for w in analysis.VERBAL_WORDING_READOUTS if analysis.VERBAL_WORDING_READOUTS[w][0] in ds["readout"].values]
+WORDINGS = [w for w in results.VERBAL_WORDING_READOUTS if results.VERBAL_WORDING_READOUTS[w][0] in ds["readout"].values]
 WORDING_MODELS = []   # the models asked all three wordings on some items
 if "verbal_conf_v2" not in ds["readout"].values:
     md = not_computed("this cube has no verbal wording variants")
@@ -978,7 +714,7 @@ else:
                         | {f"{w}{c}": "–" for w in WORDINGS for c in ("", " parsed", " cut")})
             continue
         sub = ds.sel(model=[m]).isel(image=np.flatnonzero(asked))
-        r_sub = analysis.verbal_rates(sub, by_task=True).sel(model=m, arm="fog", task="t2")
+        r_sub = results.verbal_rates(sub, by_task=True).sel(model=m, arm="fog", task="t2")
         for v in [v for v in (np.inf, 62.5, 15.625, 7.8125, 3.90625, 1.953125) if np.isclose(VIS, v).any()]:
             lvl = 0 if not np.isfinite(v) else level_of(v)
             cell = sub["value"].sel(model=m, arm="fog", level=lvl, task="t2")
@@ -988,14 +724,14 @@ else:
             for w in WORDINGS:
                 r_ = r_sub.sel(level=lvl, wording=w)
                 row[w] = ("none" if float(r_["n_asked"]) and float(r_["parse_rate"]) == 0
-                          else fmt(mean(analysis.VERBAL_WORDING_READOUTS[w][0])))
+                          else fmt(mean(results.VERBAL_WORDING_READOUTS[w][0])))
                 row[f"{w} parsed"] = fmt(float(r_["parse_rate"]))
                 row[f"{w} cut"] = fmt(float(r_["limit_hit_rate"]))
                 if lvl == 0:
                     record(f"verbal.wording.parse_rate.{key(m)}.{w}.clean", float(r_["parse_rate"]))
                     record(f"verbal.wording.limit_hit_rate.{key(m)}.{w}.clean", float(r_["limit_hit_rate"]))
             rows.append(row)
-    md = paper.markdown_table(rows)
+    md = report.markdown_table(rows)
 show_table(md, "verbal-wordings")
 unasked = [m for m in VLMS if m not in WORDING_MODELS]
 record("finding.rq3.verbal_wordings", (
@@ -1011,19 +747,19 @@ record("finding.rq3.verbal_wordings", (
 #
 # The depth stage translated each ImageNet-C fog severity into the fog
 # visibility V_eq that retains the same contrast gain, per image
-# (`murk.nominal.nominal_equivalence`; the luma std ratio frozen before the pilot
+# (`murk.scene.nominal_equivalence`; the luma std ratio frozen before the pilot
 # is the check). Here: the median V_eq and its spread across images (spec
 # Table VII), each model's accuracy at the severities against its clean
 # accuracy (paired differences; the largest change by magnitude is stated with
 # its sign and severity), and whether the severities reach the failure band. The
 # severities *sit on the plateau* for a model when every severity's median V_eq
 # lies above the visibility at which the model's fog accuracy starts to fall
-# (where it has lost a tenth of its clean-to-chance range, `murk.claims.fall_band`;
+# (where it has lost a tenth of its clean-to-chance range, `murk.report.fall_band`;
 # the upper end of the V_acc interval where that is undefined); they *reach into
 # the band* where a severity lies at or below that visibility and the model's
 # accuracy there has fallen below clean (the paired change's interval below 0),
 # and lie in the band *without reaching the failure* where accuracy at every such
-# severity holds or rises (`murk.claims.band_verdict`); they cannot be placed for
+# severity holds or rises (`murk.report.band_verdict`); they cannot be placed for
 # a model whose accuracy does not collapse.
 
 # %%
@@ -1034,7 +770,7 @@ veq_median = np.full(5, np.nan)
 if nominal_file.is_file():
     with xr.open_dataset(nominal_file) as f:
         nds = f.load()
-    tab = nominal.table_vii(nds)
+    tab = scene.table_vii(nds)
     veq_median = tab["median_v_eq_gain_m"].to_numpy(float)
     for sev, r in tab.iterrows():
         record(f"nominal.veq.{sev}", r["median_v_eq_gain_m"], 0)
@@ -1044,20 +780,7 @@ if nominal_file.is_file():
     record("nominal.spread_range", fmt_range(tab["spread_p90_p10"], digits=1))
     record("nominal.monotone_share", 100 * tab.attrs["monotone_share"], 0)
     record("nominal.n_images", int(nds.sizes["image"]))
-    REASON_COLS = {"several_roots": "several roots", "outside_0_1": "gain ∉ (0, 1)", "no_root": "no root",
-                   "saturated": "saturated", "undefined": "undefined", "missing_input": "no input"}
-    shown_reasons = [r_ for r_ in REASON_COLS if f"n_{r_}" in tab and int(tab[f"n_{r_}"].sum())]
-    md = paper.markdown_table([
-        {"ImageNet-C severity": str(s), "median V_eq (gain), m": fmt(r.median_v_eq_gain_m, 0),
-         "P90/P10 across images": (fmt(r.spread_p90_p10, 1) + "×") if np.isfinite(r.spread_p90_p10) else "n/a",
-         "median V_eq (std ratio), m": fmt(r.median_v_eq_std_ratio_m, 0), "images": str(int(r.n_images))}
-        | {f"removed: {REASON_COLS[r_]}": str(int(r[f"n_{r_}"])) for r_ in shown_reasons}
-        for s, r in tab.iterrows()])
-    md += (f"\nShare of images whose gain-matched V_eq decreases monotonically over severities "
-           f"{tab.index.min()}–{tab.index.max()}: {fmt(100 * tab.attrs['monotone_share'], 0)} % (of "
-           f"{tab.attrs['monotone_n']} images with a V_eq at every severity). Depth: {nds.attrs.get('depth_backend')}"
-           + (" (approximate: metres rest on the assumed depth scale)." if int(nds.attrs.get("depth_approximate", 0))
-              else "."))
+    md = report.nominal_table(tab, nds.attrs.get("depth_backend"), bool(int(nds.attrs.get("depth_approximate", 0))))
     REASON_WORDS = {"several_roots": "several roots (a non-monotone fog curve crosses the target more than once)",
                     "outside_0_1": "a gain outside (0, 1)", "no_root": "no root within the bracket",
                     "saturated": "a saturated rendering", "undefined": "an undefined statistic",
@@ -1084,10 +807,15 @@ else:
     md = not_computed("the depth stage wrote no nominal equivalence (analysis/nominal_equivalence.nc)")
 show_table(md, "nominal")
 
+# %% [markdown]
+# Where the five severities lie against each model's failure band: by position
+# (their equivalent visibility against where fog accuracy starts to fall) and by
+# accuracy (the paired change from clean, `murk.report.band_verdict`).
+
 # %%
 #| label: num-rq4-severities
 # Methods: what changes between neighbouring severities, from the implementation's table of the fog's constants
-record("methods.imagenet_c_severities", nominal.describe_severities())
+record("methods.imagenet_c_severities", scene.describe_severities())
 if nominal_file.is_file():
     record("finding.rq4.nominal", (
         f"By retained contrast gain the ImageNet-C fog severities correspond to median equivalent visibilities of "
@@ -1104,68 +832,25 @@ nom = acc.sel(arm="imagenet_c", level=slice(1, 5)).mean(["model", "task"])
 fog_ = acc.sel(arm="fog").isel(level=slice(1, None)).mean(["model", "task"])
 record("nominal.dyn_range_pp", 100 * float(nom.max() - nom.min()), 1)
 record("physical.dyn_range_pp", 100 * float(fog_.max() - fog_.min()), 1)
-groups: dict[str, list[str]] = {}
-for m in VLMS:
-    diffs = [paired_difference(image_scores.sel(model=m, arm="imagenet_c", level=s_, task="t2", readout="correct"),
-                               image_scores.sel(model=m, arm="fog", level=0, task="t2", readout="correct"))
-             for s_ in range(1, 6)]
-    largest = claims.largest_change(diffs)   # by magnitude: a severity may lie above clean accuracy too
-    sev_acc = fmt_range(acc.sel(model=m, arm="imagenet_c", level=slice(1, 5), task="t2").values)
-    cr = cross.sel(model=m, arm="fog", task="t2", readout="correct")
-    fall = numbers[f"verdict.rq1.fog.t2.{key(m)}"]
-    edge = FALL_BAND.get((m, "fog", "t2"), (np.nan, np.nan))[0]   # where accuracy has lost a tenth of its range
-    if not np.isfinite(edge):
-        edge = float(cr["v_hi_m"])
-    # by position (a severity's median V_eq at or below the edge) and by accuracy (its change from clean falls,
-    # the interval below 0): a severity placed in the band at which accuracy holds or rises does not reach it
-    verdict = "not computed" if not nominal_file.is_file() else claims.band_verdict(fall, veq_median, edge, diffs)
-    record(f"verdict.rq4.t2.{key(m)}", verdict)
-    if largest is None:
-        change = "no change from clean accuracy can be estimated"
-        record(f"rq4.largest_change.verdict.t2.{key(m)}", claims.UNDEFINED)
-    else:
-        d = diffs[largest]
-        record(f"rq4.largest_change.t2.{key(m)}", d[0], ci=d[1:])
-        record(f"rq4.largest_change.severity.t2.{key(m)}", largest + 1)
-        record(f"rq4.largest_change.verdict.t2.{key(m)}", claims.versus_value(*d, 0.0))   # above / below / at clean
-        words = claims.change_words(*d)
-        change = (f"the largest change from clean, {words}, at severity {largest + 1}" if not words.startswith("no change")
-                  else f"no change from clean at any severity ({fmt_estimate(*d)} at most)")
-    detail = (f"t2 accuracy {sev_acc} over severities 1–5 against {fmt(float(acc.sel(model=m, arm='fog', level=0, task='t2')))} "
-              f"clean, {change}")
-    if fall in (claims.COLLAPSE, claims.PARTIAL):
-        detail = f"its fog accuracy starts to fall at V = {fmt_visibility(edge)} m; " + detail
-    groups.setdefault(verdict, []).append(f"{name(m)} ({detail})")
-veq_words = f"median V_eq {fmt_range(veq_median, digits=0)} m"
-out = []
-if "plateau" in groups:
-    out.append(f"The ImageNet-C fog severities ({veq_words}) lie above the failure band, on the plateau of accuracy, "
-               f"for {fmt_list(groups['plateau'])}.")
-if "reaches the band" in groups:
-    out.append(f"The ImageNet-C fog severities ({veq_words}) reach into the failure band for "
-               f"{fmt_list(groups['reaches the band'])}.")
-if claims.IN_BAND_NO_FALL in groups:
-    out.append(f"The ImageNet-C fog severities ({veq_words}) lie at visibilities of the failure band but do not reach "
-               f"the failure for {fmt_list(groups[claims.IN_BAND_NO_FALL])}: at no severity placed there does t2 "
-               "accuracy fall below clean (its paired interval below 0).")
-if claims.UNDEFINED in groups:
-    out.append(f"The ImageNet-C fog severities cannot be placed against the failure band for "
-               f"{fmt_list(groups[claims.UNDEFINED])}: no equivalent visibility, or no start of the fall, is defined.")
-if "no collapse" in groups:
-    out.append(f"Whether the severities cover the failure band cannot be said for {fmt_list(groups['no collapse'])}: "
-               f"{claims.they(len(groups['no collapse']), 'its', 'their')} fog accuracy does not collapse (not observed).")
-if "not computed" in groups:
-    out.append("Without the nominal equivalence, whether the severities cover the failure band is not stated.")
-record("finding.rq4.t2", " ".join(out))
+# t2 accuracy at each severity minus clean, paired over the model's images
+t2_correct = image_scores.sel(task="t2", readout="correct")
+SEVERITY_DIFFS = {m: [paired_difference(t2_correct.sel(model=m, arm="imagenet_c", level=s_),
+                                        t2_correct.sel(model=m, arm="fog", level=0)) for s_ in range(1, 6)]
+                  for m in VLMS}
+record("finding.rq4.t2", report.nominal_finding(numbers, VLMS, name, key, acc, cross, FALL_BAND, veq_median,
+                                                SEVERITY_DIFFS, nominal_file.is_file()))
 display(Markdown(numbers["finding.rq4.t2"]))
+
+# %% [markdown]
+# The severities on the fog curves (spec Fig. 7).
 
 # %%
 #| label: fig-nominal
 #| fig-cap: "Nominal ImageNet-C severities placed at their median equivalent visibility on each model's fog curve, t2; the severities are numbered above the axes (spec Fig. 7)."
 if np.isfinite(veq_median).any():
-    fig = figures.plot_nominal_vs_physical(means, veq_median, "t2", chance=CHANCE["t2"], marked=LOW_MASS)
+    fig = report.plot_nominal_vs_physical(means, veq_median, "t2", chance=CHANCE["t2"], marked=LOW_MASS)
 else:
-    fig = figures.placeholder(f"nominal equivalence: {paper.NOT_COMPUTED}")
+    fig = report.placeholder(f"nominal equivalence: {report.NOT_COMPUTED}")
 show(fig, "nominal_t2")
 
 # %% [markdown]
@@ -1182,40 +867,15 @@ show(fig, "nominal_t2")
 
 # %%
 #| label: num-controls
-for ctrl in cube.CONTROL_ARMS:
+for ctrl in core.CONTROL_ARMS:   # each control's accuracy against chance
     for task in ("t2", "t3"):
-        groups = {}
-        for m in VLMS:
-            e = est("mean", model=m, arm=ctrl, level=0, task=task, readout="correct")
-            groups.setdefault(claims.versus_value(*e, CHANCE[task]), []).append(f"{name(m)} ({fmt_estimate(*e)})")
-        what = {"blank": "On the blank image", "shuffled": "On the shuffled image"}[ctrl]
-        out = []
-        if claims.AT in groups:
-            out.append(f"{what}, {task} accuracy is at chance ({fmt(CHANCE[task])}) for {fmt_list(groups[claims.AT])}.")
-        if claims.ABOVE in groups:
-            out.append(f"{what}, {task} accuracy is above chance for {fmt_list(groups[claims.ABOVE])}: the question "
-                       "can be answered without the scene.")
-        if claims.BELOW in groups:
-            out.append(f"{what}, {task} accuracy is below chance for {fmt_list(groups[claims.BELOW])}.")
-        if claims.UNDEFINED in groups:
-            out.append(f"{what}, no {task} accuracy could be estimated for {fmt_list(groups[claims.UNDEFINED])}.")
-        record(f"finding.controls.{ctrl}.{task}", " ".join(out))
-groups = {}
+        record(f"finding.controls.{ctrl}.{task}", report.control_finding(
+            ctrl, task, {name(m): est("mean", model=m, arm=ctrl, level=0, task=task, readout="correct") for m in VLMS},
+            CHANCE[task]))
+# t3's answer bias on the blank image: accuracy on the distractor minus the true-category questions, paired
 raw = ds["value"].sel(arm="blank", level=0, readout="correct")
-for m in VLMS:
-    d = paired_difference(raw.sel(model=m, task="t3_false"), raw.sel(model=m, task="t3_true"))
-    groups.setdefault(claims.versus_value(*d, 0.0), []).append(f"{name(m)} ({fmt_estimate(*d)})")
-out = []
-if claims.ABOVE in groups:
-    out.append(f"On the blank image t3 is answered “no” more often than the truth warrants by "
-               f"{fmt_list(groups[claims.ABOVE])} (accuracy on distractor minus true-category questions).")
-if claims.BELOW in groups:
-    out.append(f"On the blank image t3 is answered “yes” more often than the truth warrants by "
-               f"{fmt_list(groups[claims.BELOW])} (accuracy on distractor minus true-category questions).")
-if claims.AT in groups:
-    out.append(f"On the blank image no answer bias of t3 is observed for {fmt_list(groups[claims.AT])} "
-               "(accuracy on distractor minus true-category questions).")
-record("finding.controls.t3_bias", " ".join(out))
+record("finding.controls.t3_bias", report.t3_bias_finding(
+    {name(m): paired_difference(raw.sel(model=m, task="t3_false"), raw.sel(model=m, task="t3_true")) for m in VLMS}))
 display(Markdown("\n\n".join(numbers[k] for k in numbers if k.startswith("finding.controls."))))
 
 # %% [markdown]
@@ -1228,14 +888,14 @@ display(Markdown("\n\n".join(numbers[k] for k in numbers if k.startswith("findin
 # this run's items (t2; estimated on the same items, so optimistic on a small
 # run, a conservative reference; for t3 the guesser is the majority answer, at
 # chance by construction), and on the blank image the share of t3's most frequent answer
-# (`murk.diagnostics`: a floor below chance says the distractors carry a prior
+# (`murk.results`: a floor below chance says the distractors carry a prior
 # the model exploits against, a floor above the guesser that the question is
 # answerable without the image, and one answer given to at least
 # `diagnostics.DOMINANT_SHARE` of the questions dominates the task). The floors
 # of every model, control and task are one family of tests: a floor is stated
 # below chance or above the guesser only where the bootstrap p-value of its
 # interval's test, Holm-adjusted over the family, is at most 1 − the interval
-# level (`murk.diagnostics.floor_verdicts`). The
+# level (`murk.results.floor_verdicts`). The
 # numbers are recorded as `diagnostic.*`.
 
 # %%
@@ -1245,17 +905,17 @@ T3_OPTIONS = list(cfg["prompts"]["t3_options"])
 rows, flagged, floors, dominated = [], set(), {}, {}
 FLOOR_FAMILY: list[tuple] = []   # (model, control, task, estimate, replicates, chance, guesser, table row)
 for m in VLMS:
-    ids = set(ds["image"].values[analysis.common_images(ds, [m])].tolist())
+    ids = set(ds["image"].values[results.common_images(ds, [m])].tolist())
     mine = table[table["image_id"].isin(ids)] if len(table) and "t2_options" in table else table.iloc[:0]
-    guesser = {"t2": diagnostics.prior_guesser_accuracy(list(mine["t2_options"]), list(mine["t2_answer_index"]))
+    guesser = {"t2": results.prior_guesser_accuracy(list(mine["t2_options"]), list(mine["t2_answer_index"]))
                if len(mine) else np.nan,
-               "t3": diagnostics.majority_guesser_accuracy(["true", "false"] * len(ids))}
+               "t3": results.majority_guesser_accuracy(["true", "false"] * len(ids))}
     blank_t3 = ds["value"].sel(model=m, arm="blank", level=0, task=["t3_true", "t3_false"], readout="answer")
     try:
-        shares = diagnostics.answer_shares(blank_t3.values, len(T3_OPTIONS))
+        shares = results.answer_shares(blank_t3.values, len(T3_OPTIONS))
     except ValueError:   # an answer outside the options: no share to read
         shares = np.full(len(T3_OPTIONS), np.nan)
-    top = diagnostics.dominant_answer(shares)
+    top = results.dominant_answer(shares)
     top_k = int(np.nanargmax(shares)) if np.isfinite(shares).any() else None
     record(f"diagnostic.t3_blank_top_share.{key(m)}", shares[top_k] if top_k is not None else np.nan)
     record(f"diagnostic.t3_blank_top_answer.{key(m)}", T3_OPTIONS[top_k] if top_k is not None else "n/a")
@@ -1266,47 +926,35 @@ for m in VLMS:
         row = {"VLM": name(m), "task": task, "chance": fmt(CHANCE[task]),
                "prior guesser": fmt(guesser[task]) if np.isfinite(guesser[task]) else "n/a"}
         record(f"diagnostic.guesser.{task}.{key(m)}", guesser[task])
-        for ctrl in cube.CONTROL_ARMS:
+        for ctrl in core.CONTROL_ARMS:
             e = est("mean", model=m, arm=ctrl, level=0, task=task, readout="correct")
             # the replicates of the draw behind the interval (the model's own images), for the family's p-values
-            keep = np.flatnonzero(analysis.common_images(ds, [m]))
+            keep = np.flatnonzero(results.common_images(ds, [m]))
             x_ = image_scores.sel(model=m, arm=ctrl, level=0, task=task, readout="correct").isel(image=keep).values
-            reps = metrics.resampled_means(x_, draw(keep.size)[:A["bootstrap_resamples"]])
-            row[f"{ctrl} accuracy"] = paper.estimate_cell(fmt_estimate(*e))
+            reps = results.resampled_means(x_, draw(keep.size)[:A["bootstrap_resamples"]])
+            row[f"{ctrl} accuracy"] = report.estimate_cell(fmt_estimate(*e))
             row[f"{ctrl} floor"] = ""   # the family's verdict, below
             FLOOR_FAMILY.append((m, ctrl, task, e, reps, CHANCE[task], guesser[task], row))
         row["t3 on the blank: top answer"] = (f"{T3_OPTIONS[top_k]} ({fmt(shares[top_k])})"
                                          if task == "t3" and top_k is not None else "")
         rows.append(row)
 # every control floor of every model and task is one family of tests: a confound is stated where the Holm-adjusted
-# p-value of its interval's test is at most 1 - ci_level (murk.diagnostics.floor_verdicts)
-FLOOR_VERDICTS = diagnostics.floor_verdicts([f[3] for f in FLOOR_FAMILY], [f[4] for f in FLOOR_FAMILY],
+# p-value of its interval's test is at most 1 - ci_level (murk.results.floor_verdicts)
+FLOOR_VERDICTS = results.floor_verdicts([f[3] for f in FLOOR_FAMILY], [f[4] for f in FLOOR_FAMILY],
                                             [f[5] for f in FLOOR_FAMILY], [f[6] for f in FLOOR_FAMILY],
                                             alpha=1 - A["ci_level"])
 record("diagnostic.floor_family", sum(np.isfinite(f[3][0]) for f in FLOOR_FAMILY))
 for (m, ctrl, task, e, _, _, _, row), v in zip(FLOOR_FAMILY, FLOOR_VERDICTS):
     record(f"diagnostic.floor.{ctrl}.{task}.{key(m)}", v)
     row[f"{ctrl} floor"] = v
-    if v in (diagnostics.BELOW_CHANCE, diagnostics.ABOVE_GUESSER):
+    if v in (results.BELOW_CHANCE, results.ABOVE_GUESSER):
         floors.setdefault((ctrl, task, v), []).append(f"{name(m)} ({fmt_estimate(*e)})")
         flagged.add(m)
-out = []
-for (ctrl, task, v), who in floors.items():
-    against = "chance" if v == diagnostics.BELOW_CHANCE else "the prior guesser"
-    out.append(f"On the {ctrl} image the {task} floor lies {'below' if v == diagnostics.BELOW_CHANCE else 'above'} "
-               f"{against} for {fmt_list(who)}: {diagnostics.VERDICT_TEXT[v]}.")
-for answer, who in dominated.items():
-    verb = "answers" if len(who) == 1 else "answer"
-    out.append(f"On the blank image {fmt_list(who)} {verb} “{answer}” to at least "
-               f"{fmt(diagnostics.DOMINANT_SHARE)} of the t3 questions: the answer bias dominates the task, which "
-               "then measures whether the boxed object is judged visible rather than how well the answer is calibrated.")
-clear = [name(m) for m in VLMS if m not in flagged]
-if clear:
-    out.append(f"For {fmt_list(clear)} the controls show no design confound: {claims.they(len(clear), 'its', 'their')} "
-               f"floors are at chance or between chance and the prior guesser, and no answer dominates t3 on the "
-               "blank image.")
-record("finding.diagnostic", " ".join(out))
-show_table(paper.markdown_table(rows), "diagnostics")
+record("finding.diagnostic", report.diagnostic_finding(floors, dominated, [name(m) for m in VLMS if m not in flagged]))
+show_table(report.markdown_table(rows), "diagnostics")
+
+# %% [markdown]
+# The diagnostics' finding, as the paper states it.
 
 # %%
 display(Markdown(numbers["finding.diagnostic"]))
@@ -1316,7 +964,7 @@ display(Markdown(numbers["finding.diagnostic"]))
 # of 3 px). murk renders each item at the design's murkiest level with and
 # without the box and measures how much the box stands out as a vision encoder
 # sees it: the colour difference the box makes, averaged over the encoder's
-# patches that it touches (`murk.diagnostics.marker_contrast`; patch side
+# patches that it touches (`murk.results.marker_contrast`; patch side
 # `diagnostics.PATCH_PX`, the study models' `patch_size`), and counts an item as
 # hard to see below `diagnostics.HARD_TO_SEE_CONTRAST` (murk's threshold). The
 # clean image is the reference.
@@ -1328,156 +976,142 @@ WIDTH, COLOR = int(cfg["render"]["box_width_px"]), tuple(cfg["render"].get("box_
 V_END = float(SWEEP[-1])
 contrast = {"clean": [], "fog": [], "underwater": []}
 try:
-    current = depth.current_depth(output_dir)
+    current = scene.current_depth(output_dir)
 except FileNotFoundError:  # a cube analysed without its depth stage: no renderings
     current = None
 n_marker = len(table) if current is not None and "file_name" in table else 0
-for i in progress.bar(range(n_marker), desc="analyse: marker contrast", unit="img") if n_marker else []:
+for i in core.bar(range(n_marker), desc="analyse: marker contrast", unit="img") if n_marker else []:
     row = table.iloc[i]
     try:  # bad input or a failed rendering: left out here, recorded as missing in the cube
-        img, size = render.load_presented(Path(meta["image_dir"]) / row["file_name"], cfg["render"]["max_side_px"],
+        img, size = scene.load_presented(Path(meta["image_dir"]) / row["file_name"], cfg["render"]["max_side_px"],
                                           expected_size=(int(row["width"]), int(row["height"])))
-        z = depth.load_depth(current["path"], int(row["image_id"]), shape=img.shape[:2])
-        shown = {"clean": img, "fog": physics.fog_sweep(img, z, np.asarray([V_END]))[0],
-                 "underwater": physics.underwater_sweep(img, z, np.asarray([V_END]))[0]}
+        z = scene.load_depth(current["path"], int(row["image_id"]), shape=img.shape[:2])
+        shown = {"clean": img, "fog": scene.fog_sweep(img, z, np.asarray([V_END]))[0],
+                 "underwater": scene.underwater_sweep(img, z, np.asarray([V_END]))[0]}
     except (FileNotFoundError, ValueError, OSError):
         continue
-    bbox = render.scale_bbox(row["bbox"], (int(row["width"]), int(row["height"])), size)
+    bbox = scene.scale_bbox(row["bbox"], (int(row["width"]), int(row["height"])), size)
     for arm, x in shown.items():
-        contrast[arm].append(diagnostics.marker_contrast(render.draw_box(x, bbox, WIDTH, COLOR), x))
+        contrast[arm].append(results.marker_contrast(scene.draw_box(x, bbox, WIDTH, COLOR), x))
 record("diagnostic.marker.width_px", WIDTH)
-record("diagnostic.marker.patch_px", diagnostics.PATCH_PX)
-record("diagnostic.marker.threshold", fmt(diagnostics.HARD_TO_SEE_CONTRAST))
+record("diagnostic.marker.patch_px", results.PATCH_PX)
+record("diagnostic.marker.threshold", fmt(results.HARD_TO_SEE_CONTRAST))
 record("diagnostic.marker.v_end_m", fmt_level(V_END))
 rows, hard = [], {}
 for arm, c in contrast.items():
     c = np.asarray(c, float)
     ok = c[np.isfinite(c)]
     med = float(np.median(ok)) if ok.size else np.nan
-    share = float(np.mean(ok < diagnostics.HARD_TO_SEE_CONTRAST)) if ok.size else np.nan
+    share = float(np.mean(ok < results.HARD_TO_SEE_CONTRAST)) if ok.size else np.nan
     hard[arm] = share
     record(f"diagnostic.marker.median.{arm}", med)
     record(f"diagnostic.marker.hard_share.{arm}", share)
     record(f"diagnostic.marker.n.{arm}", int(ok.size))
     rows.append({"image": "clean" if arm == "clean" else f"{arm}, V = {fmt_level(V_END)} m", "items": str(ok.size),
                  "median contrast": fmt(med), "hard to see": fmt(share)})
-if not np.isfinite(hard["clean"]):
-    out = "No item could be rendered, so the marker's contrast is not known."
-else:
-    def share_text(x: float) -> str:
-        return "none" if x == 0 else "all" if x == 1 else f"a share of {fmt(x)}"
+record("finding.diagnostic_marker", report.marker_finding(hard, WIDTH, V_END))
+show_table(report.markdown_table(rows), "marker")
 
-    hard_any = any(hard[a] > 0 for a in ("fog", "underwater"))
-    out = (f"As a vision encoder's {diagnostics.PATCH_PX}-px patches see it, the {WIDTH}-px box is hard to see "
-           f"(contrast below {fmt(diagnostics.HARD_TO_SEE_CONTRAST)}) at {fmt_level(V_END)} m on "
-           f"{share_text(hard['fog'])} of the items in fog and {share_text(hard['underwater'])} under water, and on "
-           f"{share_text(hard['clean'])} of the clean images"
-           + (": at the murkiest level a share of the questions concerns a marker the model may not see." if hard_any
-              else ": the marker stays visible at the murkiest level."))
-record("finding.diagnostic_marker", out)
-show_table(paper.markdown_table(rows), "marker")
+# %% [markdown]
+# The box marker's finding, as the paper states it.
 
 # %%
 display(Markdown(numbers["finding.diagnostic_marker"]))
 
 # %% [markdown]
-# Two designs side by side. The run's design (`murk.design`: the study's, or a
+# Two designs side by side. The run's design (`murk.protocol`: the study's, or a
 # variant such as the spec's pilot, `data/pilot.yaml`) is stated first. When
 # another design's run is given (`compare_with`: its output folder, e.g. the
 # study's design next to the pilot's), the floors, t3's blank-image answer bias
 # and V_acc are compared on the models and images both runs read out
-# (`murk.diagnostics.design_summary`, point estimates over the shared images;
+# (`murk.results.design_summary`, point estimates over the shared images;
 # each run restricted to its own design's sweep).
 
 # %%
 #| label: tbl-design-comparison
 #| tbl-cap: "This run's design and, when another design's run is given (compare_with), that run's, on the models and images both read out: blank- and shuffled-image accuracy (t2), t3's most frequent blank-image answer share, and V_acc (t2) in fog and under water (beyond the spec)."
-record("finding.design", designs.describe_design(cfg))
-record("methods.distractors", designs.methods_text(cfg, "distractors"))   # the paper's methods: this design's rules
-record("methods.binary_task", designs.methods_text(cfg, "binary_task"))
-compare_with = config.run_default("compare_with", compare_with)
+record("finding.design", report.describe_design(cfg))
+record("methods.distractors", report.methods_text(cfg, "distractors"))   # the paper's methods: this design's rules
+record("methods.binary_task", report.methods_text(cfg, "binary_task"))
+compare_with = core.run_default("compare_with", compare_with)
 CMP_ROWS, CMP_WHY, o_ds, o_cfg, other_root = [], None, None, None, None
 if compare_with:
     other_root = Path(compare_with).expanduser().resolve()
-    if other_root == Path(paths.output_dir(output_dir)).resolve():
+    if other_root == Path(core.output_dir(output_dir)).resolve():
         CMP_WHY = f"compare_with names this run's own folder {other_root}"
-    elif not paths.cube_store(other_root).exists() or not paths.items_file(other_root).is_file():
+    elif not core.cube_store(other_root).exists() or not core.items_file(other_root).is_file():
         CMP_WHY = (f"{other_root} holds no analysed run (cube.zarr, items.json): run that design first, e.g. make "
                    f"demo for the study's design into outputs")
     else:
-        _, o_meta = items.read_items(other_root)
-        o_cfg = designs.config_of(o_meta)
-        o_ds = designs.restrict_to_design(cube.open_cube(paths.cube_store(other_root)).load(), o_cfg)
+        _, o_meta = protocol.read_items(other_root)
+        o_cfg = protocol.config_of(o_meta)
+        o_ds = protocol.restrict_to_design(results.open_cube(core.cube_store(other_root)).load(), o_cfg)
         record("diagnostic.compare.root", str(other_root))
-        record("diagnostic.compare.design_there", designs.describe_design(o_cfg))
-
-
-def vtxt(d, arm, unit=" m"):
-    """V_acc (t2) of a design summary as the paper writes it (``≤ 3.9`` when censored at the design's last level)."""
-    t = fmt_crossing(d[f"v_acc.{arm}.t2"], "below" if d[f"v_acc_censored.{arm}.t2"] else "", 1)
-    return t if t == "n/a" else t + unit
+        record("diagnostic.compare.design_there", report.describe_design(o_cfg))
 
 
 def cmp_row(m, label, d, n_images):
-    return {"VLM": name(m), "design": label, "images": str(n_images),
-            "blank t2": fmt(d["floor.blank.t2"]), "shuffled t2": fmt(d["floor.shuffled.t2"]),
-            "t3 blank top share": fmt(d["t3_blank_top_share"]),
-            "V_acc fog (m)": vtxt(d, "fog", ""), "V_acc underwater (m)": vtxt(d, "underwater", "")}
+    """One row of the comparison table (`murk.report.design_row`)."""
+    return report.design_row(name(m), label, d, n_images)
 
 
 sentences = []
 o_models = set(map(str, o_ds["model"].values)) if o_ds is not None else set()
 for m in VLMS:
-    mine = ds["image"].values[analysis.common_images(ds, [m])].tolist()
+    mine = ds["image"].values[results.common_images(ds, [m])].tolist()
     if m not in o_models:   # this design alone, on the model's own images
-        CMP_ROWS.append(cmp_row(m, "this design", diagnostics.design_summary(ds, m, mine, CHANCE), len(mine)))
+        CMP_ROWS.append(cmp_row(m, "this design", results.design_summary(ds, m, mine, CHANCE), len(mine)))
         continue
     o_sub = o_ds.sel(model=[m])
-    ids = sorted(set(mine) & set(o_sub["image"].values[analysis.common_images(o_sub, [m])].tolist()))
+    ids = sorted(set(mine) & set(o_sub["image"].values[results.common_images(o_sub, [m])].tolist()))
     record(f"diagnostic.compare.n_images.{key(m)}", len(ids))
     if not ids:
-        CMP_ROWS.append(cmp_row(m, "this design", diagnostics.design_summary(ds, m, mine, CHANCE), len(mine)))
+        CMP_ROWS.append(cmp_row(m, "this design", results.design_summary(ds, m, mine, CHANCE), len(mine)))
         sentences.append(f"{name(m)} was read out on no image that both runs share.")
         continue
-    a = diagnostics.design_summary(ds, m, ids, CHANCE)
-    b = diagnostics.design_summary(o_ds, m, ids, CHANCE)
+    a = results.design_summary(ds, m, ids, CHANCE)
+    b = results.design_summary(o_ds, m, ids, CHANCE)
     for k_, v_ in a.items():
         record(f"diagnostic.compare.here.{k_}.{key(m)}", v_)
         record(f"diagnostic.compare.there.{k_}.{key(m)}", b[k_])
     CMP_ROWS += [cmp_row(m, "this design", a, len(ids)), cmp_row(m, "compared design", b, len(ids))]
-    sentences.append(
-        f"For {name(m)}, on the {len(ids)} images both runs read out, the blank-image t2 accuracy is "
-        f"{fmt(a['floor.blank.t2'])} in this design and {fmt(b['floor.blank.t2'])} in the compared one "
-        f"(chance {fmt(CHANCE['t2'])}), the shuffled-image one {fmt(a['floor.shuffled.t2'])} and "
-        f"{fmt(b['floor.shuffled.t2'])}; t3's most frequent blank-image answer takes "
-        f"{fmt(a['t3_blank_top_share'])} and {fmt(b['t3_blank_top_share'])} of the questions; V_acc (t2) in fog "
-        f"is {vtxt(a, 'fog')} and {vtxt(b, 'fog')}.")
+    sentences.append(report.design_comparison_words(name(m), len(ids), a, b, CHANCE["t2"]))
 if not compare_with:
     cmp_out = ("No other design's run was given to compare with (the run setting compare_with); the table gives "
                "this design's numbers on each model's own images.")
 elif CMP_WHY:
     cmp_out = f"The design comparison was not made: {CMP_WHY}."
 else:
-    cmp_out = (f"The run compared, in {other_root}, uses {designs.design_name(o_cfg)}. " + " ".join(sentences)
+    cmp_out = (f"The run compared, in {other_root}, uses {report.design_name(o_cfg)}. " + " ".join(sentences)
                + ("" if o_models & set(VLMS) else " It read out none of this run's models."))
 record("finding.design_comparison", cmp_out)
-show_table(paper.markdown_table(CMP_ROWS) if CMP_ROWS else not_computed("this run read out no model"),
+show_table(report.markdown_table(CMP_ROWS) if CMP_ROWS else not_computed("this run read out no model"),
            "design-comparison")
+
+# %% [markdown]
+# Where no other design's run was given (or it shares no model and image with
+# this one), the comparison says why it was not computed.
 
 # %%
 if CMP_WHY:
     print(f"WARNING design comparison not computed: {CMP_WHY}")
 display(Markdown(numbers["finding.design"] + "\n\n" + numbers["finding.design_comparison"]))
 
+# %% [markdown]
+# The verification task's accuracy against visibility (t3, chance one half).
+
 # %%
 #| label: fig-accuracy-t3
 #| fig-cap: "t3 (verification) accuracy against visibility; conventions as for t2."
-show(figures.plot_signal_vs_visibility(means, "correct", "t3", chance=CHANCE["t3"], marked=LOW_MASS), "accuracy_t3")
+show(report.plot_signal_vs_visibility(means, "correct", "t3", chance=CHANCE["t3"], marked=LOW_MASS), "accuracy_t3")
+
+# %% [markdown]
+# All four signals for t3 (spec Fig. 8).
 
 # %%
 #| label: fig-signals-t3
 #| fig-cap: "Accuracy, internal confidence, verbalized confidence and the abstain rate against visibility, t3 (verification), with the conventions of the t2 figure (spec Fig. 8)."
-show(figures.plot_signals(means, "t3", chance=CHANCE["t3"], marked=LOW_MASS), "signals_t3")
+show(report.plot_signals(means, "t3", chance=CHANCE["t3"], marked=LOW_MASS), "signals_t3")
 
 # %% [markdown]
 # The same views for t3 and the remaining signals are written as files for
@@ -1485,10 +1119,10 @@ show(figures.plot_signals(means, "t3", chance=CHANCE["t3"], marked=LOW_MASS), "s
 
 # %%
 for ro, fname in (("c_int", "confidence"), ("verbal_conf", "verbal"), ("abstain", "abstain")):
-    figures.save(figures.plot_signal_vs_visibility(means, ro, "t3", chance=CHANCE["t3"] if ro != "abstain" else None,
+    report.save(report.plot_signal_vs_visibility(means, ro, "t3", chance=CHANCE["t3"] if ro != "abstain" else None,
                                                    reference="correct", marked=LOW_MASS), FIG_DIR, f"{fname}_t3", PIPELINE_CHECK)
-figures.save(figures.plot_reliability(sc, "t3", marked=LOW_MASS), FIG_DIR, "reliability_t3", PIPELINE_CHECK)
-figures.save(figures.plot_abstain_comparison(means, "t3", chance=CHANCE["t3"], marked=LOW_MASS), FIG_DIR,
+report.save(report.plot_reliability(sc, "t3", marked=LOW_MASS), FIG_DIR, "reliability_t3", PIPELINE_CHECK)
+report.save(report.plot_abstain_comparison(means, "t3", chance=CHANCE["t3"], marked=LOW_MASS), FIG_DIR,
              "abstain2_t3", PIPELINE_CHECK)
 
 # %% [markdown]
@@ -1501,14 +1135,14 @@ figures.save(figures.plot_abstain_comparison(means, "t3", chance=CHANCE["t3"], m
 # %%
 #| label: tbl-monotonicity
 #| tbl-cap: "Monotonicity: adjacent level pairs moving the wrong way, raw · beyond two standard errors, per series (beyond the spec)."
-short = {"correct": "accuracy", "c_int": "c_int", "verbal_conf": "verbal", "abstain": "abstain", "abstain2": "abstain₂"}
-mono_arms = [a for a in (*cube.PHYSICAL_ARMS, "imagenet_c") if a in sc["arm"].values]
+short = report.SIGNAL_COLUMNS   # a signal as a column head
+mono_arms = [a for a in (*core.PHYSICAL_ARMS, "imagenet_c") if a in sc["arm"].values]
 rows = []
 for m in VLMS:
     for arm in mono_arms:
         for task in sc["task"].values:
             row = {"model": name(m), "arm": arm, "task": str(task)}
-            for ro in analysis.SIGNALS:
+            for ro in results.SIGNALS:
                 c = dict(model=m, arm=arm, task=task, readout=ro)
                 k_ = int(sc["mono_pairs"].sel(**c))
                 r_, s_ = float(sc["mono_raw"].sel(**c)), float(sc["mono_beyond_noise"].sel(**c))
@@ -1522,44 +1156,49 @@ for label, arms in (("", physical), (".imagenet_c", ["imagenet_c"] if "imagenet_
         record(f"mono.pooled{label}.{k_}", wrong / pairs if pairs else float("nan"))
         record(f"mono.pooled{label}.{k_}.count", f"{round(wrong)}/{int(pairs)}")
 record("mono.pooled.what", "models, tasks, the five signals and the two physical arms (fog and underwater)")
-show_table(paper.markdown_table(rows), "monotonicity")
+show_table(report.markdown_table(rows), "monotonicity")
+
+# %% [markdown]
+# Every level of the sweep, t2 (spec Table IX): the means with their intervals.
 
 # %%
 #| label: tbl-sweep-t2
 #| tbl-cap: "Means with bootstrap intervals at every level of the sweep, t2 (spec Table IX)."
 def sweep_table(task: str) -> str:
-    rows = []
-    for m in VLMS:
-        for arm in physical:
-            for lvl in sc["level"].values:
-                row = {"model": name(m), "arm": arm, "V (m)": fmt_level(VIS[lvl])}
-                for ro in analysis.SIGNALS:
-                    row[short[ro]] = paper.estimate_cell(fmt_estimate(*est("mean", model=m, arm=arm, level=lvl,
-                                                                           task=task, readout=ro)))
-                rows.append(row)
-    return paper.markdown_table(rows)
+    """Every level's means with intervals, per model and physical arm (`murk.report.sweep_table`)."""
+    return report.sweep_table(sc, VLMS, name, physical, VIS, task)
 
 
 show_table(sweep_table("t2"), "sweep-t2")
+
+# %% [markdown]
+# The same for t3 (spec Table X).
 
 # %%
 #| label: tbl-sweep-t3
 #| tbl-cap: "Means with bootstrap intervals at every level of the sweep, t3 (spec Table X)."
 show_table(sweep_table("t3"), "sweep-t3")
 
+# %% [markdown]
+# The prompts as the models saw them (spec Table II), from `murk.protocol`.
+
 # %%
 #| label: tbl-prompts
 #| tbl-cap: "Prompt templates (spec Table II), verbatim; a placeholder in braces is filled in per item, ⏎ marks a line break."
 one_line = lambda v: str(v).replace("\n", " ⏎ ")  # noqa: E731
-show_table(paper.markdown_table([{"prompt": r["name"], "template": paper.verbatim(one_line(r["template"])),
-                                  "example": paper.verbatim(one_line(r["example"]))}
-                                 for r in prompts.prompt_table(cfg)]), "prompts")
+show_table(report.markdown_table([{"prompt": r["name"], "template": report.verbatim(one_line(r["template"])),
+                                  "example": report.verbatim(one_line(r["example"]))}
+                                 for r in protocol.prompt_table(cfg)]), "prompts")
+
+# %% [markdown]
+# The settings of the run (spec Table III), each with the place it is read from
+# (`murk.report.settings_rows`).
 
 # %%
 #| label: tbl-config
-#| tbl-cap: "Frozen configuration (spec Table III)."
-show_table(paper.markdown_table([{"setting": f"`{r['setting']}`", "value": one_line(r["value"])}
-                                 for r in config.settings_table(cfg)]), "config")
+#| tbl-cap: "Settings of the run (spec Table III): the frozen configuration and, from where they live, the constants in code and the choices recorded with the run, each with its source."
+show_table(report.markdown_table([{"setting": f"`{r['setting']}`", "value": one_line(r["value"]), "source": r["source"]}
+                                  for r in report.settings_rows(cfg, meta, ds.attrs)]), "config")
 
 # %% [markdown]
 # Examples: the first items across fog and underwater levels with the first
@@ -1573,7 +1212,7 @@ example_levels, n_examples = tuple(k for k in (0, 3, 5, 6, 7, 8) if k <= END), 3
 model0 = VLMS[0]
 tiles, captions, row_labels = [], [], []
 try:
-    current = depth.current_depth(output_dir)
+    current = scene.current_depth(output_dir)
 except FileNotFoundError:  # a cube analysed without its depth stage: no examples
     current = None
 for i in range(len(table)) if current is not None and "file_name" in table else []:
@@ -1581,785 +1220,43 @@ for i in range(len(table)) if current is not None and "file_name" in table else 
         break
     row = table.iloc[i]
     try:  # inputs and both renderings first: bad input or a failed rendering skips the item (recorded in the cube)
-        img, size = render.load_presented(Path(meta["image_dir"]) / row["file_name"], cfg["render"]["max_side_px"],
+        img, size = scene.load_presented(Path(meta["image_dir"]) / row["file_name"], cfg["render"]["max_side_px"],
                                           expected_size=(int(row["width"]), int(row["height"])))
-        z = depth.load_depth(current["path"], int(row["image_id"]), shape=img.shape[:2])
+        z = scene.load_depth(current["path"], int(row["image_id"]), shape=img.shape[:2])
         stacks = {arm: list(sweep(img, z, np.asarray([VIS[k] for k in example_levels if k > 0])))
-                  for arm, sweep in (("fog", physics.fog_sweep), ("underwater", physics.underwater_sweep))}
+                  for arm, sweep in (("fog", scene.fog_sweep), ("underwater", scene.underwater_sweep))}
     except (FileNotFoundError, ValueError, OSError):
         continue
-    bbox = render.scale_bbox(row["bbox"], (int(row["width"]), int(row["height"])), size)
+    bbox = scene.scale_bbox(row["bbox"], (int(row["width"]), int(row["height"])), size)
     for arm, stack in stacks.items():
         shown = [img] + stack
-        tiles.append([render.draw_box(x, bbox, cfg["render"]["box_width_px"]) for x in shown])
+        tiles.append([scene.draw_box(x, bbox, cfg["render"]["box_width_px"]) for x in shown])
         v = ds["value"].sel(model=model0, arm=arm, task="t2", image=int(row["image_id"]))
         cap = []
         for k_ in example_levels:
             c = v.sel(level=k_)
             ans = c.sel(readout="answer").item()
             answer = row["t2_options"][int(ans)] if np.isfinite(ans) else "n/a"
-            cap.append(figures.example_caption(answer, c.sel(readout="correct").item(), c.sel(readout="c_int").item(),
+            cap.append(report.example_caption(answer, c.sel(readout="correct").item(), c.sel(readout="c_int").item(),
                                                c.sel(readout="verbal_conf").item(), c.sel(readout="abstain").item()))
         captions.append(cap)
         row_labels.append(f"{row['category']} · {arm}")
 record("examples.model", f"`{model0}`" + (f" {DAGGER}" if model0 in LOW_MASS else ""))
 record("examples.n_items", len(tiles) // 2)
 if tiles:
-    fig = figures.plot_item_grid(tiles, row_labels, ["clean" if k_ == 0 else f"V = {fmt_level(VIS[k_])} m"
+    fig = report.plot_item_grid(tiles, row_labels, ["clean" if k_ == 0 else f"V = {fmt_level(VIS[k_])} m"
                                                      for k_ in example_levels], captions,
                                  title=f"read-outs of {name(model0)} (t2)")
 else:
-    fig = figures.placeholder(f"examples: {paper.NOT_COMPUTED} (no depth cache or no readable image)")
+    fig = report.placeholder(f"examples: {report.NOT_COMPUTED} (no depth cache or no readable image)")
 show(fig, "examples_t2")
-
-# %% [markdown]
-# ## Beyond the spec: the visibility monitor
-#
-# The monitor's V̂ (stage 3b) is scored three ways: its accuracy against the true
-# visibility; as an awareness signal, its crossing and W against each VLM's
-# V_acc (paired bootstrap; read like RQ2); and as a gate, coverage and risk at
-# equal coverage against the VLM's own abstain option and its internal
-# confidence, with the threshold picked on one half of the images and reported
-# on the other.
-
-# %%
-#| label: num-monitor
-HAS_MONITOR = monitor.MONITOR_ID in full["model"].values
-mid_band = (VIS[1:] >= 3.9) & (VIS[1:] <= 62.5)   # the monitor's band (issue 9's criterion)
-
-
-def vhat_band(mode: str) -> dict:
-    """One monitor mode's V̂ on the sweep, per physical arm: (P10, P50, P90 over images per level, shape (3, L);
-    within a factor of two of V per (level, image), bool, a missing V̂ counting as not within). One definition
-    for both modes and every table that states it."""
-    v = full["value"].sel(model=mode, task="t2", readout="visibility_hat_m")
-    out = {}
-    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
-        warnings.simplefilter("ignore", RuntimeWarning)
-        for arm in cube.PHYSICAL_ARMS:
-            sweep_ = v.sel(arm=arm).isel(level=slice(1, None)).transpose("level", "image").values
-            out[arm] = (np.nanpercentile(sweep_, [10, 50, 90], axis=-1), np.abs(np.log2(sweep_ / VIS[1:, None])) <= 1)
-    return out
-
-
-BAND = {mode: vhat_band(mode) for mode in monitor.MONITOR_IDS if mode in full["model"].values}
-if HAS_MONITOR:
-    band = BAND[monitor.MONITOR_ID]
-    for arm in cube.PHYSICAL_ARMS:
-        record(f"monitor.share_x2.{arm}", 100 * float(np.mean(band[arm][1][mid_band])), 0)
-    BAND_DEPLOYABLE = BAND.get(monitor.MONITOR_DEPLOYABLE_ID, {})   # beside the oracle's, level by level
-record("monitor.band", f"{fmt_level(VIS[1:][mid_band].max())}–{fmt_level(VIS[1:][mid_band].min())}" if HAS_MONITOR
-       else paper.NOT_COMPUTED)
-OPAQUE = {}   # arm -> share of the monitor's estimates that are upper bounds (opaque), per sweep level
-if HAS_MONITOR:
-    mon_t2 = full["value"].sel(model=monitor.MONITOR_ID, task="t2")
-    # false abstentions: the clean image is as clear as it gets, so every abstention there is a false one
-    a0 = mon_t2.sel(arm="fog", level=0, readout="abstain").values
-    ok0 = np.isfinite(a0)
-    record("monitor.false_abstain_clean", float(np.mean(a0[ok0] == 1)) if ok0.any() else np.nan)
-    record("monitor.false_abstain_clean.count", f"{int(np.sum(a0[ok0] == 1))}/{int(ok0.sum())}")
-    for arm in cube.PHYSICAL_ARMS:
-        code = mon_t2.sel(arm=arm, readout="visibility_hat_censored").isel(level=slice(1, None)).values  # (level, image)
-        with np.errstate(invalid="ignore"):
-            OPAQUE[arm] = np.array([np.mean(c[np.isfinite(c)] == -1) if np.isfinite(c).any() else np.nan for c in code])
-        for k_, v in enumerate(VIS[1:]):
-            record(f"monitor.opaque_share.{arm}.{paper.level_label(v)}", 100 * OPAQUE[arm][k_], 0)
-        record(f"monitor.opaque_share.{arm}.end", 100 * OPAQUE[arm][-1], 0)
-record("monitor.threshold_m", monitor.DEFAULT_THRESHOLD_M, 1)
-if not HAS_MONITOR:   # one sentence each for what the paper would say about it (no per-arm findings)
-    record("finding.monitor.accuracy", "The monitor stage did not run for this output root, so the monitor's "
-                                       "estimate V̂ was not computed and nothing is stated about its accuracy.")
-    record("finding.monitor.awareness", "Nothing is stated about the monitor as an awareness signal or as a gate: "
-                                        "its stage did not run for this output root.")
-
-# %%
-#| label: fig-monitor
-#| fig-cap: "The monitor's estimate V̂ against the true visibility V: median and P10–P90 over images; grey: within a factor of two (beyond the spec)."
-if HAS_MONITOR:
-    show(figures.plot_monitor_accuracy(VIS[1:], {arm: band[arm][0] for arm in cube.PHYSICAL_ARMS}), "monitor_vhat",
-         pipeline_check=False)
-else:
-    show(figures.placeholder(f"visibility monitor: {paper.NOT_COMPUTED}"), "monitor_vhat", pipeline_check=False)
-
-# %%
-#| label: tbl-monitor-accuracy
-#| tbl-cap: "Accuracy of the monitor's visibility estimate per level (oracle: the rendering's depth and arm; deployable: the degraded image alone, its last two columns); upper bounds: the share of the oracle's estimates where most usable pixels are opaque, so that V̂ only bounds V from above (the monitor then abstains); on the ImageNet-C severities, the share of images whose estimate lies within a factor of two of their own gain-matched equivalent visibility (beyond the spec)."
-if HAS_MONITOR:
-    rows = []
-    for arm in cube.PHYSICAL_ARMS:
-        q, within = band[arm]
-        for k_, v in enumerate(VIS[1:]):
-            rows.append({"arm": arm, "V (m)": fmt_level(v), "median V̂ (m)": fmt_visibility(q[1, k_]),
-                         "P10–P90 (m)": fmt_visibility_interval(q[0, k_], q[2, k_]) or "n/a",
-                         "within ×2 (%)": fmt(100 * float(np.nanmean(within[k_])), 0),
-                         "upper bounds (%)": fmt(100 * OPAQUE[arm][k_], 0)})
-            if BAND_DEPLOYABLE:   # the deployable monitor beside it, level by level
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", RuntimeWarning)
-                    q_d, within_d = BAND_DEPLOYABLE[arm]
-                    rows[-1].update({"deployable: median V̂ (m)": fmt_visibility(q_d[1, k_]),
-                                     "deployable: within ×2 (%)": fmt(100 * float(np.mean(within_d[k_])), 0)})
-    sev = full["value"].sel(model=monitor.MONITOR_ID, arm="imagenet_c", task="t2", readout="visibility_hat_m")
-    veq = {}
-    if nominal_file.is_file():
-        veq = {int(s): nds["v_eq_gain_m"].sel(severity=s) for s in nds["severity"].values}
-    medians = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        for s in range(1, 6):
-            v_s = sev.sel(level=s).values
-            medians.append(float(np.nanmedian(v_s)) if np.isfinite(v_s).any() else np.nan)
-            row = {"arm": "imagenet_c", "V (m)": f"severity {s}", "median V̂ (m)": fmt_visibility(medians[-1]),
-                   "P10–P90 (m)": (fmt_visibility_interval(*np.nanpercentile(v_s, [10, 90])) if np.isfinite(v_s).any()
-                                   else "n/a"),
-                   "within ×2 (%)": "–", "upper bounds (%)": "–",
-                   **({"deployable: median V̂ (m)": "–", "deployable: within ×2 (%)": "–"} if BAND_DEPLOYABLE else {})}
-            if s in veq:
-                ratio = v_s / veq[s].sel(image=full["image"].values).values
-                ok = np.isfinite(ratio)
-                row["within ×2 (%)"] = (f"{fmt(100 * float(np.mean(np.abs(np.log2(ratio[ok])) <= 1)), 0)} of V_eq"
-                                        if ok.any() else "n/a")
-            rows.append(row)
-    record("monitor.imagenet_c_range", fmt_range(medians, digits=0))
-    record("finding.monitor.accuracy", (
-        f"At V = {numbers['cfg.sweep_min_m']} m this is the case for {numbers['monitor.opaque_share.fog.end']} % of "
-        f"the images in fog and {numbers['monitor.opaque_share.underwater.end']} % under water. Over the visibilities "
-        f"of {numbers['monitor.band']} m, V̂ is within a factor of two of the true V for "
-        f"{numbers['monitor.share_x2.fog']} % of the image–level pairs in fog and "
-        f"{numbers['monitor.share_x2.underwater']} % under water. On the ImageNet-C severities, whose fog is additive "
-        "fractal haze rather than the depth-dependent attenuation the monitor assumes, its median estimate spans "
-        f"{numbers['monitor.imagenet_c_range']} m; the last rows of the monitor's accuracy table compare each "
-        "image's estimate with its own gain-matched equivalent visibility."))
-    md = paper.markdown_table(rows)
-else:
-    md = not_computed("the monitor stage did not run")
-show_table(md, "monitor-accuracy")
-
-# %% [markdown]
-# The monitor as an awareness signal: its abstain rate and its confidence cross
-# like any signal (floors one and zero), and W against each VLM's V_acc says
-# whether it abstains before the VLM's accuracy falls (W < 0). The monitor runs
-# on every item; against a VLM read out on the first N items only, both
-# crossings and the paired bootstrap are over the images they share
-# (`murk.analysis.common_images`), with the draw of that VLM's own scores.
-
-# %%
-#| label: tbl-monitor-w
-#| tbl-cap: "The monitor as an awareness signal: its crossing visibility and W = log10(V_acc / V_aware) against each VLM, with paired bootstrap intervals (beyond the spec)."
-if HAS_MONITOR:
-    MODES = [mode for mode in monitor.MONITOR_IDS if mode in full["model"].values]   # the oracle, the deployable mode
-    mscores = analysis.image_scores(full.sel(model=[*MODES, *VLMS]))
-    lo_q, hi_q = (1 - A["ci_level"]) / 2, 1 - (1 - A["ci_level"]) / 2
-    PAIRED = {}   # the images the monitor shares with a VLM -> (positions, draw, bootstrap means over them)
-    MON_CROSS = {}   # (arm, signal, shared images) -> the monitor's crossing over them
-
-    def paired(m: str):
-        """The images the monitor and VLM ``m`` were both run on (positions), their draw, the resampled means."""
-        keep = analysis.common_images(full, [monitor.MONITOR_ID, m])
-        if keep.tobytes() not in PAIRED:
-            idx = np.flatnonzero(keep)
-            cnt = draw(idx.size)
-            PAIRED[keep.tobytes()] = (idx, cnt, metrics.bootstrap_resample_means(mscores.isel(image=idx), "image",
-                                                                                counts=cnt))
-        return PAIRED[keep.tobytes()]
-
-    def monitor_crossing(arm: str, signal: str, m: str, mode: str = monitor.MONITOR_ID):
-        """The monitor's V_aware (``mode``: the oracle or the deployable one) over the images it shares with ``m``:
-        awareness_crossing's result and the crossings of the resamples."""
-        idx, cnt, boot = paired(m)
-        k = (arm, signal, idx.tobytes(), mode)
-        if k not in MON_CROSS:
-            # its censored estimates are bounds, so its crossing may be one too
-            # (murk.monitor.awareness_crossing: the cube's read-outs are the conservative curve)
-            mi = full["value"].sel(model=mode, task="t2").isel(image=idx)
-            ac = monitor.awareness_crossing(
-                VIS[1:], mi.sel(arm=arm, readout="visibility_hat_m").transpose("level", "image").values,
-                mi.sel(arm=arm, readout="visibility_hat_censored").transpose("level", "image").values, signal,
-                threshold_m=float(full.attrs.get("monitor_threshold_m", monitor.DEFAULT_THRESHOLD_M)),
-                present=mi.sel(arm=arm, readout="c_int").transpose("level", "image").notnull().values,
-                counts=cnt, ci=A["ci_level"])
-            b_m = boot.sel(model=mode, arm=arm, task="t2", readout=signal).transpose(..., "level")
-            vmb, _ = metrics.crossing_visibility(VIS[1:], b_m.isel(level=slice(1, None)).values,
-                                                 b_m.isel(level=0).values, monitor.SIGNAL_FLOOR[signal])
-            MON_CROSS[k] = (ac, vmb)
-        return MON_CROSS[k]
-
-    def monitor_w(arm: str, signal: str, task: str, m: str, mode: str = monitor.MONITOR_ID):
-        """W = log10(V_acc / V_aware) of the monitor (``mode``) against VLM ``m``, with its paired bootstrap
-        interval: (w, lo, hi, lower, upper, (V_acc, its side), (V_aware, its side))."""
-        _, _, boot = paired(m)
-        ac, vmb = monitor_crossing(arm, signal, m, mode)
-        vm, side_m = ac["v_cross_m"], ac["censored_side"]
-        # the VLM's V_acc over its own images: the monitor runs on every item, so these are the shared ones
-        cr = cross.sel(model=m, arm=arm, task=task, readout="correct")
-        va, side_a = float(cr["v_cross_m"]), str(cr["censored_side"].values)
-        b_a = boot.sel(model=m, arm=arm, task=task, readout="correct").transpose(..., "level")
-        vab, _ = metrics.crossing_visibility(VIS[1:], b_a.isel(level=slice(1, None)).values,
-                                             b_a.isel(level=0).values, CHANCE[task])
-        wside = str(metrics.blind_spot_width_side(side_a, side_m))
-        w = (float(metrics.blind_spot_width(va, vm)) if np.isfinite(va) and np.isfinite(vm)
-             and wside != "undefined" else np.nan)
-        with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            wb = np.log10(np.asarray(vab, float) / np.asarray(vmb, float))
-            lo, hi = (np.nanquantile(wb, [lo_q, hi_q]) if np.isfinite(w) and np.isfinite(wb).any()
-                      else (np.nan, np.nan))
-        # W's bootstrap p-values (against 0, and that |W| is below one level), for the family's Holm adjustment
-        MON_P[(arm, signal, task, m, mode)] = (
-            (float(metrics.bootstrap_p_value(wb, 0.0)), float(metrics.equivalence_p_value(wb, W_MARGIN)))
-            if np.isfinite(w) and np.isfinite(W_MARGIN) else (np.nan, np.nan))
-        return w, lo, hi, wside == "above", wside == "below", (va, side_a), (vm, side_m)
-
-    MON_P: dict[tuple, tuple[float, float]] = {}
-
-    rows, verdicts, family = [], {}, []
-    for arm in cube.PHYSICAL_ARMS:
-        for signal in ("c_int", "abstain"):
-            ac, _ = monitor_crossing(arm, signal, monitor.MONITOR_ID)   # over every image (the monitor's own)
-            record(f"monitor.v.{signal}.{arm}", crossing_text(ac["v_cross_m"], ac["v_lo_m"], ac["v_hi_m"],
-                                                              ac["censored_side"]))
-            for task in ("t2", "t3"):
-                for m in VLMS:
-                    w, lo, hi, lower, upper, (va, side_a), (vm, side_m) = monitor_w(arm, signal, task, m)
-                    record(f"monitor.w.{signal}.{arm}.{task}.{key(m)}", w, ci=(lo, hi), lower=lower, upper=upper)
-                    if signal == "abstain" and task == "t2":
-                        family.append((arm, m, w, lo, hi, lower, upper, side_m))
-                    rows.append({"VLM": name(m), "arm": arm, "task": task, "monitor signal": signal,
-                                 "V_acc (m)": crossing_text(va, np.nan, np.nan, side_a),
-                                 "V_aware monitor (m)": crossing_text(vm, np.nan, np.nan, side_m),
-                                 "W": w_text(w, lo, hi, lower, upper).removeprefix("W ").removeprefix("= ")})
-    # the monitor's lags against every model and arm are one family: Holm-adjusted (murk.metrics.holm)
-    read = [collapses(m, arm, "t2") for arm, m, *_ in family]
-    p_adj = metrics.holm([MON_P[(arm, "abstain", "t2", m, monitor.MONITOR_ID)][0] if r else np.nan
-                          for (arm, m, *_), r in zip(family, read)])
-    pm_adj = metrics.holm([MON_P[(arm, "abstain", "t2", m, monitor.MONITOR_ID)][1] if r else np.nan
-                           for (arm, m, *_), r in zip(family, read)])
-    for (arm, m, w, lo, hi, lower, upper, side_m), r, pa, pma in zip(family, read, p_adj, pm_adj):
-        v_ = (claims.awareness_lag(w, lo, hi, lower, upper, margin=W_MARGIN, p=pa, p_margin=pma,
-                                   alpha=1 - A["ci_level"]) if r else claims.UNDEFINED)
-        record(f"verdict.monitor.abstain.{arm}.t2.{key(m)}", v_)
-        v_ = claims.lag_case(v_, str(side_m), lower, upper)   # as the sentence says it
-        verdicts.setdefault(arm, {}).setdefault(v_, []).append((name(m), w_text(w, lo, hi, lower, upper)))
-    for arm, by_verdict in verdicts.items():
-        where = {"fog": "in fog", "underwater": "under water"}[arm]
-        groups = {v: [f"{who} ({w})" for who, w in pairs] for v, pairs in by_verdict.items()}
-        out = []
-        for case in (claims.LEADS, claims.AT_FIRST_LEVEL, claims.WITH, claims.LAGS, claims.NOT_REACHED, claims.NO_LAG,
-                     claims.BOUNDED):
-            if case in groups:   # in the abstain rate's direction: it rises
-                out.append(f"{where.capitalize()}, the monitor's abstain rate {claims.lag_phrase(case, 'abstain')}, "
-                           f"for {fmt_list(groups[case])}.")
-        if claims.UNDEFINED in groups:
-            n_ = len(by_verdict[claims.UNDEFINED])
-            out.append(f"Against {fmt_list(who for who, _ in by_verdict[claims.UNDEFINED])} nothing is stated {where}: "
-                       f"{claims.they(n_, 'its', 'their')} accuracy does not collapse there, or no crossing is defined.")
-        record(f"finding.monitor.{arm}", " ".join(out))
-    record("finding.monitor.awareness", (
-        f"On the clean images it abstains on a share of {numbers['monitor.false_abstain_clean']} "
-        f"({numbers['monitor.false_abstain_clean.count']}): false abstentions, since nothing is clearer; its crossing "
-        f"visibility is {numbers['monitor.v.abstain.fog']} m in fog and {numbers['monitor.v.abstain.underwater']} m "
-        "under water. " + " ".join(numbers[f"finding.monitor.{arm}"] for arm in cube.PHYSICAL_ARMS)).strip())
-    md = paper.markdown_table(rows)
-else:
-    md = not_computed("the monitor stage did not run")
-show_table(md, "monitor-w")
-
-# %%
-#| label: tbl-monitor-gate
-#| tbl-cap: "The gate on the report half of the images (t2, all levels of one arm): coverage and risk of answering everything, of the VLM's abstain option, of the monitor (oracle and deployable) and of the internal confidence at matched coverage; n: questions in the report half, V̂ upper bounds: those whose estimate is only an upper bound (opaque), which never pass the monitor's gate (beyond the spec)."
-MODE_NAME = {monitor.MONITOR_ID: "oracle", monitor.MONITOR_DEPLOYABLE_ID: "deployable"}
-if HAS_MONITOR:
-    rows = []
-    for m in VLMS:
-        sub = full.isel(image=np.flatnonzero(analysis.common_images(full, [monitor.MONITOR_ID, m])))  # shared images
-        ids = sub["image"].values
-        for arm in cube.PHYSICAL_ARMS:
-            v = sub["value"].sel(model=m, arm=arm, task="t2")
-            flat = lambda da: da.transpose("level", "image").values.ravel()  # noqa: E731
-            img = np.broadcast_to(ids, (v.sizes["level"], ids.size)).ravel()
-            split = monitor.split_images(img, seed=A["bootstrap_seed"])
-            for mode in MODES:
-                try:
-                    gate = monitor.compare_at_equal_coverage(
-                        flat(sub["value"].sel(model=mode, task="t2", readout="visibility_hat_m", arm=arm)),
-                        flat(v.sel(readout="c_int")), flat(v.sel(readout="abstain")), flat(v.sel(readout="correct")),
-                        split, image_ids=img, n_resamples=A["bootstrap_resamples"], seed=A["bootstrap_seed"],
-                        censored_monitor=flat(sub["value"].sel(model=mode, task="t2", arm=arm,
-                                                                readout="visibility_hat_censored")))
-                except ValueError as e:  # e.g. too few images for two halves
-                    rows.append({"VLM": name(m), "arm": arm, "gate": f"n/a ({e})"})
-                    continue
-                prefix = "monitor" if mode == monitor.MONITOR_ID else "monitor.deployable"
-                for g, r in gate.items():
-                    if mode != MODES[0] and "monitor" not in g:   # the rows without the monitor once
-                        continue
-                    rows.append({"VLM": name(m), "arm": arm,
-                                 "gate": f"{g} ({MODE_NAME[mode]})" if "monitor" in g else g,
-                                 "coverage": fmt_estimate(r["coverage"], *r.get("coverage_ci", (np.nan, np.nan))),
-                                 "risk": fmt_estimate(r["risk"], *r.get("risk_ci", (np.nan, np.nan))), "n": str(r["n"]),
-                                 "V̂ upper bounds": str(r.get("n_monitor_bound_below", "n/a"))})
-                    record(f"{prefix}.gate.{g}.coverage.{arm}.{key(m)}", r["coverage"])
-                    record(f"{prefix}.gate.{g}.risk.{arm}.{key(m)}", r["risk"])
-    md = paper.markdown_table(rows)
-else:
-    md = not_computed("the monitor stage did not run")
-show_table(md, "monitor-gate")
-
-# %% [markdown]
-# The monitor is given the depth map used to render the degradations: an
-# oracle, which a deployed monitor would not have. How much does a wrong depth
-# cost? The first `monitor_sensitivity_items` items are rendered again from the
-# depth cache and estimated with the depth scaled by κ = 0.5 and 2 (a global
-# scale error: V̂ should scale by κ exactly) and with a constant depth (murk's
-# offline backend, an error in the depth's *shape*), against the oracle: the
-# share of V̂ within a factor of two of V over the monitor's band, the median
-# ratio to the oracle's V̂, how often the gate's decision changes, and the clean
-# images below the gate (false abstentions).
-
-# %%
-#| label: tbl-monitor-depth
-#| tbl-cap: "The monitor given a wrong depth, against the rendering depth (oracle), on the first items: share of V̂ within a factor of two of V over the monitor's band, median V̂ over the oracle's V̂, share of (image, level) cells whose gate decision changes, and clean images below the gate (beyond the spec)."
-try:
-    current = depth.current_depth(output_dir)
-except FileNotFoundError:  # a cube analysed without its depth stage
-    current = None
-n_sens = min(int(monitor_sensitivity_items or 0), len(table)) if current is not None and "file_name" in table else 0
-SENS = {"oracle": ("oracle (rendering depth)", lambda z: z), "kappa_0.5": ("depth × κ = 0.5", lambda z: 0.5 * z),
-        "kappa_2": ("depth × κ = 2", lambda z: 2.0 * z),
-        "constant": (f"constant {depth.CONSTANT_DEPTH_M:g} m", lambda z: np.full(z.shape, depth.CONSTANT_DEPTH_M,
-                                                                                   np.float32))}
-THR = monitor.DEFAULT_THRESHOLD_M
-sens = {}   # (arm, variant) -> dict of V̂ (image, level), codes, clean V̂ and codes
-partner_ = items.shuffled_partner(len(table), cfg["items"].get("shuffle_offset", 37)) if n_sens else None
-for i in progress.bar(range(n_sens), desc="analyse: monitor depth sensitivity", unit="img") if n_sens else []:
-    try:  # inputs and both renderings first: an image contributes to every row or to none
-        x = render.item_inputs(table, i, partner_[i], meta["image_dir"], current["path"], cfg)
-        stacks = {arm: [x["image"]] + list(sweep(x["image"], x["depth_m"], VIS[1:]))
-                  for arm, sweep in (("fog", physics.fog_sweep), ("underwater", physics.underwater_sweep))}
-    except (FileNotFoundError, ValueError, OSError):  # bad input or a failed rendering, recorded as missing in the cube
-        continue
-    for arm, shown in stacks.items():
-        for k_, (_, f) in SENS.items():
-            d = [monitor.estimate_visibility_details(im, f(x["depth_m"]), arm) for im in shown]
-            r = sens.setdefault((arm, k_), {"v": [], "code": []})
-            r["v"].append([e["visibility_m"] for e in d])
-            r["code"].append([e["censored_code"] for e in d])
-rows = []
-for (arm, k_), r in sens.items():
-    v, code = np.asarray(r["v"], float), np.asarray(r["code"], float)         # (image, clean + levels)
-    o = sens[(arm, "oracle")]
-    vo, co = np.asarray(o["v"], float), np.asarray(o["code"], float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        within = np.abs(np.log2(v[:, 1:] / VIS[1:])) <= 1
-        rel = np.nanmedian(v[:, 1:] / vo[:, 1:])
-    gate, gate_o = monitor.gate_decisions(v[:, 1:], THR, code[:, 1:]), monitor.gate_decisions(vo[:, 1:], THR, co[:, 1:])
-    clean_abstain = monitor.gate_decisions(v[:, 0], THR, code[:, 0])
-    record(f"monitor.depth.{k_}.{arm}.share_x2", 100 * float(np.mean(within[:, mid_band])), 0)
-    record(f"monitor.depth.{k_}.{arm}.ratio_to_oracle", float(rel), 2)
-    record(f"monitor.depth.{k_}.{arm}.gate_changed", 100 * float(np.mean(gate != gate_o)), 0)
-    record(f"monitor.depth.{k_}.{arm}.clean_abstain", f"{int(np.sum(clean_abstain))}/{len(v)}")
-    rows.append({"arm": arm, "depth given to the monitor": SENS[k_][0],
-                 f"within ×2, {numbers['monitor.band']} m (%)": numbers[f"monitor.depth.{k_}.{arm}.share_x2"],
-                 "median V̂ / oracle V̂": numbers[f"monitor.depth.{k_}.{arm}.ratio_to_oracle"],
-                 "gate changed (%)": "–" if k_ == "oracle" else numbers[f"monitor.depth.{k_}.{arm}.gate_changed"],
-                 "clean images abstained on": numbers[f"monitor.depth.{k_}.{arm}.clean_abstain"]})
-record("monitor.depth.n_items", len(sens.get(("fog", "oracle"), {"v": []})["v"]))
-record("monitor.depth.what", (
-    f"the offline `{ds.attrs['depth_backend']}` backend, itself a constant depth, so that the constant-depth row "
-    "equals the oracle here" if approximate else f"`{ds.attrs['depth_backend']}`"))
-if rows:
-    parts = []
-    for arm in cube.PHYSICAL_ARMS:
-        n_ = lambda k_, what: numbers[f"monitor.depth.{k_}.{arm}.{what}"]  # noqa: E731
-        parts.append(f"{ARM_WORDS[arm]}, the median V̂ is {n_('kappa_0.5', 'ratio_to_oracle')} and "
-                     f"{n_('kappa_2', 'ratio_to_oracle')} times the oracle's with κ = 0.5 and 2, and the gate's "
-                     f"decision changes on {n_('kappa_0.5', 'gate_changed')} %, {n_('kappa_2', 'gate_changed')} % and "
-                     f"{n_('constant', 'gate_changed')} % of the cells with κ = 0.5, κ = 2 and the constant depth")
-    # a global depth factor kappa must move V̂ by kappa exactly (only beta * z enters the image formation)
-    scale_exact = all(abs(float(np.nanmedian(np.asarray(sens[(a, f'kappa_{k}')]['v'], float)[:, 1:]
-                                            / np.asarray(sens[(a, 'oracle')]['v'], float)[:, 1:])) / float(k) - 1) < 1e-3
-                      for a in cube.PHYSICAL_ARMS for k in ("0.5", "2"))
-    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        log_ratio = [np.log(np.asarray(sens[(a, "constant")]["v"], float)[:, 1:]
-                            / np.asarray(sens[(a, "oracle")]["v"], float)[:, 1:]) for a in cube.PHYSICAL_ARMS]
-        shape_changes = any(float(np.nanstd(r_)) > 0.01 for r_ in log_ratio)   # not one global factor
-    record("finding.monitor.depth", (
-        f"on the first {numbers['monitor.depth.n_items']} items (study depth: {numbers['monitor.depth.what']}), "
-        + "; ".join(parts) + ". "
-        + ("A global depth scale κ moves V̂ by κ and every crossing with it, and leaves W unchanged"
-           if scale_exact else "A global depth scale κ does not move V̂ by exactly κ here")
-        + ("; a wrong depth shape biases V̂ by a factor that differs between images and levels."
-           if shape_changes else "; the constant depth moves V̂ by one global factor at most here (the study's depth "
-           "is itself constant, or a constant times it).")))
-    md = paper.markdown_table(rows)
-else:
-    record("finding.monitor.depth", f"{paper.NOT_COMPUTED} (no depth cache, or monitor_sensitivity_items = 0).")
-    md = not_computed("no depth cache, or monitor_sensitivity_items = 0")
-show_table(md, "monitor-depth")
-
-# %%
-display(Markdown(numbers["finding.monitor.depth"]))
-
-# %% [markdown]
-# ### The deployable monitor beside the oracle
-#
-# The oracle above is told the rendering's depth and arm. The deployable mode
-# (stage 3b, `murk.monitor.deployable_readouts`) sees the degraded image alone:
-# the run's depth backend applied to that image, the arm read from the veiling
-# light's colour (`murk.monitor.estimate_arm`), no level. Side by side, per arm:
-# V̂ within a factor of two over the monitor's band, upper bounds at the murkiest
-# level, the share of renderings whose arm it identified, false abstentions on the
-# clean images, and its gate's W against each VLM (t2, abstain rate, paired
-# bootstrap as above).
-
-# %%
-#| label: tbl-monitor-modes
-#| tbl-cap: "The monitor in both modes: oracle (the rendering's depth and arm) and deployable (the degraded image alone); within ×2: share of V̂ within a factor of two of V over the monitor's band; upper bounds: at the murkiest level; arm identified: share of the arm's renderings read as that arm; clean abstentions: false abstentions on the clean images; W: the abstain rate's blind-spot width against each VLM (t2) (beyond the spec)."
-HAS_DEPLOYABLE = HAS_MONITOR and monitor.MONITOR_DEPLOYABLE_ID in MODES
-if HAS_DEPLOYABLE:
-    rows = []
-    for mode in MODES:
-        mv = full["value"].sel(model=mode, task="t2")
-        tag = MODE_NAME[mode]
-        a0 = mv.sel(arm="fog", level=0, readout="abstain").values
-        ok0 = np.isfinite(a0)
-        record(f"monitor.{tag}.false_abstain_clean.count", f"{int(np.sum(a0[ok0] == 1))}/{int(ok0.sum())}")
-        for arm in cube.PHYSICAL_ARMS:
-            sweep_ = mv.sel(arm=arm).isel(level=slice(1, None)).transpose("readout", "level", "image")
-            record(f"monitor.{tag}.share_x2.{arm}", 100 * float(np.mean(BAND[mode][arm][1][mid_band])), 0)
-            code = sweep_.sel(readout="visibility_hat_censored").values[-1]
-            record(f"monitor.{tag}.upper_end.{arm}",
-                   100 * float(np.mean(code[np.isfinite(code)] == -1)) if np.isfinite(code).any() else np.nan, 0)
-            arm_hat = sweep_.sel(readout="visibility_hat_arm").values
-            record(f"monitor.{tag}.arm_identified.{arm}",
-                   100 * float(np.mean(arm_hat[np.isfinite(arm_hat)] == monitor.ARM_CODE[arm]))
-                   if np.isfinite(arm_hat).any() else np.nan, 0)
-            row = {"monitor": tag, "arm": arm,
-                   f"within ×2, {numbers['monitor.band']} m (%)": numbers[f"monitor.{tag}.share_x2.{arm}"],
-                   f"upper bounds at {numbers['cfg.sweep_min_m']} m (%)": numbers[f"monitor.{tag}.upper_end.{arm}"],
-                   "arm identified (%)": "told" if mode == monitor.MONITOR_ID else numbers[f"monitor.{tag}.arm_identified.{arm}"],
-                   "clean abstentions": numbers[f"monitor.{tag}.false_abstain_clean.count"]}
-            for m in VLMS:
-                w, lo, hi, lower, upper, _, _ = monitor_w(arm, "abstain", "t2", m, mode)
-                record(f"monitor.{tag}.w.abstain.{arm}.t2.{key(m)}", w, ci=(lo, hi), lower=lower, upper=upper)
-                row[f"W vs {name(m)}"] = w_text(w, lo, hi, lower, upper).removeprefix("W ").removeprefix("= ")
-            rows.append(row)
-    n_ = lambda what: [numbers[f"monitor.{t}.{what}"] for t in ("deployable", "oracle")]  # noqa: E731
-    record("finding.monitor.deployable", (
-        f"Seeing only the degraded image (depth from the `{ds.attrs['depth_backend']}` backend applied to it, "
-        f"the arm from the veil's colour), the deployable monitor reads the arm correctly on "
-        f"{numbers['monitor.deployable.arm_identified.fog']} % of the fog renderings and "
-        f"{numbers['monitor.deployable.arm_identified.underwater']} % of the underwater ones; its V̂ is within a "
-        f"factor of two of V over {numbers['monitor.band']} m on {n_('share_x2.fog')[0]} % of the image–level "
-        f"pairs in fog (oracle {n_('share_x2.fog')[1]} %) and {n_('share_x2.underwater')[0]} % under water "
-        f"(oracle {n_('share_x2.underwater')[1]} %), and it abstains on {n_('false_abstain_clean.count')[0]} "
-        f"clean images (oracle {n_('false_abstain_clean.count')[1]})."
-        + (" The offline depth backend is a constant that ignores the image, and the renderings were made with "
-           "the same constant, so here the two modes differ only by the estimated arm and veiling light; this "
-           "is a pipeline check of the deployable path, not a measurement of monocular depth under fog."
-           if approximate else "")))
-    md = paper.markdown_table(rows)
-else:
-    record("finding.monitor.deployable", "The oracle and the deployable monitor are not both in this output root, "
-                                         "so the two modes are not compared.")
-    md = not_computed("the monitor stage did not write both modes")
-show_table(md, "monitor-modes")
-
-# %%
-display(Markdown(numbers["finding.monitor.deployable"]))
-
-# %% [markdown]
-# ## Beyond the spec: recalibration by visibility, and risk–coverage of every abstention signal
-#
-# Two questions a user of the study asks next. *Can the blind spot be closed?*
-# One global temperature cannot calibrate across corruption levels (Tomani et
-# al. 2021; Roschewitz et al. 2025), but murk has a measured visibility: the
-# first-token option probabilities (read-outs `p_option_k`, whose maximum is
-# `c_int`) are recalibrated by temperature scaling (Guo et al. 2017,
-# `murk.recalibration`) fitted on a calibration half of each model's own images
-# (fixed by image id, `murk.recalibration.model_halves`, seeded; a model run on
-# the first N items: those N) and scored on the other half:
-# no recalibration; one global temperature; an oracle temperature per level; and
-# `T(V̂) = exp(a + b·log10 V̂)` of the *deployable* monitor's estimate. On the
-# test half: ECE and AUROC of the recalibrated internal confidence (pooled over
-# the levels of an arm) and its W, each with its bootstrap interval over the
-# model's own test images. *Which abstention signal should be deployed?* Selective prediction is
-# judged by risk–coverage (Geifman & El-Yaniv 2017; for VQA Whitehead et al.
-# 2022): each signal ranks the answers, and the area under the risk–coverage
-# curve (AURC, `murk.metrics.aurc`), its excess over the best possible ranking
-# (E-AURC) and the coverage at a bounded risk compare the rankings; intervals
-# come from paired image resamples (the same draw for every signal), and a
-# signal is named the best only where it beats each other signal in the
-# interval of their paired difference. Tied scores (a confidence in whole
-# percent, V̂ at its cap, c_int at 1) are taken in random order: each
-# statistic is its expectation over the orders within ties, in closed form,
-# so a coarser signal is not ranked below an equally informative finer one.
-
-# %%
-#| label: tbl-recalibration
-#| tbl-cap: "Recalibration of the internal confidence on the test half of the images (split by image id, seeded): no recalibration, one global temperature, an oracle temperature per level (the range of the fitted T over the arm's levels) and T(V̂) = exp(a + b·log10 V̂) of the deployable monitor's estimate; ECE and AUROC pooled over the arm's levels, and W, each with its bootstrap interval over the test images (beyond the spec)."
-RECAL_NAMES = {"none": "none", "global": "global T", "per_level": "oracle T per level",
-               "visibility": "T(V̂), deployable monitor"}
-OPTS = [f"p_option_{i}" for i in range(unit.N_OPTION_READOUTS)]
-HAS_OPTIONS = (all(o in ds["readout"].values for o in OPTS)
-               and bool(ds["value"].sel(readout="p_option_0").notnull().any()))
-V_HAT_ID = monitor.MONITOR_DEPLOYABLE_ID          # the temperature's visibility: what a deployed system sees
-HAS_VHAT = V_HAT_ID in full["model"].values
-RECAL_ARMS = list(cube.PHYSICAL_ARMS)
-record("recal.seed", int(A["bootstrap_seed"]))
-# Each model's halves are drawn from its own images (a model on the first N items: those N), and its test half
-# is resampled with the draw of its own test images: nothing of it comes from images it was not run on.
-RECAL = {}   # (model, task) -> conf {method: (arm, level, unit)}, params, question values, unit -> own image
-HALVES = {}  # model -> (its own images' cube positions, True: calibration half, test half's positions among own)
-for m in VLMS if HAS_OPTIONS else []:
-    own, cal = recalibration.model_halves(ds, m, seed=A["bootstrap_seed"])
-    HALVES[m] = (own, cal, np.flatnonzero(~cal))
-    record(f"recal.n_calibration_images.{key(m)}", int(cal.sum()))
-    record(f"recal.n_test_images.{key(m)}", int((~cal).sum()))
-    for task in ("t2", "t3"):
-        q, unit_image = analysis.question_scores(ds.sel(model=[m], arm=RECAL_ARMS).isel(image=own), task)
-        q = q.isel(model=0).transpose("arm", "level", "unit", "readout")
-        shape = q.shape[:3]
-        vh = None
-        if HAS_VHAT:
-            v_img = full["value"].sel(model=V_HAT_ID, task="t2", readout="visibility_hat_m", arm=RECAL_ARMS)
-            vh = v_img.transpose("arm", "level", "image").values[:, :, own[unit_image]].ravel()
-        group = np.broadcast_to(np.arange(shape[0] * shape[1]).reshape(shape[0], shape[1], 1), shape).ravel()
-        try:
-            if cal.all():
-                raise ValueError(f"none of its {own.size} images is in the test half")
-            conf, params = recalibration.recalibrate(
-                q.sel(readout=OPTS).values.reshape(-1, len(OPTS)), q.sel(readout="target").values.ravel(),
-                np.broadcast_to(cal[unit_image], shape).ravel(), group=group, visibility_m=vh)
-        except ValueError as e:   # e.g. no calibration image with read-outs: recorded, nothing stated
-            RECAL[(m, task)] = {"error": str(e)}
-            continue
-        RECAL[(m, task)] = {"conf": {k: v.reshape(shape) for k, v in conf.items()}, "params": params, "q": q,
-                            "unit_image": unit_image, "own": own, "cal": cal, "test": HALVES[m][2],
-                            "draw": draw(HALVES[m][2].size)[: A["bootstrap_resamples"]]}
-        record(f"recal.global_T.{task}.{key(m)}", params["global_T"])
-        if "visibility_ab" in params:
-            record(f"recal.a.{task}.{key(m)}", params["visibility_ab"][0])
-            record(f"recal.b.{task}.{key(m)}", params["visibility_ab"][1])
-record("recal.halves", "; ".join(f"{name(m)}, {int(c.sum())} and {t.size} of its {o.size} images"
-                                for m, (o, c, t) in HALVES.items()) or "none (no model has option probabilities)")
-
-
-def test_rows(m: str, task: str, arm: str):
-    """The test half of one model, task and arm, pooled over levels: (question values (level, unit, readout), the
-    positions of the units in the test half (units of calibration images excluded), the unit -> test image
-    position map, over the model's own test images)."""
-    r = RECAL[(m, task)]
-    keep = ~r["cal"][r["unit_image"]]
-    pos = np.searchsorted(r["test"], r["unit_image"][keep])
-    return r["q"].sel(arm=arm).isel(unit=np.flatnonzero(keep)), np.flatnonzero(keep), pos
-
-
-def per_image(x: np.ndarray, n_img: int) -> np.ndarray:
-    """(arm, level, unit) -> (arm, level, image) over ``n_img`` images: t3's two questions averaged per image, as
-    the cube's scores."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanmean(x.reshape(x.shape[0], x.shape[1], x.shape[2] // n_img, n_img), axis=2)
-
-
-def at_bound(temps) -> str:
-    """" (at a bound)" when a fitted temperature is a bound of the search (`murk.recalibration.T_BOUNDS`): the
-    likelihood is flat there (all answers right, or confidences at the floor), so T is not an estimate."""
-    return " (at a bound)" if any(min(abs(t / b - 1) for b in recalibration.T_BOUNDS) < 1e-3 for t in temps) else ""
-
-
-RECAL_SCORES = {}   # (model, task) -> image-level scores of the test half, one "model" per method (for W)
-rows, RELIAB = [], {}
-for (m, task), r in RECAL.items():
-    if "error" in r:
-        rows.append({"VLM": name(m), "task": task, "method": f"n/a ({r['error']})"})
-        continue
-    ai = {a: i for i, a in enumerate(RECAL_ARMS)}
-    # image-level scores (t3: the mean of its two questions) of the test images, methods as models
-    corr, n_own, test = r["q"].sel(readout="correct").values, r["own"].size, r["test"]
-    sc_vals = np.stack([np.stack([per_image(corr, n_own), per_image(c, n_own)], axis=-1) for c in r["conf"].values()])
-    scores_m = xr.DataArray(sc_vals[:, :, :, None][..., test, :], dims=("model", "arm", "level", "task", "image", "readout"),
-                            coords={"model": list(r["conf"]), "arm": RECAL_ARMS, "level": ds["level"].values,
-                                    "visibility_m": ("level", ds["visibility_m"].values), "task": [task],
-                                    "image": ds["image"].values[r["own"][test]], "readout": ["correct", "c_int"]})
-    RECAL_SCORES[(m, task)] = scores_m
-    cr = analysis.crossing_table(scores_m, A["bootstrap_resamples_crossing"], A["bootstrap_seed"], A["ci_level"],
-                                 CHANCE, arms=RECAL_ARMS, counts=draw(test.size))
-    for arm in RECAL_ARMS:
-        qa, keep, pos = test_rows(m, task, arm)
-        k_ = qa.sel(readout="correct").values.ravel()
-        cnt = r["draw"][:, np.broadcast_to(pos, qa.shape[:2]).ravel()]
-        for method, c in r["conf"].items():
-            c_ = np.clip(c[ai[arm]][:, keep].ravel(), 0.0, 1.0)
-            ece = float(metrics.expected_calibration_error(c_, k_))
-            auc = float(metrics.auroc(c_, k_))
-            ece_lo, ece_hi = metrics.percentile_interval(metrics.resampled_ece(c_, k_, cnt), A["ci_level"])
-            auc_lo, auc_hi = metrics.percentile_interval(metrics.resampled_auroc(c_, k_, cnt), A["ci_level"])
-            w_ = cr.sel(model=method, arm=arm, task=task, readout="c_int")
-            w, wlo, whi = float(w_["w"]), float(w_["w_lo"]), float(w_["w_hi"])
-            lower, upper = bool(w_["w_lower_bound"]), bool(w_["w_upper_bound"])
-            base = f"recal.{method}.{arm}.{task}.{key(m)}"
-            record(f"{base}.ece", ece, ci=(float(ece_lo), float(ece_hi)))
-            record(f"{base}.auroc", auc, ci=(float(auc_lo), float(auc_hi)))
-            record(f"{base}.w", w, ci=(wlo, whi), lower=lower, upper=upper)
-            verdict = (claims.awareness_lag(w, wlo, whi, lower, upper, margin=W_MARGIN) if collapses(m, arm, task)
-                       else claims.UNDEFINED)
-            record(f"verdict.recal.{method}.{arm}.{task}.{key(m)}", verdict)
-            if task == "t2":
-                ok = np.isfinite(c_) & np.isfinite(k_)
-                RELIAB.setdefault((name(m), arm), {})[RECAL_NAMES[method]] = metrics.reliability_bins(c_[ok], k_[ok])
-            t_txt = ""
-            if method == "global":
-                t_txt = f"T = {fmt(r['params']['global_T'], 2)}" + at_bound([r["params"]["global_T"]])
-            elif method == "visibility":
-                a_, b_ = r["params"]["visibility_ab"]
-                t_txt = f"a = {fmt(a_, 2)}, b = {fmt(b_, 2)}"
-            elif method == "per_level":
-                ts = [t for g, t in r["params"]["per_level_T"].items() if g // ds.sizes["level"] == ai[arm]]
-                t_txt = f"T {fmt_range(ts, digits=2)}" + at_bound(ts) if ts else ""
-            rows.append({"VLM": name(m), "task": task, "arm": arm, "method": RECAL_NAMES[method], "fit": t_txt,
-                         "ECE": fmt_estimate(ece, float(ece_lo), float(ece_hi)),
-                         "AUROC": fmt_estimate(auc, float(auc_lo), float(auc_hi)),
-                         "W": w_text(w, wlo, whi, lower, upper).removeprefix("W ").removeprefix("= ")})
-
-parts_, stated_ = [], False   # a sentence per model, over its own test images; "closes" only where W was > 0 before
-for (m, task), r in RECAL.items():
-    if task != "t2":
-        continue
-    if "error" in r:
-        parts_.append(f"For {name(m)} recalibration was not computed ({r['error']})")
-        continue
-    if "visibility" not in r["conf"]:
-        continue
-    arm_parts = []
-    for arm in RECAL_ARMS:
-        b_ = f"recal.{{}}.{arm}.t2.{key(m)}.w"
-        fmt_w = lambda mt: (numbers[b_.format(mt)] + (f" {numbers[b_.format(mt) + '.ci']}"  # noqa: E731
-                                                      if numbers[b_.format(mt) + ".ci"] else ""))
-        if all(numbers[b_.format(mt)] == "n/a" for mt in r["conf"]):
-            arm_parts.append(f"{ARM_WORDS[arm]}, W of the internal confidence is undefined with and without "
-                             "recalibration (no crossing of accuracy or of the confidence is defined)")
-            continue
-        change = claims.blind_spot_change(numbers[f"verdict.recal.none.{arm}.t2.{key(m)}"],
-                                          numbers[f"verdict.recal.visibility.{arm}.t2.{key(m)}"])
-        arm_parts.append(f"{ARM_WORDS[arm]}, W of the internal confidence is {fmt_w('none')} without "
-                         f"recalibration, {fmt_w('global')} with one temperature, {fmt_w('per_level')} with an oracle "
-                         f"temperature per level and {fmt_w('visibility')} with T(V̂): {change}")
-    n_ = int(numbers[f"recal.n_test_images.{key(m)}"])
-    parts_.append(f"On the {n_} test image{'' if n_ == 1 else 's'} of {name(m)} (t2), "
-                  + "; ".join(arm_parts))
-    stated_ = True
-if not HAS_OPTIONS:
-    why = "the cube holds no option probabilities (a cube of schema 3 or older)"
-elif not HAS_VHAT:
-    why = "the deployable monitor did not run, so T(V̂) has no V̂"
-else:
-    why = ""
-record("finding.recal", (
-    ". ".join(parts_) + "."
-    if stated_ else f"Recalibration by visibility was not computed: {why or 'no model has read-outs on both halves'}."))
-show_table(paper.markdown_table(rows) if rows else not_computed(why or "no recalibration"), "recalibration")
-
-# %%
-display(Markdown(numbers["finding.recal"]))
-
-# %%
-#| label: fig-reliability-recal
-#| fig-cap: "Reliability of the internal confidence on the test half (t2, pooled over the levels of each arm) before and after recalibration: accuracy against mean confidence per bin (marker area: answers in the bin); the dashed diagonal is perfect calibration (beyond the spec)."
-if RELIAB:
-    models_ = list(dict.fromkeys(r_ for r_, _ in RELIAB))
-    show(figures.plot_reliability_methods(RELIAB, models_, RECAL_ARMS), "reliability_recal")
-else:
-    show(figures.placeholder(f"recalibration: {paper.NOT_COMPUTED}"), "reliability_recal")
-
-# %%
-#| label: tbl-risk-coverage
-#| tbl-cap: "Risk–coverage of every abstention signal on the test half, all levels of one arm: AURC (the mean selective risk over the answers as each enters, lower is better) with its paired bootstrap interval, its excess over the best possible ranking (E-AURC), and the largest coverage whose risk stays within each bound (beyond the spec)."
-RISKS = (0.10, 0.25)   # the bounded risks of the coverage read-off (issue 24: 10 % and 25 % of errors)
-RC_NAMES = {"c_int": "internal confidence", "verbal_conf": "verbalized confidence", "abstain": "1 − p(abstain)",
-            "abstain2": "1 − p(abstain₂)", "monitor_deployable": "V̂ (deployable)", "monitor_oracle": "V̂ (oracle)",
-            "recalibrated": "T(V̂)-recalibrated confidence"}
-for r_ in RISKS:
-    record(f"rc.risk.{int(round(100 * r_))}", f"{100 * r_:g}")
-
-
-def rc_signals(m: str, task: str, arm: str) -> tuple[dict, np.ndarray, np.ndarray]:
-    """Each signal's score (higher = answer) on the test rows of one model, task and arm, the correctness and the
-    rows' test image positions; a missing score (an unparsed verbal confidence, no V̂) ranks last (-1)."""
-    qa, keep, pos = test_rows(m, task, arm)
-    sig = {"c_int": qa.sel(readout="c_int").values, "verbal_conf": qa.sel(readout="verbal_conf").values,
-           "abstain": 1 - qa.sel(readout="p_abstain").values, "abstain2": 1 - qa.sel(readout="p_abstain2").values}
-    for mode, sname in ((monitor.MONITOR_DEPLOYABLE_ID, "monitor_deployable"), (monitor.MONITOR_ID, "monitor_oracle")):
-        if mode in full["model"].values:
-            mv = full["value"].sel(model=mode, task="t2", arm=arm).transpose("level", "image", "readout")
-            u_img = RECAL[(m, task)]["own"][RECAL[(m, task)]["unit_image"][keep]]   # the monitor's cube positions
-            sig[sname] = monitor.certified_visibility(mv.sel(readout="visibility_hat_m").values[:, u_img],
-                                                      mv.sel(readout="visibility_hat_censored").values[:, u_img])
-    if "visibility" in RECAL[(m, task)]["conf"]:
-        sig["recalibrated"] = RECAL[(m, task)]["conf"]["visibility"][RECAL_ARMS.index(arm)][:, keep]
-    corr = qa.sel(readout="correct").values.ravel()
-    ok = np.isfinite(corr)
-    pos_ = np.broadcast_to(pos, qa.shape[:2]).ravel()
-    return ({s: np.where(np.isfinite(v.ravel()), v.ravel(), -1.0)[ok] for s, v in sig.items()}, corr[ok], pos_[ok])
-
-
-rows, CURVES, best_parts = [], {}, {}
-for (m, task), r in RECAL.items():
-    if "error" in r:
-        continue
-    for arm in RECAL_ARMS:
-        sig, corr, pos = rc_signals(m, task, arm)
-        if corr.size == 0:
-            continue
-        boot = {s: metrics.resampled_aurc(v, corr, r["draw"], image_index=pos) for s, v in sig.items()}
-        point = {s: metrics.aurc(v, corr) for s, v in sig.items()}
-        for s, v in sig.items():
-            lo, hi = metrics.percentile_interval(boot[s], A["ci_level"])
-            base = f"rc.{s}.{arm}.{task}.{key(m)}"
-            record(f"{base}.aurc", point[s], ci=(float(lo), float(hi)))
-            record(f"{base}.eaurc", metrics.excess_aurc(v, corr))
-            row = {"VLM": name(m), "task": task, "arm": arm, "signal": RC_NAMES[s],
-                   "AURC": fmt_estimate(point[s], float(lo), float(hi)), "E-AURC": numbers[f"{base}.eaurc"]}
-            for r_ in RISKS:
-                cov = metrics.coverage_at_risk(v, corr, r_)
-                clo, chi = metrics.percentile_interval(
-                    metrics.resampled_coverage_at_risk(v, corr, r_, r["draw"], image_index=pos), A["ci_level"])
-                record(f"{base}.coverage_at_{int(round(100 * r_))}", cov, ci=(float(clo), float(chi)))
-                row[f"coverage at risk ≤ {100 * r_:g} %"] = fmt_estimate(cov, float(clo), float(chi))
-            rows.append(row)
-            if task == "t2":
-                CURVES.setdefault((name(m), arm), {})[RC_NAMES[s]] = metrics.expected_risk_coverage(v, corr)
-        # the best signal: named only where its paired resamples beat every other signal (murk.claims.best_signal)
-        rc_verdict = claims.best_signal(point, boot, A["ci_level"])
-        record(f"rc.best.{arm}.{task}.{key(m)}", RC_NAMES[rc_verdict[0]] if rc_verdict[0] else "none")
-        if task == "t2":
-            b_ = f"rc.{rc_verdict[1]}.{arm}.t2.{key(m)}.aurc"
-            best_parts.setdefault(arm, []).append(claims.best_signal_words(
-                name(m), rc_verdict, RC_NAMES, f"{numbers[b_]} {numbers[b_ + '.ci']}"))
-record("finding.rc", " ".join(f"{ARM_WORDS[arm].capitalize()}, " + "; ".join(p) + "." for arm, p in best_parts.items())
-       or f"Risk–coverage was not computed: {why or 'no model has read-outs on the test half'}.")
-show_table(paper.markdown_table(rows) if rows else not_computed(why or "no risk-coverage"), "risk-coverage")
-
-# %%
-display(Markdown(numbers["finding.rc"]))
-
-# %%
-#| label: fig-risk-coverage
-#| fig-cap: "Risk–coverage curves on the test half (t2, all levels of each arm): the error rate of the answers kept against the share kept, as each signal's threshold falls (beyond the spec)."
-if CURVES:
-    show(figures.plot_risk_coverage(CURVES, list(dict.fromkeys(r_ for r_, _ in CURVES)), RECAL_ARMS), "risk_coverage")
-else:
-    show(figures.placeholder(f"risk–coverage: {paper.NOT_COMPUTED}"), "risk_coverage")
-
 
 # %% [markdown]
 # ## Abstract and discussion
 #
 # The paper's abstract and its Discussion are generated here from the verdicts
 # recorded above (`verdict.rq1.*` … `verdict.rq4.*`, each decided by
-# `murk.claims` on the bootstrap intervals): they count, per question, the models
+# `murk.report` on the bootstrap intervals): they count, per question, the models
 # (and arms) for which the cube shows an effect, and say "not observed" or "cannot
 # be stated" where it does not, so that they change when the cube does. A signal's
 # direction is its own: accuracy and confidence fall in murkier conditions, the
@@ -2367,180 +1264,10 @@ else:
 
 # %%
 #| label: num-abstract
-ARM_PHRASE = {"fog": "in fog", "underwater": "under water"}
-
-
-def verdicts(prefix: str, arms=None) -> dict[str, list[str]]:
-    """The verdicts recorded under ``verdict.<prefix>.[<arm>.]<task>.<model>`` as {verdict: [who]}; ``who`` is a
-    model's display name, with its arm when ``arms`` is given (``undefined: …`` verdicts pooled as "undefined")."""
-    out: dict[str, list[str]] = {}
-    for m in VLMS:
-        for arm in (arms or [None]):
-            k = f"verdict.{prefix.format(arm=arm)}.{key(m)}"
-            if k not in numbers:
-                continue
-            v = numbers[k]
-            v = claims.UNDEFINED if v.startswith("undefined") else v
-            out.setdefault(v, []).append(name(m) + (f" {ARM_PHRASE[arm]}" if arm else ""))
-    return out
-
-
-def count_phrase(group: list[str], total: int, unit: str) -> str:
-    """``2 of 5 models (a and b)``; ``all 3 models``; ``the model a`` for one of one."""
-    if total == 1:
-        return f"the {unit} {group[0]}"
-    what = (("both" if total == 2 else f"all {total}") + f" {unit}s" if len(group) == total
-            else f"{len(group)} of {total} {unit}s")
-    return f"{what} ({fmt_list(group)})"
-
-
-n_models = len(VLMS)
-model_words = f"{'one model' if n_models == 1 else f'{n_models} models'} ({fmt_list(name(m) for m in VLMS)})"
-parts = [f"How murky can a scene get before a vision-language model knows that it cannot see? murk places the "
-         f"accuracy, internal confidence, verbalized confidence and abstention of {model_words} on one physical "
-         f"axis, the meteorological visibility V in metres, for fog (Koschmieder) and for clear water (Pope–Fry "
-         f"absorption), over {numbers['n_items']} COCO images"
-         + (" (" + fmt_list(f"{name(m)} on the first {N_OF[m]}" for m in VLMS if N_OF[m] < ds.sizes["image"]) + ")"
-            if any(N_OF[m] < ds.sizes["image"] for m in VLMS) else "")
-         + ", and summarises each signal against accuracy by the "
-         "blind-spot width W, the decades of visibility by which it follows accuracy's collapse."]
-rq1 = []   # (arm, sentence template with {what}: the same template in every arm is said once)
-for arm in physical:
-    v = verdicts(f"rq1.{arm}.t2")
-    if claims.COLLAPSE in v:
-        rq1.append((arm, "{what} collapses to chance for " + count_phrase(v[claims.COLLAPSE], n_models, "model")))
-    elif claims.PARTIAL in v:
-        rq1.append((arm, "{what} falls through its mid-way value, but not to chance, for "
-                    + count_phrase(v[claims.PARTIAL], n_models, "model")))
-    elif claims.NO_SKILL in v and len(v[claims.NO_SKILL]) == n_models:
-        rq1.append((arm, "{what} is not above chance even on the clean image, so no collapse can be placed on the "
-                    "axis"))
-    else:
-        rq1.append((arm, "no collapse of {what} is observed within the sweep"))
-if len(rq1) > 1 and len({t for _, t in rq1}) == 1:
-    rq1 = [("both arms" if len(rq1) == 2 else "every arm", rq1[0][1])]
-bits = [f"{ARM_PHRASE.get(arm, 'in ' + arm)}, " + t.format(what="identification (t2) accuracy" if not i else "it")
-        for i, (arm, t) in enumerate(rq1)]
-bits = [b.replace("no collapse of it is", "no collapse is") for b in bits]
-parts.append(bits[0][0].upper() + bits[0][1:] + ("; " + "; ".join(bits[1:]) if bits[1:] else "") + ".")
-LAG_WORDS = {claims.LAGS: "lags it (W > 0)", claims.WITH: "moves with it (within one sweep level)",
-             claims.LEADS: "moves before it (W < 0)",
-             claims.NO_LAG: "cannot be placed against it (no lag established, none excluded)"}
-rq23, undefined_signals = [], []
-for signal, rq in (("c_int", "rq2"), ("verbal_conf", "rq2"), ("abstain", "rq3")):
-    v = verdicts(f"{rq}.{signal}.{{arm}}.t2", physical)
-    defined = {k_: g for k_, g in v.items() if k_ in LAG_WORDS}
-    n_def = sum(len(g) for g in defined.values())
-    what = SIGNAL_WORDS[signal]
-    if not n_def:
-        undefined_signals.append(what)
-        continue
-    bits = [f"{LAG_WORDS[k_]} for {len(g)}" for k_, g in defined.items()]
-    rq23.append(f"the {what}, which {claims.direction(signal)} in murkier conditions, " + fmt_list(bits)
-                + f" of the {n_def} model–arm pairs where accuracy collapses and W is defined")
-if rq23:
-    parts.append("Against accuracy, " + "; ".join(rq23) + ".")
-if undefined_signals:
-    parts.append(f"Whether the {fmt_list(undefined_signals)} follow{'s' if len(undefined_signals) == 1 else ''} "
-                 "the collapse of accuracy cannot be stated: accuracy does not collapse, or the signal has no values.")
-wording = verdicts("rq3.wording.{arm}.t2", physical)
-n_w = sum(len(g) for k_, g in wording.items() if k_ != claims.UNDEFINED)
-if n_w:
-    dep = len(wording.get(claims.ABOVE, [])) + len(wording.get(claims.BELOW, []))
-    options = (f"(“I cannot tell, the image is too unclear to decide” against “I don't know”, "
-               f"V = {numbers['cfg.mid_level_m']} m)")
-    parts.append(f"The abstain rate depends on the wording of the abstain option {options} for {dep} of {n_w} "
-                 "model–arm pairs" + (" and not for the others." if dep < n_w else ".") if dep else
-                 f"No dependence of the abstain rate on the wording of the abstain option {options} is observed "
-                 f"({n_w} model–arm pairs).")
-nom = verdicts("rq4.t2")
-if "plateau" in nom or "reaches the band" in nom or claims.IN_BAND_NO_FALL in nom:
-    bits = []
-    if "plateau" in nom:
-        bits.append(f"lie above the failure band, on the plateau of accuracy, for {count_phrase(nom['plateau'], n_models, 'model')}")
-    if "reaches the band" in nom:
-        bits.append(f"reach into it, accuracy falling there, for {count_phrase(nom['reaches the band'], n_models, 'model')}")
-    if claims.IN_BAND_NO_FALL in nom:   # placed in the band, but accuracy does not fall there: not "reach into"
-        bits.append("lie at visibilities of the band without accuracy falling below clean at any of them for "
-                    + count_phrase(nom[claims.IN_BAND_NO_FALL], n_models, "model"))
-    parts.append(f"The ImageNet-C fog severities, equivalent to median visibilities of {numbers['nominal.veq_range']} m, "
-                 + fmt_list(bits) + ".")
-else:
-    parts.append("Whether the ImageNet-C fog severities cover the failure band cannot be said from this run "
-                 "(no collapse in fog, or the nominal equivalence was not computed).")
-PC_MODELS = [m for m in VLMS if bool(ds["pipeline_check"].sel(model=m))]
-if PC_MODELS:
-    parts.append(f"**The results of {fmt_list(name(m) for m in PC_MODELS)} come from random-weight checkpoints "
-                 "(a pipeline check): they test murk end to end and are no finding about any VLM.**")
-record("abstract", " ".join(parts))
-
-# the Discussion: what the verdicts mean, one paragraph per theme
-lag_c = verdicts("rq2.c_int.{arm}.t2", physical)
-lag_v = verdicts("rq2.verbal_conf.{arm}.t2", physical)
-lagging = lag_c.get(claims.LAGS, []) + lag_v.get(claims.LAGS, [])
-following = lag_c.get(claims.WITH, []) + lag_v.get(claims.WITH, [])
-if lagging:
-    record("discussion.confidence", (
-        f"Where a confidence lags accuracy ({fmt_list(sorted(set(lagging)))}), there is a band of visibility in "
-        "which the model still reports the confidence of a clear image while its answers are already near chance: "
-        "a user, or a system that gates on the confidence, is misled exactly where the scene stops supporting the "
-        "answer. W measures the width of that band in decades, independent of the depth scale, so it can be "
-        "compared across arms and models although the visibilities in metres cannot."))
-elif following:
-    record("discussion.confidence", (
-        f"Where a confidence falls together with accuracy ({fmt_list(sorted(set(following)))}), it is usable as a "
-        "signal that the scene has become too murky: the cube shows no band in which the model stays confident "
-        "while its answers have collapsed. This holds for the sweep and the models run, not beyond them."))
-else:
-    record("discussion.confidence", (
-        "No lag of a confidence behind accuracy can be stated from this run: either accuracy does not collapse "
-        "within the sweep, or the confidences have no defined crossing. The question needs models whose accuracy "
-        "starts above chance on the clean image and collapses within the sweep."))
-ab = verdicts("rq3.abstain.{arm}.t2", physical)
-dep = wording.get(claims.ABOVE, []) + wording.get(claims.BELOW, [])
-if ab.get(claims.WITH) or ab.get(claims.LEADS):
-    text = (f"An explicit abstain option rises with or before the collapse of accuracy for "
-            f"{fmt_list(ab.get(claims.WITH, []) + ab.get(claims.LEADS, []))}: offering the option exposes what a "
-            "stated confidence may hide.")
-elif ab.get(claims.LAGS):
-    text = (f"The abstain option rises only after accuracy has fallen for {fmt_list(ab[claims.LAGS])}: offering "
-            "it does not by itself make a model say that it cannot see in time.")
-else:
-    text = "Whether an explicit abstain option follows the collapse cannot be stated from this run."
-text += (f" Its rate depends on the wording for {fmt_list(dep)}, so an abstention benchmark that fixes one wording "
-         "measures the wording as much as the model." if dep else
-         " No dependence on its wording is observed at the level read.")
-record("discussion.abstention", text)
-if "plateau" in nom:
-    record("discussion.nominal", (
-        "The nominal ImageNet-C fog severities, placed on the physical axis by their retained contrast, sit at "
-        f"visibilities where accuracy has not yet started to fall for {fmt_list(nom['plateau'])}: a robustness "
-        f"score over severities {fmt_range(cfg['physics']['imagenet_c_fog_severities'], digits=0)} then measures the plateau, not the failure, and says nothing about where a "
-        "model's awareness of its failure begins. A physical axis in metres places the failure band, and the "
-        "five severities, on one scale."))
-elif "reaches the band" in nom or claims.IN_BAND_NO_FALL in nom:
-    said = []
-    if "reaches the band" in nom:
-        said.append(f"The nominal severities reach into the failure band for {fmt_list(nom['reaches the band'])}: "
-                    "there an ImageNet-C evaluation does probe the collapse, although on an ordinal scale whose steps "
-                    "are not equal in visibility.")
-    if claims.IN_BAND_NO_FALL in nom:   # the RQ4 change verdict: placed in the band, accuracy not falling there
-        said.append(f"For {fmt_list(nom[claims.IN_BAND_NO_FALL])} the nominal severities lie at visibilities of the "
-                    "failure band, but accuracy does not fall below clean at any of them: there they do not probe "
-                    "the collapse.")
-    record("discussion.nominal", " ".join(said))
-else:
-    record("discussion.nominal", (
-        "Where the nominal severities lie relative to the failure band cannot be said from this run; the "
-        "physical axis still places them in metres (the equivalent visibilities above)."))
-record("discussion.scope", (
-    (f"The results of {fmt_list(name(m) for m in PC_MODELS)} are a pipeline check: random-weight checkpoints, whose "
-     "verdicts test that each sentence follows the cube, not what any VLM does. " if PC_MODELS else "")
-    + f"The study covers {model_words}, synthetic degradations rendered from "
-    + ("an approximate constant depth" if approximate else "a monocular depth estimate") + " and "
-    "multiple-choice questions about one marked object; the visibilities in metres are conditional on the depth "
-    "scale, W is not. A separate visibility estimate (the monitor) is one way to abstain without relying on the "
-    "model's own awareness; its measured accuracy and gate are in the section before."))
+PC_MODELS = [m for m in VLMS if bool(ds["pipeline_check"].sel(model=m))]   # random-weight checkpoints
+for k, text in report.abstract_and_discussion(numbers, VLMS, name, key, N_OF, ds.sizes["image"], physical, PC_MODELS,
+                                              approximate).items():
+    record(k, text)
 display(Markdown("\n\n".join(numbers[k] for k in ("abstract", "discussion.confidence", "discussion.abstention",
                                                      "discussion.nominal", "discussion.scope"))))
 
@@ -2552,79 +1279,20 @@ display(Markdown("\n\n".join(numbers[k] for k in ("abstract", "discussion.confid
 
 # %%
 #| label: num-contributions
-arms_words = fmt_list({"fog": "fog (Koschmieder)", "underwater": "clear water (Pope–Fry absorption)"}.get(a, a)
-                      for a in physical)
-record("intro.contribution.protocol", (
-    "A protocol that places accuracy, internal confidence, verbalized confidence and abstention on one physical "
-    f"axis, the visibility V in metres, for {arms_words}, with a scale-free summary, the blind-spot width "
-    "W = log10(V_acc / V_aware), fixed with the rest of the design in the run's frozen configuration "
-    f"(hash {numbers['config_hash']})."))
-subset = [f"{name(m)} on the first {N_OF[m]}" for m in VLMS if N_OF[m] < ds.sizes["image"]]
-pc_words = (f" The read-outs of {fmt_list(name(m) for m in PC_MODELS)} come from random-weight checkpoints: a "
-            "pipeline check of murk end to end, not a measurement of any VLM." if PC_MODELS else "")
-ALL_PC = bool(PC_MODELS) and len(PC_MODELS) == n_models
-record("intro.contribution.measurement", (
-    ("A pipeline check" if ALL_PC else "A measurement") + f" on {numbers['n_items']} COCO val2017 images" + (f" ({fmt_list(subset)})" if subset else "")
-    + f", {model_words}, {len(physical)} physical degradation arm{'s' if len(physical) != 1 else ''} and two "
-    f"tasks (identification, t2, and verification, t3), with blank- and shuffled-image controls, "
-    f"{designs.design_of(cfg)['distractors']} distractors and the ImageNet-C fog severities as a nominal control: "
-    f"{numbers['n_conditions']} conditions per model." + pc_words))
-evidence, unstated = [], []
-for signal, rq in (("c_int", "rq2"), ("verbal_conf", "rq2"), ("abstain", "rq3")):
-    v = verdicts(f"{rq}.{signal}.{{arm}}.t2", physical)
-    defined = {k_: g for k_, g in v.items() if k_ in LAG_WORDS}
-    n_def = sum(len(g) for g in defined.values())
-    if n_def:
-        evidence.append(f"the {SIGNAL_WORDS[signal]} " + fmt_list(f"{LAG_WORDS[k_]} for {len(g)}"
-                                                               for k_, g in defined.items())
-                        + f" of the {n_def} model–arm pairs where W is defined")
-    else:
-        unstated.append(f"the {SIGNAL_WORDS[signal]}")
-if unstated:
-    evidence.append(f"whether {fmt_list(unstated)} follow{'s' if len(unstated) == 1 else ''} it cannot be stated "
-                    "(accuracy does not collapse, or the signal has no values)")
-n_w = sum(len(g) for k_, g in wording.items() if k_ != claims.UNDEFINED)
-dep_w = len(wording.get(claims.ABOVE, [])) + len(wording.get(claims.BELOW, []))
-evidence.append((f"the abstain rate depends on the wording of the abstain option for {dep_w} of {n_w} model–arm pairs"
-                 if dep_w else f"no dependence of the abstain rate on the option's wording is observed ({n_w} "
-                 "model–arm pairs)") if n_w else "whether the abstain rate depends on the option's wording cannot "
-                "be stated")
-if "nominal.veq_range" in numbers:
-    where = ([f"on the plateau of accuracy for {count_phrase(nom['plateau'], n_models, 'model')}"]
-             if "plateau" in nom else []) + ([f"in the failure band for "
-                                               f"{count_phrase(nom['reaches the band'], n_models, 'model')}"]
-                                              if "reaches the band" in nom else [])
-    evidence.append(f"the ImageNet-C fog severities are equivalent to median visibilities of "
-                    f"{numbers['nominal.veq_range']} m" + (", " + fmt_list(where) if where else ""))
-lead = ("What this run's read-outs show, all of them a pipeline check (random-weight checkpoints, no finding about "
-        "any VLM): " if ALL_PC else
-        f"Evidence, for the models run (the read-outs of {fmt_list(name(m) for m in PC_MODELS)} only a pipeline "
-        "check): " if PC_MODELS else "Evidence, for the models run: ")
-record("intro.contribution.evidence", lead + "against accuracy on t2, " + "; ".join(evidence) + ".")
-n_floors = len(VLMS) * 2 * len(cube.CONTROL_ARMS)
-confounded = sum(numbers.get(f"diagnostic.floor.{c}.{t}.{key(m)}") in (diagnostics.BELOW_CHANCE,
-                                                                      diagnostics.ABOVE_GUESSER)
-                 for m in VLMS for t in ("t2", "t3") for c in cube.CONTROL_ARMS)
-n_dominated = sum(len(who) for who in dominated.values())
-marker_share = hard.get("fog", np.nan)
-marker_words = ("" if not np.isfinite(marker_share) else f", and the box marker is hard to see at {fmt_level(V_END)} m "
-                "in fog on " + ("none" if marker_share == 0 else "all" if marker_share == 1 else
-                                f"a share of {fmt(marker_share)}") + " of the items")
-record("intro.contribution.diagnostics", (
-    "Design diagnostics for confidence studies under degradation, the checks through which the spec's pilot found "
-    "its own design confounded (a distractor prior, an answer bias of the yes/no question, a box marker), run on "
-    f"this design's controls: {confounded} of the {n_floors} control floors (model, task, blank or shuffled image) "
-    f"lie below chance or above a prior guesser, one answer dominates t3 on the blank image for {n_dominated} of "
-    f"{n_models} model{'s' if n_models != 1 else ''}" + marker_words + "."))
+for k, text in report.contributions(numbers, VLMS, name, key, N_OF, ds.sizes["image"], physical, PC_MODELS,
+                                    protocol.design_of(cfg)["distractors"], sum(len(w) for w in dominated.values()),
+                                    hard.get("fog", np.nan), V_END).items():
+    record(k, text)
 display(Markdown("\n".join(f"- ({i}) {numbers['intro.contribution.' + k]}" for i, k in
                            zip(("i", "ii", "iii", "iv"), ("protocol", "measurement", "evidence", "diagnostics")))))
 
 # %% [markdown]
 # ## Colophon and the numbers file
 #
-# The environment, then every key the paper cites that this run did not compute
-# is filled in as "not computed in this run" (so the paper says so instead of
-# failing), and the numbers file is written.
+# The environment, then this notebook's numbers fragment is written and merged
+# with the beyond-the-spec notebook's into the numbers file; every key the
+# paper cites that neither computed is filled in there as "not computed in this
+# run" (so the paper says so instead of failing).
 
 # %% [markdown]
 # What murk ignored and how it loaded: decoding is greedy whatever a checkpoint's
@@ -2643,54 +1311,23 @@ def store_attrs(m: str) -> dict:
         return dict(z.attrs)
 
 
-def setting_value(v) -> str:
-    return json.dumps(v) if isinstance(v, (bool, type(None), dict, list)) else f"{v:g}" if isinstance(v, float) else str(v)
-
-
-gen_parts, load_groups, not_run_parts = [], {}, []
-for m in VLMS:
-    a = store_attrs(m)
-    raw = a.get("ignored_generation_settings")
-    try:
-        ignored = json.loads(raw) if isinstance(raw, str) else raw
-    except json.JSONDecodeError:
-        ignored = None
-    if ignored is None:
-        gen_parts.append(f"`{m}`: not recorded")
-    elif not ignored:
-        gen_parts.append(f"`{m}`: none (its generation configuration is greedy)")
-    else:
-        gen_parts.append(f"`{m}`: " + ", ".join(f"`{k} = {setting_value(v)}`" for k, v in sorted(ignored.items())))
-    opts = (", ".join(f"`{o} = {str(bool(int(a[o]))).lower()}`" for o in ("trust_remote_code", "allow_pickle"))
-            if all(o in a for o in ("trust_remote_code", "allow_pickle")) else "not recorded (an older store)")
-    load_groups.setdefault(opts, []).append(f"`{m}`")
-    try:
-        not_run = json.loads(a.get("custom_code_not_run") or "{}")
-    except json.JSONDecodeError:
-        not_run = {}
-    for where, what in sorted(not_run.items()):
-        custom, _, used = what.partition(" -> ")
-        file, _, auto = where.partition(" ")
-        not_run_parts.append(f"`{m}`'s {file} names `{custom}` ({auto}), not run: "
-                             + (f"the built-in `{used}` was used instead" if used else "not used by murk"))
-record("colophon.ignored_generation_settings", "; ".join(gen_parts))
+colophon = report.colophon_words({m: store_attrs(m) for m in VLMS})   # what each store recorded, in words
+record("colophon.ignored_generation_settings", colophon["ignored_generation_settings"])
 # the weights each model was read out with, as the cube records them: a hub snapshot's commit, a local folder's
-# content digest (sha256:…, murk.identity: a re-saved checkpoint is another revision)
+# content digest (sha256:…, murk.core: a re-saved checkpoint is another revision)
 record("colophon.model_revisions", "; ".join(f"`{m}`: `{rev or 'not recorded'}`" for m, rev in
                                              zip(ds["model"].values, ds["model_revision"].values) if str(m) in VLMS))
-record("colophon.loading_options", "; ".join(f"{opts} for {fmt_list(ms)}" for opts, ms in load_groups.items())
-       + ("; custom code declared but not run (`trust_remote_code = false`): " + "; ".join(not_run_parts)
-          if not_run_parts else ""))
+record("colophon.loading_options", colophon["loading_options"])
 print(numbers["colophon.model_revisions"], numbers["colophon.ignored_generation_settings"],
       numbers["colophon.loading_options"], sep="\n")
 
+# %% [markdown]
+# The package versions, then the fragment is written and merged.
+
 # %%
 #| label: num-numbers-file
-for pkg, v in config.package_versions().items():
+for pkg, v in core.package_versions().items():
     record(f"version.{pkg}", v)
-qmd = paths.project_root() / "paper" / "index.qmd"
-filled = numbers.fill_missing(paper.cited_keys(qmd.read_text(encoding="utf-8"))) if qmd.is_file() else []
-if filled:
-    print(f"{paper.NOT_COMPUTED}: {filled}")
 numbers.save()
-print(f"{len(numbers)} numbers written to {numbers.path}")
+merged = report.merge_numbers(output_dir)   # with notebooks/05_beyond.py's fragment, where it exists
+print(f"{len(numbers)} numbers written to {numbers.path}, merged into {merged}")

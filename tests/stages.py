@@ -12,7 +12,9 @@ import re
 import sys
 from pathlib import Path
 
-from murk import paths
+import pytest
+
+from murk.core import _paths as paths
 
 ROOT = paths.project_root()
 BIN = Path(sys.executable).parent
@@ -25,7 +27,7 @@ def executed_path(stage: str, output_dir: str | os.PathLike, suffix: str = "") -
 
 def run(stage: str, output_dir: str | os.PathLike, suffix: str = "", **params) -> Path:
     """Execute ``notebooks/<stage>.py`` with papermill (parameters ``params``; None keeps the default), through
-    murk's engine (:func:`murk.execute.register_engine`: the kernel manager and stream handling of the Snakefile's
+    murk's engine (:func:`murk.pipeline.register_engine`: the kernel manager and stream handling of the Snakefile's
     rules).
 
     Raises
@@ -37,7 +39,7 @@ def run(stage: str, output_dir: str | os.PathLike, suffix: str = "", **params) -
     import nbformat
     import papermill
 
-    from murk import execute
+    from murk.pipeline import execute
 
     out = executed_path(stage, output_dir, suffix)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -53,15 +55,41 @@ def run(stage: str, output_dir: str | os.PathLike, suffix: str = "", **params) -
 
 
 def command(stage: str, output_dir: str | os.PathLike, suffix: str = "", **params) -> list[str]:
-    """The command of :func:`run`, for a subprocess (e.g. to kill it): papermill through ``murk.execute``, as
+    """The command of :func:`run`, for a subprocess (e.g. to kill it): papermill through ``murk.pipeline.execute``, as
     the Snakefile's rules run it (the .py notebook converted to a file beside the executed one, no pipe)."""
     out = executed_path(stage, output_dir, suffix)
     out.parent.mkdir(parents=True, exist_ok=True)
     args = [a for k, v in {"output_dir": output_dir, **params}.items() if v is not None for a in ("-p", k, str(v))]
-    return [sys.executable, "-m", "murk.execute", f"notebooks/{stage}.py", str(out), "--cwd", str(ROOT), *args]
+    return [sys.executable, "-m", "murk.pipeline.execute", f"notebooks/{stage}.py", str(out), "--cwd", str(ROOT), *args]
 
 
-SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"
+def coco_sample() -> Path:
+    """The shared COCO val2017 sample the tests read (37 items; the suite's one place that says where it is):
+    ``$MURK_COCO_DIR`` where set (``.ci/run`` sets it), unless that holds a full val2017 split (over 1000 images:
+    ``tests/test_items.py`` reads that one apart), else the sample next to the project
+    (:func:`murk.core.sample_coco_dir`, ``../shared/coco-val2017-sample``)."""
+    from murk.core import sample_coco_dir
+
+    given = os.environ.get("MURK_COCO_DIR")
+    if given:
+        images = Path(given) / "val2017"
+        if not images.is_dir() or sum(1 for _ in zip(range(1001), images.iterdir())) <= 1000:
+            return Path(given).resolve()
+    return sample_coco_dir()
+
+
+#: the COCO sample (:func:`coco_sample`); tests take it from the session fixture ``coco_sample``
+#: (tests/conftest.py), module-level marks and helpers from here
+SAMPLE = coco_sample()
+#: why a test that needs the sample is skipped, or "" where it is there (its annotations and its images)
+SAMPLE_ABSENT = ("" if (SAMPLE / "annotations" / "instances_val2017.json").is_file() and (SAMPLE / "val2017").is_dir()
+                 else f"the COCO val2017 sample is not at {SAMPLE}: set MURK_COCO_DIR to it, or put it at "
+                      f"../shared/coco-val2017-sample next to the project")
+
+
+#: skip where the sample is absent (:data:`SAMPLE_ABSENT`): for modules (``pytestmark``) and tests that use
+#: :data:`SAMPLE` outside their arguments
+needs_sample = pytest.mark.skipif(bool(SAMPLE_ABSENT), reason=SAMPLE_ABSENT or "the COCO sample is there")
 
 
 def snakemake(out: str | os.PathLike, *args: str, n_items: int = 3, run_name: str = "e2e-test"):
@@ -77,7 +105,7 @@ def snakemake(out: str | os.PathLike, *args: str, n_items: int = 3, run_name: st
 
 #: the study-shaped demo of the session fixture ``demo`` (tests/conftest.py): three models, two of them on
 #: subsets of different sizes (the spec runs two of its five models on the first 600 and 400 items), set in
-#: the run settings as a configfile would (``murk.workflow.model_entries``)
+#: the run settings as a configfile would (``murk.core.model_entries``)
 DEMO_N_ITEMS = 4
 DEMO_MODELS = [{"id": "murk-tiny/smolvlm"}, {"id": "murk-tiny/qwen3vl", "n_items": 3},
                {"id": "murk-tiny/gemma", "n_items": 2}]
@@ -104,7 +132,7 @@ def copy_root(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
 
     The files keep their modification times (``shutil.copytree``), so Snakemake, planning the copy by them,
     finds nothing to do (``.snakemake/metadata`` holds no record of the new path, and without one the params,
-    code and input triggers do not fire: ``tests/test_damaged_demo.py`` checks it on a copy of the demo);
+    code and input triggers do not fire: ``tests/scenarios/test_damaged_demo.py`` checks it on a copy of the demo);
     the run settings of :func:`snakemake_demo` are written beside the copy when it runs.
     """
     import shutil
@@ -122,14 +150,20 @@ def check_recalibration_over_own_images(root, numbers: dict, n_of: dict, A: dict
     import numpy as np
     import xarray as xr
 
-    from murk import metrics, monitor, paper, paths, unit
+    from murk import report
+    from murk.core import _paths as paths
+    from murk.monitor import _evaluation
+    from murk.readout import _item_readouts as unit
+    from murk.results import _bootstrap
+    from murk.results import _calibration
+    from murk.results import _selective
 
     ds = xr.open_zarr(Path(root) / "cube.zarr").load()
     ids = ds["image"].values
     finding = numbers["finding.recal"]
     for m, n in n_of.items():
         k = paths.model_slug(m)
-        test = ~monitor.split_images(ids[:n], seed=A["bootstrap_seed"])   # its own images: the first n
+        test = ~_evaluation.split_images(ids[:n], seed=A["bootstrap_seed"])   # its own images: the first n
         assert numbers[f"recal.n_test_images.{k}"] == str(int(test.sum())), m
         assert numbers[f"recal.n_calibration_images.{k}"] == str(int((~test).sum())), m
         if not test.any():
@@ -144,13 +178,13 @@ def check_recalibration_over_own_images(root, numbers: dict, n_of: dict, A: dict
         ok = ~np.all(np.isnan(p), axis=-1)
         c = np.where(ok, np.nanmax(np.where(ok[..., None], p, 0.0), axis=-1), np.nan).ravel()
         y = v.sel(readout="correct").transpose("level", "image").values.ravel()
-        draw = metrics.bootstrap_counts(int(test.sum()), A["bootstrap_resamples_crossing"], A["bootstrap_seed"])
+        draw = _bootstrap.bootstrap_counts(int(test.sum()), A["bootstrap_resamples_crossing"], A["bootstrap_seed"])
         cnt = draw[: A["bootstrap_resamples"], np.tile(np.arange(int(test.sum())), ds.sizes["level"])]
-        lo, hi = metrics.percentile_interval(metrics.resampled_ece(np.clip(c, 0, 1), y, cnt), A["ci_level"])
-        assert numbers[f"recal.none.fog.t2.{k}.ece"] == paper.fmt(float(metrics.expected_calibration_error(c, y)))
-        assert numbers[f"recal.none.fog.t2.{k}.ece.ci"] == paper.fmt_interval(float(lo), float(hi)), m
-        lo, hi = metrics.percentile_interval(metrics.resampled_auroc(np.clip(c, 0, 1), y, cnt), A["ci_level"])
-        assert numbers[f"recal.none.fog.t2.{k}.auroc.ci"] in ("", paper.fmt_interval(float(lo), float(hi))), m
+        lo, hi = _bootstrap.percentile_interval(_calibration.resampled_ece(np.clip(c, 0, 1), y, cnt), A["ci_level"])
+        assert numbers[f"recal.none.fog.t2.{k}.ece"] == report.fmt(float(_calibration.expected_calibration_error(c, y)))
+        assert numbers[f"recal.none.fog.t2.{k}.ece.ci"] == report.fmt_interval(float(lo), float(hi)), m
+        lo, hi = _bootstrap.percentile_interval(_selective.resampled_auroc(np.clip(c, 0, 1), y, cnt), A["ci_level"])
+        assert numbers[f"recal.none.fog.t2.{k}.auroc.ci"] in ("", report.fmt_interval(float(lo), float(hi))), m
 #: the one warning the demo's executed notebooks show by design: murk's random-weight checkpoints put almost no
 #: first-token mass on the option letters, which the read-out notebook says (notebooks/03_readout.py,
 #: murk.readout.check_option_mass: "Random-weight pipeline checks always trip it: that is expected")

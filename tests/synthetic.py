@@ -37,7 +37,11 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from murk import cube, items, paths, physics
+from murk import scene
+from murk.core import _paths as paths
+from murk.protocol import _items as items
+from murk.results import _cube as cube
+from murk.scene import _physics as physics
 
 MODELS = ["org/synthetic-a", "murk-tiny/synthetic-b"]   # the second is a pipeline check
 N_IMAGES = 30
@@ -113,7 +117,7 @@ def write_root(root: Path, models=None, nominal: bool = True, n_verbal: int = N_
             "n_visual_tokens": 64, "n_verbal_items": n_verbal, **extra})
         for i in range(n_k):
             res = {}
-            for arm, lvl in cube.CONDITIONS:
+            for arm, lvl in scene.CONDITIONS:
                 for task in cube.TASKS:
                     chance = 0.25 if task == "t2" else 0.5
                     top = 1.0 if k == 0 else CLEAN_B
@@ -181,28 +185,30 @@ def write_monitor(root: Path, table) -> Path:
     """The deployable monitor's store of a perfect monitor: V̂ = V on the sweep levels (a point estimate), a lower
     bound at its cap on the clean image and the ImageNet-C severities, an upper bound (opaque) on the blank image.
     Only the deployable mode: the oracle's sections say that its stage did not run."""
-    from murk import monitor as mon
+    from murk.monitor import _estimator
+    from murk.monitor import _gate
+    from murk.monitor import _monitor as mon
 
     model = mon.MONITOR_DEPLOYABLE_ID
     store = paths.readout_store(model, root)
     cube.open_readout_store(store, table["image_id"], table["category"], {
         "config_hash": "c" * 64, "items_hash": "i" * 64, "model_id": model, "model_revision": "r",
         "depth_backend": "constant-13.8m", "depth_approximate": 1, "pipeline_check": 0, "n_visual_tokens": -1,
-        "kind": "monitor", "monitor_threshold_m": mon.DEFAULT_THRESHOLD_M})
+        "kind": "monitor", "monitor_threshold_m": _gate.DEFAULT_THRESHOLD_M})
     for i in range(len(table)):
         res = {}
-        for arm, lvl in cube.CONDITIONS:
+        for arm, lvl in scene.CONDITIONS:
             if arm in ("fog", "underwater"):
                 v, code = float(physics.SWEEP_M[lvl - 1]), 0.0
             elif arm == "blank":
                 v, code = 13.8, -1.0
             else:
-                v, code = mon.CAP_M, 1.0
+                v, code = _estimator.CAP_M, 1.0
             r = {k_: np.nan for k_ in cube.READOUTS} | {k_: "" for k_ in cube.TEXT_READOUTS}
             r.update({"visibility_hat_m": v, "visibility_hat_censored": code,
                       "visibility_hat_arm": mon.ARM_CODE["underwater" if arm == "underwater" else "fog"],
-                      "c_int": float(mon.visibility_confidence(mon.certified_visibility(v, code))),
-                      "abstain": float(mon.gate_decisions(v, mon.DEFAULT_THRESHOLD_M, code))})
+                      "c_int": float(_gate.visibility_confidence(_gate.certified_visibility(v, code))),
+                      "abstain": float(_gate.gate_decisions(v, _gate.DEFAULT_THRESHOLD_M, code))})
             for task in cube.TASKS:
                 res[(arm, lvl, task)] = r
         cube.write_image(store, i, res)

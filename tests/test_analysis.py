@@ -1,4 +1,4 @@
-"""Tests of murk.analysis on small synthetic cubes: pairing, determinism, hand-checked statistics."""
+"""Tests of murk.results on small synthetic cubes: pairing, determinism, hand-checked statistics."""
 
 from __future__ import annotations
 
@@ -6,7 +6,12 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from murk import analysis, cube, metrics
+from murk.results import _analysis as analysis
+from murk.results import _bootstrap
+from murk.results import _calibration
+from murk.results import _cube as cube
+from murk.results import _metrics as metrics
+from murk.results import _selective
 
 N = 40
 
@@ -17,7 +22,7 @@ def _cube(n_models: int = 2, n: int = N, seed: int = 0) -> xr.Dataset:
     one = cube.empty_model_dataset(np.arange(1000, 1000 + n), ["car"] * n)
     ds = xr.concat([one] * n_models, dim="model").assign_coords(model=[f"org/m{k}" for k in range(n_models)])
     shape = ds["value"].shape[:-1]
-    vis = ds["visibility_m"].values
+    vis = ds["visibility_m"].sel(arm="fog").values
     p = np.broadcast_to(np.where(np.isinf(vis), 0.95, 0.25 + 0.7 / (1 + (12.0 / vis) ** 3))[None, None, :, None, None],
                         shape)
     val = np.full(ds["value"].shape, np.nan, dtype=np.float64)
@@ -78,7 +83,7 @@ def test_two_runs_with_one_seed_agree_exactly(ds, res):
 
 def test_condition_means_match_explicit_resampling(ds, res):
     s = analysis.image_scores(ds)
-    idx = metrics.bootstrap_indices(N, 200, 3)
+    idx = _bootstrap.bootstrap_indices(N, 200, 3)
     x = s.sel(model="org/m0", arm="fog", level=5, task="t2", readout="correct").values
     boot = np.nanmean(x[idx], axis=-1)
     m = res["means"].sel(model="org/m0", arm="fog", level=5, task="t2", readout="correct")
@@ -90,7 +95,7 @@ def test_condition_means_match_explicit_resampling(ds, res):
 
 def test_paired_resamples_shared_by_means_and_crossings(ds):
     # the crossing's 400 resamples start with the means' 200: one draw for everything
-    c = metrics.bootstrap_counts(N, 400, 3)
+    c = _bootstrap.bootstrap_counts(N, 400, 3)
     np.testing.assert_array_equal(analysis.resample_counts(N, 200, 3), c[:200])
 
 
@@ -100,11 +105,11 @@ def test_crossings_against_kernel_and_w_bounds(ds, res):
     point = s.mean("image")
     for m in ds["model"].values:
         y = point.sel(model=m, arm="fog", task="t2", readout="correct").values
-        v, c = metrics.crossing_visibility(ds["visibility_m"].values[1:], y[1:], y[0], 0.25)
+        v, c = metrics.crossing_visibility(ds["visibility_m"].sel(arm="fog").values[1:], y[1:], y[0], 0.25)
         assert float(cr["v_cross_m"].sel(model=m, arm="fog", task="t2", readout="correct")) == pytest.approx(float(v))
         # blank floor: the model's own blank-image accuracy
         fl = float(s.sel(model=m, arm="blank", level=0, task="t2", readout="correct").mean())
-        vb, _ = metrics.crossing_visibility(ds["visibility_m"].values[1:], y[1:], y[0], fl)
+        vb, _ = metrics.crossing_visibility(ds["visibility_m"].sel(arm="fog").values[1:], y[1:], y[0], fl)
         assert float(cr["v_acc_blank_m"].sel(model=m, arm="fog", task="t2")) == pytest.approx(float(vb))
     # verbal confidence is flat: censored, W a lower bound with an interval
     w = cr.sel(arm="fog", task="t2", readout="verbal_conf")
@@ -139,18 +144,18 @@ def test_confidence_scores_match_kernels(ds, res):
     conf = q.sel(model="org/m1", arm="underwater", level=6, readout="c_int").values
     corr = q.sel(model="org/m1", arm="underwater", level=6, readout="correct").values
     cs = res["confidence"].sel(model="org/m1", arm="underwater", level=6, task="t3", confidence="c_int")
-    assert float(cs["ece"]) == pytest.approx(float(metrics.expected_calibration_error(conf, corr)))
-    assert float(cs["auroc"]) == pytest.approx(float(metrics.auroc(conf, corr)))
+    assert float(cs["ece"]) == pytest.approx(float(_calibration.expected_calibration_error(conf, corr)))
+    assert float(cs["auroc"]) == pytest.approx(float(_selective.auroc(conf, corr)))
     assert int(cs["n_answers"]) == 2 * N
     # the interval resamples images: both questions of an image together
-    counts = metrics.bootstrap_counts(N, 200, 3)[:, img]
-    lo, hi = metrics.percentile_interval(metrics.resampled_auroc(conf, corr, counts), 0.95)
+    counts = _bootstrap.bootstrap_counts(N, 200, 3)[:, img]
+    lo, hi = _bootstrap.percentile_interval(_selective.resampled_auroc(conf, corr, counts), 0.95)
     assert float(cs["auroc_lo"]) == pytest.approx(float(lo)) and float(cs["auroc_hi"]) == pytest.approx(float(hi))
 
 
 def test_selective_abstain_matches_kernel(ds, res):
     v = ds["value"].sel(model="org/m0", arm="fog", level=7, task="t2")
-    cov, risk = metrics.selective_risk_coverage(v.sel(readout="abstain").values, v.sel(readout="correct").values)
+    cov, risk = _selective.selective_risk_coverage(v.sel(readout="abstain").values, v.sel(readout="correct").values)
     sel = res["selective"].sel(model="org/m0", arm="fog", level=7, task="t2", option="abstain")
     assert float(sel["coverage"]) == pytest.approx(float(cov)) and float(sel["risk"]) == pytest.approx(float(risk))
     assert float(sel["risk_lo"]) <= float(sel["risk"]) <= float(sel["risk_hi"])
@@ -198,7 +203,7 @@ def test_scores_dataset_stat_layout(res):
 
 
 def _cube_through_the_store(tmp_path, c_int, correct):
-    """A one-model cube written image by image with murk.cube and merged: c_int/correct at fog level 1, t2."""
+    """A one-model cube written image by image with murk.results and merged: c_int/correct at fog level 1, t2."""
     n = len(c_int)
     store = tmp_path / "m.zarr"
     attrs = {"config_hash": "c", "items_hash": "i", "model_id": "m", "depth_backend": "constant-13.8m"}
@@ -225,14 +230,14 @@ def test_the_cube_keeps_float64_and_the_analysis_does_not_round(tmp_path):
     np.testing.assert_array_equal(q.sel(arm="fog", level=1, readout="c_int").values[0], c)
     cs = analysis.confidence_scores(ds, n_resamples=20).sel(model="m", arm="fog", level=1, task="t2",
                                                             confidence="c_int")
-    exact = float(metrics.expected_calibration_error(c, k))
+    exact = float(_calibration.expected_calibration_error(c, k))
     assert float(cs["ece"]) == exact
     # the ECE case: bins (0.8, 0.9] {0.85: wrong} and (0.9, 1.0] {0.9000004, 0.9999999 right; 0.9999996 wrong}
     assert exact == pytest.approx((0.85 + abs(2 - (0.9000004 + 0.9999999 + 0.9999996))) / 4)
     two = analysis.confidence_scores(_cube_through_the_store(tmp_path / "b", c[:2], k[:2]), n_resamples=20)
     assert float(two["ece"].sel(model="m", arm="fog", level=1, task="t2", confidence="c_int")) == pytest.approx(
         (0.0999996 + 0.85) / 2)  # 0.475
-    assert float(metrics.expected_calibration_error(np.round(c[:2].astype(np.float32), 6), k[:2])) == 0.375
+    assert float(_calibration.expected_calibration_error(np.round(c[:2].astype(np.float32), 6), k[:2])) == 0.375
     sat = analysis.confidence_scores(_cube_through_the_store(tmp_path / "c", c[2:], k[2:]), n_resamples=20)
     assert float(sat["auroc"].sel(model="m", arm="fog", level=1, task="t2", confidence="c_int")) == 1.0  # was 0.5
 
@@ -250,8 +255,8 @@ def test_crossing_at_the_first_level_is_a_bound_from_below():
     assert float(cr["v_cross_m"].sel(readout="correct")) == 250.0 and not bool(cr["censored"].sel(readout="correct"))
     assert str(cr["w_censored_side"].sel(readout="abstain").values) == "above"
     assert bool(cr["w_lower_bound"].sel(readout="abstain")) and not bool(cr["w_upper_bound"].sel(readout="abstain"))
-    from murk import paper
-    assert paper.fmt_crossing(float(cr["v_cross_m"].sel(readout="correct")),
+    from murk import report
+    assert report.fmt_crossing(float(cr["v_cross_m"].sel(readout="correct")),
                               str(cr["censored_side"].sel(readout="correct").values), 1) == "≥ 250"
 
 
@@ -262,8 +267,8 @@ def test_both_censored_w_prints_no_interval():
     cr = analysis.crossing_table(s, 50, 0).sel(model="org/m0", arm="fog", task="t2", readout="c_int")
     assert str(cr["w_censored_side"].values) == "undefined"
     assert np.isnan(float(cr["w"])) and np.isnan(float(cr["w_lo"])) and np.isnan(float(cr["w_hi"]))
-    from murk import paper
-    assert paper.fmt_estimate(float(cr["w"]), float(cr["w_lo"]), float(cr["w_hi"]),
+    from murk import report
+    assert report.fmt_estimate(float(cr["w"]), float(cr["w_lo"]), float(cr["w_hi"]),
                               str(cr["w_censored_side"].values)) == "n/a"
 
 

@@ -3,67 +3,37 @@
 import errno
 import json
 import os
-import shutil
 
 import numpy as np
 import pytest
 import xarray as xr
 from PIL import Image
 
-from murk import cube, diskfull, items, paths, render
+from murk import scene
+from murk.core import _diskfull as diskfull
+from murk.protocol import _item_files
+from murk.protocol import _items as items
+from murk.results import _cube as cube
+from murk.results import _store_repair
+from murk.scene import _render as render
 
 import stages  # tests/stages.py: the stage notebooks through papermill
 
-SAMPLE = paths.project_root().parent / "shared" / "coco-val2017-sample"
-needs_sample = pytest.mark.skipif(not SAMPLE.is_dir(), reason="../shared/coco-val2017-sample not present")
-
-
-@needs_sample
-@pytest.mark.slow
-def test_truncated_and_missing_images_are_recorded_not_fatal(tmp_path, monkeypatch):
-    monkeypatch.setenv("MURK_OFFLINE", "1")
-    monkeypatch.setenv("MURK_COCO_DIR", str(SAMPLE))
-    out = tmp_path / "out"
-    stages.run("01_select", out, n_items=3, seed=1, run_name="bad-input")
-    table, _ = items.read_items(out)
-    # a private copy of the three images: one truncated, one deleted
-    img_dir = tmp_path / "val2017"
-    img_dir.mkdir()
-    for f in table["file_name"]:
-        shutil.copy(SAMPLE / "val2017" / f, img_dir / f)
-    truncated, deleted = table["file_name"].iloc[0], table["file_name"].iloc[2]
-    data = (img_dir / truncated).read_bytes()
-    (img_dir / truncated).write_bytes(data[: len(data) // 3])
-    (img_dir / deleted).unlink()
-    meta = json.loads((out / "items_meta.json").read_text())
-    meta["image_dir"] = str(img_dir)
-    (out / "items_meta.json").write_text(json.dumps(meta))
-
-    stages.run("02_depth", out, backend="constant")
-    stages.run("03_readout", out, model="murk-tiny/smolvlm")
-    store = paths.readout_store("murk-tiny/smolvlm", out)
-    ds = xr.open_zarr(store, consolidated=False).load()
-    assert bool(ds["done"].all())
-    reasons = [str(r) for r in ds["missing_reason"].values]
-    assert "cannot be decoded" in reasons[0] or "truncated" in reasons[0].lower() or "not found" in reasons[0]
-    assert "not found" in reasons[2] and str(img_dir / deleted) in reasons[2]  # names the file
-    assert reasons[1] == ""
-    v = ds["value"].sel(readout="c_int", arm="fog")
-    assert v.isel(image=0).isnull().all() and v.isel(image=2).isnull().all()
-    assert v.isel(image=1).notnull().all()  # the good image was read out
+SAMPLE = stages.SAMPLE
+needs_sample = stages.needs_sample
 
 
 def test_grey_cmyk_alpha_images_become_rgb(tmp_path):
     for mode, fill in (("L", 90), ("CMYK", (10, 20, 30, 40)), ("RGBA", (10, 20, 30, 128)), ("P", 3)):
         p = tmp_path / f"x-{mode}.{'jpg' if mode in ('L', 'CMYK') else 'png'}"
         Image.new(mode, (21, 13), fill).save(p)
-        im = render.load_image(p)
+        im = scene.load_image(p)
         assert im.shape == (13, 21, 3) and im.dtype == np.uint8, mode
 
 
 def _exif(orientation):
     exif = Image.Exif()
-    exif[render.EXIF_ORIENTATION_TAG] = orientation
+    exif[scene.EXIF_ORIENTATION_TAG] = orientation
     return exif
 
 
@@ -75,9 +45,9 @@ def test_exif_orientation_is_ignored_where_the_stored_size_agrees_with_the_annot
         p = tmp_path / f"rot{orientation}.png"
         Image.fromarray(a).save(p, exif=_exif(orientation))
         for expected in (None, (40, 10)):
-            got = render.load_image(p, expected)
+            got = scene.load_image(p, expected)
             assert got.shape == (10, 40, 3) and (got == a).all(), (orientation, expected)
-        assert render.inspect_image(p, (40, 10)) == ""
+        assert scene.inspect_image(p, (40, 10)) == ""
 
 
 def test_an_image_stored_rotated_is_used_transposed_where_that_makes_it_agree(tmp_path):
@@ -87,13 +57,13 @@ def test_an_image_stored_rotated_is_used_transposed_where_that_makes_it_agree(tm
     a = np.random.default_rng(1).integers(0, 255, (40, 80, 3), dtype=np.uint8)  # annotation: 80 x 40 px
     p = tmp_path / "phone.png"
     Image.fromarray(a).transpose(Image.Transpose.ROTATE_90).save(p, exif=_exif(6))  # stored 40 x 80, shown upright
-    with pytest.warns(render.TransposedImageWarning) as w:
-        got = render.load_image(p, (80, 40))
+    with pytest.warns(scene.TransposedImageWarning) as w:
+        got = scene.load_image(p, (80, 40))
     assert got.shape == (40, 80, 3) and (got == a).all()  # exactly the annotated pixels
-    note = render.inspect_image(p, (80, 40))
+    note = scene.inspect_image(p, (80, 40))
     for part in (str(p), "stored 40 x 80 px", "EXIF orientation 6", "80 x 40 px", "used transposed"):
         assert part in note and part in str(w[0].message), part
-    with pytest.warns(render.TransposedImageWarning):
+    with pytest.warns(scene.TransposedImageWarning):
         img, size = render.load_presented(p, 448, expected_size=(80, 40))
     assert size == (80, 40) and (img == a).all()
 
@@ -107,7 +77,7 @@ def test_an_image_whose_size_disagrees_with_its_annotation_is_refused_with_both_
                                                                                       stored, annotated):
     p = tmp_path / "x.png"
     Image.new("RGB", stored, (9, 9, 9)).save(p, exif=_exif(orientation))
-    for f in (lambda: render.load_image(p, annotated), lambda: render.inspect_image(p, annotated),
+    for f in (lambda: scene.load_image(p, annotated), lambda: scene.inspect_image(p, annotated),
               lambda: render.load_presented(p, 448, expected_size=annotated)):
         with pytest.raises(ValueError) as e:
             f()
@@ -126,15 +96,15 @@ def test_an_image_over_pillows_pixel_limit_is_a_value_error_naming_file_and_size
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 20_000)  # 60,000 pixels > 2 x 20,000: Pillow refuses
     with pytest.raises(Image.DecompressionBombError):
         Image.open(p)
-    for f in (lambda: render.load_image(p), lambda: render.load_image(p, (300, 200)),
-              lambda: render.inspect_image(p, (300, 200)), lambda: render.load_presented(p, 448)):
+    for f in (lambda: scene.load_image(p), lambda: scene.load_image(p, (300, 200)),
+              lambda: scene.inspect_image(p, (300, 200)), lambda: render.load_presented(p, 448)):
         with pytest.raises(ValueError) as e:
             f()
         msg = str(e.value)
         assert str(p) in msg and "300 x 200 px (60,000 pixels)" in msg and "decompression-bomb limit of 40,000" in msg
         assert "recorded as missing" in msg
     monkeypatch.undo()
-    assert render.load_image(p, (300, 200)).shape == (200, 300, 3)
+    assert scene.load_image(p, (300, 200)).shape == (200, 300, 3)
 
 
 def test_item_inputs_record_an_over_limit_image_and_fall_back_for_its_partner(tmp_path, monkeypatch):
@@ -170,7 +140,7 @@ def test_disk_full_while_writing_the_cube_keeps_the_previous_cube(tmp_path, monk
     cube.open_readout_store(store, [1], ["car"], attrs)
     r = {k: 0.5 for k in cube.READOUTS}
     r.update({k: "" for k in cube.TEXT_READOUTS})
-    cube.write_image(store, 0, {(a, lvl, t): r for a, lvl in cube.CONDITIONS for t in cube.TASKS})
+    cube.write_image(store, 0, {(a, lvl, t): r for a, lvl in scene.CONDITIONS for t in cube.TASKS})
     out = tmp_path / "cube.zarr"
     cube.merge_models({"m": store}, out)
     before = xr.open_zarr(out).load()
@@ -200,13 +170,14 @@ def test_out_of_memory_halves_the_batch_and_goes_on(tiny_vlms, coco_image, monke
     """A (simulated) CUDA out-of-memory error on a batch of prompt tails: halve it, same read-outs."""
     import torch
 
-    from murk import baseline, prompts, readout
+    from benchmarks import baseline
+    from murk.protocol import _prompts as prompts
 
     vlm = tiny_vlms["qwen3vl"]
     row = {"category": "car", "t2_options": ["dog", "car", "bus", "cat"], "t2_answer_index": 1,
            "t3_distractor": "bus"}
     questions = prompts.questions_for_item(row)
-    ref = readout.read_item(vlm, coco_image, questions)
+    ref = baseline.read_item(vlm, coco_image, questions)
     real = baseline._run_tails
     calls = []
 
@@ -218,7 +189,7 @@ def test_out_of_memory_halves_the_batch_and_goes_on(tiny_vlms, coco_image, monke
 
     monkeypatch.setattr(baseline, "_run_tails", small_gpu)
     with caplog.at_level("WARNING", logger="murk"):
-        got = readout.read_item(vlm, coco_image, questions)
+        got = baseline.read_item(vlm, coco_image, questions)
     assert max(calls) > 2 and "halving" in caplog.text
     for task in ref:
         for k in ("c_int", "answer", "abstain", "abstain2", "option_mass"):
@@ -229,7 +200,7 @@ def test_out_of_memory_halves_the_batch_and_goes_on(tiny_vlms, coco_image, monke
 # --- errors a user can cause name the file and the fix (issue 14) ---
 
 def test_annotation_file_that_is_not_json_names_the_file_and_the_fix(tmp_path):
-    from murk import items
+    from murk.protocol import _items as items
 
     ann = tmp_path / "annotations" / "instances_val2017.json"
     ann.parent.mkdir()
@@ -247,7 +218,7 @@ ATTRS14 = {"config_hash": "c", "items_hash": "i", "model_id": "m", "depth_backen
 def _full_results(v=0.5):
     r = {k: v for k in cube.READOUTS}
     r.update({k: "x" for k in cube.TEXT_READOUTS})
-    return {(a, lvl, t): r for a, lvl in cube.CONDITIONS for t in cube.TASKS}
+    return {(a, lvl, t): r for a, lvl in scene.CONDITIONS for t in cube.TASKS}
 
 
 def _two_image_store(path, images_per_shard=1):
@@ -269,7 +240,7 @@ def test_damaged_chunk_is_named_then_re_read_on_resume(tmp_path, damage, variabl
     f = store / variable / chunk
     data = f.read_bytes()
     f.write_bytes(b"" if damage == "zero-byte" else data[: len(data) // 2])
-    assert cube.damaged_chunks(store) == {1: [f]}
+    assert _store_repair.damaged_chunks(store) == {1: [f]}
 
     with pytest.raises(ValueError) as e:
         cube.merge_models({"m": store}, tmp_path / "cube.zarr")
@@ -280,7 +251,7 @@ def test_damaged_chunk_is_named_then_re_read_on_resume(tmp_path, damage, variabl
     with pytest.warns(UserWarning, match=r"image 12 \(position 1\)"):
         ds = cube.open_readout_store(store, [11, 12], ["car", "bus"], ATTRS14)
     assert list(ds["done"].values) == [True, False]
-    assert cube.damaged_chunks(store) == {}
+    assert _store_repair.damaged_chunks(store) == {}
     xr.testing.assert_identical(ds["value"].isel(image=0).load(), before["value"].isel(image=0))
     cube.write_image(store, 1, _full_results(0.5))  # the resumed read-out re-reads it
     after = xr.open_zarr(store, consolidated=False).load()
@@ -299,12 +270,12 @@ def test_damaged_shard_of_several_images_is_re_read_whole(tmp_path, damage):
     f = store / "value" / "c" / "0" / "0" / "0" / "0" / "0"
     data = f.read_bytes()
     f.write_bytes(b"" if damage == "zero-byte" else data[: len(data) // 2])
-    assert cube.damaged_chunks(store) == {0: [f], 1: [f]}
+    assert _store_repair.damaged_chunks(store) == {0: [f], 1: [f]}
     with pytest.raises(ValueError, match=r"position 0: .*position 1: .*run the readout stage"):
         cube.merge_models({"m": store}, tmp_path / "cube.zarr")
     with pytest.warns(UserWarning, match=r"image 11 \(position 0\).*\n.*image 12 \(position 1\)"):
         ds = cube.open_readout_store(store, [11, 12], ["car", "bus"], ATTRS14)
-    assert list(ds["done"].values) == [False, False] and cube.damaged_chunks(store) == {}
+    assert list(ds["done"].values) == [False, False] and _store_repair.damaged_chunks(store) == {}
     for i in range(2):
         cube.write_image(store, i, _full_results(0.25 * (i + 1)))
     xr.testing.assert_identical(xr.open_zarr(store, consolidated=False).load()["value"], before["value"])
@@ -379,7 +350,7 @@ def _coco_copy(tmp_path, edit):
 
 
 def _first_candidate():
-    return items.candidate_ids(SAMPLE / "annotations" / "instances_val2017.json")[0]
+    return items._candidate_ids(SAMPLE / "annotations" / "instances_val2017.json")[0]
 
 
 @needs_sample
@@ -391,7 +362,7 @@ def test_an_unknown_category_id_is_refused_in_one_line_naming_file_annotation_an
                                     "bbox": [10.0, 10.0, 100.0, 100.0], "iscrowd": 0, "area": 1e4})
 
     ann = _coco_copy(tmp_path, edit)
-    for f in (lambda: items.select_items(ann, n_items=3, seed=1), lambda: items.candidate_ids(ann)):
+    for f in (lambda: items.select_items(ann, n_items=3, seed=1), lambda: items._candidate_ids(ann)):
         with pytest.raises(ValueError) as e:
             f()
         msg = str(e.value)
@@ -471,7 +442,7 @@ def test_image_checks_records_transposed_and_unreadable_images_from_their_header
             (5, "gone.png", 80, 40)]
     table = pd.DataFrame(rows, columns=["image_id", "file_name", "width", "height"])
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 20_000)
-    got = items.image_checks(table, tmp_path)
+    got = _item_files.image_checks(table, tmp_path)
     assert list(got["transposed"]) == ["2"] and "used transposed" in got["transposed"]["2"]
     assert list(got["unreadable"]) == ["3", "4", "5"]
     assert "stored 80 x 40 px" in got["unreadable"]["3"] and "160 x 80 px" in got["unreadable"]["3"]
@@ -518,7 +489,10 @@ def test_disk_full_in_the_depth_cache_figures_numbers_tables_and_selection(tmp_p
     and the previous file is kept as it was."""
     import matplotlib.pyplot as plt
 
-    from murk import depth, figures, paper
+    from murk import report
+    from murk.report import _figure_files
+    from murk.report import _figures as figures
+    from murk.scene import _depth as depth
 
     root = _root(tmp_path)
     folder = root / "depth" / "constant"
@@ -537,33 +511,33 @@ def test_disk_full_in_the_depth_cache_figures_numbers_tables_and_selection(tmp_p
     assert (folder / "7.npy").read_bytes() == old and not list(folder.glob(".*.tmp"))
 
     fig = plt.figure()
-    figures.save(fig, root / "figures", "f")
+    _figure_files.save(fig, root / "figures", "f")
     png = (root / "figures" / "f.png").read_bytes()
     fig = plt.figure()
     monkeypatch.setattr(fig, "savefig", _enospc)
     with pytest.raises(diskfull.DiskFullError) as e:
-        figures.save(fig, root / "figures", "f")
+        _figure_files.save(fig, root / "figures", "f")
     _check_full_disk_message(str(e.value), root, root / "figures" / "f.png")
     assert (root / "figures" / "f.png").read_bytes() == png and not list((root / "figures").glob(".*"))
 
-    paper.write_numbers({"a": "1"}, root / "paper_numbers.json")
+    report.write_numbers({"a": "1"}, root / "paper_numbers.json")
     ds = xr.Dataset({"v": ("x", np.arange(3.0))})
-    paper.write_netcdf_atomic(ds, root / "analysis" / "t.nc")
+    report.write_netcdf_atomic(ds, root / "analysis" / "t.nc")
     monkeypatch.setattr(type(root), "write_text", _enospc)
     monkeypatch.setattr(xr.Dataset, "to_netcdf", _enospc)
     # the numbers file's provenance is written first (a numbers file is never newer than its provenance): the
     # full disk is met there
-    for f, target in ((lambda: paper.write_numbers({"a": "2"}, root / "paper_numbers.json"),
-                       paper.provenance_file(root / "paper_numbers.json")),
-                      (lambda: paper.write_text_atomic(root / "analysis" / "t.md", "x"), root / "analysis" / "t.md"),
-                      (lambda: paper.write_netcdf_atomic(ds, root / "analysis" / "t.nc"), root / "analysis" / "t.nc"),
-                      (lambda: items.save_selection(_tiny_items(), {}, {}, root), root / "items_meta.json")):
+    for f, target in ((lambda: report.write_numbers({"a": "2"}, root / "paper_numbers.json"),
+                       report.provenance_file(root / "paper_numbers.json")),
+                      (lambda: report.write_text_atomic(root / "analysis" / "t.md", "x"), root / "analysis" / "t.md"),
+                      (lambda: report.write_netcdf_atomic(ds, root / "analysis" / "t.nc"), root / "analysis" / "t.nc"),
+                      (lambda: _item_files.save_selection(_tiny_items(), {}, {}, root), root / "items_meta.json")):
         with pytest.raises(diskfull.DiskFullError) as e:
             f()
         _check_full_disk_message(str(e.value), root, target)
     monkeypatch.undo()
     assert json.loads((root / "paper_numbers.json").read_text()) == {"a": "1"}
-    assert json.loads(paper.provenance_file(root / "paper_numbers.json").read_text()) == {}  # as it was
+    assert json.loads(report.provenance_file(root / "paper_numbers.json").read_text()) == {}  # as it was
     assert not list(root.rglob("*.tmp"))
 
 
@@ -574,8 +548,8 @@ def _tiny_items():
 
 
 def test_the_paper_command_prints_one_line_on_a_full_disk(tmp_path, monkeypatch, capsys):
-    """``python -m murk.paper`` (make paper): pandoc's error on a full disk becomes murk's one line, exit 1."""
-    from murk import paper
+    """``python -m murk.report.paper`` (make paper): pandoc's error on a full disk becomes murk's one line, exit 1."""
+    from murk.report import paper
 
     root = _root(tmp_path)
 

@@ -3,7 +3,7 @@
 Each case is a tiny checkpoint built in tmp (``tests/conftest.py``'s ``tiny_checkpoint_dirs``, or a
 tiny random text-only / vision-only model saved with ``save_pretrained``) and loaded with
 ``murk.readout.load_vlm`` as the read-out notebook does. The Snakemake words are checked through
-Snakemake in ``tests/test_faults_snakemake.py``.
+Snakemake in ``tests/scenarios/test_faults_snakemake.py``.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from murk import checkpoints, readout
-from murk.checkpoints import CheckpointFileError, check_weight_files, safetensors_tensor_names
-from murk.readout import load_vlm, setting_words
+from murk import readout
+from murk.offline import _checkpoints as checkpoints
+from murk.offline import _models
+from murk.readout import CheckpointFileError, check_weight_files, load_vlm, safetensors_tensor_names, setting_words
 
 
 def _copy(src: Path, dst: Path) -> Path:
@@ -103,7 +104,7 @@ def test_a_damaged_offline_checkpoint_says_delete_and_rerun_and_that_works(tmp_p
     """A checkpoint murk builds on first use (murk-tiny/...) with a truncated weights file: the fix is to
     delete its folder and rerun; doing so loads the rebuilt checkpoint."""
     model = "murk-tiny/smolvlm"
-    folder = checkpoints.ensure_offline_checkpoint(model, tmp_path)
+    folder = _models.ensure_offline_checkpoint(model, tmp_path)
     _truncate(0.5)(folder / "model.safetensors")
     with pytest.raises(OSError) as err:
         load_vlm(model, device="cpu", root=tmp_path)
@@ -223,7 +224,7 @@ def test_the_study_architectures_are_image_text_models(tiny_checkpoint_dirs):
     from transformers import AutoConfig
 
     for arch, folder in tiny_checkpoint_dirs.items():
-        assert checkpoints.model_kind(AutoConfig.from_pretrained(folder)) is None, arch
+        assert readout.model_kind(AutoConfig.from_pretrained(folder)) is None, arch
 
 
 # ----------------------------------------------------------------- the words of the command that ran

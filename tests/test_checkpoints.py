@@ -1,4 +1,4 @@
-"""Tests of murk.checkpoints: tiny offline checkpoints of the real architectures."""
+"""Tests of murk.offline: tiny offline checkpoints of the real architectures."""
 
 import json
 
@@ -6,16 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from murk import paths
-from murk.identity import checkpoint_digest
-from murk.checkpoints import (
-    MARKER_FILE,
-    MAX_PIXELS,
-    TINY_MODELS,
-    _BUILDERS,
-    build_tiny_checkpoint,
-    ensure_tiny_checkpoint,
-)
+from murk.core import checkpoint_digest
+from murk.core import _paths as paths
+from murk.offline import MARKER_FILE, MAX_PIXELS, TINY_MODELS, build_tiny_checkpoint, ensure_tiny_checkpoint
+from murk.offline._checkpoints import _BUILDERS
 
 ARCHS = sorted(set(TINY_MODELS.values()))
 CLASSES = {
@@ -139,7 +133,7 @@ def test_internvl_tiles_without_the_call_time_argument(tiny_checkpoint_dirs):
 
 
 def test_gemma4_budget():
-    from murk.checkpoints import gemma4_max_soft_tokens
+    from murk.offline._checkpoints import gemma4_max_soft_tokens
 
     assert gemma4_max_soft_tokens() == 70  # 70 * 9 * 256 = 161,280 px <= 448^2 < 140 * 9 * 256
     with pytest.raises(ValueError):
@@ -151,7 +145,7 @@ def test_call_time_arguments_override_processor_defaults(tiny_checkpoint_dirs):
     from PIL import Image
     from transformers import AutoProcessor
 
-    from murk.vlm import single_tile_kwargs
+    from murk.readout import single_tile_kwargs
 
     big = Image.fromarray(np.full((900, 1300, 3), 100, dtype=np.uint8))
     smol = AutoProcessor.from_pretrained(tiny_checkpoint_dirs["smolvlm"])
@@ -181,7 +175,7 @@ def test_ensure_tiny_checkpoint(tmp_path):
 
 # ----------------------------------------------------------------- real-format checkpoints (issue 12)
 def test_realformat_ids_build_into_the_output_root_and_load_by_id(tmp_path):
-    from murk.checkpoints import REALFORMAT_MODELS, ensure_offline_checkpoint, real_model_files_dir
+    from murk.offline import REALFORMAT_MODELS, ensure_offline_checkpoint, real_model_files_dir
     from murk.readout import load_vlm
 
     try:
@@ -205,7 +199,7 @@ def test_realformat_ids_build_into_the_output_root_and_load_by_id(tmp_path):
 def test_realformat_same_seed_same_weights(tmp_path):
     from safetensors.torch import load_file
 
-    from murk.checkpoints import build_realformat_checkpoint, real_model_files_dir
+    from murk.offline import build_realformat_checkpoint, real_model_files_dir
 
     try:
         real_model_files_dir()
@@ -221,7 +215,7 @@ def test_realformat_same_seed_same_weights(tmp_path):
 
 
 def test_realformat_needs_the_real_files(tmp_path, monkeypatch):
-    from murk.checkpoints import REAL_FILES_ENV, build_realformat_checkpoint, real_model_files_dir
+    from murk.offline import REAL_FILES_ENV, build_realformat_checkpoint, real_model_files_dir
 
     monkeypatch.setenv(REAL_FILES_ENV, str(tmp_path / "nowhere"))
     with pytest.raises(FileNotFoundError, match=REAL_FILES_ENV):
@@ -237,7 +231,7 @@ def test_realformat_needs_the_real_files(tmp_path, monkeypatch):
 def test_gemma4_standin_has_the_real_special_ids(realformat_checkpoint_dirs):
     from transformers import AutoTokenizer
 
-    from murk.checkpoints import GEMMA4_SPECIAL_IDS, GEMMA4_VOCAB_ROWS
+    from murk.offline._realformat import GEMMA4_SPECIAL_IDS, GEMMA4_VOCAB_ROWS
 
     tok = AutoTokenizer.from_pretrained(realformat_checkpoint_dirs["gemma4"])
     assert len(tok) == GEMMA4_VOCAB_ROWS
@@ -249,7 +243,8 @@ def test_gemma4_standin_has_the_real_special_ids(realformat_checkpoint_dirs):
 
 
 def test_internvl_tokenizer_config_follows_the_converter():
-    from murk.checkpoints import INTERNVL_NAMED_TOKENS, internvl_tokenizer_config, real_model_files_dir
+    from murk.offline import internvl_tokenizer_config, real_model_files_dir
+    from murk.offline._realformat import INTERNVL_NAMED_TOKENS
 
     try:
         src = real_model_files_dir() / "qwen3-vl-instruct" / "tokenizer_config.json"

@@ -1,9 +1,10 @@
-"""murk.claims: a finding is stated only when its interval excludes the null value."""
+"""murk.report: a finding is stated only when its interval excludes the null value."""
 
 import numpy as np
 import pytest
 
-from murk import claims, physics
+from murk.report import _claims as claims
+from murk.scene import _physics as physics
 
 NAN = float("nan")
 
@@ -134,11 +135,12 @@ def test_the_blind_spot_closes_only_where_there_was_one():
     for b, a in ((claims.UNDEFINED, claims.WITH), (claims.LAGS, claims.UNDEFINED)):
         assert "cannot be stated" in claims.blind_spot_change(b, a)
 def _rc_verdict(signals, correct, image, n_resamples=1000, seed=1):
-    from murk import metrics
+    from murk.results import _bootstrap
+    from murk.results import _selective
 
-    counts = metrics.bootstrap_counts(int(image.max()) + 1, n_resamples, seed)
-    point = {s: metrics.aurc(v, correct) for s, v in signals.items()}
-    boot = {s: metrics.resampled_aurc(v, correct, counts, image_index=image) for s, v in signals.items()}
+    counts = _bootstrap.bootstrap_counts(int(image.max()) + 1, n_resamples, seed)
+    point = {s: _selective.aurc(v, correct) for s, v in signals.items()}
+    boot = {s: _selective.resampled_aurc(v, correct, counts, image_index=image) for s, v in signals.items()}
     return point, claims.best_signal(point, boot, 0.95)
 
 

@@ -1,4 +1,4 @@
-"""Tests of murk.config: the configuration hash, the frozen run record, Table III."""
+"""Tests of murk.core: the configuration hash, the frozen run record, Table III."""
 
 from __future__ import annotations
 
@@ -10,13 +10,8 @@ import sys
 
 import pytest
 
-from murk import config as mc
-from murk import items, paths
-
-import stages  # tests/stages.py: the stage notebooks through papermill
-
-SAMPLE = paths.project_root().parent / "shared" / "coco-val2017-sample"
-needs_sample = pytest.mark.skipif(not SAMPLE.is_dir(), reason=f"{SAMPLE} absent")
+from murk.core import _config as mc
+from murk.core import _paths as paths
 
 
 @pytest.fixture
@@ -51,7 +46,7 @@ def test_config_hash_changes_with_any_setting(section, key, value):
 
 
 def test_config_hash_is_the_same_in_another_process():
-    code = "from murk.config import config_hash; print(config_hash())"
+    code = "from murk.core import config_hash; print(config_hash())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONHASHSEED": "99"})
     assert out.stdout.strip() == mc.config_hash()
@@ -65,7 +60,8 @@ def test_config_holds_the_spec_texts():
     assert cfg["readout"]["assistant_prefill"] == "Answer:"
     assert set(p["verbal_wordings"]) == {"v1", "v2", "v3"}
     assert (cfg["render"]["box_width_px"], cfg["render"]["box_color_rgb"]) == (8, [255, 0, 0])
-    assert (cfg["items"]["n_items"], cfg["items"]["seed"], cfg["items"]["shuffle_offset"]) == (1000, 1, 37)
+    assert cfg["items"]["shuffle_offset"] == 37
+    assert not {"n_items", "seed"} & set(cfg["items"])   # run settings (data/workflow.yaml, data/study.yaml)
 
 
 # ----------------------------------------------------------------------------- frozen record
@@ -113,52 +109,6 @@ def test_freeze_run_explicit_folder_and_errors(tmp_path, frozen):
         mc.freeze_run("broken", "c" * 64, "i" * 64)
 
 
-@needs_sample
-@pytest.mark.slow
-def test_select_stage_refuses_a_changed_config_for_an_existing_run(frozen, tmp_path, monkeypatch):
-    """A changed config changes the config hash and is refused for the existing run, before anything is
-    written (through the select notebook, as users meet it); a new run name is accepted."""
-    import papermill
-    import yaml
-
-    monkeypatch.setenv("MURK_OFFLINE", "1")
-    out = tmp_path / "out"
-    stages.run("01_select", out, coco_dir=str(SAMPLE), n_items=3, seed=1, run_name="r1")
-    table = items.load_items(out / "items.json")
-    meta = json.loads((out / "items_meta.json").read_text())
-    rec = json.loads((frozen / "r1.json").read_text())
-    assert meta["run_name"] == "r1" and meta["items_hash"] == items.items_hash(table) == rec["items_hash"]
-    assert meta["config_hash"] == rec["config_hash"] == mc.config_hash()
-    report = json.loads((out / "items_report.json").read_text())
-    assert report["n_candidates"] == 37 and report["n_items"] == 3
-    # the same run again: fine
-    stages.run("01_select", out, coco_dir=str(SAMPLE), n_items=3, seed=1, run_name="r1")
-    # a changed configuration ($MURK_CONFIG: every stage reads it)
-    changed = mc.load_config()
-    changed["prompts"]["abstain"] = "I am not sure"
-    (tmp_path / "changed.yaml").write_text(yaml.safe_dump(changed, sort_keys=False), encoding="utf-8")
-    monkeypatch.setenv("MURK_CONFIG", str(tmp_path / "changed.yaml"))
-    before = (out / "items.json").stat().st_mtime_ns
-    with pytest.raises(papermill.PapermillExecutionError, match="r1.json"):
-        stages.run("01_select", out, coco_dir=str(SAMPLE), n_items=3, seed=1, run_name="r1")
-    assert (out / "items.json").stat().st_mtime_ns == before  # nothing written
-    stages.run("01_select", tmp_path / "out2", coco_dir=str(SAMPLE), n_items=3, seed=1, run_name="r2")
-    assert json.loads((frozen / "r2.json").read_text())["config_hash"] == mc.config_hash(changed) != rec["config_hash"]
-    # other items under the first config are refused too
-    monkeypatch.delenv("MURK_CONFIG")
-    with pytest.raises(papermill.PapermillExecutionError, match="items_hash"):
-        stages.run("01_select", out, coco_dir=str(SAMPLE), n_items=4, seed=1, run_name="r1")
-
-
-@pytest.mark.slow  # the select notebook through papermill (end to end: out of `make test-fast`)
-def test_default_run_name(frozen, tmp_path, monkeypatch):
-    if not SAMPLE.is_dir():
-        pytest.skip(f"{SAMPLE} absent")
-    monkeypatch.setenv("MURK_OFFLINE", "1")
-    stages.run("01_select", tmp_path / "o", coco_dir=str(SAMPLE), n_items=2, seed=1)
-    assert (frozen / "offline-demo.json").is_file()
-
-
 def test_murk_config_names_the_configuration(tmp_path, monkeypatch):
     (tmp_path / "c.yaml").write_text("items:\n  seed: 3\n", encoding="utf-8")
     monkeypatch.setenv("MURK_CONFIG", str(tmp_path / "c.yaml"))
@@ -177,3 +127,104 @@ def test_settings_table():
     assert table["render.box_width_px"] == "8"
     assert not any(k.startswith("prompts.") for k in table)
     assert all(set(r) == {"setting", "value"} for r in rows)
+
+
+def _readers() -> set[str]:
+    """The keys read by subscript or ``.get`` anywhere in lib/murk and the notebooks (``x["key"]``,
+    ``x.get("key", ...)``)."""
+    import ast
+
+    root = paths.project_root()
+    keys: set[str] = set()
+    for f in [*(root / "lib" / "murk").rglob("*.py"), *(root / "notebooks").glob("*.py")]:
+        for n in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant) and isinstance(n.slice.value, str):
+                keys.add(n.slice.value)
+            elif (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "get" and n.args
+                  and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str)):
+                keys.add(n.args[0].value)
+    return keys
+
+
+def _unread(cfg: dict, readers: set[str]) -> list[str]:
+    """Settings of a configuration that no code reads: a leaf, or a mapping read whole (``chance``), must be
+    read by its key."""
+    out = []
+    for section, body in cfg.items():
+        if section == "prompts":          # Table II: murk.prompts reads the templates, tests/test_prompts.py
+            continue
+        if section not in readers:
+            out.append(section)
+            continue
+        for key in body if isinstance(body, dict) else []:
+            if key not in readers:
+                out.append(f"{section}.{key}")
+    return out
+
+
+def test_every_row_of_the_settings_table_is_the_value_that_ran(tmp_path):
+    """spec Table III (tbl-config, murk.report.settings_rows): each row is the value the code used. A setting
+    of data/config.yaml has a reader (a key no code reads, as depth.min_m was while murk.depth clipped with
+    its own constants, fails here); a constant in code is printed from the code and agrees with what the
+    code computes with it; a choice of the run is printed from its record."""
+    import numpy as np
+
+    from murk import readout as verbal
+    from murk import report as paper
+    from murk import scene
+    from murk.protocol import _design as design
+    from murk.results import _cube as cube
+    from murk.scene import _depth as depth
+    from murk.scene import _nominal as nominal
+    from murk.scene import _physics as physics
+
+    cfg = mc.load_config()
+    readers = _readers()
+    assert _unread(cfg, readers) == []
+    planted = copy.deepcopy(cfg)
+    planted["depth"] = {"min_m": 0.3}                      # a value with two homes: the test notices
+    assert _unread(planted, readers) == ["depth.min_m"]
+    planted = copy.deepcopy(cfg)
+    planted["readout"]["decoding"] = "beam"
+    assert _unread(planted, readers) == ["readout.decoding"]
+
+    meta = {"annotation_file": "/x/annotations/instances_val2017.json", "n_items": 8, "seed": 1}
+    attrs = {"depth_backend": "depth-anything-v2:m", "depth_model": "org/m"}
+    rows = paper.settings_rows(cfg, meta, attrs)
+    table = {r["setting"]: r["value"] for r in rows}
+    assert len(table) == len(rows) and all(r["source"] for r in rows)
+    frozen = {r["setting"]: r["value"] for r in mc.settings_table(cfg)}
+    assert {k: table[k] for k in frozen} == frozen
+    assert [r["source"] for r in rows if r["setting"] in frozen] == ["data/config.yaml"] * len(frozen)
+
+    def floats(key):
+        return np.array([float(v) for v in table[key].split(", ")])
+
+    # the run's choices, from its records
+    assert (table["split"], table["n_items"], table["seed"], table["depth_model"]) == ("COCO val2017", "8", "1", "org/m")
+    offline = {r["setting"]: r["value"] for r in paper.settings_rows(cfg, meta, {"depth_backend": "constant-13.8m",
+                                                                               "depth_model": ""})}
+    assert offline["depth_model"] == "constant-13.8m"
+    assert paper.settings_rows(cfg)[1]["value"] == "not recorded"
+    # the constants, against what the code computes with them
+    v = np.array([2.0, 40.0])
+    np.testing.assert_allclose(physics._fog_beta(v) * v, float(table["murk.scene.KOSCHMIEDER_CONSTANT"]), rtol=1e-12)
+    np.testing.assert_array_equal(floats("murk.scene.SWEEP_M"), cube.level_coords()["visibility_m"].sel(arm="fog").values[1:])
+    np.testing.assert_array_equal(floats("murk.scene.SWEEP_M"), design.sweep_of(cfg))
+    pope = floats("murk.scene.POPE_FRY_ABSORPTION_PER_M")
+    beta = physics._underwater_beta(3.912)
+    np.testing.assert_allclose(beta / beta.min(), pope / pope.min(), rtol=1e-12)
+    assert table["murk.scene.UNDERWATER_WAVELENGTHS_NM"] == "620, 540, 460"
+    black = np.zeros((2, 2, 3), np.uint8)
+    foggy = physics.fog_sweep(black, np.full((2, 2), 80.0, np.float32), np.array([1.953125]))[0]
+    np.testing.assert_allclose(physics.srgb_to_linear(foggy), float(table["murk.scene.FOG_AIRLIGHT"]), atol=0.005)
+    severities = [k for arm, k in scene.CONDITIONS if arm == "imagenet_c"]
+    assert table["murk.scene.IMAGENET_C_SEVERITIES"] == ", ".join(map(str, severities))
+    assert tuple(severities) == nominal.IMAGENET_C_SEVERITIES
+    folder = tmp_path / "maps"
+    folder.mkdir()
+    np.save(folder / "7.npy", np.array([[0.01, 10.0], [5.0, 1e4]], np.float32))
+    clipped = depth.get_backend("folder", str(folder))(np.zeros((2, 2, 3), np.uint8), image_id=7)
+    assert (float(clipped.min()), float(clipped.max())) == (float(table["murk.scene.DEPTH_MIN_M"]),
+                                                           float(table["murk.scene.DEPTH_MAX_M"]))
+    assert table["murk.readout.DECODING"] == verbal.DECODING == "greedy"

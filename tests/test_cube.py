@@ -4,7 +4,10 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from murk import cube, physics
+from murk import scene
+from murk.results import _cube as cube
+from murk.results import _store_repair
+from murk.scene import _physics as physics
 
 
 def _result(value=0.5, text="x"):
@@ -15,24 +18,45 @@ def _result(value=0.5, text="x"):
 
 def _all_results(value=0.5):
     return {(arm, lvl, task): _result(value, f"{arm}{lvl}{task}")
-            for arm, lvl in cube.CONDITIONS for task in cube.TASKS}
+            for arm, lvl in scene.CONDITIONS for task in cube.TASKS}
 
 
 ATTRS = {"config_hash": "c" * 64, "items_hash": "i" * 64, "model_id": "m", "depth_backend": "constant-13.8m"}
 
 
 def test_conditions_are_the_spec_24():
-    assert len(cube.CONDITIONS) == 24
-    assert len(set(cube.CONDITIONS)) == 24
+    assert len(scene.CONDITIONS) == 24
+    assert len(set(scene.CONDITIONS)) == 24
 
 
 def test_level_coords_units_and_values():
     c = cube.level_coords()
-    assert c["visibility_m"].attrs["units"] == "m"
-    assert np.isinf(c["visibility_m"][0])
-    np.testing.assert_array_equal(c["visibility_m"][1:], physics.SWEEP_M)
-    np.testing.assert_array_equal(c["severity"][:6], np.arange(6))
-    assert np.isnan(c["severity"][6:]).all()
+    vis, sev = c["visibility_m"], c["severity"]
+    assert vis.attrs["units"] == "m" and "standard_name" not in vis.attrs   # visibility_in_air would claim air underwater
+    assert vis.dims == sev.dims == ("arm", "level") and list(vis["arm"].values) == list(cube.ARMS)
+    for arm in cube.PHYSICAL_ARMS:   # V (fog) and V_best (underwater): clean, then the sweep
+        assert np.isinf(vis.sel(arm=arm)[0])
+        np.testing.assert_array_equal(vis.sel(arm=arm)[1:], physics.SWEEP_M)
+        assert np.isnan(sev.sel(arm=arm)).all()
+    # the ImageNet-C severities have no visibility (severity 5 is not 15.6 m): clean, then NaN
+    assert np.isinf(vis.sel(arm="imagenet_c")[0]) and np.isnan(vis.sel(arm="imagenet_c")[1:]).all()
+    np.testing.assert_array_equal(sev.sel(arm="imagenet_c")[:6], np.arange(6))
+    assert np.isnan(sev.sel(arm="imagenet_c")[6:]).all()
+    for arm in cube.CONTROL_ARMS:    # a control image is not a degradation
+        assert np.isnan(vis.sel(arm=arm)).all() and np.isnan(sev.sel(arm=arm)).all()
+
+
+def test_sweep_visibility_reads_the_physical_arms():
+    ds = cube.empty_model_dataset([5], ["car"])
+    np.testing.assert_array_equal(cube.sweep_visibility(ds), np.concatenate([[np.inf], physics.SWEEP_M]))
+    np.testing.assert_array_equal(cube.sweep_visibility(ds.sel(arm="underwater")), cube.sweep_visibility(ds))
+    np.testing.assert_array_equal(cube.sweep_visibility(ds.sel(arm=["imagenet_c", "fog"])), cube.sweep_visibility(ds))
+    with pytest.raises(ValueError, match="no physical arm"):
+        cube.sweep_visibility(ds.sel(arm=["imagenet_c", "blank"]))
+    odd = ds.copy()
+    odd["visibility_m"] = odd["visibility_m"].where(odd["arm"] != "underwater", 1.0)
+    with pytest.raises(ValueError, match="differ"):
+        cube.sweep_visibility(odd)
 
 
 def test_empty_dataset_dims():
@@ -75,22 +99,41 @@ def test_store_refuses_other_inputs(tmp_path):
         cube.open_readout_store(store, [11, 13], ["car", "bus"], ATTRS)
 
 
-def test_merge_models(tmp_path):
+def _per_level_coords():
+    """The level coordinates as stores held them before they were per arm (one visibility per level, air's
+    standard name, severity 5 at 15.6 m)."""
+    vis = np.concatenate([[np.inf], physics.SWEEP_M])
+    sev = np.where(np.arange(len(vis)) <= 5, np.arange(len(vis)), np.nan)
+    return {"level": xr.DataArray(np.arange(len(vis)), dims="level"),
+            "visibility_m": xr.DataArray(vis, dims="level", attrs={"units": "m", "standard_name": "visibility_in_air"}),
+            "severity": xr.DataArray(sev, dims="level")}
+
+
+def test_merge_models(tmp_path, monkeypatch):
     stores = {}
     for k, model in enumerate(["org/a", "murk-tiny/b"]):
         p = tmp_path / f"{k}.zarr"
-        cube.open_readout_store(p, [1, 2], ["car", "bus"], {
-            **ATTRS, "model_id": model, "pipeline_check": int(model.startswith("murk-tiny")),
-            "model_revision": "abc", "n_visual_tokens": 64})
+        with monkeypatch.context() as m:
+            if k == 0:   # a store written before the level coordinates were per arm
+                m.setattr(cube, "level_coords", _per_level_coords)
+            cube.open_readout_store(p, [1, 2], ["car", "bus"], {
+                **ATTRS, "model_id": model, "pipeline_check": int(model.startswith("murk-tiny")),
+                "model_revision": "abc", "n_visual_tokens": 64})
         for i in range(2):
             cube.write_image(p, i, _all_results(0.25 * (k + 1)))
         stores[model] = p
+    assert xr.open_zarr(stores["org/a"])["visibility_m"].dims == ("level",)
     out = tmp_path / "cube.zarr"
     merged = cube.merge_models(stores, out, attrs={"git_commit": "deadbeef"})
     ds = xr.open_zarr(out)
     assert ds["value"].dims == cube.DIMS
     assert list(ds["model"].values) == ["org/a", "murk-tiny/b"]
     assert ds["visibility_m"].attrs["units"] == "m"
+    # the cube's level coordinates are the design's, per arm, whatever a store held
+    for name in ("visibility_m", "severity"):
+        want = cube.level_coords()[name]
+        assert ds[name].dims == want.dims and ds[name].attrs == want.attrs
+        np.testing.assert_array_equal(ds[name].values, want.values)
     assert ds.attrs["pipeline_check"] == 1 and "PIPELINE CHECK" in ds.attrs["note"]
     assert ds.attrs["git_commit"] == "deadbeef"
     assert list(ds["pipeline_check"].values) == [False, True]
@@ -264,7 +307,7 @@ def test_zarr2_store_of_an_earlier_murk_is_resumed_as_it_is(tmp_path):
     cube.write_image(store, 1, _all_results(2.0))
     chunk = store / "value" / "0.0.0.1.0"
     chunk.write_bytes(b"")
-    assert cube.damaged_chunks(store) == {1: [chunk]}
+    assert _store_repair.damaged_chunks(store) == {1: [chunk]}
     with pytest.warns(UserWarning, match=r"image 12 \(position 1\)"):
         ds = cube.open_readout_store(store, [11, 12, 13], ["car"] * 3, ATTRS)
     assert list(ds["done"].values) == [True, False, False]

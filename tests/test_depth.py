@@ -3,7 +3,9 @@
 import numpy as np
 import pytest
 
-from murk import checkpoints, depth, identity
+from murk.core import _identity as identity
+from murk.offline import _checkpoints as checkpoints
+from murk.scene import _depth as depth
 
 
 @pytest.fixture(scope="module")
@@ -117,16 +119,19 @@ def test_a_map_records_its_image_digest_and_a_changed_image_is_recomputed(tmp_pa
 
 
 def _sample_images(n: int, max_side: int = 96):
-    from murk import paths, render
+    import stages  # tests/stages.py: the shared COCO sample
+    from murk import scene
 
-    folder = paths.project_root().parent / "shared" / "coco-val2017-sample" / "val2017"
-    files = sorted(folder.glob("*.jpg"))[:n] if folder.is_dir() else []
+    if stages.SAMPLE_ABSENT:
+        pytest.skip(stages.SAMPLE_ABSENT)
+    folder = stages.SAMPLE / "val2017"
+    files = sorted(folder.glob("*.jpg"))[:n]
     if len(files) < n:
         pytest.skip(f"COCO sample images absent in {folder}")
     out = []
     for f in files:
-        img = render.load_image(f)
-        out.append(render.resize_image(img, render.presented_size(img.shape[1], img.shape[0], max_side)))
+        img = scene.load_image(f)
+        out.append(scene.resize_image(img, scene.presented_size(img.shape[1], img.shape[0], max_side)))
     return out
 
 
@@ -141,7 +146,9 @@ def test_kappa_scales_crossings_and_leaves_w_unchanged(kappa):
     at kappa * SWEEP_M with depth kappa * z renders the same images bit for bit (only
     beta z enters Eq. 1), so the curves are identical and the crossings scale exactly.
     """
-    from murk import metrics, nominal, physics
+    from murk.results import _metrics as metrics
+    from murk.scene import _nominal as nominal
+    from murk.scene import _physics as physics
 
     images = _sample_images(3)
     sweep = physics.SWEEP_M

@@ -1,4 +1,4 @@
-"""Design variants (murk.design; issue 26, item 1) and the marker diagnostic (item 2).
+"""Design variants (murk.protocol; issue 26, item 1) and the marker diagnostic (item 2).
 
 The spec's pilot (Sec. III) differs from the study in five choices; each is one run setting, and
 data/pilot.yaml sets all five. These tests check each choice where it enters (the configuration and its
@@ -15,10 +15,23 @@ import pytest
 import xarray as xr
 import yaml
 
-from murk import config, cube, design, diagnostics, items, metrics, physics, prompts, render, settings
+from murk import report
+from murk.core import settings
+from murk.core import _config as config
+from murk.protocol import _design as design
+from murk.protocol import _item_files
+from murk.protocol import _items as items
+from murk.protocol import _prompts as prompts
+from murk.results import _cube as cube
+from murk.results import _diagnostics as diagnostics
+from murk.results import _metrics as metrics
+from murk.scene import _physics as physics
+from murk.scene import _render as render
+
+import stages  # tests/stages.py: the shared COCO sample
 
 ROOT = Path(__file__).resolve().parents[1]
-COCO = Path(__file__).resolve().parents[2] / "shared" / "coco-val2017-sample"
+COCO = stages.SAMPLE
 ANN = COCO / "annotations" / "instances_val2017.json"
 PILOT = yaml.safe_load((ROOT / "data" / "pilot.yaml").read_text())
 
@@ -29,7 +42,7 @@ def test_the_studys_design_is_the_frozen_configuration_and_its_hash():
                              "sweep_end_m": 1.953125, "abstain_wordings": 2}):
         same = design.design_config(cfg, given)
         assert same == cfg and config.config_hash(same) == config.config_hash(cfg)
-        assert design.is_study_design(same) and design.describe_design(same).startswith("This run uses the study's")
+        assert design.is_study_design(same) and report.describe_design(same).startswith("This run uses the study's")
 
 
 def test_the_pilot_file_sets_each_of_the_five_choices_as_the_spec_describes_them():
@@ -43,11 +56,11 @@ def test_the_pilot_file_sets_each_of_the_five_choices_as_the_spec_describes_them
     assert config.config_hash(config.load_config()) == config.config_hash(cfg)   # the frozen file is untouched
     assert pilot["render"]["box_width_px"] == 3 and cfg["render"]["box_width_px"] == 8
     assert design.sweep_of(pilot) == [float(v) for v in physics.SWEEP_M[:-1]]    # ends at 3.9 m
-    text = design.describe_design(pilot)
+    text = report.describe_design(pilot)
     assert "murk's own wording" in text and "3 px" in text and "ends at 3.9 m" in text
-    assert design.design_name(pilot) == ("a design variant (an existence task, uniform distractors, a 3-px box, "
+    assert report.design_name(pilot) == ("a design variant (an existence task, uniform distractors, a 3-px box, "
                                          "the sweep to 3.9 m, one abstain wording)")
-    assert design.design_name(cfg) == "the study's design"
+    assert report.design_name(cfg) == "the study's design"
 
 
 def test_each_choice_is_independent_and_any_mix_is_a_design():
@@ -80,7 +93,7 @@ def test_the_existence_question_asks_about_the_whole_image_and_the_verification_
     assert pilot[0] == study[0]  # t2 is the same question
 
 
-@pytest.mark.skipif(not ANN.is_file(), reason="needs ../shared/coco-val2017-sample")
+@stages.needs_sample
 def test_uniform_distractors_keep_the_images_and_targets_and_give_rare_categories_their_share():
     cfg = config.load_config()
     main = items.select_items(ANN, n_items=37, seed=1, config=cfg)   # the sample's 37 candidates
@@ -98,7 +111,7 @@ def test_uniform_distractors_keep_the_images_and_targets_and_give_rare_categorie
     for t in (main, uni):  # distractors stay absent from the image and t3's is one of them
         assert all(t3 in opts and opts[k] != t3 for opts, k, t3 in zip(t["t2_options"], t["t2_answer_index"],
                                                                         t["t3_distractor"]))
-    assert items.items_hash(main) != items.items_hash(uni)
+    assert _item_files.items_hash(main) != _item_files.items_hash(uni)
 
 
 def _cube(levels: int = 9) -> xr.Dataset:
@@ -110,7 +123,7 @@ def _cube(levels: int = 9) -> xr.Dataset:
 def test_a_shorter_sweep_and_one_abstain_wording_restrict_the_analysis():
     cfg = design.design_config(config.load_config(), {"sweep_end_m": 3.9, "abstain_wordings": 1})
     ds = design.restrict_to_design(_cube(), cfg)
-    assert ds.sizes["level"] == 8 and float(ds["visibility_m"][-1]) == 3.90625
+    assert ds.sizes["level"] == 8 and float(ds["visibility_m"].sel(arm="fog")[-1]) == 3.90625
     v = ds["value"]
     assert v.sel(readout=["abstain2", "p_abstain2"]).isnull().all()
     assert not v.sel(readout=["abstain", "correct", "c_int"]).isnull().any()

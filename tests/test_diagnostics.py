@@ -1,4 +1,4 @@
-"""Design diagnostics from the controls (murk.diagnostics; issue 26, item 2: the kernels)."""
+"""Design diagnostics from the controls (murk.results; issue 26, item 2: the kernels)."""
 
 from __future__ import annotations
 
@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from murk import diagnostics as dg
-from murk import metrics
+from murk.results import _bootstrap
+from murk.results import _diagnostics as dg
 
 
 def _floor(n_correct: int, n: int, seed: int = 0) -> tuple[float, float, float]:
     """A control's accuracy with murk's bootstrap interval (spec Sec. III: 1000 resamples, 95 %)."""
     x = np.zeros(n)
     x[:n_correct] = 1.0
-    b = metrics.bootstrap_mean(xr.DataArray(x, dims="image"), n_resamples=1000, seed=seed)
+    b = _bootstrap._bootstrap_mean(xr.DataArray(x, dims="image"), n_resamples=1000, seed=seed)
     return float(b["mean"]), float(b["lo"]), float(b["hi"])
 
 
@@ -23,21 +23,21 @@ def test_the_pilots_blank_floor_is_below_chance(n_correct):
     """Spec Sec. IV (a): the pilot's blank-image t2 accuracy, 0.11-0.16 on 200 images, lies below chance 0.25:
     the verdict names the distractor prior."""
     point, lo, hi = _floor(n_correct, 200)
-    v = dg.floor_verdict(point, lo, hi, dg.chance_accuracy(4))
+    v = dg._floor_verdict(point, lo, hi, dg._chance_accuracy(4))
     assert v == dg.BELOW_CHANCE and dg.VERDICT_TEXT[v] == "the distractors carry a prior the model exploits against"
 
 
 @pytest.mark.parametrize("n_correct, n", [(250, 1000), (240, 1000), (260, 1000)])  # spec: 0.25, 0.24, 0.26
 def test_the_main_designs_blank_floor_at_chance_finds_no_confound(n_correct, n):
-    assert dg.floor_verdict(*_floor(n_correct, n), dg.chance_accuracy(4)) == dg.NO_CONFOUND
+    assert dg._floor_verdict(*_floor(n_correct, n), dg._chance_accuracy(4)) == dg.NO_CONFOUND
 
 
 def test_a_floor_above_the_prior_guesser_says_the_question_is_answerable_without_the_image():
     point, lo, hi = _floor(600, 1000)
-    assert dg.floor_verdict(point, lo, hi, 0.25, guesser=0.4) == dg.ABOVE_GUESSER
+    assert dg._floor_verdict(point, lo, hi, 0.25, guesser=0.4) == dg.ABOVE_GUESSER
     assert dg.VERDICT_TEXT[dg.ABOVE_GUESSER] == "the question is answerable without the image"
-    assert dg.floor_verdict(point, lo, hi, 0.25, guesser=0.7) == dg.NO_CONFOUND  # the prior explains it
-    assert dg.floor_verdict(np.nan, np.nan, np.nan, 0.25) == dg.UNDEFINED
+    assert dg._floor_verdict(point, lo, hi, 0.25, guesser=0.7) == dg.NO_CONFOUND  # the prior explains it
+    assert dg._floor_verdict(np.nan, np.nan, np.nan, 0.25) == dg.UNDEFINED
 
 
 def test_the_prior_guesser_is_at_chance_on_a_prior_matched_design_and_high_without():
@@ -64,10 +64,10 @@ def test_the_prior_guesser_is_at_chance_on_a_prior_matched_design_and_high_witho
 
 
 def test_the_binary_guesser_of_t3_is_at_chance():
-    assert dg.majority_guesser_accuracy(["yes", "no"] * 50) == 0.5 == dg.chance_accuracy(2)
+    assert dg.majority_guesser_accuracy(["yes", "no"] * 50) == 0.5 == dg._chance_accuracy(2)
     assert dg.majority_guesser_accuracy(["no"] * 3 + ["yes"]) == 0.75
     with pytest.raises(ValueError, match="at least 2 options"):
-        dg.chance_accuracy(1)
+        dg._chance_accuracy(1)
 
 
 def test_one_answer_dominating_t3_on_the_blank_image_is_found():

@@ -1,8 +1,8 @@
-"""murk.engine.read_images: preparation in worker processes (issue 38 item 4).
+"""murk.readout.read_images: preparation in worker processes (issue 38 item 4).
 
 The preparing workers are processes when ``workers >= 2`` and what they need can be sent to them,
 threads otherwise; the read-outs are the same bit for bit either way, and bad input, a failed rendering
-and any other error behave as in the threads path (tests/test_batched.py).
+and any other error behave as in the threads path (tests/test_engine_batched.py).
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from murk import engine
-from murk.config import load_config
-from murk.prompts import questions_for_item
+from murk.core import load_config
+from murk.protocol import questions_for_item
+from murk.readout import _engine as engine
+from murk.readout import _memory
+from murk.readout import _schedule
 
 ROWS = ({"category": "umbrella", "t2_options": ["car", "umbrella", "bench", "kite"], "t2_answer_index": 1,
          "t3_distractor": "truck"},
@@ -39,7 +41,7 @@ class _Load:
     config: dict
     in_worker: bool = False
 
-    def __call__(self, i: int) -> engine.ImageJob:
+    def __call__(self, i: int) -> _schedule.ImageJob:
         if self.in_worker and multiprocessing.parent_process() is None:
             raise AssertionError("load ran in the main process: the workers were not processes")
         if i == 1:
@@ -49,9 +51,9 @@ class _Load:
         img = self.images[i % len(self.images)]
         qs = questions_for_item(ROWS[i % 2], self.config)
         if i == 2:
-            return engine.ImageJob(qs, _failing_rendering(img))
+            return _schedule.ImageJob(qs, _failing_rendering(img))
         verbal = ("v1", "v2", "v3") if i == 0 else ("v1",)
-        return engine.ImageJob(qs, [("clean", 0, img), ("fog", 4, img)], verbal)
+        return _schedule.ImageJob(qs, [("clean", 0, img), ("fog", 4, img)], verbal)
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +82,7 @@ def test_a_workers_preparation_equals_the_model_threads(arch, tiny_vlms, images,
     vlm = tiny_vlms[arch]
     cfg = load_config()
     load = _Load(images, cfg)
-    support = engine.batching_support(vlm)
+    support = _memory.batching_support(vlm)
     monkeypatch.setattr(engine, "_WORKER", {})
     threads = torch.get_num_threads()
     try:
@@ -184,14 +186,14 @@ def test_workers_from_the_cpus_the_job_was_given(monkeypatch):
 
 
 def test_the_stages_load_pickles_and_reports_bad_input(tmp_path):
-    """murk.engine.ItemJobs (the read-out stage's load) travels to a process by pickle, and a missing image is
+    """murk.readout.ItemJobs (the read-out stage's load) travels to a process by pickle, and a missing image is
     bad input (FileNotFoundError, recorded by read_images as the image's missing reason)."""
     import pandas as pd
 
     cfg = load_config()
     table = pd.DataFrame([{"image_id": 7, "file_name": "000000000007.jpg", "width": 640, "height": 480,
                            "bbox": [10.0, 10.0, 50.0, 50.0], **ROWS[0]}])
-    jobs = engine.ItemJobs(table, np.array([0]), str(tmp_path), str(tmp_path), cfg, seed=1, n_verbal_items=1)
+    jobs = _schedule.ItemJobs(table, np.array([0]), str(tmp_path), str(tmp_path), cfg, seed=1, n_verbal_items=1)
     assert engine._unshippable(jobs) is None
     back = pickle.loads(pickle.dumps(jobs))
     assert back.table.equals(table) and back.n_verbal_items == 1

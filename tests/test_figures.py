@@ -1,4 +1,4 @@
-"""murk.figures: plotting functions take data and return a figure; what the reader sees is checked here."""
+"""murk.report: plotting functions take data and return a figure; what the reader sees is checked here."""
 
 import matplotlib
 
@@ -8,7 +8,10 @@ import pytest  # noqa: E402
 import xarray as xr  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from murk import cube, figures, physics  # noqa: E402
+from murk.report import _figure_files
+from murk.report import _figures as figures  # noqa: E402
+from murk.results import _cube as cube  # noqa: E402
+from murk.scene import _physics as physics  # noqa: E402
 
 MODELS = ["org/model-a", "murk-tiny/model-b"]
 
@@ -104,9 +107,9 @@ def _red_share(png, rows=slice(None)) -> float:
 
 
 def test_pipeline_check_mark_is_in_the_image_file(tmp_path):
-    png, pdf = figures.save(figures.plot_signal_vs_visibility(_means(), "correct"), tmp_path, "marked",
+    png, pdf = _figure_files.save(figures.plot_signal_vs_visibility(_means(), "correct"), tmp_path, "marked",
                             pipeline_check=True)
-    plain, _ = figures.save(figures.plot_signal_vs_visibility(_means(), "correct"), tmp_path, "plain")
+    plain, _ = _figure_files.save(figures.plot_signal_vs_visibility(_means(), "correct"), tmp_path, "plain")
     assert pdf.read_bytes()[:4] == b"%PDF" and b"PIPELINE" not in plain.read_bytes()
     top = slice(0, 60)
     assert _red_share(png, top) > 0.01 and _red_share(plain, top) == 0.0
@@ -114,7 +117,7 @@ def test_pipeline_check_mark_is_in_the_image_file(tmp_path):
 
 
 def test_placeholder_states_its_text():
-    fig = figures.placeholder("examples: not computed in this run")
+    fig = _figure_files.placeholder("examples: not computed in this run")
     assert "not computed in this run" in _texts(fig)
 
 
@@ -156,7 +159,7 @@ def test_display_names_are_the_shortest_unique_suffixes():
     folders = figures.display_names(["/data/a/run1/final", "/data/a/run2/final", "/data/b/run1/final/"])
     assert folders == {"/data/a/run1/final": "a/run1/final", "/data/a/run2/final": "run2/final",
                        "/data/b/run1/final/": "b/run1/final"}
-    assert figures.display_names(["org/m"]) == {"org/m": "m"} and figures.short_name("org/m") == "m"
+    assert figures.display_names(["org/m"]) == {"org/m": "m"} and figures._short_name("org/m") == "m"
     # an id that is a suffix of another is named in full, and the names stay distinct
     both = figures.display_names(["smolvlm", "murk-tiny/smolvlm"])
     assert len(set(both.values())) == 2
@@ -212,14 +215,14 @@ def test_figure_files_carry_the_identities(tmp_path):
     """Issue 21: each figure file records the run and analysis identities (PNG text chunks, PDF Subject/Keywords)."""
     ids = {"run_id": "r-111111111111", "analysis_id": "a-aaaaaaaaaaaa"}
     try:
-        figures.set_identity(**ids)
-        png, pdf = figures.save(figures.placeholder("x"), tmp_path, "with")
+        _figure_files.set_identity(**ids)
+        png, pdf = _figure_files.save(_figure_files.placeholder("x"), tmp_path, "with")
     finally:
-        figures.set_identity()
-    plain, _ = figures.save(figures.placeholder("x"), tmp_path, "without")
-    assert figures.file_identity(png) == ids and figures.file_identity(plain) == {}
+        _figure_files.set_identity()
+    plain, _ = _figure_files.save(_figure_files.placeholder("x"), tmp_path, "without")
+    assert _figure_files._file_identity(png) == ids and _figure_files._file_identity(plain) == {}
     assert b"r-111111111111" in pdf.read_bytes() and b"a-aaaaaaaaaaaa" in pdf.read_bytes()
-    assert figures.file_identity(figures.save(figures.placeholder("x"), tmp_path, "given",
+    assert _figure_files._file_identity(_figure_files.save(_figure_files.placeholder("x"), tmp_path, "given",
                                               identity={"run_id": "r-2"})[0]) == {"run_id": "r-2"}
 
 
@@ -271,7 +274,7 @@ def test_example_tiles_state_the_abstain_decision_both_ways_and_the_figure_names
     assert fig._suptitle.get_text() == "read-outs of Qwen3-VL-2B-Instruct (t2)"
     assert [ax.get_xlabel() for ax in fig.axes] == [abst, ans]
     assert _overlaps(fig) == []          # the title is drawn over no column title, tile or caption
-    banner = figures.stamp_pipeline_check(fig).texts[-2]       # and it is clear of a pipeline-check banner
+    banner = _figure_files.stamp_pipeline_check(fig).texts[-2]       # and it is clear of a pipeline-check banner
     fig.canvas.draw()
     r = fig.canvas.get_renderer()
     assert not banner.get_bbox_patch().get_window_extent(r).overlaps(fig._suptitle.get_window_extent(r))

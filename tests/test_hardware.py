@@ -1,4 +1,4 @@
-"""The CPU read-out dtype chosen from measured matmul rates (murk.hardware), and the benchmarks' protocol."""
+"""The CPU read-out dtype chosen from measured matmul rates (murk.readout), and the benchmarks' protocol."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from murk import hardware, paths
+from murk.core import _paths as paths
+from murk.readout import _hardware as hardware
 
 BENCH = paths.project_root() / "benchmarks"
 
@@ -64,7 +65,7 @@ def test_explicit_dtypes_are_not_measured(rates):
 def test_load_vlm_auto_loads_the_chosen_dtype_and_records_it(rates, tiny_checkpoint_dirs):
     import torch
 
-    from murk.config import load_config
+    from murk.core import load_config
     from murk.readout import load_vlm
 
     folder = str(tiny_checkpoint_dirs["qwen3vl"])
@@ -90,7 +91,7 @@ def test_a_dtype_that_is_no_torch_dtype_is_refused_naming_the_setting(rates, tin
                                                                       setting, hint):
     """readout.dtype_gpu: auto (auto measures CPU matmul only) and a misspelt name: a ValueError naming the setting
     and the dtypes to give, before anything is loaded (no GPU needed: the name is checked first)."""
-    from murk.config import load_config
+    from murk.core import load_config
     from murk.readout import load_vlm
 
     cfg = load_config()

@@ -1,4 +1,4 @@
-"""murk.identity (issue 37 item 2): a checkpoint folder and a file identified by their content, the stat-keyed
+"""murk.core (issue 37 item 2): a checkpoint folder and a file identified by their content, the stat-keyed
 cache of their digests, and the selected images changed since select."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from murk import identity
+from murk.core import _identity as identity
 
 
 def _checkpoint(folder: Path) -> Path:
@@ -114,12 +114,13 @@ def test_file_digest_and_the_default_cache_place(tmp_path, monkeypatch):
     assert identity.default_cache_path() == tmp_path / "xdg" / "murk" / "digests.json"
 
 
-# --- the Snakefile's parameter (murk.workflow.checkpoint_identity) and the store of superseded weights (murk.cube) ---
+# --- the Snakefile's parameter (murk.pipeline.checkpoint_identity) and the store of superseded weights (murk.results) ---
 
 def test_checkpoint_identity_of_folders_built_checkpoints_and_hub_ids(tmp_path, monkeypatch):
     from huggingface_hub import constants
 
-    from murk import paths, workflow
+    from murk.core import _paths as paths
+    from murk.pipeline import markers as workflow
 
     monkeypatch.setenv(identity.CACHE_ENV, str(tmp_path / "digests.json"))
     root = tmp_path / "out"
@@ -147,7 +148,7 @@ def test_checkpoint_identity_of_folders_built_checkpoints_and_hub_ids(tmp_path, 
 
 
 def _store(path: Path, **attrs) -> Path:
-    from murk import cube
+    from murk.results import _cube as cube
 
     base = dict(config_hash="c", items_hash="i", model_id="/models/m", depth_backend="constant-13.8m",
                 model_revision="sha256:" + "1" * 16)
@@ -158,7 +159,8 @@ def _store(path: Path, **attrs) -> Path:
 def test_a_store_of_superseded_local_weights_is_set_aside_other_differences_refused(tmp_path):
     import pytest
 
-    from murk import cube, workflow
+    from murk.pipeline import markers as workflow
+    from murk.results import _cube as cube
 
     new = dict(config_hash="c", items_hash="i", model_id="/models/m", depth_backend="constant-13.8m",
                model_revision="sha256:" + "2" * 16)
@@ -187,7 +189,7 @@ def test_a_store_of_superseded_local_weights_is_set_aside_other_differences_refu
 
 
 class _Hashes:
-    """Counts the files murk.identity hashes (its calls of hashlib.sha256 with no data)."""
+    """Counts the files murk.core hashes (its calls of hashlib.sha256 with no data)."""
 
     def __init__(self, monkeypatch):
         self.n = 0

@@ -12,7 +12,11 @@ import warnings
 import numpy as np
 import pytest
 
-from murk import coco, config, cube, depth, workflow
+from murk.core import _config as config
+from murk.pipeline import markers as workflow
+from murk.protocol import _coco as coco
+from murk.results import _cube as cube
+from murk.scene import _depth as depth
 
 
 # --- depth maps ---

@@ -1,4 +1,4 @@
-"""Tests of murk.items on the shared real COCO samples."""
+"""Tests of murk.protocol on the shared real COCO samples."""
 
 from __future__ import annotations
 
@@ -12,12 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from murk import paths
-from murk.config import load_config
-from murk.items import (
+from murk.core import _paths as paths
+from murk.core import load_config
+from murk.protocol._items import _candidate_ids, _candidate_pool
+from murk.protocol import (
     COLUMNS,
-    _candidate_pool,
-    candidate_ids,
     items_hash,
     load_items,
     save_items,
@@ -26,14 +25,16 @@ from murk.items import (
     shuffled_partner,
 )
 
+import stages  # tests/stages.py: the shared COCO sample
+
 SHARED = paths.project_root().parent / "shared"
-VAL_SAMPLE = SHARED / "coco-val2017-sample" / "annotations" / "instances_val2017.json"
+VAL_SAMPLE = stages.SAMPLE / "annotations" / "instances_val2017.json"
 COCO128 = SHARED / "coco128" / "annotations" / "instances_train2017.json"
 
-#: items hash of the 37 items of the shared val2017 sample (n_items=1000, seed 1), quoted in README.md
+#: items hash of the 37 items of the shared val2017 sample (n_items=1000, seed 1), quoted in docs/offline.md
 SAMPLE_ITEMS_HASH = "dfe236efb1f9fad7396bcd29da6b4df03765eb0982acb03872e4bb1916ffc54c"
 
-needs_val = pytest.mark.skipif(not VAL_SAMPLE.is_file(), reason=f"{VAL_SAMPLE} absent")
+needs_val = stages.needs_sample
 needs_128 = pytest.mark.skipif(not COCO128.is_file(), reason=f"{COCO128} absent")
 
 
@@ -44,15 +45,15 @@ def _select(path, **kw):
 
 @pytest.fixture(scope="module")
 def coco():
-    if not VAL_SAMPLE.is_file():
-        pytest.skip(f"{VAL_SAMPLE} absent")
+    if stages.SAMPLE_ABSENT:
+        pytest.skip(stages.SAMPLE_ABSENT)
     return json.loads(VAL_SAMPLE.read_text(encoding="utf-8"))
 
 
 @pytest.fixture(scope="module")
 def items():
-    if not VAL_SAMPLE.is_file():
-        pytest.skip(f"{VAL_SAMPLE} absent")
+    if stages.SAMPLE_ABSENT:
+        pytest.skip(stages.SAMPLE_ABSENT)
     with pytest.warns(UserWarning):
         return select_items(VAL_SAMPLE, n_items=1000, seed=1)
 
@@ -150,10 +151,10 @@ def test_hash_stable_under_shuffled_json(items, coco, tmp_path):
 
 @needs_val
 def test_hash_is_the_same_in_other_processes(items):
-    """Two separate processes with different string-hash seeds give the in-process hash (and the README's)."""
+    """Two separate processes with different string-hash seeds give the in-process hash (and the one docs/offline.md quotes)."""
     code = (
         "import warnings; warnings.simplefilter('ignore');"
-        "from murk.items import select_items, items_hash;"
+        "from murk.protocol import select_items, items_hash;"
         f"print(items_hash(select_items({str(VAL_SAMPLE)!r}, n_items=1000, seed=1)))"
     )
     hashes = [
@@ -165,9 +166,9 @@ def test_hash_is_the_same_in_other_processes(items):
 
 
 @needs_val
-def test_sample_items_hash_is_the_one_quoted_in_the_readme(items):
+def test_sample_items_hash_is_the_one_quoted_in_the_docs(items):
     assert items_hash(items) == SAMPLE_ITEMS_HASH
-    assert SAMPLE_ITEMS_HASH in (paths.project_root() / "README.md").read_text(encoding="utf-8")
+    assert SAMPLE_ITEMS_HASH in (paths.project_root() / "docs" / "offline.md").read_text(encoding="utf-8")
 
 
 def test_hash_reference_value():
@@ -201,13 +202,13 @@ def test_save_load_round_trip(items, tmp_path):
 
 
 def test_shuffled_partner():
-    j = shuffled_partner(1000)
+    offset = load_config()["items"]["shuffle_offset"]
+    j = shuffled_partner(1000, offset)
     assert j.dtype == np.int64 and j[0] == 37 and j[999] == 36 and j[962] == 999 and j[963] == 0
     assert sorted(j.tolist()) == list(range(1000))
-    assert shuffled_partner(1000, load_config()["items"]["shuffle_offset"]).tolist() == j.tolist()
-    assert shuffled_partner(37).tolist() == list(range(37))  # N = offset: the identity
+    assert shuffled_partner(37, offset).tolist() == list(range(37))  # N = offset: the identity
     with pytest.raises(ValueError):
-        shuffled_partner(0)
+        shuffled_partner(0, offset)
 
 
 def test_missing_file_error(tmp_path):
@@ -363,7 +364,7 @@ def test_selection_report_on_a_made_up_table(tmp_path):
 @needs_val
 def test_selection_report_on_the_sample(items):
     r = selection_report(items, VAL_SAMPLE)
-    assert r["n_candidates"] == 37 == len(candidate_ids(VAL_SAMPLE)) and r["n_items"] == 37
+    assert r["n_candidates"] == 37 == len(_candidate_ids(VAL_SAMPLE)) and r["n_items"] == 37
     assert sum(r["target_share"].values()) == pytest.approx(1.0)
     assert r["guesser_category"] == "person"
     assert 0.25 <= r["guesser_accuracy_t2"] <= r["target_share"]["person"] + 0.25
@@ -391,7 +392,7 @@ def test_full_val2017_has_1146_candidates():
     f, why = _full_val2017()
     if f is None:
         pytest.skip(f"candidate count 1146 not checked: {why}")
-    assert len(candidate_ids(f)) == 1146
+    assert len(_candidate_ids(f)) == 1146
     table = select_items(f, n_items=1000, seed=1)
     assert len(table) == 1000
     r = selection_report(table, f)

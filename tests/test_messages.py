@@ -17,10 +17,17 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from murk import config, cube, diskfull, images, items, paper, workflow
+from murk import report
+from murk.core import COMMAND_LINE, SettingsError, check_run_settings, settings
+from murk.core import _config as config
+from murk.core import _diskfull as diskfull
+from murk.pipeline import markers as workflow
+from murk.protocol import _item_files
+from murk.protocol import _items as items
 from murk.readout import load_vlm
-from murk import settings
-from murk.settings import COMMAND_LINE, SettingsError, check_run_settings
+from murk.report import paper
+from murk.results import _cube as cube
+from murk.scene import _images as images
 
 import stages
 
@@ -59,7 +66,7 @@ def test_option_letters_that_are_not_single_tokens_name_the_tokenizer_and_what_m
     assert "fix:" in msg and "-p model" in msg  # the papermill user's words
 
 
-# --- 3: a full disk while the offline checkpoint is built: the README's message, not a SafetensorError ---
+# --- 3: a full disk while the offline checkpoint is built: docs/recovery.md's message, not a SafetensorError ---
 
 def test_a_full_disk_while_the_offline_checkpoint_is_built_names_the_root_and_the_resume(tmp_path, monkeypatch):
     import transformers.modeling_utils as modeling_utils
@@ -96,18 +103,18 @@ def test_a_missing_or_failed_embed_says_what_to_run(tmp_path, monkeypatch, capsy
     nbformat.write(book, nb)
     errors = []
     for label in ("fig-absent", "fig-broken"):
-        with pytest.raises(paper.EmbedError) as e:
-            paper.resolve_qmd(f"{{{{< embed ../outputs/notebooks/04_analyse.ipynb#{label} >}}}}", {}, tmp_path, root)
+        with pytest.raises(report.EmbedError) as e:
+            report.resolve_qmd(f"{{{{< embed ../outputs/notebooks/04_analyse.ipynb#{label} >}}}}", {}, tmp_path, root)
         msg = _one_line(str(e.value))
         assert str(nb) in msg and label in msg and "re-run the stage" not in msg
         assert "fix: run the command that made this output root again with --forcerun analyse added" in msg
         assert f"make demo ARGS='--config output_dir={root} --forcerun analyse'" in msg
-        assert "python -m murk.execute notebooks/04_analyse.py " in msg and f"-p output_dir {root}" in msg  # or the README's by-hand command
+        assert "python -m murk.pipeline.execute notebooks/04_analyse.py " in msg and f"-p output_dir {root}" in msg  # or docs/stages.md's by-hand command
         errors.append(e.value)
     assert isinstance(errors[0], KeyError) and isinstance(errors[1], ValueError)  # as the callers caught them
-    assert "--forcerun depth" in paper.remake_words(root / "notebooks" / "02_depth.ipynb")
+    assert "--forcerun depth" in report.remake_words(root / "notebooks" / "02_depth.ipynb")
 
-    def render(**kwargs):  # what render_paper meets (python -m murk.paper under make demo / make paper)
+    def render(**kwargs):  # what render_paper meets (python -m murk.report.paper under make demo / make paper)
         raise errors[0]
 
     monkeypatch.setattr(paper, "refuse_mixed_paper", lambda root: {})
@@ -115,7 +122,7 @@ def test_a_missing_or_failed_embed_says_what_to_run(tmp_path, monkeypatch, capsy
     monkeypatch.setattr(paper.shutil, "which", lambda name: None)
     assert paper.main(["--output-dir", str(root), "--fallback"]) == 2
     err = capsys.readouterr().err
-    assert _one_line(err.strip()).startswith(f"murk: make paper (python -m murk.paper) cannot render the paper of "
+    assert _one_line(err.strip()).startswith(f"murk: make paper (python -m murk.report.paper) cannot render the paper of "
                                              f"{root}: {nb} has no cell labelled 'fig-absent'")
 
 
@@ -177,7 +184,7 @@ def test_make_paper_into_a_read_only_root_refuses_before_pandoc(read_only_dir, m
     monkeypatch.setattr(paper.shutil, "which", lambda name: None)
     assert paper.main(["--output-dir", str(read_only_dir), "--fallback"]) == 2
     err = _one_line(capsys.readouterr().err.strip())
-    assert err.startswith(f"murk: make paper (python -m murk.paper) cannot write the paper of {read_only_dir}: "
+    assert err.startswith(f"murk: make paper (python -m murk.report.paper) cannot write the paper of {read_only_dir}: "
                           f"{read_only_dir} is ")
     assert "nothing was written" in err and f"fix: make {read_only_dir} writable" in err
 
@@ -251,7 +258,7 @@ def test_a_folder_with_an_images_name_is_called_a_folder(tmp_path):
     assert "is a folder, not an image file" in msg and "not found" not in msg
     assert str(tmp_path / "000000000139.jpg") in msg and "replace the folder" in msg
     table = pd.DataFrame([(1, "000000000139.jpg", 80, 40)], columns=["image_id", "file_name", "width", "height"])
-    assert "is a folder" in items.image_checks(table, tmp_path)["unreadable"]["1"]  # the select stage's record
+    assert "is a folder" in _item_files.image_checks(table, tmp_path)["unreadable"]["1"]  # the select stage's record
 
 
 # --- 9: an animated GIF cut to its first frame, a PNG's alpha dropped: a note, not silence ---
@@ -274,7 +281,7 @@ def test_a_gifs_later_frames_and_a_pngs_alpha_are_noted(tmp_path):
         images.load_image(tmp_path / "plain.png", (80, 40))  # nothing left out: no note
     table = pd.DataFrame([(1, "anim.gif", 80, 40), (2, "alpha.png", 80, 40), (3, "plain.png", 80, 40)],
                          columns=["image_id", "file_name", "width", "height"])
-    got = items.image_checks(table, tmp_path)  # recorded by the select stage in items_report.json
+    got = _item_files.image_checks(table, tmp_path)  # recorded by the select stage in items_report.json
     assert list(got["converted"]) == ["1", "2"] and not got["unreadable"] and not got["transposed"]
     assert words["anim.gif"] in got["converted"]["1"] and words["alpha.png"] in got["converted"]["2"]
 

@@ -1,4 +1,4 @@
-"""Tests of murk.metrics: reference values, n-dimensional input, NaN handling."""
+"""Tests of murk.results: reference values, n-dimensional input, NaN handling."""
 
 from __future__ import annotations
 
@@ -8,22 +8,22 @@ import xarray as xr
 from sklearn.calibration import calibration_curve
 from sklearn.metrics import roc_auc_score
 
-from murk.config import load_config
-from murk.metrics import (
+from murk.core import load_config
+from murk.results._bootstrap import _bootstrap_mean
+from murk.results._calibration import _abstain_rate, _mean_confidence
+from murk.results._metrics import _crossing_visibility_da
+from murk.results._selective import _risk_coverage
+from murk.results import (
     CENSOR_M,
     accuracy,
     auroc,
     blind_spot_width,
     bootstrap_indices,
-    bootstrap_mean,
     bootstrap_resample_means,
     crossing_visibility,
-    crossing_visibility_da,
     expected_calibration_error,
-    abstain_rate,
     bootstrap_counts,
     counts_from_indices,
-    mean_confidence,
     monotonicity,
     monotonicity_da,
     percentile_interval,
@@ -31,9 +31,8 @@ from murk.metrics import (
     resampled_auroc,
     resampled_ece,
     resampled_means,
-    risk_coverage_curve,
     selective_risk_coverage,
-    risk_coverage,
+    coverage_risk_of_sums,
     expected_risk_coverage,
     aurc,
     excess_aurc,
@@ -79,7 +78,7 @@ def test_bootstrap_mean_values_and_pairing():
     x[0, 3] = np.nan
     da = xr.DataArray(x, dims=("task", "image"), coords={"task": ["t2", "t3"]})
     cfg = load_config()["analysis"]
-    ds = bootstrap_mean(da, "image", n_resamples=cfg["bootstrap_resamples"], seed=cfg["bootstrap_seed"],
+    ds = _bootstrap_mean(da, "image", n_resamples=cfg["bootstrap_resamples"], seed=cfg["bootstrap_seed"],
                         ci=cfg["ci_level"])
     assert set(ds.data_vars) == {"mean", "lo", "hi"}
     np.testing.assert_allclose(ds["mean"].values, np.nanmean(x, axis=-1))
@@ -90,10 +89,10 @@ def test_bootstrap_mean_values_and_pairing():
     assert (ds["lo"] <= ds["mean"]).all() and (ds["mean"] <= ds["hi"]).all()
     assert list(ds["task"].values) == ["t2", "t3"]
     # explicit indices reproduce the seeded draw (paired use)
-    ds2 = bootstrap_mean(da, indices=idx)
+    ds2 = _bootstrap_mean(da, indices=idx)
     xr.testing.assert_allclose(ds[["lo", "hi"]], ds2[["lo", "hi"]])
     with pytest.raises(ValueError):
-        bootstrap_mean(da, ci=1.5)
+        _bootstrap_mean(da, ci=1.5)
     with pytest.raises(ValueError):
         bootstrap_resample_means(da, "image", bootstrap_indices(39, 10, 0))
 
@@ -193,7 +192,7 @@ def test_crossing_xarray_wrapper():
     y = np.array([[1.0, 1.0, 0.98, 0.95, 0.9, 0.5, 0.3, 0.25], np.full(8, 0.95)])
     da = xr.DataArray(y, dims=("signal", "visibility_m"),
                       coords={"signal": ["acc", "c_int"], "visibility_m": SWEEP})
-    ds = crossing_visibility_da(da[:, ::-1], xr.DataArray([1.0, 0.99], dims="signal"), 0.25)
+    ds = _crossing_visibility_da(da[:, ::-1], xr.DataArray([1.0, 0.99], dims="signal"), 0.25)
     ref_v, ref_c = crossing_visibility(SWEEP, y, np.array([1.0, 0.99]), 0.25)
     np.testing.assert_allclose(ds["v_cross_m"].values, ref_v)
     np.testing.assert_array_equal(ds["censored"].values, ref_c)
@@ -432,48 +431,47 @@ def test_reliability_bins_xarray():
 
 def test_mean_confidence_and_abstain_rate():
     da = xr.DataArray([[0.5, 1.0, np.nan]], dims=("model", "image"))
-    assert float(mean_confidence(da, "image")[0]) == 0.75
-    assert float(abstain_rate(np.array([1.0, 0.0, 0.0, 1.0]))) == 0.5
+    assert float(_mean_confidence(da, "image")[0]) == 0.75
+    assert float(_abstain_rate(np.array([1.0, 0.0, 0.0, 1.0]))) == 0.5
 
 
 # ----------------------------------------------------------------------------- selective answering
 
 
-def test_risk_coverage_curve_against_brute_force():
+def test_risk_coverage_group_ends_against_brute_force():
     rng = np.random.default_rng(5)
     conf = np.round(rng.random(200), 2)
     corr = (rng.random(200) < conf).astype(float)
-    t, cov, risk = risk_coverage_curve(conf, corr)
-    assert np.all(np.diff(t) < 0) and np.all(np.diff(cov) > 0) and cov[-1] == 1.0
+    cov, risk = _risk_coverage(conf, corr)
+    t = np.unique(conf)[::-1]                  # one point per distinct confidence, from high to low
+    assert cov.size == t.size and np.all(np.diff(cov) > 0) and cov[-1] == 1.0
     for tau, cv, rk in zip(t, cov, risk):
         ans = conf >= tau
         assert cv == pytest.approx(ans.mean()) and rk == pytest.approx(1 - corr[ans].mean())
     assert risk[-1] == pytest.approx(1 - corr.mean())
-    assert risk_coverage_curve([np.nan], [1])[0].size == 0
     with pytest.raises(ValueError):
-        risk_coverage_curve(np.ones((2, 2)), np.ones((2, 2)))
+        _risk_coverage([np.nan], [1])
+    with pytest.raises(ValueError):
+        expected_risk_coverage(np.ones((2, 2)), np.ones((2, 2)))
 
 
 def test_risk_coverage_independent_of_order_and_ties():
     rng = np.random.default_rng(21)
     conf = np.round(rng.random(60), 1)  # many ties
     corr = (rng.random(60) < conf).astype(float)
-    cov, risk = risk_coverage(conf, corr)
-    _, cov_ref, risk_ref = risk_coverage_curve(conf, corr)  # the same points, shared helper
-    np.testing.assert_array_equal(cov, cov_ref)
-    np.testing.assert_array_equal(risk, risk_ref)
+    cov, risk = _risk_coverage(conf, corr)
     assert cov.size == np.unique(conf).size and cov[-1] == 1.0 and risk[-1] == pytest.approx(1 - corr.mean())
     for seed in range(3):  # shuffling: ties enter together, so the points are identical
         p = np.random.default_rng(seed).permutation(60)
-        c2, r2 = risk_coverage(conf[p], corr[p])
+        c2, r2 = _risk_coverage(conf[p], corr[p])
         np.testing.assert_array_equal(c2, cov)
         np.testing.assert_array_equal(r2, risk)
     # duplicating every answer keeps each point: coverage and risk are ratios of doubled counts
-    c2, r2 = risk_coverage(np.r_[conf, conf], np.r_[corr, corr])
+    c2, r2 = _risk_coverage(np.r_[conf, conf], np.r_[corr, corr])
     np.testing.assert_array_equal(c2, cov)
     np.testing.assert_array_equal(r2, risk)
-    # the hand case of risk_coverage_curve: 0.8 (one right, one wrong) enters as one point
-    cov, risk = risk_coverage([0.3, 0.8, 0.9, 0.8], [0, 1, 1, 0])
+    # the hand case: 0.8 (one right, one wrong) enters as one point
+    cov, risk = _risk_coverage([0.3, 0.8, 0.9, 0.8], [0, 1, 1, 0])
     assert cov.tolist() == [0.25, 0.75, 1.0] and risk.tolist() == [0.0, 1 / 3, 0.5]
 
 
@@ -534,12 +532,12 @@ def test_risk_coverage_nan_and_errors():
     conf = np.array([0.9, np.nan, 0.8, 0.7, 0.6, 0.5])
     corr = np.array([1, 0, 1, np.nan, 0, 1])
     kept_c, kept_k = [0.9, 0.8, 0.6, 0.5], [1, 1, 0, 1]
-    for got, ref in zip(risk_coverage(conf, corr), risk_coverage(kept_c, kept_k)):
+    for got, ref in zip(_risk_coverage(conf, corr), _risk_coverage(kept_c, kept_k)):
         np.testing.assert_array_equal(got, ref)
     assert aurc(conf, corr) == aurc(kept_c, kept_k) == pytest.approx((1 / 3 + 1 / 4) / 4)
     assert excess_aurc(conf, corr) == excess_aurc(kept_c, kept_k)
     assert coverage_at_risk(conf, corr, 0.25) == coverage_at_risk(kept_c, kept_k, 0.25) == 1.0
-    for f in (risk_coverage, aurc, excess_aurc):
+    for f in (_risk_coverage, expected_risk_coverage, aurc, excess_aurc):
         with pytest.raises(ValueError, match="no valid"):
             f([np.nan, 0.5], [1, np.nan])
         with pytest.raises(ValueError, match="no valid"):
@@ -668,7 +666,7 @@ def test_tie_aware_aurc_and_coverage_equal_the_average_over_all_tie_orders():
         cov, risk = expected_risk_coverage(conf, corr)
         np.testing.assert_allclose(risk, curve, atol=1e-14)
         np.testing.assert_array_equal(cov, np.arange(1, n + 1) / n)
-        ends, end_risk = risk_coverage(conf, corr)          # the group ends lie on the expected curve, exactly
+        ends, end_risk = _risk_coverage(conf, corr)          # the group ends lie on the expected curve, exactly
         assert set(zip(ends.tolist(), end_risk.tolist())) <= set(zip(cov.tolist(), risk.tolist()))
         e = n - corr.sum()
         i = np.arange(1, n + 1)
@@ -688,7 +686,7 @@ def test_tie_aware_aurc_and_coverage_equal_the_average_over_all_tie_orders():
     # the harmonic sums: the table of integer counts and the digamma form (other weights) agree
     from scipy.special import digamma
 
-    from murk.metrics import _harmonic_gap
+    from murk.results._selective import _harmonic_gap
 
     k, top = np.array([0.0, 3.0, 100.0, 5000.0]), np.array([2.0, 8.0, 107.0, 5003.0])
     exact = [sum(1 / i for i in range(int(a) + 1, int(b) + 1)) for a, b in zip(k, top)]
@@ -732,6 +730,34 @@ def test_selective_risk_coverage_abstain():
     dc = xr.DataArray(np.stack([c, c]), dims=("model", "image"))
     cov, risk = selective_risk_coverage(da, dc, dim="image")
     assert cov.dims == ("model",) and float(cov[0]) == pytest.approx(0.6)
+    # the monitor's gates (murk.monitor.compare_at_equal_coverage) go through it: a boolean gate as 0/1,
+    # rows with a missing correct dropped
+    assert tuple(map(float, selective_risk_coverage([0.0, 0.0, 1.0, 1.0], [1, 0, 0, 0]))) == (0.5, 0.5)
+    assert tuple(map(float, selective_risk_coverage([0.0, 0.0, 1.0], [1, np.nan, 0]))) == (0.5, 0.0)
+
+
+def test_coverage_risk_of_sums_is_the_ratio_every_abstainer_takes():
+    """One implementation: the resampled sums of murk.analysis.selective_abstain and murk.monitor's bootstrap
+    give, at draw counts of one, the point coverage and risk of selective_risk_coverage."""
+    rng = np.random.default_rng(3)
+    a = (rng.random((4, 30)) < 0.3).astype(float)
+    c = (rng.random((4, 30)) < 0.6).astype(float)
+    a[0, :3] = np.nan
+    a[3] = 1.0                                        # a row that answers nothing: risk NaN
+    ok = ~np.isnan(a)
+    ans, wrong = np.where(ok, 1 - a, 0.0), np.where(ok, (1 - a) * (1 - c), 0.0)
+    cov_s, risk_s = coverage_risk_of_sums(ans @ np.ones(30), wrong @ np.ones(30), ok @ np.ones(30))
+    cov, risk = selective_risk_coverage(a, c)
+    np.testing.assert_array_equal(cov_s, cov)
+    np.testing.assert_array_equal(risk_s, risk)
+    for r in range(3):                                # by hand: answered share, error rate among the answered
+        kept = ~np.isnan(a[r])
+        answered = a[r][kept] == 0
+        assert cov[r] == pytest.approx(answered.mean())
+        assert risk[r] == pytest.approx(1.0 - c[r][kept][answered].mean())
+    assert np.isnan(risk[3]) and cov[3] == 0.0
+    cov, risk = coverage_risk_of_sums(0.0, 0.0, 0)
+    assert np.isnan(cov) and np.isnan(risk)
 
 
 # ----------------------------------------------------------------------------- monotonicity
@@ -841,13 +867,13 @@ def test_crossing_side_of_the_bound():
     _, _, sides = crossing_visibility(SWEEP, np.stack([y, np.full(8, 0.9), np.full(8, 0.3)]), 1.0, 0.25,
                                       return_side=True)
     assert sides.tolist() == ["", "below", "above"]
-    ds = crossing_visibility_da(xr.DataArray(np.full(8, 0.3), dims="visibility_m", coords={"visibility_m": SWEEP}),
+    ds = _crossing_visibility_da(xr.DataArray(np.full(8, 0.3), dims="visibility_m", coords={"visibility_m": SWEEP}),
                                 1.0, 0.25)
     assert str(ds["censored_side"].values) == "above"
 
 
 def test_blind_spot_width_side():
-    from murk.metrics import blind_spot_width_side
+    from murk.results import blind_spot_width_side
 
     acc = ["", "", "below", "above", "below", "above", "below", "above", ""]
     aware = ["below", "above", "", "", "below", "above", "above", "below", ""]

@@ -27,23 +27,26 @@ import json
 import numpy as np
 import pytest
 
-from murk import monitor as mon
-from murk import paths, physics, render
+from murk import scene
+from murk.monitor import _estimator
+from murk.monitor import _evaluation
+from murk.monitor import _gate
+from murk.monitor import _monitor as mon
+from murk.monitor import _validation_depth
+from murk.scene import _physics as physics
+from murk.scene import _render as render
 
 N_IMAGES = 16
 CORE = (physics.SWEEP_M >= 3.9) & (physics.SWEEP_M <= 62.5)  # levels 3-7: 62.5 ... 3.9 m
-SAMPLE = paths.project_root().parent / "shared" / "coco-val2017-sample"
 
 
 # ----------------------------------------------------------------------------- real images
 
 
 @pytest.fixture(scope="module")
-def sample_scenes():
+def sample_scenes(coco_sample):
     """[(image_id, presented uint8 image, {depth model: float32 depth})] for N_IMAGES images."""
-    ann_file = SAMPLE / "annotations" / "instances_val2017.json"
-    if not ann_file.is_file() or not (SAMPLE / "val2017").is_dir():
-        pytest.skip(f"COCO sample absent at {SAMPLE}")
+    ann_file = coco_sample / "annotations" / "instances_val2017.json"
     ann = json.loads(ann_file.read_text())
     boxes: dict[int, list] = {}
     for a in ann["annotations"]:
@@ -52,12 +55,13 @@ def sample_scenes():
     records = records[:: max(1, len(records) // N_IMAGES)][:N_IMAGES]
     scenes = []
     for rec in records:
-        full = render.load_image(SAMPLE / "val2017" / rec["file_name"])
-        size = render.presented_size(full.shape[1], full.shape[0])
-        image = render.resize_image(full, size)
-        ground = mon.ground_plane_depth(image.shape[0], image.shape[1])
+        full = scene.load_image(coco_sample / "val2017" / rec["file_name"])
+        size = scene.presented_size(full.shape[1], full.shape[0])
+        image = scene.resize_image(full, size)
+        ground = _validation_depth.ground_plane_depth(image.shape[0], image.shape[1])
         scaled = [render.scale_bbox(b, (full.shape[1], full.shape[0]), size) for b in boxes.get(rec["id"], [])]
-        scenes.append((rec["id"], image, {"ground": ground, "billboard": mon.billboard_depth(ground, scaled)}))
+        scenes.append((rec["id"], image, {"ground": ground,
+                                          "billboard": _validation_depth.billboard_depth(ground, scaled)}))
     return scenes
 
 
@@ -65,7 +69,7 @@ def sample_scenes():
 def sweep_estimates(sample_scenes):
     """{(arm, depth model): (N, L) V_hat}, rendered and estimated once."""
     cases = [("fog", "ground"), ("fog", "billboard"), ("underwater", "ground")]
-    return {(arm, dm): np.array([mon.estimate_sweep(image, depths[dm], arm) for _, image, depths in sample_scenes])
+    return {(arm, dm): np.array([mon._estimate_sweep(image, depths[dm], arm) for _, image, depths in sample_scenes])
             for arm, dm in cases}
 
 
@@ -101,10 +105,10 @@ def test_underwater_best_channel_visibility(sweep_estimates):
 
 
 def test_clean_images_are_clear_and_blank_is_opaque(sample_scenes):
-    clean = np.array([mon.estimate_visibility(image, d["ground"]) for _, image, d in sample_scenes])
+    clean = np.array([_estimator.estimate_visibility(image, d["ground"]) for _, image, d in sample_scenes])
     assert np.median(clean) > 250.0  # beyond the clearest sweep level
     _, image, depths = sample_scenes[0]
-    blank = mon.estimate_visibility_details(np.full_like(image, 128), depths["ground"])
+    blank = _estimator.estimate_visibility_details(np.full_like(image, 128), depths["ground"])
     assert blank["visibility_m"] < 10.0
 
 
@@ -126,14 +130,14 @@ def synthetic():
 def test_recovers_visibility_when_prior_holds(synthetic, v):
     image, depth = synthetic
     foggy = physics.fog(image, depth, v)
-    d = mon.estimate_visibility_details(foggy, depth, window_px=5)
+    d = _estimator.estimate_visibility_details(foggy, depth, window_px=5)
     assert d["visibility_m"] == pytest.approx(v, rel=0.1)
     assert d["veiling_light"] == pytest.approx((0.8, 0.8, 0.8), abs=0.02)
     assert d["censored"] == ""
     assert d["n_pixels"] > 0
-    assert d["method"] == "quantile" and d["quantile"] == mon.QUANTILE and d["bound"] == ""
-    assert mon.estimate_visibility(foggy, depth, window_px=5) == d["visibility_m"]
-    lsq = mon.estimate_visibility(foggy, depth, window_px=5, method="lsq", veiling_light=0.8)
+    assert d["method"] == "quantile" and d["quantile"] == _estimator.QUANTILE and d["bound"] == ""
+    assert _estimator.estimate_visibility(foggy, depth, window_px=5) == d["visibility_m"]
+    lsq = _estimator.estimate_visibility(foggy, depth, window_px=5, method="lsq", veiling_light=0.8)
     assert lsq == pytest.approx(v, rel=0.15)
 
 
@@ -141,44 +145,47 @@ def test_recovers_visibility_when_prior_holds(synthetic, v):
 def test_underwater_recovers_best_channel_visibility(synthetic, v):
     image, depth = synthetic
     murky = physics.underwater(image, depth, v)
-    assert mon.estimate_visibility(murky, depth, "underwater", window_px=5) == pytest.approx(v, rel=0.15)
+    assert _estimator.estimate_visibility(murky, depth, "underwater", window_px=5) == pytest.approx(v, rel=0.15)
 
 
 def test_omega_095_biases_towards_fog(synthetic):
     """He et al.'s dehazing omega = 0.95 makes images look foggier; omega = 1 is the measurement."""
     image, depth = synthetic
     foggy = physics.fog(image, depth, 60.0)
-    v1 = mon.estimate_visibility(foggy, depth, window_px=5, omega=1.0)
-    v95 = mon.estimate_visibility(foggy, depth, window_px=5, omega=0.95)
+    v1 = _estimator.estimate_visibility(foggy, depth, window_px=5, omega=1.0)
+    v95 = _estimator.estimate_visibility(foggy, depth, window_px=5, omega=0.95)
     assert v95 > v1  # t_hat = t + 0.05 (1 - t): too clear
 
 
 def test_clean_capped_far_nan_and_opaque(synthetic):
     image, depth = synthetic
-    clean = mon.estimate_visibility_details(image, depth, window_px=5, veiling_light=0.8)
+    clean = _estimator.estimate_visibility_details(image, depth, window_px=5, veiling_light=0.8)
     assert clean["visibility_m"] > 1000.0  # the prior's residual: large but finite
-    capped = mon.estimate_visibility_details(image, depth, window_px=5, veiling_light=0.8, cap_m=500.0)
+    capped = _estimator.estimate_visibility_details(image, depth, window_px=5, veiling_light=0.8, cap_m=500.0)
     assert capped["visibility_m"] == 500.0 and capped["censored"] in ("clear", "cap")
-    sky = mon.estimate_visibility_details(image, np.full(depth.shape, 80.0), far_m=mon.FAR_M)  # absolute cut
+    sky = _estimator.estimate_visibility_details(image, np.full(depth.shape, 80.0),
+                                                 far_m=_estimator.FAR_M)  # absolute cut
     assert np.isnan(sky["visibility_m"]) and sky["censored"] == "no_pixels" and sky["n_pixels"] == 0
     assert np.isnan(sky["censored_code"]) and sky["bound"] == ""
     # a constant map (the offline constant backend) has no far clip to cut: every pixel is used
-    const = mon.estimate_visibility_details(image, np.full(depth.shape, 13.8))
+    const = _estimator.estimate_visibility_details(image, np.full(depth.shape, 13.8))
     assert const["n_usable"] == depth.size
-    assert np.isnan(mon.estimate_visibility(image, np.full(depth.shape, np.nan)))
-    thick = mon.estimate_visibility_details(physics.fog(image, depth, 0.2), depth, window_px=5)
+    assert np.isnan(_estimator.estimate_visibility(image, np.full(depth.shape, np.nan)))
+    thick = _estimator.estimate_visibility_details(physics.fog(image, depth, 0.2), depth, window_px=5)
     assert thick["censored"] == "opaque" and thick["bound"] == "below" and thick["censored_code"] == -1.0
     # the upper bound: the QUANTILE-quantile of the opaque pixels' depth (V < z for each under the prior)
-    assert thick["visibility_m"] == pytest.approx(np.quantile(depth[depth < mon.FAR_M], mon.QUANTILE), rel=1e-6)
-    masked = mon.estimate_visibility(physics.fog(image, depth, 20.0), depth, window_px=5, mask=np.zeros(depth.shape, bool))
+    assert thick["visibility_m"] == pytest.approx(np.quantile(depth[depth < _estimator.FAR_M], _estimator.QUANTILE),
+                                                  rel=1e-6)
+    masked = _estimator.estimate_visibility(physics.fog(image, depth, 20.0), depth, window_px=5,
+                                            mask=np.zeros(depth.shape, bool))
     assert np.isnan(masked)
 
 
 def test_depth_scale_rescales_visibility(synthetic):
     """Only beta z enters Eq. (1): depth x kappa at V x kappa gives V_hat x kappa (spec Sec. III)."""
     image, depth = synthetic
-    v1 = mon.estimate_visibility(physics.fog(image, depth, 20.0), depth, window_px=5)
-    v2 = mon.estimate_visibility(physics.fog(image, 2 * depth, 40.0), 2 * depth, window_px=5)
+    v1 = _estimator.estimate_visibility(physics.fog(image, depth, 20.0), depth, window_px=5)
+    v2 = _estimator.estimate_visibility(physics.fog(image, 2 * depth, 40.0), 2 * depth, window_px=5)
     assert v2 == pytest.approx(2 * v1, rel=1e-9)
 
 
@@ -194,72 +201,63 @@ def test_depth_scale_rescales_visibility(synthetic):
 def test_errors(kwargs, match):
     args = {"image": np.zeros((4, 4, 3), np.uint8), "depth_m": np.ones((4, 4))} | kwargs
     with pytest.raises(ValueError, match=match):
-        mon.estimate_visibility_details(**args)
+        _estimator.estimate_visibility_details(**args)
 
 
 def test_depth_models():
-    g = mon.ground_plane_depth(336, 448)
+    g = _validation_depth.ground_plane_depth(336, 448)
     assert g.shape == (336, 448) and g.dtype == np.float32
     assert g[-1, 0] == pytest.approx(3.09, abs=0.01)
     assert np.all(g[:134] == 80.0) and np.all(np.diff(g[134:, 0]) <= 0) and np.all(np.diff(g[142:, 0]) < 0)
-    b = mon.billboard_depth(g, [(10, 200, 50, 100), (20, 150, 100, 200)])
+    b = _validation_depth.billboard_depth(g, [(10, 200, 50, 100), (20, 150, 100, 200)])
     assert np.all(b[200:300, 10:20] == g[299, 0])  # box 1 stands where it touches the ground
     assert np.all(b[150:336, 20:120] == g[335, 0])  # box 2 is nearer: it occludes box 1
     assert b[0, 300] == 80.0
 
 
 def test_spectral_and_veiling_shapes():
-    np.testing.assert_allclose(mon.spectral_shape("fog"), 1.0)
-    r = mon.spectral_shape("underwater")
+    np.testing.assert_allclose(_estimator.spectral_shape("fog"), 1.0)
+    r = _estimator.spectral_shape("underwater")
     assert r[2] == 1.0 and r[0] == pytest.approx(28.14, abs=0.01)
-    s = mon.veiling_light_shape("underwater")
+    s = _estimator.veiling_light_shape("underwater")
     np.testing.assert_allclose(s * 0.8, physics.underwater_veiling_light())
-    assert mon.default_window_px(336, 448) == 11 and mon.default_window_px(20, 20) == 3
+    assert _estimator.default_window_px(336, 448) == 11 and _estimator.default_window_px(20, 20) == 3
 
 
 # ----------------------------------------------------------------------------- gate
 
 
 def test_visibility_confidence_and_gate():
-    c = mon.visibility_confidence([np.nan, 1.0, mon.DEFAULT_THRESHOLD_M, 250.0, 1e4])
+    c = _gate.visibility_confidence([np.nan, 1.0, _gate.DEFAULT_THRESHOLD_M, 250.0, 1e4])
     np.testing.assert_allclose(c, [0.0, 0.0, 0.5, 1.0, 1.0])
-    assert mon.visibility_confidence(np.ones((2, 3))).shape == (2, 3)
-    np.testing.assert_array_equal(mon.gate_decisions([3.0, 30.0, np.nan, 10.0], 10.0), [True, False, True, False])
+    assert _gate.visibility_confidence(np.ones((2, 3))).shape == (2, 3)
+    np.testing.assert_array_equal(_gate.gate_decisions([3.0, 30.0, np.nan, 10.0], 10.0), [True, False, True, False])
     with pytest.raises(ValueError):
-        mon.visibility_confidence(1.0, (10.0, 1.0))
-
-
-def test_coverage_risk():
-    assert mon.coverage_risk([False, False, True, True], [1, 0, 0, 0]) == (0.5, 0.5)
-    cov, risk = mon.coverage_risk([True, True], [1, 0])
-    assert cov == 0.0 and np.isnan(risk)
-    assert mon.coverage_risk([False, False, True], [1, np.nan, 0]) == (0.5, 0.0)
-    with pytest.raises(ValueError):
-        mon.coverage_risk([True], [1, 0])
+        _gate.visibility_confidence(1.0, (10.0, 1.0))
 
 
 def test_split_images_is_per_image_and_reproducible():
     ids = np.arange(1000) * 7 + 3
-    half = mon.split_images(ids, seed=0)
+    half = _evaluation.split_images(ids, seed=0)
     assert 0.4 < half.mean() < 0.6
-    np.testing.assert_array_equal(mon.split_images(ids[::3], seed=0), half[::3])  # subsets reproduce
+    np.testing.assert_array_equal(_evaluation.split_images(ids[::3], seed=0), half[::3])  # subsets reproduce
     rows = np.repeat(ids, 3)
-    np.testing.assert_array_equal(mon.split_images(rows, seed=0), np.repeat(half, 3))
-    assert not np.array_equal(mon.split_images(ids, seed=1), half)
+    np.testing.assert_array_equal(_evaluation.split_images(rows, seed=0), np.repeat(half, 3))
+    assert not np.array_equal(_evaluation.split_images(ids, seed=1), half)
 
 
 def test_thresholds():
     s = np.array([1.0, 2.0, 3.0, 4.0, np.nan])
-    assert mon.threshold_at_coverage(s, 0.4) == 3.0  # answers 3 and 4
-    assert mon.threshold_at_coverage(s, 0.0) == np.inf
+    assert _evaluation.threshold_at_coverage(s, 0.4) == 3.0  # answers 3 and 4
+    assert _evaluation.threshold_at_coverage(s, 0.0) == np.inf
     # answering is right above 2.5 m, wrong below: the best cut answers {3, 4}
     correct = np.array([0, 0, 1, 1, 0])
-    assert mon.pick_threshold(s, correct) == 3.0
-    assert mon.pick_threshold(s, correct, target_coverage=0.6) == 2.0
-    assert mon.pick_threshold(s, np.zeros(5)) == np.inf
-    assert mon.pick_threshold(s, correct, select=[True, True, False, False, False]) == np.inf
+    assert _evaluation.pick_threshold(s, correct) == 3.0
+    assert _evaluation.pick_threshold(s, correct, target_coverage=0.6) == 2.0
+    assert _evaluation.pick_threshold(s, np.zeros(5)) == np.inf
+    assert _evaluation.pick_threshold(s, correct, select=[True, True, False, False, False]) == np.inf
     with pytest.raises(ValueError):
-        mon.pick_threshold(s, correct, select=np.zeros(5, bool))
+        _evaluation.pick_threshold(s, correct, select=np.zeros(5, bool))
 
 
 def test_compare_at_equal_coverage():
@@ -273,8 +271,8 @@ def test_compare_at_equal_coverage():
     v_hat = v * np.exp(rng.normal(0, 0.1, v.size))
     c_int = rng.uniform(0.7, 0.9, v.size)  # confident and uninformative
     abstain = (rng.random(v.size) < np.where(v < 8, 0.8, 0.05)).astype(float)
-    split = mon.split_images(ids, seed=0)
-    table = mon.compare_at_equal_coverage(v_hat, c_int, abstain, correct, split, image_ids=ids, n_resamples=200)
+    split = _evaluation.split_images(ids, seed=0)
+    table = _evaluation.compare_at_equal_coverage(v_hat, c_int, abstain, correct, split, image_ids=ids, n_resamples=200)
     assert set(table) == {"answer_all", "vlm_abstain", "monitor@vlm_abstain", "c_int@vlm_abstain", "monitor",
                           "c_int@monitor"}
     assert table["answer_all"]["coverage"] == 1.0
@@ -286,13 +284,13 @@ def test_compare_at_equal_coverage():
     assert lo <= table["monitor"]["risk"] <= hi
     assert table["monitor"]["n"] == int((~split).sum())
     with pytest.raises(ValueError, match="image_ids"):
-        mon.compare_at_equal_coverage(v_hat, c_int, abstain, correct, split, n_resamples=10)
+        _evaluation.compare_at_equal_coverage(v_hat, c_int, abstain, correct, split, n_resamples=10)
     with pytest.raises(ValueError, match="empty"):
-        mon.compare_at_equal_coverage(v_hat, c_int, abstain, correct, np.ones(v.size, bool))
+        _evaluation.compare_at_equal_coverage(v_hat, c_int, abstain, correct, np.ones(v.size, bool))
 
 
 def test_monitor_readouts(synthetic):
-    from murk import cube
+    from murk.results import _cube as cube
 
     image, depth = synthetic
     conds = {("clean", 0): image, ("fog", 7): physics.fog(image, depth, physics.SWEEP_M[6]),
@@ -333,16 +331,17 @@ def test_opaque_ramp_makes_the_gate_abstain(sample_scenes):
         conds = {("fog", 6 + k): physics.fog(image, ramp, v) for k, v in enumerate(murky)}
         out = mon.monitor_readouts(conds, ramp)
         for key, r in out.items():
-            d = mon.estimate_visibility_details(conds[key], ramp)
+            d = _estimator.estimate_visibility_details(conds[key], ramp)
             assert d["censored"] == "opaque" and d["bound"] == "below"
             assert r["visibility_hat_censored"] == -1.0          # recorded in the read-outs
             assert r["abstain"] == 1.0 and r["c_int"] == 0.0      # the gate abstains, vouching for nothing
             # the bound is on the right side and tighter than the old 39 m median
             assert murky[key[1] - 6] <= r["visibility_hat_m"] < 39.0
-            assert bool(mon.gate_decisions(r["visibility_hat_m"], mon.DEFAULT_THRESHOLD_M, r["visibility_hat_censored"]))
+            assert bool(_gate.gate_decisions(r["visibility_hat_m"], _gate.DEFAULT_THRESHOLD_M,
+                                             r["visibility_hat_censored"]))
     # without the censoring the same V_hat would have passed the gate: the flag is what stops it
-    assert not bool(mon.gate_decisions(30.0, mon.DEFAULT_THRESHOLD_M))
-    assert bool(mon.gate_decisions(30.0, mon.DEFAULT_THRESHOLD_M, "opaque"))
+    assert not bool(_gate.gate_decisions(30.0, _gate.DEFAULT_THRESHOLD_M))
+    assert bool(_gate.gate_decisions(30.0, _gate.DEFAULT_THRESHOLD_M, "opaque"))
 
 
 @pytest.mark.parametrize("kappa", [0.5, 2.0])
@@ -352,38 +351,39 @@ def test_global_depth_factor_scales_v_hat(sample_scenes, kappa):
     for _, image, depths in sample_scenes[:4]:
         ground = depths["ground"]
         for foggy in physics.fog_sweep(image, ground, physics.SWEEP_M):
-            d1 = mon.estimate_visibility_details(foggy, ground)
-            dk = mon.estimate_visibility_details(foggy, kappa * ground)
+            d1 = _estimator.estimate_visibility_details(foggy, ground)
+            dk = _estimator.estimate_visibility_details(foggy, kappa * ground)
             assert dk["visibility_m"] == pytest.approx(kappa * d1["visibility_m"], rel=1e-9)
             assert dk["censored"] == d1["censored"]
     # the old absolute cut is still available and is what broke the scaling
     _, image, depths = sample_scenes[0]
     foggy = physics.fog(image, depths["ground"], 250.0)
-    assert mon.usable_depth(0.5 * depths["ground"], far_m=mon.FAR_M).sum() > mon.usable_depth(0.5 * depths["ground"]).sum()
+    assert (_estimator.usable_depth(0.5 * depths["ground"], far_m=_estimator.FAR_M).sum()
+            > _estimator.usable_depth(0.5 * depths["ground"]).sum())
 
 
 def test_clean_images_rarely_fall_below_the_gate(sample_scenes):
     """False abstentions on clean images (issue 13: 6 % measured there; 4/158 with the median here, 0/158 with
     the 0.3 quantile, benchmarks/monitor.py): none of the test's images falls below the 22.1 m threshold."""
-    v = np.array([mon.estimate_visibility(image, d["ground"]) for _, image, d in sample_scenes])
-    assert np.mean(v < mon.DEFAULT_THRESHOLD_M) == 0.0
+    v = np.array([_estimator.estimate_visibility(image, d["ground"]) for _, image, d in sample_scenes])
+    assert np.mean(v < _gate.DEFAULT_THRESHOLD_M) == 0.0
 
 
 def test_certified_visibility_and_signal_range():
     v = np.array([30.0, 39.0, 50.0, np.nan])
     code = np.array([0.0, -1.0, 1.0, np.nan])
-    np.testing.assert_array_equal(mon.certified_visibility(v, code), [30.0, 0.0, 50.0, np.nan])
-    np.testing.assert_array_equal(mon.certified_visibility(v, ["", "opaque", "cap", "no_pixels"]),
+    np.testing.assert_array_equal(_gate.certified_visibility(v, code), [30.0, 0.0, 50.0, np.nan])
+    np.testing.assert_array_equal(_gate.certified_visibility(v, ["", "opaque", "cap", "no_pixels"]),
                                   [30.0, 0.0, 50.0, np.nan])
-    lo, hi = mon.signal_range(v, code, "c_int")
-    c = mon.visibility_confidence(v)
+    lo, hi = _evaluation.signal_range(v, code, "c_int")
+    c = _gate.visibility_confidence(v)
     np.testing.assert_allclose(lo, [c[0], 0.0, c[2], 0.0])
     np.testing.assert_allclose(hi, [c[0], c[1], 1.0, 0.0])
-    lo, hi = mon.signal_range(v, code, "abstain", threshold_m=35.0)
+    lo, hi = _evaluation.signal_range(v, code, "abstain", threshold_m=35.0)
     np.testing.assert_array_equal(lo, [1.0, 0.0, 0.0, 1.0])
     np.testing.assert_array_equal(hi, [1.0, 1.0, 0.0, 1.0])
     with pytest.raises(ValueError, match="signal"):
-        mon.signal_range(v, code, "verbal_conf")
+        _evaluation.signal_range(v, code, "verbal_conf")
 
 
 def test_awareness_crossing_treats_upper_bounds_as_bounds():
@@ -392,28 +392,28 @@ def test_awareness_crossing_treats_upper_bounds_as_bounds():
     truth = np.r_[1e4, vis]                                  # the clean image, then each level
     v_hat = np.tile(truth[:, None], (1, n)).astype(float)
     code = np.zeros_like(v_hat)
-    exact = mon.awareness_crossing(vis, v_hat, code, "c_int")
+    exact = _evaluation.awareness_crossing(vis, v_hat, code, "c_int")
     assert exact["censored_side"] == "" and exact["v_cross_m"] == pytest.approx(exact["v_optimistic_m"])
     # the murkiest three levels opaque, V_hat their (too large) upper bound 39 m
     v_hat[-3:] = 39.0
     code[-3:] = -1.0
     for signal in ("c_int", "abstain"):
-        r = mon.awareness_crossing(vis, v_hat, code, signal, counts=np.ones((5, n)))
+        r = _evaluation.awareness_crossing(vis, v_hat, code, signal, counts=np.ones((5, n)))
         assert r["n_censored_below"] == 3 * n
         if r["v_optimistic_m"] < r["v_cross_m"]:
             assert r["censored_side"] == "below"
         assert r["v_lo_m"] == pytest.approx(r["v_cross_m"]) and r["v_hi_m"] == pytest.approx(r["v_cross_m"])
     # the crossing (22.1 m) happens before the opaque levels: it is exact although cells are censored
-    r = mon.awareness_crossing(vis, v_hat, code, "c_int")
+    r = _evaluation.awareness_crossing(vis, v_hat, code, "c_int")
     assert r["censored_side"] == "" and r["v_cross_m"] == pytest.approx(exact["v_cross_m"])
     # opaque from 31.25 m on with a bound of 120 m: the conservative curve crosses earlier, the optimistic later;
     # the conservative crossing is reported as a bound from above (V_aware at most it; W a lower bound)
     v_hat[4:], code[4:] = 120.0, -1.0
-    r = mon.awareness_crossing(vis, v_hat, code, "c_int")
+    r = _evaluation.awareness_crossing(vis, v_hat, code, "c_int")
     assert r["censored_side"] == "below" and r["v_optimistic_m"] < r["v_cross_m"]
     assert 31.25 < r["v_cross_m"] < 62.5
     with pytest.raises(ValueError, match="1 \\+ 8"):
-        mon.awareness_crossing(vis, v_hat[1:], code[1:])
+        _evaluation.awareness_crossing(vis, v_hat[1:], code[1:])
 
 
 def test_coverage_risk_ranks_an_upper_bound_below_every_estimate():
@@ -426,13 +426,13 @@ def test_coverage_risk_ranks_an_upper_bound_below_every_estimate():
     opaque = v_true < 8.0
     v_hat = np.where(opaque, 120.0, v_true)  # the bound is far above the truth (the issue's 39 m at 1.95 m)
     code = np.where(opaque, -1.0, 0.0)
-    split = mon.split_images(ids, seed=1)
+    split = _evaluation.split_images(ids, seed=1)
     args = (rng.random(n), np.zeros(n), correct, split)
-    naive = mon.compare_at_equal_coverage(v_hat, *args)
-    bound = mon.compare_at_equal_coverage(v_hat, *args, censored_monitor=code)
+    naive = _evaluation.compare_at_equal_coverage(v_hat, *args)
+    bound = _evaluation.compare_at_equal_coverage(v_hat, *args, censored_monitor=code)
     thr = bound["monitor"]["threshold"]
     assert thr > 0
-    answered = (mon.certified_visibility(v_hat, code) >= thr) & ~split
+    answered = (_gate.certified_visibility(v_hat, code) >= thr) & ~split
     assert bound["monitor"]["coverage"] == pytest.approx(answered.sum() / (~split).sum())
     assert not (answered & opaque).any()
     assert bound["monitor"]["n_monitor_bound_below"] == int((opaque & ~split).sum()) > 0
@@ -493,7 +493,7 @@ def test_deployable_with_the_constant_backend(sample_scenes):
     """The offline backend (13.8 m everywhere, whatever the image): V_hat still tracks V where the uniform veil
     leaves some transmission (V above about 14 m), and below that every pixel is opaque and V_hat is the upper
     bound 13.8 m, on which the gate abstains."""
-    from murk import depth as depth_mod
+    from murk.scene import _depth as depth_mod
 
     backend = depth_mod.get_backend("constant")
     _, image, _ = sample_scenes[2]
@@ -519,7 +519,7 @@ def test_gate_interval_of_a_rule_that_answers_nothing_is_undefined_without_a_war
     rows = {"none": (np.zeros(12, bool), np.ones(12)), "all": (np.ones(12, bool), np.r_[np.ones(6), np.zeros(6)])}
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        out = mon._bootstrap_rows(rows, ids, n_resamples=50, seed=0, ci=0.95)
+        out = _evaluation._bootstrap_rows(rows, ids, n_resamples=50, seed=0, ci=0.95)
     assert np.isnan(out["none"]["risk_ci"]).all() and out["none"]["coverage_ci"] == (0.0, 0.0)
     lo, hi = out["all"]["risk_ci"]
     assert 0.0 <= lo <= 0.5 <= hi <= 1.0

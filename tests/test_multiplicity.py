@@ -9,7 +9,12 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from murk import claims, diagnostics as dg, metrics, physics
+from murk.report import _claims as claims
+from murk.results import _bootstrap
+from murk.results import _diagnostics as dg
+from murk.results import _metrics as metrics
+from murk.results import _multiplicity
+from murk.scene import _physics as physics
 
 NAN = float("nan")
 STEP = metrics.level_step_decades(physics.SWEEP_M)   # one level of the study's sweep, from the design
@@ -53,42 +58,44 @@ def test_bootstrap_p_values_agree_with_the_percentile_interval(center):
     margin): the p-value is the interval's own verdict, so adjusting it adjusts the interval's level."""
     b = _replicates(center, 0.05)
     for alpha in (0.05, 0.01):
-        lo, hi = metrics.percentile_interval(b, 1 - alpha)
-        assert (metrics.bootstrap_p_value(b, 0.0) <= alpha) == (lo > 0 or hi < 0), (center, alpha)
-        assert (metrics.equivalence_p_value(b, 0.2) <= alpha) == (-0.2 < lo and hi < 0.2), (center, alpha)
-    assert metrics.bootstrap_p_value(b, 0.0, side="greater") == pytest.approx(min(1.0, 2 * np.mean(b <= 0)))
-    assert np.isnan(metrics.bootstrap_p_value(np.full(5, np.nan)))
+        lo, hi = _bootstrap.percentile_interval(b, 1 - alpha)
+        assert (_multiplicity.bootstrap_p_value(b, 0.0) <= alpha) == (lo > 0 or hi < 0), (center, alpha)
+        assert (_multiplicity.equivalence_p_value(b, 0.2) <= alpha) == (-0.2 < lo and hi < 0.2), (center, alpha)
+    assert _multiplicity.bootstrap_p_value(b, 0.0, side="greater") == pytest.approx(min(1.0, 2 * np.mean(b <= 0)))
+    assert np.isnan(_multiplicity.bootstrap_p_value(np.full(5, np.nan)))
     with pytest.raises(ValueError, match="side"):
-        metrics.bootstrap_p_value(b, side="up")
+        _multiplicity.bootstrap_p_value(b, side="up")
     with pytest.raises(ValueError, match="margin"):
-        metrics.equivalence_p_value(b, 0.0)
+        _multiplicity.equivalence_p_value(b, 0.0)
 
 
 def test_holm_adjusts_a_family_step_down():
     """Holm (1979) by hand: sorted p 0.01, 0.02, 0.03, 0.04 of four tests -> 0.04, 0.06, 0.06, 0.06; a NaN is no
     test (the family has three members then); the adjusted values never fall below the raw ones."""
-    assert metrics.holm([0.04, 0.01, 0.03, 0.02]).tolist() == pytest.approx([0.06, 0.04, 0.06, 0.06])
-    assert metrics.holm([0.01, np.nan, 0.2, 0.04]).tolist()[0] == pytest.approx(0.03)
-    assert np.isnan(metrics.holm([0.01, np.nan])[1]) and metrics.holm([0.01, np.nan])[0] == pytest.approx(0.01)
+    assert _multiplicity.holm([0.04, 0.01, 0.03, 0.02]).tolist() == pytest.approx([0.06, 0.04, 0.06, 0.06])
+    assert _multiplicity.holm([0.01, np.nan, 0.2, 0.04]).tolist()[0] == pytest.approx(0.03)
+    assert (np.isnan(_multiplicity.holm([0.01, np.nan])[1])
+            and _multiplicity.holm([0.01, np.nan])[0] == pytest.approx(0.01))
     p = np.random.default_rng(1).uniform(size=(3, 4))
-    adj = metrics.holm(p)
+    adj = _multiplicity.holm(p)
     assert adj.shape == p.shape and np.all(adj >= p) and np.all(adj <= np.minimum(1, p.size * p) + 1e-12)
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
-        metrics.holm([1.5])
+        _multiplicity.holm([1.5])
 
 
 def test_a_lag_among_many_is_stated_only_after_holm():
     """Eight model-arm lags, all planted at W = 0: by chance one resample cloud lies above 0 at the 95 % level
     (W = 0.12, p = 0.02). Unadjusted it would be "lags"; within the family of eight it is not."""
     fam = [_replicates(0.0, 0.05, seed=s) for s in range(7)] + [_replicates(0.12, 0.05, seed=9)]
-    p = np.array([metrics.bootstrap_p_value(b, 0.0) for b in fam])
-    pm = np.array([metrics.equivalence_p_value(b, STEP) for b in fam])
-    lo, hi = metrics.percentile_interval(fam[-1])
+    p = np.array([_multiplicity.bootstrap_p_value(b, 0.0) for b in fam])
+    pm = np.array([_multiplicity.equivalence_p_value(b, STEP) for b in fam])
+    lo, hi = _bootstrap.percentile_interval(fam[-1])
     assert claims.awareness_lag(0.12, lo, hi, False, False, margin=STEP) == claims.LAGS   # the uncorrected verdict
-    adj, adj_m = metrics.holm(p), metrics.holm(pm)
+    adj, adj_m = _multiplicity.holm(p), _multiplicity.holm(pm)
     v = claims.awareness_lag(0.12, lo, hi, False, False, margin=STEP, p=adj[-1], p_margin=adj_m[-1])
     assert v != claims.LAGS and v == claims.WITH   # |W| still excluded beyond one level
-    assert all(claims.awareness_lag(0.0, *metrics.percentile_interval(b), False, False, margin=STEP, p=a, p_margin=am)
+    assert all(claims.awareness_lag(0.0, *_bootstrap.percentile_interval(b), False, False, margin=STEP, p=a,
+                                    p_margin=am)
                == claims.WITH for b, a, am in zip(fam[:7], adj[:7], adj_m[:7]))
 
 
@@ -96,9 +103,9 @@ def _floor(n_correct: int, n: int, seed: int = 0):
     """A control's accuracy, its interval and its bootstrap replicates (1000 resamples)."""
     x = np.zeros(n)
     x[:n_correct] = 1.0
-    counts = metrics.bootstrap_counts(n, 1000, seed)
-    b = metrics.resampled_means(x, counts)
-    lo, hi = metrics.percentile_interval(b)
+    counts = _bootstrap.bootstrap_counts(n, 1000, seed)
+    b = _bootstrap.resampled_means(x, counts)
+    lo, hi = _bootstrap.percentile_interval(b)
     return (float(x.mean()), float(lo), float(hi)), b
 
 
@@ -110,7 +117,7 @@ def test_an_at_chance_floor_among_several_is_no_longer_declared_answerable():
     planted = [(_floor(50, 200, s), 0.25) for s in range(3)] + [(_floor(100, 200, s), 0.5) for s in range(3, 6)]
     planted.append((_floor(116, 200, 6), 0.5))
     (point, lo, hi), _ = planted[-1][0]
-    assert lo > 0.5 and dg.floor_verdict(point, lo, hi, 0.5) == dg.ABOVE_GUESSER   # the uncorrected verdict
+    assert lo > 0.5 and dg._floor_verdict(point, lo, hi, 0.5) == dg.ABOVE_GUESSER   # the uncorrected verdict
     estimates = [e for (e, _), _ in planted] + [_floor(22, 200, 7)[0]]
     replicates = [b for (_, b), _ in planted] + [_floor(22, 200, 7)[1]]
     chance = [c for _, c in planted] + [0.25]

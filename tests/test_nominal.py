@@ -1,4 +1,4 @@
-"""Tests of murk.nominal: the ImageNet-C fog control and its equivalent visibility."""
+"""Tests of murk.scene: the ImageNet-C fog control and its equivalent visibility."""
 
 from __future__ import annotations
 
@@ -7,11 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from murk import nominal as nm
-from murk import physics as ph
-
-COCO_DIR = Path("/work/shared/coco-val2017-sample/val2017")
-
+from murk.scene import _nominal as nm
+from murk.scene import _physics as ph
 
 def _textured(height: int, width: int, seed: int = 0) -> np.ndarray:
     """A smooth, textured test image (gradients plus noise), uint8."""
@@ -28,12 +25,10 @@ def small():
 
 
 @pytest.fixture(scope="module")
-def coco():
-    if not COCO_DIR.is_dir():
-        pytest.skip(f"COCO sample folder {COCO_DIR} is absent")
-    files = sorted(COCO_DIR.glob("*.jpg"))
+def coco(coco_sample):
+    files = sorted((coco_sample / "val2017").glob("*.jpg"))
     if not files:
-        pytest.skip(f"no JPEG in {COCO_DIR}")
+        pytest.skip(f"no JPEG in {coco_sample / 'val2017'}")
     from PIL import Image
 
     with Image.open(files[0]) as im:
@@ -179,22 +174,22 @@ def test_equivalent_visibility_recovers_fog_visibility(small):
     depth = rng.uniform(5.0, 25.0, small.shape[:2])
     levels = np.array([500.0, 250.0, 100.0, 40.0, 15.625])
     degraded = ph.fog_sweep(small, depth, levels)
-    v_eq = nm.equivalent_visibility(small, degraded, depth)
+    v_eq = nm._equivalent_visibility(small, degraded, depth)
     assert v_eq.shape == (5,)
     # 8-bit rounding of the degraded images is the only difference: 1 %.
     np.testing.assert_allclose(v_eq, levels, rtol=0.01)
-    single = nm.equivalent_visibility(small, degraded[3], depth)
+    single = nm._equivalent_visibility(small, degraded[3], depth)
     assert isinstance(single, float) and single == pytest.approx(v_eq[3])
     # Stacks of any leading shape.
     stacked = degraded.reshape(5, 1, *small.shape)
-    assert nm.equivalent_visibility(small, stacked, depth).shape == (5, 1)
+    assert nm._equivalent_visibility(small, stacked, depth).shape == (5, 1)
 
 
 def test_equivalent_visibility_is_a_root_not_a_grid_value(small):
     """The unrounded rendering at V_eq has the target gain to solver precision."""
     depth = np.full(small.shape[:2], 13.8)
     target = 0.5 * small / 255.0 + 0.25  # gain 0.5 exactly, any V allowed
-    v = nm.equivalent_visibility(small, target, depth)
+    v = nm._equivalent_visibility(small, target, depth)
     rendering = ph.fog_sweep(small, depth, [v], rounded=False)[0]
     assert nm.contrast_gain(small, rendering) == pytest.approx(0.5, abs=1e-4)
     assert v not in np.geomspace(4000.0, 0.25, 15)
@@ -203,39 +198,39 @@ def test_equivalent_visibility_is_a_root_not_a_grid_value(small):
 def test_equivalent_visibility_scales_with_depth(small):
     depth = np.full(small.shape[:2], 10.0)
     degraded = ph.fog(small, depth, 40.0)
-    v1 = nm.equivalent_visibility(small, degraded, depth)
-    v2 = nm.equivalent_visibility(small, degraded, 2 * depth)
+    v1 = nm._equivalent_visibility(small, degraded, depth)
+    v2 = nm._equivalent_visibility(small, degraded, 2 * depth)
     assert v2 == pytest.approx(2 * v1, rel=1e-3)
 
 
 def test_equivalent_visibility_out_of_range_and_nan(small):
     depth = np.full(small.shape[:2], 13.8)
-    assert np.isnan(nm.equivalent_visibility(small, small, depth))  # gain 1: no fog is that clear
+    assert np.isnan(nm._equivalent_visibility(small, small, depth))  # gain 1: no fog is that clear
     # A bracket that does not reach the degradation.
     degraded = ph.fog(small, depth, 25.0)
-    assert np.isnan(nm.equivalent_visibility(small, degraded, depth, bracket_m=(50, 500)))
+    assert np.isnan(nm._equivalent_visibility(small, degraded, depth, bracket_m=(50, 500)))
     flat = np.full_like(small, 100)
-    assert np.isnan(nm.equivalent_visibility(flat, flat, depth))
-    out = nm.equivalent_visibility(small, np.stack([small, degraded]), depth)
+    assert np.isnan(nm._equivalent_visibility(flat, flat, depth))
+    out = nm._equivalent_visibility(small, np.stack([small, degraded]), depth)
     assert np.isnan(out[0]) and out[1] == pytest.approx(25.0, rel=0.01)
     # The check statistic uses the same root finding.
-    assert nm.equivalent_visibility(small, degraded, depth, method="std_ratio") == pytest.approx(
+    assert nm._equivalent_visibility(small, degraded, depth, method="std_ratio") == pytest.approx(
         25.0, rel=0.02)
 
 
 def test_equivalent_visibility_errors(small):
     depth = np.full(small.shape[:2], 13.8)
     with pytest.raises(ValueError, match="method"):
-        nm.equivalent_visibility(small, small, depth, method="psnr")
+        nm._equivalent_visibility(small, small, depth, method="psnr")
     for bracket in ([10.0], [[1.0, 2.0]], [0.0, 10.0], [1.0, np.inf], [10.0, 1.0]):
         with pytest.raises(ValueError, match="bracket_m"):
-            nm.equivalent_visibility(small, small, depth, bracket_m=bracket)
+            nm._equivalent_visibility(small, small, depth, bracket_m=bracket)
     with pytest.raises(ValueError, match="degraded"):
-        nm.equivalent_visibility(small, small[:-1], depth)
+        nm._equivalent_visibility(small, small[:-1], depth)
     with pytest.raises(ValueError, match="shape"):
-        nm.equivalent_visibility(small, small, depth[:-1])
+        nm._equivalent_visibility(small, small, depth[:-1])
     with pytest.raises(ValueError, match="uint8"):
-        nm.equivalent_visibility(small / 255.0, small, depth)
+        nm._equivalent_visibility(small / 255.0, small, depth)
 
 
 # ------------------------------------------------------- ImageNet-C gain constants
@@ -297,7 +292,7 @@ def test_imagenet_c_fog_reproduces_across_processes(small):
 
     here = hashlib.sha256(nm.imagenet_c_fog(small, 4, seed=nm.imagenet_c_seed(1, 77)).tobytes()).hexdigest()
     code = ("import hashlib, sys, numpy as np; sys.path.insert(0, sys.argv[1]);"
-            "from murk import nominal as nm; import tests.test_nominal as t;"
+            "from murk.scene import _nominal as nm; import tests.test_nominal as t;"
             "img = t._textured(64, 96);"
             "print(hashlib.sha256(nm.imagenet_c_fog(img, 4, seed=nm.imagenet_c_seed(1, 77)).tobytes()).hexdigest())")
     root = Path(__file__).resolve().parents[1]
@@ -316,14 +311,14 @@ def test_coco_nominal_severities(coco):
     # scene still moves the gain (hence the spec's 52 % monotone share with a real
     # depth); the gains stay well below 1 and near 1 / (1 + c).
     assert np.all((gains > 0.1) & (gains < 0.6))
-    v_eq = nm.equivalent_visibility(coco, degraded, depth)
+    v_eq = nm._equivalent_visibility(coco, degraded, depth)
     assert np.all(np.isfinite(v_eq))
     # With a constant depth the gain-matched V_eq is a decreasing function of the gain.
     np.testing.assert_array_equal(np.argsort(v_eq), np.argsort(gains))
     # Nominal fog sits far above the failure band of the spec (V_acc of 12-16 m).
     assert np.all((v_eq > 20.0) & (v_eq < 2000.0))
     # The check statistic runs too (the spec reports it to be non-monotone).
-    assert np.all(np.isfinite(nm.equivalent_visibility(coco, degraded, depth, method="std_ratio")))
+    assert np.all(np.isfinite(nm._equivalent_visibility(coco, degraded, depth, method="std_ratio")))
 
 
 # ------------------------------------------------------------ items, Table VII
@@ -354,21 +349,21 @@ def test_table_vii_values():
     assert list(df["n_images"]) == [4, 3, 4, 4, 4]
 
 
-def test_nominal_equivalence_on_sample_items(tmp_path):
+def test_nominal_equivalence_on_sample_items(tmp_path, coco_sample):
     """Two real COCO images, constant depth, small presented size (speed)."""
     import pandas as pd
 
-    from murk import depth as dp
-    from murk import paths, render
+    from murk import scene
+    from murk.scene import _depth as dp
 
-    folder = paths.project_root().parent / "shared" / "coco-val2017-sample" / "val2017"
-    files = sorted(folder.glob("*.jpg"))[:2] if folder.is_dir() else []
+    folder = coco_sample / "val2017"
+    files = sorted(folder.glob("*.jpg"))[:2]
     if len(files) < 2:
         pytest.skip(f"COCO sample images absent in {folder}")
     rows = []
     for f in files:
-        img = render.load_image(f)
-        w, h = render.presented_size(img.shape[1], img.shape[0], 96)
+        img = scene.load_image(f)
+        w, h = scene.presented_size(img.shape[1], img.shape[0], 96)
         dp.save_depth(tmp_path, int(f.stem), np.full((h, w), 13.8, np.float32))
         rows.append({"image_id": int(f.stem), "file_name": f.name, "width": img.shape[1],
                      "height": img.shape[0]})
@@ -382,8 +377,8 @@ def test_nominal_equivalence_on_sample_items(tmp_path):
     assert list(ds["image"].values) == [r["image_id"] for r in rows]
     assert ds["v_eq_gain_m"].attrs["units"] == "m" and ds.attrs["depth_backend"] == "constant-13.8m"
     # Same images as the cube's imagenet_c arm: the seed rule of render_conditions.
-    img = render.load_image(files[0])
-    img = render.resize_image(img, render.presented_size(img.shape[1], img.shape[0], 96))
+    img = scene.load_image(files[0])
+    img = scene.resize_image(img, scene.presented_size(img.shape[1], img.shape[0], 96))
     sev2 = nm.imagenet_c_fog(img, 2, seed=nm.imagenet_c_seed(1, rows[0]["image_id"]))
     assert ds["gain"].values[0, 1] == pytest.approx(nm.contrast_gain(img, sev2))
     finite = np.isfinite(ds["v_eq_gain_m"].values)
@@ -419,14 +414,14 @@ def test_non_monotone_gain_curve_gives_nan_with_a_reason():
     degraded = ph.fog_sweep(img, depth, [v_true], rounded=False)[0]
     target = nm.contrast_gain(img, degraded)
     assert curve[1] < target < curve[4]
-    v, why = nm.equivalent_visibility(img, degraded, depth, return_reason=True)
+    v, why = nm._equivalent_visibility(img, degraded, depth, return_reason=True)
     assert np.isnan(v) and why == "several_roots"
     # the old rule (first root from the clear end) returned a visibility far above the rendered one
     first = np.flatnonzero(np.sign(curve[:-1] - target) != np.sign(curve[1:] - target))[0]
     assert grid[first + 1] > 10 * v_true
     # a degradation on the monotone murky branch still has its unique root
     murky = ph.fog_sweep(img, depth, [3.0], rounded=False)[0]
-    v, why = nm.equivalent_visibility(img, murky, depth, return_reason=True)
+    v, why = nm._equivalent_visibility(img, murky, depth, return_reason=True)
     assert why == "" and v == pytest.approx(3.0, rel=1e-3)
 
 
@@ -441,14 +436,14 @@ def test_clean_uniform_and_negative_gains_are_flagged():
     curve = nm._FogStatistics(img, depth, ph.FOG_AIRLIGHT).curve("gain", np.geomspace(4000.0, 0.25, 15))
     assert curve.max() > 1.1  # fog raises this scene's gain above 1 before lowering it
     stack = np.stack([img, np.full_like(img, 200), 255 - img, ph.fog(img, depth, 5.0)])
-    v, why = nm.equivalent_visibility(img, stack, depth, return_reason=True)
+    v, why = nm._equivalent_visibility(img, stack, depth, return_reason=True)
     assert list(why[:3]) == ["outside_0_1", "saturated", "outside_0_1"] and np.isnan(v[:3]).all()
     assert why[3] == "" and v[3] == pytest.approx(5.0, rel=0.02)
     # a degradation the bracket does not reach, and an undefined statistic
-    v, why = nm.equivalent_visibility(img, ph.fog(img, depth, 5.0), depth, bracket_m=(50, 500), return_reason=True)
+    v, why = nm._equivalent_visibility(img, ph.fog(img, depth, 5.0), depth, bracket_m=(50, 500), return_reason=True)
     assert np.isnan(v) and why == "no_root"
     flat = np.full_like(img, 100)
-    assert nm.equivalent_visibility(flat, flat, depth, return_reason=True)[1] == "undefined"
+    assert nm._equivalent_visibility(flat, flat, depth, return_reason=True)[1] == "undefined"
     assert set(nm.EQUIVALENCE_REASONS) >= {"", "undefined", "saturated", "outside_0_1", "no_root", "several_roots"}
 
 
@@ -473,8 +468,8 @@ def test_too_small_image_is_recorded_not_fatal(tmp_path):
     import pandas as pd
     from PIL import Image
 
-    from murk import depth as dp
-    from murk import render
+    from murk import scene
+    from murk.scene import _depth as dp
 
     Image.fromarray(_textured(20, 200)).save(tmp_path / "thin.png")
     Image.fromarray(_textured(48, 64)).save(tmp_path / "ok.png")
@@ -486,15 +481,12 @@ def test_too_small_image_is_recorded_not_fatal(tmp_path):
     assert "image 1 (thin.png)" in str(ds["missing_reason"].values[0]) and "32 px" in str(ds["missing_reason"].values[0])
     assert (ds["reason"].values[0] == "missing_input").all() and ds["missing_reason"].values[1] == ""
     assert np.isfinite(ds["gain"].values[1]).all()
-    with pytest.raises(render.ImageTooSmallError, match="32 px"):
+    with pytest.raises(scene.ImageTooSmallError, match="32 px"):
         nm.imagenet_c_fog(_textured(20, 200), 1, seed=0)
-    assert issubclass(render.ImageTooSmallError, ValueError)
+    assert issubclass(scene.ImageTooSmallError, ValueError)
 
 
-SAMPLE = Path("/work/shared/coco-val2017-sample")
-
-
-def test_monotone_share_on_the_sample_matches_the_spec():
+def test_monotone_share_on_the_sample_matches_the_spec(coco_sample):
     """Issue 13 / spec Sec. IV: with one ImageNet-C seed per image, about half of the images (spec: 52 %) have a
     gain-matched V_eq that decreases over severities 1-5; with a seed per (image, severity) it was 0.027.
 
@@ -504,20 +496,19 @@ def test_monotone_share_on_the_sample_matches_the_spec():
     the independent-fractal contrast is checked on the gains alone."""
     import json
 
-    from murk import monitor, render
+    from murk import scene
+    from murk.monitor import _validation_depth
 
-    ann = SAMPLE / "annotations" / "instances_val2017.json"
-    if not ann.is_file():
-        pytest.skip(f"COCO sample absent at {SAMPLE}")
+    ann = coco_sample / "annotations" / "instances_val2017.json"
     records = sorted(json.loads(ann.read_text())["images"], key=lambda r: r["file_name"])[::8]
     v_eq, independent = [], []
     for rec in records:
-        full = render.load_image(SAMPLE / "val2017" / rec["file_name"])
-        img = render.resize_image(full, render.presented_size(full.shape[1], full.shape[0]))
-        depth = monitor.ground_plane_depth(*img.shape[:2])
+        full = scene.load_image(coco_sample / "val2017" / rec["file_name"])
+        img = scene.resize_image(full, scene.presented_size(full.shape[1], full.shape[0]))
+        depth = _validation_depth.ground_plane_depth(*img.shape[:2])
         seed = nm.imagenet_c_seed(1, rec["id"])
         degraded = np.stack([nm.imagenet_c_fog(img, s, seed) for s in nm.IMAGENET_C_SEVERITIES])
-        v_eq.append(nm.equivalent_visibility(img, degraded, depth))
+        v_eq.append(nm._equivalent_visibility(img, degraded, depth))
         own = np.stack([nm.imagenet_c_fog(img, s, (seed, s)) for s in nm.IMAGENET_C_SEVERITIES])
         independent.append(nm.contrast_gain(img, own))
     v_eq = np.array(v_eq)
@@ -560,7 +551,7 @@ def test_negative_depth_map_is_recorded_not_fatal(tmp_path):
     import pandas as pd
     from PIL import Image
 
-    from murk import depth as dp
+    from murk.scene import _depth as dp
 
     for iid in (1, 2):
         Image.fromarray(_textured(48, 64)).save(tmp_path / f"{iid}.png")

@@ -1,7 +1,7 @@
 """The stage notebooks and the workflow share one source of defaults: data/workflow.yaml (issue 20).
 
 A notebook parameter that is also a run setting defaults to ``None`` and is resolved from
-the run settings (:func:`murk.config.run_default`), so that a stage run by hand (papermill,
+the run settings (:func:`murk.core.run_default`), so that a stage run by hand (papermill,
 JupyterLab) with its defaults does what the same stage does under Snakemake.
 """
 
@@ -12,14 +12,15 @@ import ast
 import jupytext
 import pytest
 
-from murk import config, paths
+from murk.core import _config as config
+from murk.core import _paths as paths
 
 ROOT = paths.project_root()
 
 #: notebook -> {parameter: run setting it mirrors}
 MIRRORED = {
     "01_select": {"split": "split", "n_items": "n_items", "seed": "seed", "run_name": "run_name",
-                  "coco_dir": "coco_dir", "design": "binary_task"},   # design: the five settings of murk.design
+                  "coco_dir": "coco_dir", "design": "binary_task"},   # design: the five settings of murk.protocol
     "02_depth": {"backend": "depth_backend", "model": "depth_model"},
     "03_readout": {"model": "models", "device": "device", "n_verbal_items": "n_verbal_items",
                    "trust_remote_code": "trust_remote_code", "allow_pickle": "allow_pickle"},
@@ -123,7 +124,7 @@ def test_analyse_models_left_at_none_are_the_roots_when_the_run_settings_have_no
     assert config.analyse_models(None, root) == (offline, None)      # the run settings' models, as before
     # the notebook's num-cube cell asks for them
     src = (ROOT / "notebooks" / "04_analyse.py").read_text()
-    assert "config.analyse_models(models, output_dir, shard_size)" in src
-    assert "config.analyse_models(None, output_dir, shard_size, required=False)" in (
+    assert "core.analyse_models(models, output_dir, shard_size)" in src
+    assert "core.analyse_models(None, output_dir, shard_size, required=False)" in (
         ROOT / "notebooks" / "03_readout.py").read_text()
-    assert "config.root_depth_backend(output_dir)" in (ROOT / "notebooks" / "02_depth.py").read_text()
+    assert "core.root_depth_backend(output_dir)" in (ROOT / "notebooks" / "02_depth.py").read_text()

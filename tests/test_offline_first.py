@@ -1,8 +1,8 @@
 """The first command works offline (issue 39 item 6): without network, `make demo` runs the offline demo.
 
-The Snakefile decides offline or online before any stage runs (:func:`murk.settings.resolve_offline`: MURK_OFFLINE
+The Snakefile decides offline or online before any stage runs (:func:`murk.core.resolve_offline`: MURK_OFFLINE
 or HF_HUB_OFFLINE when set, else a short probe of the hub and COCO), says so in one line, and offline without
-MURK_COCO_DIR reads the COCO sample next to the project (:func:`murk.settings.resolve_coco_dir`); with neither,
+MURK_COCO_DIR reads the COCO sample next to the project (:func:`murk.core.resolve_coco_dir`); with neither,
 one line says what to set. The probe is made to fail by pointing it at a closed local port (MURK_NETWORK_PROBE).
 """
 
@@ -15,7 +15,9 @@ import time
 
 import pytest
 
-from murk import paths, settings
+from murk.core import _online
+from murk.core import settings
+from murk.core import _paths as paths
 
 import stages
 
@@ -29,41 +31,43 @@ def _no_probe():
 
 def test_a_failed_probe_means_offline_and_says_so_in_one_line():
     t0 = time.monotonic()
-    offline, line = settings.resolve_offline({"MURK_NETWORK_PROBE": CLOSED},
-                                             probe=lambda: settings.probe_network(environ={"MURK_NETWORK_PROBE": CLOSED}))
+    offline, line = _online.resolve_offline({"MURK_NETWORK_PROBE": CLOSED},
+                                            probe=lambda: _online.probe_network(environ={"MURK_NETWORK_PROBE": CLOSED}))
     assert time.monotonic() - t0 < 5
     assert offline is True and line and "\n" not in line
     assert line.startswith("murk: no network") and CLOSED in line and "offline demo" in line and "MURK_OFFLINE=0" in line
     # the environment decides without a probe: MURK_OFFLINE either way, HF_HUB_OFFLINE (the online models from the cache)
-    assert settings.resolve_offline({"MURK_OFFLINE": "1"}, probe=_no_probe) == (True, None)
-    assert settings.resolve_offline({"MURK_OFFLINE": "0"}, probe=_no_probe) == (False, None)
-    assert settings.resolve_offline({"HF_HUB_OFFLINE": "1"}, probe=_no_probe) == (False, None)
-    assert settings.resolve_offline({}, probe=lambda: None) == (False, None)   # the network answers: as before
+    assert _online.resolve_offline({"MURK_OFFLINE": "1"}, probe=_no_probe) == (True, None)
+    assert _online.resolve_offline({"MURK_OFFLINE": "0"}, probe=_no_probe) == (False, None)
+    assert _online.resolve_offline({"HF_HUB_OFFLINE": "1"}, probe=_no_probe) == (False, None)
+    assert _online.resolve_offline({}, probe=lambda: None) == (False, None)   # the network answers: as before
 
 
 def test_probe_reports_the_host_that_did_not_answer():
-    assert settings.probe_network([CLOSED], timeout_s=1.0).startswith(CLOSED)
-    assert "not host:port" in settings.probe_network(["no-port-here"], timeout_s=1.0)
+    assert _online.probe_network([CLOSED], timeout_s=1.0).startswith(CLOSED)
+    assert "not host:port" in _online.probe_network(["no-port-here"], timeout_s=1.0)
     # behind a proxy, the proxy is what must answer
-    assert settings.probe_network(environ={"HTTPS_PROXY": "http://127.0.0.1:1"}, timeout_s=1.0).startswith(CLOSED)
+    assert _online.probe_network(environ={"HTTPS_PROXY": "http://127.0.0.1:1"}, timeout_s=1.0).startswith(CLOSED)
 
 
 def test_offline_coco_is_the_sample_next_to_the_project_or_one_line(monkeypatch, tmp_path):
-    assert settings.sample_coco_dir() == ROOT.parent / "shared" / "coco-val2017-sample"
-    if settings.sample_coco_dir().is_dir():
-        folder, line = settings.resolve_coco_dir(None, {}, offline=True)
-        assert folder == str(settings.sample_coco_dir()) and "MURK_COCO_DIR" in line
-    assert settings.resolve_coco_dir(None, {}, offline=False) == ("", None)   # online: fetched into outputs/coco
+    assert _online.sample_coco_dir() == ROOT.parent / "shared" / "coco-val2017-sample"
+    if _online.sample_coco_dir().is_dir():
+        folder, line = _online.resolve_coco_dir(None, {}, offline=True)
+        assert folder == str(_online.sample_coco_dir()) and "MURK_COCO_DIR" in line
+    assert _online.resolve_coco_dir(None, {}, offline=False) == ("", None)   # online: fetched into outputs/coco
     given = tmp_path / "coco"
     given.mkdir()
-    assert settings.resolve_coco_dir(None, {"MURK_COCO_DIR": str(given)}, offline=True) == (str(given), None)
-    monkeypatch.setattr(settings, "sample_coco_dir", lambda: tmp_path / "no-sample")
+    assert _online.resolve_coco_dir(None, {"MURK_COCO_DIR": str(given)}, offline=True) == (str(given), None)
+    monkeypatch.setattr(_online, "sample_coco_dir", lambda: tmp_path / "no-sample")
     with pytest.raises(settings.SettingsError) as e:
-        settings.resolve_coco_dir(None, {}, offline=True)
+        _online.resolve_coco_dir(None, {}, offline=True)
     assert "\n" not in str(e.value) and "set MURK_COCO_DIR" in str(e.value) and "nothing was written" in str(e.value)
 
 
-@pytest.mark.skipif(not stages.SAMPLE.is_dir(), reason="../shared/coco-val2017-sample not present")
+@pytest.mark.skipif(not _online.sample_coco_dir().is_dir(),
+                    reason=f"no COCO sample next to the project ({_online.sample_coco_dir()}), which the offline "
+                           f"plan reads when MURK_COCO_DIR is unset, as here")
 def test_the_snakefile_plans_the_offline_demo_when_the_probe_fails(tmp_path):
     """`make plan` (a dry run, about 3 s) with no MURK_OFFLINE, no MURK_COCO_DIR and no network: the one line, the
     offline models and select reading the sample; nothing is written into the output root."""
@@ -80,5 +84,5 @@ def test_the_snakefile_plans_the_offline_demo_when_the_probe_fails(tmp_path):
     assert "offline_models, since MURK_OFFLINE=1" in text and "murk-tiny/smolvlm" in text
     select = text[text.index("rule select:"):]
     select = select[:select.index("\n\n")]
-    assert f"coco_dir {stages.SAMPLE}" in text[text.index("rule select:"):], select
+    assert f"coco_dir {_online.sample_coco_dir()}" in text[text.index("rule select:"):], select
     assert not out.exists()

@@ -1,7 +1,7 @@
 """The paper's PDF without Quarto (pandoc + Typst): long tables break across pages with their header
 repeated, no row is lost, the page is A4 as `_quarto.yml` says, and no heading ends a page alone
 (issue 14). A study-sized sweep table (5 models x 2 arms x 9 levels) is rendered through
-:func:`murk.paper.render_paper`; the demo papers themselves are checked in ``test_demo_resume.py``
+:func:`murk.report.render_paper`; the demo papers themselves are checked in ``test_demo_resume.py``
 and ``test_faults_snakemake.py``.
 """
 
@@ -10,7 +10,8 @@ import shutil
 import pytest
 
 from _pdf import check_pdf_keeps_every_table_row, check_rows_on_lines, pdf_words
-from murk import paper
+from murk import report
+from murk.report import paper
 
 pytestmark = pytest.mark.skipif(shutil.which("pdftotext") is None, reason="poppler-utils (pdftotext) not installed")
 
@@ -31,8 +32,8 @@ def _sweep_table() -> tuple[str, list[str]]:
                 label = f"row{len(labels):03d}"
                 labels.append(label)
                 rows.append({"row": label, "model": m, "arm": arm, "V (m)": lvl,
-                             **{s: paper.estimate_cell(paper.fmt_estimate(0.99, 0.97, 1.0)) for s in SIGNALS}})
-    return paper.markdown_table(rows), labels
+                             **{s: report.estimate_cell(report.fmt_estimate(0.99, 0.97, 1.0)) for s in SIGNALS}})
+    return report.markdown_table(rows), labels
 
 
 def _crossings_table() -> str:
@@ -41,15 +42,15 @@ def _crossings_table() -> str:
     for m in MODELS:
         for arm in ("fog", "underwater"):
             for task in ("t2", "t3"):
-                v = paper.estimate_cell("125 [62.5, 250]")
-                w = paper.estimate_cell(paper.fmt_estimate(-0.05, -0.12, -0.03))
+                v = report.estimate_cell("125 [62.5, 250]")
+                w = report.estimate_cell(report.fmt_estimate(-0.05, -0.12, -0.03))
                 rows.append({"model": m, "arm": arm, "task": task, "V_acc (m)": v, "V_acc, blank (m)": v,
                              **{f"W {s}": w for s in ("c_int", "verbal", "abstain", "abstain₂")}})
-    return paper.markdown_table(rows)
+    return report.markdown_table(rows)
 
 
 def _small_table(k: int) -> str:
-    return paper.markdown_table([{"row": f"s{k:02d}r{j}", "value": f"{0.1 * j:.2f}"} for j in range(8)])
+    return report.markdown_table([{"row": f"s{k:02d}r{j}", "value": f"{0.1 * j:.2f}"} for j in range(8)])
 
 
 #: the analysis identities of the rendered root's numbers file and executed notebook (they must agree)
@@ -60,17 +61,18 @@ N_EMBEDDED_FIGURES, N_EMBEDDED_TABLES = 8, 8
 def _embedded(nb_path) -> str:
     """An executed-notebook stand-in of 8 figures of growing height, then 8 tables of varying length, and the
     paper part that embeds them one by one after paragraphs of varying length: their ends, and so their
-    "Source:" lines (:func:`murk.paper.resolve_embeds`), fall at many heights of their pages."""
+    "Source:" lines (:func:`murk.report.resolve_embeds`), fall at many heights of their pages."""
     import base64
     import io
 
     import nbformat
     from PIL import Image
 
-    from murk import workflow
+    from murk import core
+    from murk.pipeline import markers as workflow
 
     nb = nbformat.v4.new_notebook()
-    ident = nbformat.v4.new_code_cell(f"#| label: {workflow.IDENTITY_LABEL}\ndisplay(...)")
+    ident = nbformat.v4.new_code_cell(f"#| label: {core.IDENTITY_LABEL}\ndisplay(...)")
     ident.outputs = [nbformat.v4.new_output("display_data", data=workflow.identity_bundle(**IDS))]
     nb.cells.append(ident)
     sentence = "A sentence of body text that moves the next figure down the page. "
@@ -87,7 +89,7 @@ def _embedded(nb_path) -> str:
         else:
             label = f"tbl-e{k:02d}"
             cell = nbformat.v4.new_code_cell(f"#| label: {label}\n#| tbl-cap: 'Embedded table {k:02d}.'\nx")
-            rows = paper.markdown_table([{"row": f"e{k:02d}r{j}", "value": f"{0.1 * j:.2f}"}
+            rows = report.markdown_table([{"row": f"e{k:02d}r{j}", "value": f"{0.1 * j:.2f}"}
                                          for j in range(3 + (7 * k) % 23)])
             cell.outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": rows})]
             words = 1 + 5 * k % 9
@@ -130,8 +132,8 @@ def rendered(tmp_path_factory):
                  "{{< include ../outputs/analysis/tbl-crossings.md >}}\n")
     parts.append(_embedded(out / "notebooks" / "04_analyse.ipynb"))
     (src / "index.qmd").write_text("\n".join(parts), encoding="utf-8")
-    paper.write_numbers(dict(IDS), out / "paper_numbers.json")
-    res = paper.render_paper(src / "index.qmd", output_dir=out)
+    report.write_numbers(dict(IDS), out / "paper_numbers.json")
+    res = report.render_paper(src / "index.qmd", output_dir=out)
     return res, labels
 
 
@@ -174,10 +176,10 @@ def test_the_run_together_check_can_fail(tmp_path):
     out.mkdir()
     (src / "references.bib").write_text("")
     (src / "paper.css").write_text("")
-    wide = paper.markdown_table([{f"c{j}": f"Cell{k}{j}-" + "x" * 14 for j in range(9)} for k in range(3)])
+    wide = report.markdown_table([{f"c{j}": f"Cell{k}{j}-" + "x" * 14 for j in range(9)} for k in range(3)])
     (src / "index.qmd").write_text(f"---\ntitle: Wide\n---\n\n: Too wide. {{#tbl-w}}\n\n{wide}\n", encoding="utf-8")
-    paper.write_numbers({}, out / "paper_numbers.json")
-    res = paper.render_paper(src / "index.qmd", output_dir=out)
+    report.write_numbers({}, out / "paper_numbers.json")
+    res = report.render_paper(src / "index.qmd", output_dir=out)
     with pytest.raises(AssertionError, match="run together|not found as one line"):
         check_rows_on_lines(res["pdf"], wide)
 
@@ -221,7 +223,7 @@ def test_no_page_starts_with_a_source_line(rendered):
 
 
 def test_typst_options_follow_quarto_yml(tmp_path):
-    assert paper.typst_options()["papersize"] == "a4"  # the project's _quarto.yml
+    assert report.typst_options()["papersize"] == "a4"  # the project's _quarto.yml
     f = tmp_path / "_quarto.yml"
     f.write_text("format:\n  typst:\n    papersize: us-letter\n    margin:\n      x: 2cm\n")
-    assert paper.typst_options(f) == {"papersize": "us-letter", "margin": {"x": "2cm"}}
+    assert report.typst_options(f) == {"papersize": "us-letter", "margin": {"x": "2cm"}}

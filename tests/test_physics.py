@@ -1,11 +1,11 @@
-"""Tests of murk.physics: Eq. (1) of the spec, fog (Koschmieder) and underwater (Pope-Fry)."""
+"""Tests of murk.scene: Eq. (1) of the spec, fog (Koschmieder) and underwater (Pope-Fry)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from murk import physics as ph
+from murk.scene import _physics as ph
 
 KAPPAS = (0.1, 0.37, 0.5, 2.0, 3.0, 7.3, 1000.0)
 
@@ -35,17 +35,12 @@ def test_constants_match_spec():
     np.testing.assert_array_equal(ph.POPE_FRY_ABSORPTION_PER_M, [0.2755, 0.0474, 0.00979])
 
 
-def test_constants_match_frozen_config():
-    from murk.config import load_config
+def test_physics_constants_have_one_home():
+    """The constants live in murk.physics with their sources; the frozen configuration does not repeat them
+    (the paper's settings table prints them from here: murk.paper.settings_rows, tests/test_config.py)."""
+    from murk.core import load_config
 
-    physics = load_config()["physics"]
-    assert physics["koschmieder_constant"] == ph.KOSCHMIEDER_CONSTANT
-    assert physics["fog_airlight"] == ph.FOG_AIRLIGHT
-    np.testing.assert_array_equal(physics["sweep_m"], ph.SWEEP_M)
-    assert tuple(physics["underwater_wavelengths_nm"]) == ph.UNDERWATER_WAVELENGTHS_NM
-    np.testing.assert_array_equal(
-        physics["pope_fry_absorption_per_m"], ph.POPE_FRY_ABSORPTION_PER_M
-    )
+    assert "physics" not in load_config()
 
 
 # ----------------------------------------------------------------------- sRGB
@@ -123,7 +118,7 @@ def test_transmission_values():
     assert float(ph.transmission(np.inf, 0.5)) == 0.0
     # Koschmieder: at z = V the transmission is the 2 % contrast threshold.
     for v in (1.0, 13.8, 250.0):
-        assert float(ph.transmission(v, ph.fog_beta(v))) == pytest.approx(0.02, abs=1e-3)
+        assert float(ph.transmission(v, ph._fog_beta(v))) == pytest.approx(0.02, abs=1e-3)
 
 
 def test_transmission_ndim_and_channels():
@@ -131,13 +126,13 @@ def test_transmission_ndim_and_channels():
     grey = ph.transmission(depth, 0.1)
     assert grey.shape == (2, 3, 4)
     np.testing.assert_allclose(grey, np.exp(-0.1 * depth))
-    beta = ph.underwater_beta(20.0)
+    beta = ph._underwater_beta(20.0)
     colour = ph.transmission(depth, beta)
     assert colour.shape == (2, 3, 4, 3)
     for c in range(3):
         np.testing.assert_allclose(colour[..., c], np.exp(-beta[c] * depth))
     # Per-channel betas for several visibilities: (L, 3) against depth (L, 1) ...
-    betas = ph.underwater_beta(np.array([10.0, 20.0]))
+    betas = ph._underwater_beta(np.array([10.0, 20.0]))
     assert ph.transmission(np.ones((2, 1)), betas[:, np.newaxis, :]).shape == (2, 1, 3)
     # ... and a grey per-pixel map whose last axis happens to be 3.
     grey_map = np.full((4, 3), 0.2)
@@ -153,29 +148,29 @@ def test_transmission_nan():
 
 
 def test_fog_beta():
-    assert float(ph.fog_beta(3.912)) == pytest.approx(1.0)
-    np.testing.assert_allclose(ph.fog_beta(ph.SWEEP_M), 3.912 / ph.SWEEP_M)
-    assert ph.fog_beta(np.ones((2, 3))).shape == (2, 3)
-    assert float(ph.fog_beta(np.inf)) == 0.0
-    assert np.isnan(ph.fog_beta(np.array([np.nan, 1.0]))[0])
+    assert float(ph._fog_beta(3.912)) == pytest.approx(1.0)
+    np.testing.assert_allclose(ph._fog_beta(ph.SWEEP_M), 3.912 / ph.SWEEP_M)
+    assert ph._fog_beta(np.ones((2, 3))).shape == (2, 3)
+    assert float(ph._fog_beta(np.inf)) == 0.0
+    assert np.isnan(ph._fog_beta(np.array([np.nan, 1.0]))[0])
     for bad in (0.0, -1.0, [1.0, -2.0]):
         with pytest.raises(ValueError, match="positive"):
-            ph.fog_beta(bad)
+            ph._fog_beta(bad)
 
 
 def test_underwater_beta():
     for v in (1.953125, 13.8, 250.0):
-        beta = ph.underwater_beta(v)
+        beta = ph._underwater_beta(v)
         assert beta.shape == (3,)
         assert 3.912 / beta.min() == pytest.approx(v)  # V_best
         assert beta.argmin() == 2  # blue is the least attenuated channel
         np.testing.assert_allclose(beta / beta[2], ph.POPE_FRY_ABSORPTION_PER_M / 0.00979)
-    assert ph.underwater_beta(np.ones((4, 5))).shape == (4, 5, 3)
-    out = ph.underwater_beta(np.array([np.nan, 10.0]))
+    assert ph._underwater_beta(np.ones((4, 5))).shape == (4, 5, 3)
+    out = ph._underwater_beta(np.array([np.nan, 10.0]))
     assert np.all(np.isnan(out[0])) and np.all(np.isfinite(out[1]))
-    np.testing.assert_array_equal(ph.underwater_beta(np.inf), 0.0)
+    np.testing.assert_array_equal(ph._underwater_beta(np.inf), 0.0)
     with pytest.raises(ValueError, match="positive"):
-        ph.underwater_beta(0.0)
+        ph._underwater_beta(0.0)
 
 
 def test_underwater_veiling_light():
@@ -184,7 +179,7 @@ def test_underwater_veiling_light():
     np.testing.assert_allclose(b, [0.0284, 0.165, 0.8], atol=5e-4)
     # Independent of the common scale s (hence of the visibility).
     for v in (1.0, 13.8, 250.0):
-        inverse = 1.0 / ph.underwater_beta(v)
+        inverse = 1.0 / ph._underwater_beta(v)
         np.testing.assert_allclose(0.8 * inverse / inverse.max(), b)
 
 

@@ -1,17 +1,10 @@
-"""Tests of murk.prompts: questions and prompt templates (spec Sec. III, Table II)."""
+"""Tests of murk.protocol: questions and prompt templates (spec Sec. III, Table II)."""
 
 import pytest
 
-from murk.config import load_config
-from murk.prompts import (
-    PROMPT_VARIANTS,
-    TASKS,
-    Question,
-    indefinite_article,
-    prompt_table,
-    questions_for_item,
-    render_prompt,
-)
+from murk.core import load_config
+from murk.protocol import (PROMPT_VARIANTS, Question, TASKS, indefinite_article, prompt_table, questions_for_item,
+                           render_prompt)
 
 ROW = {
     "category": "umbrella",

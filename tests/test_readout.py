@@ -8,19 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from murk import identity
-from murk.config import load_config
-from murk.prompts import questions_for_item, render_prompt
-from murk.readout import (
-    READOUTS,
-    TEXT_READOUTS,
-    build_prompt_text,
-    load_vlm,
-    option_token_ids,
-    parse_verbal_confidence,
-    present_image,
-    read_question,
-)
+from murk.core import load_config
+from murk.core import _identity as identity
+from murk.protocol import questions_for_item, render_prompt
+from murk.readout import (READOUTS, TEXT_READOUTS, build_prompt_text, load_vlm, option_token_ids,
+                          parse_verbal_confidence, present_image, read_question)
 
 ROW = {
     "category": "umbrella",
@@ -130,7 +122,7 @@ def test_twelve_token_ramble_has_no_number(tiny_vlms):
 
 
 def test_readouts_agree_with_the_cube():
-    from murk import cube
+    from murk.results import _cube as cube
 
     assert READOUTS == cube.READOUTS and TEXT_READOUTS == cube.TEXT_READOUTS
     assert {"verbal_conf_v2", "verbal_conf_v3"} <= set(READOUTS)
@@ -289,7 +281,7 @@ def test_batched_equals_unbatched(arch, tiny_vlms, coco_image):
 
 
 def test_prefill_joins_without_a_space_after_whitespace_or_a_special_token(tiny_vlms):
-    from murk.vlm import join_prefill
+    from murk.readout import join_prefill
 
     assert join_prefill("<|im_start|>assistant\n", "Answer:") == "<|im_start|>assistant\nAnswer:"
     assert join_prefill("User: hi<end_of_utterance>\nAssistant:", "Answer:") == (
@@ -399,8 +391,8 @@ def test_remote_code_is_refused_without_a_prompt(tmp_path, monkeypatch):
 
 def test_item_readouts_option_distribution_and_abstain_scores():
     """p_option_k, target and p_abstain(2) from hand-made letter probabilities (schema 4)."""
-    from murk.prompts import Question
-    from murk.unit import PromptSlot, item_readouts
+    from murk.protocol import Question
+    from murk.readout import PromptSlot, item_readouts
 
     q = Question(task="t3_true", stem="Is it a cat?", options=("Yes", "No"), correct_index=1)
     slots = [PromptSlot(0, "main", "v1", "", ("A", "B"), True), PromptSlot(0, "abstain", "v1", "", ("A", "B", "C"), False),

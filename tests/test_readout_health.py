@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from murk import analysis, cube
+from murk import readout
 from murk.readout import OPTION_MASS_MIN, LowOptionMassWarning, check_option_mass
+from murk.results import _analysis as analysis
+from murk.results import _cube as cube
 
 N = 6
 
@@ -44,7 +46,7 @@ def _cube() -> xr.Dataset:
 
 def test_median_option_mass_per_model_and_task():
     ds = _cube()
-    med = analysis.median_option_mass(ds)
+    med = readout.median_option_mass(ds)
     assert med.dims == ("model", "task") and list(med["task"].values) == ["t2", "t3"]
     assert float(med.sel(model="org/good", task="t2")) == pytest.approx(0.9)
     assert float(med.sel(model="org/bad", task="t2")) == pytest.approx(1e-4)
@@ -52,7 +54,7 @@ def test_median_option_mass_per_model_and_task():
     assert float(med.sel(model="org/bad", task="t3")) == pytest.approx(0.6)
     # one model's store (no model dim) gives the same
     one = ds.sel(model="org/bad", drop=True)
-    np.testing.assert_allclose(analysis.median_option_mass(one).values, med.sel(model="org/bad").values)
+    np.testing.assert_allclose(readout.median_option_mass(one).values, med.sel(model="org/bad").values)
     assert analysis.low_option_mass(ds) == ["org/bad"]
     assert analysis.low_option_mass(ds, threshold=1e-5) == []
 
@@ -83,9 +85,9 @@ def test_guard_on_a_store_read_back_from_zarr(tmp_path):
 
 def test_guard_on_a_real_readout_of_random_weights(tiny_vlms, coco_image):
     """Random weights: the first token is rarely a letter, and the guard says so."""
-    from murk.config import load_config
-    from murk.prompts import questions_for_item
-    from murk.readout import read_item
+    from benchmarks.baseline import read_item
+    from murk.core import load_config
+    from murk.protocol import questions_for_item
 
     vlm = tiny_vlms["qwen3vl"]
     cfg = load_config()

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import real_size  # noqa: E402
 
 #: bf16 engine against bf16 whole prompts, renormalised over the options: five times the 5.6e-3 that
-#: benchmarks/real_size.py measured on InternVL3.5-2B (README, Benchmarks, 2026-12-05)
+#: benchmarks/real_size.py measured on InternVL3.5-2B (benchmarks/README.md, 2026-12-05)
 BF16_RENORM_TOL = 0.03
 #: the memory the read-out adds may exceed the engine's estimate of its rows by this factor (measured at full
 #: size before the estimate counted padding and the attention temporaries: 7-25 % above it in float32; after:
@@ -73,7 +73,7 @@ def test_largest_family_within_8_gb_reads_out_at_full_size():
     estimate of the rows (``engine._row_bytes``), and the estimate not above 4 times it. Flips are not asserted: random weights spread the first-token mass almost
     evenly over the options, so bf16 near-ties are common (2 of 9 on InternVL3.5-2B).
     """
-    from murk.checkpoints import real_model_files_dir
+    from murk.offline import real_model_files_dir
 
     try:
         real_model_files_dir()

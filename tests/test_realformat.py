@@ -15,19 +15,20 @@ import numpy as np
 import pytest
 import torch
 
-from murk.checkpoints import MARKER_FILE, MAX_PIXELS, REALFORMAT_MODELS, build_realformat_checkpoint
-from murk import identity
-from murk.config import load_config
-from murk.prompts import questions_for_item, render_prompt
+from benchmarks.baseline import read_item, score_prompts
+from murk.core import load_config
+from murk.core import _identity as identity
+from murk.offline import MARKER_FILE, MAX_PIXELS, REALFORMAT_MODELS, build_realformat_checkpoint
+from murk.protocol import questions_for_item, render_prompt
 from murk.readout import (READOUTS, VERBAL_STOP_LIMIT, build_prompt_text, load_vlm, parse_verbal_confidence,
-                          present_image, read_item, read_question, score_prompts)
+                          present_image, read_question)
 
 FAMILIES = sorted(set(REALFORMAT_MODELS.values()))
 ROW = {"category": "umbrella", "t2_options": ["car", "umbrella", "bench", "kite"], "t2_answer_index": 1,
        "t3_distractor": "truck"}
 TOL = 1e-6
 
-# what each family must look like (the published files and ids; see murk.checkpoints)
+# what each family must look like (the published files and ids; see murk.offline)
 EXPECTED = {
     "qwen3vl": dict(classes=("Qwen3VLForConditionalGeneration", "Qwen3VLProcessor", "Qwen2VLImageProcessor"),
                     vocab=151_936, image_token=("<|image_pad|>", 151_655), eos={151_645, 151_643},
@@ -226,8 +227,8 @@ def test_greedy_whatever_the_generation_config_says(sampling_qwen, realformat_vl
     # processed scores move the option probabilities that the raw logits give
     from transformers import GenerationConfig
 
-    from murk.prompts import render_prompt
-    from murk.vlm import encode, letter_probs, softmax32
+    from murk.protocol import render_prompt
+    from murk.readout import encode, letter_probs, softmax32
 
     own = GenerationConfig.from_pretrained(sampling_qwen)
     own.update(do_sample=False, max_new_tokens=1, output_scores=True, output_logits=True,

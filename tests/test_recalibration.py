@@ -1,10 +1,12 @@
-"""Tests of murk.recalibration: temperature scaling, globally, by visibility and per level (issue 24)."""
+"""Tests of murk.monitor: temperature scaling, globally, by visibility and per level (issue 24)."""
 
 import numpy as np
 import pytest
 
-from murk import monitor
-from murk import recalibration as rc
+from murk.monitor import _estimator
+from murk.monitor import _evaluation
+from murk.monitor import _monitor as monitor
+from murk.monitor import _recalibration as rc
 
 
 def _softmax(z):
@@ -33,7 +35,7 @@ def test_apply_temperature_hand_cases():
     per_row = rc.apply_temperature([[0.64, 0.36], [0.64, 0.36]], np.array([1.0, 2.0]))
     assert per_row[0].tolist() == [0.64, 0.36] and per_row[1] == pytest.approx([0.8 / 1.4, 0.6 / 1.4])
     assert rc.option_confidence([[0.2, 0.8], [np.nan, np.nan]]).tolist()[0] == 0.8
-    assert rc.option_answer([[0.2, 0.8], [np.nan, np.nan]]).tolist() == [1, -1]
+    assert rc._option_answer([[0.2, 0.8], [np.nan, np.nan]]).tolist() == [1, -1]
 
 
 @pytest.mark.parametrize("probs, T, match", [
@@ -52,7 +54,7 @@ def test_fit_temperature_recovers_a_known_temperature(logits):
     # the fit is the likelihood's minimum
     p = _softmax(z * 2.5)
     t = rc.fit_temperature(p, y)
-    assert rc.negative_log_likelihood(p, y, t) <= min(rc.negative_log_likelihood(p, y, t * f) for f in (0.97, 1.03))
+    assert rc._negative_log_likelihood(p, y, t) <= min(rc._negative_log_likelihood(p, y, t * f) for f in (0.97, 1.03))
 
 
 def test_fit_visibility_temperature_recovers_t_of_log_v(logits):
@@ -68,7 +70,7 @@ def test_fit_visibility_temperature_recovers_t_of_log_v(logits):
     assert np.max(np.abs(t_hat / t_true - 1)) < 0.05
     # V beyond CAP_M is clipped: the same temperature as at CAP_M
     assert rc.visibility_temperature([1e6, 2e4], a_hat, b_hat) == pytest.approx(
-        rc.visibility_temperature([monitor.CAP_M] * 2, a_hat, b_hat))
+        rc.visibility_temperature([_estimator.CAP_M] * 2, a_hat, b_hat))
     with pytest.raises(ValueError, match="visibility_m"):
         rc.visibility_temperature([0.0], a, b)
 
@@ -79,23 +81,23 @@ def test_fit_visibility_temperature_clips_v_at_cap_m(logits):
     z, y = logits
     rng = np.random.default_rng(3)
     v = 10 ** rng.uniform(0.3, 6.0, len(z))
-    assert 0.3 < np.mean(v > monitor.CAP_M) < 0.4          # 2 of 5.7 decades
+    assert 0.3 < np.mean(v > _estimator.CAP_M) < 0.4          # 2 of 5.7 decades
     a, b = 0.3, -0.25
-    p = _softmax(z * np.exp(a + b * np.log10(np.minimum(v, monitor.CAP_M)))[:, None])
+    p = _softmax(z * np.exp(a + b * np.log10(np.minimum(v, _estimator.CAP_M)))[:, None])
     ab = rc.fit_visibility_temperature(p, y, v)
-    assert ab == rc.fit_visibility_temperature(p, y, np.minimum(v, monitor.CAP_M))
+    assert ab == rc.fit_visibility_temperature(p, y, np.minimum(v, _estimator.CAP_M))
     assert ab == pytest.approx((a, b), rel=0.05)
 
 
 def test_negative_log_likelihood_closed_form():
     p = [[0.5, 0.5, np.nan], [0.64, 0.36, 0.0]]
-    assert rc.negative_log_likelihood(p, [0, 0]) == pytest.approx((np.log(2) - np.log(0.64)) / 2, rel=1e-12)
+    assert rc._negative_log_likelihood(p, [0, 0]) == pytest.approx((np.log(2) - np.log(0.64)) / 2, rel=1e-12)
     # T = 2: the second row becomes (0.8, 0.6, 0) / 1.4; the first stays (0.5, 0.5)
-    assert rc.negative_log_likelihood(p, [1, 1], 2.0) == pytest.approx((np.log(2) - np.log(0.6 / 1.4)) / 2,
+    assert rc._negative_log_likelihood(p, [1, 1], 2.0) == pytest.approx((np.log(2) - np.log(0.6 / 1.4)) / 2,
                                                                       rel=1e-12)
-    assert rc.negative_log_likelihood(p, [0, 0], [1.0, 2.0]) == pytest.approx(
+    assert rc._negative_log_likelihood(p, [0, 0], [1.0, 2.0]) == pytest.approx(
         (np.log(2) - np.log(0.8 / 1.4)) / 2, rel=1e-12)
-    assert rc.option_confidence(p).tolist() == [0.5, 0.64] and rc.option_answer(p).tolist() == [0, 0]
+    assert rc.option_confidence(p).tolist() == [0.5, 0.64] and rc._option_answer(p).tolist() == [0, 0]
 
 
 def test_visibility_fit_errors_are_named():
@@ -108,7 +110,7 @@ def test_visibility_fit_errors_are_named():
     with pytest.raises(ValueError, match="probability 0"):
         rc.fit_visibility_temperature([[0.6, 0.4], [1.0, 0.0]], y, [10.0, 20.0])
     with pytest.raises(ValueError, match="probability 0"):
-        rc.negative_log_likelihood([[1.0, 0.0]], [1])
+        rc._negative_log_likelihood([[1.0, 0.0]], [1])
 
 
 def test_fit_errors_are_named():
@@ -140,7 +142,7 @@ def test_recalibrate_on_a_visibility_dependent_overconfidence(logits):
     p[1] = np.nan                                      # a missing read-out
     v_hat = v_true * np.exp(rng.normal(0, 0.1, n))     # the monitor's estimate, 10 % scatter
     image = np.arange(n) // 4
-    cal = monitor.split_images(image, seed=0)
+    cal = _evaluation.split_images(image, seed=0)
     conf, params = rc.recalibrate(p, np.where(np.arange(n) == 1, np.nan, y), cal, group=level, visibility_m=v_hat)
     assert set(conf) == set(rc.METHODS) and all(np.isnan(c[1]) for c in conf.values())
     assert params["per_level_T"][1] == pytest.approx(4.0, rel=0.1) and params["per_level_T"][0] == pytest.approx(1.0, rel=0.1)
@@ -160,7 +162,7 @@ def test_a_subset_models_halves_are_its_own_images():
     over its own 6 images only, each image in the half the split of all images puts it in, whatever the values."""
     import xarray as xr
 
-    from murk import cube
+    from murk.results import _cube as cube
 
     ids = np.arange(500, 510)
     reason = np.full((2, 10), "", dtype=object)
@@ -171,11 +173,11 @@ def test_a_subset_models_halves_are_its_own_images():
                     coords={"model": ["org/all", "org/subset"], "image": ids})
     own, cal = rc.model_halves(ds, "org/subset", seed=3)
     np.testing.assert_array_equal(own, np.arange(6))
-    np.testing.assert_array_equal(cal, monitor.split_images(ids, seed=3)[:6])
-    np.testing.assert_array_equal(cal, monitor.split_images(ids[:6], seed=3))   # the subset's store alone
+    np.testing.assert_array_equal(cal, _evaluation.split_images(ids, seed=3)[:6])
+    np.testing.assert_array_equal(cal, _evaluation.split_images(ids[:6], seed=3))   # the subset's store alone
     own_all, cal_all = rc.model_halves(ds, "org/all", seed=3)
     np.testing.assert_array_equal(own_all, np.arange(10))
-    np.testing.assert_array_equal(cal_all, monitor.split_images(ids, seed=3))
+    np.testing.assert_array_equal(cal_all, _evaluation.split_images(ids, seed=3))
     ds2 = ds.assign(value=ds["value"].where(ds["missing_reason"] != cube.NOT_RUN))   # NaN there instead: no change
     for a, b in zip(rc.model_halves(ds2, "org/subset", seed=3), (own, cal)):
         np.testing.assert_array_equal(a, b)

@@ -4,13 +4,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from murk import cube, paths, render
+from murk import scene
+from murk.scene import _render as render
 
 
 def test_presented_size():
-    assert render.presented_size(640, 480) == (448, 336)
-    assert render.presented_size(480, 640) == (336, 448)
-    assert render.presented_size(300, 200) == (300, 200)  # never upscaled
+    assert scene.presented_size(640, 480) == (448, 336)
+    assert scene.presented_size(480, 640) == (336, 448)
+    assert scene.presented_size(300, 200) == (300, 200)  # never upscaled
 
 
 def test_draw_box_width_and_colour():
@@ -68,13 +69,13 @@ def test_draw_box_errors():
 
 def test_load_image_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="MURK_COCO_DIR"):
-        render.load_image(tmp_path / "nope.jpg")
+        scene.load_image(tmp_path / "nope.jpg")
     bad = tmp_path / "bad.jpg"
     bad.write_bytes(b"\xff\xd8\xff\xe0 truncated")
     with pytest.raises(ValueError, match="cannot be decoded"):
-        render.load_image(bad)
+        scene.load_image(bad)
     Image.new("L", (20, 10), 77).save(tmp_path / "grey.png")
-    g = render.load_image(tmp_path / "grey.png")
+    g = scene.load_image(tmp_path / "grey.png")
     assert g.shape == (10, 20, 3) and g.dtype == np.uint8
 
 
@@ -84,7 +85,7 @@ def test_render_conditions_all_24():
     partner = rng.integers(0, 256, (40, 50, 3), dtype=np.uint8)
     z = np.full((60, 80), 10.0, np.float32)
     out = list(render.render_conditions(img, z, (20, 15, 30, 20), partner, image_id=3))
-    assert [(a, lvl) for a, lvl, _ in out] == list(cube.CONDITIONS)
+    assert [(a, lvl) for a, lvl, _ in out] == list(scene.CONDITIONS)
     shown = {(a, lvl): im for a, lvl, im in out}
     for (arm, _), im in shown.items():
         assert im.dtype == np.uint8
@@ -143,73 +144,32 @@ def test_16_bit_png_is_scaled_not_saturated(tmp_path):
     with Image.open(tmp_path / "grey16.png") as im:
         assert im.mode.startswith("I")  # Pillow's 16-bit greyscale mode
         assert (np.asarray(im.convert("RGB")) == 255).mean() > 0.99  # what the old conversion did
-    g = render.load_image(tmp_path / "grey16.png")
+    g = scene.load_image(tmp_path / "grey16.png")
     assert g.shape == (48, 64, 3) and g.dtype == np.uint8
     np.testing.assert_array_equal(g[..., 0], np.round(ramp / 257.0).astype(np.uint8))
     assert (g == 255).mean() < 0.01 and (g[..., 0] == g[..., 2]).all()
     # 16-bit RGB: Pillow reduces it to 8 bits per channel itself (the high byte)
     rgb = np.stack([ramp, ramp[::-1], np.full_like(ramp, 30000)], -1)
     _png16_rgb(tmp_path / "rgb16.png", rgb)
-    c = render.load_image(tmp_path / "rgb16.png")
+    c = scene.load_image(tmp_path / "rgb16.png")
     assert c.dtype == np.uint8 and np.abs(c.astype(int) - rgb // 257).max() <= 1
     # 32-bit integer and float images: scaled where the scale is defined, refused otherwise
-    assert render.to_rgb8(Image.fromarray(np.full((4, 4), 65535, np.int32)))[0, 0, 0] == 255
-    assert render.to_rgb8(Image.fromarray(np.full((4, 4), 0.5, np.float32)))[0, 0, 0] == 128
+    assert scene.to_rgb8(Image.fromarray(np.full((4, 4), 65535, np.int32)))[0, 0, 0] == 255
+    assert scene.to_rgb8(Image.fromarray(np.full((4, 4), 0.5, np.float32)))[0, 0, 0] == 128
     with pytest.raises(ValueError, match="outside 0-65535"):
-        render.to_rgb8(Image.fromarray(np.full((4, 4), 70000, np.int32)), "image x.tif")
+        scene.to_rgb8(Image.fromarray(np.full((4, 4), 70000, np.int32)), "image x.tif")
     with pytest.raises(ValueError, match=r"outside \[0, 1\]"):
-        render.to_rgb8(Image.fromarray(np.full((4, 4), 3.0, np.float32)))
+        scene.to_rgb8(Image.fromarray(np.full((4, 4), 3.0, np.float32)))
 
 
 def test_too_small_presented_image_raises_early_and_specifically():
-    with pytest.raises(render.ImageTooSmallError, match="image 7 .* 448 x 14 px"):
-        render.presented_size(640, 20, name="image 7 (000000000007.jpg)")
-    assert issubclass(render.ImageTooSmallError, ValueError)
-    assert render.presented_size(640, 20, min_side=None) == (448, 14)
+    with pytest.raises(scene.ImageTooSmallError, match="image 7 .* 448 x 14 px"):
+        scene.presented_size(640, 20, name="image 7 (000000000007.jpg)")
+    assert issubclass(scene.ImageTooSmallError, ValueError)
+    assert scene.presented_size(640, 20, min_side=None) == (448, 14)
     img = np.zeros((20, 200, 3), np.uint8)
     z = np.full((20, 200), 10.0, np.float32)
     # raised when called, before any condition is rendered (not in the middle of the iteration)
-    with pytest.raises(render.ImageTooSmallError, match="image 5 is 200 x 20 px"):
+    with pytest.raises(scene.ImageTooSmallError, match="image 5 is 200 x 20 px"):
         render.render_conditions(img, z, (10, 2, 30, 10), img, image_id=5)
 
-
-@pytest.mark.skipif(not (paths.project_root().parent / "shared" / "coco-val2017-sample").is_dir(),
-                    reason="../shared/coco-val2017-sample not present")
-@pytest.mark.slow  # three stage notebooks through papermill (end to end: out of `make test-fast`)
-def test_stage_records_a_too_small_image_and_goes_on(tmp_path, monkeypatch):
-    """Through a stage's per-item loop (the monitor's: no VLM needed): the thin item is recorded, the other kept."""
-    import json
-    import shutil
-
-    import xarray as xr
-
-    import stages  # tests/stages.py: the stage notebooks through papermill
-    from murk import items
-
-    sample = paths.project_root().parent / "shared" / "coco-val2017-sample"
-    monkeypatch.setenv("MURK_OFFLINE", "1")
-    monkeypatch.setenv("MURK_COCO_DIR", str(sample))
-    out = tmp_path / "out"
-    stages.run("01_select", out, n_items=2, seed=1, run_name="too-small-image")
-    table, _ = items.read_items(out)
-    img_dir = tmp_path / "val2017"
-    img_dir.mkdir()
-    for f in table["file_name"]:
-        shutil.copy(sample / "val2017" / f, img_dir / f)
-    thin = table["file_name"].iloc[0]
-    Image.new("RGB", (640, 20), (90, 120, 150)).save(img_dir / thin, format="JPEG")
-    meta = json.loads((out / "items_meta.json").read_text())
-    meta["image_dir"] = str(img_dir)
-    (out / "items_meta.json").write_text(json.dumps(meta))
-    # its annotation says so too (a genuinely thin image; a size disagreeing with the annotation is another case)
-    table.loc[0, ["width", "height"]] = [640, 20]
-    items.save_items(table, out / "items.json")
-    stages.run("02_depth", out, backend="constant")
-    stages.run("03b_monitor", out)
-    store = paths.readout_store("murk/visibility-monitor", out)
-    ds = xr.open_zarr(store, consolidated=False).load()
-    assert bool(ds["done"].all())
-    reasons = [str(r) for r in ds["missing_reason"].values]
-    assert "32 px" in reasons[0] and "448 x 14 px" in reasons[0] and reasons[1] == ""
-    v = ds["value"].sel(readout="visibility_hat_m", task="t2")
-    assert v.isel(image=0).isnull().all() and v.sel(arm="fog", level=slice(1, None)).isel(image=1).notnull().all()

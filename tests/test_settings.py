@@ -1,6 +1,6 @@
-"""The run settings are validated before anything runs (issue 21, part 5): murk.settings's schema of the
+"""The run settings are validated before anything runs (issue 21, part 5): murk.core.settings's schema of the
 keys, types and ranges of data/workflow.yaml, applied by the Snakefile (also in a dry run) and by the
-notebooks' parameters that mirror a run setting (murk.config.run_default).
+notebooks' parameters that mirror a run setting (murk.core.run_default).
 
 The unit tests check the schema; the Snakemake tests run ``snakemake -n`` (a dry run, seconds) with bad
 settings as users type them and check that each refusal names the key and that nothing was written.
@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from murk import config, paths, settings
-from murk.settings import COMMAND_LINE, PAPERMILL, SettingsError, check_run_settings, check_setting
+from murk.core import COMMAND_LINE, PAPERMILL, SettingsError, announce, check_run_settings, check_setting, settings
+from murk.core import _config as config
+from murk.core import _paths as paths
 
 ROOT = paths.project_root()
 
@@ -159,7 +160,7 @@ def test_an_output_dir_that_is_a_file_is_refused(tmp_path):
 def test_a_relative_output_dir_is_taken_from_snakemakes_working_directory(tmp_path):
     run = check_run_settings({**_defaults(), "output_dir": "rel/./x/"}, offline=True, cwd=tmp_path)
     assert run.output_dir == "rel/x" and run.output_root == str(tmp_path / "rel" / "x")
-    # the notebooks get the absolute path: murk.paths takes a relative one from the project root instead
+    # the notebooks get the absolute path: murk.core takes a relative one from the project root instead
     assert paths.output_dir(run.output_root) == tmp_path / "rel" / "x" != paths.output_dir(run.output_dir)
     run = check_run_settings({**_defaults(), "output_dir": str(tmp_path / "abs")}, offline=True, cwd=ROOT)
     assert run.output_dir == run.output_root == str(tmp_path / "abs")
@@ -173,7 +174,7 @@ def test_the_start_lines_name_the_models_that_run_and_why_models_is_not_used_off
     assert run.notes[1] == ("murk: 2 models to read out (offline_models, since MURK_OFFLINE=1): "
                             "murk-tiny/smolvlm (5 items), murk-tiny/qwen3vl (3 items)")
     assert run.notes[2].startswith("murk: --config models=… is not used: with MURK_OFFLINE=1 a run reads offline_models")
-    assert settings.announce(run) == run.notes and settings.announce(run) == []  # printed once per process
+    assert announce(run) == run.notes and announce(run) == []  # printed once per process
     assert capsys.readouterr().err.count("models to read out") == 1
     online = check_run_settings(cfg, {"models": COMMAND_LINE}, offline=False, cwd=ROOT)
     assert online.notes[1] == "murk: 1 model to read out (models): org/a (5 items)" and len(online.notes) == 2
@@ -256,8 +257,8 @@ def test_a_relative_output_dir_ends_in_one_folder_for_snakemake_and_the_notebook
     assert "murk: --config models=… is not used" in out
     assert out.count(" to read out (") == 1
     assert "output: rel/items.json" in out  # Snakemake's files: relative to its working directory
-    commands = [ln for ln in out.splitlines() if "murk.execute " in ln or "murk.paper" in ln]
-    assert len(commands) == 6 and all(f"-r output_dir {root} " in c for c in commands if "murk.execute" in c)
-    assert f"python -m murk.paper --output-dir {root}" in out
+    commands = [ln for ln in out.splitlines() if "murk.pipeline.execute " in ln or "murk.report.paper" in ln]
+    assert len(commands) == 7 and all(f"-r output_dir {root} " in c for c in commands if "murk.pipeline.execute" in c)
+    assert f"python -m murk.report.paper --output-dir {root}" in out
     assert paths.output_dir(str(root)) == root != paths.output_dir("rel")  # what murk would have made of "rel"
     assert not root.exists() and not (ROOT / "rel").exists()

@@ -20,11 +20,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from murk import paths, settings
-from murk.settings import SettingsError, check_run_settings, model_id_problem, remote_job_problems
+from murk.core import SettingsError, check_run_settings, model_id_problem, remote_job_problems, settings
+from murk.core import _paths as paths
+
+import stages  # tests/stages.py: the shared COCO sample
 
 ROOT = paths.project_root()
-SAMPLE = ROOT.parent / "shared" / "coco-val2017-sample"
+SAMPLE = stages.SAMPLE
 
 
 def payload(token: str) -> str:

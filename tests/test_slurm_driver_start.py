@@ -1,4 +1,4 @@
-"""murk.slurm at a SLURM driver's start (issue 37): GPUs the cluster has not, a killed driver's live jobs, the
+"""murk.pipeline at a SLURM driver's start (issue 37): GPUs the cluster has not, a killed driver's live jobs, the
 executor's account guess, and the profiles' log clean-up, on parsed squeue/sinfo output and fake executors."""
 
 import inspect
@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from murk import paths, slurm
+from murk.core import _paths as paths
+from murk.pipeline import _slurm as slurm
 
 ROOT = paths.project_root()
 SQUEUE = ("101|old-run|PENDING|rule_readout_shard_wildcards_slug=murk-tiny--smolvlm,size=1,shard=0001\n"

@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from murk import paths, slurm
+from murk.core import _paths as paths
+from murk.pipeline import _slurm as slurm
+
+import stages  # tests/stages.py: the shared COCO sample
 
 ROOT = paths.project_root()
 CPU, GPU = (yaml.safe_load((ROOT / "profiles" / p / "config.yaml").read_text()) for p in ("slurm", "slurm-gpu"))
@@ -19,7 +22,7 @@ CPU, GPU = (yaml.safe_load((ROOT / "profiles" / p / "config.yaml").read_text()) 
 RULES = sorted(set(re.findall(r"^rule (\w+):", (ROOT / "Snakefile").read_text(), re.M)) - {"all"})
 #: a small node: 2 CPUs, 8 GB (MB as SLURM counts them)
 SMALL_CPUS, SMALL_MEM_MB = 2, 8000
-#: the rules whose runtime and memory the Snakefile computes from measurements (murk.slurm.readout_resources)
+#: the rules whose runtime and memory the Snakefile computes from measurements (murk.pipeline.readout_resources)
 MEASURED = {"readout", "readout_shard"}
 
 
@@ -59,12 +62,12 @@ def test_gpu_profile_is_the_cpu_profile_plus_gpu_rows():
 
 @pytest.mark.parametrize("profile,gpu", [("profiles/slurm", 0), ("profiles/slurm-gpu", 1)])
 def test_account_and_partition_on_the_command_line_keep_the_profile(profile, gpu, tmp_path):
-    """The README's command with --default-resources: each job gets the account and partition and keeps its
+    """docs/cluster.md's command with --default-resources: each job gets the account and partition and keeps its
     rule's memory, CPUs, time and GPUs (Snakemake's dry run prints each job's resources); the read-out jobs'
     runtime and memory are the measured cost of their model's earlier jobs times the margin (here one model's
     record), or the unmeasured request."""
     env = {**os.environ, "MURK_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
-           "MURK_COCO_DIR": str(ROOT.parent / "shared" / "coco-val2017-sample"),
+           "MURK_COCO_DIR": str(stages.SAMPLE),
            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     measured = {"device": "cpu", "images": 2, "units": 48, "run_s": 600.0, "s_per_image": 300.0, "load_s": 60.0,
                 "peak_host_bytes": 3 << 30, "model": "murk-tiny/smolvlm"}

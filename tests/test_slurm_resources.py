@@ -1,14 +1,15 @@
-"""The read-out jobs' SLURM runtime and memory, from the measured cost of earlier jobs (murk.slurm, issue 38 item 7).
+"""The read-out jobs' SLURM runtime and memory, from the measured cost of earlier jobs (murk.pipeline, issue 38 item 7).
 
 The Snakefile's wiring (a cost record in an output root changes the dry run's requests of that model's jobs, and
-only those) is tested in tests/test_slurm_profiles.py; the record a read-out writes, in tests/test_pipeline.py.
+only those) is tested in tests/test_slurm_profiles.py; the record a read-out writes, in
+tests/scenarios/test_pipeline.py.
 """
 
 import json
 
 import pytest
 
-from murk import slurm
+from murk.pipeline import _slurm as slurm
 
 REC = {"model": "org/m", "device": "cuda", "images": 100, "units": 2400, "run_s": 120.0, "s_per_image": 1.2,
        "load_s": 60.0, "peak_host_bytes": 10 << 30, "peak_device_bytes": 40 << 30, "images_per_batch": 8}

@@ -1,6 +1,6 @@
-"""murk.slurm.status_problem: when the SLURM executor may never see a job end (issue 22)."""
+"""murk.pipeline.status_problem: when the SLURM executor may never see a job end (issue 22)."""
 
-from murk import slurm
+from murk.pipeline import _slurm as slurm
 
 
 def test_squeue_with_a_long_enough_min_job_age_is_fine():

@@ -1,0 +1,130 @@
+"""The ``models`` setting's entries: a model id, or a mapping with its revision and options, from a settings file,
+the command line or a notebook parameter (:func:`model_entries`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+__all__ = ["MODEL_ENTRY_KEYS", "ModelEntry", "model_entries"]
+
+
+# --- the models setting: its entries (moved from the markers, which read it) ---
+
+#: the keys a mapping entry of ``models`` may have
+MODEL_ENTRY_KEYS = ("id", "n_items")
+
+
+class ModelEntry(NamedTuple):
+    """One model of a run: its id (hub id or folder) and the number of items it is read out on."""
+
+    id: str
+    n_items: int
+
+
+def _entry_form(setting: str) -> str:
+    return (f"each entry of {setting} is a hub id or folder, or a mapping {{id: <hub id or folder>, n_items: N}} "
+            f"(the first N items of the selection), e.g. {setting}: [HuggingFaceTB/SmolVLM-256M-Instruct, "
+            f"{{id: google/gemma-4-E2B-it, n_items: 600}}]")
+
+
+def _entries_from_text(text: str, setting: str) -> list:
+    """A list given as text (papermill ``-p models '[...]'`` passes a string): parsed as YAML (JSON is YAML)."""
+    import yaml
+
+    hint = (f"pass it as YAML with papermill's -y, e.g. -y '{setting}: [murk-tiny/smolvlm, "
+            f"{{id: murk-tiny/qwen3vl, n_items: 4}}]'")
+    t = text.strip()
+    if t.startswith(("[", "{")):
+        try:
+            parsed = yaml.safe_load(t)
+        except yaml.YAMLError as e:
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise ValueError(f"{setting} arrived as the text {text!r}, which is not a YAML or JSON list ({first}): "
+                             f"{hint}") from None
+        return parsed if isinstance(parsed, list) else [parsed]
+    if not t or "," in t or any(c.isspace() for c in t):
+        raise ValueError(f"{setting} arrived as the text {text!r}, not as a list of models: {hint}")
+    return [t]  # one model id
+
+
+def model_entries(entries: Any, n_items: int | None = None, setting: str = "models") -> list[ModelEntry]:
+    """The models of a run with the number of items each is read out on.
+
+    Parameters
+    ----------
+    entries : list, or str
+        The setting's value: a list whose entries are a hub id or local folder
+        (str: read out on every item), or a mapping ``{id: <hub id or folder>,
+        n_items: N}`` (read out on the first N items of the selection, in the
+        selection's order). A str is a list given as text (papermill ``-p models
+        '["a", "b"]'`` passes one): YAML or JSON text of a list, or a single id.
+    n_items : int, optional
+        The run's number of selected items (``n_items`` of the run settings, or
+        the length of ``items.json``). An entry without ``n_items`` gets it; an
+        entry asking for more items than the run has is read out on all of them
+        (as ``n_verbal_items``). None: entries without ``n_items`` get None.
+    setting : str
+        The setting's name in messages, e.g. ``"offline_models (data/workflow.yaml)"``.
+
+    Returns
+    -------
+    list of ModelEntry
+        ``(id, n_items)`` per model, in the setting's order; ``id`` is a str,
+        ``n_items`` an int >= 1 (or None, see ``n_items``).
+
+    Raises
+    ------
+    ValueError
+        If the list is empty or not a list, an entry is neither a str nor a
+        mapping, a mapping has a key other than ``id`` and ``n_items`` or lacks
+        ``id``, ``n_items`` is not an integer >= 1, a model is listed twice, or
+        a text does not parse as a list. The message names the setting, the
+        entry and the form to use.
+    """
+    if isinstance(entries, str):
+        entries = _entries_from_text(entries, setting)
+    if isinstance(entries, (dict, ModelEntry)) or not isinstance(entries, (list, tuple)):
+        raise ValueError(f"{setting} must be a list of models, got {type(entries).__name__} {entries!r}: "
+                         f"{_entry_form(setting)}")
+    if not entries:
+        raise ValueError(f"{setting} is empty: list at least one model; {_entry_form(setting)}")
+    run_n = None if n_items is None else int(n_items)
+    out: list[ModelEntry] = []
+    seen: dict[str, int] = {}
+    for k, e in enumerate(entries, start=1):
+        where = f"{setting}, entry {k} ({e!r})"
+        if isinstance(e, ModelEntry):
+            e = e._asdict()
+        if isinstance(e, str):
+            mid, n = e, None
+        elif isinstance(e, dict):
+            unknown = [str(x) for x in e if x not in MODEL_ENTRY_KEYS]
+            if unknown:
+                raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; the keys are id and n_items: "
+                                 f"{_entry_form(setting)}")
+            if "id" not in e:
+                raise ValueError(f"{where} has no id: {_entry_form(setting)}")
+            mid, n = e["id"], e.get("n_items")
+            if not isinstance(mid, str):
+                raise ValueError(f"{where}: id must be a hub id or folder (text), got {mid!r}")
+            if n is not None:
+                if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                    raise ValueError(f"{where}: n_items must be a whole number of items >= 1 (the first N items of "
+                                     f"the selection), got {n!r}; leave it out to read the model out on every item")
+        else:
+            raise ValueError(f"{where} is neither a model id nor a mapping: {_entry_form(setting)}")
+        mid = mid.strip()
+        if not mid:
+            raise ValueError(f"{where}: the model id is empty; {_entry_form(setting)}")
+        if mid in seen:
+            raise ValueError(f"{setting} lists {mid} twice (entries {seen[mid]} and {k}): list each model once, "
+                             f"with one n_items")
+        seen[mid] = k
+        if n is None:
+            n = run_n
+        elif run_n is not None:
+            n = min(int(n), run_n)
+        out.append(ModelEntry(mid, None if n is None else int(n)))
+    return out
+
