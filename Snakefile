@@ -252,7 +252,11 @@ MARK = "python -m murk.pipeline.markers mark {output:q}"
 # Snakemake builds its job graph (murk.pipeline.rerun_reason, force_rerun): the store is re-read
 # (only what is missing or damaged) and the cube and paper after it are made again, also when
 # they are newer. A dry run (make plan) lists those jobs and changes nothing on disk.
-DOWNSTREAM = [f"{OUT}/cube.zarr", f"{OUT}/paper_numbers.json"]
+# What is made from the stores: the cube, the two analyses' numbers fragments and the merged numbers file (a marker
+# missing while one of them exists is forced: Snakemake asks only for the files a job's dependents read, so with the
+# fragments the paper reads present it would not re-make the cube, nor the read-out before it)
+DOWNSTREAM = [f"{OUT}/cube.zarr", *(str(murk_core.numbers_fragment(s_, OUT)) for s_ in murk_core.NUMBERS_FRAGMENTS),
+              f"{OUT}/paper_numbers.json"]
 _FORCED = set()
 
 

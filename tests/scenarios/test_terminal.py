@@ -282,12 +282,12 @@ def test_kernels_started_at_once_talk_over_private_unix_sockets_and_leave_nothin
 
 # --- the session's default-target run (tests/conftest.py `demo`) ---
 
-#: the bars each stage of the demo draws (tests/stages.py DEMO_MODELS; the monitor; the analyse notebook's
+#: the bars each stage of the demo draws (tests/stages.py DEMO_MODELS; the monitor; the beyond notebook's
 #: monitor depth sensitivity), with their counts
 def _demo_bars():
     bars = {"select: image headers": stages.DEMO_N_ITEMS, "depth": stages.DEMO_N_ITEMS,
             "depth: nominal equivalence": stages.DEMO_N_ITEMS, "monitor": stages.DEMO_N_ITEMS,
-            "analyse: monitor depth sensitivity": stages.DEMO_N_ITEMS}
+            "beyond: monitor depth sensitivity": stages.DEMO_N_ITEMS}
     for model, n in stages.DEMO_N.items():
         bars[f"readout {paths.model_slug(model)}"] = n * 24  # 24 conditions (units) per image
     return bars
