@@ -65,7 +65,6 @@ output_dir = None
 import hashlib
 import json
 import os
-from pathlib import Path
 
 import numpy as np
 import xarray as xr
@@ -151,34 +150,12 @@ key = core.model_slug         # a model in numbers keys
 # a parameter left at None takes its default from the run settings (data/workflow.yaml), as Snakemake does; models
 # left at None whose read-outs this root lacks are the models the root records (in Lab after an offline run)
 shard_size = core.run_default("shard_size", shard_size)
-models, _models_note = core.analyse_models(models, output_dir, shard_size)
+# the read-out stores merged into cube.zarr (murk.pipeline.analysis_cube): refused, writing nothing, where a store
+# is missing, was written for another run or holds another number of items than its entry asks for
+full, ENTRIES, N_ENTRY, stores, flat, RUN_ID, _models_note = pipeline.analysis_cube(models, shard_size, output_dir,
+                                                                                   table, meta, cfg)
 if _models_note:
     print(_models_note)
-ENTRIES = core.model_entries(models, None, "the analyse notebook's parameter models")   # n None: not given
-# each model's n: its entry's n_items, at most the selection (a root whose items.json lists no items, a cube
-# analysed without its select stage, takes the images of its stores)
-N_ENTRY = {e.id: min(e.n_items, len(table) or e.n_items) if e.n_items else len(table) for e in ENTRIES}
-stores = {e.id: core.readout_stores(e.id, N_ENTRY[e.id], shard_size, output_dir) for e in ENTRIES}
-for mode_id in monitor.MONITOR_IDS:   # the oracle and the deployable monitor, never sharded
-    if core.readout_store(mode_id, output_dir).exists():
-        stores[mode_id] = core.readout_store(mode_id, output_dir)
-flat = [p for v in stores.values() for p in (v if isinstance(v, list) else [v])]
-missing = [str(p) for p in flat if not Path(p).exists()]
-if missing:
-    raise FileNotFoundError(f"read-out stores missing: {missing}; run the readout stage for these models")
-RUN_ID = pipeline.run_id(meta["config_hash"], meta["items_hash"])   # this selection's identity (items_meta.json)
-pipeline.refuse_other_run(flat, RUN_ID, "analyse", core.items_file(output_dir))   # before anything is written
-full = results.merge_models(stores, core.cube_store(output_dir), attrs={"git_commit": core.git_commit(), "run_id": RUN_ID,
-                                                                     # the selected images' content (select's record)
-                                                                     "images_sha256": meta.get("images_sha256", "")},
-                         images=(table["image_id"], table["category"]) if len(table) else None).load()
-for e in ENTRIES:  # an entry that gives its n_items must find a store of that many items
-    if e.n_items is not None and int(full["n_items"].sel(model=e.id)) != N_ENTRY[e.id]:
-        raise ValueError(f"the read-out store of {e.id} holds {int(full['n_items'].sel(model=e.id))} items, its "
-                         f"entry in models asks for n_items: {e.n_items}: run its read-out with that n_items "
-                         f"(snakemake does), or give the entry the store's n_items")
-# a design whose sweep ends earlier, or with one abstain wording, is analysed on what it measures (murk.protocol)
-full = protocol.restrict_to_design(full, cfg)
 ds = full.sel(model=[m for m in full["model"].values if m not in monitor.MONITOR_IDS])
 VLMS = [str(m) for m in ds["model"].values]
 PIPELINE_CHECK = bool(ds["pipeline_check"].any())
@@ -282,14 +259,7 @@ for k, text in report.run_words(ds.attrs["depth_backend"], approximate, depth_mo
 # %%
 #| label: tbl-models
 #| tbl-cap: "Models, the items each was read out on (the first n of the selection), revisions, visual tokens per image and the median first-token probability on the option letters on clean images (option mass, t2 / t3); † marks a model below the threshold (beyond the spec as a table; in the text of spec Section III)."
-show_table(report.markdown_table([
-    {"model": f"`{m}`" + (f" {DAGGER}" if str(m) in LOW_MASS else ""), "items (n)": str(N_OF[str(m)]),
-     "revision": f"`{str(rev)[:23 if str(rev).startswith('sha256:') else 12] or 'n/a'}`",
-     "visual tokens / image": str(int(nv)),
-     "option mass (clean, t2 / t3)": f"{numbers[f'option_mass.{key(m)}.t2']} / {numbers[f'option_mass.{key(m)}.t3']}",
-     "pipeline check": "yes (tiny random weights)" if bool(p) else "no"}
-    for m, rev, nv, p in zip(ds["model"].values, ds["model_revision"].values, ds["n_visual_tokens"].values,
-                             ds["pipeline_check"].values)]) + f"\n{numbers['option_mass.footnote']}\n", "models")
+show_table(report.models_table(numbers, ds, LOW_MASS, DAGGER), "models")
 
 # %% [markdown]
 # Bad input (a missing or undecodable image, a missing depth map, an image over
@@ -301,21 +271,7 @@ show_table(report.markdown_table([
 # %%
 #| label: tbl-missing
 #| tbl-cap: "Items that could not be read out (missing or undecodable image, image over the pixel limit or of another size than its annotation, missing depth), by model (beyond the spec)."
-rows = []
-if "missing_reason" in full:
-    reasons = full["missing_reason"].transpose("model", "image").values
-    for mi, m in enumerate(full["model"].values):
-        for ii, img in enumerate(full["image"].values):
-            if str(reasons[mi, ii]) and str(reasons[mi, ii]) != results.NOT_RUN:
-                rows.append({"model": f"`{m}`", "image": str(int(img)), "reason": str(reasons[mi, ii])})
-record("n_missing_items", len({r["image"] for r in rows}))
-# images stored rotated that every stage used transposed (the select stage's record, murk.protocol.image_checks)
-_report = core.items_file(output_dir).with_name("items_report.json")
-_transposed = json.loads(_report.read_text()).get("image_checks", {}).get("transposed", {}) if _report.is_file() else {}
-record("colophon.transposed_images", "; ".join(
-    f"image {k} (stored {v.split(' is stored ', 1)[-1].split(':', 1)[0]})" for k, v in _transposed.items()) or "none")
-show_table(report.markdown_table(rows or [{"model": "all", "image": "–", "reason": "none: every item was read out"}]),
-           "missing")
+show_table(report.missing_table(numbers, full, core.items_file(output_dir).with_name("items_report.json")), "missing")
 
 # %% [markdown]
 # ## The scores

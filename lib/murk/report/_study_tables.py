@@ -5,6 +5,7 @@ figure (spec Fig. 9)."""
 from __future__ import annotations
 
 import inspect
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -31,8 +32,9 @@ def not_computed_table(what: str) -> str:
 
     >>> print(not_computed_table("no cube"))
     | note |
-    |---|
+    |---------------------------------|
     | not computed in this run: no cube |
+    <BLANKLINE>
     """
     return markdown_table([{"note": f"{NOT_COMPUTED}: {what}"}])
 
@@ -388,3 +390,74 @@ def example_tiles(ds: xr.Dataset, table: "pd.DataFrame", image_dir: str | Path, 
             captions.append(cap)
             row_labels.append(f"{row['category']} · {arm}")
     return tiles, captions, row_labels
+
+
+def missing_table(numbers, full: xr.Dataset, items_report: str | Path) -> str:
+    """The items that could not be read out (bad input recorded per model and image; an image beyond a model's
+    ``n_items``, :data:`murk.results.NOT_RUN`, is not listed), recording ``n_missing_items`` and the images the
+    select stage used transposed (``colophon.transposed_images``).
+
+    Parameters
+    ----------
+    numbers : murk.report.Numbers
+        Where the numbers are recorded.
+    full : xarray.Dataset
+        The cube (optional ``missing_reason``, dims model × image: "" where read out).
+    items_report : path
+        The select stage's ``items_report.json`` (its ``image_checks.transposed``: image -> why); absent: none.
+
+    Returns
+    -------
+    str
+        The Markdown table, one row per model and image (one "none" row where every item was read out).
+    """
+    rows = []
+    if "missing_reason" in full:
+        reasons = full["missing_reason"].transpose("model", "image").values
+        for mi, m in enumerate(full["model"].values):
+            for ii, img in enumerate(full["image"].values):
+                if str(reasons[mi, ii]) and str(reasons[mi, ii]) != results.NOT_RUN:
+                    rows.append({"model": f"`{m}`", "image": str(int(img)), "reason": str(reasons[mi, ii])})
+    numbers.record("n_missing_items", len({r["image"] for r in rows}))
+    # images stored rotated that every stage used transposed (the select stage's record, murk.protocol.image_checks)
+    items_report = Path(items_report)
+    transposed = (json.loads(items_report.read_text()).get("image_checks", {}).get("transposed", {})
+                  if items_report.is_file() else {})
+    numbers.record("colophon.transposed_images", "; ".join(
+        f"image {k} (stored {v.split(' is stored ', 1)[-1].split(':', 1)[0]})" for k, v in transposed.items())
+        or "none")
+    return markdown_table(rows or [{"model": "all", "image": "–", "reason": "none: every item was read out"}])
+
+
+def models_table(numbers, ds: xr.Dataset, low_mass: Sequence[str], mark: str = "†") -> str:
+    """The models table: each model's items, revision, visual tokens per image, clean option mass (t2 / t3, read
+    from ``numbers``: ``option_mass.<slug>.t2|t3``) and whether it is a pipeline check, with the option mass
+    footnote (``option_mass.footnote``) below.
+
+    Parameters
+    ----------
+    numbers : murk.report.Numbers
+        The numbers recorded so far (the option masses and their footnote).
+    ds : xarray.Dataset
+        The VLMs' cube (coordinates ``model``, ``model_revision``, ``n_visual_tokens``, ``pipeline_check``,
+        ``n_items``).
+    low_mass : sequence of str
+        The models whose median clean option mass is below the threshold (marked with ``mark``).
+    mark : str
+        Their mark.
+
+    Returns
+    -------
+    str
+        The Markdown table and its footnote.
+    """
+    key = core.model_slug
+    return markdown_table([
+        {"model": f"`{m}`" + (f" {mark}" if str(m) in low_mass else ""), "items (n)": str(int(n)),
+         "revision": f"`{str(rev)[:23 if str(rev).startswith('sha256:') else 12] or 'n/a'}`",
+         "visual tokens / image": str(int(nv)),
+         "option mass (clean, t2 / t3)": f"{numbers[f'option_mass.{key(m)}.t2']} / {numbers[f'option_mass.{key(m)}.t3']}",
+         "pipeline check": "yes (tiny random weights)" if bool(p) else "no"}
+        for m, n, rev, nv, p in zip(ds["model"].values, ds["n_items"].values, ds["model_revision"].values,
+                                    ds["n_visual_tokens"].values, ds["pipeline_check"].values)]
+    ) + f"\n{numbers['option_mass.footnote']}\n"
