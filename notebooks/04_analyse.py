@@ -68,7 +68,7 @@ import os
 
 import numpy as np
 import xarray as xr
-from IPython.display import Image, Markdown, display
+from IPython.display import Markdown, display
 
 from murk import core, monitor, pipeline, protocol, readout, report, results, scene
 from murk.report import fmt_estimate, fmt_level, fmt_list, fmt_range
@@ -86,7 +86,7 @@ A = cfg["analysis"]
 CHANCE = A["chance"]
 
 # %% [markdown]
-# Two helpers show what a cell builds: `show` saves a figure under `figures/`
+# Two helpers show what a cell builds (`murk.report.AnalysisOutputs`): `show` saves a figure under `figures/`
 # (PNG and PDF; with the visible pipeline-check mark when the results come from
 # random-weight checkpoints) and displays that file, which is what the paper
 # embeds; `show_table` displays a Markdown table (and keeps a copy under
@@ -94,24 +94,8 @@ CHANCE = A["chance"]
 # output change together.
 
 # %%
-def show(fig, name: str, pipeline_check: bool | None = None) -> None:
-    """Save ``fig`` as figures/<name>.png|pdf and display the PNG (a figure this notebook declares)."""
-    if name not in report.analysis_figures("04_analyse"):
-        raise ValueError(f"figure {name} is not in murk.report.ANALYSIS_FIGURES['04_analyse']: add it there")
-    png, _ = report.save(fig, FIG_DIR, name, pipeline_check=PIPELINE_CHECK if pipeline_check is None else pipeline_check)
-    display(Image(filename=str(png)))
-
-
-def show_table(md: str, name: str) -> None:
-    """Display a Markdown table and keep it as analysis/tbl-<name>.md (a table of this notebook,
-    ``report.analysis_tables("04_analyse")``: the list the Snakefile declares)."""
-    if f"tbl-{name}" not in report.analysis_tables("04_analyse"):
-        raise ValueError(f"table tbl-{name} is not a table of notebooks/04_analyse.py: label its cell tbl-{name} and "
-                         f"add it to murk.report.SPEC_COUNTERPARTS")
-    report.write_text_atomic(TABLE_DIR / f"tbl-{name}.md", md)
-    display(Markdown(md))
-
-
+OUT = report.AnalysisOutputs("04_analyse", FIG_DIR, TABLE_DIR)   # its pipeline_check is set with the cube, below
+show, show_table = OUT.figure, OUT.table
 not_computed = report.not_computed_table   # a one-row table saying that this run did not compute what
 
 
@@ -158,7 +142,7 @@ if _models_note:
     print(_models_note)
 ds = full.sel(model=[m for m in full["model"].values if m not in monitor.MONITOR_IDS])
 VLMS = [str(m) for m in ds["model"].values]
-PIPELINE_CHECK = bool(ds["pipeline_check"].any())
+PIPELINE_CHECK = OUT.pipeline_check = bool(ds["pipeline_check"].any())   # the mark on every figure
 VIS = results.sweep_visibility(ds)        # level 0 (clean, inf) and the sweep, m (the physical arms' levels)
 SWEEP = np.asarray(protocol.sweep_of(cfg))  # the design's sweep (the study's: physics.SWEEP_M)
 END = len(SWEEP)                           # the last, murkiest level

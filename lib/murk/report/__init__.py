@@ -134,6 +134,7 @@ _MODULES = {
         "analysis_figures",
         "fragment_file",
         "merge_numbers",
+        "AnalysisOutputs",
     ),
     "_figures": (
         "LOW_MASS_MARK",
@@ -302,6 +303,7 @@ __all__ = [
     "analysis_figures",
     "fragment_file",
     "merge_numbers",
+    "AnalysisOutputs",
     "crossing_text",
     "w_text",
     "fmt_mass",
