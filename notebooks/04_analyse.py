@@ -62,9 +62,7 @@ output_dir = None
 # numbers fragment this notebook writes and the run's frozen configuration.
 
 # %%
-import hashlib
 import json
-import os
 
 import numpy as np
 import xarray as xr
@@ -167,11 +165,7 @@ if PIPELINE_CHECK:
 
 # %%
 #| label: murk-identity
-_root = core.output_dir(output_dir)
-_inputs = {os.path.relpath(p, _root): pipeline.store_digest(p) for p in flat}
-_nominal_file = TABLE_DIR / "nominal_equivalence.nc"
-if _nominal_file.is_file():
-    _inputs[os.path.relpath(_nominal_file, _root)] = "sha256:" + hashlib.sha256(_nominal_file.read_bytes()).hexdigest()
+_inputs = pipeline.analysis_inputs(flat, output_dir)   # every store read and the nominal equivalence, by content
 ANALYSIS_MODELS = [e.id if e.n_items is None else {"id": e.id, "n_items": e.n_items} for e in ENTRIES]
 ANALYSIS_ID = pipeline.analysis_id(RUN_ID, [(e.id, N_ENTRY[e.id]) for e in ENTRIES], _inputs, {
     "shard_size": shard_size, "git_commit": full.attrs.get("git_commit", "unknown")})
@@ -351,12 +345,7 @@ def accuracy_finding(arm: str, task: str) -> str:
 for task in ("t2", "t3"):
     for arm in physical:
         record(f"finding.rq1.{arm}.{task}", accuracy_finding(arm, task))
-    c_ = cross.sel(arm="fog", task=task, readout="correct")
-    record(f"range.v.correct.fog.{task}", fmt_range(c_["v_cross_m"].values, c_["censored_side"].values, digits=1))
-    for where, (arm, lvl) in {"clean": ("fog", 0), "end.fog": ("fog", END), "end.underwater": ("underwater", END),
-                              "blank": ("blank", 0), "shuffled": ("shuffled", 0)}.items():
-        record(f"range.correct.{where}.{task}",
-               fmt_range(means["mean"].sel(arm=arm, level=lvl, task=task, readout="correct").values))
+    report.record_accuracy_ranges(numbers, means, cross, task, END)   # over the models: V_acc, the ends, controls
 display(Markdown("\n\n".join(numbers[f"finding.rq1.{arm}.t2"] for arm in physical)))
 
 # %% [markdown]

@@ -135,3 +135,23 @@ def test_models_table_marks_a_low_mass_model(tmp_path):
 
 def test_example_tiles_without_a_depth_cache_are_empty():
     assert st.example_tiles(xr.Dataset(), None, "images", {}, None, "org/m", np.array([np.inf]), (0,)) == ([], [], [])
+
+
+def test_record_accuracy_ranges_span_the_models(tmp_path):
+    n = _numbers(tmp_path, "num-rq1")
+    coords = {"model": ["a", "b"], "arm": ["fog", "underwater", "blank", "shuffled"], "level": [0, 1, 2],
+              "task": ["t2"], "readout": ["correct"]}
+    mean = np.full((2, 4, 3, 1, 1), 0.25)
+    mean[:, 0, 0] = [[[0.8]], [[0.9]]]                 # fog, clean: 0.80 and 0.90
+    mean[:, 1, 2] = [[[0.3]], [[0.2]]]                 # under water, the end
+    means = xr.Dataset({"mean": (tuple(coords), mean)}, coords=coords)
+    cc = {d: coords[d] for d in ("model", "arm", "task", "readout")}
+    cross = xr.Dataset({"v_cross_m": (tuple(cc), np.full((2, 4, 1, 1), 7.8125)),
+                        "censored_side": (tuple(cc), np.full((2, 4, 1, 1), "", dtype=object))}, coords=cc)
+    cross["v_cross_m"].loc[dict(model="b", arm="fog")] = 3.90625
+    st.record_accuracy_ranges(n, means, cross, "t2", 2)
+    assert n["range.correct.clean.t2"] == report.fmt_range(np.array([0.8, 0.9])) == "0.80–0.90"
+    assert n["range.correct.end.underwater.t2"] == report.fmt_range(np.array([0.3, 0.2]))
+    assert n["range.correct.blank.t2"] == report.fmt_range(np.array([0.25, 0.25]))
+    assert n["range.v.correct.fog.t2"] == report.fmt_range(np.array([7.8125, 3.90625]), np.array(["", ""]), digits=1)
+    assert n["range.correct.clean.t2"] != n["range.correct.end.underwater.t2"]

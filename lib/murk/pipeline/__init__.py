@@ -92,6 +92,7 @@ _COMMANDS = {
     "_analysis_cube": (
         "AnalysisCube",
         "analysis_cube",
+        "analysis_inputs",
     ),
     "execute": (
         "SOURCE_LINES",
@@ -203,4 +204,5 @@ __all__ = [
     "identity_bundle",
     "AnalysisCube",
     "analysis_cube",
+    "analysis_inputs",
 ]

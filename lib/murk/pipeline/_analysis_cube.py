@@ -1,14 +1,15 @@
 """The analyse stage's cube: the read-out stores of the models it is given, checked to belong to this run, merged
-into ``cube.zarr`` and restricted to the run's design."""
+into ``cube.zarr`` and restricted to the run's design; the digests of the analysis' inputs."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
 
 from murk import core, monitor, protocol, results
-from murk.pipeline.markers import refuse_other_run, run_id
+from murk.pipeline.markers import refuse_other_run, run_id, store_digest
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -95,3 +96,28 @@ def analysis_cube(models: Sequence | None, shard_size: int | None, output_dir: s
     # a design whose sweep ends earlier, or with one abstain wording, is analysed on what it measures (murk.protocol)
     full = protocol.restrict_to_design(full, cfg)
     return AnalysisCube(full, entries, n_entry, stores, flat, run, note)
+
+
+def analysis_inputs(stores: Sequence, output_dir: str | os.PathLike | None) -> dict[str, str]:
+    """The content digest of every input of the analysis, keyed by its path in the output root: each read-out store
+    read (:func:`murk.pipeline.store_digest`) and, where the depth stage wrote it, ``analysis/nominal_equivalence.nc``
+    (``sha256:`` of its bytes), for :func:`murk.pipeline.analysis_id`.
+
+    Parameters
+    ----------
+    stores : sequence of path
+        The stores read (:attr:`AnalysisCube.flat`), inside the output root.
+    output_dir : path or None
+        The output root (None: the default).
+
+    Returns
+    -------
+    dict
+        Relative path -> digest.
+    """
+    root = core.output_dir(output_dir)
+    inputs = {os.path.relpath(p, root): store_digest(p) for p in stores}
+    nominal_file = core.analysis_dir(output_dir) / "nominal_equivalence.nc"
+    if nominal_file.is_file():
+        inputs[os.path.relpath(nominal_file, root)] = "sha256:" + hashlib.sha256(nominal_file.read_bytes()).hexdigest()
+    return inputs

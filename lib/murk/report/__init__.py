@@ -112,6 +112,7 @@ _MODULES = {
         "example_tiles",
         "missing_table",
         "models_table",
+        "record_accuracy_ranges",
     ),
     "_findings": (
         "crossing_text",
@@ -331,6 +332,7 @@ __all__ = [
     "example_tiles",
     "missing_table",
     "models_table",
+    "record_accuracy_ranges",
     "accuracy_finding",
     "lag_finding",
     "wording_finding",

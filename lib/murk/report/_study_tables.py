@@ -1,6 +1,6 @@
-"""The study notebook's remaining tables and records: the settings the paper quotes, the verbal parse and cut rates,
-the verbal request wordings (spec Table VI), the nominal severities (spec Table VII), monotonicity and the examples
-figure (spec Fig. 9)."""
+"""The study notebook's remaining tables and records: the models and missing items, the settings the paper quotes,
+the accuracy ranges over models, the verbal parse and cut rates, the verbal request wordings (spec Table VI), the
+nominal severities (spec Table VII), monotonicity and the examples figure's tiles (spec Fig. 9)."""
 
 from __future__ import annotations
 
@@ -461,3 +461,29 @@ def models_table(numbers, ds: xr.Dataset, low_mass: Sequence[str], mark: str = "
         for m, n, rev, nv, p in zip(ds["model"].values, ds["n_items"].values, ds["model_revision"].values,
                                     ds["n_visual_tokens"].values, ds["pipeline_check"].values)]
     ) + f"\n{numbers['option_mass.footnote']}\n"
+
+
+def record_accuracy_ranges(numbers, means: xr.Dataset, cross: xr.Dataset, task: str, end: int) -> None:
+    """Record the ranges over models of V_acc in fog (``range.v.correct.fog.<task>``) and of accuracy on the clean
+    image, at the end of each physical arm and on the two controls (``range.correct.<where>.<task>``).
+
+    Parameters
+    ----------
+    numbers : murk.report.Numbers
+        Where the numbers are recorded.
+    means : xarray.Dataset
+        The condition means (``mean``: model, arm, level, task, readout).
+    cross : xarray.Dataset
+        The crossings (``v_cross_m`` in metres and ``censored_side``: model, arm, task, readout).
+    task : str
+        ``"t2"`` or ``"t3"``.
+    end : int
+        The index of the sweep's last level.
+    """
+    c_ = cross.sel(arm="fog", task=task, readout="correct")
+    numbers.record(f"range.v.correct.fog.{task}", fmt_range(c_["v_cross_m"].values, c_["censored_side"].values,
+                                                            digits=1))
+    for where, (arm, lvl) in {"clean": ("fog", 0), "end.fog": ("fog", end), "end.underwater": ("underwater", end),
+                              "blank": ("blank", 0), "shuffled": ("shuffled", 0)}.items():
+        numbers.record(f"range.correct.{where}.{task}",
+                       fmt_range(means["mean"].sel(arm=arm, level=lvl, task=task, readout="correct").values))
