@@ -155,3 +155,25 @@ def test_record_accuracy_ranges_span_the_models(tmp_path):
     assert n["range.correct.blank.t2"] == report.fmt_range(np.array([0.25, 0.25]))
     assert n["range.v.correct.fog.t2"] == report.fmt_range(np.array([7.8125, 3.90625]), np.array(["", ""]), digits=1)
     assert n["range.correct.clean.t2"] != n["range.correct.end.underwater.t2"]
+
+
+def test_verbal_wordings_table_compares_the_wordings_on_the_items_asked_all_three(tmp_path):
+    n = _numbers(tmp_path, "tbl-verbal-wordings")
+    coords = {"model": ["a", "b"], "arm": ["fog"], "level": [0, 1], "task": ["t2"], "image": [1, 2, 3],
+              "readout": ["correct", "verbal_conf", "verbal_stop", "verbal_conf_v2", "verbal_stop_v2"]}
+    value = np.zeros([len(v) for v in coords.values()])
+    value[..., 0], value[..., 1], value[..., 2] = 1.0, 0.8, 0.0      # right, v1 0.8, ended
+    value[..., 3], value[..., 4] = np.nan, np.nan                    # v2 not asked ...
+    value[0, ..., :2, 3] = [0.6, np.nan]                             # ... but of model a on images 1 and 2,
+    value[0, ..., :2, 4] = 0.0                                       # one of them parsed on the clean image,
+    value[0, 0, 1, 0, 1, 3] = 0.4                                    # both at 7.8 m
+    text = np.full(value.shape[:-1], "", dtype=object)
+    text[0, ..., :2] = "Confidence: 60"
+    ds = xr.Dataset({"value": (tuple(coords), value), "verbal_text_v2": (tuple(coords)[:-1], text)}, coords=coords)
+    md, asked = st.verbal_wordings_table(n, ds, ["a", "b"], str, KEY, np.array([np.inf, 7.8125]))
+    assert asked == ["a"]
+    assert n["verbal.wording.parse_rate.a.v2.clean"] == "0.50" and n["verbal.wording.parse_rate.a.v1.clean"] == "1.00"
+    rows = [r for r in md.splitlines() if r.startswith("| a ")]
+    assert len(rows) == 2 and all("| 2 |" in r and "| 0.80 |" in r for r in rows)   # on its 2 items
+    assert "| 0.60 |" in rows[0] and "| 0.50 |" in rows[1] and "7.8" in rows[1]
+    assert any(r.startswith("| b | – | 0 |") for r in md.splitlines())
