@@ -62,20 +62,14 @@ output_dir = None
 # numbers fragment this notebook writes and the run's frozen configuration.
 
 # %%
-import hashlib
-import inspect
 import json
-import os
-import warnings
-from pathlib import Path
 
 import numpy as np
 import xarray as xr
-from IPython.display import Image, Markdown, display
+from IPython.display import Markdown, display
 
 from murk import core, monitor, pipeline, protocol, readout, report, results, scene
-from murk.report import (fmt, fmt_crossing, fmt_estimate, fmt_interval, fmt_level, fmt_list, fmt_range, fmt_visibility,
-                         fmt_visibility_interval)
+from murk.report import fmt_estimate, fmt_level, fmt_list, fmt_range
 
 # one writer per output root (murk.pipeline): refused, writing nothing, while another run holds it
 ROOT_LOCK = pipeline.hold_for_stage(output_dir, stage="04_analyse")
@@ -90,7 +84,7 @@ A = cfg["analysis"]
 CHANCE = A["chance"]
 
 # %% [markdown]
-# Two helpers show what a cell builds: `show` saves a figure under `figures/`
+# Two helpers show what a cell builds (`murk.report.AnalysisOutputs`): `show` saves a figure under `figures/`
 # (PNG and PDF; with the visible pipeline-check mark when the results come from
 # random-weight checkpoints) and displays that file, which is what the paper
 # embeds; `show_table` displays a Markdown table (and keeps a copy under
@@ -98,27 +92,9 @@ CHANCE = A["chance"]
 # output change together.
 
 # %%
-def show(fig, name: str, pipeline_check: bool | None = None) -> None:
-    """Save ``fig`` as figures/<name>.png|pdf and display the PNG (a figure this notebook declares)."""
-    if name not in report.analysis_figures("04_analyse"):
-        raise ValueError(f"figure {name} is not in murk.report.ANALYSIS_FIGURES['04_analyse']: add it there")
-    png, _ = report.save(fig, FIG_DIR, name, pipeline_check=PIPELINE_CHECK if pipeline_check is None else pipeline_check)
-    display(Image(filename=str(png)))
-
-
-def show_table(md: str, name: str) -> None:
-    """Display a Markdown table and keep it as analysis/tbl-<name>.md (a table of this notebook,
-    ``report.analysis_tables("04_analyse")``: the list the Snakefile declares)."""
-    if f"tbl-{name}" not in report.analysis_tables("04_analyse"):
-        raise ValueError(f"table tbl-{name} is not a table of notebooks/04_analyse.py: label its cell tbl-{name} and "
-                         f"add it to murk.report.SPEC_COUNTERPARTS")
-    report.write_text_atomic(TABLE_DIR / f"tbl-{name}.md", md)
-    display(Markdown(md))
-
-
-def not_computed(what: str) -> str:
-    """A one-row table saying that this run did not compute ``what`` (keeps the caption and label)."""
-    return report.markdown_table([{"note": f"{report.NOT_COMPUTED}: {what}"}])
+OUT = report.AnalysisOutputs("04_analyse", FIG_DIR, TABLE_DIR)   # its pipeline_check is set with the cube, below
+show, show_table = OUT.figure, OUT.table
+not_computed = report.not_computed_table   # a one-row table saying that this run did not compute what
 
 
 LOW_MASS: list[str] = []       # models whose first token is not the answer (option mass below the threshold)
@@ -156,37 +132,15 @@ key = core.model_slug         # a model in numbers keys
 # a parameter left at None takes its default from the run settings (data/workflow.yaml), as Snakemake does; models
 # left at None whose read-outs this root lacks are the models the root records (in Lab after an offline run)
 shard_size = core.run_default("shard_size", shard_size)
-models, _models_note = core.analyse_models(models, output_dir, shard_size)
+# the read-out stores merged into cube.zarr (murk.pipeline.analysis_cube): refused, writing nothing, where a store
+# is missing, was written for another run or holds another number of items than its entry asks for
+full, ENTRIES, N_ENTRY, stores, flat, RUN_ID, _models_note = pipeline.analysis_cube(models, shard_size, output_dir,
+                                                                                   table, meta, cfg)
 if _models_note:
     print(_models_note)
-ENTRIES = core.model_entries(models, None, "the analyse notebook's parameter models")   # n None: not given
-# each model's n: its entry's n_items, at most the selection (a root whose items.json lists no items, a cube
-# analysed without its select stage, takes the images of its stores)
-N_ENTRY = {e.id: min(e.n_items, len(table) or e.n_items) if e.n_items else len(table) for e in ENTRIES}
-stores = {e.id: core.readout_stores(e.id, N_ENTRY[e.id], shard_size, output_dir) for e in ENTRIES}
-for mode_id in monitor.MONITOR_IDS:   # the oracle and the deployable monitor, never sharded
-    if core.readout_store(mode_id, output_dir).exists():
-        stores[mode_id] = core.readout_store(mode_id, output_dir)
-flat = [p for v in stores.values() for p in (v if isinstance(v, list) else [v])]
-missing = [str(p) for p in flat if not Path(p).exists()]
-if missing:
-    raise FileNotFoundError(f"read-out stores missing: {missing}; run the readout stage for these models")
-RUN_ID = pipeline.run_id(meta["config_hash"], meta["items_hash"])   # this selection's identity (items_meta.json)
-pipeline.refuse_other_run(flat, RUN_ID, "analyse", core.items_file(output_dir))   # before anything is written
-full = results.merge_models(stores, core.cube_store(output_dir), attrs={"git_commit": core.git_commit(), "run_id": RUN_ID,
-                                                                     # the selected images' content (select's record)
-                                                                     "images_sha256": meta.get("images_sha256", "")},
-                         images=(table["image_id"], table["category"]) if len(table) else None).load()
-for e in ENTRIES:  # an entry that gives its n_items must find a store of that many items
-    if e.n_items is not None and int(full["n_items"].sel(model=e.id)) != N_ENTRY[e.id]:
-        raise ValueError(f"the read-out store of {e.id} holds {int(full['n_items'].sel(model=e.id))} items, its "
-                         f"entry in models asks for n_items: {e.n_items}: run its read-out with that n_items "
-                         f"(snakemake does), or give the entry the store's n_items")
-# a design whose sweep ends earlier, or with one abstain wording, is analysed on what it measures (murk.protocol)
-full = protocol.restrict_to_design(full, cfg)
 ds = full.sel(model=[m for m in full["model"].values if m not in monitor.MONITOR_IDS])
 VLMS = [str(m) for m in ds["model"].values]
-PIPELINE_CHECK = bool(ds["pipeline_check"].any())
+PIPELINE_CHECK = OUT.pipeline_check = bool(ds["pipeline_check"].any())   # the mark on every figure
 VIS = results.sweep_visibility(ds)        # level 0 (clean, inf) and the sweep, m (the physical arms' levels)
 SWEEP = np.asarray(protocol.sweep_of(cfg))  # the design's sweep (the study's: physics.SWEEP_M)
 END = len(SWEEP)                           # the last, murkiest level
@@ -211,11 +165,7 @@ if PIPELINE_CHECK:
 
 # %%
 #| label: murk-identity
-_root = core.output_dir(output_dir)
-_inputs = {os.path.relpath(p, _root): pipeline.store_digest(p) for p in flat}
-_nominal_file = TABLE_DIR / "nominal_equivalence.nc"
-if _nominal_file.is_file():
-    _inputs[os.path.relpath(_nominal_file, _root)] = "sha256:" + hashlib.sha256(_nominal_file.read_bytes()).hexdigest()
+_inputs = pipeline.analysis_inputs(flat, output_dir)   # every store read and the nominal equivalence, by content
 ANALYSIS_MODELS = [e.id if e.n_items is None else {"id": e.id, "n_items": e.n_items} for e in ENTRIES]
 ANALYSIS_ID = pipeline.analysis_id(RUN_ID, [(e.id, N_ENTRY[e.id]) for e in ENTRIES], _inputs, {
     "shard_size": shard_size, "git_commit": full.attrs.get("git_commit", "unknown")})
@@ -287,14 +237,7 @@ for k, text in report.run_words(ds.attrs["depth_backend"], approximate, depth_mo
 # %%
 #| label: tbl-models
 #| tbl-cap: "Models, the items each was read out on (the first n of the selection), revisions, visual tokens per image and the median first-token probability on the option letters on clean images (option mass, t2 / t3); † marks a model below the threshold (beyond the spec as a table; in the text of spec Section III)."
-show_table(report.markdown_table([
-    {"model": f"`{m}`" + (f" {DAGGER}" if str(m) in LOW_MASS else ""), "items (n)": str(N_OF[str(m)]),
-     "revision": f"`{str(rev)[:23 if str(rev).startswith('sha256:') else 12] or 'n/a'}`",
-     "visual tokens / image": str(int(nv)),
-     "option mass (clean, t2 / t3)": f"{numbers[f'option_mass.{key(m)}.t2']} / {numbers[f'option_mass.{key(m)}.t3']}",
-     "pipeline check": "yes (tiny random weights)" if bool(p) else "no"}
-    for m, rev, nv, p in zip(ds["model"].values, ds["model_revision"].values, ds["n_visual_tokens"].values,
-                             ds["pipeline_check"].values)]) + f"\n{numbers['option_mass.footnote']}\n", "models")
+show_table(report.models_table(numbers, ds, LOW_MASS, DAGGER), "models")
 
 # %% [markdown]
 # Bad input (a missing or undecodable image, a missing depth map, an image over
@@ -306,21 +249,7 @@ show_table(report.markdown_table([
 # %%
 #| label: tbl-missing
 #| tbl-cap: "Items that could not be read out (missing or undecodable image, image over the pixel limit or of another size than its annotation, missing depth), by model (beyond the spec)."
-rows = []
-if "missing_reason" in full:
-    reasons = full["missing_reason"].transpose("model", "image").values
-    for mi, m in enumerate(full["model"].values):
-        for ii, img in enumerate(full["image"].values):
-            if str(reasons[mi, ii]) and str(reasons[mi, ii]) != results.NOT_RUN:
-                rows.append({"model": f"`{m}`", "image": str(int(img)), "reason": str(reasons[mi, ii])})
-record("n_missing_items", len({r["image"] for r in rows}))
-# images stored rotated that every stage used transposed (the select stage's record, murk.protocol.image_checks)
-_report = core.items_file(output_dir).with_name("items_report.json")
-_transposed = json.loads(_report.read_text()).get("image_checks", {}).get("transposed", {}) if _report.is_file() else {}
-record("colophon.transposed_images", "; ".join(
-    f"image {k} (stored {v.split(' is stored ', 1)[-1].split(':', 1)[0]})" for k, v in _transposed.items()) or "none")
-show_table(report.markdown_table(rows or [{"model": "all", "image": "–", "reason": "none: every item was read out"}]),
-           "missing")
+show_table(report.missing_table(numbers, full, core.items_file(output_dir).with_name("items_report.json")), "missing")
 
 # %% [markdown]
 # ## The scores
@@ -385,39 +314,7 @@ sc
 
 # %%
 #| label: num-scores
-record("n_resamples", int(A["bootstrap_resamples"]))
-record("n_resamples_crossing", int(A["bootstrap_resamples_crossing"]))
-record("ci_percent", f"{100 * A['ci_level']:.0f}")
-record("cfg.koschmieder", f"{scene.KOSCHMIEDER_CONSTANT:g}")
-record("cfg.airlight", f"{scene.FOG_AIRLIGHT:g}")
-record("cfg.sweep", ", ".join(fmt_level(v) for v in SWEEP))
-record("cfg.n_levels", len(SWEEP))
-record("cfg.sweep_min_m", fmt_level(SWEEP.min()))
-record("cfg.sweep_max_m", fmt_level(SWEEP.max()))
-record("cfg.wavelengths_nm", ", ".join(str(v) for v in scene.UNDERWATER_WAVELENGTHS_NM))
-record("cfg.pope_fry", ", ".join(f"{v:g}" for v in scene.POPE_FRY_ABSORPTION_PER_M))
-record("cfg.depth_min_m", f"{scene.DEPTH_MIN_M:g}")
-record("cfg.depth_max_m", f"{scene.DEPTH_MAX_M:g}")
-record("cfg.max_side_px", int(cfg["render"]["max_side_px"]))
-record("cfg.box_width_px", int(cfg["render"]["box_width_px"]))
-record("cfg.seed", int(meta["seed"]))
-record("cfg.verbal_tokens", int(cfg["readout"]["verbal_max_new_tokens"]))
-record("cfg.chance_t2", f"{CHANCE['t2']:g}")
-record("cfg.chance_t3", f"{CHANCE['t3']:g}")
-record("cfg.confident_threshold", f"{sc.attrs['confident_threshold']:g}")
-record("cfg.confident_max_v_m", fmt_level(sc.attrs["confident_max_visibility_m"]))
-record("cfg.ece_bins", int(inspect.signature(results.confidence_scores).parameters["n_bins"].default))
-record("cfg.value_dtype", f"`{np.dtype(core.VALUE_DTYPE).name}`")
-record("cfg.option_mass_min", f"{readout.OPTION_MASS_MIN:g}")
-record("cfg.monitor_quantile", f"{monitor.QUANTILE:g}")
-record("cfg.monitor_far_fraction", f"{monitor.FAR_FRACTION:.4g}")
-record("cfg.monitor_t_min", f"{monitor.T_RELIABLE[0]:g}")
-record("methods.verbal_grammar", (
-    "The verbalized confidence is the integer from 0 to 100 after “Confidence:” (label variants such as "
-    "“Confidence level:”, Markdown emphasis, a “%” or “/100” allowed; decimals, fractions and values out of range "
-    "are missing; an echoed “0 to 100” is skipped), divided by 100 (`murk.readout.parse_verbal_confidence`); a "
-    f"continuation that reaches the {cfg['readout']['verbal_max_new_tokens']}-token limit with its number at the very "
-    "end counts as missing, because the cut may have removed digits"))
+report.record_settings(numbers, cfg, meta, sc, SWEEP)   # the settings (spec Table III), each from where it lives
 
 physical = [a for a in core.PHYSICAL_ARMS if a in sc["arm"].values]
 report.record_scores(numbers, sc, cross, VLMS, key, physical, END)
@@ -448,12 +345,7 @@ def accuracy_finding(arm: str, task: str) -> str:
 for task in ("t2", "t3"):
     for arm in physical:
         record(f"finding.rq1.{arm}.{task}", accuracy_finding(arm, task))
-    c_ = cross.sel(arm="fog", task=task, readout="correct")
-    record(f"range.v.correct.fog.{task}", fmt_range(c_["v_cross_m"].values, c_["censored_side"].values, digits=1))
-    for where, (arm, lvl) in {"clean": ("fog", 0), "end.fog": ("fog", END), "end.underwater": ("underwater", END),
-                              "blank": ("blank", 0), "shuffled": ("shuffled", 0)}.items():
-        record(f"range.correct.{where}.{task}",
-               fmt_range(means["mean"].sel(arm=arm, level=lvl, task=task, readout="correct").values))
+    report.record_accuracy_ranges(numbers, means, cross, task, END)   # over the models: V_acc, the ends, controls
 display(Markdown("\n\n".join(numbers[f"finding.rq1.{arm}.t2"] for arm in physical)))
 
 # %% [markdown]
@@ -520,21 +412,7 @@ report.write_netcdf_atomic(rates, TABLE_DIR / "verbal_rates.nc")
 
 
 # (model, wording) over the physical arms and every level; the clean image (level 0 of every arm) counted once
-all_rates = results.pooled_rates([rates.sel(arm=physical[0])] + [rates.sel(arm=a).isel(level=slice(1, None))
-                                                        for a in physical[1:]], ["level"])
-for m in VLMS:
-    k = key(m)
-    for w in rates["wording"].values:
-        for arm in physical:
-            for lab, lvl in (("clean", 0), ("end", END)):
-                cell = rates.sel(model=m, arm=arm, level=lvl, wording=w)
-                record(f"verbal.parse_rate.{k}.{arm}.{w}.{lab}", float(cell["parse_rate"]))
-                record(f"verbal.limit_hit_rate.{k}.{arm}.{w}.{lab}", float(cell["limit_hit_rate"]))
-                record(f"verbal.n_asked.{k}.{arm}.{w}.{lab}", int(cell["n_asked"]))
-        a = all_rates.sel(model=m, wording=w)
-        record(f"verbal.parse_rate.{k}.{w}.all", float(a["parse_rate"]))
-        record(f"verbal.limit_hit_rate.{k}.{w}.all", float(a["limit_hit_rate"]))
-        record(f"verbal.n_asked.{k}.{w}.all", int(a["n_asked"]))
+all_rates = report.record_verbal_rates(numbers, rates, VLMS, key, physical, END)
 # the main wording (v1) per model, over both physical arms, every level and task (murk.report.verbal_rates_finding)
 for k, text in report.verbal_rates_finding(
         {name(m): tuple(float(all_rates[v].sel(model=m, wording="v1")) for v in ("n_asked", "parse_rate",
@@ -700,47 +578,10 @@ show(report.plot_abstain_comparison(means, "t2", chance=CHANCE["t2"], marked=LOW
 # %%
 #| label: tbl-verbal-wordings
 #| tbl-cap: "Verbalized confidence under the request wordings v1–v3 on the items asked all three, t2, fog (spec Table VI): mean (none: no parseable confidence), and the shares of the continuations with a parseable confidence (parsed) and cut by the token limit (cut)."
-WORDINGS = [w for w in results.VERBAL_WORDING_READOUTS if results.VERBAL_WORDING_READOUTS[w][0] in ds["readout"].values]
-WORDING_MODELS = []   # the models asked all three wordings on some items
-if "verbal_conf_v2" not in ds["readout"].values:
-    md = not_computed("this cube has no verbal wording variants")
-else:
-    rows = []
-    for m in VLMS:
-        asked = (ds["verbal_text_v2"].sel(model=m, arm="fog", level=0, task="t2") != "").values
-        WORDING_MODELS += [m] if asked.any() else []
-        if not asked.any():
-            rows.append({"model": name(m), "V (m)": "–", "items": "0", "t2 accuracy": "–"}
-                        | {f"{w}{c}": "–" for w in WORDINGS for c in ("", " parsed", " cut")})
-            continue
-        sub = ds.sel(model=[m]).isel(image=np.flatnonzero(asked))
-        r_sub = results.verbal_rates(sub, by_task=True).sel(model=m, arm="fog", task="t2")
-        for v in [v for v in (np.inf, 62.5, 15.625, 7.8125, 3.90625, 1.953125) if np.isclose(VIS, v).any()]:
-            lvl = 0 if not np.isfinite(v) else level_of(v)
-            cell = sub["value"].sel(model=m, arm="fog", level=lvl, task="t2")
-            mean = lambda ro: float(cell.sel(readout=ro).mean(skipna=True))  # noqa: E731
-            row = {"model": name(m), "V (m)": fmt_level(VIS[lvl]), "items": str(int(asked.sum())),
-                   "t2 accuracy": fmt(mean("correct"))}
-            for w in WORDINGS:
-                r_ = r_sub.sel(level=lvl, wording=w)
-                row[w] = ("none" if float(r_["n_asked"]) and float(r_["parse_rate"]) == 0
-                          else fmt(mean(results.VERBAL_WORDING_READOUTS[w][0])))
-                row[f"{w} parsed"] = fmt(float(r_["parse_rate"]))
-                row[f"{w} cut"] = fmt(float(r_["limit_hit_rate"]))
-                if lvl == 0:
-                    record(f"verbal.wording.parse_rate.{key(m)}.{w}.clean", float(r_["parse_rate"]))
-                    record(f"verbal.wording.limit_hit_rate.{key(m)}.{w}.clean", float(r_["limit_hit_rate"]))
-            rows.append(row)
-    md = report.markdown_table(rows)
+md, WORDING_MODELS = report.verbal_wordings_table(numbers, ds, VLMS, name, key, VIS)   # models asked all three
 show_table(md, "verbal-wordings")
-unasked = [m for m in VLMS if m not in WORDING_MODELS]
-record("finding.rq3.verbal_wordings", (
-    "No model was asked the verbalized-confidence request in the other wordings in this run (the read-out's "
-    "n_verbal_items was 0), so the wordings are not compared" if not WORDING_MODELS else
-    f"The verbalized confidence under the three request wordings, with the shares of parsed and cut continuations, "
-    f"is compared for {fmt_list(name(m) for m in WORDING_MODELS)}"
-    + (f" ({fmt_list(name(m) for m in unasked)} {'was' if len(unasked) == 1 else 'were'} not asked the other "
-       "wordings)" if unasked else "")) + ".")
+record("finding.rq3.verbal_wordings", report.verbal_wordings_finding(
+    [name(m) for m in WORDING_MODELS], [name(m) for m in VLMS if m not in WORDING_MODELS]))
 
 # %% [markdown]
 # ## RQ4 · Nominal severities on the physical axis
@@ -766,45 +607,7 @@ record("finding.rq3.verbal_wordings", (
 #| label: tbl-nominal
 #| tbl-cap: "ImageNet-C fog severities on the visibility axis: median gain-matched and std-ratio-matched equivalent visibility and spread across images (spec Table VII)."
 nominal_file = TABLE_DIR / "nominal_equivalence.nc"
-veq_median = np.full(5, np.nan)
-if nominal_file.is_file():
-    with xr.open_dataset(nominal_file) as f:
-        nds = f.load()
-    tab = scene.table_vii(nds)
-    veq_median = tab["median_v_eq_gain_m"].to_numpy(float)
-    for sev, r in tab.iterrows():
-        record(f"nominal.veq.{sev}", r["median_v_eq_gain_m"], 0)
-        record(f"nominal.veq_std.{sev}", r["median_v_eq_std_ratio_m"], 0)
-        record(f"nominal.spread.{sev}", r["spread_p90_p10"], 1)
-    record("nominal.veq_range", fmt_range(veq_median, digits=0))
-    record("nominal.spread_range", fmt_range(tab["spread_p90_p10"], digits=1))
-    record("nominal.monotone_share", 100 * tab.attrs["monotone_share"], 0)
-    record("nominal.n_images", int(nds.sizes["image"]))
-    md = report.nominal_table(tab, nds.attrs.get("depth_backend"), bool(int(nds.attrs.get("depth_approximate", 0))))
-    REASON_WORDS = {"several_roots": "several roots (a non-monotone fog curve crosses the target more than once)",
-                    "outside_0_1": "a gain outside (0, 1)", "no_root": "no root within the bracket",
-                    "saturated": "a saturated rendering", "undefined": "an undefined statistic",
-                    "missing_input": "no input (bad image or depth)"}
-    all_removed = {k: int(v) for k, v in tab.attrs.get("removed", {}).items()}
-    for k, v in all_removed.items():
-        record(f"nominal.removed.{k}", v)
-    removed = {k: v for k, v in all_removed.items() if v}
-    record("nominal.removed.total", sum(all_removed.values()))
-    record("nominal.n_pairs", int(tab.attrs.get("n_pairs", nds["v_eq_gain_m"].size)))
-    record("nominal.removed", (fmt_list(f"{v} for {REASON_WORDS.get(k, k.replace('_', ' '))}"
-                                        for k, v in removed.items()) if removed else "none"))
-    record("nominal.removed_sentence", (
-        f"Of the {numbers['nominal.n_pairs']} image–severity pairs, the equivalent visibility is undefined, and left "
-        f"out of the medians, for {numbers['nominal.removed']}" if removed else
-        f"The equivalent visibility is defined for every one of the {numbers['nominal.n_pairs']} image–severity pairs"))
-    n_curve = int(tab.attrs.get("n_curve_images", -1))
-    record("nominal.curve_non_monotone", (
-        f"{tab.attrs['n_curve_non_monotone']} of {n_curve} images have a gain fog curve that rises somewhere going "
-        "murkier" if n_curve >= 0 else "whether the gain fog curves are monotone was not recorded"))
-    md += f" {numbers['nominal.removed_sentence']}; {numbers['nominal.curve_non_monotone']}."
-    md += "\n"
-else:
-    md = not_computed("the depth stage wrote no nominal equivalence (analysis/nominal_equivalence.nc)")
+md, veq_median = report.nominal_results(numbers, nominal_file)   # veq_median: per severity, m
 show_table(md, "nominal")
 
 # %% [markdown]
@@ -901,57 +704,11 @@ display(Markdown("\n\n".join(numbers[k] for k in numbers if k.startswith("findin
 # %%
 #| label: tbl-diagnostics
 #| tbl-cap: "Design diagnostics from the controls, per model and task: blank- and shuffled-image accuracy with bootstrap intervals, chance, the prior guesser's accuracy on the model's items, the verdict of each floor, and t3's most frequent answer on the blank image with its share (beyond the spec as a table; in the text of spec Section IV)."
-T3_OPTIONS = list(cfg["prompts"]["t3_options"])
-rows, flagged, floors, dominated = [], set(), {}, {}
-FLOOR_FAMILY: list[tuple] = []   # (model, control, task, estimate, replicates, chance, guesser, table row)
-for m in VLMS:
-    ids = set(ds["image"].values[results.common_images(ds, [m])].tolist())
-    mine = table[table["image_id"].isin(ids)] if len(table) and "t2_options" in table else table.iloc[:0]
-    guesser = {"t2": results.prior_guesser_accuracy(list(mine["t2_options"]), list(mine["t2_answer_index"]))
-               if len(mine) else np.nan,
-               "t3": results.majority_guesser_accuracy(["true", "false"] * len(ids))}
-    blank_t3 = ds["value"].sel(model=m, arm="blank", level=0, task=["t3_true", "t3_false"], readout="answer")
-    try:
-        shares = results.answer_shares(blank_t3.values, len(T3_OPTIONS))
-    except ValueError:   # an answer outside the options: no share to read
-        shares = np.full(len(T3_OPTIONS), np.nan)
-    top = results.dominant_answer(shares)
-    top_k = int(np.nanargmax(shares)) if np.isfinite(shares).any() else None
-    record(f"diagnostic.t3_blank_top_share.{key(m)}", shares[top_k] if top_k is not None else np.nan)
-    record(f"diagnostic.t3_blank_top_answer.{key(m)}", T3_OPTIONS[top_k] if top_k is not None else "n/a")
-    if top is not None:
-        dominated.setdefault(T3_OPTIONS[top], []).append(f"{name(m)} ({fmt(shares[top])})")
-        flagged.add(m)
-    for task in ("t2", "t3"):
-        row = {"VLM": name(m), "task": task, "chance": fmt(CHANCE[task]),
-               "prior guesser": fmt(guesser[task]) if np.isfinite(guesser[task]) else "n/a"}
-        record(f"diagnostic.guesser.{task}.{key(m)}", guesser[task])
-        for ctrl in core.CONTROL_ARMS:
-            e = est("mean", model=m, arm=ctrl, level=0, task=task, readout="correct")
-            # the replicates of the draw behind the interval (the model's own images), for the family's p-values
-            keep = np.flatnonzero(results.common_images(ds, [m]))
-            x_ = image_scores.sel(model=m, arm=ctrl, level=0, task=task, readout="correct").isel(image=keep).values
-            reps = results.resampled_means(x_, draw(keep.size)[:A["bootstrap_resamples"]])
-            row[f"{ctrl} accuracy"] = report.estimate_cell(fmt_estimate(*e))
-            row[f"{ctrl} floor"] = ""   # the family's verdict, below
-            FLOOR_FAMILY.append((m, ctrl, task, e, reps, CHANCE[task], guesser[task], row))
-        row["t3 on the blank: top answer"] = (f"{T3_OPTIONS[top_k]} ({fmt(shares[top_k])})"
-                                         if task == "t3" and top_k is not None else "")
-        rows.append(row)
-# every control floor of every model and task is one family of tests: a confound is stated where the Holm-adjusted
-# p-value of its interval's test is at most 1 - ci_level (murk.results.floor_verdicts)
-FLOOR_VERDICTS = results.floor_verdicts([f[3] for f in FLOOR_FAMILY], [f[4] for f in FLOOR_FAMILY],
-                                            [f[5] for f in FLOOR_FAMILY], [f[6] for f in FLOOR_FAMILY],
-                                            alpha=1 - A["ci_level"])
-record("diagnostic.floor_family", sum(np.isfinite(f[3][0]) for f in FLOOR_FAMILY))
-for (m, ctrl, task, e, _, _, _, row), v in zip(FLOOR_FAMILY, FLOOR_VERDICTS):
-    record(f"diagnostic.floor.{ctrl}.{task}.{key(m)}", v)
-    row[f"{ctrl} floor"] = v
-    if v in (results.BELOW_CHANCE, results.ABOVE_GUESSER):
-        floors.setdefault((ctrl, task, v), []).append(f"{name(m)} ({fmt_estimate(*e)})")
-        flagged.add(m)
-record("finding.diagnostic", report.diagnostic_finding(floors, dominated, [name(m) for m in VLMS if m not in flagged]))
-show_table(report.markdown_table(rows), "diagnostics")
+# the floors of every model, control and task are one family of tests (murk.results.floor_verdicts)
+md, dominated = report.diagnostics_table(numbers, ds, sc, image_scores, table, VLMS, name, key, CHANCE,
+                                         list(cfg["prompts"]["t3_options"]), draw, A["bootstrap_resamples"],
+                                         A["ci_level"])
+show_table(md, "diagnostics")
 
 # %% [markdown]
 # The diagnostics' finding, as the paper states it.
@@ -972,45 +729,14 @@ display(Markdown(numbers["finding.diagnostic"]))
 # %%
 #| label: tbl-marker
 #| tbl-cap: "The box marker as a vision encoder sees it: its contrast against its surround, averaged over the patches it touches, on the clean image and at the design's murkiest level of each physical arm (median over items), and the share of items whose marker is hard to see (beyond the spec)."
-WIDTH, COLOR = int(cfg["render"]["box_width_px"]), tuple(cfg["render"].get("box_color_rgb", (255, 0, 0)))
 V_END = float(SWEEP[-1])
-contrast = {"clean": [], "fog": [], "underwater": []}
 try:
     current = scene.current_depth(output_dir)
 except FileNotFoundError:  # a cube analysed without its depth stage: no renderings
     current = None
-n_marker = len(table) if current is not None and "file_name" in table else 0
-for i in core.bar(range(n_marker), desc="analyse: marker contrast", unit="img") if n_marker else []:
-    row = table.iloc[i]
-    try:  # bad input or a failed rendering: left out here, recorded as missing in the cube
-        img, size = scene.load_presented(Path(meta["image_dir"]) / row["file_name"], cfg["render"]["max_side_px"],
-                                          expected_size=(int(row["width"]), int(row["height"])))
-        z = scene.load_depth(current["path"], int(row["image_id"]), shape=img.shape[:2])
-        shown = {"clean": img, "fog": scene.fog_sweep(img, z, np.asarray([V_END]))[0],
-                 "underwater": scene.underwater_sweep(img, z, np.asarray([V_END]))[0]}
-    except (FileNotFoundError, ValueError, OSError):
-        continue
-    bbox = scene.scale_bbox(row["bbox"], (int(row["width"]), int(row["height"])), size)
-    for arm, x in shown.items():
-        contrast[arm].append(results.marker_contrast(scene.draw_box(x, bbox, WIDTH, COLOR), x))
-record("diagnostic.marker.width_px", WIDTH)
-record("diagnostic.marker.patch_px", results.PATCH_PX)
-record("diagnostic.marker.threshold", fmt(results.HARD_TO_SEE_CONTRAST))
-record("diagnostic.marker.v_end_m", fmt_level(V_END))
-rows, hard = [], {}
-for arm, c in contrast.items():
-    c = np.asarray(c, float)
-    ok = c[np.isfinite(c)]
-    med = float(np.median(ok)) if ok.size else np.nan
-    share = float(np.mean(ok < results.HARD_TO_SEE_CONTRAST)) if ok.size else np.nan
-    hard[arm] = share
-    record(f"diagnostic.marker.median.{arm}", med)
-    record(f"diagnostic.marker.hard_share.{arm}", share)
-    record(f"diagnostic.marker.n.{arm}", int(ok.size))
-    rows.append({"image": "clean" if arm == "clean" else f"{arm}, V = {fmt_level(V_END)} m", "items": str(ok.size),
-                 "median contrast": fmt(med), "hard to see": fmt(share)})
-record("finding.diagnostic_marker", report.marker_finding(hard, WIDTH, V_END))
-show_table(report.markdown_table(rows), "marker")
+contrast = report.marker_contrasts(table, meta["image_dir"], cfg["render"], current, V_END)
+md, hard = report.marker_table(numbers, contrast, int(cfg["render"]["box_width_px"]), V_END)
+show_table(md, "marker")
 
 # %% [markdown]
 # The box marker's finding, as the paper states it.
@@ -1034,57 +760,7 @@ record("finding.design", report.describe_design(cfg))
 record("methods.distractors", report.methods_text(cfg, "distractors"))   # the paper's methods: this design's rules
 record("methods.binary_task", report.methods_text(cfg, "binary_task"))
 compare_with = core.run_default("compare_with", compare_with)
-CMP_ROWS, CMP_WHY, o_ds, o_cfg, other_root = [], None, None, None, None
-if compare_with:
-    other_root = Path(compare_with).expanduser().resolve()
-    if other_root == Path(core.output_dir(output_dir)).resolve():
-        CMP_WHY = f"compare_with names this run's own folder {other_root}"
-    elif not core.cube_store(other_root).exists() or not core.items_file(other_root).is_file():
-        CMP_WHY = (f"{other_root} holds no analysed run (cube.zarr, items.json): run that design first, e.g. make "
-                   f"demo for the study's design into outputs")
-    else:
-        _, o_meta = protocol.read_items(other_root)
-        o_cfg = protocol.config_of(o_meta)
-        o_ds = protocol.restrict_to_design(results.open_cube(core.cube_store(other_root)).load(), o_cfg)
-        record("diagnostic.compare.root", str(other_root))
-        record("diagnostic.compare.design_there", report.describe_design(o_cfg))
-
-
-def cmp_row(m, label, d, n_images):
-    """One row of the comparison table (`murk.report.design_row`)."""
-    return report.design_row(name(m), label, d, n_images)
-
-
-sentences = []
-o_models = set(map(str, o_ds["model"].values)) if o_ds is not None else set()
-for m in VLMS:
-    mine = ds["image"].values[results.common_images(ds, [m])].tolist()
-    if m not in o_models:   # this design alone, on the model's own images
-        CMP_ROWS.append(cmp_row(m, "this design", results.design_summary(ds, m, mine, CHANCE), len(mine)))
-        continue
-    o_sub = o_ds.sel(model=[m])
-    ids = sorted(set(mine) & set(o_sub["image"].values[results.common_images(o_sub, [m])].tolist()))
-    record(f"diagnostic.compare.n_images.{key(m)}", len(ids))
-    if not ids:
-        CMP_ROWS.append(cmp_row(m, "this design", results.design_summary(ds, m, mine, CHANCE), len(mine)))
-        sentences.append(f"{name(m)} was read out on no image that both runs share.")
-        continue
-    a = results.design_summary(ds, m, ids, CHANCE)
-    b = results.design_summary(o_ds, m, ids, CHANCE)
-    for k_, v_ in a.items():
-        record(f"diagnostic.compare.here.{k_}.{key(m)}", v_)
-        record(f"diagnostic.compare.there.{k_}.{key(m)}", b[k_])
-    CMP_ROWS += [cmp_row(m, "this design", a, len(ids)), cmp_row(m, "compared design", b, len(ids))]
-    sentences.append(report.design_comparison_words(name(m), len(ids), a, b, CHANCE["t2"]))
-if not compare_with:
-    cmp_out = ("No other design's run was given to compare with (the run setting compare_with); the table gives "
-               "this design's numbers on each model's own images.")
-elif CMP_WHY:
-    cmp_out = f"The design comparison was not made: {CMP_WHY}."
-else:
-    cmp_out = (f"The run compared, in {other_root}, uses {report.design_name(o_cfg)}. " + " ".join(sentences)
-               + ("" if o_models & set(VLMS) else " It read out none of this run's models."))
-record("finding.design_comparison", cmp_out)
+CMP_ROWS, CMP_WHY = report.design_comparison(numbers, ds, compare_with, output_dir, VLMS, name, key, CHANCE)
 show_table(report.markdown_table(CMP_ROWS) if CMP_ROWS else not_computed("this run read out no model"),
            "design-comparison")
 
@@ -1135,28 +811,7 @@ report.save(report.plot_abstain_comparison(means, "t3", chance=CHANCE["t3"], mar
 # %%
 #| label: tbl-monotonicity
 #| tbl-cap: "Monotonicity: adjacent level pairs moving the wrong way, raw · beyond two standard errors, per series (beyond the spec)."
-short = report.SIGNAL_COLUMNS   # a signal as a column head
-mono_arms = [a for a in (*core.PHYSICAL_ARMS, "imagenet_c") if a in sc["arm"].values]
-rows = []
-for m in VLMS:
-    for arm in mono_arms:
-        for task in sc["task"].values:
-            row = {"model": name(m), "arm": arm, "task": str(task)}
-            for ro in results.SIGNALS:
-                c = dict(model=m, arm=arm, task=task, readout=ro)
-                k_ = int(sc["mono_pairs"].sel(**c))
-                r_, s_ = float(sc["mono_raw"].sel(**c)), float(sc["mono_beyond_noise"].sel(**c))
-                row[short[ro]] = f"{round(r_ * k_)}/{k_} · {round(s_ * k_)}/{k_}" if k_ else "n/a"
-            rows.append(row)
-for label, arms in (("", physical), (".imagenet_c", ["imagenet_c"] if "imagenet_c" in sc["arm"].values else [])):
-    mono = sc[["mono_raw", "mono_beyond_noise", "mono_pairs"]].sel(model=VLMS, arm=arms)
-    pairs = float(mono["mono_pairs"].sum())
-    for k_, var in (("raw", "mono_raw"), ("sig", "mono_beyond_noise")):
-        wrong = float((mono[var].fillna(0) * mono["mono_pairs"]).sum())
-        record(f"mono.pooled{label}.{k_}", wrong / pairs if pairs else float("nan"))
-        record(f"mono.pooled{label}.{k_}.count", f"{round(wrong)}/{int(pairs)}")
-record("mono.pooled.what", "models, tasks, the five signals and the two physical arms (fog and underwater)")
-show_table(report.markdown_table(rows), "monotonicity")
+show_table(report.monotonicity_table(numbers, sc, VLMS, name, physical), "monotonicity")
 
 # %% [markdown]
 # Every level of the sweep, t2 (spec Table IX): the means with their intervals.
@@ -1210,37 +865,12 @@ show_table(report.markdown_table([{"setting": f"`{r['setting']}`", "value": one_
 #| fig-cap: "The first items across fog and underwater levels with one model's t2 answer (✓ correct, ✗ wrong), internal confidence c, verbalized confidence v and abstain decision (abst.: abstained, ans.: answered); the model is named above the grid (spec Fig. 9)."
 example_levels, n_examples = tuple(k for k in (0, 3, 5, 6, 7, 8) if k <= END), 3   # END: the design's last level
 model0 = VLMS[0]
-tiles, captions, row_labels = [], [], []
 try:
     current = scene.current_depth(output_dir)
 except FileNotFoundError:  # a cube analysed without its depth stage: no examples
     current = None
-for i in range(len(table)) if current is not None and "file_name" in table else []:
-    if len(tiles) >= 2 * n_examples:  # the first n_examples items with usable input
-        break
-    row = table.iloc[i]
-    try:  # inputs and both renderings first: bad input or a failed rendering skips the item (recorded in the cube)
-        img, size = scene.load_presented(Path(meta["image_dir"]) / row["file_name"], cfg["render"]["max_side_px"],
-                                          expected_size=(int(row["width"]), int(row["height"])))
-        z = scene.load_depth(current["path"], int(row["image_id"]), shape=img.shape[:2])
-        stacks = {arm: list(sweep(img, z, np.asarray([VIS[k] for k in example_levels if k > 0])))
-                  for arm, sweep in (("fog", scene.fog_sweep), ("underwater", scene.underwater_sweep))}
-    except (FileNotFoundError, ValueError, OSError):
-        continue
-    bbox = scene.scale_bbox(row["bbox"], (int(row["width"]), int(row["height"])), size)
-    for arm, stack in stacks.items():
-        shown = [img] + stack
-        tiles.append([scene.draw_box(x, bbox, cfg["render"]["box_width_px"]) for x in shown])
-        v = ds["value"].sel(model=model0, arm=arm, task="t2", image=int(row["image_id"]))
-        cap = []
-        for k_ in example_levels:
-            c = v.sel(level=k_)
-            ans = c.sel(readout="answer").item()
-            answer = row["t2_options"][int(ans)] if np.isfinite(ans) else "n/a"
-            cap.append(report.example_caption(answer, c.sel(readout="correct").item(), c.sel(readout="c_int").item(),
-                                               c.sel(readout="verbal_conf").item(), c.sel(readout="abstain").item()))
-        captions.append(cap)
-        row_labels.append(f"{row['category']} · {arm}")
+tiles, captions, row_labels = report.example_tiles(ds, table, meta["image_dir"], cfg["render"], current, model0,
+                                                   VIS, example_levels, n_examples)
 record("examples.model", f"`{model0}`" + (f" {DAGGER}" if model0 in LOW_MASS else ""))
 record("examples.n_items", len(tiles) // 2)
 if tiles:

@@ -78,3 +78,16 @@ def test_merge_numbers_without_a_fragment_names_the_stage(tmp_path):
     with pytest.raises(FileNotFoundError, match="04_analyse.py"):
         analyses.merge_numbers(tmp_path)
     assert not paths.numbers_file(tmp_path).exists()
+
+
+def test_analysis_outputs_write_only_what_the_notebook_declares(tmp_path):
+    out = report.AnalysisOutputs("04_analyse", tmp_path / "figures", tmp_path / "analysis")
+    out.table("| a |\n|---|\n| 1 |\n", "models")
+    assert (tmp_path / "analysis" / "tbl-models.md").read_text() == "| a |\n|---|\n| 1 |\n"
+    with pytest.raises(ValueError, match="tbl-monitor-gate is not a table of notebooks/04_analyse.py"):
+        out.table("| a |\n", "monitor-gate")             # 05_beyond's table
+    with pytest.raises(ValueError, match=r"risk_coverage is not in murk.report.ANALYSIS_FIGURES\['04_analyse'\]"):
+        out.figure(None, "risk_coverage")                  # 05_beyond's figure
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["tbl-models.md"]
+    with pytest.raises(ValueError, match="not an analysis notebook"):
+        report.AnalysisOutputs("03_readout", tmp_path, tmp_path)

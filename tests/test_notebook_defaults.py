@@ -124,7 +124,9 @@ def test_analyse_models_left_at_none_are_the_roots_when_the_run_settings_have_no
     assert config.analyse_models(None, root) == (offline, None)      # the run settings' models, as before
     # the notebook's num-cube cell asks for them
     src = (ROOT / "notebooks" / "04_analyse.py").read_text()
-    assert "core.analyse_models(models, output_dir, shard_size)" in src
+    assert "pipeline.analysis_cube(models, shard_size, output_dir," in src     # which asks murk.core for them
+    assert "core.analyse_models(models, output_dir, shard_size)" in (
+        ROOT / "lib" / "murk" / "pipeline" / "_analysis_cube.py").read_text()
     assert "core.analyse_models(None, output_dir, shard_size, required=False)" in (
         ROOT / "notebooks" / "03_readout.py").read_text()
     assert "core.root_depth_backend(output_dir)" in (ROOT / "notebooks" / "02_depth.py").read_text()

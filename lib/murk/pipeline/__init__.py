@@ -3,7 +3,7 @@ output root, executing a stage notebook (``python -m murk.pipeline.execute``) an
 
 Layer 9 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
 pipeline). It may import every other layer; none imports it. The names below are its public surface; the modules
-behind it (``_locks``, ``_slurm``, ``execute``, ``markers``) are its implementation.
+behind it (``_locks``, ``_slurm``, ``_analysis_cube``, ``execute``, ``markers``) are its implementation.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ from murk.pipeline._slurm import (  # noqa: F401
 )
 
 #: the names of the command modules (``python -m murk.pipeline.<module>``), imported on first use (PEP 562) so
-#: that running one as a command does not import it twice
+#: that running one as a command does not import it twice (and the analysis cube's, which imports the results)
 _COMMANDS = {
     "markers": (
         "IGNORED_SUFFIXES",
@@ -88,6 +88,11 @@ _COMMANDS = {
         "refuse_other_run",
         "refuse_other_depth",
         "identity_bundle",
+    ),
+    "_analysis_cube": (
+        "AnalysisCube",
+        "analysis_cube",
+        "analysis_inputs",
     ),
     "execute": (
         "SOURCE_LINES",
@@ -197,4 +202,7 @@ __all__ = [
     "refuse_other_run",
     "refuse_other_depth",
     "identity_bundle",
+    "AnalysisCube",
+    "analysis_cube",
+    "analysis_inputs",
 ]

@@ -6,8 +6,8 @@ pipeline). It may import the layers below it: core, scene, protocol, offline, re
 names below are its public surface; the modules behind it (``_format``, ``_numbers``, ``_claims``,
 ``_design_words``, ``_figures``, ``_figure_files``, ``_figures_beyond``, ``_markdown``, ``_atomic``, ``_cells``,
 ``_resolve``, ``_settings_table``, ``_spec_map``, ``_view``, ``_render``, ``_abstract``, ``_analyses``,
-``_colophon``, ``_findings``, ``_rq_findings``, ``_scores``, ``_tables``) are its implementation, and ``paper``
-its command.
+``_colophon``, ``_findings``, ``_rq_findings``, ``_scores``, ``_tables``, ``_controls``, ``_study_tables``) are its
+implementation, and ``paper`` its command.
 """
 
 from __future__ import annotations
@@ -94,6 +94,26 @@ _MODULES = {
     "_scores": (
         "record_scores",
     ),
+    "_controls": (
+        "diagnostics_table",
+        "marker_contrasts",
+        "marker_table",
+        "design_comparison",
+    ),
+    "_study_tables": (
+        "REMOVED_WORDS",
+        "not_computed_table",
+        "record_settings",
+        "record_verbal_rates",
+        "verbal_wordings_table",
+        "verbal_wordings_finding",
+        "nominal_results",
+        "monotonicity_table",
+        "example_tiles",
+        "missing_table",
+        "models_table",
+        "record_accuracy_ranges",
+    ),
     "_findings": (
         "crossing_text",
         "w_text",
@@ -115,6 +135,7 @@ _MODULES = {
         "analysis_figures",
         "fragment_file",
         "merge_numbers",
+        "AnalysisOutputs",
     ),
     "_figures": (
         "LOW_MASS_MARK",
@@ -283,6 +304,7 @@ __all__ = [
     "analysis_figures",
     "fragment_file",
     "merge_numbers",
+    "AnalysisOutputs",
     "crossing_text",
     "w_text",
     "fmt_mass",
@@ -295,6 +317,22 @@ __all__ = [
     "end_of_sweep_finding",
     "confident_finding",
     "record_scores",
+    "diagnostics_table",
+    "marker_contrasts",
+    "marker_table",
+    "design_comparison",
+    "REMOVED_WORDS",
+    "not_computed_table",
+    "record_settings",
+    "record_verbal_rates",
+    "verbal_wordings_table",
+    "verbal_wordings_finding",
+    "nominal_results",
+    "monotonicity_table",
+    "example_tiles",
+    "missing_table",
+    "models_table",
+    "record_accuracy_ranges",
     "accuracy_finding",
     "lag_finding",
     "wording_finding",

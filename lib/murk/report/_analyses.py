@@ -174,3 +174,66 @@ def merge_numbers(root: str | os.PathLike | None = None, qmd: str | os.PathLike 
         merged.fill_missing(cited_keys(qmd.read_text(encoding="utf-8")))
     return merged.save()
 
+
+
+class AnalysisOutputs:
+    """Where one analysis notebook keeps the figures and tables it declares, and how a cell shows them: the file
+    written is what the cell displays and what the paper embeds.
+
+    Parameters
+    ----------
+    stage : str
+        ``"04_analyse"`` or ``"05_beyond"``.
+    fig_dir, table_dir : path
+        The output root's ``figures/`` and ``analysis/`` folders.
+    pipeline_check : bool
+        Stamp the pipeline-check mark into every figure (results of random-weight checkpoints); a notebook sets it
+        once its cube is read.
+
+    Raises
+    ------
+    ValueError
+        ``stage`` is not an analysis notebook.
+    """
+
+    def __init__(self, stage: str, fig_dir: str | os.PathLike, table_dir: str | os.PathLike,
+                 pipeline_check: bool = False) -> None:
+        self.stage, self.fig_dir, self.table_dir = _stage(stage), Path(fig_dir), Path(table_dir)
+        self.pipeline_check = pipeline_check
+
+    def figure(self, fig, name: str, pipeline_check: bool | None = None) -> None:
+        """Save ``fig`` as ``figures/<name>.png|pdf`` (:func:`murk.report.save`) and display the PNG.
+
+        Raises
+        ------
+        ValueError
+            ``name`` is not one of the notebook's figures (:func:`analysis_figures`); nothing is written.
+        """
+        if name not in analysis_figures(self.stage):
+            raise ValueError(f"figure {name} is not in murk.report.ANALYSIS_FIGURES['{self.stage}']: add it there")
+        from IPython.display import Image, display
+
+        from murk.report._figure_files import save
+
+        png, _ = save(fig, self.fig_dir, name,
+                      pipeline_check=self.pipeline_check if pipeline_check is None else pipeline_check)
+        display(Image(filename=str(png)))
+
+    def table(self, md: str, name: str) -> None:
+        """Keep a Markdown table as ``analysis/tbl-<name>.md`` (atomic) and display it.
+
+        Raises
+        ------
+        ValueError
+            ``tbl-<name>`` is not a table of the notebook (:func:`analysis_tables`: the list the Snakefile
+            declares); nothing is written.
+        """
+        if f"tbl-{name}" not in analysis_tables(self.stage):
+            raise ValueError(f"table tbl-{name} is not a table of notebooks/{self.stage}.py: label its cell tbl-{name} "
+                             f"and add it to murk.report.SPEC_COUNTERPARTS")
+        from IPython.display import Markdown, display
+
+        from murk.report._atomic import write_text_atomic
+
+        write_text_atomic(self.table_dir / f"tbl-{name}.md", md)
+        display(Markdown(md))
