@@ -734,7 +734,7 @@ try:
     current = scene.current_depth(output_dir)
 except FileNotFoundError:  # a cube analysed without its depth stage: no renderings
     current = None
-contrast = report.marker_contrasts(table, meta["image_dir"], cfg["render"], current, V_END)
+contrast = report.marker_contrasts(table, meta.get("image_dir", ""), cfg["render"], current, V_END)
 md, hard = report.marker_table(numbers, contrast, int(cfg["render"]["box_width_px"]), V_END)
 show_table(md, "marker")
 
@@ -869,7 +869,7 @@ try:
     current = scene.current_depth(output_dir)
 except FileNotFoundError:  # a cube analysed without its depth stage: no examples
     current = None
-tiles, captions, row_labels = report.example_tiles(ds, table, meta["image_dir"], cfg["render"], current, model0,
+tiles, captions, row_labels = report.example_tiles(ds, table, meta.get("image_dir", ""), cfg["render"], current, model0,
                                                    VIS, example_levels, n_examples)
 record("examples.model", f"`{model0}`" + (f" {DAGGER}" if model0 in LOW_MASS else ""))
 record("examples.n_items", len(tiles) // 2)
