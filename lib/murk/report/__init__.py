@@ -436,6 +436,8 @@ __all__ = [
     "LUA_FILTERS",
     "SPEC_SECTIONS",
     "SPEC_COUNTERPARTS",
+    "ANALYSIS_TABLES",
+    "settings_rows",
     "spec_mentions",
     "notebook_identity",
     "MixedPaperError",

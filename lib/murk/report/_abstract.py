@@ -76,7 +76,7 @@ def abstract_and_discussion(numbers: Mapping[str, str], models: Sequence[str], n
         return verdict_groups(numbers, prefix, models, name, key, arms, ARM_PHRASE)
 
     n_models = len(models)
-    model_words = f"{'one model' if n_models == 1 else f'{n_models} models'} ({fmt_list(name(m) for m in models)})"
+    model_words = _model_words(models, name)
     parts = [f"How murky can a scene get before a vision-language model knows that it cannot see? murk places the "
              f"accuracy, internal confidence, verbalized confidence and abstention of {model_words} on one physical "
              f"axis, the meteorological visibility V in metres, for fog (Koschmieder) and for clear water (Pope–Fry "
