@@ -138,12 +138,15 @@ def _stale_store_is_refused_planned_and_re_read(out: Path, coco: Path, folder: P
     before = _tree(out)
     _plan_lists_the_rerun(out, _snakemake(out, coco, model, "-n"), "is missing too")
     assert _tree(out) == before
-    paper_time = (out / "paper" / "index.html").stat().st_mtime
-    r = _snakemake(out, coco, model)
+    # the re-read alone (its marker as the target): its store merges into the uninterrupted run's cube. That the
+    # default target re-makes the cube and the paper after a re-read: the next step (re-saved weights) and
+    # tests/scenarios/test_damaged_demo.py; one pipeline tail fewer here (issue 40: make test's budget)
+    r = _snakemake(out, coco, model, str(marker))
     assert r.returncode == 0, r.stderr[-3000:]
-    xr.testing.assert_identical(_cube(out), first)
-    assert (out / "paper" / "index.html").stat().st_mtime > paper_time
+    assert workflow.read_marker(marker)["digest"] == workflow.store_digest(store) != "absent"
+    # the store re-read as it was (its marker vouches for the same content): Snakemake has nothing to re-make
     assert "Nothing to be done" in (r := _snakemake(out, coco, model, "-n")).stdout + r.stderr
+    xr.testing.assert_identical(_cube_of_stores(out, [model]), first)  # (merged over the root's cube)
     return first
 
 

@@ -41,6 +41,11 @@ def main(argv: list[str] | None = None) -> int:
     import subprocess
     import sys
 
+    # nbformat (the executed notebooks the paper embeds from) imports jsonschema, whose optional IRI format check
+    # (rfc3987-syntax, installed with JupyterLab) builds a grammar on import: 1.2 s of CPU of each render's 4.5
+    # (2026-12-05). The notebook schema has no "format" keyword, so the check is never used: this process does
+    # without it, as murk.pipeline.execute does (a module already imported is kept)
+    sys.modules.setdefault("rfc3987_syntax", None)
     ap = argparse.ArgumentParser(prog="python -m murk.report.paper", description=main.__doc__)
     ap.add_argument("--output-dir", default=None, help="output root (default: outputs/ or $MURK_OUTPUT_DIR)")
     ap.add_argument("--no-pdf", action="store_true", help="HTML only")
