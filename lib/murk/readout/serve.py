@@ -197,6 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--name", help="the served model name (default: the folder's name)")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--dtype", default="float32", help="the weights' dtype (default float32: agreement within 1e-6 "
+                    "with murk's CPU read-out; bfloat16 as murk reads a GPU)")
     ap.add_argument("--kv-cache-gib", type=float, default=1.0, help="VLLM_CPU_KVCACHE_SPACE (default 1)")
     ap.add_argument("--max-side-px", type=int, help="the largest image side (default: render.max_side_px)")
     ap.add_argument("--timeout", type=float, default=START_TIMEOUT_S, help="seconds to wait for the server")
@@ -217,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{prog}: {err}", file=sys.stderr)
         return 2
     cmd = server_command(folder, name=args.name or folder.name, port=args.port, python=python, host=args.host,
-                         image_kwargs=served_image_kwargs(folder, args.max_side_px), extra=extra)
+                         dtype=args.dtype, image_kwargs=served_image_kwargs(folder, args.max_side_px), extra=extra)
     proc = subprocess.Popen(cmd, env=server_env(args.kv_cache_gib))
 
     def stop(signum, _frame):
