@@ -135,7 +135,7 @@ def test_launcher_prints_the_base_url_when_healthy_and_stops_the_server(tmp_path
     env = dict(os.environ, PYTHONPATH=str(LIB), PYTHONUNBUFFERED="1", RECORD=str(record))
     p = subprocess.Popen([sys.executable, "-m", "murk.readout.serve", str(folder), "--name", "tiny", "--port",
                           str(port), "--venv", str(venv), "--kv-cache-gib", "2", "--", "--seed", "0"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     try:
         line = p.stdout.readline().strip()
         assert line == f"http://127.0.0.1:{port}/v1", p.stderr.read() if p.poll() is not None else line
@@ -149,4 +149,8 @@ def test_launcher_prints_the_base_url_when_healthy_and_stops_the_server(tmp_path
         assert p.wait(30) == 0
         assert (tmp_path / "record.json.ended").exists()
     finally:
-        p.kill()
+        try:
+            os.killpg(p.pid, signal.SIGKILL)  # the launcher and a stand-in it failed to stop
+        except ProcessLookupError:
+            pass
+        p.wait()
