@@ -6,7 +6,7 @@ check of the machinery, which says nothing about a 2B model's speed). The units 
 conditions each (:func:`murk.scene.render_conditions`, constant depth 13.8 m, as ``benchmarks/cpu_batch.py``),
 read out
 
-* ``served``: by the served back-end (:class:`murk.readout.ServedClient`): every prompt of every unit one request,
+* ``served``: by the served back-end (``ServedClient`` of :mod:`murk.readout`): every prompt of every unit one request,
   ``--max-in-flight`` requests in flight (threads); the tokens of each prompt shape checked once by ``/tokenize``;
 * ``inprocess``: by the batched engine (:func:`murk.readout.read_units`, float32) on the same folder,
 
