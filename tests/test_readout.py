@@ -348,7 +348,11 @@ def test_pickle_weights_refused_unless_allowed_by_name(tiny_checkpoint_dirs, tmp
     cfg = load_config()
     q = questions_for_item(ROW, cfg)[0]
     ref = load_vlm(str(tiny_checkpoint_dirs["qwen3vl"]), device="cpu")
-    assert read_question(vlm, coco_image, q, cfg)["c_int"] == read_question(ref, coco_image, q, cfg)["c_int"]
+    # the same weights bit for bit, but torch.load's tensors are 64-byte aligned and safetensors' are not: the CPU
+    # kernels' vector loops then round the last bit differently (measured 3.8e-9 in c_int with the text head_dim 32
+    # that vLLM's CPU attention needs; identical with 16), so equal within float32's agreement bar, not bitwise
+    assert read_question(vlm, coco_image, q, cfg)["c_int"] == pytest.approx(
+        read_question(ref, coco_image, q, cfg)["c_int"], abs=1e-6)
 
 
 def test_load_vlm_safety_keywords_are_keyword_only():

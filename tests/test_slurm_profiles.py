@@ -99,3 +99,35 @@ def test_account_and_partition_on_the_command_line_keep_the_profile(profile, gpu
                 continue
             assert res[key] == str(rows[rule][key]), (rule, key, res)
         assert res.get("gpu", "0") == str(rows[rule].get("gpu", 0)), rule
+
+
+def test_served_profile_is_the_cpu_profile_with_the_readouts_as_light_clients():
+    """profiles/slurm-served (docs/served.md): the read-outs are one-CPU, GPU-less clients of the model's server
+    (their memory set: the measured memory of an in-process read-out would be the model's); every other row and
+    setting is profiles/slurm's."""
+    served = yaml.safe_load((ROOT / "profiles" / "slurm-served" / "config.yaml").read_text())
+    assert {k: v for k, v in served.items() if k != "set-resources"} == {k: v for k, v in CPU.items()
+                                                                         if k != "set-resources"}
+    assert sorted(served["set-resources"]) == RULES
+    for rule in RULES:
+        row = served["set-resources"][rule]
+        if rule in MEASURED:
+            assert row["gpu"] == 0 and row["cpus_per_task"] == 1 and row["mem_mb"] <= SMALL_MEM_MB, rule
+            assert "runtime" not in row, rule  # the server's speed: measured by the model's earlier jobs
+        else:
+            assert row == CPU["set-resources"][rule], rule
+
+
+def test_served_profile_models_name_their_servers_and_the_server_job_uses_the_launcher():
+    """The example settings give each model a server URL and a served name; the server job starts vLLM only
+    through murk's launcher (which sets the flags that keep the prompts murk's), with argument lists."""
+    folder = ROOT / "profiles" / "slurm-served"
+    models = yaml.safe_load((folder / "models-served.yaml").read_text())["models"]
+    assert models and all(set(m) >= {"id", "server", "served_model"} for m in models)
+    assert all(re.fullmatch(r"http://[\w.-]+:\d+/v1", m["server"]) for m in models)
+    job = (folder / "vllm-server.sbatch").read_text()
+    launches = [ln for ln in job.splitlines() if not ln.startswith("#") and "python" in ln]
+    assert launches == [ln for ln in launches if "-m murk.readout.serve" in ln] and launches
+    assert "vllm.entrypoints" not in job and "eval " not in job and "bash -c" not in job
+    r = subprocess.run(["bash", "-n", str(folder / "vllm-server.sbatch")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr

@@ -299,13 +299,14 @@ def test_make_targets_pass_args_and_lab_runs_as_root():
     want = "--allow-root --no-browser --port 8899 notebooks/" if os.getuid() == 0 else " --no-browser --port 8899 notebooks/"
     assert "lab/jupyter-lab" in lab and want in lab  # the project launcher (lab/jupyter-lab runs jupyter lab)
     fast = _make_n("test-fast", "ARGS=-k cube")
-    assert '-m pytest -q -n 3 --dist loadfile --no-loadscope-reorder -m "not slow and not realsize" -k cube' in fast
+    assert '-m pytest -q -n 3 --dist loadfile --no-loadscope-reorder -m "not slow and not realsize and not served" -k cube' in fast
     full = _make_n("test")
     assert "-m pytest -q -n 3 --dist loadfile" in full and "not slow" not in full  # make test: the whole suite,
-    assert '-m "not realsize"' in full  # but the full-size models (make test-realsize)
+    assert '-m "not realsize and not served"' in full  # but the full-size models and the vLLM server's tests
     assert '-m pytest -q -n 0 -m realsize' in _make_n("test-realsize")
+    assert '-m pytest -q -n 0 -m served -rs' in _make_n("test-served") and "tools/vllm-cpu-env" in _make_n("vllm-env")
     one = _make_n("test", "TEST_WORKERS=0", "ARGS=--durations=15")  # one process
-    assert "-m pytest -q -n 0 --dist loadfile --no-loadscope-reorder -m \"not realsize\" --durations=15" in one
+    assert "-m pytest -q -n 0 --dist loadfile --no-loadscope-reorder -m \"not realsize and not served\" --durations=15" in one
     demo = _make_n("demo", "ARGS=--config n_items=2", "VENV=/opt/env")
     assert "/opt/env/bin/snakemake --cores 1 --config n_items=2" in demo and 'PATH="/opt/env/bin:' in demo
     cpu = _make_n("env", "TORCH_INDEX=https://download.pytorch.org/whl/cpu")
