@@ -170,7 +170,7 @@ def test_the_start_lines_name_the_models_that_run_and_why_models_is_not_used_off
     cfg = {**_defaults(), "n_items": 5, "models": ["org/a"],
            "offline_models": ["murk-tiny/smolvlm", {"id": "murk-tiny/qwen3vl", "n_items": 3}]}
     run = check_run_settings(cfg, {"models": COMMAND_LINE}, offline=True, cwd=ROOT)
-    assert [tuple(e) for e in run.model_entries] == [("murk-tiny/smolvlm", 5), ("murk-tiny/qwen3vl", 3)]
+    assert [tuple(e[:2]) for e in run.model_entries] == [("murk-tiny/smolvlm", 5), ("murk-tiny/qwen3vl", 3)]
     assert run.notes[1] == ("murk: 2 models to read out (offline_models, since MURK_OFFLINE=1): "
                             "murk-tiny/smolvlm (5 items), murk-tiny/qwen3vl (3 items)")
     assert run.notes[2].startswith("murk: --config models=… is not used: with MURK_OFFLINE=1 a run reads offline_models")

@@ -121,7 +121,8 @@ class Setting:
 
 
 _MODELS_FORM = ("a list of models: hub ids or folders, or {id: <hub id or folder>, n_items: N} for the first "
-                "N items (murk.core.model_entries)")
+                "N items, with server: <base URL> (and served_model: <name>) for a model read out through an "
+                "OpenAI-compatible server (murk.core.model_entries)")
 
 #: The run settings, in the order of ``data/workflow.yaml`` (a test checks that the two list the same keys).
 SCHEMA: dict[str, Setting] = {s.key: s for s in (
