@@ -28,7 +28,7 @@ CONFIG_CHECK := $(BIN)/python -m murk.core.settings
 # JupyterLab refuses to start as root (containers) unless told
 LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: demo test test-fast test-realsize paper study plan lab env clean-outputs
+.PHONY: demo test test-fast test-realsize test-served vllm-env paper study plan lab env clean-outputs
 
 ## env: create or update the virtual environment (only when pyproject.toml or the checkout changed)
 env:
@@ -49,17 +49,25 @@ demo: env
 	@$(CONFIG_CHECK) $(ARGS)
 	$(SNAKE) $(ARGS)
 
-## test: the whole test suite (installs first), except the full-size models (test-realsize)
+## test: the whole test suite (installs first), except the full-size models (test-realsize) and test-served
 test: env
-	$(PYTEST) -m "not realsize" $(ARGS)
+	$(PYTEST) -m "not realsize and not served" $(ARGS)
 
 ## test-fast: the unit tests only (no end-to-end pipeline runs, a few minutes): the edit-test loop
 test-fast: env
-	$(PYTEST) -m "not slow and not realsize" $(ARGS)
+	$(PYTEST) -m "not slow and not realsize and not served" $(ARGS)
 
 ## test-realsize: a study model read out at full size with random weights (under 8 GB of memory, a few minutes)
 test-realsize: env
 	$(BIN)/python -m pytest -q -n 0 -m realsize $(ARGS)
+
+## vllm-env: the vLLM environment the served read-out's tests start (.venv-vllm, or VLLM_VENV=; tools/vllm-cpu-env)
+vllm-env:
+	tools/vllm-cpu-env
+
+## test-served: read-outs through a real vLLM server (one server, about 5 GB; skipped without make vllm-env)
+test-served: env
+	$(BIN)/python -m pytest -q -n 0 -m served -rs $(ARGS)
 
 ## plan: what `make demo` would run (snakemake dry run)
 plan: env

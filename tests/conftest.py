@@ -209,6 +209,26 @@ def realformat_vlms(realformat_checkpoint_dirs):
     return {fam: load_vlm(str(d), device="cpu") for fam, d in realformat_checkpoint_dirs.items()}
 
 
+# --- a real vLLM server (tests/_vllm.py; marker served, make test-served): issue 41 ---
+@_pytest_tiny.fixture(scope="session")
+def vllm_server(tiny_checkpoint_dirs, tmp_path_factory):
+    """A vLLM server (tests/_vllm.py ``VllmServer``, started through ``python -m murk.readout.serve``) on the
+    offline demo's Qwen3-VL checkpoint (``murk-tiny/qwen3vl``: ``tiny_checkpoint_dirs["qwen3vl"]``, seed 0),
+    served as ``murk-tiny/qwen3vl``; stopped at the session's end. Skipped when the vLLM environment is absent
+    (make vllm-env). A test that kills it (``.kill()``) starts it again (``.start()``) before it ends."""
+    import _vllm
+    from murk.readout.serve import VllmEnvError
+
+    try:
+        server = _vllm.VllmServer(tiny_checkpoint_dirs["qwen3vl"], "murk-tiny/qwen3vl",
+                                  tmp_path_factory.mktemp("vllm"))
+    except VllmEnvError as err:
+        _pytest_tiny.skip(f"no vLLM server: {err}")
+    server.start()
+    yield server
+    server.stop()
+
+
 # --- parallel runs: `make test` runs pytest-xdist workers (`-n 3 --dist loadfile --no-loadscope-reorder`,
 # pytest-xdist's documented options): each module on one worker (its module-scoped fixtures run once, its tests in
 # their order), the modules handed out in the order of the collection, which the hook below sets; the demo runs once

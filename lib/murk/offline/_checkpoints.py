@@ -12,7 +12,8 @@ Its answers carry no information: results built on it are marked
 ``pipeline_check`` (file ``murk_tiny.json`` in the folder).
 
 The shrunk sizes follow ``shared/notes/offline-checkpoints.md`` (text hidden 64,
-2 layers, 4 heads, 2 KV heads, head_dim 16; vision hidden 32, 2 layers).
+2 layers, 4 heads, 2 KV heads, head_dim 16 (32 in the SmolVLM and Qwen3-VL builds, which a vLLM server
+serves too); vision hidden 32, 2 layers).
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ _TEXT = dict(
     head_dim=16,
 )
 _VISION = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+# the text head size of the SmolVLM and Qwen3-VL builds, which a vLLM server reads too (tests/_vllm.py): vLLM's
+# CPU attention takes head sizes 32-512 only ("Unsupported CPU attention configuration: head_dim=16"; the real
+# models have 64 to 256); the query/key/value projections widen to 4 x 32 = 128, the hidden size stays 64
+_SERVED_TEXT = dict(_TEXT, head_dim=32)
 
 # SmolVLM: one square tile of 384 px (as SmolVLM2), patches of 32 px, pixel shuffle 2
 # -> image_seq_len = (384/32)^2 / 2^2 = 36 visual tokens
@@ -179,7 +184,7 @@ def _build_smolvlm(seed: int):
         scale_factor=_SMOL_SCALE,
         vision_config=dict(_VISION, image_size=_SMOL_TILE_PX, patch_size=_SMOL_PATCH_PX),
         text_config=dict(
-            _TEXT,
+            _SERVED_TEXT,
             model_type="llama",
             vocab_size=len(tokenizer),
             max_position_embeddings=2048,
@@ -238,7 +243,7 @@ def _build_qwen3vl(seed: int):
         chat_template=_QWEN3VL_CHAT_TEMPLATE,
     )
     ids = tokenizer.convert_tokens_to_ids
-    head_dim = _TEXT["head_dim"]
+    head_dim = _SERVED_TEXT["head_dim"]
     config = Qwen3VLConfig(
         vision_config=dict(
             depth=_VISION["num_hidden_layers"],
@@ -253,7 +258,7 @@ def _build_qwen3vl(seed: int):
             deepstack_visual_indexes=[0],
         ),
         text_config=dict(
-            _TEXT,
+            _SERVED_TEXT,
             vocab_size=len(tokenizer),
             max_position_embeddings=4096,
             rope_parameters={
