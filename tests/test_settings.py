@@ -180,6 +180,10 @@ def test_the_start_lines_name_the_models_that_run_and_why_models_is_not_used_off
     assert online.notes[1] == "murk: 1 model to read out (models): org/a (5 items)" and len(online.notes) == 2
     quiet = check_run_settings(cfg, offline=True, cwd=ROOT)  # models from data/workflow.yaml: nothing to say
     assert len(quiet.notes) == 2
+    served = check_run_settings({**cfg, "models": [{"id": "org/a", "server": "http://127.0.0.1:8000/v1"}]},
+                                offline=False, cwd=ROOT)
+    assert served.notes[1] == ("murk: 1 model to read out (models): org/a (5 items; served by "
+                               "http://127.0.0.1:8000/v1 as org/a)")
 
 
 # --- the notebooks' parameters that mirror a run setting ---

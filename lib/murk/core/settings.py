@@ -599,7 +599,8 @@ def check_run_settings(config: Mapping[str, Any], origins: Mapping[str, str] | N
     notes = [f"murk: output root {root}" + (f" (output_dir={config['output_dir']})" if rel != root else ""),
              f"murk: {len(chosen)} model{'s' if len(chosen) != 1 else ''} to read out ({models_key}"
              f"{', since MURK_OFFLINE=1' if offline else ''}): "
-             + ", ".join(f"{e.id} ({e.n_items} item{'s' if e.n_items != 1 else ''})" for e in chosen)]
+             + ", ".join(f"{e.id} ({e.n_items} item{'s' if e.n_items != 1 else ''}"
+                         f"{f'; served by {e.server} as {e.served_model}' if e.server else ''})" for e in chosen)]
     other = "models" if offline else "offline_models"
     if origin(other) != DEFAULT_FILE:
         o = origin(other)
