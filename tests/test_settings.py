@@ -97,6 +97,8 @@ def test_values_as_snakemake_and_papermill_pass_them_are_normalised():
     assert check_setting("box_width_px", "3") == 3 and check_setting("abstain_wordings", 1) == 1
     # a model entry's n_items arrives as text from --config (YAML scalars stay text)
     assert check_setting("models", [{"id": "a/b", "n_items": "2"}, "c/d"]) == [{"id": "a/b", "n_items": 2}, "c/d"]
+    assert check_setting("models", [{"id": "a/b", "server": "http://h/v1", "max_in_flight": "3"}]) == \
+        [{"id": "a/b", "server": "http://h/v1", "max_in_flight": 3}]  # --config gives the digits as text
 
 
 def test_the_refusal_is_written_in_the_words_of_where_the_setting_was_given():

@@ -417,12 +417,14 @@ def check_setting(key: str, value: Any, origin: str = DEFAULT_FILE) -> Any:
 
 
 def _models_value(value: Any) -> Any:
-    """A model list with its mapping entries' ``n_items`` given as digits (``--config``) made ints."""
+    """A model list with its mapping entries' ``n_items`` and ``max_in_flight`` given as digits (``--config``) made
+    ints."""
     if isinstance(value, (list, tuple)):
         out = []
         for e in value:
-            if isinstance(e, dict) and isinstance(e.get("n_items"), str) and _INT_TEXT.match(e["n_items"].strip()):
-                e = {**e, "n_items": int(e["n_items"].strip())}
+            for key in ("n_items", "max_in_flight"):
+                if isinstance(e, dict) and isinstance(e.get(key), str) and _INT_TEXT.match(e[key].strip()):
+                    e = {**e, key: int(e[key].strip())}
             out.append(e)
         return out
     return value
