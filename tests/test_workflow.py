@@ -414,7 +414,7 @@ def test_a_bad_model_entry_is_refused_by_snakemake_naming_the_setting(tmp_path):
     assert r.returncode != 0
     err = r.stdout + r.stderr
     assert "run.yaml (--configfile): offline_models, entry 1" in err  # the file that set it (murk.core.settings)
-    assert "unknown key(s) items; the keys are id and n_items" in err
+    assert "unknown key(s) items; the keys are id, n_items, server, served_model, max_in_flight" in err
 
 
 def test_two_folders_with_the_same_last_part_get_their_own_stores(tmp_path):
