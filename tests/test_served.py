@@ -206,6 +206,25 @@ def test_requests_in_flight_are_bounded_and_done_images_are_not_asked(head):
         fake.stop()
 
 
+def test_the_served_head_is_the_in_process_model_without_its_weights(head, tiny_vlms):
+    """The prompts' ingredients equal load_vlm's: option tokens, end-of-sequence tokens, image tokens, processor
+    settings, revision (the store's identity)."""
+    full = tiny_vlms["smolvlm"]
+    for k in ("option_tokens", "eos_token_ids", "n_visual_tokens", "image_kwargs", "max_side_px", "revision",
+              "is_pipeline_check"):
+        assert getattr(head, k) == getattr(full, k), k
+    assert not hasattr(head.model, "forward")  # no weights
+
+
+def test_a_served_store_is_not_resumed_from_another_server_root(tmp_path):
+    from murk import results
+
+    attrs = dict(config_hash="c", items_hash="i", model_id="m", depth_backend="constant", readout_engine="served")
+    results.open_readout_store(tmp_path / "s.zarr", [1], ["dog"], {**attrs, "served_root": "/ckpt/a"}, ["x"])
+    with pytest.raises(ValueError, match=r"served_root: store '/ckpt/a', this run '/ckpt/b'"):
+        results.open_readout_store(tmp_path / "s.zarr", [1], ["dog"], {**attrs, "served_root": "/ckpt/b"}, ["x"])
+
+
 def test_answers_are_parsed_by_token_id(head):
     """A response's token_id:N entries give the ids; the first generated token is the top token."""
     client = ServedClient(ServedModel("http://127.0.0.1:9/v1", "m"), head, CFG)
