@@ -278,10 +278,15 @@ def rerun_if_stale(marker_of):
         return []
     return check
 
+SERVED_OF = {e.id: {"server": e.server, "served_model": e.served_model, "max_in_flight": e.max_in_flight}
+             for e in MODEL_ENTRIES if e.server}   # model -> its server (an entry with server: read out through it)
+
+
 def readout_argv(wc, shard=None):
     """The read-out stage's arguments for the model of ``wc.slug`` (and one shard of it)."""
     model = SLUG2MODEL[wc.slug]
-    return stage_argv("-r", "model", model, "-p", "max_items", N_OF[model], *DEVICE,
+    served = ["-y", json.dumps({"served": SERVED_OF[model]})] if model in SERVED_OF else []
+    return stage_argv("-r", "model", model, "-p", "max_items", N_OF[model], *DEVICE, *served,
                       "-p", "n_verbal_items", config.get("n_verbal_items", 0),
                       "-p", "trust_remote_code", bool(config.get("trust_remote_code", False)),
                       "-p", "allow_pickle", bool(config.get("allow_pickle", False)), "-r", "run_by", "snakemake",

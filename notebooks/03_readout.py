@@ -49,6 +49,10 @@ trust_remote_code = None
 # accept pickle weights (pytorch_model.bin) only if True; None: the run settings' allow_pickle (false:
 # safetensors only)
 allow_pickle = None
+# None: in-process (transformers); a mapping {server: <base URL, e.g. http://127.0.0.1:8000/v1>, served_model: <name>,
+# max_in_flight: N}: read out through that OpenAI-compatible server (a model entry's keys; None and the model listed
+# with a server in the run settings: that server)
+served = None
 # what runs this notebook: "papermill" (by hand) or "snakemake" (the Snakefile passes it): a refusal's fix is
 # given in the words of that command
 run_by = "papermill"
@@ -79,6 +83,9 @@ if model is None or max_items is None:  # (Snakemake passes both)
         print(_models_note)
     listed = core.model_entries(_models, len(table), "the run settings' models")
     model = model or listed[0].id
+    if served is None:  # a model listed with a server is read out through it, as Snakemake does
+        served = next(({"server": e.server, "served_model": e.served_model, "max_in_flight": e.max_in_flight}
+                       for e in listed if e.id == model and e.server), None)
     if max_items is None:  # a model listed with n_items is read out on its first n_items, as Snakemake does
         max_items = next((e.n_items for e in listed if e.id == model and e.n_items < len(table)), None)
 n_verbal_items = int(core.run_default("n_verbal_items", n_verbal_items))
@@ -96,6 +103,13 @@ print(f"{model}: items {span.start}..{span.stop - 1} of {len(table)} into {store
 
 # %% [markdown]
 # ## The store and the model
+#
+# A model entry with a `server` is read out through that OpenAI-compatible server (`served`; vLLM, SGLang, ...:
+# `murk.readout.ServedClient`, docs/served.md): murk loads only the model's tokenizer, processor and chat
+# template (`murk.readout.load_served_vlm`), probes the server once (`murk.readout.ServedClient`: it must serve
+# the model, continue the prefilled assistant turn and return log-probabilities, else it is refused in one
+# line) and records its identity in the store's attributes (`served_*`); the store's `readout_engine` is
+# `served`, so a served store is never resumed in-process or the other way round.
 #
 # The model is loaded once (`murk.readout.load_vlm`: a hub id, a local folder or
 # a tiny offline checkpoint; decoding is greedy whatever its generation config
@@ -141,30 +155,44 @@ def stored_attr(store, key):
 todo, vlm, k = [], None, None
 if len(span):
     load_start = time.perf_counter()   # the job's measured cost (below) sizes the next jobs' SLURM requests
-    vlm = readout.load_vlm(model, device=device, root=output_dir, trust_remote_code=trust_remote_code,
-                           allow_pickle=allow_pickle, command=run_by)
+    if served:  # the model's files without its weights; the server reads it out
+        vlm = readout.load_served_vlm(model, root=output_dir, config=cfg, trust_remote_code=trust_remote_code,
+                                      command=run_by)
+        client = readout.ServedClient(readout.ServedModel.from_entry({"id": model, **served}), vlm, cfg)
+        served_attrs = client.identity_attrs() if client.probe() else {}
+        print(f"served: {model} as {client.server.name} by {client.server.url} "
+              f"({served_attrs['served_engine']} {served_attrs['served_engine_version']}; "
+              f"log-probabilities by {client.logprobs_mode}; at most {client.server.max_in_flight} requests in flight)")
+    else:
+        vlm = readout.load_vlm(model, device=device, root=output_dir, trust_remote_code=trust_remote_code,
+                               allow_pickle=allow_pickle, command=run_by)
+        served_attrs = {}
+    # a served model's dtype is the server's where it tells it (not the processor's float32)
+    store_dtype = served_attrs.get("served_dtype", "unreported by the server") if served else vlm.dtype
     load_s = time.perf_counter() - load_start
     if vlm.custom_code_not_run:  # never silently: said here, kept in the store's attributes and the colophon
         print(f"WARNING {model}: {readout.custom_code_note(vlm.custom_code_not_run)}")
-    k = images_per_batch or stored_attr(store, "images_per_batch") or cfg["readout"].get("images_per_batch")
-    if not k:  # from the free memory, then the largest power of two that divides the shard size
+    k = None if served else (images_per_batch or stored_attr(store, "images_per_batch")
+                             or cfg["readout"].get("images_per_batch"))
+    if not k and not served:  # from the free memory, then the largest power of two that divides the shard size
         k = readout.auto_images_per_batch(vlm, config=cfg)
         while shard_size and int(shard_size) % k:
             k //= 2
-    k = int(k)
-    readout.check_shard_alignment(shard_size, k)  # a shard must not cut a scheduled batch
-    print(f"batched engine: {k} image(s) = {k * readout.N_CONDITIONS} units per scheduled batch")
+    if not served:  # a server reads each image on its own: no scheduled batches
+        k = int(k)
+        readout.check_shard_alignment(shard_size, k)  # a shard must not cut a scheduled batch
+        print(f"batched engine: {k} image(s) = {k * readout.N_CONDITIONS} units per scheduled batch")
     attrs = results.store_identity(
         config_hash=meta["config_hash"], items_hash=meta["items_hash"], model_id=model,
-        model_revision=vlm.revision, dtype=vlm.dtype, n_verbal_items=n_verbal_items,
+        model_revision=vlm.revision, dtype=store_dtype, n_verbal_items=n_verbal_items,
         n_items=len(core.shard_span(len(table), max_items=max_items)),   # this model's items (its n_items)
         depth_backend=current["depth_backend"], depth_model=current.get("depth_model", ""),
         depth_revision=current.get("depth_revision", ""), pipeline_check=int(vlm.is_pipeline_check),
         n_visual_tokens=int(vlm.n_visual_tokens), depth_approximate=current["depth_approximate"],
         ignored_generation_settings=json.dumps(vlm.ignored_generation_settings, sort_keys=True),
-        eos_token_ids=json.dumps(sorted(vlm.eos_token_ids)), readout_engine="batched",
+        eos_token_ids=json.dumps(sorted(vlm.eos_token_ids)), readout_engine="served" if served else "batched",
         trust_remote_code=int(bool(trust_remote_code)), allow_pickle=int(bool(allow_pickle)), run_id=RUN_ID,
-        custom_code_not_run=json.dumps(vlm.custom_code_not_run, sort_keys=True),
+        custom_code_not_run=json.dumps(vlm.custom_code_not_run, sort_keys=True), **served_attrs,
         **({"images_per_batch": k} if k is not None else {}))
     if vlm.is_pipeline_check:
         attrs["note"] = "PIPELINE CHECK: tiny randomly initialised checkpoint; numbers carry no meaning"
@@ -230,10 +258,14 @@ def record_missing(i, reason):
 stats = readout.EngineStats()
 if todo:
     run_start = time.perf_counter()
-    batches = readout.plan(todo, span.start, span.stop, k)
-    done_items = {i for i in span if done[i - span.start]}
-    for res in readout.read_images(vlm, batches, load, config=cfg, done=done_items, stats=stats,
-                                  progress=f"readout {core.model_slug(model)}"):
+    if served:  # each image on its own: a resumed run asks only what is missing
+        read = readout.read_images_served(client, todo, load, stats=stats, progress=f"readout {core.model_slug(model)}")
+    else:
+        batches = readout.plan(todo, span.start, span.stop, k)
+        done_items = {i for i in span if done[i - span.start]}
+        read = readout.read_images(vlm, batches, load, config=cfg, done=done_items, stats=stats,
+                                   progress=f"readout {core.model_slug(model)}")
+    for res in read:
         if res.missing_reason is not None:
             record_missing(res.item, res.missing_reason)
         else:
@@ -245,10 +277,10 @@ if todo:
     if on_cuda:
         import torch
     pipeline.write_readout_cost(
-        store, model=model, device=str(vlm.device).split(":")[0], images=len(todo), units=stats.units,
+        store, model=model, device="served" if served else str(vlm.device).split(":")[0], images=len(todo), units=stats.units,
         run_s=time.perf_counter() - run_start, load_s=load_s,
         peak_host_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,   # Linux: KiB
-        peak_device_bytes=torch.cuda.max_memory_allocated(vlm.device) if on_cuda else 0, images_per_batch=k)
+        peak_device_bytes=torch.cuda.max_memory_allocated(vlm.device) if on_cuda else 0, images_per_batch=k or 1)
 print(f"readout {model}: every item processed" if not skipped else
       f"readout {model}: {len(skipped)} item(s) skipped, recorded as missing:\n"
       + "\n".join(f"  image {k_}: {v}" for k_, v in skipped.items()))
@@ -256,6 +288,9 @@ if stats.batches:
     print(f"batched engine: {stats.units} units in {stats.batches} batches, {stats.forward_calls} forward calls; "
           f"the model waited for the CPU {100 * stats.wait_share:.0f} % of the time; "
           f"{stats.fallback_units} units with every prompt run whole; {stats.oom_splits} out-of-memory splits")
+if served and stats.units:
+    print(f"served: {stats.units} units, {stats.prompts} prompts, {client.requests} requests (retries included) "
+          f"in {stats.model_s:.1f} s waiting for the server")
 if fallbacks:
     print("read with every prompt run whole (the batched engine cannot take them):\n  " + "\n  ".join(fallbacks[:20]))
 

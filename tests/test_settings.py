@@ -97,6 +97,8 @@ def test_values_as_snakemake_and_papermill_pass_them_are_normalised():
     assert check_setting("box_width_px", "3") == 3 and check_setting("abstain_wordings", 1) == 1
     # a model entry's n_items arrives as text from --config (YAML scalars stay text)
     assert check_setting("models", [{"id": "a/b", "n_items": "2"}, "c/d"]) == [{"id": "a/b", "n_items": 2}, "c/d"]
+    assert check_setting("models", [{"id": "a/b", "server": "http://h/v1", "max_in_flight": "3"}]) == \
+        [{"id": "a/b", "server": "http://h/v1", "max_in_flight": 3}]  # --config gives the digits as text
 
 
 def test_the_refusal_is_written_in_the_words_of_where_the_setting_was_given():
@@ -170,7 +172,7 @@ def test_the_start_lines_name_the_models_that_run_and_why_models_is_not_used_off
     cfg = {**_defaults(), "n_items": 5, "models": ["org/a"],
            "offline_models": ["murk-tiny/smolvlm", {"id": "murk-tiny/qwen3vl", "n_items": 3}]}
     run = check_run_settings(cfg, {"models": COMMAND_LINE}, offline=True, cwd=ROOT)
-    assert [tuple(e) for e in run.model_entries] == [("murk-tiny/smolvlm", 5), ("murk-tiny/qwen3vl", 3)]
+    assert [tuple(e[:2]) for e in run.model_entries] == [("murk-tiny/smolvlm", 5), ("murk-tiny/qwen3vl", 3)]
     assert run.notes[1] == ("murk: 2 models to read out (offline_models, since MURK_OFFLINE=1): "
                             "murk-tiny/smolvlm (5 items), murk-tiny/qwen3vl (3 items)")
     assert run.notes[2].startswith("murk: --config models=… is not used: with MURK_OFFLINE=1 a run reads offline_models")
@@ -180,6 +182,10 @@ def test_the_start_lines_name_the_models_that_run_and_why_models_is_not_used_off
     assert online.notes[1] == "murk: 1 model to read out (models): org/a (5 items)" and len(online.notes) == 2
     quiet = check_run_settings(cfg, offline=True, cwd=ROOT)  # models from data/workflow.yaml: nothing to say
     assert len(quiet.notes) == 2
+    served = check_run_settings({**cfg, "models": [{"id": "org/a", "server": "http://127.0.0.1:8000/v1"}]},
+                                offline=False, cwd=ROOT)
+    assert served.notes[1] == ("murk: 1 model to read out (models): org/a (5 items; served by "
+                               "http://127.0.0.1:8000/v1 as org/a)")
 
 
 # --- the notebooks' parameters that mirror a run setting ---

@@ -315,19 +315,30 @@ def test_make_targets_pass_args_and_lab_runs_as_root():
 
 def test_model_entries_plain_ids_and_mappings():
     got = core.model_entries(["org/a", {"id": "org/b", "n_items": 4}, {"id": "org/c"}], 6, "models")
-    assert got == [("org/a", 6), ("org/b", 4), ("org/c", 6)]
+    assert [tuple(e[:2]) for e in got] == [("org/a", 6), ("org/b", 4), ("org/c", 6)]
     assert [e.id for e in got] == ["org/a", "org/b", "org/c"] and got[1].n_items == 4
     # more than the run has: all of them (as n_verbal_items)
-    assert core.model_entries([{"id": "org/b", "n_items": 600}], 8) == [("org/b", 8)]
-    assert core.model_entries(["org/a"], None) == [("org/a", None)]
+    assert [tuple(e[:2]) for e in core.model_entries([{"id": "org/b", "n_items": 600}], 8)] == [("org/b", 8)]
+    assert [tuple(e[:2]) for e in core.model_entries(["org/a"], None)] == [("org/a", None)]
+
+
+def test_model_entries_served():
+    """A served entry keeps its id as identity; served_model defaults to the id; without server nothing changes."""
+    got = core.model_entries(["org/a", {"id": "org/b", "server": "http://127.0.0.1:8000/v1/", "max_in_flight": 4},
+                              {"id": "org/c", "server": "https://h/v1", "served_model": "c-fp32"}], 6)
+    assert got[0] == ("org/a", 6, None, None, None)
+    assert got[1] == ("org/b", 6, "http://127.0.0.1:8000/v1", "org/b", 4)
+    assert (got[2].server, got[2].served_model, got[2].max_in_flight) == ("https://h/v1", "c-fp32", None)
+    assert core.model_entries(got, 6) == got  # entries pass through unchanged
+    assert core.model_entries('[{id: org/b, server: "http://h:1/v1"}]', 3)[0].server == "http://h:1/v1"
 
 
 def test_model_entries_from_text():
     """papermill -p models '[...]' passes a string: it is parsed as YAML/JSON, not iterated over."""
-    assert core.model_entries('["org/a", "org/b"]', 3) == [("org/a", 3), ("org/b", 3)]
-    assert core.model_entries('[org/a, {id: org/b, n_items: 2}]', 3) == [("org/a", 3), ("org/b", 2)]
-    assert core.model_entries('[{"id": "org/b", "n_items": 2}]', 3) == [("org/b", 2)]
-    assert core.model_entries("org/a", 3) == [("org/a", 3)]
+    assert [tuple(e[:2]) for e in core.model_entries('["org/a", "org/b"]', 3)] == [("org/a", 3), ("org/b", 3)]
+    assert [tuple(e[:2]) for e in core.model_entries('[org/a, {id: org/b, n_items: 2}]', 3)] == [("org/a", 3), ("org/b", 2)]
+    assert [tuple(e[:2]) for e in core.model_entries('[{"id": "org/b", "n_items": 2}]', 3)] == [("org/b", 2)]
+    assert [tuple(e[:2]) for e in core.model_entries("org/a", 3)] == [("org/a", 3)]
     for bad in ('["org/a", ', "org/a, org/b"):
         with pytest.raises(ValueError, match=r"-y 'models: \[") as e:
             core.model_entries(bad, 3)
@@ -335,7 +346,7 @@ def test_model_entries_from_text():
 
 
 @pytest.mark.parametrize("entries, match", [
-    ([{"id": "org/a", "n": 3}], r"unknown key\(s\) n; the keys are id and n_items"),
+    ([{"id": "org/a", "n": 3}], r"unknown key\(s\) n; the keys are id, n_items, server"),
     ([{"n_items": 3}], "has no id"),
     ([{"id": "org/a", "n_items": 0}], "n_items must be a whole number of items >= 1"),
     ([{"id": "org/a", "n_items": 2.5}], "n_items must be a whole number"),
@@ -344,6 +355,10 @@ def test_model_entries_from_text():
     ([], "is empty"),
     ({"id": "org/a"}, "must be a list of models"),
     ([3], "neither a model id nor a mapping"),
+    ([{"id": "org/a", "server": "127.0.0.1:8000"}], "server must be the base URL"),
+    ([{"id": "org/a", "server": "http://h/v1; rm -rf /"}], "server must be the base URL"),
+    ([{"id": "org/a", "served_model": "a"}], "served_model without server: add server"),
+    ([{"id": "org/a", "server": "http://h:8000/v1", "max_in_flight": 0}], "max_in_flight must be a whole number"),
 ])
 def test_model_entries_refusals_name_the_setting_and_the_fix(entries, match):
     with pytest.raises(ValueError, match=match) as e:
@@ -357,8 +372,10 @@ def test_study_settings_express_the_spec_design():
 
     study = yaml.safe_load((ROOT / "data" / "study.yaml").read_text())
     got = core.model_entries(study["models"], study["n_items"], "models (data/study.yaml)")
-    assert study["n_items"] == 1000 and sorted(n for _, n in got) == [400, 600, 1000, 1000, 1000]
-    assert dict(got)["google/gemma-4-E2B-it"] == 600 and dict(got)["Qwen/Qwen3-VL-4B-Instruct"] == 400
+    assert study["n_items"] == 1000 and sorted(e.n_items for e in got) == [400, 600, 1000, 1000, 1000]
+    n_of = {e.id: e.n_items for e in got}
+    assert n_of["google/gemma-4-E2B-it"] == 600 and n_of["Qwen/Qwen3-VL-4B-Instruct"] == 400
+    assert all(e.server is None for e in got)  # the study reads out in-process
 
 
 def _plan(tmp_path, settings: dict, *config: str):
@@ -398,7 +415,7 @@ def test_a_bad_model_entry_is_refused_by_snakemake_naming_the_setting(tmp_path):
     assert r.returncode != 0
     err = r.stdout + r.stderr
     assert "run.yaml (--configfile): offline_models, entry 1" in err  # the file that set it (murk.core.settings)
-    assert "unknown key(s) items; the keys are id and n_items" in err
+    assert "unknown key(s) items; the keys are id, n_items, server, served_model, max_in_flight" in err
 
 
 def test_two_folders_with_the_same_last_part_get_their_own_stores(tmp_path):

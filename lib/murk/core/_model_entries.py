@@ -1,5 +1,10 @@
 """The ``models`` setting's entries: a model id, or a mapping with its revision and options, from a settings file,
 the command line or a notebook parameter (:func:`model_entries`).
+
+An entry may name an OpenAI-compatible server that serves the model (``server``, its base URL; ``served_model``,
+the name it serves the model under; ``max_in_flight``, requests in flight at once): the model is then read out
+through that server (:mod:`murk.readout`'s served back-end, docs/served.md); ``id`` stays its identity and the
+source of its tokenizer, processor and chat template. Without ``server`` an entry reads out in-process.
 """
 
 from __future__ import annotations
@@ -12,20 +17,40 @@ __all__ = ["MODEL_ENTRY_KEYS", "ModelEntry", "model_entries"]
 # --- the models setting: its entries (moved from the markers, which read it) ---
 
 #: the keys a mapping entry of ``models`` may have
-MODEL_ENTRY_KEYS = ("id", "n_items")
+MODEL_ENTRY_KEYS = ("id", "n_items", "server", "served_model", "max_in_flight")
 
 
 class ModelEntry(NamedTuple):
-    """One model of a run: its id (hub id or folder) and the number of items it is read out on."""
+    """One model of a run: its id (hub id or folder), the number of items it is read out on and, for a served
+    model, the server that serves it.
+
+    Attributes
+    ----------
+    id : str
+        Hub id or folder: the model's identity, and where its tokenizer, processor and chat template come from.
+    n_items : int or None
+        The first ``n_items`` items of the selection.
+    server : str or None
+        Base URL of an OpenAI-compatible server (``http://host:port/v1``); None: read out in-process.
+    served_model : str or None
+        The name the server serves the model under (its ``/v1/models``); None where ``server`` is None,
+        else ``id`` unless given.
+    max_in_flight : int or None
+        Requests sent to the server at once (None: the client's default, 8).
+    """
 
     id: str
     n_items: int
+    server: str | None = None
+    served_model: str | None = None
+    max_in_flight: int | None = None
 
 
 def _entry_form(setting: str) -> str:
     return (f"each entry of {setting} is a hub id or folder, or a mapping {{id: <hub id or folder>, n_items: N}} "
             f"(the first N items of the selection), e.g. {setting}: [HuggingFaceTB/SmolVLM-256M-Instruct, "
-            f"{{id: google/gemma-4-E2B-it, n_items: 600}}]")
+            f"{{id: google/gemma-4-E2B-it, n_items: 600}}]; a served model adds server: <base URL, e.g. "
+            f"http://127.0.0.1:8000/v1>, optionally served_model: <its name there> and max_in_flight: N")
 
 
 def _entries_from_text(text: str, setting: str) -> list:
@@ -57,7 +82,9 @@ def model_entries(entries: Any, n_items: int | None = None, setting: str = "mode
         The setting's value: a list whose entries are a hub id or local folder
         (str: read out on every item), or a mapping ``{id: <hub id or folder>,
         n_items: N}`` (read out on the first N items of the selection, in the
-        selection's order). A str is a list given as text (papermill ``-p models
+        selection's order), optionally with ``server: <base URL>``,
+        ``served_model: <name>`` and ``max_in_flight: N`` (read out through an
+        OpenAI-compatible server). A str is a list given as text (papermill ``-p models
         '["a", "b"]'`` passes one): YAML or JSON text of a list, or a single id.
     n_items : int, optional
         The run's number of selected items (``n_items`` of the run settings, or
@@ -70,8 +97,9 @@ def model_entries(entries: Any, n_items: int | None = None, setting: str = "mode
     Returns
     -------
     list of ModelEntry
-        ``(id, n_items)`` per model, in the setting's order; ``id`` is a str,
-        ``n_items`` an int >= 1 (or None, see ``n_items``).
+        ``(id, n_items, server, served_model, max_in_flight)`` per model, in the
+        setting's order; ``id`` is a str, ``n_items`` an int >= 1 (or None, see
+        ``n_items``); the served fields None for an in-process model.
 
     Raises
     ------
@@ -79,8 +107,10 @@ def model_entries(entries: Any, n_items: int | None = None, setting: str = "mode
         If the list is empty or not a list, an entry is neither a str nor a
         mapping, a mapping has a key other than ``id`` and ``n_items`` or lacks
         ``id``, ``n_items`` is not an integer >= 1, a model is listed twice, or
-        a text does not parse as a list. The message names the setting, the
-        entry and the form to use.
+        a text does not parse as a list, ``server`` is not an http(s) URL,
+        ``served_model`` or ``max_in_flight`` is given without ``server``, or
+        ``max_in_flight`` is not an integer >= 1. The message names the setting,
+        the entry and the form to use.
     """
     if isinstance(entries, str):
         entries = _entries_from_text(entries, setting)
@@ -95,14 +125,15 @@ def model_entries(entries: Any, n_items: int | None = None, setting: str = "mode
     for k, e in enumerate(entries, start=1):
         where = f"{setting}, entry {k} ({e!r})"
         if isinstance(e, ModelEntry):
-            e = e._asdict()
+            e = {k: v for k, v in e._asdict().items() if v is not None or k == "id"}
+        served: dict[str, Any] = {}
         if isinstance(e, str):
             mid, n = e, None
         elif isinstance(e, dict):
             unknown = [str(x) for x in e if x not in MODEL_ENTRY_KEYS]
             if unknown:
-                raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; the keys are id and n_items: "
-                                 f"{_entry_form(setting)}")
+                raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; the keys are "
+                                 f"{', '.join(MODEL_ENTRY_KEYS)}: {_entry_form(setting)}")
             if "id" not in e:
                 raise ValueError(f"{where} has no id: {_entry_form(setting)}")
             mid, n = e["id"], e.get("n_items")
@@ -112,6 +143,7 @@ def model_entries(entries: Any, n_items: int | None = None, setting: str = "mode
                 if isinstance(n, bool) or not isinstance(n, int) or n < 1:
                     raise ValueError(f"{where}: n_items must be a whole number of items >= 1 (the first N items of "
                                      f"the selection), got {n!r}; leave it out to read the model out on every item")
+            served = _served_fields(e, where, setting)
         else:
             raise ValueError(f"{where} is neither a model id nor a mapping: {_entry_form(setting)}")
         mid = mid.strip()
@@ -125,6 +157,36 @@ def model_entries(entries: Any, n_items: int | None = None, setting: str = "mode
             n = run_n
         elif run_n is not None:
             n = min(int(n), run_n)
-        out.append(ModelEntry(mid, None if n is None else int(n)))
+        if served:
+            served.setdefault("served_model", mid)
+        out.append(ModelEntry(mid, None if n is None else int(n), **served))
+    return out
+
+
+def _served_fields(e: dict, where: str, setting: str) -> dict[str, Any]:
+    """The served-model keys of a mapping entry, checked (data only: a URL is never run or parsed by a shell)."""
+    server, name, k = e.get("server"), e.get("served_model"), e.get("max_in_flight")
+    if server is None:
+        given = [key for key in ("served_model", "max_in_flight") if e.get(key) is not None]
+        if given:
+            raise ValueError(f"{where}: {' and '.join(given)} without server: add server: <base URL of the "
+                             f"OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1>, or leave "
+                             f"{' and '.join(given)} out to read the model out in-process")
+        return {}
+    if not isinstance(server, str) or not server.strip().lower().startswith(("http://", "https://")) \
+            or any(c.isspace() for c in server.strip()):
+        raise ValueError(f"{where}: server must be the base URL of an OpenAI-compatible server, e.g. "
+                         f"http://127.0.0.1:8000/v1, got {server!r}")
+    out: dict[str, Any] = {"server": server.strip().rstrip("/")}
+    if name is not None:
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"{where}: served_model must be the name the server serves the model under (its "
+                             f"/v1/models), got {name!r}; leave it out to use the id")
+        out["served_model"] = name.strip()
+    if k is not None:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"{where}: max_in_flight must be a whole number of requests >= 1, got {k!r}; leave it "
+                             f"out for the default (8)")
+        out["max_in_flight"] = int(k)
     return out
 

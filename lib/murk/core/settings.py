@@ -121,7 +121,8 @@ class Setting:
 
 
 _MODELS_FORM = ("a list of models: hub ids or folders, or {id: <hub id or folder>, n_items: N} for the first "
-                "N items (murk.core.model_entries)")
+                "N items, with server: <base URL> (and served_model: <name>) for a model read out through an "
+                "OpenAI-compatible server (murk.core.model_entries)")
 
 #: The run settings, in the order of ``data/workflow.yaml`` (a test checks that the two list the same keys).
 SCHEMA: dict[str, Setting] = {s.key: s for s in (
@@ -416,12 +417,14 @@ def check_setting(key: str, value: Any, origin: str = DEFAULT_FILE) -> Any:
 
 
 def _models_value(value: Any) -> Any:
-    """A model list with its mapping entries' ``n_items`` given as digits (``--config``) made ints."""
+    """A model list with its mapping entries' ``n_items`` and ``max_in_flight`` given as digits (``--config``) made
+    ints."""
     if isinstance(value, (list, tuple)):
         out = []
         for e in value:
-            if isinstance(e, dict) and isinstance(e.get("n_items"), str) and _INT_TEXT.match(e["n_items"].strip()):
-                e = {**e, "n_items": int(e["n_items"].strip())}
+            for key in ("n_items", "max_in_flight"):
+                if isinstance(e, dict) and isinstance(e.get(key), str) and _INT_TEXT.match(e[key].strip()):
+                    e = {**e, key: int(e[key].strip())}
             out.append(e)
         return out
     return value
@@ -598,7 +601,8 @@ def check_run_settings(config: Mapping[str, Any], origins: Mapping[str, str] | N
     notes = [f"murk: output root {root}" + (f" (output_dir={config['output_dir']})" if rel != root else ""),
              f"murk: {len(chosen)} model{'s' if len(chosen) != 1 else ''} to read out ({models_key}"
              f"{', since MURK_OFFLINE=1' if offline else ''}): "
-             + ", ".join(f"{e.id} ({e.n_items} item{'s' if e.n_items != 1 else ''})" for e in chosen)]
+             + ", ".join(f"{e.id} ({e.n_items} item{'s' if e.n_items != 1 else ''}"
+                         f"{f'; served by {e.server} as {e.served_model}' if e.server else ''})" for e in chosen)]
     other = "models" if offline else "offline_models"
     if origin(other) != DEFAULT_FILE:
         o = origin(other)

@@ -15,7 +15,7 @@ Layer 5 of 9 of the data flow (core < scene < protocol < offline < readout < res
 pipeline). It may import the layers below it: :mod:`murk.core`, :mod:`murk.scene`, :mod:`murk.protocol`,
 :mod:`murk.offline`. The names below are its public surface; the modules behind it (``_architectures``,
 ``_device``, ``_engine``, ``_hardware``, ``_item_readouts``, ``_load``, ``_memory``, ``_reference``, ``_rows``,
-``_schedule``, ``_verbal``, ``_vlm``, ``_weight_files``) are its implementation.
+``_schedule``, ``_served``, ``_verbal``, ``_vlm``, ``_weight_files``) are its implementation.
 """
 
 from __future__ import annotations
@@ -52,6 +52,17 @@ from murk.readout._engine import (  # noqa: F401
     read_images,
     job_cpus,
     BAD_INPUT_ERRORS,
+)
+from murk.readout._served import (  # noqa: F401
+    DEFAULT_MAX_IN_FLIGHT,
+    TOP_LOGPROBS,
+    ServedModel,
+    ServedError,
+    ServedClient,
+    load_served_vlm,
+    read_images_served,
+    png_data_url,
+    chat_messages,
 )
 from murk.readout._hardware import (  # noqa: F401
     logger,
@@ -159,6 +170,15 @@ __all__ = [
     "read_images",
     "job_cpus",
     "BAD_INPUT_ERRORS",
+    "DEFAULT_MAX_IN_FLIGHT",
+    "TOP_LOGPROBS",
+    "ServedModel",
+    "ServedError",
+    "ServedClient",
+    "load_served_vlm",
+    "read_images_served",
+    "png_data_url",
+    "chat_messages",
     "logger",
     "AUTO_BF16_MIN_RATIO",
     "PROBE_N",

@@ -235,6 +235,8 @@ IDENTITY_ATTRS: dict[str, str] = {
     "monitor_threshold_m": "the visibility monitor's abstain threshold",
     "readout_engine": "the read-out engine (murk.readout's batched read-out; the earlier per-unit engine agrees "
                       "to floating-point rounding, but its stores are not resumed with it)",
+    "served_root": "the weights a served model's server reads (its /v1/models root: the folder or hub id it serves; "
+                   "the model entry's server)",
     "images_per_batch": "the batched engine's images per scheduled batch (which images share a forward pass; "
                         "papermill -p images_per_batch N)",
     "schema_version": "the store layout (written by another murk version)",
