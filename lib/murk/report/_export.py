@@ -145,10 +145,10 @@ def write_export(root: str | os.PathLike | None = None) -> dict[str, Path]:
     murk.core.DiskFullError
         The disk filled: the previous export is kept.
     """
-    import pyarrow  # noqa: F401  (before anything is written: a missing dependency refuses the whole export)
-
     root = core.output_dir(root)
     cube, table, meta, crossings, numbers = _load(root)
+    import pyarrow  # noqa: F401  (before anything is written: a missing dependency refuses the whole export)
+
     cfg = protocol.config_of(meta)
     rows = results.sample_rows(cube, table, cfg)
     ident = {k: str(cube.attrs.get(k, "")) for k in ("run_id", "config_hash", "items_hash", "git_commit",

@@ -88,7 +88,8 @@ SAMPLE_FIELDS: tuple[tuple[str, str, str, str], ...] = (
     *((t, "string", "", _TEXT_TEXT[t]) for t in TEXT_READOUTS),
     ("missing_reason", "string", "", "why this image has no read-outs of this model ('' = it has)"),
 )
-_KEY = ("model", "arm", "level", "task", "image")
+#: the fields of a row that are the model's (equal in all its rows)
+_PER_MODEL = ("model_revision", "kind", "pipeline_check")
 
 
 def json_number(x: float) -> float | str | None:
@@ -255,7 +256,11 @@ def samples_to_cube(rows: Iterable[Mapping[str, Any]], levels: Sequence[int] | N
     Raises
     ------
     ValueError
-        Two rows of the same model, arm, level, task and image, or no rows.
+        Two rows of the same model, arm, level, task and image; rows of one model that disagree on its revision,
+        kind or pipeline check, of one image on its category, of one model and image on its ``missing_reason``;
+        or no rows.
+    KeyError
+        A row lacks a field of :data:`SAMPLE_FIELDS` (rows of another schema).
     """
     rows = list(rows)
     if not rows:
@@ -282,6 +287,7 @@ def samples_to_cube(rows: Iterable[Mapping[str, Any]], levels: Sequence[int] | N
     seen = np.zeros(shape, dtype=bool)
     meta: dict[str, dict] = {}
     category: dict[int, str] = {}
+    reasons: dict[tuple[int, int], str] = {}
     for r in rows:
         at = (ix["model"][r["model"]], ix["arm"][r["arm"]], ix["level"][int(r["level"])], ix["task"][r["task"]],
               ix["image"][int(r["image"])])
@@ -292,14 +298,20 @@ def samples_to_cube(rows: Iterable[Mapping[str, Any]], levels: Sequence[int] | N
         value[at] = [number_from_json(r[k]) for k in READOUTS]
         for t in TEXT_READOUTS:
             texts[t][at] = str(r[t])
-        missing[at[0], at[4]] = str(r["missing_reason"])
-        meta.setdefault(r["model"], {"model_revision": str(r["model_revision"]), "kind": str(r["kind"]),
-                                     "pipeline_check": bool(r["pipeline_check"])})
-        category.setdefault(int(r["image"]), str(r["category"]))
+        reason = str(r["missing_reason"])
+        if (at[0], at[4]) in reasons and reasons[at[0], at[4]] != reason:
+            raise ValueError(f"the rows of model {r['model']}, image {r['image']} disagree on its missing_reason "
+                             f"({reasons[at[0], at[4]]!r}, {reason!r})")
+        reasons[at[0], at[4]] = missing[at[0], at[4]] = reason
+        for key, have, got in (
+                (r["model"], meta.setdefault(r["model"], {k: r[k] for k in _PER_MODEL}), {k: r[k] for k in _PER_MODEL}),
+                (r["image"], category.setdefault(int(r["image"]), str(r["category"])), str(r["category"]))):
+            if have != got:
+                raise ValueError(f"the rows of {key} disagree: {have!r} and {got!r}")
     lc = level_coords()
     coords = {
         "model": models, "arm": arms, "level": levels, "task": tasks, "image": images, "readout": list(READOUTS),
-        **{k: ("model", [meta[m][k] for m in models]) for k in ("model_revision", "kind", "pipeline_check")},
+        **{k: ("model", [meta[m][k] for m in models]) for k in _PER_MODEL},
         "category": ("image", [category[i] for i in images]),
         **{k: lc[k].sel(level=levels) for k in ("visibility_m", "severity")},
     }
