@@ -195,10 +195,9 @@ def model_card(model: str, cube: xr.Dataset, crossings: xr.Dataset, numbers: Map
     if model not in [str(m) for m in crossings["model"].values]:
         raise KeyError(f"{model} has no crossings in analysis/crossings.nc (a monitor, or not analysed)")
     check = bool(cube["pipeline_check"].sel(model=model)) if "pipeline_check" in cube.coords else False
-    ci = _num(numbers.get("ci_percent", "nan"))
-    n_res = numbers.get("n_resamples_crossing")
-    index = model_index(model, crossings, None if ci is None else ci / 100,
-                        int(n_res) if n_res and str(n_res).isdigit() else None)
+    ci, n_res = str(numbers.get("ci_percent", "")), str(numbers.get("n_resamples_crossing", ""))
+    index = model_index(model, crossings, float(ci) / 100 if ci.replace(".", "", 1).isdigit() else None,
+                        int(n_res) if n_res.isdigit() else None)
     _, evals = model_index_to_eval_results(index)
     tags = ["murk", "vision-language-model", "calibration", "visibility"] + (["pipeline-check"] if check else [])
     meta = ModelCardData(model_name=model, tags=tags, datasets=["coco"],
