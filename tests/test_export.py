@@ -51,7 +51,7 @@ def numbers_of(models) -> dict:
     return n
 
 
-def write_root(root, ds: xr.Dataset, numbers: dict | None = None):
+def write_root(root, ds: xr.Dataset, numbers: dict | None = None, items=ITEMS):
     """An analysed output root from a cube: cube.zarr, items.json and its meta, crossings.nc, paper_numbers.json."""
     ds = ds.copy()
     ds.attrs["run_id"] = RUN_ID
@@ -61,7 +61,7 @@ def write_root(root, ds: xr.Dataset, numbers: dict | None = None):
     extra = {"file_name": "x.jpg", "width": 640, "height": 480, "annotation_id": 1, "category_id": 1,
              "supercategory": "thing", "bbox": [1.0, 2.0, 30.0, 40.0]}
     root.mkdir(parents=True, exist_ok=True)
-    core.items_file(root).write_text(json.dumps([{**extra, **it} for it in ITEMS]))
+    core.items_file(root).write_text(json.dumps([{**extra, **it} for it in items]))
     core.items_file(root).with_name("items_meta.json").write_text(json.dumps({"items_hash": ds.attrs["items_hash"]}))
     vlms = [str(m) for m in ds["model"].values]
     core.analysis_dir(root).mkdir(parents=True, exist_ok=True)
@@ -142,6 +142,19 @@ def test_refusals_write_nothing_in_one_line(small_cube, tmp_path, capsys, monkey
     assert export.main(["--output-dir", str(root)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "needs pyarrow" in err and "make env" in err
+    assert _tree(root) == before
+
+
+def test_items_of_another_run_are_refused_while_the_rows_are_made(small_cube, tmp_path, capsys):  # noqa: F811
+    """Items that lack an image of the cube (under the cube's items hash): refused in one line, nothing written."""
+    pytest.importorskip("pyarrow")
+    from murk.report import export
+
+    root = write_root(tmp_path / "items", small_cube, items=ITEMS[:2])
+    before = _tree(root)
+    assert export.main(["--output-dir", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not among the run's items (e.g. [40])" in err and "nothing was written" in err
     assert _tree(root) == before
 
 

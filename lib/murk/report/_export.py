@@ -46,9 +46,13 @@ def write_jsonl(rows: Iterable[Mapping[str, Any]], path: str | os.PathLike) -> P
     """
     path = Path(path)
     with open(path, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(_jsonable(row), ensure_ascii=False, allow_nan=False) + "\n")
+        _append_jsonl(f, rows)
     return path
+
+
+def _append_jsonl(f, rows: Iterable[Mapping[str, Any]]) -> None:
+    for row in rows:
+        f.write(json.dumps(_jsonable(row), ensure_ascii=False, allow_nan=False) + "\n")
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
@@ -84,13 +88,17 @@ def write_parquet(rows: list[Mapping[str, Any]], path: str | os.PathLike, metada
     ImportError
         pyarrow is not installed (a dependency of murk: ``make env`` installs it).
     """
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     schema = _arrow_schema(metadata)
-    cols = {f.name: pa.array([r[f.name] for r in rows], type=f.type) for f in schema}
-    pq.write_table(pa.table(cols, schema=schema), path)
+    pq.write_table(_arrow_table(rows, schema), path)
     return Path(path)
+
+
+def _arrow_table(rows: list[Mapping[str, Any]], schema):
+    import pyarrow as pa
+
+    return pa.table({f.name: pa.array([r[f.name] for r in rows], type=f.type) for f in schema}, schema=schema)
 
 
 def read_parquet(path: str | os.PathLike) -> list[dict[str, Any]]:
@@ -138,8 +146,8 @@ def write_export(root: str | os.PathLike | None = None) -> dict[str, Path]:
     Raises
     ------
     ExportRefused
-        A file the export reads is missing, the cube and the numbers file are of different runs, or the cube of
-        other items: nothing is written.
+        A file the export reads is missing, the cube and the numbers file are of different runs, the cube of
+        other items or of another schema: nothing is written.
     ImportError
         pyarrow is missing: nothing is written.
     murk.core.DiskFullError
@@ -150,7 +158,6 @@ def write_export(root: str | os.PathLike | None = None) -> dict[str, Path]:
     import pyarrow  # noqa: F401  (before anything is written: a missing dependency refuses the whole export)
 
     cfg = protocol.config_of(meta)
-    rows = results.sample_rows(cube, table, cfg)
     ident = {k: str(cube.attrs.get(k, "")) for k in ("run_id", "config_hash", "items_hash", "git_commit",
                                                      "depth_backend", "schema_version", "pipeline_check", "note")}
     ident["analysis_id"] = str(numbers.get("analysis_id", ""))
@@ -159,7 +166,7 @@ def write_export(root: str | os.PathLike | None = None) -> dict[str, Path]:
     shutil.rmtree(tmp, ignore_errors=True)
     written: dict[str, Path] = {}
     try:
-        _write(tmp, out, rows, cube, crossings, numbers, ident, written)
+        _write(tmp, out, cube, table, cfg, crossings, numbers, ident, written)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)   # a failed export leaves nothing behind, the previous one kept
         raise
@@ -173,14 +180,26 @@ def write_export(root: str | os.PathLike | None = None) -> dict[str, Path]:
     return written
 
 
-def _write(tmp: Path, out: Path, rows, cube, crossings, numbers, ident, written) -> None:
+def _write(tmp: Path, out: Path, cube, table, cfg, crossings, numbers, ident, written) -> None:
+    """The export's files into ``tmp``: the rows model by model (one model's rows in memory at a time: about
+    4.7 kB a row, measured), appended to the JSON Lines and, as a row group, to the Parquet file."""
+    import pyarrow.parquet as pq
+
     with core.guard(out, f"the previous export {out}, if any, is kept as it was", cleanup=[tmp]):
         (tmp / "model-cards").mkdir(parents=True)
-        write_jsonl(rows, tmp / "samples.jsonl")
+        arrow = _arrow_schema({f"murk.{k}": v for k, v in ident.items()})
+        with open(tmp / "samples.jsonl", "w", encoding="utf-8") as f, \
+                pq.ParquetWriter(tmp / "samples.parquet", arrow) as parquet:
+            for i in range(cube.sizes["model"]):
+                try:
+                    rows = results.sample_rows(cube.isel(model=[i]), table, cfg)
+                except ValueError as e:   # a cube of another schema, items of another run
+                    raise ExportRefused(str(e)) from None
+                _append_jsonl(f, rows)
+                parquet.write_table(_arrow_table(rows, arrow))
         schema = results.samples_json_schema(f"murk per-sample read-outs of run {ident['run_id']}")
         (tmp / "samples.schema.json").write_text(json.dumps(schema, indent=1, ensure_ascii=False) + "\n",
                                                  encoding="utf-8")
-        write_parquet(rows, tmp / "samples.parquet", {f"murk.{k}": v for k, v in ident.items()})
         for model in [str(m) for m in crossings["model"].values]:
             name = f"{core.model_slug(model)}.md"
             (tmp / "model-cards" / name).write_text(model_card(model, cube, crossings, numbers, EXPORT_FILES),
