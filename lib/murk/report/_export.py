@@ -123,10 +123,11 @@ def _load(root: Path) -> tuple[xr.Dataset, Any, dict, xr.Dataset, dict]:
     run_cube, run_num = str(cube.attrs.get("run_id", "")), str(numbers.get("run_id", ""))
     if run_cube and run_num and run_cube != run_num:
         raise ExportRefused(f"{cube_path} is of run {run_cube} but {core.numbers_file(root)} of run {run_num}: run "
-                            f"the analysis again (make demo), then the same command again")
+                            f"the analysis again (make demo, or make study, with the same ARGS), then the same "
+                            f"command again")
     if str(meta.get("items_hash", "")) != str(cube.attrs.get("items_hash", "")):
         raise ExportRefused(f"{cube_path} was built from other items than {core.items_file(root)}: run the analysis "
-                            f"again (make demo), then the same command again")
+                            f"again (make demo, or make study, with the same ARGS), then the same command again")
     return cube, table, meta, crossings, numbers
 
 

@@ -85,8 +85,9 @@ def model_index(model: str, crossings: xr.Dataset, ci_level: float | None = None
     -------
     list of dict
         ``[{"name": model, "results": [...]}]``: per arm and task a result with ``task`` (type
-        ``visual-question-answering``), ``dataset`` (COCO val2017, config ``<arm>-<task>``: ``huggingface_hub`` groups metrics by task type
-        and dataset type, config, split and revision, so each arm and task is its own config; split ``validation``) and
+        ``visual-question-answering``), ``dataset`` (COCO val2017, config ``<arm>-<task>``: ``huggingface_hub``
+        groups metrics by task type and dataset type, config, split and revision, so each arm and task is its own
+        config; split ``validation``) and
         ``metrics``: ``crossing_visibility`` of each signal (value in m) and ``blind_spot_width`` of each
         awareness signal (decades). A censored crossing or W is a bound (``args.bound``: ``upper`` = the value is
         at most, ``lower`` = at least) without an interval; an undefined one (NaN) is left out.
@@ -210,10 +211,10 @@ def model_card(model: str, cube: xr.Dataset, crossings: xr.Dataset, numbers: Map
              ("model revision", revision), ("depth backend", a.get("depth_backend", ""))]
     body = [f"# murk read-outs of `{model}`", ""]
     if check:
-        body += ["> **Pipeline check, not a result.** " + str(numbers.get(
-            "pipeline_check_note", "This model is a tiny random-weight checkpoint built offline by murk: its numbers "
-                                   "test the pipeline and say nothing about any model.")).replace("**Pipeline check.** ", ""),
-                 ""]
+        note = str(numbers.get("pipeline_check_note", "This model is a tiny random-weight checkpoint built offline "
+                                                      "by murk: its numbers test the pipeline and say nothing about "
+                                                      "any model."))
+        body += ["> **Pipeline check, not a result.** " + note.replace("**Pipeline check.** ", ""), ""]
     body += ["How murky must the air or water get before this model knows it cannot see? Accuracy, internal and "
              "verbalized confidence and abstention on one physical axis, the visibility V in metres; each signal's "
              "crossing visibility (where it reaches mid-way between its clean value and its floor) and the "
