@@ -28,7 +28,7 @@ CONFIG_CHECK := $(BIN)/python -m murk.core.settings
 # JupyterLab refuses to start as root (containers) unless told
 LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: demo test test-fast test-realsize test-served vllm-env paper study plan lab env clean-outputs
+.PHONY: demo test test-fast test-realsize test-served vllm-env paper export study plan lab env clean-outputs
 
 ## env: create or update the virtual environment (only when pyproject.toml or the checkout changed)
 env:
@@ -78,6 +78,11 @@ plan: env
 paper: env
 	@$(CONFIG_CHECK) $(ARGS)
 	$(SNAKE) paper $(ARGS)
+
+## export: the run's per-sample read-outs (JSON Lines, Parquet, JSON Schema) and model cards, in outputs/export/
+export: env
+	@$(CONFIG_CHECK) $(ARGS)
+	$(SNAKE) export $(ARGS)
 
 ## study: the full study (1000 items, five models; needs a GPU and network or a hub cache)
 study: env

@@ -468,3 +468,21 @@ rule paper:
         root=as_data(OUT_ABS),
     shell:
         "python -m murk.report.paper --output-dir {params.root:q}"
+
+
+# The run's per-sample read-outs and one model card per model (python -m murk.report.export; `make export`): not in
+# the default target. It reads the cube, the crossings and the numbers file that both analyses merge their fragments
+# into; update(): a refused export keeps the previous one (the export folder is swapped in whole, or not at all).
+rule export:
+    input:
+        cube=rules.analyse.output.cube,
+        crossings=rules.analyse.output.crossings,
+        numbers=[rules.analyse.output.numbers, rules.beyond.output.numbers],
+    output:
+        jsonl=update(f"{OUT}/export/samples.jsonl"),
+        parquet=update(f"{OUT}/export/samples.parquet"),
+        schema=update(f"{OUT}/export/samples.schema.json"),
+    params:
+        root=as_data(OUT_ABS),
+    shell:
+        "python -m murk.report.export --output-dir {params.root:q}"

@@ -92,13 +92,15 @@ SAMPLE_ABSENT = ("" if (SAMPLE / "annotations" / "instances_val2017.json").is_fi
 needs_sample = pytest.mark.skipif(bool(SAMPLE_ABSENT), reason=SAMPLE_ABSENT or "the COCO sample is there")
 
 
-def snakemake(out: str | os.PathLike, *args: str, n_items: int = 3, run_name: str = "e2e-test"):
-    """The real pipeline, offline on the shared COCO sample, into the output root ``out``."""
+def snakemake(out: str | os.PathLike, *args: str, n_items: int = 3, run_name: str = "e2e-test",
+              targets: tuple[str, ...] = ()):
+    """The real pipeline, offline on the shared COCO sample, into the output root ``out``; ``targets`` (rules or
+    files, default the default target) go before the options, whose lists would take them as values."""
     import subprocess
 
     env = {**os.environ, "MURK_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "MURK_COCO_DIR": str(SAMPLE),
            "PATH": f"{BIN}:{os.environ['PATH']}", "MPLBACKEND": "Agg"}
-    cmd = [sys.executable, "-m", "snakemake", "--cores", "1", "--config", f"output_dir={out}", f"n_items={n_items}",
+    cmd = [sys.executable, "-m", "snakemake", *targets, "--cores", "1", "--config", f"output_dir={out}", f"n_items={n_items}",
            f"run_name={run_name}", *args]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
 
@@ -122,9 +124,9 @@ def demo_configfile(out: str | os.PathLike) -> Path:
     return path
 
 
-def snakemake_demo(out: str | os.PathLike, *args: str):
+def snakemake_demo(out: str | os.PathLike, *args: str, targets: tuple[str, ...] = ()):
     """:func:`snakemake` with the study-shaped demo's settings (:data:`DEMO_MODELS`, :data:`DEMO_N_ITEMS`)."""
-    return snakemake(out, "--configfile", str(demo_configfile(out)), *args, n_items=DEMO_N_ITEMS)
+    return snakemake(out, "--configfile", str(demo_configfile(out)), *args, n_items=DEMO_N_ITEMS, targets=targets)
 
 
 def copy_root(src: str | os.PathLike, dst: str | os.PathLike) -> Path:

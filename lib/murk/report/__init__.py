@@ -6,8 +6,8 @@ pipeline). It may import the layers below it: core, scene, protocol, offline, re
 names below are its public surface; the modules behind it (``_format``, ``_numbers``, ``_claims``,
 ``_design_words``, ``_figures``, ``_figure_files``, ``_figures_beyond``, ``_markdown``, ``_atomic``, ``_cells``,
 ``_resolve``, ``_settings_table``, ``_spec_map``, ``_view``, ``_render``, ``_abstract``, ``_analyses``,
-``_colophon``, ``_findings``, ``_rq_findings``, ``_scores``, ``_tables``, ``_controls``, ``_study_tables``) are its
-implementation, and ``paper`` its command.
+``_colophon``, ``_findings``, ``_rq_findings``, ``_scores``, ``_tables``, ``_controls``, ``_study_tables``, ``_model_card``, ``_export``) are its
+implementation, and ``paper`` and ``export`` its commands.
 """
 
 from __future__ import annotations
@@ -247,6 +247,21 @@ _MODULES = {
         "write_text_atomic",
         "write_netcdf_atomic",
     ),
+    "_model_card": (
+        "CARD_SIGNALS",
+        "DEPTH_SCALE_CAVEAT",
+        "model_card",
+        "model_index",
+    ),
+    "_export": (
+        "EXPORT_FILES",
+        "ExportRefused",
+        "write_jsonl",
+        "read_jsonl",
+        "write_parquet",
+        "read_parquet",
+        "write_export",
+    ),
 }
 _LAZY = {name: module for module, names in _MODULES.items() for name in names}
 
@@ -260,6 +275,17 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "CARD_SIGNALS",
+    "DEPTH_SCALE_CAVEAT",
+    "model_card",
+    "model_index",
+    "EXPORT_FILES",
+    "ExportRefused",
+    "write_jsonl",
+    "read_jsonl",
+    "write_parquet",
+    "read_parquet",
+    "write_export",
     "AT_FIRST_LEVEL",
     "BOUNDED",
     "COLLAPSE",

@@ -4,8 +4,8 @@ blind-spot width), the scores dataset of the analysis and the diagnostics.
 Layer 6 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
 pipeline). It may import the layers below it: core, scene, protocol, offline, readout. The names below are its
 public surface; the modules behind it (``_analysis``, ``_bootstrap``, ``_calibration``, ``_cube``,
-``_diagnostics``, ``_metrics``, ``_multiplicity``, ``_paired``, ``_rates``, ``_selective``, ``_store_repair``) are its
-implementation.
+``_diagnostics``, ``_metrics``, ``_multiplicity``, ``_paired``, ``_rates``, ``_samples``, ``_selective``,
+``_store_repair``) are its implementation.
 """
 
 from __future__ import annotations
@@ -55,6 +55,14 @@ from murk.results._cube import (  # noqa: F401
 )
 from murk.results._store_repair import (  # noqa: F401
     damaged_chunks,
+)
+from murk.results._samples import (  # noqa: F401
+    SAMPLE_FIELDS,
+    sample_rows,
+    samples_to_cube,
+    samples_json_schema,
+    json_number,
+    number_from_json,
 )
 from murk.results._diagnostics import (  # noqa: F401
     BELOW_CHANCE,
@@ -123,6 +131,12 @@ from murk.results._rates import (  # noqa: F401
 )
 
 __all__ = [
+    "SAMPLE_FIELDS",
+    "sample_rows",
+    "samples_to_cube",
+    "samples_json_schema",
+    "json_number",
+    "number_from_json",
     "write_missing",
     "BELOW_CHANCE",
     "ABOVE_GUESSER",
