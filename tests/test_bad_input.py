@@ -333,8 +333,10 @@ def test_store_identity_normalises_dtype_and_verbal_count():
     a = cube.store_identity(config_hash="c", items_hash="i", model_id="m", depth_backend="d",
                             dtype=torch.bfloat16, n_verbal_items=300, n_items=8)
     assert a["dtype"] == "bfloat16" and a["n_verbal_items"] == 8
-    # stage-specific identity attributes are passed by the stage (monitor; read-out engine and its schedule)
-    assert set(cube.IDENTITY_ATTRS) - {"monitor_threshold_m", "readout_engine", "images_per_batch"} <= set(a)
+    # stage-specific identity attributes are passed by the stage (monitor; read-out engine and its schedule; the
+    # server a served read-out asks)
+    assert set(cube.IDENTITY_ATTRS) - {"monitor_threshold_m", "readout_engine", "images_per_batch",
+                                       "served_root"} <= set(a)
 
 
 # --- annotations the select stage cannot use (issue 21) ---
