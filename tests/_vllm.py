@@ -126,3 +126,59 @@ class VllmServer:
     def log_tail(self, n: int = 40) -> str:
         """The log's last ``n`` lines (for a failing test's message)."""
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:]) if self.log.is_file() else ""
+
+
+class SlowProxy:
+    """A forwarding HTTP proxy in front of a server that holds each request ``delay_s`` before passing it on, so
+    that a read-out through it takes long enough for a test to act between two of its images (the fault test kills
+    the server once the first image is written: without the delay, the second image of the tiny model can be done
+    before the test sees the first). A request the server does not answer (killed) gets no response either: the
+    connection is closed, as the server's own would be.
+
+    Attributes
+    ----------
+    url : str
+        ``http://127.0.0.1:PORT``: the server's root through the proxy (add ``/v1`` for the API).
+    """
+
+    def __init__(self, target: str, delay_s: float = 0.1) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        import httpx
+
+        client = httpx.Client(base_url=target.rstrip("/"), timeout=120.0)
+
+        class Handler(BaseHTTPRequestHandler):
+            def _forward(self) -> None:
+                import time
+
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                time.sleep(delay_s)
+                try:
+                    r = client.request(self.command, self.path, content=body,
+                                       headers={"Content-Type": self.headers.get("Content-Type", "application/json")})
+                except httpx.TransportError:
+                    self.close_connection = True   # no answer: the client sees the connection closed
+                    return
+                self.send_response(r.status_code)
+                self.send_header("Content-Type", r.headers.get("content-type", "application/json"))
+                self.send_header("Content-Length", str(len(r.content)))
+                self.end_headers()
+                self.wfile.write(r.content)
+
+            do_GET = do_POST = _forward
+
+            def log_message(self, *args) -> None:   # quiet
+                pass
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._client = client
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._client.close()

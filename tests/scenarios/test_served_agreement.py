@@ -24,7 +24,7 @@ PROBS = ("c_int", "option_mass", "p_option_0", "p_option_1", "p_option_2", "p_op
 def root(tmp_path_factory, coco_sample):
     """The offline demo's first two items (select, constant depth) in a fresh output root."""
     out = tmp_path_factory.mktemp("served") / "out"
-    stages.run("01_select", out, n_items=N_ITEMS, seed=1, run_name="served-test")
+    stages.run("01_select", out, coco_dir=str(coco_sample), n_items=N_ITEMS, seed=1, run_name="served-test")
     stages.run("02_depth", out, backend="constant")
     return out
 
@@ -87,12 +87,18 @@ def _store_values(store):
 
 
 def test_a_killed_server_is_resumed_by_the_same_command_reading_only_what_is_missing(root, vllm_server):
+    import _vllm
     from murk import core
 
     model = str(vllm_server.folder)
     store = core.readout_store(model, root)
+    # through a proxy that holds each request 0.1 s: an image's few hundred requests, 4 in flight, take seconds, so
+    # the kill below falls between the first image and the second (seen: without it, the second image was done
+    # before the poll saw the first)
+    proxy = _vllm.SlowProxy(vllm_server.base_url, delay_s=0.1)
+    served = {**_served(vllm_server, 4), "server": proxy.url + "/v1"}
     cmd = stages.command("03_readout", root, "-served", model=model, n_verbal_items=N_ITEMS) + \
-        ["-y", json.dumps({"served": _served(vllm_server, 4)})]
+        ["-y", json.dumps({"served": served})]
     proc = subprocess.Popen(cmd, cwd=stages.ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 600
@@ -112,7 +118,7 @@ def test_a_killed_server_is_resumed_by_the_same_command_reading_only_what_is_mis
         if proc.poll() is None:
             proc.kill()
         vllm_server.start()
-    assert proc.returncode != 0
+    assert proc.returncode != 0, (out + err)[-3000:]
     assert "ServedError" in out + err and "did not answer" in out + err and "rerun the same command" in out + err
     done1, values1, _ = _store_values(store)
     assert done1.tolist() == [True, False]
@@ -127,6 +133,7 @@ def test_a_killed_server_is_resumed_by_the_same_command_reading_only_what_is_mis
     assert np.isnan(values1[1]).all() and not np.isnan(values2[1]).all()
     assert attrs["readout_engine"] == "served" and attrs["served_model"] == vllm_server.name
     assert attrs["served_engine"] == "vllm" and attrs["served_logprobs"] == "logprob_token_ids"
+    proxy.close()
 
 
 def test_the_cube_is_made_from_the_served_store(root, vllm_server):
@@ -145,3 +152,29 @@ def test_the_cube_is_made_from_the_served_store(root, vllm_server):
     served = xr.open_zarr(store, consolidated=False)
     got = cube["value"].sel(model=cube["model"].values[0]).transpose(*served["value"].dims).values
     np.testing.assert_array_equal(got, served["value"].values)
+
+
+def test_a_run_whose_model_names_the_server_makes_the_cube_and_the_paper(tmp_path, vllm_server):
+    """Through Snakemake, as `make demo` runs it (one item): a run whose model entry names the server reads the
+    model out through it (the store says so, with the server's identity), and the cube and the paper are made from
+    the served read-outs as from in-process ones: the cube holds the store's values, the paper the cube's run."""
+    import xarray as xr
+    import yaml
+
+    from murk import core
+
+    model = str(vllm_server.folder)
+    settings = tmp_path / "served.yaml"
+    settings.write_text(yaml.safe_dump({"offline_models": [{"id": model, **_served(vllm_server)}]}))
+    out = tmp_path / "out"
+    r = stages.snakemake(out, "--configfile", str(settings), n_items=1, run_name="served-run")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    store = xr.open_zarr(core.readout_store(model, out), consolidated=False)
+    assert store.attrs["readout_engine"] == "served" and store.attrs["served_engine"] == "vllm"
+    assert store.attrs["served_model"] == vllm_server.name and bool(store["done"].all())
+    cube = xr.open_zarr(out / "cube.zarr", consolidated=False)
+    got = cube["value"].sel(model=model).transpose(*store["value"].dims).values
+    np.testing.assert_array_equal(got, store["value"].values)
+    numbers = json.loads((out / "paper_numbers.json").read_text())
+    html = (out / "paper" / "index.html").read_text(encoding="utf-8")
+    assert cube.attrs["run_id"] in html and numbers["colophon.model_revisions"].count(model) == 1
