@@ -412,6 +412,17 @@ def float32_head(net: Any) -> None:
     head._murk_float32 = True
 
 
+
+def _pretrained_kwargs(trust_remote_code: bool) -> dict[str, Any]:
+    """The keywords of every ``from_pretrained`` of a load: ``trust_remote_code``, and offline
+    (``murk.core.offline``) ``local_files_only`` with the hub's and transformers' offline switches set."""
+    kwargs: dict[str, Any] = {"trust_remote_code": bool(trust_remote_code)}
+    if core.offline():
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        os.environ["TRANSFORMERS_OFFLINE"] = "1"
+        kwargs["local_files_only"] = True
+    return kwargs
+
 def load_vlm(
     model: str,
     device: str | None = None,
@@ -513,11 +524,7 @@ def load_vlm(
 
     if command not in LOAD_COMMANDS:
         raise ValueError(f"command={command!r}: use one of {', '.join(LOAD_COMMANDS)}")
-    kwargs: dict[str, Any] = {"trust_remote_code": bool(trust_remote_code)}
-    if core.offline():
-        os.environ["HF_HUB_OFFLINE"] = "1"
-        os.environ["TRANSFORMERS_OFFLINE"] = "1"
-        kwargs["local_files_only"] = True
+    kwargs = _pretrained_kwargs(trust_remote_code)
     source, local, built = _resolve_source(model, root)
     if not local and (model.startswith((".", "/", "~")) or model.count("/") > 1):
         raise _not_found(model, FileNotFoundError(f"no folder {model}"))

@@ -179,15 +179,11 @@ def load_served_vlm(model: str, root: str | os.PathLike | None = None, config: M
     from transformers import AutoConfig, GenerationConfig
 
     from murk import core
-    from murk.readout._load import (_LoadError, _load_processor, _not_found, _parts_error, _resolve_source,
-                                    _snapshot_folder, hub_revision, vlm_from_parts)
+    from murk.readout._load import (_LoadError, _load_processor, _not_found, _parts_error, _pretrained_kwargs,
+                                    _resolve_source, _snapshot_folder, hub_revision, vlm_from_parts)
 
     cfg = load_config() if config is None else config
-    kwargs: dict[str, Any] = {"trust_remote_code": bool(trust_remote_code)}
-    if core.offline():
-        os.environ["HF_HUB_OFFLINE"] = "1"
-        os.environ["TRANSFORMERS_OFFLINE"] = "1"
-        kwargs["local_files_only"] = True
+    kwargs = _pretrained_kwargs(trust_remote_code)
     source, local, built = _resolve_source(model, root)
     try:
         net_config = AutoConfig.from_pretrained(source, **kwargs)
