@@ -120,6 +120,10 @@ DESIGN = ["-y", json.dumps({"design": murk_protocol.design_from_settings(config)
 # another design's run compared with this one in the paper's diagnostics (its folder, absolute)
 COMPARE = (["-r", "compare_with", os.path.abspath(os.path.expanduser(config["compare_with"]))]
            if config.get("compare_with") else [])
+# the analysis figures' files: the PNG the paper embeds, and a vector PDF with figure_pdf (each notebook writes both
+# or the PNG alone; a changed setting runs the analysis notebooks again, not the stages before them)
+FIGURE_PDF = bool(config["figure_pdf"])
+FIG_EXT = ["png", "pdf"] if FIGURE_PDF else ["png"]
 
 # papermill, through murk.pipeline.execute, into the rule's log (under RUNNING); when the notebook ran to its end, the
 # executed notebook moves to NB. murk.pipeline.execute converts the .py notebook beside the log, draws the stage's progress
@@ -170,9 +174,14 @@ onstart:
             raise WorkflowError(f"murk: {_e}") from None
 
 
+# The default target: the paper, and the analysis notebooks' figure files (Snakemake runs a job again for a missing
+# output only where something asks for it: a PDF missing after figure_pdf=true on a finished root, or a figure
+# deleted, runs its notebook again)
 rule all:
     input:
         f"{OUT}/paper/index.html",
+        expand(f"{OUT}/figures/{{name}}.{{ext}}", ext=FIG_EXT,
+               name=[*murk_report.analysis_figures("04_analyse"), *murk_report.analysis_figures("05_beyond")]),
 
 
 # A selected image is identified by its content: select records each image file's digest
@@ -408,7 +417,7 @@ rule analyse:
     output:
         numbers=f"{OUT}/analysis/numbers-study.json",
         figures=expand(f"{OUT}/figures/{{name}}.{{ext}}", name=murk_report.analysis_figures("04_analyse"),
-                       ext=["png", "pdf"]),
+                       ext=FIG_EXT),
         scores=f"{OUT}/analysis/scores.nc",
         crossings=f"{OUT}/analysis/crossings.nc",
         tables=expand(f"{OUT}/analysis/{{t}}.md", t=murk_report.analysis_tables("04_analyse")),
@@ -417,7 +426,8 @@ rule analyse:
         f"{RUNNING}/04_analyse.ipynb",
     params:
         argv=as_data(stage_argv("-y", json.dumps({"models": [{"id": e.id, "n_items": e.n_items} for e in MODEL_ENTRIES]}),
-                                *(["-p", "shard_size", SHARD_SIZE] if SHARD_SIZE else []), *COMPARE)),
+                                *(["-p", "shard_size", SHARD_SIZE] if SHARD_SIZE else []), *COMPARE,
+                                "-p", "figure_pdf", FIGURE_PDF)),
         done_dir=NB,
     shell:
         STAGE
@@ -438,12 +448,12 @@ rule beyond:
     output:
         numbers=f"{OUT}/analysis/numbers-beyond.json",
         figures=expand(f"{OUT}/figures/{{name}}.{{ext}}", name=murk_report.analysis_figures("05_beyond"),
-                       ext=["png", "pdf"]),
+                       ext=FIG_EXT),
         tables=expand(f"{OUT}/analysis/{{t}}.md", t=murk_report.analysis_tables("05_beyond")),
     log:
         f"{RUNNING}/05_beyond.ipynb",
     params:
-        argv=as_data(stage_argv()),
+        argv=as_data(stage_argv("-p", "figure_pdf", FIGURE_PDF)),
         done_dir=NB,
     shell:
         STAGE

@@ -55,6 +55,8 @@ shard_size = None
 # the output folder of another design's run, compared with this one in the diagnostics; None: the run settings'
 # compare_with (data/workflow.yaml: null, none; data/pilot.yaml: outputs)
 compare_with = None
+# each figure also as a vector PDF, figures/<name>.pdf (None: the run settings' figure_pdf, data/workflow.yaml)
+figure_pdf = None
 output_dir = None
 
 # %% [markdown]
@@ -85,14 +87,15 @@ CHANCE = A["chance"]
 
 # %% [markdown]
 # Two helpers show what a cell builds (`murk.report.AnalysisOutputs`): `show` saves a figure under `figures/`
-# (PNG and PDF; with the visible pipeline-check mark when the results come from
+# (PNG, and PDF with `figure_pdf`; with the visible pipeline-check mark when the results come from
 # random-weight checkpoints) and displays that file, which is what the paper
 # embeds; `show_table` displays a Markdown table (and keeps a copy under
 # `analysis/`). Change a plot argument in a cell and re-run it: the file and the
 # output change together.
 
 # %%
-OUT = report.AnalysisOutputs("04_analyse", FIG_DIR, TABLE_DIR)   # its pipeline_check is set with the cube, below
+# its pipeline_check is set with the cube, below; the PNG always (what the cells show, the paper embeds)
+OUT = report.AnalysisOutputs("04_analyse", FIG_DIR, TABLE_DIR, pdf=core.run_default("figure_pdf", figure_pdf))
 show, show_table = OUT.figure, OUT.table
 not_computed = report.not_computed_table   # a one-row table saying that this run did not compute what
 
@@ -796,10 +799,11 @@ show(report.plot_signals(means, "t3", chance=CHANCE["t3"], marked=LOW_MASS), "si
 # %%
 for ro, fname in (("c_int", "confidence"), ("verbal_conf", "verbal"), ("abstain", "abstain")):
     report.save(report.plot_signal_vs_visibility(means, ro, "t3", chance=CHANCE["t3"] if ro != "abstain" else None,
-                                                   reference="correct", marked=LOW_MASS), FIG_DIR, f"{fname}_t3", PIPELINE_CHECK)
-report.save(report.plot_reliability(sc, "t3", marked=LOW_MASS), FIG_DIR, "reliability_t3", PIPELINE_CHECK)
+                                                   reference="correct", marked=LOW_MASS), FIG_DIR, f"{fname}_t3", PIPELINE_CHECK,
+                pdf=OUT.pdf)
+report.save(report.plot_reliability(sc, "t3", marked=LOW_MASS), FIG_DIR, "reliability_t3", PIPELINE_CHECK, pdf=OUT.pdf)
 report.save(report.plot_abstain_comparison(means, "t3", chance=CHANCE["t3"], marked=LOW_MASS), FIG_DIR,
-             "abstain2_t3", PIPELINE_CHECK)
+             "abstain2_t3", PIPELINE_CHECK, pdf=OUT.pdf)
 
 # %% [markdown]
 # Monotonicity: for each series, the adjacent level pairs that move the wrong

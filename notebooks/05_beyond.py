@@ -34,6 +34,8 @@
 # (one parameter a line, its comment above it: papermill reads `name = value` lines)
 # items on which the monitor is re-run with a wrong depth (0: skip)
 monitor_sensitivity_items = 20
+# each figure also as a vector PDF, figures/<name>.pdf (None: the run settings' figure_pdf, data/workflow.yaml)
+figure_pdf = None
 output_dir = None
 
 # %% [markdown]
@@ -55,6 +57,7 @@ from murk.report import fmt, fmt_estimate, fmt_level, fmt_list, fmt_range, fmt_v
 ROOT_LOCK = pipeline.hold_for_stage(output_dir, stage="05_beyond")
 
 FIG_DIR, TABLE_DIR = core.figures_dir(output_dir), core.analysis_dir(output_dir)
+FIGURE_PDF = core.run_default("figure_pdf", figure_pdf)   # the PNG always: what the cells show, the paper embeds
 # the study's numbers (notebooks/04_analyse.py): its identities, settings and RQ1 verdicts are read here
 STUDY = report.load_numbers(report.fragment_file("04_analyse", output_dir))
 numbers = report.Numbers(report.fragment_file("05_beyond", output_dir))
@@ -66,7 +69,7 @@ CHANCE = A["chance"]
 
 # %% [markdown]
 # Two helpers show what a cell builds: `show` saves a figure under `figures/`
-# (PNG and PDF; with the visible pipeline-check mark when the results come from
+# (PNG, and PDF with `figure_pdf`; with the visible pipeline-check mark when the results come from
 # random-weight checkpoints) and displays that file, which is what the paper
 # embeds; `show_table` displays a Markdown table and keeps a copy under
 # `analysis/`. Both accept only the names this notebook declares
@@ -75,10 +78,11 @@ CHANCE = A["chance"]
 
 # %%
 def show(fig, name: str, pipeline_check: bool | None = None) -> None:
-    """Save ``fig`` as figures/<name>.png|pdf and display the PNG."""
+    """Save ``fig`` as figures/<name>.png (and .pdf with figure_pdf) and display the PNG."""
     if name not in report.analysis_figures("05_beyond"):
         raise ValueError(f"figure {name} is not in murk.report.ANALYSIS_FIGURES['05_beyond']: add it there")
-    png, _ = report.save(fig, FIG_DIR, name, pipeline_check=PIPELINE_CHECK if pipeline_check is None else pipeline_check)
+    png = report.save(fig, FIG_DIR, name, pipeline_check=PIPELINE_CHECK if pipeline_check is None else pipeline_check,
+                      pdf=FIGURE_PDF)[0]
     display(Image(filename=str(png)))
 
 

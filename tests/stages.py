@@ -93,15 +93,17 @@ needs_sample = pytest.mark.skipif(bool(SAMPLE_ABSENT), reason=SAMPLE_ABSENT or "
 
 
 def snakemake(out: str | os.PathLike, *args: str, n_items: int = 3, run_name: str = "e2e-test",
-              targets: tuple[str, ...] = ()):
+              targets: tuple[str, ...] = (), figure_pdf: bool = False):
     """The real pipeline, offline on the shared COCO sample, into the output root ``out``; ``targets`` (rules or
-    files, default the default target) go before the options, whose lists would take them as values."""
+    files, default the default target) go before the options, whose lists would take them as values. The analysis
+    figures as PNGs only unless ``figure_pdf`` (the run setting; its default, true, is what ``make demo`` runs in
+    tests/test_settings_data.py, and the PDFs' content tests/test_figures.py): about 3.6 s of CPU less a run."""
     import subprocess
 
     env = {**os.environ, "MURK_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "MURK_COCO_DIR": str(SAMPLE),
            "PATH": f"{BIN}:{os.environ['PATH']}", "MPLBACKEND": "Agg"}
     cmd = [sys.executable, "-m", "snakemake", *targets, "--cores", "1", "--config", f"output_dir={out}", f"n_items={n_items}",
-           f"run_name={run_name}", *args]
+           f"run_name={run_name}", f"figure_pdf={str(bool(figure_pdf)).lower()}", *args]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
 
 
@@ -124,9 +126,10 @@ def demo_configfile(out: str | os.PathLike) -> Path:
     return path
 
 
-def snakemake_demo(out: str | os.PathLike, *args: str, targets: tuple[str, ...] = ()):
+def snakemake_demo(out: str | os.PathLike, *args: str, targets: tuple[str, ...] = (), figure_pdf: bool = False):
     """:func:`snakemake` with the study-shaped demo's settings (:data:`DEMO_MODELS`, :data:`DEMO_N_ITEMS`)."""
-    return snakemake(out, "--configfile", str(demo_configfile(out)), *args, n_items=DEMO_N_ITEMS, targets=targets)
+    return snakemake(out, "--configfile", str(demo_configfile(out)), *args, n_items=DEMO_N_ITEMS, targets=targets,
+                     figure_pdf=figure_pdf)
 
 
 def copy_root(src: str | os.PathLike, dst: str | os.PathLike) -> Path:

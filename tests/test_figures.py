@@ -116,6 +116,18 @@ def test_pipeline_check_mark_is_in_the_image_file(tmp_path):
     assert Image.open(png).size[1] > Image.open(plain).size[1]   # the banner adds to the image, over no data
 
 
+def test_without_pdf_only_the_png_is_written_and_an_old_pdf_is_left_as_it_was(tmp_path):
+    """The run setting figure_pdf false (murk.core.SCHEMA): the PNG alone, the same pixels as with the PDF."""
+    both = _figure_files.save(_figure_files.placeholder("x"), tmp_path / "both", "f")
+    alone = _figure_files.save(_figure_files.placeholder("x"), tmp_path / "alone", "f", pdf=False)
+    assert [p.name for p in both] == ["f.png", "f.pdf"] and [p.name for p in alone] == ["f.png"]
+    assert sorted(p.name for p in (tmp_path / "alone").iterdir()) == ["f.png"]   # no temporary file left either
+    assert np.array_equal(np.asarray(Image.open(both[0])), np.asarray(Image.open(alone[0])))
+    old = both[1].read_bytes()
+    _figure_files.save(_figure_files.placeholder("y"), tmp_path / "both", "f", pdf=False)
+    assert both[1].read_bytes() == old
+
+
 def test_placeholder_states_its_text():
     fig = _figure_files.placeholder("examples: not computed in this run")
     assert "not computed in this run" in _texts(fig)

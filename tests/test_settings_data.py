@@ -203,6 +203,12 @@ def test_make_demo_runs_nothing_but_murk_and_uses_a_model_folder_as_it_was_given
     cube = xr.open_zarr(out / "cube.zarr")
     assert str(folder) in [str(m) for m in cube["model"].values]   # beside the visibility monitor's two
     assert (out / "paper" / "index.html").is_file()
+    # the run setting figure_pdf, true in data/workflow.yaml: each analysis figure as a PNG and a vector PDF
+    from murk import report
+    for stage in ("04_analyse", "05_beyond"):
+        for name in report.analysis_figures(stage):
+            assert (out / "figures" / f"{name}.png").is_file(), name
+            assert (out / "figures" / f"{name}.pdf").read_bytes()[:4] == b"%PDF", name
     again = subprocess.run(["make", "-C", str(ROOT), "demo", args], env=env, capture_output=True, text=True,
                            timeout=600)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stderr[-2000:]

@@ -80,7 +80,7 @@ def make_demo(project: Path, out: Path, faults: Path) -> KillableRun:
     """`make demo ARGS=...` in ``project``, as a user types it, with the session demo's settings
     (tests/stages.py ``snakemake_demo``) into the output root ``out``."""
     args = (f"--configfile {stages.demo_configfile(out)} --config output_dir={out} n_items={stages.DEMO_N_ITEMS} "
-            "run_name=e2e-test")
+            "run_name=e2e-test figure_pdf=false")
     return KillableRun(["make", "demo", f"ARGS={args}"], project, _env(project), faults)
 
 

@@ -55,7 +55,7 @@ def snakemake(out: Path, coco: Path, *targets: str, project: Path = ROOT, n_item
               run_name: str = RUN) -> subprocess.CompletedProcess:
     """``snakemake --cores 1 [TARGETS] --config …`` in ``project``, offline, on the COCO folder ``coco``."""
     cmd = [sys.executable, "-m", "snakemake", "--cores", "1", *targets, "--config", f"output_dir={out}",
-           f"n_items={n_items}", f'offline_models=["{MODEL}"]', f"run_name={run_name}"]
+           f"n_items={n_items}", f'offline_models=["{MODEL}"]', f"run_name={run_name}", "figure_pdf=false"]
     return subprocess.run(cmd, cwd=project, env=_env(coco, project), capture_output=True, text=True, timeout=1500)
 
 
@@ -326,7 +326,7 @@ def test_checkpoints_that_cannot_be_read_out_are_refused_in_snakemakes_words(fau
     # trigger would re-plan select and everything after it); only the four new read-outs are asked for here
     cmd = [sys.executable, "-m", "snakemake", "--cores", "1", "--keep-going", "--rerun-triggers", "mtime",
            "--config", f"output_dir={out}",
-           f"n_items={N_ITEMS}", f"offline_models={models}", f"run_name={RUN}"]
+           f"n_items={N_ITEMS}", f"offline_models={models}", f"run_name={RUN}", "figure_pdf=false"]
     r = subprocess.run(cmd, cwd=ROOT, env=_env(coco), capture_output=True, text=True, timeout=1500)
     msg = r.stdout + r.stderr
     assert r.returncode != 0, msg[-3000:]

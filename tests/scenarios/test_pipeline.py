@@ -127,6 +127,19 @@ def test_second_run_does_nothing(demo):
     assert "Nothing to be done" in r.stdout + r.stderr
 
 
+def test_figure_pdf_false_writes_pngs_and_true_re_runs_only_the_analyses(demo):
+    """The demo ran with figure_pdf=false (tests/stages.py): each analysis figure as a PNG alone. Set true, the plan
+    runs the two analysis notebooks (for the PDFs) and the paper again, no stage before them."""
+    figs = paths.figures_dir(demo)
+    for stage in ("04_analyse", "05_beyond"):
+        for name in report.analysis_figures(stage):
+            assert (figs / f"{name}.png").is_file() and not (figs / f"{name}.pdf").exists(), name
+    r = stages.snakemake_demo(demo, "--dry-run", figure_pdf=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    planned = set(re.findall(r"^(?:local)?rule (\w+):", r.stdout + r.stderr, re.M))
+    assert planned - {"all"} == {"analyse", "beyond", "paper"}, (r.stdout + r.stderr)[-3000:]
+
+
 #: phrases the generated sentences use to state a finding, and to say that the cube does not show it
 STATES = {"collapse": "collapses to chance for", "lag": "within the sweep, so it lags accuracy",
           "wording": "there the abstention depends on the wording", "plateau": "lie above the failure band"}

@@ -43,7 +43,8 @@ def _snakemake(out: Path, coco: Path, model: str, *args: str) -> subprocess.Comp
     env = {**os.environ, "MURK_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "MURK_COCO_DIR": str(coco),
            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "MPLBACKEND": "Agg"}
     cmd = [sys.executable, "-m", "snakemake", "--cores", "1", *args, "--config", f"output_dir={out}",
-           f"n_items={N_ITEMS}", f'offline_models=["{model}"]', "run_name=store-identity-test", f"coco_dir={coco}"]
+           f"n_items={N_ITEMS}", f'offline_models=["{model}"]', "run_name=store-identity-test", f"coco_dir={coco}",
+           "figure_pdf=false"]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
 
 

@@ -38,7 +38,7 @@ def _snakemake(out: Path, *args: str, config: tuple[str, ...] = (), timeout: int
     env = {**os.environ, "MURK_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "MURK_COCO_DIR": str(SAMPLE),
            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "MPLBACKEND": "Agg"}
     cmd = [sys.executable, "-m", "snakemake", "--cores", "1", *args, "--config", f"output_dir={out}", "n_items=1",
-           f'offline_models=["{model}"]', "run_name=workflow-test", *config]
+           f'offline_models=["{model}"]', "run_name=workflow-test", "figure_pdf=false", *config]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 

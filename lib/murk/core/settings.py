@@ -167,6 +167,8 @@ SCHEMA: dict[str, Setting] = {s.key: s for s in (
     Setting("compare_with", "path", "null or the output folder of another design's run on the same COCO "
             "folder and models (e.g. outputs, the study's design), compared with this run in the paper's "
             "diagnostics", "outputs", nullable=True),
+    Setting("figure_pdf", "bool", "true or false (true: the analysis notebooks also write each figure as a vector "
+            "PDF, figures/<name>.pdf, beside the PNG the paper embeds)", "false"),
     Setting("models", "models", _MODELS_FORM + ", read out when MURK_OFFLINE is not set",
             "[HuggingFaceTB/SmolVLM-256M-Instruct]"),
     Setting("offline_models", "models", _MODELS_FORM + ", read out when MURK_OFFLINE=1",

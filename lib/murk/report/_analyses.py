@@ -89,8 +89,8 @@ def analysis_tables(stage: str, notebooks_dir: str | os.PathLike | None = None) 
 
 
 def analysis_figures(stage: str) -> tuple[str, ...]:
-    """The figure names (``figures/<name>.png`` and ``.pdf``) one analysis notebook writes
-    (:data:`ANALYSIS_FIGURES`).
+    """The figure names (``figures/<name>.png``, and ``.pdf`` with the run setting ``figure_pdf``) one analysis
+    notebook writes (:data:`ANALYSIS_FIGURES`).
 
     >>> analysis_figures("05_beyond")
     ('monitor_vhat', 'reliability_recal', 'risk_coverage')
@@ -189,6 +189,9 @@ class AnalysisOutputs:
     pipeline_check : bool
         Stamp the pipeline-check mark into every figure (results of random-weight checkpoints); a notebook sets it
         once its cube is read.
+    pdf : bool
+        Also write each figure as ``figures/<name>.pdf`` (the run setting ``figure_pdf``; the PNG is always
+        written: it is what the cell displays and the paper embeds).
 
     Raises
     ------
@@ -197,12 +200,13 @@ class AnalysisOutputs:
     """
 
     def __init__(self, stage: str, fig_dir: str | os.PathLike, table_dir: str | os.PathLike,
-                 pipeline_check: bool = False) -> None:
+                 pipeline_check: bool = False, pdf: bool = True) -> None:
         self.stage, self.fig_dir, self.table_dir = _stage(stage), Path(fig_dir), Path(table_dir)
-        self.pipeline_check = pipeline_check
+        self.pipeline_check, self.pdf = pipeline_check, bool(pdf)
 
     def figure(self, fig, name: str, pipeline_check: bool | None = None) -> None:
-        """Save ``fig`` as ``figures/<name>.png|pdf`` (:func:`murk.report.save`) and display the PNG.
+        """Save ``fig`` as ``figures/<name>.png`` (and ``.pdf`` where :attr:`pdf`; :func:`murk.report.save`) and
+        display the PNG.
 
         Raises
         ------
@@ -215,8 +219,8 @@ class AnalysisOutputs:
 
         from murk.report._figure_files import save
 
-        png, _ = save(fig, self.fig_dir, name,
-                      pipeline_check=self.pipeline_check if pipeline_check is None else pipeline_check)
+        png = save(fig, self.fig_dir, name, pipeline_check=self.pipeline_check if pipeline_check is None
+                   else pipeline_check, pdf=self.pdf)[0]
         display(Image(filename=str(png)))
 
     def table(self, md: str, name: str) -> None:

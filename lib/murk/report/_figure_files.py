@@ -86,8 +86,8 @@ def _file_identity(path: str | Path) -> dict[str, str]:
 
 
 def save(fig, folder: str | Path, name: str, pipeline_check: bool = False,
-         identity: dict[str, str] | None = None) -> list[Path]:
-    """Save ``fig`` as ``<name>.png`` (200 dpi) and ``<name>.pdf``, then close it.
+         identity: dict[str, str] | None = None, pdf: bool = True) -> list[Path]:
+    """Save ``fig`` as ``<name>.png`` (200 dpi) and, unless ``pdf`` is false, ``<name>.pdf``, then close it.
 
     Parameters
     ----------
@@ -104,10 +104,14 @@ def save(fig, folder: str | Path, name: str, pipeline_check: bool = False,
         PNG text chunks ``murk-run-id``, ``murk-analysis-id`` (:func:`_file_identity`
         reads them), the PDF's ``Subject`` and ``Keywords``. Default: those set by
         :func:`set_identity` (none unless set).
+    pdf : bool
+        Also write the figure as a vector PDF, for a manuscript or slides (the paper embeds the PNG; the
+        analysis notebooks pass the run setting ``figure_pdf``, :data:`murk.core.SCHEMA`).
 
     Returns
     -------
-    [png, pdf] paths
+    list of Path
+        ``[png, pdf]``, or ``[png]`` when ``pdf`` is false.
 
     Raises
     ------
@@ -124,7 +128,7 @@ def save(fig, folder: str | Path, name: str, pipeline_check: bool = False,
     ids = dict(_IDENTITY if identity is None else identity)
     out = []
     try:
-        for ext in ("png", "pdf"):
+        for ext in ("png", "pdf") if pdf else ("png",):
             p = folder / f"{name}.{ext}"
             tmp = folder / f".{name}.{ext}.tmp"  # written whole, then renamed: a full disk leaves the old figure
             with core.guard(p, cleanup=[tmp]):
