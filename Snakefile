@@ -123,7 +123,12 @@ COMPARE = (["-r", "compare_with", os.path.abspath(os.path.expanduser(config["com
 # the analysis figures' files: the PNG the paper embeds, and a vector PDF with figure_pdf (each notebook writes both
 # or the PNG alone; a changed setting runs the analysis notebooks again, not the stages before them)
 FIGURE_PDF = bool(config["figure_pdf"])
-FIG_EXT = ["png", "pdf"] if FIGURE_PDF else ["png"]
+
+
+def figure_files(name):
+    """The files of the figures ``name`` (an analysis notebook's: murk.report.analysis_figures), as the run settings
+    ask."""
+    return expand(f"{OUT}/figures/{{name}}.{{ext}}", name=name, ext=["png", "pdf"] if FIGURE_PDF else ["png"])
 
 # papermill, through murk.pipeline.execute, into the rule's log (under RUNNING); when the notebook ran to its end, the
 # executed notebook moves to NB. murk.pipeline.execute converts the .py notebook beside the log, draws the stage's progress
@@ -180,8 +185,8 @@ onstart:
 rule all:
     input:
         f"{OUT}/paper/index.html",
-        expand(f"{OUT}/figures/{{name}}.{{ext}}", ext=FIG_EXT,
-               name=[*murk_report.analysis_figures("04_analyse"), *murk_report.analysis_figures("05_beyond")]),
+        figure_files(name=murk_report.analysis_figures("04_analyse")),
+        figure_files(name=murk_report.analysis_figures("05_beyond")),
 
 
 # A selected image is identified by its content: select records each image file's digest
@@ -416,8 +421,7 @@ rule analyse:
     # tables its cells are labelled with, the figures its show() accepts), not listed here
     output:
         numbers=f"{OUT}/analysis/numbers-study.json",
-        figures=expand(f"{OUT}/figures/{{name}}.{{ext}}", name=murk_report.analysis_figures("04_analyse"),
-                       ext=FIG_EXT),
+        figures=figure_files(name=murk_report.analysis_figures("04_analyse")),
         scores=f"{OUT}/analysis/scores.nc",
         crossings=f"{OUT}/analysis/crossings.nc",
         tables=expand(f"{OUT}/analysis/{{t}}.md", t=murk_report.analysis_tables("04_analyse")),
@@ -447,8 +451,7 @@ rule beyond:
         crossings=ancient(rules.analyse.output.crossings),
     output:
         numbers=f"{OUT}/analysis/numbers-beyond.json",
-        figures=expand(f"{OUT}/figures/{{name}}.{{ext}}", name=murk_report.analysis_figures("05_beyond"),
-                       ext=FIG_EXT),
+        figures=figure_files(name=murk_report.analysis_figures("05_beyond")),
         tables=expand(f"{OUT}/analysis/{{t}}.md", t=murk_report.analysis_tables("05_beyond")),
     log:
         f"{RUNNING}/05_beyond.ipynb",

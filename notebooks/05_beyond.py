@@ -48,7 +48,7 @@ import warnings
 
 import numpy as np
 import xarray as xr
-from IPython.display import Image, Markdown, display
+from IPython.display import Markdown, display
 
 from murk import core, monitor, pipeline, protocol, readout, report, results, scene
 from murk.report import fmt, fmt_estimate, fmt_level, fmt_list, fmt_range, fmt_visibility, fmt_visibility_interval
@@ -57,7 +57,6 @@ from murk.report import fmt, fmt_estimate, fmt_level, fmt_list, fmt_range, fmt_v
 ROOT_LOCK = pipeline.hold_for_stage(output_dir, stage="05_beyond")
 
 FIG_DIR, TABLE_DIR = core.figures_dir(output_dir), core.analysis_dir(output_dir)
-FIGURE_PDF = core.run_default("figure_pdf", figure_pdf)   # the PNG always: what the cells show, the paper embeds
 # the study's numbers (notebooks/04_analyse.py): its identities, settings and RQ1 verdicts are read here
 STUDY = report.load_numbers(report.fragment_file("04_analyse", output_dir))
 numbers = report.Numbers(report.fragment_file("05_beyond", output_dir))
@@ -68,36 +67,19 @@ A = cfg["analysis"]
 CHANCE = A["chance"]
 
 # %% [markdown]
-# Two helpers show what a cell builds: `show` saves a figure under `figures/`
-# (PNG, and PDF with `figure_pdf`; with the visible pipeline-check mark when the results come from
-# random-weight checkpoints) and displays that file, which is what the paper
+# Two helpers show what a cell builds, as in the study's notebook (`murk.report.AnalysisOutputs`): `show` saves a
+# figure under `figures/` (PNG, and PDF with `figure_pdf`; with the visible pipeline-check mark when the results
+# come from random-weight checkpoints) and displays that file, which is what the paper
 # embeds; `show_table` displays a Markdown table and keeps a copy under
 # `analysis/`. Both accept only the names this notebook declares
 # (`murk.report.analysis_figures`, `murk.report.analysis_tables`), the outputs
 # the Snakefile's `beyond` rule expects.
 
 # %%
-def show(fig, name: str, pipeline_check: bool | None = None) -> None:
-    """Save ``fig`` as figures/<name>.png (and .pdf with figure_pdf) and display the PNG."""
-    if name not in report.analysis_figures("05_beyond"):
-        raise ValueError(f"figure {name} is not in murk.report.ANALYSIS_FIGURES['05_beyond']: add it there")
-    png = report.save(fig, FIG_DIR, name, pipeline_check=PIPELINE_CHECK if pipeline_check is None else pipeline_check,
-                      pdf=FIGURE_PDF)[0]
-    display(Image(filename=str(png)))
-
-
-def show_table(md: str, name: str) -> None:
-    """Display a Markdown table and keep it as analysis/tbl-<name>.md (a table this notebook declares)."""
-    if f"tbl-{name}" not in report.analysis_tables("05_beyond"):
-        raise ValueError(f"table tbl-{name} is not a table of notebooks/05_beyond.py: label its cell tbl-{name} and "
-                         f"add it to murk.report.SPEC_COUNTERPARTS")
-    report.write_text_atomic(TABLE_DIR / f"tbl-{name}.md", md)
-    display(Markdown(md))
-
-
-def not_computed(what: str) -> str:
-    """A one-row table saying that this run did not compute ``what`` (keeps the caption and label)."""
-    return report.markdown_table([{"note": f"{report.NOT_COMPUTED}: {what}"}])
+# its pipeline_check is set with the cube, below; the PNG always (what the cells show, the paper embeds)
+OUT = report.AnalysisOutputs("05_beyond", FIG_DIR, TABLE_DIR, pdf=core.run_default("figure_pdf", figure_pdf))
+show, show_table = OUT.figure, OUT.table
+not_computed = report.not_computed_table   # a one-row table saying that this run did not compute what
 
 
 key = core.model_slug         # a model in numbers keys
@@ -138,7 +120,7 @@ display(pipeline.identity_bundle(run_id=RUN_ID, analysis_id=ANALYSIS_ID, models=
 # %%
 ds = full.sel(model=[m for m in full["model"].values if m not in monitor.MONITOR_IDS])
 VLMS = [str(m) for m in ds["model"].values]
-PIPELINE_CHECK = bool(ds["pipeline_check"].any())
+PIPELINE_CHECK = OUT.pipeline_check = bool(ds["pipeline_check"].any())   # the mark on every figure
 VIS = results.sweep_visibility(ds)        # level 0 (clean, inf) and the sweep, m (the physical arms' levels)
 LOW_MASS = results.low_option_mass(ds)
 approximate = bool(int(ds.attrs.get("depth_approximate", 0)))

@@ -412,7 +412,6 @@ def float32_head(net: Any) -> None:
     head._murk_float32 = True
 
 
-
 def _pretrained_kwargs(trust_remote_code: bool) -> dict[str, Any]:
     """The keywords of every ``from_pretrained`` of a load: ``trust_remote_code``, and offline
     (``murk.core.offline``) ``local_files_only`` with the hub's and transformers' offline switches set."""
@@ -422,6 +421,7 @@ def _pretrained_kwargs(trust_remote_code: bool) -> dict[str, Any]:
         os.environ["TRANSFORMERS_OFFLINE"] = "1"
         kwargs["local_files_only"] = True
     return kwargs
+
 
 def load_vlm(
     model: str,
