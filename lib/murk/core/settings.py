@@ -224,10 +224,25 @@ class RunSettings(NamedTuple):
 
 # ----------------------------------------------------------------------------- how values were typed
 
+def _plain(value: Any) -> Any:
+    """``value`` with every mapping a dict and every sequence a list: Snakemake reads a JSON settings file into
+    ``OrderedDict`` mappings, which YAML's safe dumper refuses (``RepresenterError``)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
 def _as_typed(value: Any, origin: str) -> str:
-    """A value as the user typed it at ``origin``."""
+    """A value as the user typed it at ``origin`` (a ``.json`` settings file's as JSON, any other file's as YAML)."""
+    import json
+
     import yaml
 
+    value = _plain(value)
+    if origin.removesuffix(" (--configfile)").lower().endswith(".json"):
+        return json.dumps(value, ensure_ascii=False, default=str)
     if origin == COMMAND_LINE:
         if value is None:
             return ""
@@ -564,7 +579,7 @@ def check_run_settings(config: Mapping[str, Any], origins: Mapping[str, str] | N
     out: dict[str, Any] = {}
     for key, value in config.items():
         try:
-            out[key] = check_setting(key, value, origin(key))
+            out[key] = check_setting(key, _plain(value), origin(key))
         except SettingsError as e:
             problems.append(str(e))
     for key in SCHEMA:
