@@ -321,9 +321,14 @@ READOUT_PARAMS = dict(model=lambda wc: SLUG2MODEL[wc.slug], n=lambda wc: N_OF[SL
 SHARD_SIZE = config.get("shard_size")
 
 
+_COST_NOTES = set()   # the cost records said to be ignored (each once, on stderr)
+
+
 def readout_resource(key, shard=False):
     """A read-out job's ``runtime`` (min) or ``mem_mb`` from the measured cost of its model's earlier jobs
-    (murk.pipeline.model_readout_resources: measured time and peak memory times a margin; more at each retry)."""
+    (murk.pipeline.model_readout_resources: measured time and peak memory times a margin; more at each retry).
+    A cost record that is not a measurement (not JSON, a wrong type, NaN, infinite, or outside the bounds of
+    murk.pipeline.cost_problem) is ignored, said in one line, and the defaults apply."""
 
     device = str(config.get("device") or "").split(":")[0] or None
 
@@ -332,8 +337,13 @@ def readout_resource(key, shard=False):
         n = int(N_OF[model])
         if shard:  # the shard's own images
             n = max(0, min(int(wildcards.size), n - int(wildcards.shard) * int(wildcards.size)))
-        return murk_pipeline.model_readout_resources(os.path.join(OUT_ABS, "readout"), wildcards.slug, model, n,
-                                                  device=device, attempt=attempt)[key]
+        got = murk_pipeline.model_readout_resources(os.path.join(OUT_ABS, "readout"), wildcards.slug, model, n,
+                                                    device=device, attempt=attempt)
+        for note in got["ignored"]:
+            if workflow.is_main_process and note not in _COST_NOTES:
+                _COST_NOTES.add(note)
+                print(note, file=sys.stderr)
+        return got[key]
     return get
 
 
