@@ -422,11 +422,44 @@ rule monitor:
             + " && " + MARK.replace("{output:q}", "{output.deployable:q}")
 
 
+# An analysis output deleted from an analysed root (docs/stages.md's fix for a mixed paper: rm the two numbers
+# fragments, then make paper), or the numbers file both analysis notebooks merge their fragments into (no rule's
+# declared output): Snakemake alone does not make a missing file again while what is made from it (the paper, the
+# export) is present ("Nothing to be done"). The analysis job that writes it is forced while Snakemake builds its job
+# graph, as a stale store's read-out is (murk.pipeline.force_rerun), and the jobs after it run again; a dry run (make
+# plan) lists them. A root never analysed is left to Snakemake (its jobs run anyway).
+ANALYSED = [f"{OUT}/paper_numbers.json", f"{OUT}/paper/index.html"]
+
+
+def rerun_if_missing(rule_name, merged=()):
+    """An input function (no inputs) of an analysis rule: forces its job when one of its outputs (or ``merged``) is
+    missing from a root that was analysed (one of its outputs, the numbers file or the paper exists)."""
+    def check(wildcards):
+        outputs = [str(f) for f in getattr(rules, rule_name).output]
+        forced = str(getattr(rules, rule_name).output.numbers)
+        if not workflow.is_main_process or forced in _FORCED:
+            return []
+        files = [*outputs, *merged]
+        gone = [f for f in files if not os.path.exists(f)]
+        if not gone or not any(os.path.exists(f) for f in [*files, *ANALYSED]):
+            return []
+        _FORCED.add(forced)
+        if not murk_pipeline.force_rerun(workflow, forced):  # a Snakemake whose DAG murk cannot force
+            raise WorkflowError(f"murk: {gone[0]} is missing; make it again with "
+                                f"make demo ARGS='--forcerun {rule_name}' (snakemake --forcerun {rule_name})")
+        more = f" (and {len(gone) - 1} more of its files)" if len(gone) > 1 else ""
+        print(f"murk: {gone[0]} is missing{more}: the {rule_name} stage {'would run' if workflow.dryrun else 'runs'} "
+              f"again, and what is made from it after it", file=sys.stderr)
+        return []
+    return check
+
+
 rule analyse:
     input:
         nb="notebooks/04_analyse.py",
         done=[f for slug in SLUG2MODEL for f in readout_done(slug)],
         monitor=rules.monitor.output,
+        missing=rerun_if_missing("analyse"),
     # what the notebook writes is declared in the library (murk.report.analysis_tables / analysis_figures: the
     # tables its cells are labelled with, the figures its show() accepts), not listed here
     output:
@@ -459,6 +492,7 @@ rule beyond:
         monitor=rules.monitor.output,
         cube=ancient(rules.analyse.output.cube),
         crossings=ancient(rules.analyse.output.crossings),
+        missing=rerun_if_missing("beyond", merged=[f"{OUT}/paper_numbers.json"]),
     output:
         numbers=f"{OUT}/analysis/numbers-beyond.json",
         figures=figure_files(name=murk_report.analysis_figures("05_beyond")),
