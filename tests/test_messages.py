@@ -357,8 +357,13 @@ def test_a_folder_named_without_ascii_letters_gets_a_non_empty_store_name_of_its
 @pytest.fixture
 def frozen(tmp_path):
     """``freeze(file)`` makes a store's shard file impossible to replace for this user: ``chattr +i`` for root (whom
-    modes do not stop; skipped where the file system has no such flag), else its folder mode 555; undone after."""
+    modes do not stop; skipped where the file system has no such flag), else its folder mode 555; ``freeze.undo()``
+    (the message's fix) and the teardown undo it."""
     undo = []
+
+    def thaw():
+        while undo:
+            subprocess.run(undo.pop(), check=True)
 
     def freeze(f):
         if os.geteuid() == 0:
@@ -370,9 +375,9 @@ def frozen(tmp_path):
             f.parent.chmod(0o555)
             undo.append(["chmod", "755", str(f.parent)])
 
+    freeze.undo = thaw
     yield freeze
-    for cmd in undo:
-        subprocess.run(cmd, check=True)
+    thaw()
 
 
 def test_a_read_only_shard_names_the_file_and_the_fix_and_the_read_out_resumes_after_it(tmp_path, frozen):
@@ -394,3 +399,8 @@ def test_a_read_only_shard_names_the_file_and_the_fix_and_the_read_out_resumes_a
         assert e.value.__cause__ is None and e.value.__suppress_context__
     done = xr.open_zarr(store, consolidated=False)["done"].values
     assert done.tolist() == [True, False, False]   # the image before kept; the refused ones read again on resume
+    frozen.undo()   # the fix (chmod -R u+w / chattr -i), then the same command: the read-out resumes
+    cube.open_readout_store(store, [11, 12, 13], ["car", "bus", "dog"], _store_attrs(3))
+    cube.write_image(store, 1, results)
+    cube.write_missing(store, 2, "bad image")
+    assert xr.open_zarr(store, consolidated=False)["done"].values.all()
