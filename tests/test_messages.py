@@ -336,8 +336,13 @@ def test_a_json_settings_file_with_a_bad_model_entry_names_the_file_and_the_fix(
         (line,) = e.value.problems
         _one_line(line)
         # the value as the file has it (JSON), the file, the entry and the fix; never Python's repr of an OrderedDict
-        assert line.startswith(f'offline_models: [{json.dumps(entry)}] in {shown}: offline_models, entry 1'), line
+        assert line.startswith(f'"offline_models": [{json.dumps(entry)}] in {shown}: offline_models, entry 1'), line
         assert said in line and "OrderedDict" not in line
+    bad.write_text('{"n_items": "abc"}')   # a setting's own example, written as JSON too
+    with pytest.raises(SettingsError) as e:
+        check_run_settings({**_defaults(), **load_configfile(str(bad))}, {"n_items": shown}, True, tmp_path)
+    (line,) = e.value.problems
+    assert line.startswith(f'"n_items": "abc" in {shown}: n_items must be') and f'e.g. "n_items": 8 in {shown}' in line
 
 
 # --- 13 (issue 49): a model folder whose name has no ASCII letter still gets a store of its own ---

@@ -234,6 +234,11 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _is_json(origin: str) -> bool:
+    """Whether ``origin`` is a JSON settings file (``run.json (--configfile)``)."""
+    return origin.removesuffix(" (--configfile)").lower().endswith(".json")
+
+
 def _as_typed(value: Any, origin: str) -> str:
     """A value as the user typed it at ``origin`` (a ``.json`` settings file's as JSON, any other file's as YAML)."""
     import json
@@ -241,7 +246,7 @@ def _as_typed(value: Any, origin: str) -> str:
     import yaml
 
     value = _plain(value)
-    if origin.removesuffix(" (--configfile)").lower().endswith(".json"):
+    if _is_json(origin):
         return json.dumps(value, ensure_ascii=False, default=str)
     if origin == COMMAND_LINE:
         if value is None:
@@ -261,7 +266,7 @@ def _where(key: str, value: Any, origin: str) -> str:
         return f"--config {key}={typed}"
     if origin == PAPERMILL:
         return f"-y '{key}: {typed}'" if isinstance(value, (list, tuple, dict)) else f"-p {key} {typed}"
-    return f"{key}: {typed} in {origin}"
+    return f'"{key}": {typed} in {origin}' if _is_json(origin) else f"{key}: {typed} in {origin}"
 
 
 def _fix(key: str, origin: str) -> str:
@@ -271,6 +276,12 @@ def _fix(key: str, origin: str) -> str:
         return f"e.g. --config {key}={ex}" if SCHEMA[key].kind != "models" else f"e.g. --config '{key}={ex}'"
     if origin == PAPERMILL:
         return f"e.g. -y '{key}: {ex}'" if SCHEMA[key].kind == "models" else f"e.g. -p {key} {ex}"
+    if _is_json(origin):   # the example (YAML text) as JSON
+        import json
+
+        import yaml
+
+        return f'e.g. "{key}": {json.dumps(yaml.safe_load(ex), ensure_ascii=False)} in {origin}'
     return f"e.g. {key}: {ex} in {origin}"
 
 
