@@ -474,8 +474,13 @@ def cost_problem(rec) -> str | None:
     Returns
     -------
     str or None
-        The first problem in words: the field, its value as the file has it, and the bound (``"s_per_image 1e+12
-        is above 86400 s per image (a day)..."``); None for a record to use.
+        The first problem in words: the field, its value in JSON's words, and the bounds; None for a record to use.
+
+    Examples
+    --------
+    >>> cost_problem({"device": "cpu", "images": 2, "s_per_image": 1e12, "load_s": 1.0, "peak_host_bytes": 1 << 30})
+    's_per_image 1e+12 is not seconds per image > 0 and at most 86400 (a day, 14 times the slowest read-out measured)'
+    >>> cost_problem({"device": "cpu", "images": 2, "s_per_image": 1.5, "load_s": 1.0, "peak_host_bytes": 1 << 30})
     """
     if not isinstance(rec, dict):
         return f"it holds {type(rec).__name__ if rec is not None else 'null'}, not a record (a JSON object)"
