@@ -321,9 +321,14 @@ READOUT_PARAMS = dict(model=lambda wc: SLUG2MODEL[wc.slug], n=lambda wc: N_OF[SL
 SHARD_SIZE = config.get("shard_size")
 
 
+_COST_NOTES = set()   # the cost records said to be ignored (each once, on stderr)
+
+
 def readout_resource(key, shard=False):
     """A read-out job's ``runtime`` (min) or ``mem_mb`` from the measured cost of its model's earlier jobs
-    (murk.pipeline.model_readout_resources: measured time and peak memory times a margin; more at each retry)."""
+    (murk.pipeline.model_readout_resources: measured time and peak memory times a margin; more at each retry).
+    A cost record that is not a measurement (not JSON, a wrong type, NaN, infinite, or outside the bounds of
+    murk.pipeline.cost_problem) is ignored, said in one line, and the defaults apply."""
 
     device = str(config.get("device") or "").split(":")[0] or None
 
@@ -332,8 +337,13 @@ def readout_resource(key, shard=False):
         n = int(N_OF[model])
         if shard:  # the shard's own images
             n = max(0, min(int(wildcards.size), n - int(wildcards.shard) * int(wildcards.size)))
-        return murk_pipeline.model_readout_resources(os.path.join(OUT_ABS, "readout"), wildcards.slug, model, n,
-                                                  device=device, attempt=attempt)[key]
+        got = murk_pipeline.model_readout_resources(os.path.join(OUT_ABS, "readout"), wildcards.slug, model, n,
+                                                    device=device, attempt=attempt)
+        for note in got["ignored"]:
+            if workflow.is_main_process and note not in _COST_NOTES:
+                _COST_NOTES.add(note)
+                print(note, file=sys.stderr)
+        return got[key]
     return get
 
 
@@ -412,11 +422,44 @@ rule monitor:
             + " && " + MARK.replace("{output:q}", "{output.deployable:q}")
 
 
+# An analysis output deleted from an analysed root (docs/stages.md's fix for a mixed paper: rm the two numbers
+# fragments, then make paper), or the numbers file both analysis notebooks merge their fragments into (no rule's
+# declared output): Snakemake alone does not make a missing file again while what is made from it (the paper, the
+# export) is present ("Nothing to be done"). The analysis job that writes it is forced while Snakemake builds its job
+# graph, as a stale store's read-out is (murk.pipeline.force_rerun), and the jobs after it run again; a dry run (make
+# plan) lists them. A root never analysed is left to Snakemake (its jobs run anyway).
+ANALYSED = [f"{OUT}/paper_numbers.json", f"{OUT}/paper/index.html"]
+
+
+def rerun_if_missing(rule_name, merged=()):
+    """An input function (no inputs) of an analysis rule: forces its job when one of its outputs (or ``merged``) is
+    missing from a root that was analysed (one of its outputs, the numbers file or the paper exists)."""
+    def check(wildcards):
+        outputs = [str(f) for f in getattr(rules, rule_name).output]
+        forced = str(getattr(rules, rule_name).output.numbers)
+        if not workflow.is_main_process or forced in _FORCED:
+            return []
+        files = [*outputs, *merged]
+        gone = [f for f in files if not os.path.exists(f)]
+        if not gone or not any(os.path.exists(f) for f in [*files, *ANALYSED]):
+            return []
+        _FORCED.add(forced)
+        if not murk_pipeline.force_rerun(workflow, forced):  # a Snakemake whose DAG murk cannot force
+            raise WorkflowError(f"murk: {gone[0]} is missing; make it again with "
+                                f"make demo ARGS='--forcerun {rule_name}' (snakemake --forcerun {rule_name})")
+        more = f" (and {len(gone) - 1} more of its files)" if len(gone) > 1 else ""
+        print(f"murk: {gone[0]} is missing{more}: the {rule_name} stage {'would run' if workflow.dryrun else 'runs'} "
+              f"again, and what is made from it after it", file=sys.stderr)
+        return []
+    return check
+
+
 rule analyse:
     input:
         nb="notebooks/04_analyse.py",
         done=[f for slug in SLUG2MODEL for f in readout_done(slug)],
         monitor=rules.monitor.output,
+        missing=rerun_if_missing("analyse"),
     # what the notebook writes is declared in the library (murk.report.analysis_tables / analysis_figures: the
     # tables its cells are labelled with, the figures its show() accepts), not listed here
     output:
@@ -449,6 +492,7 @@ rule beyond:
         monitor=rules.monitor.output,
         cube=ancient(rules.analyse.output.cube),
         crossings=ancient(rules.analyse.output.crossings),
+        missing=rerun_if_missing("beyond", merged=[f"{OUT}/paper_numbers.json"]),
     output:
         numbers=f"{OUT}/analysis/numbers-beyond.json",
         figures=figure_files(name=murk_report.analysis_figures("05_beyond")),

@@ -8,6 +8,7 @@ same faults (what is kept, what a rerun does) is in ``test_bad_input.py``, ``tes
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import warnings
@@ -15,12 +16,14 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+import xarray as xr
 from PIL import Image
 
 from murk import report
 from murk.core import COMMAND_LINE, SettingsError, check_run_settings, settings
 from murk.core import _config as config
 from murk.core import _diskfull as diskfull
+from murk.core import _paths as paths
 from murk.pipeline import markers as workflow
 from murk.protocol import _item_files
 from murk.protocol import _items as items
@@ -309,3 +312,100 @@ def test_running_notebooks_dirs_of_non_ascii_roots_differ(tmp_path):
     assert a != b and a.parent == b.parent
     assert a.name.isascii() and "outputs" in a.name  # still readable, and a name any tool takes
     assert workflow.running_notebooks_dir(tmp_path / "outputs-ü") == a  # the same root: the same folder
+
+
+# --- 12 (issue 49): a JSON settings file with a bad model entry names the file and the fix, not RepresenterError ---
+
+def test_a_json_settings_file_with_a_bad_model_entry_names_the_file_and_the_fix(tmp_path):
+    import json
+
+    from snakemake.common.configfile import load_configfile   # Snakemake's loader: a JSON file's mappings are OrderedDicts
+
+    for entry, said in (({"id": "murk-tiny/smolvlm", "n_items": "abc"}, "n_items must be a whole number of items "
+                                                                          ">= 1 (the first N items of the selection), "
+                                                                          "got 'abc'; leave it out"),
+                        ({"id": "murk-tiny/smolvlm", "items": 2}, "unknown key(s) items; the keys are id, n_items"),
+                        ({"n_items": 2}, "has no id: each entry of offline_models is a hub id or folder"),
+                        (["a"], "is neither a model id nor a mapping: each entry")):
+        bad = tmp_path / "run.json"
+        bad.write_text(json.dumps({"offline_models": [entry]}))
+        loaded = load_configfile(str(bad))
+        shown = f"{bad} (--configfile)"
+        with pytest.raises(SettingsError) as e:
+            check_run_settings({**_defaults(), **loaded}, {"offline_models": shown}, True, tmp_path)
+        (line,) = e.value.problems
+        _one_line(line)
+        # the value as the file has it (JSON), the file, the entry and the fix; never Python's repr of an OrderedDict
+        assert line.startswith(f'"offline_models": [{json.dumps(entry)}] in {shown}: offline_models, entry 1'), line
+        assert said in line and "OrderedDict" not in line
+    bad.write_text('{"n_items": "abc"}')   # a setting's own example, written as JSON too
+    with pytest.raises(SettingsError) as e:
+        check_run_settings({**_defaults(), **load_configfile(str(bad))}, {"n_items": shown}, True, tmp_path)
+    (line,) = e.value.problems
+    assert line.startswith(f'"n_items": "abc" in {shown}: n_items must be') and f'e.g. "n_items": 8 in {shown}' in line
+
+
+# --- 13 (issue 49): a model folder whose name has no ASCII letter still gets a store of its own ---
+
+def test_a_folder_named_without_ascii_letters_gets_a_non_empty_store_name_of_its_own(tmp_path):
+    slugs = {m: paths.model_slug(m) for m in ("€€", "££", "数据", "---")}
+    assert all(re.fullmatch(r"u[0-9a-f]{12}", s) for s in slugs.values()), slugs   # the Snakefile's slug="[^/]+"
+    assert len(set(slugs.values())) == len(slugs)          # two such folders do not share a store
+    assert paths.model_slug("./€€/") == slugs["€€"]          # the same folder written another way: the same store
+    assert paths.model_slug("runs/€€") == f"runs--{slugs['€€']}" != paths.model_slug("runs/££")
+    assert paths.readout_store("€€", tmp_path).name == f"{slugs['€€']}.zarr"
+    assert paths.model_slug("murk-tiny/smolvlm") == "murk-tiny--smolvlm"   # every slug that had a name keeps it
+
+
+# --- 14 (issue 49): a read-only shard of a read-out store: the file and the fix, not a raw PermissionError ---
+
+@pytest.fixture
+def frozen(tmp_path):
+    """``freeze(file)`` makes a store's shard file impossible to replace for this user: ``chattr +i`` for root (whom
+    modes do not stop; skipped where the file system has no such flag), else its folder mode 555; ``freeze.undo()``
+    (the message's fix) and the teardown undo it."""
+    undo = []
+
+    def thaw():
+        while undo:
+            subprocess.run(undo.pop(), check=True)
+
+    def freeze(f):
+        if os.geteuid() == 0:
+            r = subprocess.run(["chattr", "+i", str(f)], capture_output=True)
+            if r.returncode != 0:
+                pytest.skip(f"chattr +i is not available here: {r.stderr.decode().strip()}")
+            undo.append(["chattr", "-i", str(f)])
+        else:
+            f.parent.chmod(0o555)
+            undo.append(["chmod", "755", str(f.parent)])
+
+    freeze.undo = thaw
+    yield freeze
+    thaw()
+
+
+def test_a_read_only_shard_names_the_file_and_the_fix_and_the_read_out_resumes_after_it(tmp_path, frozen):
+    store = tmp_path / "m.zarr"
+    cube.open_readout_store(store, [11, 12, 13], ["car", "bus", "dog"], _store_attrs(3))
+    results = {(arm, lvl, task): {**{k: 0.5 for k in cube.READOUTS}, **{k: "x" for k in cube.TEXT_READOUTS}}
+               for arm, lvl in cube.scene.CONDITIONS for task in cube.TASKS}
+    cube.write_image(store, 0, results)
+    shard = store / "done" / "c" / "0"   # the shard of the done flags, the last file each write makes
+    assert shard.is_file()
+    frozen(shard)
+    for write in (lambda: cube.write_image(store, 1, results), lambda: cube.write_missing(store, 2, "bad image")):
+        with pytest.raises(PermissionError) as e:   # still a PermissionError, for code that handles one
+            write()
+        msg = _one_line(str(e.value))
+        assert msg.startswith(f"murk: {shard} of the read-out store {store} cannot be written"), msg
+        assert ".partial" not in msg and "is not marked done and is read again" in msg
+        assert f"chmod -R u+w {store}" in msg and f"rm -r {store}" in msg and "run the same command again" in msg
+        assert e.value.__cause__ is None and e.value.__suppress_context__
+    done = xr.open_zarr(store, consolidated=False)["done"].values
+    assert done.tolist() == [True, False, False]   # the image before kept; the refused ones read again on resume
+    frozen.undo()   # the fix (chmod -R u+w / chattr -i), then the same command: the read-out resumes
+    cube.open_readout_store(store, [11, 12, 13], ["car", "bus", "dog"], _store_attrs(3))
+    cube.write_image(store, 1, results)
+    cube.write_missing(store, 2, "bad image")
+    assert xr.open_zarr(store, consolidated=False)["done"].values.all()

@@ -74,11 +74,28 @@ def test_account_and_partition_on_the_command_line_keep_the_profile(profile, gpu
     shard_costs = tmp_path / "out" / "readout" / paths.model_slug("murk-tiny/smolvlm")
     shard_costs.mkdir(parents=True)
     (shard_costs / f"s2-0000{slurm.COST_SUFFIX}").write_text(json.dumps(measured))
+    # records that are no measurement (issue 49 item 3): ignored, each said in one line, and the defaults (qwen3vl)
+    # or the model's sound record (smolvlm) apply; infinity crashed the plan with a traceback, 1e12 s per image asked
+    # for 5e10 minutes
+    absurd = {shard_costs / f"s2-0001{slurm.COST_SUFFIX}": '{"device": "cpu", "images": 2, "s_per_image": 1.0, '
+                                                           '"load_s": 60.0, "peak_host_bytes": 1e30}'}
+    qwen_costs = tmp_path / "out" / "readout" / paths.model_slug("murk-tiny/qwen3vl")
+    qwen_costs.mkdir()
+    absurd.update({qwen_costs / f"s2-0000{slurm.COST_SUFFIX}": json.dumps({**measured, "s_per_image": 1e12}),
+                   qwen_costs / f"s2-0001{slurm.COST_SUFFIX}": '{"device": "cpu", "images": 2, "s_per_image": '
+                                                               'Infinity, "load_s": NaN, "peak_host_bytes": 1}',
+                   qwen_costs / f"s2-0002{slurm.COST_SUFFIX}": '{"device": "cpu", "ima'})
+    for f, text in absurd.items():
+        f.write_text(text)
     r = subprocess.run([sys.executable, "-m", "snakemake", "--profile", profile, "-n", "--forceall",
                         "--config", "n_items=6", "shard_size=2", f"output_dir={tmp_path / 'out'}",
                         "--default-resources", "slurm_account=ACCT", "slurm_partition=PART"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr and "OverflowError" not in r.stderr
+    for f in absurd:   # one line each, however many jobs read it
+        (line,) = [x for x in r.stderr.splitlines() if x.startswith(f"murk: {f}: ")]
+        assert "so it is not a measurement: it is ignored and" in line, line
     rows = (CPU if gpu == 0 else GPU)["set-resources"]
     want = slurm.readout_resources(2, [measured])
     assert (want["runtime"], want["mem_mb"]) == (17, 3994)  # 1.5 x (60 s + 2 x 300 s); 1.3 x 3 GiB

@@ -1,8 +1,15 @@
 """``make export`` on the study-shaped demo (issue 41, item 4): the per-sample files read back into the demo's cube
 value for value, and one model card per VLM whose numbers are the run's crossings. On a copy of the session's demo
-root: no pipeline runs again, only the export job."""
+root, after docs/stages.md's fix of a mixed paper as printed (issue 49 item 6: remove the two numbers fragments, then
+``make paper``), which runs the two analysis notebooks and the paper again; then only the export job."""
 
 from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -21,9 +28,11 @@ def test_make_export_on_the_demo(demo, tmp_path):
     from huggingface_hub.repocard_data import model_index_to_eval_results
 
     out = stages.copy_root(demo, tmp_path / "out")
+    _documented_paper_fix_as_printed(out)
     r = stages.snakemake_demo(out, targets=("export",))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "1 of 1 steps (100%) done" in r.stdout + r.stderr   # the export job alone
+    _export_refusal_names_a_fix_that_works(out)
     cube = results.open_cube(core.cube_store(out)).load()
     for rows in (report.read_jsonl(out / "export" / "samples.jsonl"),
                  report.read_parquet(out / "export" / "samples.parquet")):
@@ -47,3 +56,49 @@ def test_make_export_on_the_demo(demo, tmp_path):
             assert e.metric_value == float(x)
         v = cr["v_cross_m"].sel(model=model).values
         assert len(crossings) == int(np.isfinite(v).sum()) > 0   # every defined crossing, no other
+
+
+def _documented_paper_fix_as_printed(out):
+    """docs/stages.md's fix of a mixed paper (the paper's own refusal prints it too), run as printed on ``out``:
+    ``rm`` the two numbers fragments, then ``make paper`` (``snakemake paper``). Snakemake alone said "Nothing to be
+    done" (a missing intermediate file whose dependent, the paper, is present is not made again); the Snakefile forces
+    the analysis jobs whose outputs are missing (its rerun_if_missing): both fragments are made again, of one
+    analysis with the executed notebooks, and the paper renders (about 90 s of the two notebooks and the paper)."""
+    text = " ".join((stages.ROOT / "docs" / "stages.md").read_text(encoding="utf-8").split())
+    rm, then = re.search(r"`(rm outputs/analysis/numbers-study\.json [^`]+)` and `(make paper)`", text).groups()
+    assert then == "make paper"   # = snakemake paper (the Makefile), with the run's ARGS
+    subprocess.run(shlex.split(rm.replace("outputs/", f"{out}/")), check=True)
+    frags = [core.numbers_fragment(s_, out) for s_ in core.NUMBERS_FRAGMENTS]
+    assert not any(f.exists() for f in frags)
+    paper_time = (out / "paper" / "index.html").stat().st_mtime
+    r = stages.snakemake_demo(out, targets=("paper",))
+    text = r.stdout + r.stderr
+    assert r.returncode == 0 and "Nothing to be done" not in text, text[-4000:]
+    assert "3 of 3 steps (100%) done" in text, text[-4000:]   # analyse, beyond and the paper; no read-out
+    for f in frags:
+        assert f.is_file() and f"murk: {f} is missing: the " in r.stderr, f
+    numbers = report.load_numbers(core.numbers_file(out))
+    for nb in core.NUMBERS_FRAGMENTS:   # one analysis: numbers file, executed notebooks, paper
+        assert report.notebook_identity(core.notebooks_out_dir(out) / f"{nb}.ipynb")["analysis_id"] == \
+            numbers["analysis_id"], nb
+    html = (out / "paper" / "index.html").read_text(encoding="utf-8")
+    assert (out / "paper" / "index.html").stat().st_mtime > paper_time
+    assert f'<meta name="murk-analysis-id" content="{numbers["analysis_id"]}">' in html[:html.index("</head>")]
+
+
+def _export_refusal_names_a_fix_that_works(out):
+    """By hand, with the numbers file gone, the export refuses naming the run's command (make demo with this root);
+    that command re-makes the numbers file (a dry run: the beyond job, which merges both fragments, is forced)."""
+    numbers = core.numbers_file(out)
+    kept = numbers.read_bytes()
+    numbers.unlink()
+    r = subprocess.run([sys.executable, "-m", "murk.report.export", "--output-dir", str(out)], capture_output=True,
+                       text=True, timeout=300, cwd=stages.ROOT)
+    assert r.returncode != 0 and f"{numbers} is missing" in r.stderr, r.stderr[-3000:]
+    assert f"make demo ARGS='--config output_dir={out}'" in r.stderr and "Traceback" not in r.stderr
+    r = stages.snakemake_demo(out, "-n")   # make demo ARGS='...' planned (make plan): the fix re-makes it
+    assert r.returncode == 0 and "Nothing to be done" not in r.stdout + r.stderr, r.stderr[-3000:]
+    assert f"murk: {numbers} is missing: the beyond stage would run again" in r.stderr
+    assert re.search(r"^beyond\s+1$", r.stdout, re.M), r.stdout[-3000:]
+    numbers.write_bytes(kept)
+    assert json.loads(kept)["analysis_id"]

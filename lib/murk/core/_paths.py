@@ -177,12 +177,27 @@ def model_slug(model: str) -> str:
     ``"/data/run2/final"`` -> ``"data--run2--final"`` (a folder's ``.`` and ``..`` components and its
     separators, ``/`` or ``\\``, are dropped). The one slug function: the Snakefile names its markers with it.
 
+    A component with no letter, digit, ``.``, ``_`` or ``-`` of ASCII left (a folder named ``€€`` or ``数据``)
+    is named by the digest of its text, ``u`` and 12 hex digits of its UTF-8 bytes' SHA-256, so that a slug is never
+    empty and two such folders do not share one (an empty slug named no store, and Snakemake said only
+    ``MissingInputException``).
+
     >>> model_slug("murk-tiny/smolvlm"), model_slug("./ckpt/run1/final/")
     ('murk-tiny--smolvlm', 'ckpt--run1--final')
+    >>> model_slug("€€"), model_slug("./€€/"), model_slug("run/€€")
+    ('u3ea027bcb894', 'u3ea027bcb894', 'run--u3ea027bcb894')
     """
     parts = [x for x in re.split(r"[\\/]+", str(model)) if x not in ("", ".", "..")]
-    slugs = (re.sub(r"[^A-Za-z0-9._-]+", "--", x).strip("-") for x in parts)
+    slugs = (re.sub(r"[^A-Za-z0-9._-]+", "--", x).strip("-") or _digest_name(x) for x in parts)
     return "--".join(x for x in slugs if x)
+
+
+def _digest_name(part: str) -> str:
+    """A component of a model's path that has no character a slug keeps, named by its content: ``u`` and the first
+    12 hex digits of the SHA-256 of its UTF-8 bytes (48 bits)."""
+    import hashlib
+
+    return "u" + hashlib.sha256(part.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
 
 def offline() -> bool:

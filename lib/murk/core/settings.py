@@ -224,10 +224,30 @@ class RunSettings(NamedTuple):
 
 # ----------------------------------------------------------------------------- how values were typed
 
+def _plain(value: Any) -> Any:
+    """``value`` with every mapping a dict and every sequence a list: Snakemake reads a JSON settings file into
+    ``OrderedDict`` mappings, which YAML's safe dumper refuses (``RepresenterError``)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _is_json(origin: str) -> bool:
+    """Whether ``origin`` is a JSON settings file (``run.json (--configfile)``)."""
+    return origin.removesuffix(" (--configfile)").lower().endswith(".json")
+
+
 def _as_typed(value: Any, origin: str) -> str:
-    """A value as the user typed it at ``origin``."""
+    """A value as the user typed it at ``origin`` (a ``.json`` settings file's as JSON, any other file's as YAML)."""
+    import json
+
     import yaml
 
+    value = _plain(value)
+    if _is_json(origin):
+        return json.dumps(value, ensure_ascii=False, default=str)
     if origin == COMMAND_LINE:
         if value is None:
             return ""
@@ -246,7 +266,7 @@ def _where(key: str, value: Any, origin: str) -> str:
         return f"--config {key}={typed}"
     if origin == PAPERMILL:
         return f"-y '{key}: {typed}'" if isinstance(value, (list, tuple, dict)) else f"-p {key} {typed}"
-    return f"{key}: {typed} in {origin}"
+    return f'"{key}": {typed} in {origin}' if _is_json(origin) else f"{key}: {typed} in {origin}"
 
 
 def _fix(key: str, origin: str) -> str:
@@ -256,6 +276,12 @@ def _fix(key: str, origin: str) -> str:
         return f"e.g. --config {key}={ex}" if SCHEMA[key].kind != "models" else f"e.g. --config '{key}={ex}'"
     if origin == PAPERMILL:
         return f"e.g. -y '{key}: {ex}'" if SCHEMA[key].kind == "models" else f"e.g. -p {key} {ex}"
+    if _is_json(origin):   # the example (YAML text) as JSON
+        import json
+
+        import yaml
+
+        return f'e.g. "{key}": {json.dumps(yaml.safe_load(ex), ensure_ascii=False)} in {origin}'
     return f"e.g. {key}: {ex} in {origin}"
 
 
@@ -564,7 +590,7 @@ def check_run_settings(config: Mapping[str, Any], origins: Mapping[str, str] | N
     out: dict[str, Any] = {}
     for key, value in config.items():
         try:
-            out[key] = check_setting(key, value, origin(key))
+            out[key] = check_setting(key, _plain(value), origin(key))
         except SettingsError as e:
             problems.append(str(e))
     for key in SCHEMA:

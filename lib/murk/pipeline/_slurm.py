@@ -47,7 +47,8 @@ from typing import Callable, NamedTuple, Sequence
 __all__ = ["MAX_STATUS_INTERVAL_S", "min_job_age", "status_problem", "SQUEUE_FORMAT", "SlurmJob", "Decision",
            "parse_squeue", "decide", "has_gpus", "gpu_problem", "runs_file", "read_runs", "write_runs",
            "driver_start", "RUNTIME_MARGIN", "MEMORY_MARGIN", "UNMEASURED_RUNTIME_MIN", "UNMEASURED_MEM_MB",
-           "BASE_HOST_BYTES", "COST_SUFFIX", "cost_file", "write_readout_cost", "read_readout_costs",
+           "BASE_HOST_BYTES", "COST_SUFFIX", "MAX_S_PER_IMAGE", "MAX_LOAD_S", "MAX_PEAK_HOST_BYTES", "cost_file",
+           "write_readout_cost", "cost_problem", "read_readout_costs",
            "weights_bytes", "readout_resources", "model_readout_resources"]
 
 #: the SLURM executor's longest wait between two status checks, s (plugin 2.8, ``max_sleep_time``)
@@ -372,6 +373,17 @@ BASE_HOST_BYTES = 3 << 30
 MIN_RUNTIME_MIN = 10
 #: beside a read-out store ``<name>.zarr``: its read-out's measured cost, ``<name>.cost.json``
 COST_SUFFIX = ".cost.json"
+#: the most seconds per image a cost record may claim, s: a day. The slowest read-out measured, InternVL 2B in float32
+#: on a loaded 2-core CPU, took 259 s per unit, 24 units an image, 1.7 h per image (benchmarks/README.md, 2026-12-05);
+#: a day is 14 times that (the study's 1000 items would take three years)
+MAX_S_PER_IMAGE = 86_400.0
+#: the most seconds of loading a cost record may claim, s: a day (reading at 100 MB/s, 8.6 TB: some 900 times the
+#: largest weights of the study's models, 9.3 GiB in float32, benchmarks/README.md)
+MAX_LOAD_S = 86_400.0
+#: the most peak host memory a cost record may claim, bytes: 64 TiB, all the physical memory x86-64 Linux maps with
+#: 4-level page tables ("direct mapping of all physical memory", 64 TB: Documentation/arch/x86/x86_64/mm.rst); no
+#: node of a cluster murk runs on has more
+MAX_PEAK_HOST_BYTES = 64 << 40
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
 
@@ -423,21 +435,111 @@ def write_readout_cost(store: str | os.PathLike, *, model: str, device: str, ima
     return path
 
 
-def read_readout_costs(paths: Sequence[str | os.PathLike]) -> list[dict]:
-    """The cost records among ``paths`` (:func:`write_readout_cost`); unreadable or incomplete ones are skipped."""
-    keys = ("device", "images", "s_per_image", "load_s", "peak_host_bytes")
+def _shown(value) -> str:
+    """A value of a cost record in JSON's words (a finite float in 6 significant digits: ``1e+12``), cut to 40
+    characters."""
+    if isinstance(value, float) and math.isfinite(value):
+        return f"{value:.6g}"
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _number(value, *, whole: bool = False) -> float | None:
+    """``value`` as a float when it is a JSON number (a whole one with ``whole``), else None; a whole number too large
+    for a float is ``inf``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (whole and not isinstance(value, int)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
+def cost_problem(rec) -> str | None:
+    """Why a cost record (:func:`write_readout_cost`) is not a measurement to size jobs by, or None.
+
+    The fields the request rests on are checked as data: ``device`` text; ``images`` a whole number >= 1;
+    ``s_per_image`` a finite number > 0 and at most :data:`MAX_S_PER_IMAGE`; ``load_s`` a finite number >= 0 and at
+    most :data:`MAX_LOAD_S`; ``peak_host_bytes`` a whole number > 0 and at most :data:`MAX_PEAK_HOST_BYTES`;
+    ``model``, where given, text. (JSON's ``NaN`` and ``Infinity``, which Python's reader accepts, are not finite.)
+
+    Parameters
+    ----------
+    rec : object
+        The record as read from its file (``json.loads``).
+
+    Returns
+    -------
+    str or None
+        The first problem in words: the field, its value in JSON's words, and the bounds; None for a record to use.
+
+    Examples
+    --------
+    >>> cost_problem({"device": "cpu", "images": 2, "s_per_image": 1e12, "load_s": 1.0, "peak_host_bytes": 1 << 30})
+    's_per_image 1e+12 is not seconds per image > 0 and at most 86400 (a day, 14 times the slowest read-out measured)'
+    >>> cost_problem({"device": "cpu", "images": 2, "s_per_image": 1.5, "load_s": 1.0, "peak_host_bytes": 1 << 30})
+    """
+    if not isinstance(rec, dict):
+        return f"it holds {type(rec).__name__ if rec is not None else 'null'}, not a record (a JSON object)"
+    for key in ("device", "images", "s_per_image", "load_s", "peak_host_bytes"):
+        if key not in rec:
+            return f"it has no {key}"
+    for key in ("device", "model"):
+        if key in rec and not isinstance(rec[key], str):
+            return f"{key} {_shown(rec[key])} is not text"
+    checks = (("images", True, 1, None, "a whole number of images >= 1"),
+              ("s_per_image", False, None, MAX_S_PER_IMAGE,
+               f"seconds per image > 0 and at most {MAX_S_PER_IMAGE:.0f} (a day, 14 times the slowest read-out "
+               f"measured)"),
+              ("load_s", False, 0, MAX_LOAD_S, f"seconds of loading >= 0 and at most {MAX_LOAD_S:.0f} (a day)"),
+              ("peak_host_bytes", True, 1, MAX_PEAK_HOST_BYTES,
+               f"bytes > 0 and at most {MAX_PEAK_HOST_BYTES} (64 TiB, the most memory x86-64 Linux maps)"))
+    for key, whole, low, high, form in checks:
+        x = _number(rec[key], whole=whole)
+        if x is None or not math.isfinite(x) or (x <= 0 if low is None else x < low) or (high is not None and x > high):
+            return f"{key} {_shown(rec[key])} is not {form}"
+    return None
+
+
+def read_readout_costs(paths: Sequence[str | os.PathLike], problems: list | None = None) -> list[dict]:
+    """The cost records among ``paths`` (:func:`write_readout_cost`) that are measurements (:func:`cost_problem`).
+
+    Parameters
+    ----------
+    paths : sequence of path
+        Cost record files; one that does not exist is skipped (no job wrote it).
+    problems : list, optional
+        Receives ``(path, why)`` for each file that exists and is skipped: not readable, not JSON (a truncated
+        file, a number of more than 4,300 digits), not a record, or a field outside its bounds.
+
+    Returns
+    -------
+    list of dict
+        The records to size jobs by, in the order of ``paths``.
+    """
     out = []
     for p in paths:
         try:
-            rec = json.loads(Path(p).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            text = Path(p).read_text(encoding="utf-8")
+        except FileNotFoundError:
             continue
-        if isinstance(rec, dict) and all(k in rec for k in keys):
+        except (OSError, UnicodeDecodeError) as e:
+            why = f"it cannot be read ({getattr(e, 'strerror', None) or e})"
+        else:
             try:
-                if int(rec["images"]) >= 1 and float(rec["s_per_image"]) >= 0 and int(rec["peak_host_bytes"]) > 0:
+                rec = json.loads(text)
+            except ValueError as e:
+                why = f"it is not JSON ({str(e).split(':')[0]})"
+            else:
+                why = cost_problem(rec)
+                if why is None:
                     out.append(rec)
-            except (TypeError, ValueError):
-                continue
+                    continue
+        if problems is not None:
+            problems.append((Path(p), why))
     return out
 
 
@@ -544,9 +646,22 @@ def model_readout_resources(readout_dir: str | os.PathLike, slug: str, model: st
         The device the job runs on, when known (the run's ``device`` setting).
     attempt : int
         Snakemake's attempt.
+
+    Returns
+    -------
+    dict
+        :func:`readout_resources`'s, and ``ignored``: one line (str) per cost record of the model that is not a
+        measurement (:func:`read_readout_costs`), naming the file, the field and its value, and what applies
+        instead; the Snakefile prints each once.
     """
     folder = Path(readout_dir)
     files = [folder / f"{slug}{COST_SUFFIX}", *sorted((folder / slug).glob(f"*{COST_SUFFIX}"))]
-    costs = [c for c in read_readout_costs(files) if c.get("model", model) == model]
+    problems: list = []
+    costs = [c for c in read_readout_costs(files, problems) if c.get("model", model) == model]
     weights = None if costs else weights_bytes(model)
-    return readout_resources(n_images, costs, device=device, attempt=attempt, weights=weights)
+    got = readout_resources(n_images, costs, device=device, attempt=attempt, weights=weights)
+    applies = ("the model's other measurements apply" if costs else
+               f"the defaults apply ({got['basis'].removeprefix('not measured yet').lstrip(', :')})")
+    got["ignored"] = [f"murk: {f}: {why}, so it is not a measurement: it is ignored and {applies}"
+                      for f, why in problems]
+    return got

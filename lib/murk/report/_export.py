@@ -113,8 +113,12 @@ def _load(root: Path) -> tuple[xr.Dataset, Any, dict, xr.Dataset, dict]:
     needed = [cube_path, core.items_file(root), core.analysis_dir(root) / "crossings.nc", core.numbers_file(root)]
     absent = [p for p in needed if not p.exists()]
     if absent:
-        raise ExportRefused(f"{absent[0]} is missing: run the analysis first (make demo, or make study), then the "
-                            f"same command again")
+        # the run's own command makes it again: the Snakefile re-makes an analysis output missing from an analysed
+        # root (its rerun_if_missing), and runs every stage of a root never analysed
+        od = "" if root.absolute() == core.output_dir().absolute() else f" ARGS='--config output_dir={root}'"
+        raise ExportRefused(f"{absent[0]} is missing: run the analysis first with the command that made this output "
+                            f"root (make demo{od}, or make study, with your other settings; Snakemake makes what is "
+                            f"missing again), then the same command again")
     cube = results.open_cube(cube_path).load()
     table, meta = protocol.read_items(root)
     numbers = json.loads(core.numbers_file(root).read_text(encoding="utf-8"))

@@ -5,7 +5,7 @@ Layer 6 of 9 of the data flow (core < scene < protocol < offline < readout < res
 pipeline). It may import the layers below it: core, scene, protocol, offline, readout. The names below are its
 public surface; the modules behind it (``_analysis``, ``_bootstrap``, ``_calibration``, ``_cube``,
 ``_diagnostics``, ``_metrics``, ``_multiplicity``, ``_paired``, ``_rates``, ``_samples``, ``_selective``,
-``_store_repair``) are its implementation.
+``_store_permissions``, ``_store_repair``) are its implementation.
 """
 
 from __future__ import annotations
@@ -55,6 +55,9 @@ from murk.results._cube import (  # noqa: F401
 )
 from murk.results._store_repair import (  # noqa: F401
     damaged_chunks,
+)
+from murk.results._store_permissions import (  # noqa: F401
+    StoreNotWritableError,
 )
 from murk.results._samples import (  # noqa: F401
     SAMPLE_FIELDS,
@@ -172,6 +175,7 @@ __all__ = [
     "store_identity",
     "open_readout_store",
     "damaged_chunks",
+    "StoreNotWritableError",
     "write_image",
     "merge_models",
     "open_cube",

@@ -61,6 +61,7 @@ from murk import core, scene
 from murk.core import (ARMS, CONTROL_ARMS, DIMS, PHYSICAL_ARMS, READOUTS, SCHEMA_VERSION, TASKS, TEXT_READOUTS,
                        VALUE_DTYPE)
 from murk.results._store_repair import _empty_chunk_files, _has_metadata, _is_array, _repair, damaged_chunks
+from murk.results._store_permissions import store_write_guard
 from murk.scene import IMAGENET_C_SEVERITIES, N_LEVELS
 
 __all__ = ["IDENTITY_ATTRS", "level_coords", "sweep_visibility", "empty_model_dataset", "store_identity", "open_readout_store",
@@ -492,9 +493,10 @@ def open_readout_store(path: str | os.PathLike, image_ids, categories,
                 raise ValueError(
                     f"read-out store {path} was written for other images{n_differ}; delete it to start afresh "
                     f"(rm -r {path}), or give this run another output_dir")
-            _repair(path, ds)
-            if input_sha256 is not None:
-                _forget_changed_inputs(path, [str(d) for d in input_sha256])
+            with store_write_guard(path):   # a read-only shard: one line naming it and the fix
+                _repair(path, ds)
+                if input_sha256 is not None:
+                    _forget_changed_inputs(path, [str(d) for d in input_sha256])
             return xr.open_zarr(path, consolidated=False)
         tmp = path.with_name(path.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -546,6 +548,9 @@ def write_image(path: str | os.PathLike, index: int,
     murk.core.DiskFullError
         The disk is full: the message names the output root, says that the images
         written before are kept and this one is read again, and how to resume.
+    StoreNotWritableError
+        A shard file the file system will not let this user write (read-only, immutable): one line naming it
+        and the fix (:mod:`murk.results._store_permissions`).
     """
     value = np.full((len(ARMS), N_LEVELS, len(TASKS), 1, len(READOUTS)), np.nan, dtype=VALUE_DTYPE)
     texts = {name: np.full(value.shape[:-1], "", dtype=object) for name in TEXT_READOUTS}
@@ -563,7 +568,7 @@ def write_image(path: str | os.PathLike, index: int,
         ds["input_sha256"] = ("image", np.array([str(input_sha256)], dtype=object))
     ctx = _quiet()
     try:
-        with core.guard(path, _STORE_KEPT.format(path=path, index=index)):
+        with core.guard(path, _STORE_KEPT.format(path=path, index=index)), store_write_guard(path, index):
             ds.to_zarr(path, region=region, consolidated=False)
             xr.Dataset({"done": ("image", np.ones(1, dtype=bool))}).to_zarr(path, region=region, consolidated=False)
     finally:
@@ -651,7 +656,8 @@ def write_missing(path: str | os.PathLike, index: int, reason: str, input_sha256
     Used for bad input (a missing or truncated image, a missing depth map): the
     run goes on, nothing already computed is lost, and the reason is kept in
     ``missing_reason`` of the store, the cube and the paper's colophon. A full
-    disk raises :class:`murk.core.DiskFullError`, as :func:`write_image`. ``input_sha256``:
+    disk raises :class:`murk.core.DiskFullError` and a read-only shard :class:`StoreNotWritableError`, as
+    :func:`write_image`. ``input_sha256``:
     as :func:`write_image`'s.
     """
     region = {"image": slice(index, index + 1)}
@@ -660,7 +666,7 @@ def write_missing(path: str | os.PathLike, index: int, reason: str, input_sha256
         rec["input_sha256"] = ("image", np.array([str(input_sha256)], dtype=object))
     ctx = _quiet()
     try:
-        with core.guard(path, _STORE_KEPT.format(path=path, index=index)):
+        with core.guard(path, _STORE_KEPT.format(path=path, index=index)), store_write_guard(path, index):
             xr.Dataset(rec).to_zarr(path, region=region, consolidated=False)
             xr.Dataset({"done": ("image", np.ones(1, dtype=bool))}).to_zarr(path, region=region, consolidated=False)
     finally:

@@ -275,9 +275,12 @@ def load_depth(folder: Path, image_id: int, shape: tuple[int, int] | None = None
     if not p.is_file():
         raise FileNotFoundError(
             f"depth map {p} missing (the depth stage writes none for an image it cannot read, or it was deleted): "
-            f"run the depth stage (again: `snakemake --forcerun depth`); a read-out store that recorded the image "
-            f"as missing keeps that record until it is removed (rm -r the store and its .done marker)")
-    fix = f"delete {p} and run the depth stage again (`snakemake --forcerun depth`)"
+            f"run the depth stage (again: make demo ARGS='--forcerun depth', snakemake --forcerun depth); a read-out "
+            f"store that recorded the image as missing keeps that record until it is removed (rm -r the store and "
+            f"its .done marker, before that command)")
+    fix = (f"delete {p}, and the read-out stores that recorded the image as missing with their .done markers (rm -r: "
+           f"a store keeps that record), then run the depth stage again: make demo ARGS='--forcerun depth' "
+           f"(snakemake --forcerun depth)")
     try:
         z = np.load(p)
     except (OSError, ValueError, EOFError) as e:
