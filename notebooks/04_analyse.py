@@ -958,7 +958,8 @@ record("colophon.ignored_generation_settings", colophon["ignored_generation_sett
 # the weights each model was read out with, as the cube records them: a hub snapshot's commit, a local folder's
 # content digest (sha256:…, murk.core: a re-saved checkpoint is another revision)
 record("colophon.model_revisions", "; ".join(f"{report.verbatim(m)}: {report.verbatim(rev or 'not recorded')}"
-                                             for m, rev in zip(ds["model"].values, ds["model_revision"].values) if str(m) in VLMS))
+                                             for m, rev in zip(ds["model"].values, ds["model_revision"].values)
+                                             if str(m) in VLMS))
 record("colophon.loading_options", colophon["loading_options"])
 print(numbers["colophon.model_revisions"], numbers["colophon.ignored_generation_settings"],
       numbers["colophon.loading_options"], sep="\n")

@@ -1,11 +1,12 @@
 """The report: number formatting, the numbers file and its provenance, the wording of findings (claims) and of
-design variants, figures and the paper's rendering (``python -m murk.report.paper``).
+design variants, names shown as data (a value escaped for Markdown or a figure), figures and the paper's rendering
+(``python -m murk.report.paper``).
 
 Layer 8 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
 pipeline). It may import the layers below it: core, scene, protocol, offline, readout, results, monitor. The
 names below are its public surface; the modules behind it (``_format``, ``_numbers``, ``_claims``,
-``_design_words``, ``_figures``, ``_figure_files``, ``_figures_beyond``, ``_markdown``, ``_escape``, ``_atomic``, ``_cells``,
-``_resolve``, ``_settings_table``, ``_spec_map``, ``_view``, ``_render``, ``_abstract``, ``_analyses``,
+``_design_words``, ``_figures``, ``_figure_files``, ``_figures_beyond``, ``_markdown``, ``_escape``, ``_atomic``,
+``_cells``, ``_resolve``, ``_settings_table``, ``_spec_map``, ``_view``, ``_render``, ``_abstract``, ``_analyses``,
 ``_colophon``, ``_findings``, ``_rq_findings``, ``_scores``, ``_tables``, ``_controls``, ``_study_tables``, ``_model_card``, ``_export``) are its
 implementation, and ``paper`` and ``export`` its commands.
 """

@@ -1,6 +1,7 @@
 """A value (a model id or display name, a folder, a setting) written as data into the context it lands in: Markdown
 text that pandoc and Jupyter show literally (:func:`markdown_text`; in HTML no raw HTML and no link, in Typst plain
-text, since pandoc's Typst writer escapes the text it is given), and a matplotlib text without mathtext
+text, since pandoc's Typst writer escapes the text it is given and ``paper/typst-text.lua`` the two shorthands it
+leaves, ``...`` and ``-?``), and a matplotlib text without mathtext
 (:func:`plot_text`). A code span (:func:`murk.report.verbatim`) is the other literal form of Markdown.
 
 The rule is OWASP's for output encoding (escape for the context the value lands in): the sentence, table or label
@@ -29,8 +30,9 @@ def markdown_text(text) -> str:
 
     Pandoc then writes it as text to every format: in HTML no tag, comment, entity or link comes from the
     value (``<`` becomes ``&lt;``; ``[x](javascript:…)`` stays text), in Typst (the PDF) text that pandoc's
-    writer escapes itself (``#``, ``$``, ``@``, ``*``). Runs of ``-`` and ``.`` are broken so that pandoc's
-    smart punctuation keeps them (no en or em dash, no ellipsis), and a leading ``-`` or ``1.`` starts no list.
+    writer escapes itself (``#``, ``$``, ``@``, ``*``; ``...`` and ``-?`` by the paper's filter
+    ``paper/typst-text.lua``, :data:`murk.report.TYPST_TEXT_FILTER`). Runs of ``-`` and ``.`` are broken so that
+    pandoc's smart punctuation keeps them (no en or em dash, no ellipsis), and a leading ``-`` or ``1.`` starts no list.
     Letters, digits, blanks, ``/``, ``,``, ``;``, ``?`` and a single ``-`` or ``.`` are left as they are, so that
     ``murk-tiny/smolvlm`` or ``Qwen2.5-VL`` reads the same in the Markdown.
 

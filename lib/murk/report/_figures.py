@@ -10,6 +10,7 @@ safe "muted" scheme).
 from __future__ import annotations
 
 
+import hashlib
 import unicodedata
 
 import matplotlib
@@ -138,8 +139,6 @@ def display_names(models, marked=()) -> dict[str, str]:
     >>> list(display_names(["ckpt/smolvlm", "ckpt/smоlvlm"]).values())
     ['ckpt/smolvlm (#cd7de2)', 'ckpt/smоlvlm (#92546e)']
     """
-    import hashlib
-
     ids = list(dict.fromkeys(str(m) for m in models))
     parts = {m: [_skeleton(p) for p in (_parts(m) or [m])] for m in ids}
     shown = {m: _parts(m) or [m] for m in ids}
