@@ -162,7 +162,7 @@ distractors = Counter(name for opts, k in zip(table["t2_options"], table["t2_ans
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.5), sharey=True)
 for ax, counts, title in zip(axes, (targets, distractors), ("targets", "t2 distractors")):
     names = sorted(counts, key=counts.get, reverse=True)[:15]
-    ax.barh(names[::-1], [counts[n] for n in names[::-1]], color="#4477AA")
+    ax.barh([murk_report.plot_text(n) for n in names[::-1]], [counts[n] for n in names[::-1]], color="#4477AA")
     ax.set_title(title)
     ax.set_xlabel("items")
 fig.tight_layout()

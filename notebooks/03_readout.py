@@ -68,7 +68,7 @@ import matplotlib.pyplot as plt
 import xarray as xr
 from IPython.display import display
 
-from murk import core, pipeline, protocol, readout, results, scene
+from murk import core, pipeline, protocol, readout, report, results, scene
 
 # one writer per output root (murk.pipeline): refused, writing nothing, while another run holds it
 ROOT_LOCK = pipeline.hold_for_stage(output_dir, stage="03_readout")
@@ -325,7 +325,7 @@ if len(span):
     ax.set_xscale("log")
     ax.invert_xaxis()
     ax.set_xlabel("visibility V (m)")
-    ax.set_title(f"{model} (fog, t2)")
+    ax.set_title(report.plot_text(f"{model} (fog, t2)"))   # the id as written: a $ in it starts no mathtext
     ax.legend()
     fig.tight_layout()
 

@@ -105,14 +105,21 @@ DAGGER = "†"                   # their mark in every table, figure legend and 
 
 
 def plain_name(m: str) -> str:
-    """Display name of a model: the shortest suffix of its id unique among the run's models
-    (`murk.report.display_names`, as in every figure legend)."""
-    return report.display_names([*VLMS, str(m)])[str(m)]
+    """Display name of a model in Markdown: the shortest suffix of its id unique among the run's models
+    (`murk.report.display_names`, as in every figure legend), escaped so that it shows as written
+    (`murk.report.markdown_text`: a folder's name is data, never markup)."""
+    return report.markdown_text(report.display_names([*VLMS, str(m)])[str(m)])
 
 
 def name(m: str) -> str:
-    """Display name of a model, with the † of a model whose median clean option mass is below the threshold."""
-    return report.display_names([*VLMS, str(m)], LOW_MASS)[str(m)]
+    """Display name of a model in Markdown, with the † of a model whose median clean option mass is below the
+    threshold."""
+    return report.markdown_text(report.display_names([*VLMS, str(m)], LOW_MASS)[str(m)])
+
+
+def label(m: str) -> str:
+    """Display name of a model in a figure, with its †: escaped for matplotlib (`murk.report.model_label`)."""
+    return report.model_label(m, LOW_MASS, VLMS)
 
 
 key = core.model_slug         # a model in numbers keys
@@ -215,7 +222,7 @@ pc = [m for m in VLMS if bool(ds["pipeline_check"].sel(model=m))]
 record("n_items", int(ds.sizes["image"]))
 record("n_items_requested", int(meta.get("n_items_requested", ds.sizes["image"])))
 record("n_models", len(VLMS))
-record("models", fmt_list(f"`{m}`" for m in VLMS))
+record("models", fmt_list(report.verbatim(m) for m in VLMS))
 N_OF = {str(m): int(n) for m, n in zip(ds["model"].values, ds["n_items"].values)}   # each model's own images
 for m in VLMS:
     record(f"n_items.{key(m)}", N_OF[m])
@@ -226,11 +233,11 @@ record("config_hash", ds.attrs["config_hash"][:12])
 record("items_hash", ds.attrs["items_hash"][:12])
 record("images_sha256", str(full.attrs.get("images_sha256") or "not recorded")[:12])   # the images' content
 record("git_commit", str(full.attrs.get("git_commit", "unknown"))[:12])
-record("depth_backend", f"`{ds.attrs['depth_backend']}`")
+record("depth_backend", report.verbatim(ds.attrs["depth_backend"]))
 approximate = bool(int(ds.attrs.get("depth_approximate", 0)))
 depth_model = str(ds.attrs.get("depth_model", "") or "")
 for k, text in report.run_words(ds.attrs["depth_backend"], approximate, depth_model, scene.CONSTANT_DEPTH_M,
-                                [f"`{m}`" for m in pc]).items():   # the depth said for Methods, the pipeline check
+                                [report.verbatim(m) for m in pc]).items():   # the depth for Methods, the pipeline check
     record(k, text)
 
 # %% [markdown]
@@ -856,7 +863,8 @@ show_table(report.markdown_table([{"prompt": r["name"], "template": report.verba
 # %%
 #| label: tbl-config
 #| tbl-cap: "Settings of the run (spec Table III): the frozen configuration and, from where they live, the constants in code and the choices recorded with the run, each with its source."
-show_table(report.markdown_table([{"setting": f"`{r['setting']}`", "value": one_line(r["value"]), "source": r["source"]}
+show_table(report.markdown_table([{"setting": report.verbatim(r["setting"]),
+                                   "value": report.markdown_text(one_line(r["value"])), "source": r["source"]}
                                   for r in report.settings_rows(cfg, meta, ds.attrs)]), "config")
 
 # %% [markdown]
@@ -875,12 +883,12 @@ except FileNotFoundError:  # a cube analysed without its depth stage: no example
     current = None
 tiles, captions, row_labels = report.example_tiles(ds, table, meta.get("image_dir", ""), cfg["render"], current, model0,
                                                    VIS, example_levels, n_examples)
-record("examples.model", f"`{model0}`" + (f" {DAGGER}" if model0 in LOW_MASS else ""))
+record("examples.model", report.verbatim(model0) + (f" {DAGGER}" if model0 in LOW_MASS else ""))
 record("examples.n_items", len(tiles) // 2)
 if tiles:
     fig = report.plot_item_grid(tiles, row_labels, ["clean" if k_ == 0 else f"V = {fmt_level(VIS[k_])} m"
                                                      for k_ in example_levels], captions,
-                                 title=f"read-outs of {name(model0)} (t2)")
+                                 title=f"read-outs of {label(model0)} (t2)")
 else:
     fig = report.placeholder(f"examples: {report.NOT_COMPUTED} (no depth cache or no readable image)")
 show(fig, "examples_t2")
@@ -949,8 +957,9 @@ colophon = report.colophon_words({m: store_attrs(m) for m in VLMS})   # what eac
 record("colophon.ignored_generation_settings", colophon["ignored_generation_settings"])
 # the weights each model was read out with, as the cube records them: a hub snapshot's commit, a local folder's
 # content digest (sha256:…, murk.core: a re-saved checkpoint is another revision)
-record("colophon.model_revisions", "; ".join(f"`{m}`: `{rev or 'not recorded'}`" for m, rev in
-                                             zip(ds["model"].values, ds["model_revision"].values) if str(m) in VLMS))
+record("colophon.model_revisions", "; ".join(f"{report.verbatim(m)}: {report.verbatim(rev or 'not recorded')}"
+                                             for m, rev in zip(ds["model"].values, ds["model_revision"].values)
+                                             if str(m) in VLMS))
 record("colophon.loading_options", colophon["loading_options"])
 print(numbers["colophon.model_revisions"], numbers["colophon.ignored_generation_settings"],
       numbers["colophon.loading_options"], sep="\n")

@@ -136,8 +136,14 @@ _DRAWS: dict[int, np.ndarray] = {}
 
 
 def name(m: str) -> str:
-    """Display name of a model, with the † of a model whose median clean option mass is below the threshold."""
-    return report.display_names([*VLMS, str(m)], LOW_MASS)[str(m)]
+    """Display name of a model in Markdown, with the † of a model whose median clean option mass is below the
+    threshold: escaped so that it shows as written (`murk.report.markdown_text`: a folder's name is data)."""
+    return report.markdown_text(report.display_names([*VLMS, str(m)], LOW_MASS)[str(m)])
+
+
+def label(m: str) -> str:
+    """Display name of a model in a figure, with its †: escaped for matplotlib (`murk.report.model_label`)."""
+    return report.model_label(m, LOW_MASS, VLMS)
 
 
 def draw(n: int) -> np.ndarray:
@@ -502,9 +508,10 @@ for (arm, k_), r in sens.items():
                  "gate changed (%)": "–" if k_ == "oracle" else numbers[f"monitor.depth.{k_}.{arm}.gate_changed"],
                  "clean images abstained on": numbers[f"monitor.depth.{k_}.{arm}.clean_abstain"]})
 record("monitor.depth.n_items", len(sens.get(("fog", "oracle"), {"v": []})["v"]))
+DEPTH_BACKEND = report.verbatim(ds.attrs["depth_backend"])   # as written (a code span)
 record("monitor.depth.what", (
-    f"the offline `{ds.attrs['depth_backend']}` backend, itself a constant depth, so that the constant-depth row "
-    "equals the oracle here" if approximate else f"`{ds.attrs['depth_backend']}`"))
+    f"the offline {DEPTH_BACKEND} backend, itself a constant depth, so that the constant-depth row "
+    "equals the oracle here" if approximate else DEPTH_BACKEND))
 if rows:
     parts = []
     for arm in core.PHYSICAL_ARMS:
@@ -588,7 +595,7 @@ if HAS_DEPLOYABLE:
             rows.append(row)
     n_ = lambda what: [numbers[f"monitor.{t}.{what}"] for t in ("deployable", "oracle")]  # noqa: E731
     record("finding.monitor.deployable", (
-        f"Seeing only the degraded image (depth from the `{ds.attrs['depth_backend']}` backend applied to it, "
+        f"Seeing only the degraded image (depth from the {DEPTH_BACKEND} backend applied to it, "
         f"the arm from the veil's colour), the deployable monitor reads the arm correctly on "
         f"{numbers['monitor.deployable.arm_identified.fog']} % of the fog renderings and "
         f"{numbers['monitor.deployable.arm_identified.underwater']} % of the underwater ones; its V̂ is within a "
@@ -739,7 +746,7 @@ for (m, task), r in RECAL.items():
             record(f"verdict.recal.{method}.{arm}.{task}.{key(m)}", verdict)
             if task == "t2":
                 ok = np.isfinite(c_) & np.isfinite(k_)
-                RELIAB.setdefault((name(m), arm), {})[RECAL_NAMES[method]] = results.reliability_bins(c_[ok], k_[ok])
+                RELIAB.setdefault((label(m), arm), {})[RECAL_NAMES[method]] = results.reliability_bins(c_[ok], k_[ok])
             t_txt = ""
             if method == "global":
                 t_txt = f"T = {fmt(r['params']['global_T'], 2)}" + (" (at a bound)" if monitor.at_temperature_bound([r["params"]["global_T"]]) else "")
@@ -873,7 +880,7 @@ for (m, task), r in RECAL.items():
                 row[f"coverage at risk ≤ {100 * r_:g} %"] = fmt_estimate(cov, float(clo), float(chi))
             rows.append(row)
             if task == "t2":
-                CURVES.setdefault((name(m), arm), {})[RC_NAMES[s]] = results.expected_risk_coverage(v, corr)
+                CURVES.setdefault((label(m), arm), {})[RC_NAMES[s]] = results.expected_risk_coverage(v, corr)
         # the best signal: named only where its paired resamples beat every other signal (murk.report.best_signal)
         rc_verdict = report.best_signal(point, boot, A["ci_level"])
         record(f"rc.best.{arm}.{task}.{key(m)}", RC_NAMES[rc_verdict[0]] if rc_verdict[0] else "none")

@@ -150,7 +150,8 @@ def synthetic_subset(tmp_path_factory):
 def synthetic_bare(tmp_path_factory):
     """The synthetic design without the sections that need more than the read-outs (tests/synthetic.py ``BARE``:
     no nominal equivalence, no verbal wordings, no parseable verbal confidence, no monitor; two models whose ids
-    share their last part), analysed through papermill and its paper rendered (HTML): (root, render_paper's result)."""
+    share their last part, the first named with markup: synthetic.HOSTILE_FOLDER), analysed through papermill and its
+    paper rendered (HTML and PDF): (root, render_paper's result)."""
     import stages
     import synthetic
 
@@ -159,7 +160,7 @@ def synthetic_bare(tmp_path_factory):
     root = synthetic.write_root(tmp_path_factory.mktemp("synthetic_bare") / "out", **synthetic.BARE)
     stages.run("04_analyse", root, models=synthetic.BARE["models"], figure_pdf=False)
     stages.run("05_beyond", root, figure_pdf=False)   # the analysis beyond the spec, from the study's cube
-    return root, report.render_paper(output_dir=root, pdf=False)
+    return root, report.render_paper(output_dir=root, pdf=True)
 
 
 @_pytest_tiny.fixture(scope="session")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -18,6 +19,25 @@ from murk.core import _paths as paths
 
 ROOT = paths.project_root()
 BIN = Path(sys.executable).parent
+
+
+#: Debian's Chromium and its driver (apt-get install chromium chromium-driver; .ci/run installs them)
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+
+
+def browser():
+    """Headless Chromium driven by selenium (shared/notes/real-tools.md: Debian's chromium + chromium-driver);
+    the test is skipped where either is not installed."""
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed: pip install -e '.[test]'")
+    if not (CHROMIUM and CHROMEDRIVER):
+        pytest.skip("Chromium is not installed: apt-get install chromium chromium-driver (.ci/run installs them)")
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        opts.add_argument(a)
+    return webdriver.Chrome(options=opts, service=Service(CHROMEDRIVER))
 
 
 def executed_path(stage: str, output_dir: str | os.PathLike, suffix: str = "") -> Path:

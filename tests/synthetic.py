@@ -18,8 +18,10 @@ correct ones), so that its curves are the known ones exactly.
 A second variant (:data:`BARE`, ``write_root(root, **BARE)``) is the same design
 without the sections that need more than the read-outs: no nominal equivalence,
 no verbal wording variants asked, no parseable verbalized confidence, and two models
-whose ids share their last part (two local folders ``…/run1/final``,
-``…/run2/final``).
+whose ids share their last part (two local folders ``…/run1 <img …>/final``,
+``…/run2/final``); the first folder's name holds HTML, a Markdown link, mathtext, a
+Typst rule, a citation, emphasis, code, a table pipe and a Typst shorthand
+(:data:`HOSTILE_FOLDER`), which the paper shows as written (issue 49).
 
 Read-out health (issue 12): model a puts 0.99 of its first-token probability on
 the option letters, gives a parseable verbalized confidence on nine images in ten
@@ -57,9 +59,14 @@ CUSTOM_CODE_NOT_RUN_A = {"config.json AutoModelForImageTextToText":
                          "modeling_synth.SynthForConditionalGeneration -> Qwen3VLForConditionalGeneration"}
 #: correct images (of N_IMAGES) at ImageNet-C severities 1-5, per model index, every task
 IMAGENET_C_CORRECT = ((30, 29, 27, 28, 29), (27, 29, 28, 26, 25))
+#: a local folder's name made of markup of every kind the paper passes through (HTML with a script, a Markdown
+#: link to javascript:, mathtext, a Typst rule, a citation, emphasis, code, a table pipe, Typst's ellipsis
+#: shorthand): the BARE variant's first model, which the paper must show as written (issue 49, item 2)
+HOSTILE_FOLDER = ("run1 <img src=x onerror=document.title='pwned'> [x](javascript:document.title='pwned') $x^2$ "
+                  "@ref *b* `c` #set page(width: 1cm) a|b...")
 #: the variant root without nominal equivalence, verbal wordings and parseable verbal confidence
-BARE = {"models": ["runs/run1/final", "runs/run2/final"], "nominal": False, "n_verbal": 0, "parse": False,
-        "monitor": False, "diagnostic": True}
+BARE = {"models": [f"runs/{HOSTILE_FOLDER}/final", "runs/run2/final"], "nominal": False, "n_verbal": 0,
+        "parse": False, "monitor": False, "diagnostic": True}
 #: the variant root with a subset model (issue 39): model a alone, read out on the first N_SUBSET images only (the
 #: monitor on all of them), without the nominal equivalence
 N_SUBSET = 12

@@ -18,5 +18,15 @@ def test_colophon_words_say_what_each_store_recorded():
     assert w["loading_options"] == (
         "`trust_remote_code = false`, `allow_pickle = false` for `org/a` and `org/b`; "
         "`trust_remote_code = true`, `allow_pickle = false` for `org/c`; custom code declared but not run "
-        "(`trust_remote_code = false`): `org/a`'s config.json names `AModel` (auto_map), not run: the built-in "
+        "(`trust_remote_code = false`): `org/a`'s config.json names `AModel` (auto\\_map), not run: the built-in "
         "`Qwen2VLModel` was used instead")
+
+
+def test_colophon_words_show_a_hostile_model_id_as_written():
+    """A folder named with backticks and HTML stays one code span (its fence longer than its backticks): no raw
+    HTML, no end of the span inside the name."""
+    hostile = "ck`pt <img src=x onerror=alert(1)>"
+    w = colophon.colophon_words({hostile: {"ignored_generation_settings": "{}", "trust_remote_code": 0,
+                                           "allow_pickle": 0}})
+    assert w["ignored_generation_settings"].startswith(f"``{hostile}``: none")
+    assert w["loading_options"].endswith(f"for ``{hostile}``")

@@ -1,5 +1,7 @@
 """murk.report: plotting functions take data and return a figure; what the reader sees is checked here."""
 
+import re
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -177,6 +179,34 @@ def test_display_names_are_the_shortest_unique_suffixes():
     assert len(set(both.values())) == 2
     # Windows folders split too
     assert figures.display_names(["C:\\runs\\x\\final", "C:\\runs\\y\\final"])["C:\\runs\\x\\final"] == "x/final"
+
+
+@pytest.mark.parametrize("a, b, shown", [
+    ("/ckpt/a/smolvlm", "/ckpt/b/smоlvlm", ("a/smolvlm", "b/smоlvlm")),           # Cyrillic о: the parents tell
+    ("/ckpt/smolvlm", "/ckpt/smоlvlm", None),                                         # ... nothing tells: a digest
+    ("runs/Qwen", "runs/Ｑwen", None),                                                 # a full-width Q (NFKC)
+    ("runs/x\u200b/final", "runs/x/final", None),                                     # a zero-width space
+    ("org/model-a", "org/model\u2010a", None),                                        # a Unicode hyphen
+    ("org/a/m", "org/b/m", ("a/m", "b/m")),                                           # plain: unchanged
+])
+def test_display_names_that_would_print_alike_are_told_apart(a, b, shown):
+    """Issue 49: two folders whose names differ by a homoglyph, a compatibility form or an invisible character
+    keep the components that tell them apart, or carry a digest of their id; an invisible character is shown."""
+    names = figures.display_names([a, b], marked=[b])
+    assert names[b].endswith(" †") and len(set(names.values())) == 2
+    plain = {m: n.removesuffix(" †") for m, n in names.items()}
+    assert figures._skeleton(plain[a]) != figures._skeleton(plain[b])   # they print apart
+    if shown:
+        assert (plain[a], plain[b]) == shown
+    else:
+        for m in (a, b):
+            assert re.fullmatch(r".* \(#[0-9a-f]{6}\)", plain[m]), plain[m]
+    assert all("\u200b" not in n for n in names.values())
+
+
+def test_the_skeleton_check_can_fail():
+    """Without the skeleton the homoglyph pair would get two names that print alike."""
+    assert figures._skeleton("smolvlm") == figures._skeleton("smоlvlm") != figures._skeleton("smolvim")
 
 
 def test_legends_tell_models_with_the_same_last_part_apart():

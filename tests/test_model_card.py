@@ -87,3 +87,21 @@ def test_body_names_run_conditions_caveat_and_pipeline_check(small_cube):  # noq
     assert "items: 2 COCO val2017 images read out by this model (of 3" in body_check
     with pytest.raises(KeyError, match="no crossings"):
         report.model_card("murk/visibility-monitor", small_cube, crossings_of(models), numbers)
+
+
+def test_a_model_folder_named_with_markup_is_shown_as_written(small_cube):  # noqa: F811
+    """Issue 49: the card's heading and identity table show a folder named with HTML, a Markdown link and
+    backticks as code: the HTML of the body (GitHub's Markdown, as the Hub renders cards) holds no tag or link
+    from it, and the name as written."""
+    import html as html_lib
+
+    pypandoc = pytest.importorskip("pypandoc")
+    hostile = "runs/`x` <img src=x onerror=alert(1)> [x](javascript:alert(1)) a|b"
+    models = [hostile if str(m) == "org/a" else str(m) for m in small_cube["model"].values]
+    cube = small_cube.assign_coords(model=models)
+    cube["model_revision"] = cube["model_revision"].copy(data=np.array(["sha256:<b>|`r`"] * len(models), object))
+    _, body = _front(report.model_card(hostile, cube, crossings_of(models), numbers_of(models)))
+    assert body.lstrip().startswith(f"# murk read-outs of ``{hostile}``")
+    html = pypandoc.convert_text(body, "html5", format="gfm", extra_args=["--wrap=none"])   # the Hub's Markdown
+    assert "<img" not in html and "href=" not in html and "<b>" not in html
+    assert hostile in html_lib.unescape(html) and "sha256:<b>|`r`" in html_lib.unescape(html)

@@ -111,7 +111,7 @@ def test_missing_table_lists_bad_input_not_images_never_asked(tmp_path):
     rep = tmp_path / "items_report.json"
     rep.write_text(json.dumps({"image_checks": {"transposed": {"5": "image 5 is stored rotated: EXIF 6"}}}))
     md = st.missing_table(n, full, rep)
-    assert n["n_missing_items"] == "1" and "bad_image" in md and "| 3 |" not in md
+    assert n["n_missing_items"] == "1" and "bad\\_image" in md and "| 3 |" not in md   # the reason as data
     assert n["colophon.transposed_images"] == "image 5 (stored rotated)"
     md = st.missing_table(n, full.drop_vars("missing_reason"), tmp_path / "absent.json")
     assert n["n_missing_items"] == "0" and "every item was read out" in md and n["colophon.transposed_images"] == "none"

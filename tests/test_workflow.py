@@ -359,11 +359,37 @@ def test_model_entries_from_text():
     ([{"id": "org/a", "server": "http://h/v1; rm -rf /"}], "server must be the base URL"),
     ([{"id": "org/a", "served_model": "a"}], "served_model without server: add server"),
     ([{"id": "org/a", "server": "http://h:8000/v1", "max_in_flight": 0}], "max_in_flight must be a whole number"),
+    (["runs/a\nb/final"], r"the model id 'runs/a\\nb/final' holds U\+000A \(a line break\).*: rename the folder"),
+    (["runs/a\r\n"], r"U\+000D \(a line break\), U\+000A \(a line break\)"),
+    ([{"id": "/ckpt/smol\u202evlm"}], r"U\+202E \(RIGHT-TO-LEFT OVERRIDE\)"),
+    (["org/a\u200b"], r"U\+200B \(ZERO WIDTH SPACE\)"),
+    (["org/a\u2028b"], r"U\+2028 \(a line break\)"),
+    ([{"id": "org/a", "server": "http://h:8000/v1", "served_model": "a\tb"}], r"served_model 'a\\tb' holds U\+0009"),
 ])
 def test_model_entries_refusals_name_the_setting_and_the_fix(entries, match):
     with pytest.raises(ValueError, match=match) as e:
         core.model_entries(entries, 6, "offline_models (data/workflow.yaml)")
-    assert "offline_models (data/workflow.yaml)" in str(e.value)
+    assert "offline_models (data/workflow.yaml)" in str(e.value) and "\n" not in str(e.value)   # one line
+
+
+def test_a_model_folder_with_a_line_break_is_refused_naming_the_file_and_the_fix(tmp_path):
+    """Issue 49: a folder whose name holds a line break exists, yet the run settings refuse it before any job, in
+    one line naming the settings file, the entry and the fix (it would reach the paper unlike itself); a folder
+    named with markup (HTML, a Markdown link, mathtext) is data and is accepted."""
+    import yaml
+
+    odd, markup = tmp_path / "run\nfinal", tmp_path / "<img src=x onerror=alert(1)> [x](javascript:alert(1)) $x$"
+    odd.mkdir()
+    markup.mkdir()
+    cfg = yaml.safe_load((ROOT / "data" / "workflow.yaml").read_text())
+    cfg["offline_models"] = [str(odd)]
+    with pytest.raises(core.SettingsError) as e:
+        core.check_run_settings(cfg, origins={"offline_models": "run.yaml (--configfile)"}, offline=True, cwd=tmp_path)
+    (line,) = e.value.problems
+    assert line.startswith("offline_models: ") and " in run.yaml (--configfile): offline_models, entry 1: " in line
+    assert "U+000A (a line break)" in line and line.endswith("rename the folder (or give the id) without it")
+    cfg["offline_models"] = [str(markup)]
+    assert [m.id for m in core.check_run_settings(cfg, offline=True, cwd=tmp_path).model_entries] == [str(markup)]
 
 
 def test_study_settings_express_the_spec_design():

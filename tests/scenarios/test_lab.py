@@ -259,22 +259,11 @@ def test_snakemake_is_refused_a_root_a_lab_kernel_holds_until_it_is_shut_down(la
 
 # --- Run All in the browser after the offline demo (issue 39 item 5) ----------------------------------------------
 
-#: Debian's Chromium and its driver (apt-get install chromium chromium-driver; .ci/run installs them)
-CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-
-
 def _browser():
-    """Headless Chromium driven by selenium (shared/notes/real-tools.md: Debian's chromium + chromium-driver)."""
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed: pip install -e '.[test]'")
-    if not (CHROMIUM and CHROMEDRIVER):
-        pytest.skip("Chromium is not installed: apt-get install chromium chromium-driver (.ci/run installs them)")
-    from selenium.webdriver.chrome.service import Service
+    """Headless Chromium driven by selenium (:func:`stages.browser`)."""
+    import stages
 
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
-        opts.add_argument(a)
-    return webdriver.Chrome(options=opts, service=Service(CHROMEDRIVER))
+    return stages.browser()
 
 
 def _until(driver, cond, timeout: float, what: str, shot: Path):

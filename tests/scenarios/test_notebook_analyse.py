@@ -585,6 +585,10 @@ def test_one_number_style_in_every_number(numbers):
 
 
 STRAIGHT = str.maketrans({"‘": "'", "’": "'", "“": '"', "”": '"'})   # pandoc makes quotes curly
+#: the BARE variant's first model as the paper names it (its folder's name, then the last part both ids share):
+#: as written in the HTML's and the PDF's text, escaped in the Markdown of the numbers and tables
+HOSTILE_NAME = f"{synthetic.HOSTILE_FOLDER}/final"
+HOSTILE_MD = report.markdown_text(HOSTILE_NAME)
 
 
 @pytest.fixture(scope="module")
@@ -622,27 +626,63 @@ def test_design_diagnostics_name_the_confounded_design_and_clear_the_other(bare)
     assert all(n[f"diagnostic.floor.{c}.{t}.{b}"] == "none" for c in ("blank", "shuffled") for t in ("t2", "t3"))
     assert n[f"diagnostic.t3_blank_top_share.{b}"] == "0.50" and n[f"diagnostic.guesser.t3.{b}"] == "0.50"
     f = n["finding.diagnostic"]
-    assert ("On the blank image the t2 floor lies below chance for run1/final (0.00 [0.00, 0.00]): the distractors "
-            "carry a prior the model exploits against.") in f, f
-    assert "On the blank image run1/final (1.00) answers “No” to at least 0.90 of the t3 questions" in f, f
+    assert (f"On the blank image the t2 floor lies below chance for {HOSTILE_MD} (0.00 [0.00, 0.00]): the "
+            "distractors carry a prior the model exploits against.") in f, f
+    assert f"On the blank image {HOSTILE_MD} (1.00) answers “No” to at least 0.90 of the t3 questions" in f, f
     assert f.endswith("For run2/final † the controls show no design confound: its floors are at chance or between "
                       "chance and the prior guesser, and no answer dominates t3 on the blank image."), f
     assert "run2" not in f.split("For run2/final †")[0]   # flagged nowhere
-    assert "the controls show no design confound" in html and "the t2 floor lies below chance for run1/final" in html
+    assert "the controls show no design confound" in html
+    assert f"the t2 floor lies below chance for {HOSTILE_NAME}" in html   # the folder's name as written
 
 
 def test_models_with_the_same_last_part_keep_apart_everywhere(bare, synthetic_bare):
-    """Two local folders ``runs/run1/final``, ``runs/run2/final``: every sentence and table names them apart."""
+    """Two local folders ``runs/run1 <img …>/final``, ``runs/run2/final``: every sentence and table names them
+    apart."""
     n, html = bare
     root = synthetic_bare[0]
     assert n["option_mass.low_models"] == "run2/final"
     assert "of this model rest" in n["option_mass.footnote"] and "its results" in n["option_mass.footnote"]
     for key in ("finding.rq1.fog.t2", "finding.rq2.c_int.t2", "finding.controls.blank.t2"):
-        assert "run1/final" in n[key] and "run2/final †" in n[key], n[key]
+        assert HOSTILE_MD in n[key] and "run2/final †" in n[key], n[key]
         assert "final and final" not in n[key]
     for table in ("crossings", "end-of-sweep", "confident"):
         md = (paths.analysis_dir(root) / f"tbl-{table}.md").read_text(encoding="utf-8")
-        assert "| run1/final |" in md and "| run2/final † |" in md, (table, md[:400])
+        assert f"| {HOSTILE_MD} |" in md and "| run2/final † |" in md, (table, md[:400])
+
+
+def test_a_model_folder_named_with_markup_is_shown_as_written_in_the_html_and_the_pdf(synthetic_bare):
+    """Issue 49: the first model's folder is named with HTML (an ``onerror`` that sets the page's title), a
+    Markdown link to ``javascript:``, mathtext, a Typst rule, a citation, emphasis, code and a pipe. Headless
+    Chromium opens the paper and the two notebook views it links to: no script ran (the title is the page's
+    own), no image or link came from the name, no ``javascript:`` link exists, and the page's text holds the name
+    as written; the PDF's text holds it too, and the Typst rule in it set no page size."""
+    import subprocess
+    from pathlib import Path
+
+    root, res = synthetic_bare
+    flat = lambda t: " ".join(t.translate(STRAIGHT).split())  # noqa: E731  (line breaks of the layout)
+    driver = stages.browser()
+    try:
+        for page in (res["html"], *res["views"].values()):
+            html = Path(page).read_text(encoding="utf-8")
+            title = re.search(r"<title>(.*?)</title>", html, re.S)
+            driver.get(Path(page).resolve().as_uri())
+            got = driver.execute_script(
+                "return [document.title, document.querySelectorAll('img[src=\"x\"], img[onerror]').length,"
+                " Array.from(document.querySelectorAll('[href]')).filter("
+                "  e => /^\\s*javascript:/i.test(e.getAttribute('href'))).length, document.body.innerText];")
+            assert got[0] != "pwned" and got[0] == html_lib.unescape(title.group(1).strip() if title else ""), got[0]
+            assert got[1:3] == [0, 0], (page, got[1:3])
+            assert HOSTILE_NAME in flat(got[3]), page
+    finally:
+        driver.quit()
+    if shutil.which("pdftotext") is None:
+        pytest.skip("pdftotext not installed: apt-get install poppler-utils")
+    text = subprocess.run(["pdftotext", str(res["pdf"]), "-"], capture_output=True, text=True, check=True).stdout
+    assert flat(HOSTILE_NAME) in flat(text.replace("-\n", "-")), "the folder's name, as written, in the PDF"
+    info = subprocess.run(["pdfinfo", str(res["pdf"])], capture_output=True, text=True, check=True).stdout
+    assert "Page size" in info and "28.3" not in info.split("Page size:")[1].split("\n")[0], info   # not 1 cm wide
 
 
 def test_every_prompt_of_table_ii_reads_back_exactly_from_the_html_and_the_pdf(synthetic_paper):

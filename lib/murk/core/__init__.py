@@ -127,6 +127,8 @@ _COMMANDS = {
         "MODEL_ENTRY_KEYS",
         "ModelEntry",
         "model_entries",
+        "UNPRINTABLE_CATEGORIES",
+        "unprintable",
     ),
     "_online": (
         "announce",
@@ -233,6 +235,8 @@ __all__ = [
     "MODEL_ENTRY_KEYS",
     "ModelEntry",
     "model_entries",
+    "UNPRINTABLE_CATEGORIES",
+    "unprintable",
     "Setting",
     "SCHEMA",
     "COMMAND_LINE",

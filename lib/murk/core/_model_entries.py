@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-__all__ = ["MODEL_ENTRY_KEYS", "ModelEntry", "model_entries"]
+__all__ = ["MODEL_ENTRY_KEYS", "ModelEntry", "model_entries", "UNPRINTABLE_CATEGORIES", "unprintable"]
 
 
 # --- the models setting: its entries (moved from the markers, which read it) ---
@@ -109,8 +109,10 @@ def model_entries(entries: Any, n_items: int | None = None, setting: str = "mode
         ``id``, ``n_items`` is not an integer >= 1, a model is listed twice, or
         a text does not parse as a list, ``server`` is not an http(s) URL,
         ``served_model`` or ``max_in_flight`` is given without ``server``, or
-        ``max_in_flight`` is not an integer >= 1. The message names the setting,
-        the entry and the form to use.
+        ``max_in_flight`` is not an integer >= 1, or the id or ``served_model``
+        holds a line break or another character that prints nothing or reorders
+        the text (:func:`unprintable`: it would reach the paper unlike itself).
+        The message, one line, names the setting, the entry and the form to use.
     """
     if isinstance(entries, str):
         entries = _entries_from_text(entries, setting)
@@ -146,6 +148,7 @@ def model_entries(entries: Any, n_items: int | None = None, setting: str = "mode
             served = _served_fields(e, where, setting)
         else:
             raise ValueError(f"{where} is neither a model id nor a mapping: {_entry_form(setting)}")
+        _refuse_unprintable(mid, f"{setting}, entry {k}", "the model id")
         mid = mid.strip()
         if not mid:
             raise ValueError(f"{where}: the model id is empty; {_entry_form(setting)}")
@@ -161,6 +164,42 @@ def model_entries(entries: Any, n_items: int | None = None, setting: str = "mode
             served.setdefault("served_model", mid)
         out.append(ModelEntry(mid, None if n is None else int(n), **served))
     return out
+
+
+#: the Unicode categories of characters a name may not hold (:func:`unprintable`): controls (Cc: line breaks, tabs,
+#: escapes), format characters (Cf: zero-width spaces and joiners, bidirectional overrides and isolates, soft
+#: hyphens), line and paragraph separators (Zl, Zp), surrogates (Cs)
+UNPRINTABLE_CATEGORIES = ("Cc", "Cf", "Zl", "Zp", "Cs")
+
+
+def unprintable(text: str) -> list[str]:
+    """The characters of ``text`` that print nothing, break its line or reorder the text around them (Unicode
+    categories :data:`UNPRINTABLE_CATEGORIES`), each as its code point and name, in order of first occurrence.
+
+    A name holding one prints unlike itself (a line break ends the paragraph or table row it is in, a
+    bidirectional override reverses what follows, a zero-width space makes two names that print alike), so
+    murk refuses such a model id where it is read (:func:`model_entries`).
+
+    >>> unprintable("smol\\nvlm\\u202e"), unprintable("Qwen/Qwen3-VL-2B-Instruct")
+    (['U+000A (a line break)', 'U+202E (RIGHT-TO-LEFT OVERRIDE)'], [])
+    """
+    import unicodedata
+
+    out = []
+    for c in dict.fromkeys(str(text)):
+        if unicodedata.category(c) in UNPRINTABLE_CATEGORIES:
+            what = "a line break" if c in "\n\r\v\f\x85\u2028\u2029" else (
+                "a tab" if c == "\t" else unicodedata.name(c, "a control character"))
+            out.append(f"U+{ord(c):04X} ({what})")
+    return out
+
+
+def _refuse_unprintable(value: str, where: str, what: str) -> None:
+    bad = unprintable(value)
+    if bad:
+        raise ValueError(f"{where}: {what} {value!r} holds {', '.join(bad)}, which would print unlike the name "
+                         f"(a line break ends the paper's paragraph, an invisible or reordering character hides "
+                         f"which model it is): rename the folder (or give the id) without it")
 
 
 def _served_fields(e: dict, where: str, setting: str) -> dict[str, Any]:
@@ -182,6 +221,7 @@ def _served_fields(e: dict, where: str, setting: str) -> dict[str, Any]:
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"{where}: served_model must be the name the server serves the model under (its "
                              f"/v1/models), got {name!r}; leave it out to use the id")
+        _refuse_unprintable(name, where, "served_model")
         out["served_model"] = name.strip()
     if k is not None:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:

@@ -1,11 +1,12 @@
 """The report: number formatting, the numbers file and its provenance, the wording of findings (claims) and of
-design variants, figures and the paper's rendering (``python -m murk.report.paper``).
+design variants, names shown as data (a value escaped for Markdown or a figure), figures and the paper's rendering
+(``python -m murk.report.paper``).
 
 Layer 8 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
 pipeline). It may import the layers below it: core, scene, protocol, offline, readout, results, monitor. The
 names below are its public surface; the modules behind it (``_format``, ``_numbers``, ``_claims``,
-``_design_words``, ``_figures``, ``_figure_files``, ``_figures_beyond``, ``_markdown``, ``_atomic``, ``_cells``,
-``_resolve``, ``_settings_table``, ``_spec_map``, ``_view``, ``_render``, ``_abstract``, ``_analyses``,
+``_design_words``, ``_figures``, ``_figure_files``, ``_figures_beyond``, ``_markdown``, ``_escape``, ``_atomic``,
+``_cells``, ``_resolve``, ``_settings_table``, ``_spec_map``, ``_view``, ``_render``, ``_abstract``, ``_analyses``,
 ``_colophon``, ``_findings``, ``_rq_findings``, ``_scores``, ``_tables``, ``_controls``, ``_study_tables``, ``_model_card``, ``_export``) are its
 implementation, and ``paper`` and ``export`` its commands.
 """
@@ -230,12 +231,17 @@ _MODULES = {
         "typst_options",
         "TYPST_HEADER",
         "LUA_FILTER",
+        "TYPST_TEXT_FILTER",
         "SECTION_FILTER",
         "LUA_FILTERS",
     ),
     "_view": (
         "notebook_view",
         "view_name",
+    ),
+    "_escape": (
+        "markdown_text",
+        "plot_text",
     ),
     "_markdown": (
         "markdown_table",
@@ -457,7 +463,10 @@ __all__ = [
     "verbatim",
     "estimate_cell",
     "CELL_BREAK",
+    "markdown_text",
+    "plot_text",
     "LUA_FILTER",
+    "TYPST_TEXT_FILTER",
     "SECTION_FILTER",
     "LUA_FILTERS",
     "SPEC_SECTIONS",

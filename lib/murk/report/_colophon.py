@@ -7,6 +7,8 @@ import json
 from typing import Any, Mapping
 
 from murk.report._format import fmt_list
+from murk.report._escape import markdown_text
+from murk.report._markdown import verbatim
 
 
 def _generation_value(v: Any) -> str:
@@ -20,7 +22,8 @@ def _generation_value(v: Any) -> str:
 
 
 def colophon_words(store_attrs: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
-    """What each model's read-out store recorded about its loading, in the colophon's words.
+    """What each model's read-out store recorded about its loading, in the colophon's words (Markdown: each model
+    id and each name a checkpoint's files gave in a code span, :func:`murk.report.verbatim`, shown as written).
 
     Parameters
     ----------
@@ -46,21 +49,23 @@ def colophon_words(store_attrs: Mapping[str, Mapping[str, Any]]) -> dict[str, st
     '`trust_remote_code = false`, `allow_pickle = false` for `a`; not recorded (an older store) for `b`'
     """
     gen_parts, load_groups, not_run_parts = [], {}, []
-    for m, a in store_attrs.items():
+    for model, a in store_attrs.items():
+        m = verbatim(model)   # a code span holding the id as written, whatever backticks it holds
         raw = a.get("ignored_generation_settings")
         try:
             ignored = json.loads(raw) if isinstance(raw, str) else raw
         except json.JSONDecodeError:
             ignored = None
         if ignored is None:
-            gen_parts.append(f"`{m}`: not recorded")
+            gen_parts.append(f"{m}: not recorded")
         elif not ignored:
-            gen_parts.append(f"`{m}`: none (its generation configuration is greedy)")
+            gen_parts.append(f"{m}: none (its generation configuration is greedy)")
         else:
-            gen_parts.append(f"`{m}`: " + ", ".join(f"`{k} = {_generation_value(v)}`" for k, v in sorted(ignored.items())))
+            gen_parts.append(f"{m}: " + ", ".join(verbatim(f"{k} = {_generation_value(v)}")
+                                                  for k, v in sorted(ignored.items())))
         opts = (", ".join(f"`{o} = {str(bool(int(a[o]))).lower()}`" for o in ("trust_remote_code", "allow_pickle"))
                 if all(o in a for o in ("trust_remote_code", "allow_pickle")) else "not recorded (an older store)")
-        load_groups.setdefault(opts, []).append(f"`{m}`")
+        load_groups.setdefault(opts, []).append(m)
         try:
             not_run = json.loads(a.get("custom_code_not_run") or "{}")
         except json.JSONDecodeError:
@@ -68,8 +73,9 @@ def colophon_words(store_attrs: Mapping[str, Mapping[str, Any]]) -> dict[str, st
         for where, what in sorted(not_run.items()):
             custom, _, used = what.partition(" -> ")
             file, _, auto = where.partition(" ")
-            not_run_parts.append(f"`{m}`'s {file} names `{custom}` ({auto}), not run: "
-                                 + (f"the built-in `{used}` was used instead" if used else "not used by murk"))
+            not_run_parts.append(f"{m}'s {markdown_text(file)} names {verbatim(custom)} ({markdown_text(auto)}), not "
+                                 f"run: " + (f"the built-in {verbatim(used)} was used instead" if used else
+                                             "not used by murk"))
     return {"ignored_generation_settings": "; ".join(gen_parts),
             "loading_options": "; ".join(f"{opts} for {fmt_list(ms)}" for opts, ms in load_groups.items())
             + ("; custom code declared but not run (`trust_remote_code = false`): " + "; ".join(not_run_parts)

@@ -12,7 +12,7 @@ import xarray as xr
 from murk import core, protocol, results, scene
 from murk.report._design_words import describe_design, design_name
 from murk.report._format import fmt, fmt_estimate, fmt_level
-from murk.report._markdown import estimate_cell, markdown_table
+from murk.report._markdown import estimate_cell, markdown_table, verbatim
 from murk.report._tables import design_comparison_words, design_row, diagnostic_finding, marker_finding
 
 if TYPE_CHECKING:
@@ -239,10 +239,10 @@ def design_comparison(numbers, ds: xr.Dataset, compare_with: str | Path | None, 
     if compare_with:
         other_root = Path(compare_with).expanduser().resolve()
         if other_root == Path(core.output_dir(output_dir)).resolve():
-            why = f"compare_with names this run's own folder {other_root}"
+            why = f"compare_with names this run's own folder {verbatim(other_root)}"
         elif not core.cube_store(other_root).exists() or not core.items_file(other_root).is_file():
-            why = (f"{other_root} holds no analysed run (cube.zarr, items.json): run that design first, e.g. make "
-                   f"demo for the study's design into outputs")
+            why = (f"{verbatim(other_root)} holds no analysed run (cube.zarr, items.json): run that design first, "
+                   f"e.g. make demo for the study's design into outputs")
         else:
             _, o_meta = protocol.read_items(other_root)
             o_cfg = protocol.config_of(o_meta)
@@ -276,7 +276,7 @@ def design_comparison(numbers, ds: xr.Dataset, compare_with: str | Path | None, 
     elif why:
         out = f"The design comparison was not made: {why}."
     else:
-        out = (f"The run compared, in {other_root}, uses {design_name(o_cfg)}. " + " ".join(sentences)
+        out = (f"The run compared, in {verbatim(other_root)}, uses {design_name(o_cfg)}. " + " ".join(sentences)
                + ("" if o_models & set(models) else " It read out none of this run's models."))
     record("finding.design_comparison", out)
     return rows, why

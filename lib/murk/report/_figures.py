@@ -10,6 +10,9 @@ safe "muted" scheme).
 from __future__ import annotations
 
 
+import hashlib
+import unicodedata
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -19,6 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402
 
+from murk.report._escape import plot_text  # noqa: E402
 from murk.report._format import fmt_level  # noqa: E402
 from murk.results import sweep_visibility  # noqa: E402
 
@@ -57,8 +61,42 @@ def _parts(model: str) -> list[str]:
     return [p for p in str(model).replace("\\", "/").split("/") if p]
 
 
+#: letters of other scripts, and dashes, that print as a Latin letter or a hyphen in the paper's fonts: the Cyrillic
+#: and Greek rows of Unicode's confusables (UTS #39, ``confusables.txt``) whose prototype is one Latin letter, and
+#: the hyphens and minus; with NFKC (which folds full-width and compatibility forms) they make the skeleton
+#: :func:`display_names` compares names by
+_CONFUSABLE = str.maketrans(
+    "асеорхуіјѕһԁԛԝӏАВЕКМНОРСТХІЈЅУЬ"   # Cyrillic
+    "αιορνυκτΑΒΕΖΗΙΚΜΝΟΡΤΥΧı"           # Greek, and the dotless i
+    "\u2010\u2011\u2012\u2013\u2212",           # hyphens, figure and en dash, minus
+    "aceopxyijshdqwlABEKMHOPCTXIJSYb"
+    "aiopvuktABEZHIKMNOPTYXi"
+    "-----")
+
+
+def _skeleton(text: str) -> str:
+    """The form two names share when they print alike: NFKC, the confusable letters mapped to their Latin
+    prototype (:data:`_CONFUSABLE`), the characters that print nothing (Unicode categories Cc and Cf: controls,
+    zero-width characters, bidirectional overrides) dropped.
+
+    >>> _skeleton("smolvlm") == _skeleton("smоlvlm")    # the second "о" is Cyrillic
+    True
+    """
+    text = unicodedata.normalize("NFKC", str(text)).translate(_CONFUSABLE)
+    return "".join(c for c in text if unicodedata.category(c) not in ("Cc", "Cf"))
+
+
+def _visible(text: str) -> str:
+    """``text`` with each character that prints nothing or moves the text around it (categories Cc, Cf, Zl, Zp:
+    a line break, a zero-width character, a bidirectional override) shown as its code point, ``<U+202E>``:
+    model ids holding one are refused where they are read (:func:`murk.core.model_entries`), this shows one
+    from an older store."""
+    return "".join(f"<U+{ord(c):04X}>" if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") else c for c in text)
+
+
 def display_names(models, marked=()) -> dict[str, str]:
-    """Display names of a run's models: for each, the shortest suffix of its id that no other model shares.
+    """Display names of a run's models: for each, the shortest suffix of its id that no other model shares, and
+    never two names that print alike.
 
     The id is split into path components (``/``; a local folder's ``\\`` too), and a model
     is named by its last ``k`` components with the smallest ``k`` that tells it from every
@@ -66,6 +104,16 @@ def display_names(models, marked=()) -> dict[str, str]:
     their first part, ``…/run1/final`` and ``…/run2/final`` become ``run1/final`` and
     ``run2/final``, while a model whose last part is unique is named by it alone. The same
     names are used in every figure legend (:func:`model_label`), table and sentence.
+
+    Components are compared by their skeleton (:func:`_skeleton`: NFKC, confusable letters of other scripts
+    as their Latin prototype, invisible characters dropped), so that two folders whose names differ by a
+    homoglyph (a Cyrillic ``о`` for a Latin ``o``), a full-width letter or a zero-width character keep as many
+    components as tell them apart in print; two ids that print alike as a whole are each followed by a short
+    digest of the id, `` (#1a2b3c)`` (the first six hexadecimal digits of its SHA-256). A character that prints
+    nothing is shown as its code point (``<U+200B>``).
+
+    The names are plain text: escape them for the context they land in (:func:`murk.report.markdown_text` in
+    Markdown, :func:`murk.report.plot_text` in a figure; :func:`model_label` does).
 
     Parameters
     ----------
@@ -86,9 +134,14 @@ def display_names(models, marked=()) -> dict[str, str]:
     ...                       marked=["murk-tiny/smolvlm"])
     >>> list(names.values())
     ['murk-tiny/smolvlm †', 'murk-realformat/smolvlm', 'Qwen3-VL-2B-Instruct']
+    >>> list(display_names(["/ckpt/a/smolvlm", "/ckpt/b/smоlvlm"]).values())   # a Cyrillic "о"
+    ['a/smolvlm', 'b/smоlvlm']
+    >>> list(display_names(["ckpt/smolvlm", "ckpt/smоlvlm"]).values())
+    ['ckpt/smolvlm (#cd7de2)', 'ckpt/smоlvlm (#92546e)']
     """
     ids = list(dict.fromkeys(str(m) for m in models))
-    parts = {m: _parts(m) or [m] for m in ids}
+    parts = {m: [_skeleton(p) for p in (_parts(m) or [m])] for m in ids}
+    shown = {m: _parts(m) or [m] for m in ids}
     marks = {str(m) for m in marked}
     out = {}
     for m in ids:
@@ -98,9 +151,14 @@ def display_names(models, marked=()) -> dict[str, str]:
             if not any(parts[o][-k:] == suffix for o in ids if o != m):
                 break
         unique = not any(parts[o][-k:] == p[-k:] for o in ids if o != m)
-        name = "/".join(p[-k:]) if unique else m      # an id that is a suffix of another: the id itself
-        out[m] = name + (f" {LOW_MASS_MARK}" if m in marks else "")
-    return out
+        out[m] = "/".join(shown[m][-k:]) if unique else m      # an id that is a suffix of another: the id itself
+    alike: dict[str, list[str]] = {}
+    for m in ids:
+        alike.setdefault(_skeleton(out[m]), []).append(m)
+    for group in alike.values():
+        for m in group if len(group) > 1 else ():
+            out[m] += f" (#{hashlib.sha256(m.encode('utf-8', 'surrogatepass')).hexdigest()[:6]})"
+    return {m: _visible(out[m]) + (f" {LOW_MASS_MARK}" if m in marks else "") for m in ids}
 
 
 #: the mark of a model whose first token is not the answer (median clean option mass below
@@ -110,8 +168,9 @@ LOW_MASS_MARK = "†"
 
 def model_label(model: str, marked=(), models=()) -> str:
     """Legend label of a model: its :func:`display_names` name among ``models`` (the models drawn; default the
-    model alone, i.e. its last path part), with `` †`` (:data:`LOW_MASS_MARK`) when it is in ``marked``."""
-    return display_names([*[str(m) for m in models], str(model)], marked)[str(model)]
+    model alone, i.e. its last path part), with `` †`` (:data:`LOW_MASS_MARK`) when it is in ``marked``, escaped
+    for matplotlib (:func:`murk.report.plot_text`: a ``$`` in a folder's name starts no mathtext)."""
+    return plot_text(display_names([*[str(m) for m in models], str(model)], marked)[str(model)])
 
 
 #: notes written into a panel where a model has no values, by read-out
@@ -554,7 +613,7 @@ def plot_scene_levels(image, depth_m, bbox, visibilities_m=SCENE_LEVELS_M, *, bo
         axes[r, 0].set_ylabel(arm, fontsize=9)
     if depth_label:
         note = " (approximate: metres rest on the assumed depth scale)" if approximate else ""
-        fig.suptitle(f"depth: {depth_label}{note}", fontsize=9)
+        fig.suptitle(f"depth: {plot_text(depth_label)}{note}", fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -757,7 +816,7 @@ def example_caption(answer: str, correct, c_int: float, verbal_conf: float, abst
 
     a = float(abstained) if abstained is not None else float("nan")
     decision = ABSTAIN_WORDS[a == 1] if np.isfinite(a) else "abst. n/a"
-    return f"{answer} {'✓' if correct == 1 else '✗'}\nc={fmt(c_int)} v={fmt(verbal_conf)} {decision}"
+    return f"{plot_text(answer)} {'✓' if correct == 1 else '✗'}\nc={fmt(c_int)} v={fmt(verbal_conf)} {decision}"
 
 
 def plot_item_grid(tiles, row_labels, col_labels, captions=None, tile_px: float = 1.6, title: str | None = None):

@@ -9,6 +9,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from murk.report._claims import UNDEFINED, they
+from murk.report._markdown import verbatim
 from murk.report._format import (fmt, fmt_crossing, fmt_estimate, fmt_level, fmt_list, fmt_range,
                                  fmt_visibility_estimate)
 
@@ -263,11 +264,12 @@ def run_words(depth_backend: str, approximate: bool, depth_model: str, constant_
     approximate : bool
         It is the offline constant depth (the cube's ``depth_approximate``).
     depth_model : str
-        The depth checkpoint (``""``: none recorded).
+        The depth checkpoint (``""``: none recorded); shown as written in a code span (a line break as ⏎).
     constant_depth_m : float
         The constant depth's value (:data:`murk.scene.CONSTANT_DEPTH_M`).
     pipeline_check : sequence of str
-        The models (as printed) read out from random-weight checkpoints.
+        The models (as printed: Markdown, e.g. :func:`murk.report.verbatim` of each id) read out from random-weight
+        checkpoints.
 
     Returns
     -------
@@ -276,12 +278,12 @@ def run_words(depth_backend: str, approximate: bool, depth_model: str, constant_
     """
     return {
         "methods.depth": (
-            f"Metric depth comes from the `{depth_backend}` backend, an explicit approximation used because "
+            f"Metric depth comes from the {verbatim(depth_backend)} backend, an explicit approximation used because "
             f"no depth weights were available: every pixel is placed at {constant_depth_m:g} m, the spec's median "
             "scene depth, so the fog is uniform over each image and the crossing visibilities in metres rest on that "
             "assumption (W does not)" if approximate else
-            f"Metric depth comes from `{depth_backend}`"
-            + (f" (checkpoint `{depth_model}`)" if depth_model else "")
+            f"Metric depth comes from {verbatim(depth_backend)}"
+            + (f" (checkpoint {verbatim(' ⏎ '.join(str(depth_model).splitlines()))})" if depth_model else "")
             + (" [@depthanythingv2]" if "depth-anything" in depth_backend else "")
             + ", estimated on the clean image"),
         "depth_note": (

@@ -9,17 +9,44 @@ from typing import Mapping
 __all__ = ["markdown_table", "verbatim", "estimate_cell", "CELL_BREAK"]
 
 
+#: a ``|`` with the backslashes before it
+_PIPE_RE = re.compile(r"(\\*)\|")
+#: a code span: a run of backticks not escaped, its content, the same run (CommonMark and pandoc)
+_CODE_SPAN_RE = re.compile(r"(?<![\\`])(`+)(?!`).*?(?<!`)\1(?!`)", re.S)
+
+
+def _cell(text) -> str:
+    """A table cell's text with each ``|`` outside a code span escaped, unless it is already (after an odd
+    number of backslashes, as :func:`murk.report.markdown_text` writes it). Inside a code span pandoc's pipe
+    tables keep a ``|`` in the cell and would show a backslash before it (pandoc 3.9), so it stays as it is.
+
+    >>> _cell("x|y"), _cell("x\\\\|y"), _cell("`a|b` c|d")
+    ('x\\\\|y', 'x\\\\|y', '`a|b` c\\\\|d')
+    """
+    text, out, at = str(text), [], 0
+    pipes = lambda t: _PIPE_RE.sub(lambda m: m.group(1) + ("|" if len(m.group(1)) % 2 else "\\|"), t)  # noqa: E731
+    for m in _CODE_SPAN_RE.finditer(text):
+        out += [pipes(text[at:m.start()]), m.group(0)]
+        at = m.end()
+    return "".join(out) + pipes(text[at:])
+
+
 def markdown_table(rows: list[Mapping[str, str]], columns: list[str] | None = None) -> str:
     """A pipe table (pandoc/Quarto Markdown) from a list of row dicts of strings.
 
     The separator's dashes are proportional to each column's widest cell (at
     least its header's longest word), which pandoc turns into relative column
-    widths for wide tables (PDF), so that short columns do not wrap.
+    widths for wide tables (PDF), so that short columns do not wrap. A ``|`` in a cell is escaped unless it is
+    already (after an odd number of backslashes, as :func:`murk.report.markdown_text` writes it) or inside a
+    code span (:func:`verbatim`).
+
+    >>> markdown_table([{"a": "x|y", "b": "x\\\\|y"}])
+    '| a | b |\\n|----|----|\\n| x\\\\|y | x\\\\|y |\\n'
     """
     if not rows:
         return "*(no rows)*\n"
     columns = columns or list(rows[0])
-    esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
+    esc = _cell
     width = {c: max([max((len(w) for w in str(c).split()), default=1)]
                     + [len(esc(r.get(c, ""))) for r in rows]) for c in columns}
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("-" * max(3, width[c]) for c in columns) + "|"]
@@ -53,8 +80,9 @@ def verbatim(text: str) -> str:
     nor Typst (smart quotes, markup) changes a character.
 
     The span's fence is one backtick longer than the longest run of backticks in ``text`` (CommonMark and
-    pandoc), padded with a space where ``text`` starts or ends with a backtick; ``|`` is left to
-    :func:`markdown_table` to escape. A newline has no place in a table cell: replace it first.
+    pandoc), padded with a space where ``text`` starts or ends with a backtick; a ``|`` needs no escape in
+    the cell of a pandoc pipe table (:func:`markdown_table` leaves it; GitHub's Markdown needs ``\\|``). A
+    newline has no place in a table cell: replace it first.
 
     Raises
     ------

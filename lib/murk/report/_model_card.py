@@ -24,6 +24,7 @@ import xarray as xr
 
 import murk
 from murk import core
+from murk.report._markdown import verbatim
 
 __all__ = ["CARD_SIGNALS", "DEPTH_SCALE_CAVEAT", "model_card", "model_index"]
 
@@ -209,7 +210,7 @@ def model_card(model: str, cube: xr.Dataset, crossings: xr.Dataset, numbers: Map
              ("config hash", a.get("config_hash", "")), ("items hash", a.get("items_hash", "")),
              ("git commit", a.get("git_commit", "")), ("murk version", murk.__version__),
              ("model revision", revision), ("depth backend", a.get("depth_backend", ""))]
-    body = [f"# murk read-outs of `{model}`", ""]
+    body = [f"# murk read-outs of {verbatim(model)}", ""]   # the id as written (a folder's name is data)
     if check:
         note = str(numbers.get("pipeline_check_note", "This model is a tiny random-weight checkpoint built offline "
                                                       "by murk: its numbers test the pipeline and say nothing about "
@@ -220,7 +221,8 @@ def model_card(model: str, cube: xr.Dataset, crossings: xr.Dataset, numbers: Map
              "crossing visibility (where it reaches mid-way between its clean value and its floor) and the "
              "blind-spot width W = log10(V_acc / V_aware) (W > 0: the signal falls later, in murkier conditions, "
              "than accuracy).", "", "## Run", "", "| | |", "|---|---|"]
-    body += [f"| {k} | `{v}` |" for k, v in ident if v != ""]
+    cells = {k: verbatim(str(v)).replace("|", r"\|") for k, v in ident}   # a value as written; a | splits no cell
+    body += [f"| {k} | {cells[k]} |" for k, v in ident if v != ""]
     body += ["", "## Conditions", "", *_conditions(cube, model), "", "## Crossing visibilities and blind-spot widths",
              "", f"Point estimates with {numbers.get('ci_percent', '')} % bootstrap intervals over images; ≤ and ≥ "
                  "mark bounds (a crossing not reached within the sweep); n/a: undefined.", "",

@@ -23,7 +23,7 @@ from murk.report._resolve import refuse_mixed_paper, resolve_qmd, stamp_html
 from murk.report._view import notebook_view, view_name
 
 __all__ = ["crossref", "label_numbers", "render_paper", "typst_options", "TYPST_HEADER", "LUA_FILTER",
-           "SECTION_FILTER", "LUA_FILTERS"]
+           "SECTION_FILTER", "TYPST_TEXT_FILTER", "LUA_FILTERS"]
 
 
 LABEL_RE = re.compile(r"\{#((fig|tbl)-[A-Za-z0-9_-]+)\}")
@@ -115,8 +115,12 @@ LUA_FILTER = "linebreak.lua"
 #: the Lua filter that numbers the sections as the spec does (I–VI, subsections A, B, …, appendices A, B, …;
 #: Quarto's number-sections would be Arabic): run by Quarto (``_quarto.yml``) and by :func:`render_paper`
 SECTION_FILTER = "sections.lua"
+#: the Lua filter that writes the text pandoc's Typst writer leaves as a Typst shorthand (``...``, ``-?``) escaped,
+#: so that a value (a model's folder name, :func:`murk.report.markdown_text`) prints in the PDF as written: run by
+#: Quarto (``_quarto.yml``) and by :func:`render_paper`
+TYPST_TEXT_FILTER = "typst-text.lua"
 #: the Lua filters of both renderers, in the order they run (``_quarto.yml``'s ``filters:``)
-LUA_FILTERS = (LUA_FILTER, SECTION_FILTER)
+LUA_FILTERS = (LUA_FILTER, SECTION_FILTER, TYPST_TEXT_FILTER)
 
 
 def typst_options(quarto_yml: str | os.PathLike | None = None) -> dict:

@@ -14,7 +14,8 @@ import xarray as xr
 
 from murk import core, monitor, readout, results, scene
 from murk.report._format import NOT_COMPUTED, fmt, fmt_level, fmt_list, fmt_range
-from murk.report._markdown import markdown_table
+from murk.report._escape import markdown_text, plot_text
+from murk.report._markdown import markdown_table, verbatim
 from murk.report._tables import SIGNAL_COLUMNS, nominal_table
 
 if TYPE_CHECKING:
@@ -388,7 +389,7 @@ def example_tiles(ds: xr.Dataset, table: "pd.DataFrame", image_dir: str | Path, 
                 cap.append(example_caption(answer, c.sel(readout="correct").item(), c.sel(readout="c_int").item(),
                                            c.sel(readout="verbal_conf").item(), c.sel(readout="abstain").item()))
             captions.append(cap)
-            row_labels.append(f"{row['category']} · {arm}")
+            row_labels.append(plot_text(f"{row['category']} · {arm}"))
     return tiles, captions, row_labels
 
 
@@ -417,7 +418,8 @@ def missing_table(numbers, full: xr.Dataset, items_report: str | Path) -> str:
         for mi, m in enumerate(full["model"].values):
             for ii, img in enumerate(full["image"].values):
                 if str(reasons[mi, ii]) and str(reasons[mi, ii]) != results.NOT_RUN:
-                    rows.append({"model": f"`{m}`", "image": str(int(img)), "reason": str(reasons[mi, ii])})
+                    rows.append({"model": verbatim(m), "image": str(int(img)),
+                                 "reason": markdown_text(" ".join(str(reasons[mi, ii]).split()))})
     numbers.record("n_missing_items", len({r["image"] for r in rows}))
     # images stored rotated that every stage used transposed (the select stage's record, murk.protocol.image_checks)
     items_report = Path(items_report)
@@ -453,8 +455,8 @@ def models_table(numbers, ds: xr.Dataset, low_mass: Sequence[str], mark: str = "
     """
     key = core.model_slug
     return markdown_table([
-        {"model": f"`{m}`" + (f" {mark}" if str(m) in low_mass else ""), "items (n)": str(int(n)),
-         "revision": f"`{str(rev)[:23 if str(rev).startswith('sha256:') else 12] or 'n/a'}`",
+        {"model": verbatim(m) + (f" {mark}" if str(m) in low_mass else ""), "items (n)": str(int(n)),
+         "revision": verbatim(str(rev)[:23 if str(rev).startswith('sha256:') else 12] or 'n/a'),
          "visual tokens / image": str(int(nv)),
          "option mass (clean, t2 / t3)": f"{numbers[f'option_mass.{key(m)}.t2']} / {numbers[f'option_mass.{key(m)}.t3']}",
          "pipeline check": "yes (tiny random weights)" if bool(p) else "no"}
