@@ -177,8 +177,18 @@ def test_second_run_on_a_live_root_is_refused_naming_it_and_other_roots_run(tmp_
         assert str(a) in msg and f"pid {live.p.pid}" in msg and "output_dir=outputs-NEW" in msg
         assert "--unlock" not in msg and "Nothing was changed" in msg
         (tmp_path / "link").symlink_to(a, target_is_directory=True)  # another spelling of the same root
-        (a).mkdir()
+        assert (a / core.ROOT_LOCK_DIR).is_dir()   # the lock lives in the root (made as Snakemake would make it)
         assert _Run(snake, tmp_path / "link").done() == 3
+        clone = tmp_path / "clone" / ".snakemake"   # a second git clone: its own .snakemake/, the same root
+        clone.mkdir(parents=True)
+        second = _Run(clone, a)
+        assert second.done() == 3 and not (clone / "locks").exists()
+        msg = second.out["refused"]
+        assert f"the output root {a} is in use by a live run of this workflow (pid {live.p.pid}" in msg
+        assert f"from the checkout {work}: snakemake --config x" in msg and "output_dir=outputs-NEW" in msg
+        assert "\n" not in msg
+        dry = _Run(clone, a, "dry")   # make plan from the clone names the live run of the other checkout
+        assert dry.done() == 0 and dry.out["live"]["pid"] == live.p.pid and dry.out["live"]["checkout"] == str(work)
         other = _Run(snake, b)  # another output root of the checkout runs alongside
         assert other.done() == 0 and other.out["held"]
         dry = _Run(snake, a, "dry")  # a dry run alongside the live run: allowed, takes nothing

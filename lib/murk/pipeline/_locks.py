@@ -81,10 +81,11 @@ import hashlib
 import json
 import os
 import re
-import secrets
 import time
 from pathlib import Path
 from typing import NamedTuple, Sequence
+
+from murk import core
 
 __all__ = ["RootInUse", "StoreInUse", "RunLock", "store_lock_files", "hold_store_lock", "ROOTS_DIR", "RUN_FLOCK", "INSPECT_FLAGS", "root_key", "root_lock_files",
            "root_holder", "live_runs", "lock_file_roots", "stale_snakemake_locks", "hold_root_lock",
@@ -107,9 +108,11 @@ INSPECT_FLAGS = ("--summary", "-S", "--detailed-summary", "-D", "--dag", "--rule
                  "--print-compilation")
 
 #: environment variable naming the root a run holds and its token (``<root>::<token>``), exported to its jobs
-RUN_ENV = "MURK_RUN_LOCK"
-#: the kinds of holder a stage run records (:func:`hold_for_stage`); a Snakemake run records ``snakemake``
-STAGE_KINDS = ("jupyterlab", "papermill", "murk.pipeline.execute", "kernel")
+#: (its home: :data:`murk.core.RUN_ENV`, which the report modules read too)
+RUN_ENV = core.RUN_ENV
+#: the kinds of holder that write outside a Snakemake run (:func:`hold_for_stage`, the report modules by hand); a
+#: Snakemake run records ``snakemake``
+STAGE_KINDS = core.BY_HAND_KINDS
 
 #: fds of the locks this process holds (kept open for its lifetime; the kernel releases them at exit)
 _HELD: dict[str, int] = {}
@@ -217,21 +220,29 @@ def _is_held(flock_path: Path) -> bool:
     return _blocked(flock_path, fcntl.LOCK_SH)
 
 
-def root_holder(output_dir: str | os.PathLike, snakemake_dir: str | os.PathLike = ".snakemake") -> dict | None:
-    """The record of the live run that holds an output root's lock, or None when no run holds it.
-
-    Returns
-    -------
-    dict or None
-        Keys ``root`` (str, real path), ``pid`` (int), ``started`` (str, UTC), ``command``
-        (str); ``{"root": …}`` only when the record is unreadable. This process's own root
-        lock counts as held.
-    """
+def _checkout_holder(output_dir: str | os.PathLike, snakemake_dir: str | os.PathLike) -> dict | None:
+    """The record of the live process of this checkout that holds an output root (its ``murk-roots/`` lock)."""
     flock, record = root_lock_files(output_dir, snakemake_dir)
     root = root_key(output_dir)
     if str(root) in _HELD_ROOTS.get(str(Path(snakemake_dir).resolve()), set()) or _is_held(flock):
         return _read_json(record) or {"root": str(root)}
     return None
+
+
+def root_holder(output_dir: str | os.PathLike, snakemake_dir: str | os.PathLike = ".snakemake") -> dict | None:
+    """The record of the live run that holds an output root's lock, or None when no run holds it.
+
+    The root's own lock (:func:`murk.core.root_writer`: any checkout, any writer) and the checkout's
+    (``<snakemake_dir>/murk-roots/``, which earlier murk kept alone) are both read.
+
+    Returns
+    -------
+    dict or None
+        Keys ``root`` (str, real path), ``pid`` (int), ``started`` (str, UTC), ``command``
+        (str), and in the root's record ``kind``, ``host``, ``checkout``; ``{"root": …}`` only when the record is
+        unreadable. This process's own root lock counts as held.
+    """
+    return _checkout_holder(output_dir, snakemake_dir) or core.root_writer(root_key(output_dir))
 
 
 
@@ -247,7 +258,7 @@ def live_runs(snakemake_dir: str | os.PathLike = ".snakemake") -> list[dict]:
     d = Path(snakemake_dir)
     out = []
     for rec in _records(d):
-        held = root_holder(rec["root"], d)
+        held = _checkout_holder(rec["root"], d)
         if held is not None:
             out.append(held)
     return out
@@ -324,7 +335,7 @@ def stale_snakemake_locks(snakemake_dir: str | os.PathLike = ".snakemake", own_r
         if r == own:
             return True
         if r not in held:
-            held[r] = root_holder(r, d) is not None
+            held[r] = _checkout_holder(r, d) is not None   # this checkout's Snakemake locks: its own runs
         return not held[r]
 
     out = []
@@ -347,25 +358,18 @@ def _command(argv: Sequence[str] | None) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-def _describe(rec: dict) -> str:
-    bits = [f"pid {rec['pid']}" if rec.get("pid") else "pid unknown"]
-    if rec.get("started"):
-        bits.append(f"started {rec['started']}")
-    cmd = f": {rec['command']}" if rec.get("command") else ""
-    return ", ".join(bits) + cmd
+_describe = core.describe_root_writer   # a holder's record in words (pid, host, checkout, start, command)
+_who = core.root_writer_words           # who holds a root, and what ends the hold
 
 
-def _who(rec: dict) -> tuple[str, str]:
-    """Who holds a root, for a message (from its record), and what ends the hold."""
-    kind = rec.get("kind", "snakemake")
-    if kind == "jupyterlab":
-        when = f", started {rec['started']}" if rec.get("started") else ""
-        return (f"a JupyterLab kernel (pid {rec.get('pid', '?')}, notebook {rec.get('notebook', '?')}{when}), "
-                f"which holds it until the kernel is shut down",
-                "shut that kernel down (JupyterLab: Kernel > Shut Down Kernel)")
-    if kind in STAGE_KINDS:
-        return f"a stage run by hand ({rec.get('stage', '?')}: {_describe(rec)})", "wait until it ends"
-    return f"a live run of this workflow ({_describe(rec)})", "wait until that run ends"
+def _take_in_root(root: Path, rec: dict) -> bool:
+    """Take the root's own writer lock (:func:`murk.core.take_root_writer`) with ``rec``; False when another live
+    process holds it. A root whose ``.murk/`` cannot be created (a read-only root, which no one writes) counts as
+    taken: the checkout's lock still holds it for this checkout."""
+    try:
+        return core.take_root_writer(root, rec, wait_s=ACQUIRE_WAIT_S)
+    except OSError:
+        return True
 
 
 def _take_root(flock: Path) -> int | None:
@@ -447,8 +451,10 @@ def hold_root_lock(output_dir: str | os.PathLike | None, snakemake_dir: str | os
         fd_root = _take_root(flock)
         if fd_root is None:
             raise _refusal(root, root_holder(root, d) or _read_json(record) or {"root": str(root)})
-        rec = {"root": str(root), "pid": os.getpid(), "command": _command(argv), "kind": "snakemake",
-               "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "token": secrets.token_hex(16)}
+        rec = core.new_writer_record(root, kind="snakemake", command=_command(argv), checkout=d.parent)
+        if not _take_in_root(root, rec):   # a writer of another checkout (or of the root itself) holds it
+            os.close(fd_root)
+            raise _refusal(root, core.root_writer(root) or {"root": str(root)})
         _write_record(record, rec)   # and MURK_RUN_LOCK, which this run's jobs inherit (hold_for_stage)
         _HELD_ROOTS.setdefault(str(d), set()).add(str(root))
     removed: list[Path] = []
@@ -566,7 +572,8 @@ class StageLock(NamedTuple):
         ``run``: this process is a job (or the kernel of a job) of the run that holds the root;
         ``held``: this process held the root already; ``taken``: this process took the root's lock now and
         keeps it for its lifetime; ``unlocked``: the checkout's ``.snakemake/`` cannot be written, so no run
-        of it can hold the root, and none was found holding it.
+        of it can hold the root, and none was found holding it (the root's own lock,
+        :func:`murk.core.take_root_writer`, is taken where the root can be written).
     """
 
     root: Path
@@ -628,9 +635,11 @@ def _tokens(record: Path) -> set[str]:
 
 
 def _job_of(root: Path, record: Path) -> bool:
-    """Whether this process carries the token of a run that held ``root`` (:data:`RUN_ENV`, inherited)."""
+    """Whether this process carries the token of a run that held ``root`` (:data:`RUN_ENV`, inherited), listed in
+    the checkout's tokens (``record``'s) or the root's own (:func:`murk.core.job_of_root`)."""
     held, _, token = os.environ.get(RUN_ENV, "").rpartition("::")
-    return bool(held and token) and root_key(held) == root and token in _tokens(record)
+    return (bool(held and token) and root_key(held) == root
+            and (token in _tokens(record) or core.job_of_root(root)))
 
 
 def _under(path: str | os.PathLike, root: Path) -> bool:
@@ -661,7 +670,6 @@ def refuse_writes(writes: Sequence, *, stage: str, command: str | None = None,
         A path of ``writes`` lies under a root held by a live process this one is not a job of; the message
         names the root and the holder, as :func:`hold_for_stage`'s does.
     """
-    from murk import core
 
     if not writes:
         return
@@ -713,7 +721,6 @@ def hold_for_stage(output_dir: str | os.PathLike | None = None, *, stage: str, w
         the command that ran the stage (``-p output_dir DIR`` under papermill and murk.pipeline.execute, the
         parameters cell in JupyterLab). Nothing was written.
     """
-    from murk import core
 
     d = Path(snakemake_dir if snakemake_dir is not None else core.project_root() / ".snakemake").resolve()
     root = root_key(core.output_dir(output_dir))
@@ -728,17 +735,26 @@ def hold_for_stage(output_dir: str | os.PathLike | None = None, *, stage: str, w
     try:
         flock.parent.mkdir(parents=True, exist_ok=True)
         fd = _take_root(flock)
+        unwritable = False
     except OSError:   # a checkout whose .snakemake/ cannot be written: no run of it holds a lock there
+        fd, unwritable = None, True
         holder = root_holder(root, d)
         if holder is not None:
             raise _stage_refusal(root, holder, stage, kind) from None
-        return StageLock(root, "unlocked")
-    if fd is None:
+    if fd is None and not unwritable:
         raise _stage_refusal(root, root_holder(root, d) or _read_json(record) or {"root": str(root)}, stage, kind)
     notebook = os.path.basename(os.environ.get("JPY_SESSION_NAME", "")) if kind == "jupyterlab" else ""
-    rec = {"root": str(root), "pid": os.getpid(), "command": cmd, "kind": kind, "stage": stage,
-           "notebook": notebook or stage, "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-           "token": secrets.token_hex(16)}
+    rec = core.new_writer_record(root, kind=kind, command=cmd, checkout=d.parent, stage=stage,
+                                 notebook=notebook or stage)
+    if unwritable:   # the root's own lock only; its token tells this process's kernel that it writes this stage
+        if not _take_in_root(root, rec):
+            raise _stage_refusal(root, core.root_writer(root) or {"root": str(root)}, stage, kind)
+        if core.root_writer(root) is not None:   # taken (not a read-only root)
+            os.environ[RUN_ENV] = f"{root}::{rec['token']}"
+        return StageLock(root, "unlocked")
+    if not _take_in_root(root, rec):   # a writer of another checkout holds the root
+        os.close(fd)
+        raise _stage_refusal(root, core.root_writer(root) or {"root": str(root)}, stage, kind)
     _write_record(record, rec)
     _HELD_ROOTS.setdefault(str(d), set()).add(str(root))
     _HELD[key] = fd
