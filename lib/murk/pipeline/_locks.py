@@ -11,7 +11,11 @@ files they name and suggests ``snakemake --unlock``, which removes *every* lock 
 those of live runs too.
 
 murk keeps its own lock per output root, an OS file lock (``flock``) that the kernel
-releases when the process ends, however it ends:
+releases when the process ends, however it ends. It lives in the root itself
+(``<root>/.murk/writer.flock``, its record and the runs' tokens: :mod:`murk.core`'s root writer lock), so a
+run of another checkout (a second git clone, a ``git worktree``), a stage or ``python -m murk.report.paper``
+by hand sees it; every writer below takes it besides the checkout's own records, which the clean-up of
+Snakemake's lock files reads (they are per checkout, as ``.snakemake/locks/`` is):
 
 - ``.snakemake/murk-roots/<root>.flock``, held exclusively by the Snakemake main
   process of the one run on that root for its lifetime, and ``<root>.json`` beside it,
