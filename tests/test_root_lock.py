@@ -63,6 +63,13 @@ def test_paper_and_export_by_hand_into_a_root_another_clone_runs_on_are_refused(
     assert export.main(["--output-dir", str(root)]) == 2
     err = capsys.readouterr().err
     assert "python -m murk.report.export was refused" in err and f"pid {holder.pid}" in err
+    from murk.pipeline import _locks as runlock   # a stage by hand from a third checkout: refused the same way
+    with pytest.raises(runlock.RootInUse, match=f"from the checkout {root.parent / 'clone'}: snakemake -c1 paper"):
+        runlock.hold_for_stage(root, stage="04_analyse", snakemake_dir=root.parent / "third" / ".snakemake")
+    assert runlock.root_holder(root, root.parent / "third" / ".snakemake")["pid"] == holder.pid
+    with pytest.raises(runlock.RootInUse, match="the stage 04_analyse was refused"):   # an executed notebook in it
+        runlock.refuse_writes([root / "notebooks" / "04_analyse.ipynb"], stage="04_analyse",
+                              snakemake_dir=root.parent / "third" / ".snakemake", own_root=root.parent / "elsewhere")
     assert _tree(root) == before and not (root / "paper").exists()
     with pytest.raises(core.RootLocked):   # a second writer of any kind: not even for a moment
         core.hold_root_writer(root, kind="murk.report.paper", command="x", words="x")

@@ -671,10 +671,10 @@ def refuse_writes(writes: Sequence, *, stage: str, command: str | None = None,
     Raises
     ------
     RootInUse
-        A path of ``writes`` lies under a root held by a live process this one is not a job of; the message
-        names the root and the holder, as :func:`hold_for_stage`'s does.
+        A path of ``writes`` lies under a root held by a live process this one is not a job of (a root of this
+        checkout's records, or any folder above the path whose own lock, :func:`murk.core.root_writer`, is
+        held); the message names the root and the holder, as :func:`hold_for_stage`'s does.
     """
-
     if not writes:
         return
     d = Path(snakemake_dir if snakemake_dir is not None else core.project_root() / ".snakemake").resolve()
@@ -683,6 +683,11 @@ def refuse_writes(writes: Sequence, *, stage: str, command: str | None = None,
         other = root_key(rec["root"])
         if other != own and any(_under(w, other) for w in writes) and not _job_of(other, root_lock_files(other, d)[1]):
             raise _stage_refusal(other, rec, stage, _stage_runner(command)[0])
+    for w in writes:   # a root held from another checkout: its own lock, in one of the folders above the file
+        for folder in Path(os.path.realpath(os.fspath(w))).parents:
+            rec = core.root_writer(folder) if folder != own else None
+            if rec is not None and rec.get("pid") != os.getpid() and not core.job_of_root(folder):
+                raise _stage_refusal(folder, rec, stage, _stage_runner(command)[0])
 
 
 def hold_for_stage(output_dir: str | os.PathLike | None = None, *, stage: str, writes: Sequence = (),
@@ -725,7 +730,6 @@ def hold_for_stage(output_dir: str | os.PathLike | None = None, *, stage: str, w
         the command that ran the stage (``-p output_dir DIR`` under papermill and murk.pipeline.execute, the
         parameters cell in JupyterLab). Nothing was written.
     """
-
     d = Path(snakemake_dir if snakemake_dir is not None else core.project_root() / ".snakemake").resolve()
     root = root_key(core.output_dir(output_dir))
     key = f"{d}|{root}"
