@@ -70,6 +70,16 @@ def test_paper_and_export_by_hand_into_a_root_another_clone_runs_on_are_refused(
     with pytest.raises(runlock.RootInUse, match="the stage 04_analyse was refused"):   # an executed notebook in it
         runlock.refuse_writes([root / "notebooks" / "04_analyse.ipynb"], stage="04_analyse",
                               snakemake_dir=root.parent / "third" / ".snakemake", own_root=root.parent / "elsewhere")
+    # a Snakemake run from this checkout (for the holder, a second clone) on the same root: refused at parse, in
+    # one line naming the holder's checkout, before any job (issue 49: it had ended in "filesystem latency")
+    env = {**os.environ, "MURK_OFFLINE": "1", "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
+    r = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "--config", f"output_dir={root}",
+                        "n_items=2", 'offline_models=["murk-tiny/smolvlm"]'], cwd=paths.project_root(), env=env,
+                       capture_output=True, text=True, timeout=300)
+    refusal = [ln for ln in (r.stdout + r.stderr).splitlines() if "is in use by" in ln]
+    assert r.returncode != 0 and len(refusal) == 1, (r.stdout + r.stderr)[-3000:]
+    assert f"murk: the output root {root} is in use by a live run of this workflow (pid {holder.pid}" in refusal[0]
+    assert f"from the checkout {root.parent / 'clone'}" in refusal[0] and "output_dir=outputs-NEW" in refusal[0]
     assert _tree(root) == before and not (root / "paper").exists()
     with pytest.raises(core.RootLocked):   # a second writer of any kind: not even for a moment
         core.hold_root_writer(root, kind="murk.report.paper", command="x", words="x")
