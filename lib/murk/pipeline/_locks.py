@@ -362,10 +362,6 @@ def _command(argv: Sequence[str] | None) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-_describe = core.describe_root_writer   # a holder's record in words (pid, host, checkout, start, command)
-_who = core.root_writer_words           # who holds a root, and what ends the hold
-
-
 def _take_in_root(root: Path, rec: dict) -> bool:
     """Take the root's own writer lock (:func:`murk.core.take_root_writer`) with ``rec``; False when another live
     process holds it. A root whose ``.murk/`` cannot be created (a read-only root, which no one writes) counts as
@@ -392,7 +388,7 @@ def _take_root(flock: Path) -> int | None:
 
 
 def _refusal(root: Path, rec: dict) -> RootInUse:
-    who, fix = _who(rec)
+    who, fix = core.root_writer_words(rec)
     return RootInUse(
         f"murk: the output root {root} is in use by {who}. A second run on "
         f"the same output root is refused: the two would write the same files. Nothing was changed. {fix[0].upper()}"
@@ -506,7 +502,8 @@ def refuse_unlock(snakemake_dir: str | os.PathLike = ".snakemake") -> None:
     live = [r for r in live_runs(d) if r.get("kind", "snakemake") not in STAGE_KINDS]   # stages write no Snakemake lock
     if not live and not _is_held_by_others(d / RUN_FLOCK):
         return
-    listed = "\n".join(f"  {r.get('root', '?')}: {_describe(r)}" for r in live) or "  (a run of an older murk)"
+    listed = ("\n".join(f"  {r.get('root', '?')}: {core.describe_root_writer(r)}" for r in live)
+              or "  (a run of an older murk)")
     raise RootInUse(
         f"murk: snakemake --unlock refused: it would remove the Snakemake locks of the run(s) of this workflow alive "
         f"now:\n{listed}\nNothing was changed. No unlock is needed: the locks of a killed run are removed when the next "
@@ -551,8 +548,10 @@ def snakefile_run_lock(output_dir: str | os.PathLike, snakemake_dir: str | os.Pa
              for p in lock.removed]
     what = "this dry run" if dry_run else "this command"
     if lock.live is not None:
-        who = (f"the output root {lock.root} is held by {_who(lock.live)[0]}" if lock.live.get("kind") in STAGE_KINDS
-               else f"a run of this workflow is alive on the output root {lock.root} ({_describe(lock.live)})")
+        holder = core.root_writer_words(lock.live)[0]
+        who = (f"the output root {lock.root} is held by {holder}" if lock.live.get("kind") in STAGE_KINDS
+               else f"a run of this workflow is alive on the output root {lock.root} "
+                    f"({core.describe_root_writer(lock.live)})")
         notes.append(f"{who}: "
                      f"{what} only shows the files as they are now; a second run on this root is refused until "
                      f"that run ends")
@@ -622,7 +621,7 @@ def _another_root(kind: str) -> str:
 
 
 def _stage_refusal(root: Path, rec: dict, stage: str, kind: str) -> RootInUse:
-    who, fix = _who(rec)
+    who, fix = core.root_writer_words(rec)
     if rec.get("kind", "snakemake") not in STAGE_KINDS:
         fix = "wait until that run ends and run the stage again"
     return RootInUse(
