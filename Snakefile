@@ -219,11 +219,41 @@ def rerun_if_images_changed(wildcards):
     return []
 
 
+# The configuration is identified by its content too: items_meta.json records the config hash select used. Another
+# hash now (the configuration file or the run's design settings changed: murk.pipeline.configuration_changed) forces
+# select, also in a copied root or from a second checkout, where Snakemake's file times and params are silent.
+# select then re-selects, or refuses a root holding read-out stores of the other configuration, naming the fixes.
+_CONFIGURATION_CHECKED = []
+
+
+def rerun_if_configuration_changed(wildcards):
+    """An input function (no inputs) of the select rule: forces it when the configuration's hash changed."""
+    if not workflow.is_main_process or _CONFIGURATION_CHECKED:
+        return []
+    _CONFIGURATION_CHECKED.append(True)
+    try:
+        now = murk_core.config_hash(murk_protocol.design_config(murk_core.load_config(),
+                                                                murk_protocol.design_from_settings(config)))
+    except Exception:  # noqa: BLE001 - an unreadable configuration: select itself names the problem
+        return []
+    why = murk_pipeline.configuration_changed(OUT, now)
+    if why is None:
+        return []
+    items_json = f"{OUT}/items.json"
+    if not murk_pipeline.force_rerun(workflow, items_json):  # a Snakemake whose DAG murk cannot force
+        raise WorkflowError(f"murk: {why}; select again with make demo ARGS='--forcerun {items_json}' "
+                            f"(snakemake --forcerun {items_json})")
+    print(f"murk: {why}: select {'would run' if workflow.dryrun else 'runs'} again (refusing an output root that "
+          f"holds read-out stores of the other configuration), and what follows it", file=sys.stderr)
+    return []
+
+
 rule select:
     input:
         nb="notebooks/01_select.py",
         cfg=os.environ.get("MURK_CONFIG") or "data/config.yaml",
         images=rerun_if_images_changed,
+        configuration=rerun_if_configuration_changed,
     # update(): Snakemake keeps these files while select runs and restores them when it fails
     # (a refused selection leaves the previous one in place instead of deleting it).
     output:

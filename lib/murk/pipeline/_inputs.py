@@ -1,4 +1,11 @@
-"""Whether a read-out store's weights are still its checkpoint's, decided from what the store records.
+"""Whether the inputs an output root's results record still hold: decided from what the root records, so that a
+copied root, or a root run from a second checkout, notices a change as the root it was made in does.
+
+Snakemake's own rerun triggers (params, input, code) read the metadata of the checkout that ran the job
+(``.snakemake/metadata``), and its file times; neither travels with a copied root. The root records its inputs
+itself: the selection's configuration hash (``items_meta.json``, :func:`configuration_changed`), each selected
+image's digest (``items_meta.json``, :func:`murk.core.changed_images`) and each read-out store's weights revision
+(:func:`weights_changed`).
 
 A read-out store records the revision of the weights it was read out from (``model_revision``: a local folder's
 content digest, a hub snapshot's commit). The Snakefile compares it with the checkpoint's identity now
@@ -16,7 +23,7 @@ from typing import Any
 
 from murk import core
 
-__all__ = ["weights_changed"]
+__all__ = ["weights_changed", "configuration_changed"]
 
 
 def _comparable_revision(revision: Any) -> str | None:
@@ -76,3 +83,35 @@ def weights_changed(store: str | os.PathLike, model: str, root: str | os.PathLik
         return None
     return (f"the store {store} was read out from the weights {recorded} of {model}, which are {now} now "
             f"(the checkpoint was re-saved since; its revision, as the store records it)")
+
+
+def configuration_changed(root: str | os.PathLike, config_hash: str) -> str | None:
+    """Why the root's selection was made with another configuration than the run's now, or None.
+
+    Parameters
+    ----------
+    root : path
+        The output root; its ``items_meta.json`` records the configuration hash select used.
+    config_hash : str
+        :func:`murk.core.config_hash` of the configuration the run's select would use now (``data/config.yaml`` or
+        ``$MURK_CONFIG``, with the run's design settings applied: :func:`murk.protocol.design_config`).
+
+    Returns
+    -------
+    str or None
+        E.g. ``"the configuration (config hash 1a2b3c4d5e6f) is not the one select recorded in …/items_meta.json
+        (9f8e7d6c5b4a) …"``; None when the root records none (no selection yet, an unreadable file) or the same.
+        The Snakefile then forces select, which re-selects, or refuses a root that holds read-out stores of the
+        other configuration, naming them and the fixes (:func:`murk.pipeline.refuse_foreign_stores`).
+    """
+    meta = os.path.join(os.fspath(root), "items_meta.json")
+    try:
+        with open(meta, encoding="utf-8") as f:
+            recorded = json.load(f).get("config_hash")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(recorded, str) or not recorded or recorded == config_hash:
+        return None
+    return (f"the configuration (config hash {config_hash[:12]}) is not the one select recorded in {meta} "
+            f"({recorded[:12]}): the configuration file (data/config.yaml, $MURK_CONFIG) or the run's design "
+            f"settings changed")
