@@ -219,11 +219,41 @@ def rerun_if_images_changed(wildcards):
     return []
 
 
+# The configuration is identified by its content too: items_meta.json records the config hash select used. Another
+# hash now (the configuration file or the run's design settings changed: murk.pipeline.configuration_changed) forces
+# select, also in a copied root or from a second checkout, where Snakemake's file times and params are silent.
+# select then re-selects, or refuses a root holding read-out stores of the other configuration, naming the fixes.
+_CONFIGURATION_CHECKED = []
+
+
+def rerun_if_configuration_changed(wildcards):
+    """An input function (no inputs) of the select rule: forces it when the configuration's hash changed."""
+    if not workflow.is_main_process or _CONFIGURATION_CHECKED:
+        return []
+    _CONFIGURATION_CHECKED.append(True)
+    try:
+        now = murk_core.config_hash(murk_protocol.design_config(murk_core.load_config(),
+                                                                murk_protocol.design_from_settings(config)))
+    except Exception:  # noqa: BLE001 - an unreadable configuration: select itself names the problem
+        return []
+    why = murk_pipeline.configuration_changed(OUT, now)
+    if why is None:
+        return []
+    items_json = f"{OUT}/items.json"
+    if not murk_pipeline.force_rerun(workflow, items_json):  # a Snakemake whose DAG murk cannot force
+        raise WorkflowError(f"murk: {why}; select again with make demo ARGS='--forcerun {items_json}' "
+                            f"(snakemake --forcerun {items_json})")
+    print(f"murk: {why}: select {'would run' if workflow.dryrun else 'runs'} again (refusing an output root that "
+          f"holds read-out stores of the other configuration), and what follows it", file=sys.stderr)
+    return []
+
+
 rule select:
     input:
         nb="notebooks/01_select.py",
         cfg=os.environ.get("MURK_CONFIG") or "data/config.yaml",
         images=rerun_if_images_changed,
+        configuration=rerun_if_configuration_changed,
     # update(): Snakemake keeps these files while select runs and restores them when it fails
     # (a refused selection leaves the previous one in place instead of deleting it).
     output:
@@ -292,6 +322,41 @@ def rerun_if_stale(marker_of):
         return []
     return check
 
+
+# A store records the weights it was read out from (model_revision). Weights re-saved since, as the store tells
+# (murk.pipeline.weights_changed), force its read-out as a stale store does: also in a copied root or from a second
+# checkout, where Snakemake's params trigger (the weights param below, kept in this checkout's .snakemake/) is
+# silent. The read-out sets the old store aside (murk.results.set_aside_superseded); a dry run changes nothing.
+def rerun_if_weights_changed(marker_of):
+    """An input function (no inputs) of the read-out rules: forces the job when its store records other weights."""
+    def check(wildcards):
+        marker = marker_of(wildcards)
+        if not workflow.is_main_process or marker in _FORCED:
+            return []
+        model = SLUG2MODEL[wildcards.slug]
+        why = murk_pipeline.weights_changed(murk_pipeline.store_of(marker), model, OUT_ABS, weights_identity(model))
+        if why is None:
+            return []
+        _FORCED.add(marker)
+        if not murk_pipeline.force_rerun(workflow, marker):  # a Snakemake whose DAG murk cannot force
+            raise WorkflowError(f"murk: {why}; re-read it with make demo ARGS='--forcerun {marker}' "
+                                f"(snakemake --forcerun {marker})")
+        print(f"murk: {why}: {murk_pipeline.rerun_words(marker, workflow.dryrun)}", file=sys.stderr)
+        return []
+    return check
+
+
+_WEIGHTS = {}
+
+
+def weights_identity(model):
+    """murk.pipeline.checkpoint_identity of a model, once per process (the read-out rules' param and the check
+    above ask for it; a dry run saves no digest, so a second call would read a re-saved checkpoint again)."""
+    if model not in _WEIGHTS:
+        _WEIGHTS[model] = murk_pipeline.checkpoint_identity(model, OUT_ABS, offline=OFFLINE,
+                                                            update_cache=not workflow.dryrun)
+    return _WEIGHTS[model]
+
 SERVED_OF = {e.id: {"server": e.server, "served_model": e.served_model, "max_in_flight": e.max_in_flight}
              for e in MODEL_ENTRIES if e.server}   # model -> its server (an entry with server: read out through it)
 
@@ -312,8 +377,7 @@ READOUT_PARAMS = dict(model=lambda wc: SLUG2MODEL[wc.slug], n=lambda wc: N_OF[SL
                       pickle=bool(config.get("allow_pickle", False)), done_dir=NB,
                       # the weights' identity (a local folder's content digest: murk.pipeline.checkpoint_identity), not
                       # passed on: Snakemake's params trigger re-runs the read-out of a re-saved checkpoint, and all after it
-                      weights=lambda wc: murk_pipeline.checkpoint_identity(SLUG2MODEL[wc.slug], OUT_ABS, offline=OFFLINE,
-                                                                           update_cache=not workflow.dryrun))
+                      weights=lambda wc: weights_identity(SLUG2MODEL[wc.slug]))
 
 # shard_size: null -> one read-out job per model; an integer -> one job per (model, shard),
 # each writing its own store, merged by the analyse stage. Finished shards are never redone.
@@ -365,6 +429,7 @@ rule readout:
         item_table=rules.select.output.item_table,
         depth=rules.depth.output.current,
         stale=rerun_if_stale(lambda wc: f"{OUT}/readout/{wc.slug}.done"),
+        weights=rerun_if_weights_changed(lambda wc: f"{OUT}/readout/{wc.slug}.done"),
     output:
         f"{OUT}/readout/{{slug}}.done",
     log:
@@ -386,6 +451,7 @@ rule readout_shard:
         item_table=rules.select.output.item_table,
         depth=rules.depth.output.current,
         stale=rerun_if_stale(lambda wc: f"{OUT}/readout/{wc.slug}/s{wc.size}-{wc.shard}.done"),
+        weights=rerun_if_weights_changed(lambda wc: f"{OUT}/readout/{wc.slug}/s{wc.size}-{wc.shard}.done"),
     output:
         f"{OUT}/readout/{{slug}}/s{{size}}-{{shard}}.done",
     log:

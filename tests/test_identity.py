@@ -156,6 +156,46 @@ def _store(path: Path, **attrs) -> Path:
     return path
 
 
+def test_weights_changed_is_decided_from_what_the_store_records(tmp_path, monkeypatch):
+    """Issue 49 item 5: a re-saved checkpoint is noticed from the store's recorded revision (so in a copied root
+    or from a second checkout, where Snakemake's params trigger is silent), only where both sides name content."""
+    from murk.core import _paths as paths
+    from murk import pipeline
+    from murk.pipeline import markers as workflow
+
+    monkeypatch.setenv(identity.CACHE_ENV, str(tmp_path / "digests.json"))
+    root = tmp_path / "out"
+    folder = _checkpoint(tmp_path / "ck")
+    rev = identity.checkpoint_revision(folder, None)
+    store = _store(root / "readout" / "m.zarr", model_id=str(folder), model_revision=rev)
+    now = workflow.checkpoint_identity(str(folder), root)
+    assert pipeline.weights_changed(store, str(folder), root, now) is None   # the weights it was read out from
+    copy = tmp_path / "copy"   # a copied root, read from anywhere: the store tells, no metadata needed
+    shutil.copytree(root, copy)
+    (folder / "config.json").write_text('{"model_type": "smolvlm", "resaved": 1}')
+    now = workflow.checkpoint_identity(str(folder), copy)
+    why = pipeline.weights_changed(copy / "readout" / "m.zarr", str(folder), copy, now)
+    assert why == (f"the store {copy / 'readout' / 'm.zarr'} was read out from the weights {rev} of {folder}, which "
+                   f"are {now} now (the checkpoint was re-saved since; its revision, as the store records it)")
+    # not comparable: nothing said (the params trigger and the read-out's own checks stay)
+    for recorded, identity_now in (("local", now), (rev, ""), (rev, "unreadable"), (rev, "a" * 40), ("b" * 40, now)):
+        s = _store(tmp_path / f"s-{len(recorded)}-{len(identity_now)}.zarr", model_revision=recorded)
+        assert pipeline.weights_changed(s, "org/m", root, identity_now) is None, (recorded, identity_now)
+    assert pipeline.weights_changed(tmp_path / "absent.zarr", str(folder), root, now) is None
+    hub = _store(tmp_path / "hub.zarr", model_revision="b" * 40)   # an offline hub id: the cached commit moved
+    assert "b" * 40 in pipeline.weights_changed(hub, "org/m", root, "a" * 40)
+    # a checkpoint murk builds: "" as built stands for the digest its marker records
+    model = "murk-tiny/smolvlm"
+    built = _checkpoint(paths.checkpoints_dir(root) / paths.model_slug(model))
+    (built / "murk_tiny.json").write_text(json.dumps({"digest": identity.checkpoint_digest(built, None)}))
+    as_built = identity.checkpoint_revision(built, None)
+    ok = _store(tmp_path / "built.zarr", model_revision=as_built)
+    assert workflow.checkpoint_identity(model, root) == "" and pipeline.weights_changed(ok, model, root, "") is None
+    old = _store(tmp_path / "built-old.zarr", model_revision="sha256:" + "2" * 16)   # built again, otherwise
+    assert as_built in pipeline.weights_changed(old, model, root, "")
+    assert pipeline.weights_changed(old, "murk-tiny/other", root, "") is None   # not built yet: unknown
+
+
 def test_a_store_of_superseded_local_weights_is_set_aside_other_differences_refused(tmp_path):
     import pytest
 

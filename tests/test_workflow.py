@@ -177,8 +177,18 @@ def test_second_run_on_a_live_root_is_refused_naming_it_and_other_roots_run(tmp_
         assert str(a) in msg and f"pid {live.p.pid}" in msg and "output_dir=outputs-NEW" in msg
         assert "--unlock" not in msg and "Nothing was changed" in msg
         (tmp_path / "link").symlink_to(a, target_is_directory=True)  # another spelling of the same root
-        (a).mkdir()
+        assert (a / core.ROOT_LOCK_DIR).is_dir()   # the lock lives in the root (made as Snakemake would make it)
         assert _Run(snake, tmp_path / "link").done() == 3
+        clone = tmp_path / "clone" / ".snakemake"   # a second git clone: its own .snakemake/, the same root
+        clone.mkdir(parents=True)
+        second = _Run(clone, a)
+        assert second.done() == 3 and not (clone / "locks").exists()
+        msg = second.out["refused"]
+        assert f"the output root {a} is in use by a live run of this workflow (pid {live.p.pid}" in msg
+        assert f"from the checkout {work}: snakemake --config x" in msg and "output_dir=outputs-NEW" in msg
+        assert "\n" not in msg
+        dry = _Run(clone, a, "dry")   # make plan from the clone names the live run of the other checkout
+        assert dry.done() == 0 and dry.out["live"]["pid"] == live.p.pid and dry.out["live"]["checkout"] == str(work)
         other = _Run(snake, b)  # another output root of the checkout runs alongside
         assert other.done() == 0 and other.out["held"]
         dry = _Run(snake, a, "dry")  # a dry run alongside the live run: allowed, takes nothing
@@ -546,3 +556,29 @@ def test_force_rerun_adds_the_marker_to_the_dags_forced_files():
     wf = SimpleNamespace(dag=SimpleNamespace(forcefiles=set()))
     assert workflow.force_rerun(wf, "out/readout/m.done") and wf.dag.forcefiles == {"out/readout/m.done"}
     assert not workflow.force_rerun(SimpleNamespace(dag=None), "out/readout/m.done")  # the Snakefile then refuses
+
+
+def test_a_changed_configuration_forces_select_from_what_the_root_records(tmp_path):
+    """Issue 49 item 5: a root whose items_meta.json records another config hash than the run's configuration
+    has now (a copied root, a second checkout: no Snakemake metadata, file times that say nothing) plans select
+    again with one line, and the plan writes nothing."""
+    from murk import pipeline
+
+    root = tmp_path / "copied"
+    root.mkdir()
+    (root / "items.json").write_text("[]\n")
+    (root / "items_meta.json").write_text(json.dumps({"config_hash": "0" * 64, "items_hash": "i", "image_sha256": {}}))
+    assert pipeline.configuration_changed(root, "0" * 64) is None
+    assert pipeline.configuration_changed(tmp_path / "none", "1" * 64) is None   # no selection yet
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    env = {**os.environ, "MURK_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    r = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--config", f"output_dir={root}", "n_items=2",
+                        'offline_models=["murk-tiny/smolvlm"]', "--", f"{root}/items.json"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    text = r.stdout + r.stderr
+    assert r.returncode == 0, text[-3000:]
+    line = [ln for ln in text.splitlines() if ln.startswith("murk: the configuration (config hash ")]
+    assert len(line) == 1 and f"is not the one select recorded in {root}/items_meta.json (000000000000)" in line[0]
+    assert "select would run again" in line[0] and re.search(r"^(local)?rule select:", text, re.M), text[-3000:]
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import xarray as xr
 
+from murk import core
 from murk.core import _paths as paths
 from murk.pipeline import markers as workflow
 from murk.results import _cube as cube
@@ -245,7 +246,8 @@ def test_the_snakefile_refuses_a_run_on_a_live_root_and_plans_alongside(tmp_path
         r = _snakemake(out, f"{out}/items.json")
         text = r.stdout + r.stderr
         assert r.returncode != 0 and "is in use by a live run" in text and f"pid {holder.p.pid}" in text, text[-3000:]
-        assert "--unlock" not in text and not out.exists()
+        # nothing written: the root holds only the live run's lock (<root>/.murk/, murk.core.root_lock_paths)
+        assert "--unlock" not in text and [p.name for p in out.iterdir()] == [core.ROOT_LOCK_DIR]
         r = _snakemake(out, "-n", f"{out}/items.json")
         text = r.stdout + r.stderr
         assert r.returncode == 0, text[-3000:]

@@ -1,10 +1,11 @@
 """The core: the layout of data/ and outputs/, the frozen configuration and its hash, the run settings' schema,
-the result cube's schema, file identities and digests, atomic writes on a full disk, progress bars.
+the result cube's schema, file identities and digests, the writer lock of an output root, atomic writes on a full
+disk, progress bars.
 
 Layer 1 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
 pipeline). It imports nothing of murk: every other layer may import it. The names below are its public surface;
 the modules behind it (``_config``, ``_diskfull``, ``_identity``, ``_model_entries``, ``_online``, ``_paths``,
-``_progress``, ``_schema``, ``settings``) are its implementation.
+``_progress``, ``_root_lock``, ``_schema``, ``settings``) are its implementation.
 """
 
 from __future__ import annotations
@@ -64,6 +65,22 @@ from murk.core._identity import (  # noqa: F401
     cache_file,
     combined_digest,
     changed_images,
+)
+from murk.core._root_lock import (  # noqa: F401
+    RUN_ENV,
+    ROOT_LOCK_DIR,
+    BY_HAND_KINDS,
+    RootLocked,
+    root_lock_paths,
+    root_writer,
+    take_root_writer,
+    release_root_writer,
+    job_of_root,
+    describe_root_writer,
+    root_writer_words,
+    new_writer_record,
+    refuse_root_writer,
+    hold_root_writer,
 )
 from murk.core._paths import (  # noqa: F401
     PROJECT_ROOT,
@@ -152,6 +169,20 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "RUN_ENV",
+    "ROOT_LOCK_DIR",
+    "BY_HAND_KINDS",
+    "RootLocked",
+    "root_lock_paths",
+    "root_writer",
+    "take_root_writer",
+    "release_root_writer",
+    "job_of_root",
+    "describe_root_writer",
+    "root_writer_words",
+    "new_writer_record",
+    "refuse_root_writer",
+    "hold_root_writer",
     "SCHEMA_VERSION",
     "DIMS",
     "ARMS",

@@ -3,7 +3,8 @@ output root, executing a stage notebook (``python -m murk.pipeline.execute``) an
 
 Layer 9 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
 pipeline). It may import every other layer; none imports it. The names below are its public surface; the modules
-behind it (``_locks``, ``_slurm``, ``_analysis_cube``, ``execute``, ``markers``) are its implementation.
+behind it (``_locks``, ``_slurm``, ``_inputs``, ``_analysis_cube``, ``execute``, ``markers``) are its
+implementation.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from murk.pipeline._locks import (  # noqa: F401
     hold_for_stage,
     refuse_writes,
 )
+from murk.pipeline._inputs import weights_changed, configuration_changed  # noqa: F401
 from murk.pipeline._slurm import (  # noqa: F401
     MAX_STATUS_INTERVAL_S,
     min_job_age,
@@ -197,6 +199,8 @@ __all__ = [
     "rerun_words",
     "force_rerun",
     "checkpoint_identity",
+    "weights_changed",
+    "configuration_changed",
     "file_states",
     "restore_times",
     "metadata_records",

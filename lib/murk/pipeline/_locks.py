@@ -11,7 +11,11 @@ files they name and suggests ``snakemake --unlock``, which removes *every* lock 
 those of live runs too.
 
 murk keeps its own lock per output root, an OS file lock (``flock``) that the kernel
-releases when the process ends, however it ends:
+releases when the process ends, however it ends. It lives in the root itself
+(``<root>/.murk/writer.flock``, its record and the runs' tokens: :mod:`murk.core`'s root writer lock), so a
+run of another checkout (a second git clone, a ``git worktree``), a stage or ``python -m murk.report.paper``
+by hand sees it; every writer below takes it besides the checkout's own records, which the clean-up of
+Snakemake's lock files reads (they are per checkout, as ``.snakemake/locks/`` is):
 
 - ``.snakemake/murk-roots/<root>.flock``, held exclusively by the Snakemake main
   process of the one run on that root for its lifetime, and ``<root>.json`` beside it,
@@ -81,10 +85,11 @@ import hashlib
 import json
 import os
 import re
-import secrets
 import time
 from pathlib import Path
 from typing import NamedTuple, Sequence
+
+from murk import core
 
 __all__ = ["RootInUse", "StoreInUse", "RunLock", "store_lock_files", "hold_store_lock", "ROOTS_DIR", "RUN_FLOCK", "INSPECT_FLAGS", "root_key", "root_lock_files",
            "root_holder", "live_runs", "lock_file_roots", "stale_snakemake_locks", "hold_root_lock",
@@ -107,9 +112,11 @@ INSPECT_FLAGS = ("--summary", "-S", "--detailed-summary", "-D", "--dag", "--rule
                  "--print-compilation")
 
 #: environment variable naming the root a run holds and its token (``<root>::<token>``), exported to its jobs
-RUN_ENV = "MURK_RUN_LOCK"
-#: the kinds of holder a stage run records (:func:`hold_for_stage`); a Snakemake run records ``snakemake``
-STAGE_KINDS = ("jupyterlab", "papermill", "murk.pipeline.execute", "kernel")
+#: (its home: :data:`murk.core.RUN_ENV`, which the report modules read too)
+RUN_ENV = core.RUN_ENV
+#: the kinds of holder that write outside a Snakemake run (:func:`hold_for_stage`, the report modules by hand); a
+#: Snakemake run records ``snakemake``
+STAGE_KINDS = core.BY_HAND_KINDS
 
 #: fds of the locks this process holds (kept open for its lifetime; the kernel releases them at exit)
 _HELD: dict[str, int] = {}
@@ -217,21 +224,29 @@ def _is_held(flock_path: Path) -> bool:
     return _blocked(flock_path, fcntl.LOCK_SH)
 
 
-def root_holder(output_dir: str | os.PathLike, snakemake_dir: str | os.PathLike = ".snakemake") -> dict | None:
-    """The record of the live run that holds an output root's lock, or None when no run holds it.
-
-    Returns
-    -------
-    dict or None
-        Keys ``root`` (str, real path), ``pid`` (int), ``started`` (str, UTC), ``command``
-        (str); ``{"root": …}`` only when the record is unreadable. This process's own root
-        lock counts as held.
-    """
+def _checkout_holder(output_dir: str | os.PathLike, snakemake_dir: str | os.PathLike) -> dict | None:
+    """The record of the live process of this checkout that holds an output root (its ``murk-roots/`` lock)."""
     flock, record = root_lock_files(output_dir, snakemake_dir)
     root = root_key(output_dir)
     if str(root) in _HELD_ROOTS.get(str(Path(snakemake_dir).resolve()), set()) or _is_held(flock):
         return _read_json(record) or {"root": str(root)}
     return None
+
+
+def root_holder(output_dir: str | os.PathLike, snakemake_dir: str | os.PathLike = ".snakemake") -> dict | None:
+    """The record of the live run that holds an output root's lock, or None when no run holds it.
+
+    The root's own lock (:func:`murk.core.root_writer`: any checkout, any writer) and the checkout's
+    (``<snakemake_dir>/murk-roots/``, which earlier murk kept alone) are both read.
+
+    Returns
+    -------
+    dict or None
+        Keys ``root`` (str, real path), ``pid`` (int), ``started`` (str, UTC), ``command``
+        (str), and in the root's record ``kind``, ``host``, ``checkout``; ``{"root": …}`` only when the record is
+        unreadable. This process's own root lock counts as held.
+    """
+    return _checkout_holder(output_dir, snakemake_dir) or core.root_writer(root_key(output_dir))
 
 
 
@@ -247,7 +262,7 @@ def live_runs(snakemake_dir: str | os.PathLike = ".snakemake") -> list[dict]:
     d = Path(snakemake_dir)
     out = []
     for rec in _records(d):
-        held = root_holder(rec["root"], d)
+        held = _checkout_holder(rec["root"], d)
         if held is not None:
             out.append(held)
     return out
@@ -324,7 +339,7 @@ def stale_snakemake_locks(snakemake_dir: str | os.PathLike = ".snakemake", own_r
         if r == own:
             return True
         if r not in held:
-            held[r] = root_holder(r, d) is not None
+            held[r] = _checkout_holder(r, d) is not None   # this checkout's Snakemake locks: its own runs
         return not held[r]
 
     out = []
@@ -347,25 +362,14 @@ def _command(argv: Sequence[str] | None) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-def _describe(rec: dict) -> str:
-    bits = [f"pid {rec['pid']}" if rec.get("pid") else "pid unknown"]
-    if rec.get("started"):
-        bits.append(f"started {rec['started']}")
-    cmd = f": {rec['command']}" if rec.get("command") else ""
-    return ", ".join(bits) + cmd
-
-
-def _who(rec: dict) -> tuple[str, str]:
-    """Who holds a root, for a message (from its record), and what ends the hold."""
-    kind = rec.get("kind", "snakemake")
-    if kind == "jupyterlab":
-        when = f", started {rec['started']}" if rec.get("started") else ""
-        return (f"a JupyterLab kernel (pid {rec.get('pid', '?')}, notebook {rec.get('notebook', '?')}{when}), "
-                f"which holds it until the kernel is shut down",
-                "shut that kernel down (JupyterLab: Kernel > Shut Down Kernel)")
-    if kind in STAGE_KINDS:
-        return f"a stage run by hand ({rec.get('stage', '?')}: {_describe(rec)})", "wait until it ends"
-    return f"a live run of this workflow ({_describe(rec)})", "wait until that run ends"
+def _take_in_root(root: Path, rec: dict) -> bool:
+    """Take the root's own writer lock (:func:`murk.core.take_root_writer`) with ``rec``; False when another live
+    process holds it. A root whose ``.murk/`` cannot be created (a read-only root, which no one writes) counts as
+    taken: the checkout's lock still holds it for this checkout."""
+    try:
+        return core.take_root_writer(root, rec, wait_s=ACQUIRE_WAIT_S)
+    except OSError:
+        return True
 
 
 def _take_root(flock: Path) -> int | None:
@@ -384,7 +388,7 @@ def _take_root(flock: Path) -> int | None:
 
 
 def _refusal(root: Path, rec: dict) -> RootInUse:
-    who, fix = _who(rec)
+    who, fix = core.root_writer_words(rec)
     return RootInUse(
         f"murk: the output root {root} is in use by {who}. A second run on "
         f"the same output root is refused: the two would write the same files. Nothing was changed. {fix[0].upper()}"
@@ -447,8 +451,10 @@ def hold_root_lock(output_dir: str | os.PathLike | None, snakemake_dir: str | os
         fd_root = _take_root(flock)
         if fd_root is None:
             raise _refusal(root, root_holder(root, d) or _read_json(record) or {"root": str(root)})
-        rec = {"root": str(root), "pid": os.getpid(), "command": _command(argv), "kind": "snakemake",
-               "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "token": secrets.token_hex(16)}
+        rec = core.new_writer_record(root, kind="snakemake", command=_command(argv), checkout=d.parent)
+        if not _take_in_root(root, rec):   # a writer of another checkout (or of the root itself) holds it
+            os.close(fd_root)
+            raise _refusal(root, core.root_writer(root) or {"root": str(root)})
         _write_record(record, rec)   # and MURK_RUN_LOCK, which this run's jobs inherit (hold_for_stage)
         _HELD_ROOTS.setdefault(str(d), set()).add(str(root))
     removed: list[Path] = []
@@ -496,7 +502,8 @@ def refuse_unlock(snakemake_dir: str | os.PathLike = ".snakemake") -> None:
     live = [r for r in live_runs(d) if r.get("kind", "snakemake") not in STAGE_KINDS]   # stages write no Snakemake lock
     if not live and not _is_held_by_others(d / RUN_FLOCK):
         return
-    listed = "\n".join(f"  {r.get('root', '?')}: {_describe(r)}" for r in live) or "  (a run of an older murk)"
+    listed = ("\n".join(f"  {r.get('root', '?')}: {core.describe_root_writer(r)}" for r in live)
+              or "  (a run of an older murk)")
     raise RootInUse(
         f"murk: snakemake --unlock refused: it would remove the Snakemake locks of the run(s) of this workflow alive "
         f"now:\n{listed}\nNothing was changed. No unlock is needed: the locks of a killed run are removed when the next "
@@ -541,8 +548,10 @@ def snakefile_run_lock(output_dir: str | os.PathLike, snakemake_dir: str | os.Pa
              for p in lock.removed]
     what = "this dry run" if dry_run else "this command"
     if lock.live is not None:
-        who = (f"the output root {lock.root} is held by {_who(lock.live)[0]}" if lock.live.get("kind") in STAGE_KINDS
-               else f"a run of this workflow is alive on the output root {lock.root} ({_describe(lock.live)})")
+        holder = core.root_writer_words(lock.live)[0]
+        who = (f"the output root {lock.root} is held by {holder}" if lock.live.get("kind") in STAGE_KINDS
+               else f"a run of this workflow is alive on the output root {lock.root} "
+                    f"({core.describe_root_writer(lock.live)})")
         notes.append(f"{who}: "
                      f"{what} only shows the files as they are now; a second run on this root is refused until "
                      f"that run ends")
@@ -566,7 +575,8 @@ class StageLock(NamedTuple):
         ``run``: this process is a job (or the kernel of a job) of the run that holds the root;
         ``held``: this process held the root already; ``taken``: this process took the root's lock now and
         keeps it for its lifetime; ``unlocked``: the checkout's ``.snakemake/`` cannot be written, so no run
-        of it can hold the root, and none was found holding it.
+        of it can hold the root, and none was found holding it (the root's own lock,
+        :func:`murk.core.take_root_writer`, is taken where the root can be written).
     """
 
     root: Path
@@ -611,7 +621,7 @@ def _another_root(kind: str) -> str:
 
 
 def _stage_refusal(root: Path, rec: dict, stage: str, kind: str) -> RootInUse:
-    who, fix = _who(rec)
+    who, fix = core.root_writer_words(rec)
     if rec.get("kind", "snakemake") not in STAGE_KINDS:
         fix = "wait until that run ends and run the stage again"
     return RootInUse(
@@ -628,9 +638,11 @@ def _tokens(record: Path) -> set[str]:
 
 
 def _job_of(root: Path, record: Path) -> bool:
-    """Whether this process carries the token of a run that held ``root`` (:data:`RUN_ENV`, inherited)."""
+    """Whether this process carries the token of a run that held ``root`` (:data:`RUN_ENV`, inherited), listed in
+    the checkout's tokens (``record``'s) or the root's own (:func:`murk.core.job_of_root`)."""
     held, _, token = os.environ.get(RUN_ENV, "").rpartition("::")
-    return bool(held and token) and root_key(held) == root and token in _tokens(record)
+    return (bool(held and token) and root_key(held) == root
+            and (token in _tokens(record) or core.job_of_root(root)))
 
 
 def _under(path: str | os.PathLike, root: Path) -> bool:
@@ -658,11 +670,10 @@ def refuse_writes(writes: Sequence, *, stage: str, command: str | None = None,
     Raises
     ------
     RootInUse
-        A path of ``writes`` lies under a root held by a live process this one is not a job of; the message
-        names the root and the holder, as :func:`hold_for_stage`'s does.
+        A path of ``writes`` lies under a root held by a live process this one is not a job of (a root of this
+        checkout's records, or any folder above the path whose own lock, :func:`murk.core.root_writer`, is
+        held); the message names the root and the holder, as :func:`hold_for_stage`'s does.
     """
-    from murk import core
-
     if not writes:
         return
     d = Path(snakemake_dir if snakemake_dir is not None else core.project_root() / ".snakemake").resolve()
@@ -671,6 +682,11 @@ def refuse_writes(writes: Sequence, *, stage: str, command: str | None = None,
         other = root_key(rec["root"])
         if other != own and any(_under(w, other) for w in writes) and not _job_of(other, root_lock_files(other, d)[1]):
             raise _stage_refusal(other, rec, stage, _stage_runner(command)[0])
+    for w in writes:   # a root held from another checkout: its own lock, in one of the folders above the file
+        for folder in Path(os.path.realpath(os.fspath(w))).parents:
+            rec = core.root_writer(folder) if folder != own else None
+            if rec is not None and rec.get("pid") != os.getpid() and not core.job_of_root(folder):
+                raise _stage_refusal(folder, rec, stage, _stage_runner(command)[0])
 
 
 def hold_for_stage(output_dir: str | os.PathLike | None = None, *, stage: str, writes: Sequence = (),
@@ -713,8 +729,6 @@ def hold_for_stage(output_dir: str | os.PathLike | None = None, *, stage: str, w
         the command that ran the stage (``-p output_dir DIR`` under papermill and murk.pipeline.execute, the
         parameters cell in JupyterLab). Nothing was written.
     """
-    from murk import core
-
     d = Path(snakemake_dir if snakemake_dir is not None else core.project_root() / ".snakemake").resolve()
     root = root_key(core.output_dir(output_dir))
     key = f"{d}|{root}"
@@ -728,17 +742,26 @@ def hold_for_stage(output_dir: str | os.PathLike | None = None, *, stage: str, w
     try:
         flock.parent.mkdir(parents=True, exist_ok=True)
         fd = _take_root(flock)
+        unwritable = False
     except OSError:   # a checkout whose .snakemake/ cannot be written: no run of it holds a lock there
+        fd, unwritable = None, True
         holder = root_holder(root, d)
         if holder is not None:
             raise _stage_refusal(root, holder, stage, kind) from None
-        return StageLock(root, "unlocked")
-    if fd is None:
+    if fd is None and not unwritable:
         raise _stage_refusal(root, root_holder(root, d) or _read_json(record) or {"root": str(root)}, stage, kind)
     notebook = os.path.basename(os.environ.get("JPY_SESSION_NAME", "")) if kind == "jupyterlab" else ""
-    rec = {"root": str(root), "pid": os.getpid(), "command": cmd, "kind": kind, "stage": stage,
-           "notebook": notebook or stage, "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-           "token": secrets.token_hex(16)}
+    rec = core.new_writer_record(root, kind=kind, command=cmd, checkout=d.parent, stage=stage,
+                                 notebook=notebook or stage)
+    if unwritable:   # the root's own lock only; its token tells this process's kernel that it writes this stage
+        if not _take_in_root(root, rec):
+            raise _stage_refusal(root, core.root_writer(root) or {"root": str(root)}, stage, kind)
+        if core.root_writer(root) is not None:   # taken (not a read-only root)
+            os.environ[RUN_ENV] = f"{root}::{rec['token']}"
+        return StageLock(root, "unlocked")
+    if not _take_in_root(root, rec):   # a writer of another checkout holds the root
+        os.close(fd)
+        raise _stage_refusal(root, core.root_writer(root) or {"root": str(root)}, stage, kind)
     _write_record(record, rec)
     _HELD_ROOTS.setdefault(str(d), set()).add(str(root))
     _HELD[key] = fd

@@ -314,7 +314,8 @@ def checkpoint_identity(model: str, root: str | os.PathLike, *, offline: bool = 
     Snakemake runs a job again when one of its ``params`` changed (its ``params`` rerun
     trigger, on by default): a local checkpoint re-saved with other weights re-runs its
     read-out, and the cube and paper after it (the read-out then starts a fresh store:
-    :func:`murk.results.set_aside_superseded`).
+    :func:`murk.results.set_aside_superseded`). That trigger reads this checkout's ``.snakemake/``; what the
+    store records decides too (:func:`murk.pipeline.weights_changed`), in a copied root or from a second checkout.
 
     Parameters
     ----------

@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import xarray as xr
 
@@ -135,13 +135,16 @@ def _load(root: Path) -> tuple[xr.Dataset, Any, dict, xr.Dataset, dict]:
     return cube, table, meta, crossings, numbers
 
 
-def write_export(root: str | os.PathLike | None = None) -> dict[str, Path]:
+def write_export(root: str | os.PathLike | None = None, *, hold: Callable[[], object] | None = None) -> dict[str, Path]:
     """Write the run's per-sample export and model cards into ``<root>/export/``, whole or not at all.
 
     Parameters
     ----------
     root : path, optional
         The output root (:func:`murk.core.output_dir`).
+    hold : callable, optional
+        Called once the inputs are read and checked, right before the first write: ``python -m murk.report.export``
+        takes the root's writer lock there (:func:`murk.core.hold_root_writer`, whose refusal it passes on).
 
     Returns
     -------
@@ -166,6 +169,8 @@ def write_export(root: str | os.PathLike | None = None) -> dict[str, Path]:
     ident = {k: str(cube.attrs.get(k, "")) for k in ("run_id", "config_hash", "items_hash", "git_commit",
                                                      "depth_backend", "schema_version", "pipeline_check", "note")}
     ident["analysis_id"] = str(numbers.get("analysis_id", ""))
+    if hold is not None:
+        hold()
     out = root / "export"
     tmp = root / ".export.tmp"
     shutil.rmtree(tmp, ignore_errors=True)

@@ -13,7 +13,8 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m murk.report.export [--output-dir DIR]``: write the export of an analysed run.
 
     A run not analysed yet, a cube and numbers file of two runs, or a missing pyarrow is refused in one line on
-    stderr (exit status 2) and nothing is written; a full disk keeps the previous export (exit status 1).
+    stderr (exit status 2) and nothing is written, and so is a root that another live process writes
+    (:func:`murk.core.hold_root_writer`); a full disk keeps the previous export (exit status 1).
     """
     import argparse
     import sys
@@ -22,8 +23,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--output-dir", default=None, help="output root (default: outputs/ or $MURK_OUTPUT_DIR)")
     args = ap.parse_args(argv)
     root = core.output_dir(args.output_dir)
+    words = "python -m murk.report.export"
+    command = " ".join([words, *(sys.argv[1:] if argv is None else argv)])
+    held = []
+
+    def hold() -> None:  # right before the first write
+        held.append(core.hold_root_writer(root, kind="murk.report.export", command=command, words=words))
+
+    try:  # one writer per root: refused while another process writes it, unless this is a job of that run
+        core.refuse_root_writer(root, words=words)  # before write_export's checks (it creates nothing)
+        return _export(root, hold)
+    except core.RootLocked as e:
+        print(e, file=sys.stderr)
+        return 2
+    finally:
+        if "taken" in held:  # an export by hand holds the root while it writes, not for its process's lifetime
+            core.release_root_writer(root)
+
+
+def _export(root, hold) -> int:
+    """The export of ``root`` (``main``'s work; ``hold()`` takes the root's writer lock before the first write)."""
+    import sys
+
     try:
-        written = write_export(root)
+        written = write_export(root, hold=hold)
     except ExportRefused as e:
         print(f"murk: make export (python -m murk.report.export) cannot export {root}: {e}; nothing was written",
               file=sys.stderr)

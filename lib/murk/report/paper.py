@@ -34,11 +34,12 @@ def main(argv: list[str] | None = None) -> int:
     (:func:`refuse_mixed_paper`): the message goes to stderr, nothing is written and
     the exit status is 2; so is a paper folder that cannot be written
     (:func:`murk.core.unwritable`: read-only) and a cell the paper embeds that is
-    absent or failed (:class:`EmbedError`). The rendered HTML carries the run and analysis identities
+    absent or failed (:class:`EmbedError`); and so is a root that another live process writes (a Snakemake run of
+    another checkout, a stage or paper run by hand: :func:`murk.core.hold_root_writer`; a job of the run that
+    holds the root writes as part of it). The rendered HTML carries the run and analysis identities
     in ``<meta name="murk-run-id">`` and ``<meta name="murk-analysis-id">``.
     """
     import argparse
-    import subprocess
     import sys
 
     # nbformat (the executed notebooks the paper embeds from) imports jsonschema, whose optional IRI format check
@@ -52,6 +53,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fallback", action="store_true", help="use pandoc + Typst even where Quarto is installed")
     args = ap.parse_args(argv)
     root = core.output_dir(args.output_dir)
+    words = "python -m murk.report.paper"
+    command = " ".join([words, *(sys.argv[1:] if argv is None else argv)])
+    held = []
+
+    def hold() -> None:  # right before the first write
+        held.append(core.hold_root_writer(root, kind="murk.report.paper", command=command, words=words))
+
+    try:  # one writer per root: refused while another process writes it, unless this is a job of that run
+        core.refuse_root_writer(root, words=words)  # before the checks below (it creates nothing)
+        return _paper(args, root, hold)
+    except core.RootLocked as e:
+        print(e, file=sys.stderr)
+        return 2
+    finally:
+        if "taken" in held:  # a paper by hand holds the root while it writes, not for its process's lifetime
+            core.release_root_writer(root)
+
+
+def _paper(args, root, hold) -> int:
+    """The paper of ``root`` (``main``'s work; ``hold()`` takes the root's writer lock before anything is written)."""
+    import subprocess
+    import sys
+
     try:
         ids = refuse_mixed_paper(root)   # the numbers and the embeds of one analysis, or nothing is written
     except MixedPaperError as e:
@@ -63,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{blocked[1]}; nothing was written (the numbers, tables, figures and cube are kept); fix: make "
               f"{blocked[0]} writable, then run the same command again", file=sys.stderr)
         return 2
+    hold()
     quarto = shutil.which("quarto")
     if quarto and not args.fallback:
         env = {**os.environ, "MURK_OUTPUT_DIR": str(root)}
