@@ -55,6 +55,11 @@ from murk.results._cube import (  # noqa: F401
 )
 from murk.results._store_repair import (  # noqa: F401
     damaged_chunks,
+    forget_images_of_files,
+    unfinished_images,
+    PER_IMAGE_VARIABLES,
+    STORE_LAYOUT,
+    STORE_LAYOUT_ATTR,
 )
 from murk.results._samples import (  # noqa: F401
     SAMPLE_FIELDS,
@@ -172,6 +177,11 @@ __all__ = [
     "store_identity",
     "open_readout_store",
     "damaged_chunks",
+    "forget_images_of_files",
+    "unfinished_images",
+    "PER_IMAGE_VARIABLES",
+    "STORE_LAYOUT",
+    "STORE_LAYOUT_ATTR",
     "write_image",
     "merge_models",
     "open_cube",

@@ -60,7 +60,8 @@ import xarray as xr
 from murk import core, scene
 from murk.core import (ARMS, CONTROL_ARMS, DIMS, PHYSICAL_ARMS, READOUTS, SCHEMA_VERSION, TASKS, TEXT_READOUTS,
                        VALUE_DTYPE)
-from murk.results._store_repair import _empty_chunk_files, _has_metadata, _is_array, _repair, damaged_chunks
+from murk.results._store_repair import (PER_IMAGE_VARIABLES, STORE_LAYOUT, STORE_LAYOUT_ATTR, _empty_chunk_files,
+                                        _find_damage, _has_metadata, _is_array, _repair, damaged_chunks)
 from murk.scene import IMAGENET_C_SEVERITIES, N_LEVELS
 
 __all__ = ["IDENTITY_ATTRS", "level_coords", "sweep_visibility", "empty_model_dataset", "store_identity", "open_readout_store",
@@ -80,6 +81,32 @@ NOT_RUN = "not run"
 #: shards per variable (about 150 files, not one per image and variable: 32,000); a damaged shard file (a power
 #: loss) re-reads the images it holds.
 IMAGES_PER_SHARD = 256
+
+
+def _checksummed() -> tuple:
+    """The bytes-to-bytes codecs of a new store's chunks: zstd at level 0 (zarr 3's default compression),
+    then CRC-32C (zarr 3's ``crc32c`` codec: 4 bytes per chunk, verified on every read)."""
+    from zarr.codecs import Crc32cCodec, ZstdCodec
+
+    return (ZstdCodec(level=0), Crc32cCodec())
+
+
+def _write_rows(path: str | os.PathLike, index: int, rows: Mapping[str, tuple]) -> None:
+    """Write one image's chunk of every per-image variable of the store (``rows``: name -> (dims, data); a
+    variable not given is written at its fill value: NaN, ``""``), then mark it done. Every chunk is stored,
+    also one of fill values only (zarr's ``write_empty_chunks``), so a done image's absent chunk is damage
+    (:func:`damaged_chunks`). Variables a store of an earlier murk lacks are not written."""
+    path = Path(path)
+    value_shape = (len(ARMS), N_LEVELS, len(TASKS), 1, len(READOUTS))
+    fill = {"value": (DIMS[1:], np.full(value_shape, np.nan, dtype=VALUE_DTYPE)),
+            **{n: (DIMS[1:-1], np.full(value_shape[:-1], "", dtype=object)) for n in TEXT_READOUTS},
+            "missing_reason": ("image", np.array([""], dtype=object)),
+            "input_sha256": ("image", np.array([""], dtype=object))}
+    data = {n: rows.get(n, v) for n, v in fill.items() if n in rows or _is_array(path / n)}
+    region = {"image": slice(index, index + 1)}
+    xr.Dataset(data).to_zarr(path, region=region, consolidated=False, write_empty_chunks=True)
+    xr.Dataset({"done": ("image", np.ones(1, dtype=bool))}).to_zarr(path, region=region, consolidated=False,
+                                                                   write_empty_chunks=True)
 
 
 def level_coords() -> dict[str, xr.DataArray]:
@@ -504,9 +531,12 @@ def open_readout_store(path: str | os.PathLike, image_ids, categories,
         if int(images_per_shard) < 1:
             raise ValueError(f"open_readout_store: images_per_shard={images_per_shard!r}; give a whole number >= 1")
         per_shard = max(1, min(int(images_per_shard), ds.sizes["image"]))
+        ds.attrs[STORE_LAYOUT_ATTR] = STORE_LAYOUT  # what damaged_chunks may rely on (not part of the identity)
         enc = {name: {"chunks": tuple(1 if d == "image" else ds[name].sizes[d] for d in ds[name].dims),
                       "shards": tuple(per_shard if d == "image" else ds[name].sizes[d] for d in ds[name].dims)}
-               for name in ["value", "done", "missing_reason", "input_sha256", *TEXT_READOUTS]}
+               for name in PER_IMAGE_VARIABLES}
+        for name in ds.variables:  # every chunk (and every shard's index, zarr's default) carries a CRC-32C
+            enc.setdefault(name, {})["compressors"] = _checksummed()
         with core.guard(path, "no store was created (the half-made one is removed); every other file is kept",
                             cleanup=[tmp]):
             ds.to_zarr(tmp, mode="w", encoding=enc, consolidated=False, zarr_format=3)
@@ -557,15 +587,13 @@ def write_image(path: str | os.PathLike, index: int,
             value[ai, level, t, 0, :] = [r[k] for k in READOUTS]
             for name in TEXT_READOUTS:
                 texts[name][ai, level, t, 0] = str(r[name])
-    region = {"image": slice(index, index + 1)}
-    ds = xr.Dataset({"value": (DIMS[1:], value), **{n: (DIMS[1:-1], v) for n, v in texts.items()}})
+    rows = {"value": (DIMS[1:], value), **{n: (DIMS[1:-1], v) for n, v in texts.items()}}
     if input_sha256 is not None:
-        ds["input_sha256"] = ("image", np.array([str(input_sha256)], dtype=object))
+        rows["input_sha256"] = ("image", np.array([str(input_sha256)], dtype=object))
     ctx = _quiet()
     try:
         with core.guard(path, _STORE_KEPT.format(path=path, index=index)):
-            ds.to_zarr(path, region=region, consolidated=False)
-            xr.Dataset({"done": ("image", np.ones(1, dtype=bool))}).to_zarr(path, region=region, consolidated=False)
+            _write_rows(path, index, rows)  # every per-image chunk (missing_reason ""), then `done`
     finally:
         ctx.__exit__(None, None, None)
 
@@ -611,7 +639,10 @@ def _load_store(q: str | os.PathLike) -> xr.Dataset:
     try:
         if _empty_chunk_files(q):  # zarr reads an empty shard file as missing values, without an error
             raise ValueError("an empty chunk or shard file")
-        return xr.open_zarr(q, consolidated=False).load()
+        ds = xr.open_zarr(q, consolidated=False).load()
+        if _find_damage(q, decode=False)[0]:  # zarr reads a missing chunk as fill values, without an error
+            raise ValueError("a missing chunk or shard file of an image marked done")
+        return ds
     except Exception as e:  # noqa: BLE001 - locate the damage, then say what to do
         try:
             damaged = damaged_chunks(q)
@@ -622,9 +653,10 @@ def _load_store(q: str | os.PathLike) -> xr.Dataset:
                              f"delete it (rm -r {q}) and run the readout stage of its model again") from e
         listing = "; ".join(f"position {i}: {', '.join(f.name for f in fs)}" for i, fs in sorted(damaged.items()))
         raise ValueError(
-            f"read-out store {q} has damaged chunk files (empty or truncated, e.g. after a power loss) for "
-            f"{len(damaged)} image(s) ({listing}): run the readout stage of its model again (snakemake does so by "
-            f"itself: the store no longer matches its marker); it re-reads exactly these images") from e
+            f"read-out store {q} has damaged or missing chunk files (empty, truncated, failing their checksum or "
+            f"deleted, e.g. after a power loss or a disk error) for {len(damaged)} image(s) ({listing}): run the "
+            f"readout stage of its model again (snakemake does so by itself: the store no longer matches its "
+            f"marker); it re-reads exactly these images") from e
 
 
 def _open_shards(p) -> xr.Dataset:
@@ -654,15 +686,13 @@ def write_missing(path: str | os.PathLike, index: int, reason: str, input_sha256
     disk raises :class:`murk.core.DiskFullError`, as :func:`write_image`. ``input_sha256``:
     as :func:`write_image`'s.
     """
-    region = {"image": slice(index, index + 1)}
     rec = {"missing_reason": ("image", np.array([str(reason)], dtype=object))}
     if input_sha256 is not None:
         rec["input_sha256"] = ("image", np.array([str(input_sha256)], dtype=object))
     ctx = _quiet()
     try:
         with core.guard(path, _STORE_KEPT.format(path=path, index=index)):
-            xr.Dataset(rec).to_zarr(path, region=region, consolidated=False)
-            xr.Dataset({"done": ("image", np.ones(1, dtype=bool))}).to_zarr(path, region=region, consolidated=False)
+            _write_rows(path, index, rec)  # values NaN and texts "" stored too, then `done`
     finally:
         ctx.__exit__(None, None, None)
 
