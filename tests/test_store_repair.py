@@ -264,12 +264,14 @@ def test_forget_changed_dry_run_changes_nothing_and_old_markers_re_read_everythi
     note = pipeline.forget_changed(marker, store, dry_run=True)
     assert "would be marked not done" in note
     assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before  # a plan writes nothing
+    assert marker.exists()
     # a marker of an earlier murk (no per-file digests): the store changed, which file is not known: every image
     rec = {k: v for k, v in rec.items() if k != "files"} | {"marker_version": 1}
     marker.write_text(json.dumps(rec))
     assert pipeline.changed_files(marker, store) is None
     assert "every image" in pipeline.forget_changed(marker, store)
     assert repair.unfinished_images(store) == {0: "not done", 1: "not done", 2: "not done"}
+    assert not marker.exists()  # applied: a run stopped before the read-out resumes the store, no more
 
 
 def test_a_changed_metadata_file_is_refused_with_the_fix_and_nothing_changes(tmp_path):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from murk.pipeline.markers import _digests, read_marker, store_of
+from murk.pipeline.markers import IGNORED_SUFFIXES, _digests, read_marker, store_of
 
 __all__ = ["changed_files", "forget_changed"]
 
@@ -60,7 +60,10 @@ def forget_changed(marker: str | os.PathLike, store: str | os.PathLike | None = 
     The files that changed (:func:`changed_files`) are given to
     :func:`murk.results.forget_images_of_files`, which also repairs what the codecs
     find damaged or missing. A marker of an earlier murk records no per-file digests:
-    where its store changed, every image of the store is read again.
+    where its store changed, every image of the store is read again. The marker is then
+    removed (its record is applied; the forced read-out writes a new one): a run
+    stopped before the read-out leaves a store that resumes, not one whose un-marking
+    would be taken for another change.
 
     Parameters
     ----------
@@ -93,15 +96,17 @@ def forget_changed(marker: str | os.PathLike, store: str | os.PathLike | None = 
     from murk.results import PER_IMAGE_VARIABLES, forget_images_of_files
 
     if files is None:  # an earlier murk's marker: which files changed is not known
-        files = [p for name in PER_IMAGE_VARIABLES if (store / name).is_dir()
-                 for p in sorted((store / name).rglob("*")) if p.is_file() and p.name not in ("zarr.json", ".zarray",
-                                                                                              ".zattrs")]
+        files = [p for name in PER_IMAGE_VARIABLES if (store / name).is_dir() for p in sorted((store / name).rglob("*"))
+                 if p.is_file() and p.name not in ("zarr.json", ".zarray", ".zattrs")
+                 and not p.name.endswith(IGNORED_SUFFIXES)]
         why = "its marker (of an earlier murk) records no per-file digests, so every image"
     else:
         why = "the images held by " + ", ".join(files)
     images = forget_images_of_files(store, files, dry_run=dry_run)
     if not images:
         return None
+    if not dry_run:  # what it recorded is applied: a run stopped before the read-out must not apply it again
+        Path(marker).unlink(missing_ok=True)
     verb = "would be" if dry_run else "are"
     return (f"read-out store {store} changed after its marker was written: {why} ({len(images)} image(s), positions "
             f"{', '.join(str(i) for i in sorted(images))}) {verb} marked not done and read out again")

@@ -8,13 +8,18 @@ store) is not a declared output of its Snakemake rule: Snakemake deletes the
 outputs of a failed job, and a store must survive a killed job so the next run
 resumes image by image. The rule declares a marker instead
 (``outputs/readout/<model>.done``), written by :func:`write_marker` after the
-stage finished; it records the store's content digest (:func:`store_digest`).
+stage finished, never over a store with an image damaged, missing or not done
+(:func:`refuse_unfinished`); it records the store's content digest
+(:func:`store_digest`) and each file's digest.
 While Snakemake builds its job graph, :func:`rerun_reason` compares each marker
 with its store: a store that was deleted, changed or damaged after its marker was
 written (or a marker deleted, as the repair step of docs/recovery.md does) makes the Snakefile
 force that read-out (:func:`force_rerun`), so it runs again (resuming, or
 re-reading what is needed) and everything downstream follows, also when the cube
-and the paper are newer; a dry run lists it and changes nothing.
+and the paper are newer; a dry run lists it and changes nothing. Before the forced
+read-out runs, the images held by the files that changed are marked not done
+(:func:`murk.pipeline.forget_changed`), so the read-out re-reads them even where the
+store's codecs cannot see the change.
 
 Stores of another selection
 ---------------------------

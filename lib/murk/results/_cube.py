@@ -437,11 +437,14 @@ def open_readout_store(path: str | os.PathLike, image_ids, categories,
     resume). The ``done`` flag is written after the values, so an image
     interrupted half-way is read out again on resume. One process writes a store
     (:mod:`murk.pipeline`; shards of a read-out are separate stores), so no two
-    writes race on a shard. On resume, images whose chunk or shard files are
-    damaged (:func:`damaged_chunks`: empty or truncated after a power loss) are
-    marked not done, with a warning naming the files, so they are read out again
-    (all images of a damaged shard file); nothing sound is lost. A zarr 2 store of
-    an earlier murk (one file per image chunk) is resumed as it is. With
+    writes race on a shard. A new store proves its content: every chunk carries a
+    CRC-32C (zarr's ``crc32c`` after ``zstd``; each shard index has one too) and every
+    chunk of a done image is stored, NaN ones too (:data:`STORE_LAYOUT_ATTR`). On
+    resume, images whose chunks are damaged or missing (:func:`damaged_chunks`) are
+    marked not done, with a warning naming the files, and read out again
+    (:func:`forget_images_of_files`: a failing chunk its image alone, a failing index
+    or file its shard's images); nothing sound is lost. A store of an earlier murk
+    (no checksums; or zarr 2) is resumed as it is. With
     ``input_sha256``, images done from other image files (their recorded
     ``input_sha256`` is not empty and differs) are emptied and marked not done, with a
     warning naming them, so they are read out again; the other images are kept bit for bit.
@@ -571,6 +574,12 @@ def write_image(path: str | os.PathLike, index: int,
     input_sha256 : str, optional
         The image's input digest (:func:`murk.protocol.input_digests`), recorded with its values.
 
+    Notes
+    -----
+    Every per-image chunk is written, fill values too (``missing_reason`` ``""``), then ``done``
+    (:func:`damaged_chunks`): 1.12-1.40 times (median 1.16) the CPU time per image of a store without checksums
+    and empty chunks (256-image shard, 2-core CPU, four alternating runs of 60 images; 35-62 ms before).
+
     Raises
     ------
     murk.core.DiskFullError
@@ -682,9 +691,10 @@ def write_missing(path: str | os.PathLike, index: int, reason: str, input_sha256
 
     Used for bad input (a missing or truncated image, a missing depth map): the
     run goes on, nothing already computed is lost, and the reason is kept in
-    ``missing_reason`` of the store, the cube and the paper's colophon. A full
-    disk raises :class:`murk.core.DiskFullError`, as :func:`write_image`. ``input_sha256``:
-    as :func:`write_image`'s.
+    ``missing_reason`` of the store, the cube and the paper's colophon. Its values
+    (NaN) and texts (``""``) are written too, so that every chunk of a done image is
+    stored (:func:`write_image`). A full disk raises :class:`murk.core.DiskFullError`,
+    as :func:`write_image`. ``input_sha256``: as :func:`write_image`'s.
     """
     rec = {"missing_reason": ("image", np.array([str(reason)], dtype=object))}
     if input_sha256 is not None:
