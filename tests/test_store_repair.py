@@ -19,7 +19,7 @@ from murk import scene
 from murk import pipeline
 from murk.pipeline import markers
 from murk.results import _cube as cube
-from murk.results import _store_repair as repair
+from murk.core import _store_check as check
 
 ATTRS = {"config_hash": "c" * 64, "items_hash": "i" * 64, "model_id": "m", "depth_backend": "constant-13.8m"}
 IDS, CATS = [11, 12, 13], ["car", "bus", "dog"]
@@ -63,7 +63,7 @@ def _old_store(path: Path) -> Path:
     ds.attrs.update({**ATTRS, "schema_version": cube.SCHEMA_VERSION})
     enc = {n: {"chunks": tuple(1 if d == "image" else ds[n].sizes[d] for d in ds[n].dims),
                "shards": tuple(3 if d == "image" else ds[n].sizes[d] for d in ds[n].dims)}
-           for n in repair.PER_IMAGE_VARIABLES}
+           for n in check.PER_IMAGE_VARIABLES}
     with warnings.catch_warnings():  # the fixed-width str coordinates, as open_readout_store writes them
         warnings.simplefilter("ignore")
         ds.to_zarr(path, mode="w", encoding=enc, consolidated=False, zarr_format=3)
@@ -123,15 +123,15 @@ def _shard(store: Path, name: str) -> Path:
 
 def test_a_new_store_checksums_every_chunk_and_stores_every_chunk_of_a_done_image(tmp_path):
     store = _new_store(tmp_path / "m.zarr")
-    for name in repair.PER_IMAGE_VARIABLES:
+    for name in check.PER_IMAGE_VARIABLES:
         codecs = json.loads((store / name / "zarr.json").read_text())["codecs"][0]["configuration"]
         assert [c["name"] for c in codecs["codecs"]][-2:] == ["zstd", "crc32c"], name
         assert [c["name"] for c in codecs["index_codecs"]] == ["bytes", "crc32c"], name
-        lay = repair._Layout(store / name)
+        lay = check._Layout(store / name)
         (f, images), = lay.files()
         assert list(lay.stored(f, images)) == [True, True, True], name  # 12's NaN values and "" texts too
-    assert xr.open_zarr(store, consolidated=False).attrs[repair.STORE_LAYOUT_ATTR] == repair.STORE_LAYOUT
-    assert repair.damaged_chunks(store) == {} and repair.unfinished_images(store) == {}
+    assert xr.open_zarr(store, consolidated=False).attrs[check.STORE_LAYOUT_ATTR] == check.STORE_LAYOUT
+    assert check.damaged_chunks(store) == {} and check.unfinished_images(store) == {}
 
 
 def _flip(f: Path, pos: int) -> bytes:
@@ -156,17 +156,17 @@ def test_every_flipped_byte_of_a_new_store_is_found_and_re_read_bit_for_bit(tmp_
     positions = sorted(set(_positions(size)) | {index_at, index_at + 17, size - 4, size - 1})
     for pos in positions:
         data = _flip(f, pos)
-        found = repair.damaged_chunks(ref)
+        found = check.damaged_chunks(ref)
         f.write_bytes(data)
         assert found and all(fs == [f] for fs in found.values()), (name, pos)  # no flip goes unnoticed
         assert len(found) == (len(IDS) if pos >= index_at else 1), (name, pos, found)
     for pos in (0, size // 2, index_at, size - 1):
         store = Path(shutil.copytree(ref, tmp_path / f"flip{pos}.zarr"))
         _flip(_shard(store, name), pos)
-        found = repair.damaged_chunks(store)
+        found = check.damaged_chunks(store)
         assert _resume(store) == sorted(found), (name, pos)  # exactly the images it holds are read again
         assert _same(_load(store), want), (name, pos)
-        assert repair.damaged_chunks(store) == {} and repair.unfinished_images(store) == {}
+        assert check.damaged_chunks(store) == {} and check.unfinished_images(store) == {}
 
 
 @pytest.mark.parametrize("name", ["value", "verbal_text", "missing_reason", "done"])
@@ -175,9 +175,9 @@ def test_a_deleted_shard_of_a_new_store_is_found_and_re_read_bit_for_bit(tmp_pat
     want = _load(ref)
     _shard(ref, name).unlink()
     if name == "done":  # read as not done: the resumed read-out reads the three again
-        assert repair.damaged_chunks(ref) == {} and set(repair.unfinished_images(ref)) == {0, 1, 2}
+        assert check.damaged_chunks(ref) == {} and set(check.unfinished_images(ref)) == {0, 1, 2}
     else:
-        assert set(repair.damaged_chunks(ref)) == {0, 1, 2}
+        assert set(check.damaged_chunks(ref)) == {0, 1, 2}
         with pytest.raises(ValueError, match="damaged or missing chunk files.*run the readout stage"):
             cube.merge_models({"m": ref}, tmp_path / "cube.zarr")  # not NaN values in the cube
     assert _resume(ref) == [0, 1, 2]
@@ -195,7 +195,7 @@ def test_a_chunk_missing_from_a_shard_index_of_a_done_image_is_found(tmp_path):
     _write(store, 2)
     want = _load(store)
     _shard(store, "value").write_bytes(old)
-    assert repair.damaged_chunks(store) == {2: [_shard(store, "value")]}
+    assert check.damaged_chunks(store) == {2: [_shard(store, "value")]}
     assert _resume(store) == [2] and _same(_load(store), want)
 
 
@@ -205,13 +205,13 @@ def test_a_store_of_an_earlier_murk_is_read_resumed_and_its_deleted_value_shard_
     resumed read-out writes them again into the earlier layout."""
     store = _old_store(tmp_path / "old.zarr")
     want = _load(store)
-    assert repair.STORE_LAYOUT_ATTR not in want.attrs
-    assert repair.damaged_chunks(store) == {} and repair.unfinished_images(store) == {}
+    assert check.STORE_LAYOUT_ATTR not in want.attrs
+    assert check.damaged_chunks(store) == {} and check.unfinished_images(store) == {}
     cube.merge_models({"m": store}, tmp_path / "cube.zarr")
     assert _resume(store) == []
     f = _shard(store, "value")
     f.unlink()
-    assert repair.damaged_chunks(store) == {0: [f], 2: [f]}
+    assert check.damaged_chunks(store) == {0: [f], 2: [f]}
     assert _resume(store) == [0, 2]
     assert _same(_load(store), want)
     codecs = json.loads((store / "value" / "zarr.json").read_text())["codecs"][0]["configuration"]["codecs"]
@@ -233,7 +233,7 @@ def test_flips_in_a_store_of_an_earlier_murk_are_found_by_the_codecs_or_by_its_m
     for pos in _positions(size):
         data = _flip(f, pos)
         assert pipeline.changed_files(marker, ref) == ["value/c/0/0/0/0/0"], pos
-        found = repair.damaged_chunks(ref)
+        found = check.damaged_chunks(ref)
         silent += not found and not _same(_load(ref), want)  # decodes, to other values
         f.write_bytes(data)
     assert silent > N_POSITIONS // 2  # the codecs alone would let most flips through
@@ -270,7 +270,7 @@ def test_forget_changed_dry_run_changes_nothing_and_old_markers_re_read_everythi
     marker.write_text(json.dumps(rec))
     assert pipeline.changed_files(marker, store) is None
     assert "every image" in pipeline.forget_changed(marker, store)
-    assert repair.unfinished_images(store) == {0: "not done", 1: "not done", 2: "not done"}
+    assert check.unfinished_images(store) == {0: "not done", 1: "not done", 2: "not done"}
     assert not marker.exists()  # applied: a run stopped before the read-out resumes the store, no more
 
 

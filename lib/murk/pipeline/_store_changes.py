@@ -4,7 +4,7 @@ for (:func:`murk.pipeline.refuse_unfinished`, the ``mark`` step of ``python -m m
 
 The marker (:func:`murk.pipeline.write_marker`) records the store's content digest and each file's digest;
 :func:`changed_files` compares them with the store. The codecs of a store of this murk find a flipped byte and a
-missing chunk by themselves (:func:`murk.results.damaged_chunks`); the per-file digests find what they cannot
+missing chunk by themselves (:func:`murk.core.damaged_chunks`); the per-file digests find what they cannot
 see: a store of an earlier murk without checksums, or a chunk that changed and still decodes.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from murk.core import PER_IMAGE_VARIABLES
 from murk.pipeline.markers import IGNORED_SUFFIXES, _digests, read_marker, store_of
 
 __all__ = ["changed_files", "forget_changed"]
@@ -93,7 +94,7 @@ def forget_changed(marker: str | os.PathLike, store: str | os.PathLike | None = 
     files = changed_files(marker, store)
     if files == []:
         return None
-    from murk.results import PER_IMAGE_VARIABLES, forget_images_of_files
+    from murk.results import forget_images_of_files
 
     if files is None:  # an earlier murk's marker: which files changed is not known
         files = [p for name in PER_IMAGE_VARIABLES if (store / name).is_dir() for p in sorted((store / name).rglob("*"))

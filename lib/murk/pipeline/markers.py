@@ -81,7 +81,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from murk.core import IDENTITY_MIME, IDENTITY_VERSION, store_attrs
+from murk.core import IDENTITY_MIME, IDENTITY_VERSION, store_attrs, unfinished_images
 from murk.pipeline import _locks as runlock
 from murk.pipeline._locks import RootInUse, hold_root_lock, snakefile_run_lock
 
@@ -216,7 +216,7 @@ def refuse_unfinished(store: str | os.PathLike) -> None:
 
     The Snakefile's ``mark`` step (``python -m murk.pipeline.markers mark``) calls it before
     :func:`write_marker`: a store is vouched for only when every image is done and every
-    chunk decodes and is stored (:func:`murk.results.unfinished_images`), so a read-out that
+    chunk decodes and is stored (:func:`murk.core.unfinished_images`: zarr only, no xarray), so a read-out that
     left damage behind is never approved.
 
     Raises
@@ -228,8 +228,6 @@ def refuse_unfinished(store: str | os.PathLike) -> None:
     store = Path(store)
     if not store.is_dir():
         return
-    from murk.results import unfinished_images
-
     bad = unfinished_images(store)
     if bad:
         listing = "; ".join(f"position {i}: {why}" for i, why in list(bad.items())[:5])

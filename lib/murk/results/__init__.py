@@ -54,12 +54,7 @@ from murk.results._cube import (  # noqa: F401
     IMAGES_PER_SHARD,
 )
 from murk.results._store_repair import (  # noqa: F401
-    damaged_chunks,
     forget_images_of_files,
-    unfinished_images,
-    PER_IMAGE_VARIABLES,
-    STORE_LAYOUT,
-    STORE_LAYOUT_ATTR,
 )
 from murk.results._samples import (  # noqa: F401
     SAMPLE_FIELDS,
@@ -176,12 +171,7 @@ __all__ = [
     "empty_model_dataset",
     "store_identity",
     "open_readout_store",
-    "damaged_chunks",
     "forget_images_of_files",
-    "unfinished_images",
-    "PER_IMAGE_VARIABLES",
-    "STORE_LAYOUT",
-    "STORE_LAYOUT_ATTR",
     "write_image",
     "merge_models",
     "open_cube",

@@ -60,8 +60,9 @@ import xarray as xr
 from murk import core, scene
 from murk.core import (ARMS, CONTROL_ARMS, DIMS, PHYSICAL_ARMS, READOUTS, SCHEMA_VERSION, TASKS, TEXT_READOUTS,
                        VALUE_DTYPE)
-from murk.results._store_repair import (PER_IMAGE_VARIABLES, STORE_LAYOUT, STORE_LAYOUT_ATTR, _empty_chunk_files,
-                                        _find_damage, _has_metadata, _is_array, _repair, damaged_chunks)
+from murk.core import (PER_IMAGE_VARIABLES, STORE_LAYOUT, STORE_LAYOUT_ATTR, damaged_chunks, empty_chunk_files,
+                       is_zarr_array, is_zarr_group, store_damage)
+from murk.results._store_repair import _repair
 from murk.scene import IMAGENET_C_SEVERITIES, N_LEVELS
 
 __all__ = ["IDENTITY_ATTRS", "level_coords", "sweep_visibility", "empty_model_dataset", "store_identity", "open_readout_store",
@@ -102,7 +103,7 @@ def _write_rows(path: str | os.PathLike, index: int, rows: Mapping[str, tuple]) 
             **{n: (DIMS[1:-1], np.full(value_shape[:-1], "", dtype=object)) for n in TEXT_READOUTS},
             "missing_reason": ("image", np.array([""], dtype=object)),
             "input_sha256": ("image", np.array([""], dtype=object))}
-    data = {n: rows.get(n, v) for n, v in fill.items() if n in rows or _is_array(path / n)}
+    data = {n: rows.get(n, v) for n, v in fill.items() if n in rows or is_zarr_array(path / n)}
     region = {"image": slice(index, index + 1)}
     xr.Dataset(data).to_zarr(path, region=region, consolidated=False, write_empty_chunks=True)
     xr.Dataset({"done": ("image", np.ones(1, dtype=bool))}).to_zarr(path, region=region, consolidated=False,
@@ -439,8 +440,8 @@ def open_readout_store(path: str | os.PathLike, image_ids, categories,
     (:mod:`murk.pipeline`; shards of a read-out are separate stores), so no two
     writes race on a shard. A new store proves its content: every chunk carries a
     CRC-32C (zarr's ``crc32c`` after ``zstd``; each shard index has one too) and every
-    chunk of a done image is stored, NaN ones too (:data:`STORE_LAYOUT_ATTR`). On
-    resume, images whose chunks are damaged or missing (:func:`damaged_chunks`) are
+    chunk of a done image is stored, NaN ones too (:data:`murk.core.STORE_LAYOUT_ATTR`). On
+    resume, images whose chunks are damaged or missing (:func:`murk.core.damaged_chunks`) are
     marked not done, with a warning naming the files, and read out again
     (:func:`forget_images_of_files`: a failing chunk its image alone, a failing index
     or file its shard's images); nothing sound is lost. A store of an earlier murk
@@ -489,7 +490,7 @@ def open_readout_store(path: str | os.PathLike, image_ids, categories,
         raise ValueError(f"open_readout_store: attrs lack {missing}")
     ctx = _quiet()
     try:
-        if path.exists() and not _has_metadata(path):
+        if path.exists() and not is_zarr_group(path):
             if path.is_dir() and not any(path.iterdir()):
                 path.rmdir()  # an empty folder holds nothing to lose
             else:
@@ -497,7 +498,7 @@ def open_readout_store(path: str | os.PathLike, image_ids, categories,
                     f"read-out store {path} exists but is not a complete zarr store (its metadata file zarr.json "
                     f"is missing: its creation was interrupted, or it was damaged or written by another tool). "
                     f"Delete it (rm -r {path}) and run again: the read-out starts afresh.")
-        if _has_metadata(path):  # zarr 3 (sharded), or zarr 2 of an earlier murk (resumed as it is)
+        if is_zarr_group(path):  # zarr 3 (sharded), or zarr 2 of an earlier murk (resumed as it is)
             try:
                 ds = xr.open_zarr(path, consolidated=False)
             except Exception as e:  # noqa: BLE001 - any failure to read metadata: name the store and the fix
@@ -610,7 +611,7 @@ def write_image(path: str | os.PathLike, index: int,
 def _forget_changed_inputs(path: Path, want: list[str]) -> None:
     """Empty and mark not done the images done from other image files than ``want`` says
     (a store of an earlier murk, without ``input_sha256``, gets the variable, all unrecorded)."""
-    if not _is_array(path / "input_sha256"):
+    if not is_zarr_array(path / "input_sha256"):
         n = len(want)
         xr.Dataset({"input_sha256": ("image", np.full(n, "", dtype=object))}).to_zarr(
             path, mode="a", consolidated=False, encoding={"input_sha256": {"chunks": (1,)}})
@@ -642,14 +643,14 @@ _STORE_KEPT = ("the store {path} keeps every image written before this one; this
 def _load_store(q: str | os.PathLike) -> xr.Dataset:
     """A read-out store, loaded; damage is reported with the files, the images and the fix."""
     q = Path(q)
-    if not _has_metadata(q):
+    if not is_zarr_group(q):
         raise ValueError(f"read-out store {q} is missing or incomplete (no zarr.json): run the readout stage of "
                          f"its model again (delete the folder first if it exists: rm -r {q})")
     try:
-        if _empty_chunk_files(q):  # zarr reads an empty shard file as missing values, without an error
+        if empty_chunk_files(q):  # zarr reads an empty shard file as missing values, without an error
             raise ValueError("an empty chunk or shard file")
         ds = xr.open_zarr(q, consolidated=False).load()
-        if _find_damage(q, decode=False)[0]:  # zarr reads a missing chunk as fill values, without an error
+        if store_damage(q, decode=False).damaged:  # zarr reads a missing chunk as fill values, without an error
             raise ValueError("a missing chunk or shard file of an image marked done")
         return ds
     except Exception as e:  # noqa: BLE001 - locate the damage, then say what to do
