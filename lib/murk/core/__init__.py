@@ -1,5 +1,6 @@
 """The core: the layout of data/ and outputs/, the frozen configuration and its hash, the run settings' schema,
-the result cube's schema, file identities and digests, atomic writes on a full disk, progress bars.
+the result cube's schema, file identities and digests, a read-out store's damaged or missing chunks, atomic writes
+on a full disk, progress bars.
 
 Layer 1 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
 pipeline). It imports nothing of murk: every other layer may import it. The names below are its public surface;
