@@ -578,8 +578,8 @@ def write_image(path: str | os.PathLike, index: int,
     Notes
     -----
     Every per-image chunk is written, fill values too (``missing_reason`` ``""``), then ``done``
-    (:func:`damaged_chunks`): 1.12-1.40 times (median 1.16) the CPU time per image of a store without checksums
-    and empty chunks (256-image shard, 2-core CPU, four alternating runs of 60 images; 35-62 ms before).
+    (:func:`damaged_chunks`): 1.07-1.40 times (median 1.19) the CPU time per image of a store without checksums
+    and empty chunks (256-image shard, 2-core CPU, seven alternating runs of 60 images; 35-62 ms before).
 
     Raises
     ------
