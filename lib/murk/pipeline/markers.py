@@ -157,8 +157,9 @@ def write_marker(marker: str | os.PathLike, store: str | os.PathLike | None = No
     Notes
     -----
     ``files`` (relative path -> SHA-256 hex of each file, as :func:`store_digest` reads them) tells which
-    files changed after the marker was written (:func:`changed_files`), so that exactly the images they hold
-    are read again (:func:`forget_changed`). A marker of an earlier murk (``marker_version`` 1) has none.
+    files changed after the marker was written (:func:`murk.pipeline.changed_files`), so that exactly the images
+    they hold are read again (:func:`murk.pipeline.forget_changed`). A marker of an earlier murk
+    (``marker_version`` 1) has none.
     """
     marker = Path(marker)
     store = Path(store) if store is not None else store_of(marker)
@@ -216,8 +217,8 @@ def refuse_unfinished(store: str | os.PathLike) -> None:
 
     The Snakefile's ``mark`` step (``python -m murk.pipeline.markers mark``) calls it before
     :func:`write_marker`: a store is vouched for only when every image is done and every
-    chunk decodes and is stored (:func:`murk.core.unfinished_images`: zarr only, no xarray), so a read-out that
-    left damage behind is never approved.
+    chunk decodes and is stored (:func:`murk.core.unfinished_images`: zarr only, no xarray),
+    so a read-out that left damage behind is never approved.
 
     Raises
     ------
