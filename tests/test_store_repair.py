@@ -284,6 +284,9 @@ def test_a_changed_metadata_file_is_refused_with_the_fix_and_nothing_changes(tmp
     with pytest.raises(ValueError, match=r"category/zarr\.json changed after its marker.*rm -r"):
         pipeline.forget_changed(marker, store)
     assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
+    (store / "value" / "zarr.json").write_text('{"shape": [3,')  # unreadable: named all the same, no traceback
+    with pytest.raises(ValueError, match=r"value/zarr\.json.*changed after its marker.*rm -r"):
+        pipeline.forget_changed(marker, store)
 
 
 def test_the_mark_step_refuses_a_damaged_or_unfinished_store_in_one_line(tmp_path, capsys):

@@ -62,12 +62,12 @@ def forget_images_of_files(path: str | os.PathLike, files=(), *, dry_run: bool =
     images (an index that fails its checksum, a file emptied or cut short) is removed,
     a chunk that fails is emptied (its shard rewritten, the other images' chunks kept
     as they are), and every image they hold is marked not done, so the read-out reads
-    exactly these images again. Each file of ``files`` that it
-    does not explain (it changed and still decodes, it appeared, or it is absent and
-    its images were not done), and in a store of an earlier murk (no checksums: a
-    chunk that decodes is not proven) each file of ``files``, is untrusted whole: it
-    is removed and every image it holds is marked not done. The half-written files of a killed write
-    (``*.partial``) are removed.
+    exactly these images again. Each file of ``files`` that this does not explain (it
+    changed and still decodes, it appeared, or it is absent and its images were not
+    done), and in a store of an earlier murk (no checksums: a chunk that decodes is not
+    proven) each file of ``files``, is untrusted whole: it is removed and every image it
+    holds is marked not done. The half-written files of a killed write (``*.partial``)
+    are removed.
 
     Parameters
     ----------
@@ -92,15 +92,26 @@ def forget_images_of_files(path: str | os.PathLike, files=(), *, dry_run: bool =
         reads the model out afresh). Nothing was changed.
     """
     path = Path(path)
-    layout = chunk_files(path)
     wanted = [Path(f) if Path(f).is_absolute() else path / f for f in files]
+
+    def refuse(other: list[Path]) -> ValueError:
+        names = ", ".join(f.relative_to(path).as_posix() if f.is_relative_to(path) else str(f) for f in other)
+        return ValueError(f"read-out store {path}: {names} changed after its marker was written and hold(s) no "
+                          f"image's read-outs (metadata or coordinates), so murk cannot tell which images they affect; "
+                          f"nothing was changed. Delete the store (rm -r {path}) and run the same command again (make "
+                          f"demo): it reads this model out afresh")
+
+    # metadata files first: a changed one may not even be read
+    metadata = [f for f in wanted if f.name in ("zarr.json", ".zarray", ".zattrs", ".zgroup")]
+    if metadata:
+        raise refuse(metadata)
+    try:
+        layout = chunk_files(path)
+    except Exception as e:  # noqa: BLE001 - unreadable metadata: name it, and the fix
+        raise refuse([path / "zarr.json"]) from e
     other = [f for f in wanted if f not in layout]
     if other:
-        names = ", ".join(f.relative_to(path).as_posix() if f.is_relative_to(path) else str(f) for f in other)
-        raise ValueError(f"read-out store {path}: {names} changed after its marker was written and hold(s) no "
-                         f"image's read-outs (metadata or coordinates), so murk cannot tell which images they affect; "
-                         f"nothing was changed. Delete the store (rm -r {path}) and run the same command again (make "
-                         f"demo): it reads this model out afresh")
+        raise refuse(other)
     if not dry_run:
         for f in path.rglob("*.partial"):
             f.unlink(missing_ok=True)
