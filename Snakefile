@@ -295,6 +295,9 @@ def rerun_if_stale(marker_of):
             _forgot = murk_pipeline.forget_changed(marker, dry_run=workflow.dryrun)
         except ValueError as _e:
             raise WorkflowError(f"murk: {_e}") from None
+        except OSError as _e:  # e.g. a read-only store: nothing is vouched for, the next run tries again
+            raise WorkflowError(f"murk: cannot mark the changed images of {marker}'s store not done ({_e}); make "
+                                f"the store writable again and run the same command") from None
         if _forgot:
             print(f"murk: {_forgot}", file=sys.stderr)
         return []
