@@ -319,6 +319,17 @@ def rerun_if_stale(marker_of):
             raise WorkflowError(f"murk: {why}; re-read it and re-make what follows with "
                                 f"make demo ARGS='--forcerun {marker}' (snakemake --forcerun {marker})")
         print(f"murk: {why}: {murk_pipeline.rerun_words(marker, workflow.dryrun)}", file=sys.stderr)
+        # the images of the files that changed after the marker are marked not done now (Snakemake deletes the
+        # marker before the job runs), so the read-out re-reads them, also where codecs cannot see the change
+        try:
+            _forgot = murk_pipeline.forget_changed(marker, dry_run=workflow.dryrun)
+        except ValueError as _e:
+            raise WorkflowError(f"murk: {_e}") from None
+        except OSError as _e:  # e.g. a read-only store: nothing is vouched for, the next run tries again
+            raise WorkflowError(f"murk: cannot mark the changed images of {marker}'s store not done ({_e}); make "
+                                f"the store writable again and run the same command") from None
+        if _forgot:
+            print(f"murk: {_forgot}", file=sys.stderr)
         return []
     return check
 

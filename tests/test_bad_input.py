@@ -14,7 +14,7 @@ from murk.core import _diskfull as diskfull
 from murk.protocol import _item_files
 from murk.protocol import _items as items
 from murk.results import _cube as cube
-from murk.results import _store_repair
+from murk import core
 from murk.scene import _render as render
 
 import stages  # tests/stages.py: the stage notebooks through papermill
@@ -240,7 +240,7 @@ def test_damaged_chunk_is_named_then_re_read_on_resume(tmp_path, damage, variabl
     f = store / variable / chunk
     data = f.read_bytes()
     f.write_bytes(b"" if damage == "zero-byte" else data[: len(data) // 2])
-    assert _store_repair.damaged_chunks(store) == {1: [f]}
+    assert core.damaged_chunks(store) == {1: [f]}
 
     with pytest.raises(ValueError) as e:
         cube.merge_models({"m": store}, tmp_path / "cube.zarr")
@@ -251,7 +251,7 @@ def test_damaged_chunk_is_named_then_re_read_on_resume(tmp_path, damage, variabl
     with pytest.warns(UserWarning, match=r"image 12 \(position 1\)"):
         ds = cube.open_readout_store(store, [11, 12], ["car", "bus"], ATTRS14)
     assert list(ds["done"].values) == [True, False]
-    assert _store_repair.damaged_chunks(store) == {}
+    assert core.damaged_chunks(store) == {}
     xr.testing.assert_identical(ds["value"].isel(image=0).load(), before["value"].isel(image=0))
     cube.write_image(store, 1, _full_results(0.5))  # the resumed read-out re-reads it
     after = xr.open_zarr(store, consolidated=False).load()
@@ -270,12 +270,12 @@ def test_damaged_shard_of_several_images_is_re_read_whole(tmp_path, damage):
     f = store / "value" / "c" / "0" / "0" / "0" / "0" / "0"
     data = f.read_bytes()
     f.write_bytes(b"" if damage == "zero-byte" else data[: len(data) // 2])
-    assert _store_repair.damaged_chunks(store) == {0: [f], 1: [f]}
+    assert core.damaged_chunks(store) == {0: [f], 1: [f]}
     with pytest.raises(ValueError, match=r"position 0: .*position 1: .*run the readout stage"):
         cube.merge_models({"m": store}, tmp_path / "cube.zarr")
     with pytest.warns(UserWarning, match=r"image 11 \(position 0\).*\n.*image 12 \(position 1\)"):
         ds = cube.open_readout_store(store, [11, 12], ["car", "bus"], ATTRS14)
-    assert list(ds["done"].values) == [False, False] and _store_repair.damaged_chunks(store) == {}
+    assert list(ds["done"].values) == [False, False] and core.damaged_chunks(store) == {}
     for i in range(2):
         cube.write_image(store, i, _full_results(0.25 * (i + 1)))
     xr.testing.assert_identical(xr.open_zarr(store, consolidated=False).load()["value"], before["value"])

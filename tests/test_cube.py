@@ -6,7 +6,7 @@ import xarray as xr
 
 from murk import scene
 from murk.results import _cube as cube
-from murk.results import _store_repair
+from murk import core
 from murk.scene import _physics as physics
 
 
@@ -307,7 +307,7 @@ def test_zarr2_store_of_an_earlier_murk_is_resumed_as_it_is(tmp_path):
     cube.write_image(store, 1, _all_results(2.0))
     chunk = store / "value" / "0.0.0.1.0"
     chunk.write_bytes(b"")
-    assert _store_repair.damaged_chunks(store) == {1: [chunk]}
+    assert core.damaged_chunks(store) == {1: [chunk]}
     with pytest.warns(UserWarning, match=r"image 12 \(position 1\)"):
         ds = cube.open_readout_store(store, [11, 12, 13], ["car"] * 3, ATTRS)
     assert list(ds["done"].values) == [True, False, False]

@@ -1,11 +1,11 @@
 """The core: the layout of data/ and outputs/, the frozen configuration and its hash, the run settings' schema,
-the result cube's schema, file identities and digests, the writer lock of an output root, atomic writes on a full
-disk, progress bars.
+the result cube's schema, file identities and digests, a read-out store's damaged or missing chunks, the
+writer lock of an output root, atomic writes on a full disk, progress bars.
 
 Layer 1 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
 pipeline). It imports nothing of murk: every other layer may import it. The names below are its public surface;
 the modules behind it (``_config``, ``_diskfull``, ``_identity``, ``_model_entries``, ``_online``, ``_paths``,
-``_progress``, ``_root_lock``, ``_schema``, ``settings``) are its implementation.
+``_progress``, ``_root_lock``, ``_schema``, ``_store_check``, ``settings``) are its implementation.
 """
 
 from __future__ import annotations
@@ -25,6 +25,20 @@ from murk.core._config import (  # noqa: F401
     root_models,
     analyse_models,
     root_depth_backend,
+)
+from murk.core._store_check import (  # noqa: F401
+    PER_IMAGE_VARIABLES,
+    STORE_LAYOUT_ATTR,
+    STORE_LAYOUT,
+    StoreDamage,
+    store_damage,
+    damaged_chunks,
+    chunk_files,
+    unfinished_images,
+    is_zarr_group,
+    is_zarr_array,
+    empty_chunk_files,
+    proves_content,
 )
 from murk.core._diskfull import (  # noqa: F401
     DiskFullError,
@@ -183,6 +197,18 @@ __all__ = [
     "new_writer_record",
     "refuse_root_writer",
     "hold_root_writer",
+    "PER_IMAGE_VARIABLES",
+    "STORE_LAYOUT_ATTR",
+    "STORE_LAYOUT",
+    "StoreDamage",
+    "store_damage",
+    "damaged_chunks",
+    "chunk_files",
+    "unfinished_images",
+    "is_zarr_group",
+    "is_zarr_array",
+    "empty_chunk_files",
+    "proves_content",
     "SCHEMA_VERSION",
     "DIMS",
     "ARMS",

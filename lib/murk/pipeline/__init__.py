@@ -3,7 +3,7 @@ output root, executing a stage notebook (``python -m murk.pipeline.execute``) an
 
 Layer 9 of 9 of the data flow (core < scene < protocol < offline < readout < results < monitor < report <
 pipeline). It may import every other layer; none imports it. The names below are its public surface; the modules
-behind it (``_locks``, ``_slurm``, ``_inputs``, ``_analysis_cube``, ``execute``, ``markers``) are its
+behind it (``_locks``, ``_slurm``, ``_inputs``, ``_analysis_cube``, ``_store_changes``, ``execute``, ``markers``) are its
 implementation.
 """
 
@@ -76,6 +76,7 @@ _COMMANDS = {
         "write_marker",
         "read_marker",
         "stale_reason",
+        "refuse_unfinished",
         "store_of",
         "rerun_reason",
         "rerun_words",
@@ -94,6 +95,10 @@ _COMMANDS = {
         "refuse_other_run",
         "refuse_other_depth",
         "identity_bundle",
+    ),
+    "_store_changes": (
+        "changed_files",
+        "forget_changed",
     ),
     "_analysis_cube": (
         "AnalysisCube",
@@ -194,6 +199,9 @@ __all__ = [
     "write_marker",
     "read_marker",
     "stale_reason",
+    "changed_files",
+    "forget_changed",
+    "refuse_unfinished",
     "store_of",
     "rerun_reason",
     "rerun_words",

@@ -8,13 +8,18 @@ store) is not a declared output of its Snakemake rule: Snakemake deletes the
 outputs of a failed job, and a store must survive a killed job so the next run
 resumes image by image. The rule declares a marker instead
 (``outputs/readout/<model>.done``), written by :func:`write_marker` after the
-stage finished; it records the store's content digest (:func:`store_digest`).
+stage finished, never over a store with an image damaged, missing or not done
+(:func:`refuse_unfinished`); it records the store's content digest
+(:func:`store_digest`) and each file's digest.
 While Snakemake builds its job graph, :func:`rerun_reason` compares each marker
 with its store: a store that was deleted, changed or damaged after its marker was
 written (or a marker deleted, as the repair step of docs/recovery.md does) makes the Snakefile
 force that read-out (:func:`force_rerun`), so it runs again (resuming, or
 re-reading what is needed) and everything downstream follows, also when the cube
-and the paper are newer; a dry run lists it and changes nothing.
+and the paper are newer; a dry run lists it and changes nothing. Before the forced
+read-out runs, the images held by the files that changed are marked not done
+(:func:`murk.pipeline.forget_changed`), so the read-out re-reads them even where the
+store's codecs cannot see the change.
 
 Stores of another selection
 ---------------------------
@@ -72,14 +77,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
-from murk.core import IDENTITY_MIME, IDENTITY_VERSION, store_attrs
+from murk.core import IDENTITY_MIME, IDENTITY_VERSION, store_attrs, unfinished_images
 from murk.pipeline import _locks as runlock
 from murk.pipeline._locks import RootInUse, hold_root_lock, snakefile_run_lock
 
 __all__ = ["IGNORED_SUFFIXES", "SELECTION_KEYS", "store_digest", "write_marker", "read_marker", "stale_reason",
+           "refuse_unfinished",
            "store_of", "rerun_reason", "rerun_words", "force_rerun", "checkpoint_identity", "file_states", "restore_times", "metadata_records", "restore_metadata", "foreign_stores", "refuse_foreign_stores", "running_notebooks_dir",
            "hold_root_lock", "snakefile_run_lock", "RootInUse",
            "run_id", "run_id_of", "analysis_id", "refuse_other_run", "refuse_other_depth", "identity_bundle"]
@@ -88,7 +95,8 @@ __all__ = ["IGNORED_SUFFIXES", "SELECTION_KEYS", "store_digest", "write_marker",
 #: killed write (``<chunk>.<uuid>.partial``; :func:`murk.results.open_readout_store` removes them)
 IGNORED_SUFFIXES = (".partial",)
 
-MARKER_VERSION = 1
+#: 2: the marker records each file's digest too (``files``); 1: the whole store's only (still read)
+MARKER_VERSION = 2
 
 def store_of(marker: str | os.PathLike) -> Path:
     """The store a marker vouches for: ``x.done`` -> ``x.zarr`` (same folder)."""
@@ -115,21 +123,28 @@ def store_digest(store: str | os.PathLike) -> str:
     store (1000 images: 6055 files, 28 MB) hashes in about 0.5 s on a loaded
     2-core machine.
     """
+    return _digests(store)[0]
+
+
+def _digests(store: str | os.PathLike) -> tuple[str, dict[str, str]]:
+    """:func:`store_digest` and each file's SHA-256 (relative POSIX path -> hex), in one pass over the files."""
     store = Path(store)
     if not store.exists():
-        return "absent"
+        return "absent", {}
     h = hashlib.sha256()
+    per_file = {}
     files = sorted(p for p in store.rglob("*") if p.is_file() and not p.name.endswith(IGNORED_SUFFIXES))
     for p in files:
-        rel = p.relative_to(store).as_posix().encode("utf-8")
-        h.update(len(rel).to_bytes(4, "little") + rel)
+        rel = p.relative_to(store).as_posix()
+        h.update(len(rel.encode("utf-8")).to_bytes(4, "little") + rel.encode("utf-8"))
         data = p.read_bytes()
         h.update(len(data).to_bytes(8, "little") + data)
-    return "sha256:" + h.hexdigest()
+        per_file[rel] = hashlib.sha256(data).hexdigest()
+    return "sha256:" + h.hexdigest(), per_file
 
 
 def write_marker(marker: str | os.PathLike, store: str | os.PathLike | None = None) -> Path:
-    """Write the marker of a finished stage: the store's name and content digest (JSON, atomic).
+    """Write the marker of a finished stage: the store's name, content digest and each file's digest (JSON, atomic).
 
     Parameters
     ----------
@@ -138,10 +153,18 @@ def write_marker(marker: str | os.PathLike, store: str | os.PathLike | None = No
     store : path, optional
         Default :func:`store_of` the marker. A store that does not exist (a shard
         beyond the last item) is recorded as ``"absent"``.
+
+    Notes
+    -----
+    ``files`` (relative path -> SHA-256 hex of each file, as :func:`store_digest` reads them) tells which
+    files changed after the marker was written (:func:`murk.pipeline.changed_files`), so that exactly the images
+    they hold are read again (:func:`murk.pipeline.forget_changed`). A marker of an earlier murk
+    (``marker_version`` 1) has none.
     """
     marker = Path(marker)
     store = Path(store) if store is not None else store_of(marker)
-    rec = {"marker_version": MARKER_VERSION, "store": store.name, "digest": store_digest(store)}
+    digest, files = _digests(store)
+    rec = {"marker_version": MARKER_VERSION, "store": store.name, "digest": digest, "files": files}
     marker.parent.mkdir(parents=True, exist_ok=True)
     tmp = marker.with_name(marker.name + ".tmp")
     from murk import core
@@ -187,6 +210,32 @@ def stale_reason(marker: str | os.PathLike, store: str | os.PathLike | None = No
     if rec["digest"] == "absent":
         return f"the store {store} appeared after the marker was written"
     return f"the store {store} changed after its marker was written (content digest differs)"
+
+
+def refuse_unfinished(store: str | os.PathLike) -> None:
+    """Refuse to vouch for a read-out store that still has damaged, missing or not-done images.
+
+    The Snakefile's ``mark`` step (``python -m murk.pipeline.markers mark``) calls it before
+    :func:`write_marker`: a store is vouched for only when every image is done and every
+    chunk decodes and is stored (:func:`murk.core.unfinished_images`: zarr only, no xarray),
+    so a read-out that left damage behind is never approved.
+
+    Raises
+    ------
+    ValueError
+        Naming the store, the images (positions) and why, and the fix (run the same command again: its read-out
+        re-reads them). No marker is written.
+    """
+    store = Path(store)
+    if not store.is_dir():
+        return
+    bad = unfinished_images(store)
+    if bad:
+        listing = "; ".join(f"position {i}: {why}" for i, why in list(bad.items())[:5])
+        more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+        raise ValueError(f"no marker written for read-out store {store}: {len(bad)} image(s) are damaged, missing or "
+                         f"not done ({listing}{more}); run the same command again (make demo): its read-out re-reads "
+                         f"them")
 
 
 def rerun_reason(marker: str | os.PathLike, downstream: list[str | os.PathLike] = (),
@@ -834,6 +883,11 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("store", nargs="?")
     args = ap.parse_args(argv)
     if args.cmd == "mark":
+        try:
+            refuse_unfinished(args.store if args.store is not None else store_of(args.marker))
+        except ValueError as e:  # one line, no traceback; nothing written
+            print(f"murk: {e}", file=sys.stderr)
+            return 1
         write_marker(args.marker, args.store)
     return 0
 

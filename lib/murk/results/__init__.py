@@ -5,7 +5,7 @@ Layer 6 of 9 of the data flow (core < scene < protocol < offline < readout < res
 pipeline). It may import the layers below it: core, scene, protocol, offline, readout. The names below are its
 public surface; the modules behind it (``_analysis``, ``_bootstrap``, ``_calibration``, ``_cube``,
 ``_diagnostics``, ``_metrics``, ``_multiplicity``, ``_paired``, ``_rates``, ``_samples``, ``_selective``,
-``_store_permissions``, ``_store_repair``) are its implementation.
+``_store_identity``, ``_store_permissions``, ``_store_repair``) are its implementation.
 """
 
 from __future__ import annotations
@@ -37,11 +37,9 @@ from murk.results._analysis import (  # noqa: F401
 )
 from murk.results._cube import (  # noqa: F401
     write_missing,
-    IDENTITY_ATTRS,
     level_coords,
     sweep_visibility,
     empty_model_dataset,
-    store_identity,
     open_readout_store,
     write_image,
     merge_models,
@@ -49,12 +47,16 @@ from murk.results._cube import (  # noqa: F401
     t3_image_scores,
     NOT_RUN,
     images_run,
-    SUPERSEDED_NAME,
-    set_aside_superseded,
     IMAGES_PER_SHARD,
 )
+from murk.results._store_identity import (  # noqa: F401
+    IDENTITY_ATTRS,
+    store_identity,
+    SUPERSEDED_NAME,
+    set_aside_superseded,
+)
 from murk.results._store_repair import (  # noqa: F401
-    damaged_chunks,
+    forget_images_of_files,
 )
 from murk.results._store_permissions import (  # noqa: F401
     StoreNotWritableError,
@@ -174,8 +176,8 @@ __all__ = [
     "empty_model_dataset",
     "store_identity",
     "open_readout_store",
-    "damaged_chunks",
     "StoreNotWritableError",
+    "forget_images_of_files",
     "write_image",
     "merge_models",
     "open_cube",
