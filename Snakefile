@@ -344,7 +344,9 @@ def rerun_if_weights_changed(marker_of):
         marker = marker_of(wildcards)
         if not workflow.is_main_process or marker in _FORCED:
             return []
-        model = SLUG2MODEL[wildcards.slug]
+        model = SLUG2MODEL.get(wildcards.slug)
+        if model is None:   # not a model's read-out (the monitor's marker, which its own rule makes): Snakemake asks
+            return []       # every rule whose output pattern matches, and reports an input function that raises
         why = murk_pipeline.weights_changed(murk_pipeline.store_of(marker), model, OUT_ABS, weights_identity(model))
         if why is None:
             return []

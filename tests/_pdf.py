@@ -34,7 +34,9 @@ def table_rows(md: str) -> list[list[str]]:
             j = i + 1
             while j < len(lines) and lines[j].strip().startswith("|"):
                 cells = re.split(r"(?<!\\)\|", lines[j].strip())[1:-1]
-                rows.append([re.sub(r"<br\s*/?>", " ", c).strip() for c in cells])  # a line break in a cell
+                # a line break in a cell; a character a value escaped for Markdown (murk.report.markdown_text: \[, \:)
+                # is the character itself in the PDF
+                rows.append([re.sub(r"\\([^\w\s])", r"\1", re.sub(r"<br\s*/?>", " ", c)).strip() for c in cells])
                 j += 1
     return rows
 

@@ -60,9 +60,11 @@ def snakemake(out: Path, coco: Path, *targets: str, project: Path = ROOT, n_item
 
 
 def tree(root: Path) -> dict[str, str]:
-    """Every file under ``root``: relative path -> SHA-256 of its bytes."""
+    """Every file under ``root``: relative path -> SHA-256 of its bytes. The root's writer lock (``.murk/``: the
+    record of the last run that held the root, murk.core's root lock) is left out: it is no output, and a refused
+    run held the root while it checked."""
     return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+            for p in sorted(root.rglob("*")) if p.is_file() and p.relative_to(root).parts[0] != ".murk"}
 
 
 def _cells_text(nb: Path) -> str:

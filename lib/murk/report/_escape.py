@@ -65,7 +65,7 @@ def markdown_text(text) -> str:
     out = _MARKDOWN_RE.sub(lambda m: "\\" + m.group(0), text)
     if out.startswith("-"):                       # "- x" at the start of a line is a list item
         out = "\\" + out
-    return re.sub(r"^(\d+)\.", r"\1\\.", out)      # and so is "1. x"
+    return re.sub(r"^(\d+)\.(?=\s|$)", r"\1\\.", out)   # and so is "1. x" (not "0.03": no list)
 
 
 def plot_text(text) -> str:
