@@ -67,6 +67,12 @@ def tree(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file() and p.relative_to(root).parts[0] != ".murk"}
 
 
+def _times(root: Path) -> dict[Path, int]:
+    """Every file under ``root`` (but the root's writer lock, as :func:`tree`) -> its modification time (ns)."""
+    return {p: p.stat().st_mtime_ns for p in root.rglob("*")
+            if p.is_file() and p.relative_to(root).parts[0] != ".murk"}
+
+
 def _cells_text(nb: Path) -> str:
     cells = json.loads(nb.read_text())["cells"]
     return "".join("".join(o.get("text", "")) for c in cells for o in c.get("outputs", []))
@@ -279,7 +285,7 @@ def test_root_with_stores_of_another_selection_is_refused_before_writing(faulty_
     the old selection) before it writes anything, the new run name's frozen record included."""
     out, coco, _, _ = faulty_run
     before = tree(out)
-    times = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    times = _times(out)
     r = snakemake(out, coco, n_items=N_ITEMS - 1, run_name="faults-test-other")
     msg = r.stdout + r.stderr
     assert r.returncode != 0
@@ -291,7 +297,7 @@ def test_root_with_stores_of_another_selection_is_refused_before_writing(faulty_
     # back), so by the files nothing is out of date; nor the refused job's params, which Snakemake records as if
     # it had run (murk puts the records of before back, issue 39): the old settings, every rerun trigger on
     # (params included), plan nothing
-    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == times
+    assert _times(out) == times
     r = snakemake(out, coco, "-n")
     assert "Nothing to be done" in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
 
