@@ -301,7 +301,9 @@ def test_the_demo_terminal_shows_each_stage_progress_and_no_noise(demo):
         lines = _bar_lines(text, desc)
         assert lines, f"no progress line of {desc!r} on the terminal:\n{text[-4000:]}"
         assert f" {total}/{total} [" in lines[-1], lines[-1]
-    noise = [ln for ln in _lines(text) if any(n in ln for n in NOISE)]
+    # ipykernel's shutdown race (not murk's, :data:`_SHUTDOWN_RACE`) is dropped as in the kernel test above: seen
+    # again on the demo's select kernel in a clean-clone .ci/run, 2026-12-07
+    noise = [ln for ln in _lines(_without_kernel_shutdown_race(text)) if any(n in ln for n in NOISE)]
     assert not noise, "\n".join(noise)
 
 
